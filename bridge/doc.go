@@ -1,0 +1,9 @@
+// Package bridge joins rbridge's two legs: routes (a listener on one fabric
+// mapped to a target on the other, with ACLs), sessions that pair a queue
+// pair on each leg, the relay that moves work requests between them with end
+// to end completion semantics, and the registered memory pool (one hugepage
+// backed arena, carved into refcounted size classes, registered once with
+// every protection domain and used as the AF_XDP UMEM).
+//
+// Not implemented yet: this package holds only its documentation.
+package bridge
