@@ -10,14 +10,24 @@ DEBS_ORACLES := python3-scapy tshark
 DEBS_CGO     := gcc libibverbs-dev librdmacm-dev
 DEBS_BPF     := clang llvm libbpf-dev
 DEBS         := $(DEBS_ORACLES) $(DEBS_CGO) $(DEBS_BPF)
+# The integration guest: qemu, Debian's kernel, the RDMA userland copied into its
+# initramfs, and what builds siw.ko (Debian's kernel ships no siw). `make deps-vm`
+# adds linux-headers-<version> for the kernel that linux-image-amd64 installed.
+DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-providers \
+                ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
+                cpio linux-source-6.1 xz-utils gcc make
 
-.PHONY: help deps build test unit bench generate check-generate fmt vet
+.PHONY: help deps deps-vm build test unit bench generate check-generate fmt vet
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
 deps: ## install the Debian packages the tests need (only the missing ones)
 	@bash scripts/deps.sh $(DEBS)
+
+deps-vm: ## install what the integration guest needs (only the missing packages)
+	@bash scripts/deps.sh $(DEBS_VM)
+	@kv=$$(bash scripts/vm-kernel.sh) && bash scripts/deps.sh linux-headers-$$kv
 
 build: ## build bin/rbridge
 	$(GO) build -o bin/rbridge ./cmd/rbridge
