@@ -1,0 +1,167 @@
+package roce
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// The RoCEv2 invariant CRC (IBTA Annex A17.3.3) is the IEEE CRC-32 of
+//
+//	8 bytes of 0xFF (the masked LRH that RoCEv2 does not carry)
+//	| IP header | UDP header | BTH | extension headers | payload | pad
+//
+// with the fields routers may change masked to all ones: IPv4 TOS, TTL and
+// header checksum; IPv6 traffic class, flow label and hop limit; the UDP
+// checksum; and BTH byte 4 (FECN, BECN, reserved). The 32-bit result is
+// stored little-endian in the last four bytes of the packet, as the kernel's
+// rxe does (it stores ~crc in CPU order on little-endian hosts) and as
+// hardware puts it on the wire.
+//
+// The masked headers are copied to the stack and summed with a
+// slicing-by-8 table here; the unmasked rest (usually almost all of the
+// packet) goes to hash/crc32, which uses the carry-less multiply
+// instructions where the CPU has them.
+
+// icrcSeed is the CRC state (in hash/crc32's convention) after the eight
+// 0xFF bytes; the kernel's raw seed 0xdebb20e3 is its complement.
+var icrcSeed = crc32.ChecksumIEEE([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+
+var slicing8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		crc := t[0][i]
+		for j := 1; j < 8; j++ {
+			crc = t[0][crc&0xff] ^ crc>>8
+			t[j][i] = crc
+		}
+	}
+	return t
+}()
+
+// crcUpdate continues an IEEE CRC-32 over p, in hash/crc32's convention. It
+// does not let p escape, so callers may pass stack buffers.
+func crcUpdate(crc uint32, p []byte) uint32 {
+	tab := &slicing8
+	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = tab[0][p[7]] ^ tab[1][p[6]] ^ tab[2][p[5]] ^ tab[3][p[4]] ^
+			tab[4][crc>>24] ^ tab[5][(crc>>16)&0xff] ^
+			tab[6][(crc>>8)&0xff] ^ tab[7][crc&0xff]
+		p = p[8:]
+	}
+	for _, v := range p {
+		crc = tab[0][byte(crc)^v] ^ crc>>8
+	}
+	return ^crc
+}
+
+const (
+	ipv4MinHdr = 20
+	ipv4MaxHdr = 60
+	ipv6Hdr    = 40
+	udpHdr     = 8
+	// maxMasked is the longest run of masked headers: IPv4 with options,
+	// UDP and BTH.
+	maxMasked = ipv4MaxHdr + udpHdr + BTHLen
+)
+
+// ICRC computes the invariant CRC of a RoCEv2 packet. pkt starts at the IP
+// header (IPv4 or IPv6) and ends with the 4-byte ICRC trailer, which is not
+// covered. Bytes past the IP packet's own length (Ethernet padding) are
+// ignored. ICRC does not allocate.
+func ICRC(pkt []byte) (uint32, error) {
+	ipLen, l4, err := splitIP(pkt)
+	if err != nil {
+		return 0, err
+	}
+	if len(l4) < udpHdr+BTHLen+ICRCLen {
+		return 0, truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
+	}
+	var buf [maxMasked]byte
+	n := copy(buf[:], pkt[:ipLen+udpHdr+BTHLen])
+	h := buf[:n]
+	if h[0]>>4 == 4 {
+		h[1] = 0xff  // TOS
+		h[8] = 0xff  // TTL
+		h[10] = 0xff // header checksum
+		h[11] = 0xff
+	} else {
+		h[0] |= 0x0f // traffic class (high nibble), flow label
+		h[1] = 0xff
+		h[2] = 0xff
+		h[3] = 0xff
+		h[7] = 0xff // hop limit
+	}
+	u := h[ipLen:]
+	u[6] = 0xff // UDP checksum
+	u[7] = 0xff
+	u[udpHdr+bthFB] = 0xff // FECN, BECN, reserved
+	crc := crcUpdate(icrcSeed, h)
+	return crc32.Update(crc, crc32.IEEETable, l4[udpHdr+BTHLen:len(l4)-ICRCLen]), nil
+}
+
+// PutICRC computes the ICRC of pkt (as for ICRC) and stores it in the last
+// four bytes of the IP packet.
+func PutICRC(pkt []byte) error {
+	crc, err := ICRC(pkt)
+	if err != nil {
+		return err
+	}
+	ipLen, l4, _ := splitIP(pkt)
+	binary.LittleEndian.PutUint32(pkt[ipLen+len(l4)-ICRCLen:], crc)
+	return nil
+}
+
+// VerifyICRC checks the ICRC trailer of pkt (as for ICRC). It returns the
+// value carried and an error matching ErrBadICRC when it is wrong.
+func VerifyICRC(pkt []byte) (uint32, error) {
+	want, err := ICRC(pkt)
+	if err != nil {
+		return 0, err
+	}
+	ipLen, l4, _ := splitIP(pkt)
+	got := binary.LittleEndian.Uint32(pkt[ipLen+len(l4)-ICRCLen:])
+	if got != want {
+		return got, &HeaderError{Header: "ICRC", Err: ErrBadICRC, Value: uint64(got)}
+	}
+	return got, nil
+}
+
+// splitIP returns the IP header length of pkt and its layer-4 bytes, trimmed
+// to the length the IP header gives. It checks that the packet is UDP.
+func splitIP(pkt []byte) (hdrLen int, l4 []byte, err error) {
+	if len(pkt) < 1 {
+		return 0, nil, truncated("IP", ipv4MinHdr, len(pkt))
+	}
+	switch pkt[0] >> 4 {
+	case 4:
+		if len(pkt) < ipv4MinHdr {
+			return 0, nil, truncated("IPv4", ipv4MinHdr, len(pkt))
+		}
+		hdrLen = int(pkt[0]&0xf) * 4
+		total := int(binary.BigEndian.Uint16(pkt[2:]))
+		switch {
+		case hdrLen < ipv4MinHdr:
+			return 0, nil, &HeaderError{Header: "IPv4", Err: ErrNotRoCEv2, Value: uint64(hdrLen)}
+		case total < hdrLen || total > len(pkt):
+			return 0, nil, truncated("IPv4", total, len(pkt))
+		case pkt[9] != 17:
+			return 0, nil, &HeaderError{Header: "IPv4 protocol", Err: ErrNotRoCEv2, Value: uint64(pkt[9])}
+		}
+		return hdrLen, pkt[hdrLen:total], nil
+	case 6:
+		if len(pkt) < ipv6Hdr {
+			return 0, nil, truncated("IPv6", ipv6Hdr, len(pkt))
+		}
+		total := ipv6Hdr + int(binary.BigEndian.Uint16(pkt[4:]))
+		switch {
+		case total > len(pkt):
+			return 0, nil, truncated("IPv6", total, len(pkt))
+		case pkt[6] != 17:
+			return 0, nil, &HeaderError{Header: "IPv6 next header", Err: ErrNotRoCEv2, Value: uint64(pkt[6])}
+		}
+		return ipv6Hdr, pkt[ipv6Hdr:total], nil
+	}
+	return 0, nil, &HeaderError{Header: "IP version", Err: ErrNotRoCEv2, Value: uint64(pkt[0] >> 4)}
+}

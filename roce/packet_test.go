@@ -1,0 +1,165 @@
+package roce_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// TestPacketRoundTrip builds a packet of every opcode with AppendPacket and
+// decodes it again.
+func TestPacketRoundTrip(t *testing.T) {
+	for _, s := range samples() {
+		t.Run(s.name, func(t *testing.T) {
+			prefix := []byte{0xaa, 0xbb}
+			b := roce.AppendPacket(append([]byte{}, prefix...), &s.fields, s.payload)
+			if !bytes.Equal(b[:2], prefix) {
+				t.Fatalf("AppendPacket overwrote the prefix")
+			}
+			b = b[2:]
+			op := s.fields.BTH.Opcode
+			if want := roce.TransportLen(op, len(s.payload)); len(b) != want {
+				t.Fatalf("length %d, want %d", len(b), want)
+			}
+			var p roce.Packet
+			if err := p.Decode(b); err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			want := s.fields
+			want.BTH.PadCount = uint8(-len(s.payload) & 3)
+			got := p.Fields()
+			// Headers the opcode does not carry decode as zero.
+			want = keepCarried(op, want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("fields (-want +got):\n%s", diff)
+			}
+			if !bytes.Equal(p.Payload, s.payload) {
+				t.Errorf("payload %x, want %x", p.Payload, s.payload)
+			}
+			if len(p.Pad) != int(want.BTH.PadCount) || p.Len() != len(b) {
+				t.Errorf("pad %d bytes, Len %d; want %d, %d", len(p.Pad), p.Len(), want.BTH.PadCount, len(b))
+			}
+		})
+	}
+}
+
+func keepCarried(op roce.Opcode, f roce.PacketFields) roce.PacketFields {
+	h := op.Headers()
+	out := roce.PacketFields{BTH: f.BTH}
+	if h.Has(roce.HdrRETH) {
+		out.RETH = f.RETH
+	}
+	if h.Has(roce.HdrAETH) {
+		out.AETH = f.AETH
+	}
+	if h.Has(roce.HdrAtomicETH) {
+		out.AtomicETH = f.AtomicETH
+	}
+	if h.Has(roce.HdrAtomicAckETH) {
+		out.AtomicAckETH = f.AtomicAckETH
+	}
+	if h.Has(roce.HdrImmDt) {
+		out.ImmDt = f.ImmDt
+	}
+	if h.Has(roce.HdrIETH) {
+		out.IETH = f.IETH
+	}
+	if h.Has(roce.HdrDETH) {
+		out.DETH = f.DETH
+	}
+	return out
+}
+
+// TestPacketCutAtEveryPrefix decodes every prefix of a packet of every
+// opcode: shorter than headers plus ICRC must fail with ErrTruncated; no
+// prefix may panic.
+func TestPacketCutAtEveryPrefix(t *testing.T) {
+	for _, s := range samples() {
+		b := roce.AppendPacket(nil, &s.fields, s.payload)
+		op := s.fields.BTH.Opcode
+		min := roce.BTHLen + op.HeaderLen() + roce.ICRCLen
+		for i := range len(b) {
+			var p roce.Packet
+			err := p.Decode(b[:i])
+			switch {
+			case i < min && !errors.Is(err, roce.ErrTruncated):
+				t.Errorf("%s cut at %d: got %v, want ErrTruncated", s.name, i, err)
+			case i >= min && err == nil && op.HasPayload() && len(p.Payload)+len(p.Pad) != i-min:
+				t.Errorf("%s cut at %d: payload+pad %d, want %d", s.name, i, len(p.Payload)+len(p.Pad), i-min)
+			}
+		}
+	}
+}
+
+func TestPacketDecodeRejects(t *testing.T) {
+	send := roce.AppendPacket(nil, &roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly}}, []byte{1})
+	ack := roce.AppendPacket(nil, &roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCAcknowledge}}, nil)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"pad larger than payload", func() []byte {
+			b := roce.AppendPacket(nil, &roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly}}, nil)
+			roce.BTH(b).SetPadCount(2)
+			return b
+		}(), roce.ErrBadPad},
+		{"pad on ACK", func() []byte { b := bytes.Clone(ack); roce.BTH(b).SetPadCount(1); return b }(), roce.ErrBadPad},
+		{"payload on ACK", append(bytes.Clone(ack[:len(ack)-4]), 0, 0, 0, 0, 0, 0, 0, 0), roce.ErrBadPad},
+		{"reserved opcode", func() []byte { b := bytes.Clone(send); b[0] = 0x1e; return b }(), roce.ErrReservedOpcode},
+		{"version 2", func() []byte { b := bytes.Clone(send); b[1] |= 2; return b }(), roce.ErrBadVersion},
+		{"empty", nil, roce.ErrTruncated},
+	} {
+		var p roce.Packet
+		if err := p.Decode(tc.b); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestPayloadAlignment checks the pad count for every payload length mod 4.
+func TestPayloadAlignment(t *testing.T) {
+	for n := range 9 {
+		b := roce.AppendPacket(nil, &roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly}}, bytes.Repeat([]byte{7}, n))
+		if (len(b)-roce.ICRCLen)%4 != 0 {
+			t.Errorf("payload %d: transport length %d not 4-aligned before the ICRC", n, len(b))
+		}
+		if got := roce.BTH(b).PadCount(); got != -n&3 {
+			t.Errorf("payload %d: pad count %d, want %d", n, got, -n&3)
+		}
+		if got := binary.LittleEndian.Uint32(b[len(b)-4:]); got != 0 {
+			t.Errorf("payload %d: ICRC placeholder %#x, want 0", n, got)
+		}
+	}
+}
+
+func TestEncodeCNP(t *testing.T) {
+	b := filled(roce.CNPLen)
+	roce.EncodeCNP(b, 0x000abc)
+	var p roce.Packet
+	if err := p.Decode(b); err != nil {
+		t.Fatal(err)
+	}
+	f := p.BTH.Fields()
+	if f.Opcode != roce.CNP || !f.BECN || f.FECN || f.DestQP != 0xabc || f.PKey != 0xffff || f.PSN != 0 {
+		t.Errorf("CNP BTH = %+v", f)
+	}
+	if !bytes.Equal(p.CNPReserved, make([]byte, 16)) {
+		t.Errorf("CNP reserved bytes %x, want zeros", p.CNPReserved)
+	}
+}
+
+func TestAppendPacketDoesNotAllocate(t *testing.T) {
+	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCRDMAWriteOnlyWithImmediate, DestQP: 5}}
+	payload := make([]byte, 1024)
+	buf := make([]byte, 0, 2048)
+	allocs := testing.AllocsPerRun(100, func() { buf = roce.AppendPacket(buf[:0], &f, payload) })
+	if allocs != 0 {
+		t.Errorf("AppendPacket allocates %.1f times per call, want 0", allocs)
+	}
+}
