@@ -1,0 +1,236 @@
+#!/bin/sh
+# /init of the integration guest (busybox ash). It loads rxe and siw, builds the
+# topology below, checks it, runs the direct-path baseline (perftest -R and rping
+# over rxe and over siw), runs every test binary that the runner put under
+# /tests once per device pass, and powers off. Lines starting with "@@RB " are
+# for the host runner (integration/cmd/vmrun), which parses them:
+#
+#   @@RB STEP <name>                      a setup step starts
+#   @@RB FAIL <step>: <message>           a step failed; nothing after it runs
+#   @@RB BASE BEGIN <tool> <kind>         a baseline client's output follows
+#   @@RB BASE END <tool> <kind> rc=<n> [elapsed_ms=<n>]
+#   @@RB BEGIN <id> <device>              a test binary's -test.v=test2json output follows
+#   @@RB END <id> <device> rc=<n>
+#   @@RB STATUS rc=<n>                    the last line: 0 when everything passed
+#
+# Topology (initial namespace unless said otherwise):
+#
+#   rxe0 on veth0 198.18.1.1 ==wire== veth1 -+- br1 198.18.1.2: rxe1
+#                                 vuser0 ----+
+#                                   |wire
+#   netns user0:                 vuser1 198.18.1.3  (userspace RoCEv2 endpoint)
+#
+#   siw0 on veth2 198.18.2.1 ==wire== veth3 198.18.2.2: siw1
+#
+# rxe opens UDP 4791 in the initial namespace only and drops RoCE packets that
+# arrive on lo, so traffic between two local addresses is forced over the veth
+# wires: accept_local, no rp_filter, the local rule moved below per-subnet
+# tables of /32 routes with a src, and permanent neighbours. user0 shares rxe1's
+# L2 segment through br1, so a userspace endpoint there can reach rxe0 and rxe1.
+
+PATH=/bin:/sbin:/usr/bin:/usr/sbin
+export PATH HOME=/root TMPDIR=/tmp
+IP=/usr/sbin/ip
+MODPROBE=/usr/sbin/modprobe
+
+step() { STEP=$1; echo "@@RB STEP $1"; }
+status() {
+	echo "@@RB STATUS rc=$1"
+	sync
+	poweroff -f
+	sleep 60
+}
+die() { echo "@@RB FAIL $STEP: $*"; status 1; }
+run() { "$@" || die "$* (exit $?)"; }
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+echo "@@RB KERNEL $(uname -r)"
+
+CONFIG=/tests/config
+[ -r $CONFIG ] && . $CONFIG
+
+step modules
+for m in crc32_generic crc32-pclmul crc32c_generic crc32c-intel libcrc32c veth bridge \
+	rdma_rxe siw rdma_ucm ib_uverbs ib_umad; do
+	$MODPROBE $m 2>/dev/null || case $m in crc32-pclmul|crc32c-intel) ;; *) die "modprobe $m failed: $($MODPROBE $m 2>&1)" ;; esac
+done
+
+step topology
+run $IP link set lo up
+sysctl -qw net.ipv4.conf.all.accept_local=1 net.ipv4.conf.default.accept_local=1 \
+	net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+	net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.default.arp_ignore=1 \
+	net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.default.arp_announce=2 ||
+	die "sysctl failed"
+# veth <name> <mac> <peer> <peer mac>
+veth() { run $IP link add "$1" address "$2" type veth peer name "$3" address "$4"; }
+veth veth0 02:00:00:00:01:01 veth1 02:00:00:00:01:11
+veth vuser0 02:00:00:00:01:13 vuser1 02:00:00:00:01:03
+veth veth2 02:00:00:00:02:01 veth3 02:00:00:00:02:02
+run $IP link add br1 address 02:00:00:00:01:02 type bridge forward_delay 0 stp_state 0
+run $IP link set veth1 master br1
+run $IP link set vuser0 master br1
+run $IP addr add 198.18.1.1/24 dev veth0
+run $IP addr add 198.18.1.2/24 dev br1
+run $IP addr add 198.18.2.1/24 dev veth2
+run $IP addr add 198.18.2.2/24 dev veth3
+for dev in veth0 veth1 vuser0 br1 veth2 veth3; do
+	run $IP link set $dev up
+	sysctl -qw net.ipv4.conf.$dev.accept_local=1 net.ipv4.conf.$dev.rp_filter=0 2>/dev/null
+done
+run $IP netns add user0
+run $IP link set vuser1 netns user0
+run $IP -n user0 link set lo up
+run $IP -n user0 addr add 198.18.1.3/24 dev vuser1
+run $IP -n user0 link set vuser1 up
+# Force local traffic between the two ends of each pair over the wire.
+run $IP rule add pref 1000 lookup local
+run $IP rule del pref 0
+run $IP route add 198.18.1.2/32 dev veth0 src 198.18.1.1 table 101
+run $IP route add 198.18.1.1/32 dev br1 src 198.18.1.2 table 101
+run $IP route add 198.18.1.3/32 dev br1 src 198.18.1.2 table 101
+run $IP rule add pref 100 iif lo to 198.18.1.0/24 lookup 101
+run $IP route add 198.18.2.2/32 dev veth2 src 198.18.2.1 table 102
+run $IP route add 198.18.2.1/32 dev veth3 src 198.18.2.2 table 102
+run $IP rule add pref 100 iif lo to 198.18.2.0/24 lookup 102
+run $IP neigh replace 198.18.1.2 lladdr 02:00:00:00:01:02 dev veth0 nud permanent
+run $IP neigh replace 198.18.1.1 lladdr 02:00:00:00:01:01 dev br1 nud permanent
+run $IP neigh replace 198.18.2.2 lladdr 02:00:00:00:02:02 dev veth2 nud permanent
+run $IP neigh replace 198.18.2.1 lladdr 02:00:00:00:02:01 dev veth3 nud permanent
+
+step devices
+run rdma link add rxe0 type rxe netdev veth0
+run rdma link add rxe1 type rxe netdev br1
+run rdma link add siw0 type siw netdev veth2
+run rdma link add siw1 type siw netdev veth3
+for dev in rxe0 rxe1 siw0 siw1; do
+	n=0
+	until grep -q ACTIVE /sys/class/infiniband/$dev/ports/1/state 2>/dev/null; do
+		n=$((n + 1))
+		[ $n -le 300 ] || die "$dev port 1 not ACTIVE after 30 s: $(cat /sys/class/infiniband/$dev/ports/1/state 2>&1)"
+		sleep 0.1
+	done
+done
+rdma link show
+
+step reachability
+# ping_from <netns or -> <dst>
+ping_from() {
+	if [ "$1" = - ]; then out=$(ping -c 1 -W 10 "$2" 2>&1); else out=$($IP netns exec "$1" ping -c 1 -W 10 "$2" 2>&1); fi ||
+		die "ping $2 from ${1#-}: $out"
+}
+ping_from - 198.18.1.2
+ping_from - 198.18.1.1
+ping_from - 198.18.2.2
+ping_from - 198.18.2.1
+ping_from - 198.18.1.3
+ping_from user0 198.18.1.2
+ping_from user0 198.18.1.1
+echo "reachability: rxe pair, siw pair and user0 answer ping"
+
+RC=0
+
+# uptime_ms: milliseconds since boot, from /proc/uptime (centiseconds).
+uptime_ms() { read -r up _ </proc/uptime; echo $((${up%.*} * 1000 + ${up#*.} * 10)); }
+
+# wait_listen <comm>: waits until an rdma_cm listener of that program exists.
+wait_listen() {
+	n=0
+	until rdma resource show cm_id 2>/dev/null | grep "state LISTEN" | grep -q "comm $1"; do
+		n=$((n + 1))
+		[ $n -le 600 ] || return 1
+		sleep 0.1
+	done
+}
+
+# base <tool> <kind> <server ip> <server args> -- <client args>: runs one
+# baseline pair, the server in the background, and prints the client's output.
+base() {
+	tool=$1 kind=$2 sip=$3
+	shift 3
+	sargs=
+	while [ "$1" != -- ]; do sargs="$sargs $1"; shift; done
+	shift
+	srv=/tmp/base-$tool-$kind.server
+	timeout 300 $tool $sargs >$srv 2>&1 &
+	spid=$!
+	echo "@@RB BASE BEGIN $tool $kind"
+	if ! wait_listen $tool; then
+		kill $spid 2>/dev/null
+		echo "server never listened: $(cat $srv)"
+		echo "@@RB BASE END $tool $kind rc=1"
+		RC=1
+		return
+	fi
+	t0=$(uptime_ms)
+	timeout 300 $tool "$@" 2>&1
+	crc=$?
+	t1=$(uptime_ms)
+	[ $crc -eq 0 ] || kill $spid 2>/dev/null
+	wait $spid
+	src=$?
+	if [ $src -ne 0 ]; then
+		echo "server exited $src:"
+		cat $srv
+	fi
+	rc=$crc
+	[ $rc -ne 0 ] || rc=$src
+	[ $rc -eq 0 ] || RC=1
+	echo "@@RB BASE END $tool $kind rc=$rc elapsed_ms=$((t1 - t0))"
+}
+
+if [ "${BASELINE:-1}" = 1 ]; then
+	step baseline
+	BW_ITERS=${BW_ITERS:-1000}
+	LAT_ITERS=${LAT_ITERS:-1000}
+	RPING_COUNT=${RPING_COUNT:-200}
+	for pair in "rxe rxe0 rxe1 198.18.1.2" "siw siw0 siw1 198.18.2.2"; do
+		set -- $pair
+		kind=$1 cdev=$2 sdev=$3 sip=$4
+		for tool in ib_send_bw ib_write_bw ib_read_bw; do
+			base $tool $kind $sip -R -d $sdev -n $BW_ITERS -- -R -d $cdev -n $BW_ITERS $sip
+		done
+		base ib_send_lat $kind $sip -R -d $sdev -n $LAT_ITERS -- -R -d $cdev -n $LAT_ITERS $sip
+		base rping $kind $sip -s -a $sip -C $RPING_COUNT -S 64 -- -c -a $sip -C $RPING_COUNT -S 64
+	done
+fi
+
+# The device passes. Variables documented in integration/guest/doc.go.
+export RBRIDGE_GUEST=1 RBRIDGE_USER_NETNS=user0 RBRIDGE_USER_NETDEV=vuser1 RBRIDGE_USER_IP=198.18.1.3 \
+	RBRIDGE_USER_PEER_DEVICE=rxe1 RBRIDGE_USER_PEER_NETDEV=br1 RBRIDGE_USER_PEER_IP=198.18.1.2 \
+	RBRIDGE_PREFIX_LEN=24
+# pass <device> <kind> <netdev> <ip> <peer device> <peer netdev> <peer ip>
+pass() {
+	export RBRIDGE_DEVICE=$1 RBRIDGE_DEVICE_KIND=$2 RBRIDGE_NETDEV=$3 RBRIDGE_IP=$4 \
+		RBRIDGE_PEER_DEVICE=$5 RBRIDGE_PEER_NETDEV=$6 RBRIDGE_PEER_IP=$7
+	while read -r id pkg; do
+		echo "@@RB BEGIN $id $1"
+		(
+			cd /tests/$id/src || exit 1
+			if [ -n "$RUN" ]; then
+				exec /tests/$id/test -test.v=test2json -test.count=1 -test.timeout="${TEST_TIMEOUT:-5m}" -test.run="$RUN"
+			else
+				exec /tests/$id/test -test.v=test2json -test.count=1 -test.timeout="${TEST_TIMEOUT:-5m}"
+			fi
+		) </dev/null 2>&1
+		rc=$?
+		[ $rc -eq 0 ] || RC=1
+		echo "@@RB END $id $1 rc=$rc"
+	done </tests/manifest
+}
+if [ -s /tests/manifest ]; then
+	step tests
+	pass rxe0 rxe veth0 198.18.1.1 rxe1 br1 198.18.1.2
+	pass siw0 siw veth2 198.18.2.1 siw1 veth3 198.18.2.2
+fi
+
+status $RC
