@@ -1,3 +1,79 @@
+// Command rbridge is the RDMA gateway between an InfiniBand island and a
+// RoCEv2 fleet, and the tools that go with it.
 package main
 
-func main() {}
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); builds
+// without it report the module version or the VCS revision.
+var version = ""
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "rbridge:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "rbridge",
+		Short: "RDMA gateway between InfiniBand and RoCEv2",
+		Long: `rbridge joins an InfiniBand island to a RoCEv2 fleet: applications on either
+side use plain verbs and rdma_cm and reach the other side through the gateway.
+
+Available now: decoding RoCEv2 captures (decode) and the build's version.
+The gateway itself (run, devices, status, bench) is being built.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCommand(), newDecodeCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print rbridge's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "rbridge", buildVersion())
+			return err
+		},
+	}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if (v == "" || v == "(devel)") && rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		return "devel " + rev + dirty + " " + bi.GoVersion
+	}
+	return v + " " + bi.GoVersion
+}
