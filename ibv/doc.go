@@ -1,8 +1,34 @@
 // Package ibv is rbridge's binding of libibverbs and librdmacm (cgo): devices,
 // ports, GID tables, protection domains, memory regions over mmap'd arenas,
 // completion queues wired into Go's poller, RC and UD queue pairs, address
-// handles, SRQs and rdma_cm connection management. It drives real HCAs and the
-// kernel's soft devices (rxe, siw).
+// handles, SRQs, async events and rdma_cm connection management. It drives
+// real HCAs and the kernel's soft devices (rxe, siw).
 //
-// Not implemented yet: this package holds only its documentation.
+// # Layout
+//
+// The cgo lives in thin files, one per verbs object: device_linux.go,
+// pd_linux.go, mr_linux.go, cq_linux.go, qp_linux.go, ah_linux.go,
+// srq_linux.go, cm_linux.go. Everything above them is plain Go and builds
+// everywhere: the enums (enums.go), MTU negotiation (mtu.go), the RoCEv2 GID
+// choice (gid.go), the object tree that makes Close idempotent and
+// order-independent (resource.go) and the `rbridge devices` report
+// (report.go). A build without cgo, or with the tag noibverbs (cgo but no
+// libibverbs-dev/librdmacm-dev), compiles stub.go instead: every constructor
+// returns an error that matches [ErrNotSupported].
+//
+// # Memory
+//
+// Memory handed to [PD.RegMR] must not live on the Go heap: use [MapArena]
+// (anonymous mmap, optionally huge pages). Work requests are built in C
+// memory owned by the QP and posted in batches with one cgo call;
+// completions are polled in batches with one cgo call straight into the
+// caller's []WorkCompletion.
+//
+// # Lifetime
+//
+// Every object has an idempotent Close. Objects form a tree (device -> PD ->
+// MR, QP, AH, SRQ; device -> CQ -> QP; event channel -> cm_id -> QP): closing
+// a parent closes what depends on it first, so objects may be closed in any
+// order. [LiveObjects] counts what is still open, per type; tests check it
+// is empty at the end.
 package ibv

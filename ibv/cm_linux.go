@@ -1,0 +1,518 @@
+//go:build linux && cgo && !noibverbs
+
+package ibv
+
+/*
+#cgo LDFLAGS: -lrdmacm -libverbs
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+
+static struct rdma_event_channel *rb_create_event_channel(int *err) {
+	errno = 0;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	*err = ch ? 0 : (errno ? errno : ENODEV);
+	return ch;
+}
+static int rb_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, uintptr_t h, int ps) {
+	return rdma_create_id(ch, id, (void *)h, ps) ? errno : 0;
+}
+static void rb_set_context(struct rdma_cm_id *id, uintptr_t h) { id->context = (void *)h; }
+static uintptr_t rb_context(struct rdma_cm_id *id) { return (uintptr_t)id->context; }
+
+// rb_sockaddr fills ss with an IPv4 (len 4) or IPv6 (len 16) address.
+static socklen_t rb_sockaddr(struct sockaddr_storage *ss, const uint8_t *ip, int len, uint16_t port, uint32_t scope) {
+	memset(ss, 0, sizeof(*ss));
+	if (len == 4) {
+		struct sockaddr_in *s = (struct sockaddr_in *)ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(port);
+		memcpy(&s->sin_addr, ip, 4);
+		return sizeof(*s);
+	}
+	struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+	s->sin6_family = AF_INET6;
+	s->sin6_port = htons(port);
+	s->sin6_scope_id = scope;
+	memcpy(&s->sin6_addr, ip, 16);
+	return sizeof(*s);
+}
+// rb_sockaddr_get reads an address back; returns its length (4, 16) or 0.
+static int rb_sockaddr_get(const struct sockaddr *sa, uint8_t *ip, uint16_t *port) {
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+		memcpy(ip, &s->sin_addr, 4);
+		*port = ntohs(s->sin_port);
+		return 4;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+		memcpy(ip, &s->sin6_addr, 16);
+		*port = ntohs(s->sin6_port);
+		return 16;
+	}
+	return 0;
+}
+static int rb_resolve_addr(struct rdma_cm_id *id, struct sockaddr_storage *src, int has_src, struct sockaddr_storage *dst, int ms) {
+	return rdma_resolve_addr(id, has_src ? (struct sockaddr *)src : NULL, (struct sockaddr *)dst, ms) ? errno : 0;
+}
+static int rb_resolve_route(struct rdma_cm_id *id, int ms) { return rdma_resolve_route(id, ms) ? errno : 0; }
+static int rb_bind_addr(struct rdma_cm_id *id, struct sockaddr_storage *a) { return rdma_bind_addr(id, (struct sockaddr *)a) ? errno : 0; }
+static int rb_listen(struct rdma_cm_id *id, int backlog) { return rdma_listen(id, backlog) ? errno : 0; }
+
+static void rb_conn_param(struct rdma_conn_param *p, const void *pd, int pdlen, uint8_t rr, uint8_t idepth, uint8_t fc, uint8_t retry, uint8_t rnr) {
+	memset(p, 0, sizeof(*p));
+	p->private_data = pdlen ? pd : NULL;
+	p->private_data_len = pdlen;
+	p->responder_resources = rr;
+	p->initiator_depth = idepth;
+	p->flow_control = fc;
+	p->retry_count = retry;
+	p->rnr_retry_count = rnr;
+}
+static int rb_connect(struct rdma_cm_id *id, struct rdma_conn_param *p) { return rdma_connect(id, p) ? errno : 0; }
+static int rb_accept(struct rdma_cm_id *id, struct rdma_conn_param *p) { return rdma_accept(id, p) ? errno : 0; }
+static int rb_reject(struct rdma_cm_id *id, const void *pd, int pdlen) { return rdma_reject(id, pdlen ? pd : NULL, pdlen) ? errno : 0; }
+static int rb_disconnect(struct rdma_cm_id *id) { return rdma_disconnect(id) ? errno : 0; }
+static int rb_destroy_id(struct rdma_cm_id *id) { return rdma_destroy_id(id) ? errno : 0; }
+static int rb_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **ev) { return rdma_get_cm_event(ch, ev) ? errno : 0; }
+static int rb_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *a, uintptr_t h) {
+	a->qp_context = (void *)h;
+	return rdma_create_qp(id, pd, a) ? errno : 0;
+}
+static int rb_destroy_qp(struct rdma_cm_id *id) { rdma_destroy_qp(id); return 0; }
+static int rb_path_mtu(struct rdma_cm_id *id) { return id->route.num_paths > 0 && id->route.path_rec ? id->route.path_rec->mtu : 0; }
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/cgo"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// EventChannel is an rdma_cm event channel (struct rdma_event_channel):
+// every cm_id made from it reports its events here. Next waits in Go's
+// poller.
+type EventChannel struct {
+	res  resource
+	ch   *C.struct_rdma_event_channel
+	file *os.File
+	mu   sync.Mutex // serializes Next
+}
+
+// NewEventChannel opens an rdma_cm event channel.
+func NewEventChannel() (*EventChannel, error) {
+	ec := &EventChannel{}
+	err := ec.res.create(kindEventChannel, nil, func() (func() error, error) {
+		var cerr C.int
+		ec.ch = C.rb_create_event_channel(&cerr)
+		if ec.ch == nil {
+			return nil, fmt.Errorf("rdma_create_event_channel: %w", syscall.Errno(cerr))
+		}
+		f, err := pollFile(int(ec.ch.fd), "rdma_cm event channel")
+		if err != nil {
+			C.rdma_destroy_event_channel(ec.ch)
+			return nil, err
+		}
+		ec.file = f
+		return ec.free, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new event channel: %w", err)
+	}
+	ec.res.interrupt = func() { ec.file.Close() }
+	return ec, nil
+}
+
+func (ec *EventChannel) free() error {
+	C.rdma_destroy_event_channel(ec.ch)
+	return nil
+}
+
+// Close destroys the channel and, first, every cm_id on it.
+func (ec *EventChannel) Close() error { return ec.res.close() }
+
+// CMID is an rdma_cm identifier (struct rdma_cm_id): one connection, or a
+// listener. Its context holds a cgo.Handle to the CMID, so events map back
+// to Go values.
+type CMID struct {
+	res    resource
+	id     *C.struct_rdma_cm_id
+	ch     *EventChannel
+	handle cgo.Handle
+	ps     PortSpace
+	qp     *QP
+}
+
+// NewID creates a cm_id on the channel, for RC (PortSpaceTCP) or UD
+// (PortSpaceUDP).
+func (ec *EventChannel) NewID(ps PortSpace) (*CMID, error) {
+	id := &CMID{ch: ec, ps: ps}
+	err := id.res.create(kindCMID, []*resource{&ec.res}, func() (func() error, error) {
+		id.handle = cgo.NewHandle(id)
+		if rc := C.rb_create_id(ec.ch, &id.id, C.uintptr_t(id.handle), C.int(ps)); rc != 0 {
+			id.handle.Delete()
+			return nil, fmt.Errorf("rdma_create_id: %w", syscall.Errno(rc))
+		}
+		return id.free, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new cm id: %w", err)
+	}
+	return id, nil
+}
+
+// adoptID wraps a cm_id librdmacm made for an incoming connection.
+func (ec *EventChannel) adoptID(cid *C.struct_rdma_cm_id, ps PortSpace) (*CMID, error) {
+	id := &CMID{ch: ec, id: cid, ps: ps}
+	err := id.res.create(kindCMID, []*resource{&ec.res}, func() (func() error, error) {
+		id.handle = cgo.NewHandle(id)
+		C.rb_set_context(cid, C.uintptr_t(id.handle))
+		return id.free, nil
+	})
+	if err != nil {
+		C.rdma_reject(cid, nil, 0)
+		C.rdma_destroy_id(cid)
+		return nil, err
+	}
+	return id, nil
+}
+
+func (id *CMID) free() error {
+	var err error
+	if rc := C.rb_destroy_id(id.id); rc != 0 {
+		err = fmt.Errorf("rdma_destroy_id: %w", syscall.Errno(rc))
+	}
+	id.handle.Delete()
+	return err
+}
+
+// Close destroys the cm_id and, first, its QP. Disconnect first for an
+// orderly close.
+func (id *CMID) Close() error { return id.res.close() }
+
+func sockaddr(ap netip.AddrPort, ss *C.struct_sockaddr_storage) {
+	a := ap.Addr()
+	var scope uint32
+	if z := a.Zone(); z != "" {
+		if ifc, err := net.InterfaceByName(z); err == nil {
+			scope = uint32(ifc.Index)
+		}
+	}
+	if a.Is4() || a.Is4In6() {
+		b := a.Unmap().As4()
+		C.rb_sockaddr(ss, (*C.uint8_t)(&b[0]), 4, C.uint16_t(ap.Port()), 0)
+		return
+	}
+	b := a.As16()
+	C.rb_sockaddr(ss, (*C.uint8_t)(&b[0]), 16, C.uint16_t(ap.Port()), C.uint32_t(scope))
+}
+
+func msec(d time.Duration, def time.Duration) C.int {
+	if d <= 0 {
+		d = def
+	}
+	return C.int(d / time.Millisecond)
+}
+
+// ResolveAddr starts resolving dst (and binding to src, if valid) to an RDMA
+// device; CMAddrResolved or CMAddrError follows on the channel.
+func (id *CMID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	var s, d C.struct_sockaddr_storage
+	hasSrc := C.int(0)
+	if src.IsValid() {
+		sockaddr(netip.AddrPortFrom(src, 0), &s)
+		hasSrc = 1
+	}
+	sockaddr(dst, &d)
+	if rc := C.rb_resolve_addr(id.id, &s, hasSrc, &d, msec(timeout, DefaultResolveTimeout)); rc != 0 {
+		return fmt.Errorf("rdma_resolve_addr %s: %w", dst, syscall.Errno(rc))
+	}
+	return nil
+}
+
+// ResolveRoute starts resolving the route; CMRouteResolved or CMRouteError
+// follows.
+func (id *CMID) ResolveRoute(timeout time.Duration) error {
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	if rc := C.rb_resolve_route(id.id, msec(timeout, DefaultResolveTimeout)); rc != 0 {
+		return fmt.Errorf("rdma_resolve_route: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// Bind binds the id to a local address (port 0: any).
+func (id *CMID) Bind(addr netip.AddrPort) error {
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	var s C.struct_sockaddr_storage
+	sockaddr(addr, &s)
+	if rc := C.rb_bind_addr(id.id, &s); rc != 0 {
+		return fmt.Errorf("rdma_bind_addr %s: %w", addr, syscall.Errno(rc))
+	}
+	return nil
+}
+
+// Listen makes a bound id accept connections: each arrives as a
+// CMConnectRequest event with a new CMID.
+func (id *CMID) Listen(backlog int) error {
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	if rc := C.rb_listen(id.id, C.int(backlog)); rc != 0 {
+		return fmt.Errorf("rdma_listen: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// LocalAddr is the address the id is bound to.
+func (id *CMID) LocalAddr() netip.AddrPort {
+	return addrPort(&id.id.route.addr.anon0[0])
+}
+
+// RemoteAddr is the peer's address.
+func (id *CMID) RemoteAddr() netip.AddrPort {
+	return addrPort(&id.id.route.addr.anon1[0])
+}
+
+func addrPort(p *byte) netip.AddrPort {
+	var ip [16]byte
+	var port C.uint16_t
+	switch C.rb_sockaddr_get((*C.struct_sockaddr)(unsafe.Pointer(p)), (*C.uint8_t)(&ip[0]), &port) {
+	case 4:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[:4])), uint16(port))
+	case 16:
+		return netip.AddrPortFrom(netip.AddrFrom16(ip), uint16(port))
+	}
+	return netip.AddrPort{}
+}
+
+// Device is the RDMA device the id resolved or bound to: PDs and CQs for
+// its QP come from it. It is shared by every id on that device and belongs to
+// librdmacm; its Close frees only what was made from it.
+func (id *CMID) Device() (*Device, error) {
+	if err := id.res.acquire(); err != nil {
+		return nil, err
+	}
+	defer id.res.op.RUnlock()
+	if id.id.verbs == nil {
+		return nil, fmt.Errorf("cm id device: address not resolved or bound to an RDMA device yet: %w", syscall.ENODEV)
+	}
+	return sharedDevice(id.id.verbs), nil
+}
+
+// Port is the device port the id uses (1-based; 0 before resolution).
+func (id *CMID) Port() int { return int(id.id.port_num) }
+
+// PathMTU is the MTU of the resolved route (on the passive side: the one the
+// active side asked for); 0 when there is no route yet or on iWARP.
+func (id *CMID) PathMTU() MTU { return MTU(C.rb_path_mtu(id.id)) }
+
+// CreateQP creates the id's QP (rdma_create_qp): rdma_cm then moves it
+// through INIT, RTR and RTS itself as the connection is made. pd must come
+// from id.Device().
+func (id *CMID) CreateQP(pd *PD, opts QPOptions) (*QP, error) {
+	q, err := newQP(pd, opts, &id.res, func(a *C.struct_ibv_qp_init_attr, h cgo.Handle) (*C.struct_ibv_qp, func() C.int, error) {
+		if rc := C.rb_cm_create_qp(id.id, pd.pd, a, C.uintptr_t(h)); rc != 0 {
+			return nil, nil, fmt.Errorf("rdma_create_qp: %w", syscall.Errno(rc))
+		}
+		return id.id.qp, func() C.int { return C.rb_destroy_qp(id.id) }, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	id.qp = q
+	return q, nil
+}
+
+// QP is the id's QP, or nil.
+func (id *CMID) QP() *QP { return id.qp }
+
+func connParam(p *ConnParam, c *C.struct_rdma_conn_param) {
+	var pd unsafe.Pointer
+	if len(p.PrivateData) > 0 {
+		pd = unsafe.Pointer(&p.PrivateData[0])
+	}
+	C.rb_conn_param(c, pd, C.int(len(p.PrivateData)), C.uint8_t(p.ResponderResources), C.uint8_t(p.InitiatorDepth),
+		C.uint8_t(p.FlowControl), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount))
+}
+
+// Connect starts connecting (after CMRouteResolved); CMEstablished,
+// CMRejected, CMUnreachable or CMConnectError follows.
+func (id *CMID) Connect(p ConnParam) error {
+	if len(p.PrivateData) > 255 {
+		return fmt.Errorf("rdma_connect: %d bytes of private data", len(p.PrivateData))
+	}
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	var c C.struct_rdma_conn_param
+	connParam(&p, &c)
+	if rc := C.rb_connect(id.id, &c); rc != 0 {
+		return fmt.Errorf("rdma_connect: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// Accept accepts an incoming connection (the ID of a CMConnectRequest
+// event); CMEstablished follows.
+func (id *CMID) Accept(p ConnParam) error {
+	if len(p.PrivateData) > 255 {
+		return fmt.Errorf("rdma_accept: %d bytes of private data", len(p.PrivateData))
+	}
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	var c C.struct_rdma_conn_param
+	connParam(&p, &c)
+	if rc := C.rb_accept(id.id, &c); rc != 0 {
+		return fmt.Errorf("rdma_accept: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// Reject refuses an incoming connection, with private data for the peer.
+// The id is still to be closed.
+func (id *CMID) Reject(privateData []byte) error {
+	if len(privateData) > 255 {
+		return fmt.Errorf("rdma_reject: %d bytes of private data", len(privateData))
+	}
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	var pd unsafe.Pointer
+	if len(privateData) > 0 {
+		pd = unsafe.Pointer(&privateData[0])
+	}
+	if rc := C.rb_reject(id.id, pd, C.int(len(privateData))); rc != 0 {
+		return fmt.Errorf("rdma_reject: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// Disconnect starts an orderly disconnect; both sides see CMDisconnected,
+// and the QP moves to ERR (outstanding work flushes).
+func (id *CMID) Disconnect() error {
+	if err := id.res.acquire(); err != nil {
+		return err
+	}
+	defer id.res.op.RUnlock()
+	if rc := C.rb_disconnect(id.id); rc != 0 {
+		return fmt.Errorf("rdma_disconnect: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// Next waits for the channel's next event, copies it out and acknowledges
+// it. For CMConnectRequest the event's ID is a new CMID (on this channel) to
+// Accept or Reject, and Close.
+func (ec *EventChannel) Next(ctx context.Context) (CMEvent, error) {
+	ec.mu.Lock()
+	defer ec.mu.Unlock()
+	ev, newID, err := ec.next(ctx)
+	if err != nil || newID == nil {
+		return ev, err
+	}
+	// Made outside the channel's operation lock: creating takes the tree
+	// lock, which a concurrent Close holds while it waits for that lock.
+	ps := PortSpaceTCP
+	if ev.ListenID != nil {
+		ps = ev.ListenID.ps
+	}
+	if ev.ID, err = ec.adoptID(newID, ps); err != nil {
+		return CMEvent{}, fmt.Errorf("rdma_cm connect request: %w", err)
+	}
+	return ev, nil
+}
+
+func (ec *EventChannel) next(ctx context.Context) (CMEvent, *C.struct_rdma_cm_id, error) {
+	if err := ec.res.acquire(); err != nil {
+		return CMEvent{}, nil, err
+	}
+	defer ec.res.op.RUnlock()
+	var e *C.struct_rdma_cm_event
+	var rc C.int
+	err := waitRead(ctx, ec.file, func() bool {
+		rc = C.rb_get_cm_event(ec.ch, &e)
+		return syscall.Errno(rc) != syscall.EAGAIN
+	})
+	if err != nil {
+		return CMEvent{}, nil, fmt.Errorf("rdma_cm event: %w", err)
+	}
+	if rc != 0 {
+		return CMEvent{}, nil, fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(rc))
+	}
+	defer C.rdma_ack_cm_event(e)
+	ev := CMEvent{Type: CMEventType(e.event), Status: int(e.status)}
+	var newID *C.struct_rdma_cm_id
+	if ev.Type == CMConnectRequest {
+		newID = e.id
+		ev.ListenID = idOf(e.listen_id)
+	} else {
+		ev.ID = idOf(e.id)
+	}
+	// conn and ud params both begin with private_data, private_data_len.
+	conn := (*C.struct_rdma_conn_param)(unsafe.Pointer(&e.param))
+	if conn.private_data != nil && conn.private_data_len > 0 {
+		ev.Param.PrivateData = C.GoBytes(conn.private_data, C.int(conn.private_data_len))
+	}
+	psUDP := (ev.ID != nil && ev.ID.ps == PortSpaceUDP) || (ev.ListenID != nil && ev.ListenID.ps == PortSpaceUDP)
+	if psUDP {
+		ud := (*C.struct_rdma_ud_param)(unsafe.Pointer(&e.param))
+		ev.QPN, ev.QKey = uint32(ud.qp_num), uint32(ud.qkey)
+	} else {
+		ev.Param.ResponderResources = uint8(conn.responder_resources)
+		ev.Param.InitiatorDepth = uint8(conn.initiator_depth)
+		ev.Param.FlowControl = uint8(conn.flow_control)
+		ev.Param.RetryCount = uint8(conn.retry_count)
+		ev.Param.RNRRetryCount = uint8(conn.rnr_retry_count)
+	}
+	return ev, newID, nil
+}
+
+func idOf(cid *C.struct_rdma_cm_id) *CMID {
+	if cid == nil {
+		return nil
+	}
+	if h := C.rb_context(cid); h != 0 {
+		id, _ := cgo.Handle(h).Value().(*CMID)
+		return id
+	}
+	return nil
+}
+
+// Expect waits for the next event and checks that it is want with status 0;
+// otherwise it returns the event with an error naming what came instead.
+func (ec *EventChannel) Expect(ctx context.Context, want CMEventType) (CMEvent, error) {
+	ev, err := ec.Next(ctx)
+	if err != nil {
+		return ev, err
+	}
+	if ev.Type != want || ev.Status != 0 {
+		return ev, &CMEventError{Want: want, Got: ev.Type, Status: ev.Status}
+	}
+	return ev, nil
+}

@@ -1,0 +1,70 @@
+package ibv
+
+import "fmt"
+
+// MTU is an InfiniBand path or port MTU (enum ibv_mtu): the payload size of
+// one packet, 256 to 4096 bytes. The zero value means "unknown".
+type MTU uint8
+
+// MTUs.
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Bytes is the MTU in bytes, or 0 for an invalid MTU.
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+// Valid reports whether m is one of the five IB MTUs.
+func (m MTU) Valid() bool { return m.Bytes() != 0 }
+
+func (m MTU) String() string {
+	if !m.Valid() {
+		return fmt.Sprintf("MTU(%d)", uint8(m))
+	}
+	return fmt.Sprint(m.Bytes())
+}
+
+// MTUFromBytes is the largest IB MTU that fits in n bytes of RDMA payload
+// (for RoCE: what fits in a netdev MTU once the headers are taken off, see
+// MTUForNetdev). It returns 0 when n < 256.
+func MTUFromBytes(n int) MTU {
+	for m := MTU4096; m >= MTU256; m-- {
+		if m.Bytes() <= n {
+			return m
+		}
+	}
+	return 0
+}
+
+// roceOverhead is what the kernel's iboe_get_mtu (include/rdma/ib_addr.h)
+// takes off a netdev MTU: GRH/IPv6 (40) + UDP (8) + BTH (12) + XRC ext (4) +
+// AtomicETH (28) + ICRC (4).
+const roceOverhead = 40 + 8 + 12 + 4 + 28 + 4 // 96
+
+// MTUForNetdev is the IB MTU that a RoCE port over a netdev with the given
+// IP MTU can carry (1500 -> 1024, 9000 -> 4096), as the kernel computes it.
+func MTUForNetdev(ipMTU int) MTU { return MTUFromBytes(ipMTU - roceOverhead) }
+
+// PathMTU is the path MTU for a connection: the minimum of the two ends'
+// active MTUs. An unknown (zero or invalid) side does not count; when both
+// are unknown the result is MTU1024, which every RoCE and IB port carries.
+func PathMTU(local, remote MTU) MTU {
+	switch {
+	case !local.Valid() && !remote.Valid():
+		return MTU1024
+	case !local.Valid():
+		return remote
+	case !remote.Valid():
+		return local
+	}
+	return min(local, remote)
+}
