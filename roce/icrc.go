@@ -17,10 +17,13 @@ import (
 // rxe does (it stores ~crc in CPU order on little-endian hosts) and as
 // hardware puts it on the wire.
 //
-// The masked headers are copied to the stack and summed with a
-// slicing-by-8 table here; the unmasked rest (usually almost all of the
-// packet) goes to hash/crc32, which uses the carry-less multiply
-// instructions where the CPU has them.
+// Two ways to sum it. ICRC leaves the packet untouched: it copies the masked
+// headers to the stack and sums them with a slicing-by-8 table here (a stack
+// buffer handed to hash/crc32 would escape to the heap), then hands the rest
+// to hash/crc32, which uses carry-less multiplication where the CPU has it.
+// PutICRC and VerifyICRC, the transmit and receive paths, own their buffer:
+// they set the masked fields to ones in place, sum the whole packet in one
+// hash/crc32 pass, and restore the fields, at the cost of plain CRC-32.
 
 // icrcSeed is the CRC state (in hash/crc32's convention) after the eight
 // 0xFF bytes; the kernel's raw seed 0xdebb20e3 is its complement.
@@ -101,31 +104,66 @@ func ICRC(pkt []byte) (uint32, error) {
 	return crc32.Update(crc, crc32.IEEETable, l4[udpHdr+BTHLen:len(l4)-ICRCLen]), nil
 }
 
-// PutICRC computes the ICRC of pkt (as for ICRC) and stores it in the last
-// four bytes of the IP packet.
+// PutICRC computes the ICRC of pkt (laid out as for ICRC) and stores it in
+// the trailer. It is the transmit path: it masks the variant fields in place
+// while it sums the packet in one pass and restores them before it returns,
+// so no other goroutine may read pkt meanwhile.
 func PutICRC(pkt []byte) error {
-	crc, err := ICRC(pkt)
+	ipLen, l4, err := splitIP(pkt)
 	if err != nil {
 		return err
 	}
-	ipLen, l4, _ := splitIP(pkt)
-	binary.LittleEndian.PutUint32(pkt[ipLen+len(l4)-ICRCLen:], crc)
+	if len(l4) < udpHdr+BTHLen+ICRCLen {
+		return truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
+	}
+	end := ipLen + len(l4) - ICRCLen
+	binary.LittleEndian.PutUint32(pkt[end:], icrcInPlace(pkt[:end], ipLen))
 	return nil
 }
 
-// VerifyICRC checks the ICRC trailer of pkt (as for ICRC). It returns the
-// value carried and an error matching ErrBadICRC when it is wrong.
+// VerifyICRC checks the ICRC trailer of pkt (laid out as for ICRC) and
+// returns the value carried; a wrong one gives an error matching ErrBadICRC.
+// It is the receive path: like PutICRC it masks the variant fields in place
+// while it runs and restores them, so no other goroutine may read pkt
+// meanwhile. ICRC computes the same value without touching pkt.
 func VerifyICRC(pkt []byte) (uint32, error) {
-	want, err := ICRC(pkt)
+	ipLen, l4, err := splitIP(pkt)
 	if err != nil {
 		return 0, err
 	}
-	ipLen, l4, _ := splitIP(pkt)
-	got := binary.LittleEndian.Uint32(pkt[ipLen+len(l4)-ICRCLen:])
-	if got != want {
+	if len(l4) < udpHdr+BTHLen+ICRCLen {
+		return 0, truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
+	}
+	end := ipLen + len(l4) - ICRCLen
+	got := binary.LittleEndian.Uint32(pkt[end:])
+	if want := icrcInPlace(pkt[:end], ipLen); got != want {
 		return got, &HeaderError{Header: "ICRC", Err: ErrBadICRC, Value: uint64(got)}
 	}
 	return got, nil
+}
+
+// icrcInPlace sums covered (IP header to the end of the pad) with the
+// variant fields set to ones, in a single hash/crc32 pass, and puts the
+// fields back.
+func icrcInPlace(covered []byte, ipLen int) uint32 {
+	u := covered[ipLen : ipLen+udpHdr+BTHLen]
+	u0, u1, fb := u[6], u[7], u[udpHdr+bthFB]
+	u[6], u[7], u[udpHdr+bthFB] = 0xff, 0xff, 0xff
+	var crc uint32
+	if h := covered[:ipLen]; h[0]>>4 == 4 {
+		h1, h8, h10, h11 := h[1], h[8], h[10], h[11]
+		h[1], h[8], h[10], h[11] = 0xff, 0xff, 0xff, 0xff
+		crc = crc32.Update(icrcSeed, crc32.IEEETable, covered)
+		h[1], h[8], h[10], h[11] = h1, h8, h10, h11
+	} else {
+		h0, h1, h2, h3, h7 := h[0], h[1], h[2], h[3], h[7]
+		h[0] |= 0x0f
+		h[1], h[2], h[3], h[7] = 0xff, 0xff, 0xff, 0xff
+		crc = crc32.Update(icrcSeed, crc32.IEEETable, covered)
+		h[0], h[1], h[2], h[3], h[7] = h0, h1, h2, h3, h7
+	}
+	u[6], u[7], u[udpHdr+bthFB] = u0, u1, fb
+	return crc
 }
 
 // splitIP returns the IP header length of pkt and its layer-4 bytes, trimmed

@@ -160,3 +160,29 @@ func TestICRCDoesNotAllocate(t *testing.T) {
 		t.Errorf("VerifyICRC allocates %.1f times, want 0", n)
 	}
 }
+
+// TestICRCInPlaceRestores checks that VerifyICRC and PutICRC leave every
+// byte but the trailer as they found it, and agree with ICRC.
+func TestICRCInPlaceRestores(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		for _, s := range samples() {
+			ip := buildFrame(t, s, v6)[14:]
+			orig := bytes.Clone(ip)
+			want, _ := roce.ICRC(ip)
+			got, err := roce.VerifyICRC(ip)
+			if err != nil || got != want {
+				t.Errorf("%s v6=%v: VerifyICRC = %#x, %v; ICRC %#x", s.name, v6, got, err, want)
+			}
+			if !bytes.Equal(ip, orig) {
+				t.Errorf("%s v6=%v: VerifyICRC changed the packet", s.name, v6)
+			}
+			binary.LittleEndian.PutUint32(ip[len(ip)-4:], 0)
+			if err := roce.PutICRC(ip); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(ip, orig) {
+				t.Errorf("%s v6=%v: PutICRC result differs from the serializer's packet", s.name, v6)
+			}
+		}
+	}
+}
