@@ -1,0 +1,12 @@
+package ibv_test
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/rbridge/rbridge/ibv"
+)
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func asCompletion(err error, ce **ibv.CompletionError) bool { return errors.As(err, ce) }

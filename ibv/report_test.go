@@ -1,0 +1,130 @@
+package ibv_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/rbridge/rbridge/ibv"
+)
+
+func fakeDevices() []ibv.DeviceInfo {
+	rxe := ibv.DeviceInfo{
+		Name: "rxe0", Transport: ibv.TransportIB, NodeGUID: "5054:00ff:fe12:3456", VendorID: 0xffffff,
+		Attr: ibv.DeviceAttr{MaxQP: 1 << 17, MaxQPWR: 1 << 14, AtomicCap: "HCA", PhysPortCnt: 1},
+		Ports: []ibv.PortInfo{{
+			Port: 1, State: ibv.PortActive, PhysState: 5, LinkLayer: ibv.LinkLayerEthernet,
+			MaxMTU: ibv.MTU4096, ActiveMTU: ibv.MTU1024, Speed: 1, Width: 1, GIDTableLen: 1024,
+			GIDs: roceTable("rxe0", "veth0", "fe80::5054:ff:fe12:3456", "198.18.1.1"),
+		}},
+	}
+	siw := ibv.DeviceInfo{
+		Name: "siw0", Transport: ibv.TransportIWARP,
+		Ports: []ibv.PortInfo{{Port: 1, State: ibv.PortActive, LinkLayer: ibv.LinkLayerEthernet, ActiveMTU: ibv.MTU1024,
+			GIDs: []ibv.GIDEntry{{Device: "siw0", Port: 1, Index: 0, GID: gid("5254:0012:3457::"), Type: ibv.GIDTypeIB, Netdev: "veth2"}}}},
+	}
+	return []ibv.DeviceInfo{rxe, siw}
+}
+
+func fakeAddrs() []ibv.LocalAddr {
+	return []ibv.LocalAddr{
+		{Netdev: "veth0", IP: netip.MustParseAddr("198.18.1.1")},
+		{Netdev: "veth2", IP: netip.MustParseAddr("198.18.2.1")},
+	}
+}
+
+func TestDevicesReportText(t *testing.T) {
+	rep := ibv.BuildDevicesReport(fakeDevices(), fakeAddrs())
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"rxe0: transport InfiniBand",
+		"port 1: ACTIVE (LINK_UP), link layer Ethernet, active MTU 1024 (max 4096)",
+		"3      ::ffff:198.18.1.1",
+		"RoCEv2  veth0",
+		"siw0: transport iWARP",
+		"198.18.1.1 (veth0): rxe0 port 1 index 3 (::ffff:198.18.1.1): the only RoCEv2 GID for 198.18.1.1 on netdev veth0",
+		"198.18.2.1 (veth2): none: choose gid for 198.18.2.1 on netdev veth2: no GID table entry holds this address",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDevicesReportJSON(t *testing.T) {
+	rep := ibv.BuildDevicesReport(fakeDevices(), fakeAddrs())
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Devices []struct {
+			Name  string
+			Ports []struct {
+				ActiveMTU int `json:"active_mtu"`
+				LinkLayer string `json:"link_layer"`
+				GIDs      []struct {
+					Index  int
+					GID    string
+					Type   string
+					Netdev string
+				}
+			}
+		}
+		Choices []struct {
+			IP     string
+			Netdev string
+			GID    *struct{ Index int }
+			Reason string
+		} `json:"gid_choices"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	p := back.Devices[0].Ports[0]
+	if p.ActiveMTU != 1024 || p.LinkLayer != "Ethernet" || p.GIDs[3].GID != "::ffff:198.18.1.1" || p.GIDs[3].Type != "RoCEv2" || p.GIDs[3].Netdev != "veth0" {
+		t.Errorf("JSON port: %+v", p)
+	}
+	if c := back.Choices[0]; c.GID == nil || c.GID.Index != 3 || c.IP != "198.18.1.1" {
+		t.Errorf("JSON choice: %+v", c)
+	}
+	if c := back.Choices[1]; c.GID != nil || c.Reason == "" {
+		t.Errorf("JSON choice without GID: %+v", c)
+	}
+}
+
+func TestDevicesReportNone(t *testing.T) {
+	rep := ibv.BuildDevicesReport(nil, fakeAddrs())
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); got != "no RDMA devices found\n" {
+		t.Errorf("report without devices = %q", got)
+	}
+	j, _ := json.Marshal(rep)
+	if want := `{"devices":[],"gid_choices":[],"note":"no RDMA devices found"}`; string(j) != want {
+		t.Errorf("JSON without devices = %s, want %s", j, want)
+	}
+}
+
+// On this machine (the host has no RDMA devices; the guest has rxe and siw)
+// the report renders in both forms without error.
+func TestWriteDevicesReport(t *testing.T) {
+	for _, js := range []bool{false, true} {
+		var b bytes.Buffer
+		if err := ibv.WriteDevicesReport(&b, ibv.ReportOptions{JSON: js}); err != nil {
+			t.Fatalf("WriteDevicesReport(JSON %v): %v", js, err)
+		}
+		if b.Len() == 0 {
+			t.Errorf("WriteDevicesReport(JSON %v): empty", js)
+		}
+		t.Logf("%s", b.String())
+	}
+}
