@@ -56,8 +56,8 @@ read to the end, whatever its packets held.`,
 			if err != nil {
 				return fmt.Errorf("decode %s: %w", name, err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d packets: %d RoCEv2, %d other, %d malformed, %d bad ICRC\n",
-				name, st.packets, st.roce, st.other, st.malformed, st.badICRC)
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d packets: %d RoCEv2, %d other, %d malformed, %d bad ICRC, %d cut by the capture\n",
+				name, st.packets, st.roce, st.other, st.malformed, st.badICRC, st.cut)
 			return nil
 		},
 	}
@@ -77,7 +77,7 @@ func openInput(path string, stdin io.Reader) (io.ReadCloser, string, error) {
 }
 
 type decodeStats struct {
-	packets, roce, other, malformed, badICRC int
+	packets, roce, other, malformed, badICRC, cut int
 }
 
 // packetSource reads packets and the link type each one was captured on.
@@ -92,13 +92,46 @@ func (s pcapSource) next() ([]byte, gopacket.CaptureInfo, layers.LinkType, error
 	return data, ci, s.r.LinkType(), err
 }
 
-type pcapngSource struct{ r *pcapgo.NgReader }
+// pcapngSource reads pcapng. pcapgo reports a file that ends inside a block
+// as a clean end of file, so the source keeps the bytes read past the last
+// whole packet and, at the end, checks that they are whole blocks.
+type pcapngSource struct {
+	r     *pcapgo.NgReader
+	br    *bufio.Reader // the reader pcapgo reads from
+	in    *tailReader   // what br reads from
+	order binary.ByteOrder
+}
 
-func (s pcapngSource) next() ([]byte, gopacket.CaptureInfo, layers.LinkType, error) {
+// tailReader keeps the bytes read since the last mark.
+type tailReader struct {
+	r    io.Reader
+	keep bool
+	tail []byte
+}
+
+func (t *tailReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if t.keep {
+		t.tail = append(t.tail, p[:n]...)
+	}
+	return n, err
+}
+
+// mark forgets all bytes but the last unread ones (still in the bufio
+// buffer in front of this reader).
+func (t *tailReader) mark(unread int) {
+	t.tail = append(t.tail[:0], t.tail[len(t.tail)-unread:]...)
+}
+
+func (s *pcapngSource) next() ([]byte, gopacket.CaptureInfo, layers.LinkType, error) {
 	data, ci, err := s.r.ReadPacketData()
+	if errors.Is(err, io.EOF) {
+		return nil, ci, 0, s.checkTail()
+	}
 	if err != nil {
 		return nil, ci, 0, err
 	}
+	s.in.mark(s.br.Buffered())
 	iface, ierr := s.r.Interface(ci.InterfaceIndex)
 	if ierr != nil {
 		return nil, ci, 0, fmt.Errorf("packet on interface %d: %w", ci.InterfaceIndex, ierr)
@@ -106,25 +139,57 @@ func (s pcapngSource) next() ([]byte, gopacket.CaptureInfo, layers.LinkType, err
 	return data, ci, iface.LinkType, nil
 }
 
+// checkTail walks the blocks after the last packet: io.EOF when they end
+// exactly at the end of the file, an error naming the cut otherwise.
+func (s *pcapngSource) checkTail() error {
+	b := s.in.tail
+	for len(b) > 0 {
+		if len(b) < 12 {
+			return fmt.Errorf("pcapng: the file ends inside a block header (%d stray bytes)", len(b))
+		}
+		n := int(s.order.Uint32(b[4:]))
+		if n < 12 || n%4 != 0 {
+			return fmt.Errorf("pcapng: block of type %#x has a bad length %d", s.order.Uint32(b), n)
+		}
+		if n > len(b) {
+			return fmt.Errorf("pcapng: the file ends inside a block of type %#x: %d of its %d bytes are there", s.order.Uint32(b), len(b), n)
+		}
+		b = b[n:]
+	}
+	return io.EOF
+}
+
 // openCapture recognises pcap and pcapng by their magic numbers.
 func openCapture(r io.Reader) (packetSource, error) {
-	br := bufio.NewReader(r)
+	tr := &tailReader{r: r, keep: true}
+	br := bufio.NewReader(tr)
 	magic, err := br.Peek(4)
 	if err != nil {
 		return nil, fmt.Errorf("reading the file header: %w (an empty or truncated file?)", err)
 	}
 	switch binary.LittleEndian.Uint32(magic) {
 	case 0x0a0d0d0a:
+		shb, err := br.Peek(12)
+		if err != nil {
+			return nil, fmt.Errorf("pcapng section header: %w", err)
+		}
+		var order binary.ByteOrder = binary.LittleEndian
+		if binary.BigEndian.Uint32(shb[8:]) == 0x1a2b3c4d {
+			order = binary.BigEndian
+		}
+		// pcapgo reads from br itself when given a bufio.Reader.
 		ng, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
 		if err != nil {
 			return nil, fmt.Errorf("pcapng: %w", err)
 		}
-		return pcapngSource{ng}, nil
+		tr.mark(br.Buffered())
+		return &pcapngSource{r: ng, br: br, in: tr, order: order}, nil
 	case 0xa1b2c3d4, 0xd4c3b2a1, 0xa1b23c4d, 0x4d3cb2a1:
 		p, err := pcapgo.NewReader(br)
 		if err != nil {
 			return nil, fmt.Errorf("pcap: %w", err)
 		}
+		tr.keep, tr.tail = false, nil // pcapgo reports cut pcap files itself
 		return pcapSource{p}, nil
 	}
 	return nil, fmt.Errorf("not a pcap or pcapng file (magic %x)", magic)
@@ -151,6 +216,9 @@ func decodeCapture(r io.Reader, w io.Writer, jsonOut bool) (decodeStats, error) 
 		switch {
 		case !rec.RoCE:
 			st.other++
+		case rec.cut:
+			st.roce++
+			st.cut++
 		case rec.bth != nil && rec.ICRCOK != nil && !*rec.ICRCOK:
 			st.roce++
 			st.badICRC++
@@ -179,6 +247,10 @@ type record struct {
 	Dst   string `json:"dst,omitempty"`
 	*bth         // present once the BTH decoded
 	Error string `json:"error,omitempty"`
+
+	notRoCE string // why the packet is not RoCEv2, for the text form
+	ecnCE   bool   // IP ECN says congestion experienced, for the text form
+	cut     bool   // the capture's snap length cut the packet
 }
 
 type bth struct {
@@ -246,8 +318,19 @@ const (
 	linkTypeSLL    = 113
 )
 
+// maxSnapPad bounds the zero padding decodeRecord adds to packets that the
+// capture cut short (snap length): no real frame is longer.
+const maxSnapPad = 1 << 18
+
 func decodeRecord(f *roce.Frame, n int, data []byte, ci gopacket.CaptureInfo, lt layers.LinkType) *record {
 	rec := &record{N: n}
+	// A capture with a snap length keeps only the first bytes of each packet.
+	// Pad the rest with zeros so the headers that were captured still decode;
+	// only what was captured is reported, and the ICRC is not checked.
+	cut := ci.CaptureLength < ci.Length && ci.Length <= maxSnapPad && len(data) == ci.CaptureLength
+	if cut {
+		data = append(data[:len(data):len(data)], make([]byte, ci.Length-ci.CaptureLength)...)
+	}
 	var err error
 	switch lt {
 	case layers.LinkTypeEthernet:
@@ -264,17 +347,39 @@ func decodeRecord(f *roce.Frame, n int, data []byte, ci gopacket.CaptureInfo, lt
 		rec.Src, rec.Dst = f.Src.String(), f.Dst.String()
 	}
 	rec.RoCE = f.Dst.Port() == roce.Port && f.Src.IsValid()
+	rec.ecnCE = f.ECN == roce.ECNCE
 	if err != nil && errors.Is(err, roce.ErrNotRoCEv2) {
+		rec.notRoCE = err.Error()
 		return rec
+	}
+	if cut {
+		// Where the transport headers end, counted from the start of data
+		// (the frame's views share data's array and run to its end).
+		hdrEnd := len(data) + 1
+		if p := f.UDPPayload(); p != nil && f.Packet.BTH != nil {
+			hdrEnd = cap(data) - cap(p) + roce.BTHLen + f.Packet.Opcode().HeaderLen()
+		}
+		if hdrEnd > ci.CaptureLength {
+			if p := f.UDPPayload(); p != nil && f.Packet.BTH != nil && cap(data)-cap(p)+roce.BTHLen <= ci.CaptureLength {
+				rec.bth = bthRecord(&roce.Packet{BTH: f.Packet.BTH}) // the BTH alone was captured
+			}
+			rec.Error = fmt.Sprintf("the capture kept %d of the packet's %d bytes, cutting it inside its headers", ci.CaptureLength, ci.Length)
+			rec.cut = true
+			return rec
+		}
 	}
 	if f.Packet.BTH != nil {
 		rec.bth = bthRecord(&f.Packet)
 	}
 	if err != nil {
 		rec.Error = err.Error()
-		if ci.CaptureLength < ci.Length {
-			rec.Error += fmt.Sprintf(" (the capture kept %d of the packet's %d bytes)", ci.CaptureLength, ci.Length)
-		}
+		return rec
+	}
+	pl := len(f.Packet.Payload)
+	rec.bth.PayloadLen = &pl
+	if cut {
+		rec.Error = fmt.Sprintf("the capture kept %d of the packet's %d bytes: payload and ICRC not checked", ci.CaptureLength, ci.Length)
+		rec.cut = true
 		return rec
 	}
 	crc, err := roce.ICRC(f.IP)
@@ -282,8 +387,7 @@ func decodeRecord(f *roce.Frame, n int, data []byte, ci gopacket.CaptureInfo, lt
 		rec.Error = err.Error()
 		return rec
 	}
-	ok, n := crc == f.Packet.ICRC, len(f.Packet.Payload)
-	rec.bth.PayloadLen = &n
+	ok := crc == f.Packet.ICRC
 	rec.bth.ICRC = &f.Packet.ICRC
 	rec.bth.ICRCOK = &ok
 	if !ok {
@@ -346,8 +450,11 @@ func (r *record) text() string {
 	}
 	if !r.RoCE {
 		sb.WriteString("not RoCEv2")
-		if r.Error != "" {
+		switch {
+		case r.Error != "":
 			sb.WriteString(": " + r.Error)
+		case r.notRoCE != "":
+			sb.WriteString(" (" + strings.TrimPrefix(r.notRoCE, "roce: ") + ")")
 		}
 		return sb.String()
 	}
@@ -356,7 +463,7 @@ func (r *record) text() string {
 		for _, fl := range []struct {
 			on   bool
 			name string
-		}{{b.SE, "SE"}, {b.MigReq, "M"}, {b.FECN, "FECN"}, {b.BECN, "BECN"}, {b.AckReq, "A"}} {
+		}{{b.SE, "SE"}, {b.MigReq, "M"}, {b.FECN, "FECN"}, {b.BECN, "BECN"}, {b.AckReq, "A"}, {r.ecnCE, "ECN-CE"}} {
 			if fl.on {
 				sb.WriteString(" " + fl.name)
 			}
@@ -400,8 +507,12 @@ func (r *record) text() string {
 			fmt.Fprintf(&sb, " icrc=%#08x %s", *b.ICRC, verdict)
 		}
 	}
-	if r.Error != "" && (r.bth == nil || r.bth.ICRCOK == nil) {
-		sb.WriteString(" MALFORMED: " + r.Error)
+	line := strings.TrimRight(sb.String(), " ")
+	switch {
+	case r.cut:
+		line += " CUT: " + r.Error
+	case r.Error != "" && (r.bth == nil || r.bth.ICRCOK == nil):
+		line += " MALFORMED: " + r.Error
 	}
-	return sb.String()
+	return line
 }
