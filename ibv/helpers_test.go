@@ -3,6 +3,7 @@ package ibv_test
 import (
 	"errors"
 	"strings"
+	"unsafe"
 
 	"github.com/rbridge/rbridge/ibv"
 )
@@ -10,3 +11,5 @@ import (
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func asCompletion(err error, ce **ibv.CompletionError) bool { return errors.As(err, ce) }
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -67,7 +67,7 @@ func TestDevicesReportJSON(t *testing.T) {
 		Devices []struct {
 			Name  string
 			Ports []struct {
-				ActiveMTU int `json:"active_mtu"`
+				ActiveMTU int    `json:"active_mtu"`
 				LinkLayer string `json:"link_layer"`
 				GIDs      []struct {
 					Index  int
