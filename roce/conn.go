@@ -1,0 +1,53 @@
+package roce
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// PacketConn moves RoCEv2 transport packets (a UDP payload: BTH to ICRC)
+// between the userspace transport and the network, in batches. rbridge has
+// three: a UDP socket (portable), AF_XDP (xdp.Conn, fast) and an in-memory
+// simulated network for tests (SimNet).
+//
+// The transport hands WriteBatch packets whose ICRC trailer is zero; the
+// conn, which knows the IP and UDP headers the packet travels with, fills it.
+// On receive, a conn that sees those headers verifies the ICRC and drops (and
+// counts) packets that fail; Message.ICRCChecked says whether it could.
+//
+// ReadBatch and WriteBatch may be called from different goroutines; neither
+// may be called concurrently with itself.
+type PacketConn interface {
+	// ReadBatch blocks until at least one packet arrives, then fills up to
+	// len(msgs) messages: each Buf[:N] holds a packet read into the caller's
+	// Buf (its capacity must be at least MaxPacket). It returns the number
+	// filled, or ErrConnClosed after Close.
+	ReadBatch(msgs []Message) (int, error)
+	// WriteBatch sends msgs[i].Buf[:N] to msgs[i].Addr and returns how many
+	// were handed to the network; it reports the first failure.
+	WriteBatch(msgs []Message) (int, error)
+	// LocalAddr is the IP address and UDP port the conn sends from.
+	LocalAddr() netip.AddrPort
+	// Close unblocks ReadBatch and releases the conn; it is idempotent.
+	Close() error
+}
+
+// Message is one packet of a batch.
+type Message struct {
+	Buf  []byte         // the packet, or the buffer to read one into
+	N    int            // bytes of Buf in use
+	Addr netip.AddrPort // the peer: source on read, destination on write
+	// ECN is the IP ECN codepoint: on read as received (ECNCE asks the
+	// notification point for a CNP); on write, the codepoint to send with
+	// (0 not ECN-capable, 1 or 2 ECN-capable; DCQCN flows use 2, ECT(0)).
+	ECN uint8
+	// ICRCChecked is set on read when the conn verified the ICRC.
+	ICRCChecked bool
+}
+
+// MaxPacket is the largest transport packet rbridge sends or accepts: a
+// 4096-byte path MTU's payload plus the largest header set and the ICRC.
+const MaxPacket = 4096 + BTHLen + RETHLen + ImmDtLen + ICRCLen + 4
+
+// ErrConnClosed is returned by a PacketConn's methods after Close.
+var ErrConnClosed = errors.New("roce: packet conn closed")
