@@ -9,8 +9,11 @@ require (
 )
 
 require (
+	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.0.9 // indirect
-	golang.org/x/net v0.0.0-20190620200207-3b0461eec859 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+	golang.org/x/net v0.48.0 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go
