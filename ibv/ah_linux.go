@@ -54,7 +54,12 @@ func (ah *AH) free() error {
 }
 
 // Close destroys the address handle.
-func (ah *AH) Close() error { return ah.res.close() }
+func (ah *AH) Close() error {
+	if ah == nil {
+		return nil
+	}
+	return ah.res.close()
+}
 
 // Attr is the address vector the AH was made from.
 func (ah *AH) Attr() AHAttr { return ah.attr }

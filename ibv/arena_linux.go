@@ -100,4 +100,9 @@ func (a *Arena) Bytes() []byte { return a.mem }
 func (a *Arena) HugePages() bool { return a.huge }
 
 // Close unmaps the arena, after closing the MRs registered over it.
-func (a *Arena) Close() error { return a.res.close() }
+func (a *Arena) Close() error {
+	if a == nil {
+		return nil
+	}
+	return a.res.close()
+}

@@ -6,6 +6,7 @@ package ibv
 #cgo LDFLAGS: -lrdmacm -libverbs
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
@@ -140,7 +141,12 @@ func (ec *EventChannel) free() error {
 }
 
 // Close destroys the channel and, first, every cm_id on it.
-func (ec *EventChannel) Close() error { return ec.res.close() }
+func (ec *EventChannel) Close() error {
+	if ec == nil {
+		return nil
+	}
+	return ec.res.close()
+}
 
 // CMID is an rdma_cm identifier (struct rdma_cm_id): one connection, or a
 // listener. Its context holds a cgo.Handle to the CMID, so events map back
@@ -199,7 +205,12 @@ func (id *CMID) free() error {
 
 // Close destroys the cm_id and, first, its QP. Disconnect first for an
 // orderly close.
-func (id *CMID) Close() error { return id.res.close() }
+func (id *CMID) Close() error {
+	if id == nil {
+		return nil
+	}
+	return id.res.close()
+}
 
 func sockaddr(ap netip.AddrPort, ss *C.struct_sockaddr_storage) {
 	a := ap.Addr()
@@ -348,13 +359,17 @@ func (id *CMID) CreateQP(pd *PD, opts QPOptions) (*QP, error) {
 // QP is the id's QP, or nil.
 func (id *CMID) QP() *QP { return id.qp }
 
-func connParam(p *ConnParam, c *C.struct_rdma_conn_param) {
+// connParam fills c from p. The private data is copied to C memory (c
+// points at it, and cgo forbids Go pointers inside memory passed to C);
+// the caller frees it with the returned function.
+func connParam(p *ConnParam, c *C.struct_rdma_conn_param) (free func()) {
 	var pd unsafe.Pointer
 	if len(p.PrivateData) > 0 {
-		pd = unsafe.Pointer(&p.PrivateData[0])
+		pd = C.CBytes(p.PrivateData)
 	}
 	C.rb_conn_param(c, pd, C.int(len(p.PrivateData)), C.uint8_t(p.ResponderResources), C.uint8_t(p.InitiatorDepth),
 		C.uint8_t(p.FlowControl), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount))
+	return func() { C.free(pd) }
 }
 
 // Connect starts connecting (after CMRouteResolved); CMEstablished,
@@ -368,7 +383,7 @@ func (id *CMID) Connect(p ConnParam) error {
 	}
 	defer id.res.op.RUnlock()
 	var c C.struct_rdma_conn_param
-	connParam(&p, &c)
+	defer connParam(&p, &c)()
 	if rc := C.rb_connect(id.id, &c); rc != 0 {
 		return fmt.Errorf("rdma_connect: %w", syscall.Errno(rc))
 	}
@@ -386,7 +401,7 @@ func (id *CMID) Accept(p ConnParam) error {
 	}
 	defer id.res.op.RUnlock()
 	var c C.struct_rdma_conn_param
-	connParam(&p, &c)
+	defer connParam(&p, &c)()
 	if rc := C.rb_accept(id.id, &c); rc != 0 {
 		return fmt.Errorf("rdma_accept: %w", syscall.Errno(rc))
 	}

@@ -148,7 +148,12 @@ func (cq *CQ) free() error {
 }
 
 // Close destroys the CQ and, first, the QPs that use it.
-func (cq *CQ) Close() error { return cq.res.close() }
+func (cq *CQ) Close() error {
+	if cq == nil {
+		return nil
+	}
+	return cq.res.close()
+}
 
 // Entries is the CQ's actual size (at least what was asked for).
 func (cq *CQ) Entries() int { return cq.entries }

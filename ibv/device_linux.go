@@ -164,7 +164,12 @@ func (d *Device) free() error {
 
 // Close closes the device and, first, everything made from it. It is
 // idempotent.
-func (d *Device) Close() error { return d.res.close() }
+func (d *Device) Close() error {
+	if d == nil {
+		return nil
+	}
+	return d.res.close()
+}
 
 // Name is the device's name.
 func (d *Device) Name() string { return d.name }

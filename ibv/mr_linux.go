@@ -67,7 +67,12 @@ func (mr *MR) free() error {
 func (mr *MR) lkeyNoLock() uint32 { return uint32(mr.mr.lkey) }
 
 // Close deregisters the MR.
-func (mr *MR) Close() error { return mr.res.close() }
+func (mr *MR) Close() error {
+	if mr == nil {
+		return nil
+	}
+	return mr.res.close()
+}
 
 // LKey is the local key, for SGEs.
 func (mr *MR) LKey() uint32 { return uint32(mr.mr.lkey) }

@@ -53,7 +53,12 @@ func (pd *PD) free() error {
 }
 
 // Close frees the PD and, first, every MR, QP, AH and SRQ made from it.
-func (pd *PD) Close() error { return pd.res.close() }
+func (pd *PD) Close() error {
+	if pd == nil {
+		return nil
+	}
+	return pd.res.close()
+}
 
 // Device is the device the PD belongs to.
 func (pd *PD) Device() *Device { return pd.device }

@@ -224,7 +224,12 @@ func (q *QP) free() error {
 }
 
 // Close destroys the QP. Outstanding work requests are not completed.
-func (q *QP) Close() error { return q.res.close() }
+func (q *QP) Close() error {
+	if q == nil {
+		return nil
+	}
+	return q.res.close()
+}
 
 // QPN is the queue pair number.
 func (q *QP) QPN() uint32 { return q.qpn }

@@ -86,7 +86,12 @@ func (s *SRQ) free() error {
 }
 
 // Close destroys the SRQ and, first, the QPs that receive from it.
-func (s *SRQ) Close() error { return s.res.close() }
+func (s *SRQ) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.res.close()
+}
 
 // PostRecv posts receive buffers to the shared queue, one cgo call per
 // MaxBatch, and returns how many were posted.
