@@ -110,6 +110,7 @@ type QP struct {
 	pd      *PD
 	handle  cgo.Handle
 	cap     QPCap
+	iwarp   bool         // iWARP has no immediate data and no atomics
 	destroy func() C.int // ibv_destroy_qp, or rdma_destroy_qp for a cm_id's QP
 
 	sendMu   sync.Mutex            // guards sendWRs, sendSGEs
@@ -139,7 +140,7 @@ func newQP(pd *PD, opts QPOptions, extra *resource, mk qpMaker) (*QP, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	q := &QP{pd: pd, typ: opts.Type}
+	q := &QP{pd: pd, typ: opts.Type, iwarp: pd.device.ctx.device.transport_type == C.IBV_TRANSPORT_IWARP}
 	parents := []*resource{&pd.res, &opts.SendCQ.res, &opts.RecvCQ.res, extra}
 	if opts.SRQ != nil {
 		parents = append(parents, &opts.SRQ.res)
@@ -296,6 +297,10 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 			w := &wrs[i]
 			if len(w.SGEs) > maxSGE {
 				return posted, fmt.Errorf("post send qp %d wr %d: %d SGEs, QP has room for %d", q.qpn, w.ID, len(w.SGEs), maxSGE)
+			}
+			if q.iwarp && w.Op != OpSend && w.Op != OpWrite && w.Op != OpRead && w.Op != OpSendWithInv {
+				// siw accepts these and then drops them without a completion.
+				return posted, fmt.Errorf("post send qp %d wr %d: %v on iWARP: %w", q.qpn, w.ID, w.Op, ErrNotSupported)
 			}
 			c := &cw[i]
 			c.wr_id = C.uint64_t(w.ID)
