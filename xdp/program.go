@@ -1,0 +1,130 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Options configures Load.
+type Options struct {
+	// CNPInterval is the least time between two CNPs to one QP; 0 means
+	// 50 µs, the usual DCQCN notification-point interval.
+	CNPInterval time.Duration
+	// DisableCNP turns the CNP answer off: ECN-CE packets are counted and
+	// redirected like any other.
+	DisableCNP bool
+	// CNPDSCP is the DSCP that CNPs carry; 0 means 48, NVIDIA's default
+	// cnp_dscp. It must be below 64.
+	CNPDSCP uint8
+	// Logger receives the attach mode and detach events; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultCNPInterval is the CNP interval when Options.CNPInterval is zero.
+const DefaultCNPInterval = 50 * time.Microsecond
+
+const defaultCNPDSCP = 48
+
+func (o *Options) check() error {
+	if o.CNPInterval < 0 {
+		return fmt.Errorf("xdp: negative CNP interval %v", o.CNPInterval)
+	}
+	if o.CNPDSCP > 63 {
+		return fmt.Errorf("xdp: CNP DSCP %d out of range 0-63", o.CNPDSCP)
+	}
+	return nil
+}
+
+// Program is the loaded classifier and its maps. It may be attached to
+// several interfaces; Close detaches it from all of them and frees it.
+// Its methods are safe for concurrent use.
+type Program struct {
+	objs classifierObjects
+	log  *slog.Logger
+
+	mu       sync.Mutex // guards the fields below
+	attached []attachment
+	closed   bool
+}
+
+type attachment struct {
+	ifindex int
+	mode    Mode
+	link    link.Link
+}
+
+// Load loads the classifier into the kernel. It needs CAP_BPF and
+// CAP_NET_ADMIN (root).
+func Load(opts Options) (*Program, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	spec, err := loadClassifier()
+	if err != nil {
+		return nil, fmt.Errorf("xdp: load classifier spec: %w", err)
+	}
+	interval := opts.CNPInterval
+	if interval == 0 {
+		interval = DefaultCNPInterval
+	}
+	dscp := opts.CNPDSCP
+	if dscp == 0 {
+		dscp = defaultCNPDSCP
+	}
+	enabled := uint8(1)
+	if opts.DisableCNP {
+		enabled = 0
+	}
+	for name, v := range map[string]any{
+		"cnp_interval_ns": uint64(interval.Nanoseconds()),
+		"cnp_enabled":     enabled,
+		"cnp_dscp":        dscp,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("xdp: set %s: %w", name, err)
+		}
+	}
+	p := &Program{log: opts.Logger}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("xdp: load classifier: %+v", ve)
+		}
+		return nil, fmt.Errorf("xdp: load classifier: %w", err)
+	}
+	return p, nil
+}
+
+// Close detaches the program from every interface and frees it and its
+// maps. It is idempotent.
+func (p *Program) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	for _, a := range p.attached {
+		if err := a.link.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("xdp: detach from ifindex %d: %w", a.ifindex, err))
+			continue
+		}
+		p.log.Info("xdp: detached", "ifindex", a.ifindex, "mode", a.mode)
+	}
+	p.attached = nil
+	if err := p.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("xdp: close classifier: %w", err))
+	}
+	return errors.Join(errs...)
+}

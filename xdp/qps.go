@@ -1,0 +1,97 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/cilium/ebpf"
+)
+
+// QP is what the classifier knows of a queue pair rbridge owns.
+type QP struct {
+	// RemoteQPN is the peer's QP number: the destination of the CNPs that
+	// answer ECN-CE on this QP. UD QPs take it from each packet's DETH.
+	RemoteQPN uint32
+}
+
+// QPCounters are one QP's counters, summed over CPUs.
+type QPCounters struct {
+	Packets uint64 // packets for the QP (redirected or answered with a CNP)
+	Bytes   uint64 // their Ethernet frame bytes
+	ECNCE   uint64 // of which marked ECN-CE
+	CNPs    uint64 // CNPs sent in answer
+}
+
+const maxQPN = 1<<24 - 1
+
+// AddQP makes the classifier send packets for local QP number qpn to
+// AF_XDP, starting its counters at zero. Adding a QP already there updates
+// it and keeps its counters.
+func (p *Program) AddQP(qpn uint32, qp QP) error {
+	if qpn > maxQPN || qp.RemoteQPN > maxQPN {
+		return fmt.Errorf("xdp: add qp %#x: QP numbers are 24 bits", qpn)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	zero := make([]classifierQpStats, runtime.NumCPU())
+	if n, err := ebpf.PossibleCPU(); err == nil {
+		zero = make([]classifierQpStats, n)
+	}
+	if err := p.objs.QpCounters.Update(qpn, zero, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("xdp: add qp %#x counters: %w", qpn, err)
+	}
+	if err := p.objs.CnpLast.Update(qpn, uint64(0), ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("xdp: add qp %#x CNP time: %w", qpn, err)
+	}
+	// The QP goes in last: once the classifier sees it, the rest is there.
+	if err := p.objs.Qps.Put(qpn, classifierQpInfo{RemoteQpn: qp.RemoteQPN}); err != nil {
+		return fmt.Errorf("xdp: add qp %#x: %w", qpn, err)
+	}
+	return nil
+}
+
+// RemoveQP stops the redirection of qpn's packets (they go to the kernel
+// again) and drops its counters. Removing a QP that is not there is an error
+// matching ebpf.ErrKeyNotExist.
+func (p *Program) RemoveQP(qpn uint32) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if err := p.objs.Qps.Delete(qpn); err != nil {
+		return fmt.Errorf("xdp: remove qp %#x: %w", qpn, err)
+	}
+	var errs []error
+	for _, m := range []*ebpf.Map{p.objs.QpCounters, p.objs.CnpLast} {
+		if err := m.Delete(qpn); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("xdp: remove qp %#x from %s: %w", qpn, m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// QPCounters returns the counters of qpn, summed over CPUs.
+func (p *Program) QPCounters(qpn uint32) (QPCounters, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return QPCounters{}, ErrClosed
+	}
+	var per []classifierQpStats
+	if err := p.objs.QpCounters.Lookup(qpn, &per); err != nil {
+		return QPCounters{}, fmt.Errorf("xdp: qp %#x counters: %w", qpn, err)
+	}
+	var c QPCounters
+	for _, s := range per {
+		c.Packets += s.Packets
+		c.Bytes += s.Bytes
+		c.ECNCE += s.EcnCe
+		c.CNPs += s.Cnps
+	}
+	return c, nil
+}
