@@ -17,7 +17,7 @@ DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibver
                 ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
                 cpio linux-source-6.1 xz-utils gcc make
 
-.PHONY: help deps deps-vm build test unit bench generate check-generate fmt vet
+.PHONY: help deps deps-vm integration baseline-docs build test unit bench generate check-generate fmt vet
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -32,14 +32,30 @@ deps-vm: ## install what the integration guest needs (only the missing packages)
 build: ## build bin/rbridge
 	$(GO) build -o bin/rbridge ./cmd/rbridge
 
-test: deps vet unit ## the whole suite: install what it needs, vet, unit and root tests
+test: deps vet unit integration ## the whole suite: install what it needs, vet, unit, root and guest tests
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
 
+# make deps installed scapy and tshark: their oracle tests must run, not skip.
 unit: ## go test over every package (root tests run when root)
-	$(GO) test -count=1 $(PKGS)
+	RBRIDGE_REQUIRE_ORACLES=1 $(GO) test -count=1 $(PKGS)
+
+# `make integration`: tests in a qemu guest with the kernel's rxe and siw (integration/README.md).
+# RUN=regexp runs matching tests only; PKG=./ibv runs those packages only; BASELINE=false skips
+# the perftest/rping baseline; VM_TIMEOUT bounds the guest's whole run.
+RUN        ?=
+PKG        ?=
+BASELINE   ?= true
+VM_TIMEOUT ?= 12m
+VMRUN       = $(GO) run ./integration/cmd/vmrun -timeout $(VM_TIMEOUT)
+
+integration: deps-vm ## tests in the qemu guest with rxe and siw, then the baseline (RUN=, PKG=)
+	$(VMRUN) -pkg '$(PKG)' -run '$(RUN)' -baseline=$(BASELINE)
+
+baseline-docs: deps-vm ## run the guest's perftest/rping baseline and write it into docs/performance.md
+	$(VMRUN) -tests=false -docs docs/performance.md
 
 bench: ## benchmarks, with allocations
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) $(PKGS)

@@ -1,0 +1,299 @@
+// Command vmrun runs rbridge's integration tests in a qemu guest with the
+// kernel's rxe and siw devices: it builds (or takes from the cache) the
+// guest's base image, cross-builds the test binaries of every package whose
+// tests import integration/guest, boots the guest with TCG, streams its
+// console, and ends with one SUMMARY line per package and device pass and
+// the direct-path baseline table. It exits 0 only when every test binary and
+// every baseline pair passed. `make integration` runs it; see
+// integration/README.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rbridge/rbridge/integration/internal/harness"
+)
+
+func main() {
+	var (
+		pkg         = flag.String("pkg", "", "package patterns to run, space separated (default: packages whose tests import integration/guest)")
+		run         = flag.String("run", "", "run only tests matching this regexp (-test.run)")
+		timeout     = flag.Duration("timeout", 12*time.Minute, "kill the guest after this long")
+		testTimeout = flag.Duration("test-timeout", 5*time.Minute, "-test.timeout for each test binary and device pass")
+		baseline    = flag.Bool("baseline", true, "run the perftest/rping direct-path baseline")
+		tests       = flag.Bool("tests", true, "run the test binaries (false: setup and baseline only)")
+		docs        = flag.String("docs", "", "write the baseline into this markdown file (e.g. docs/performance.md)")
+		cache       = flag.String("cache", "", "cache directory (default <repo>/.cache/vm)")
+		kernel      = flag.String("kernel", "", "guest kernel version (default: the one linux-image-amd64 installed)")
+		memory      = flag.String("m", "2G", "guest memory")
+		cpus        = flag.Int("smp", 2, "guest CPUs")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := vmrun(ctx, options{
+		pkgs: strings.Fields(*pkg), run: *run, timeout: *timeout, testTimeout: *testTimeout,
+		baseline: *baseline, tests: *tests, docs: *docs, cache: *cache, kernel: *kernel, memory: *memory, cpus: *cpus,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "vmrun: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+type options struct {
+	pkgs                 []string
+	run                  string
+	timeout, testTimeout time.Duration
+	baseline, tests      bool
+	docs, cache, kernel  string
+	memory               string
+	cpus                 int
+}
+
+// devices are the device passes init.sh runs each binary in, in order.
+var devices = []string{"rxe0", "siw0"}
+
+// baselinePairs is how many perftest/rping pairs init.sh runs.
+const baselinePairs = 10
+
+func vmrun(ctx context.Context, o options) (int, error) {
+	start := time.Now()
+	root, err := repoRoot()
+	if err != nil {
+		return 1, err
+	}
+	if o.cache == "" {
+		o.cache = filepath.Join(root, ".cache/vm")
+	}
+	if err := os.MkdirAll(o.cache, 0o755); err != nil {
+		return 1, err
+	}
+	unlock, err := lock(filepath.Join(o.cache, "vmrun.lock"))
+	if err != nil {
+		return 1, err
+	}
+	defer unlock()
+	start = time.Now()
+	img, err := harness.EnsureImage(harness.ImageOptions{Root: root, Cache: o.cache, Kernel: o.kernel, Log: os.Stdout})
+	if err != nil {
+		return 1, err
+	}
+	imageDone := time.Now()
+
+	var pkgs []*harness.TestPackage
+	if o.tests {
+		if pkgs, err = harness.SelectPackages(root, o.pkgs); err != nil {
+			return 1, err
+		}
+	}
+	rundir := filepath.Join(o.cache, "run")
+	if err := os.RemoveAll(rundir); err != nil {
+		return 1, err
+	}
+	if err := os.MkdirAll(rundir, 0o755); err != nil {
+		return 1, err
+	}
+	var names []string
+	for _, p := range pkgs {
+		names = append(names, p.ImportPath)
+	}
+	fmt.Printf("vmrun: building %d test binaries for the guest: %s\n", len(pkgs), strings.Join(names, " "))
+	if err := harness.BuildTests(root, rundir, pkgs, os.Stdout); err != nil {
+		return 1, err
+	}
+	test2json := filepath.Join(rundir, "test2json")
+	if err := harness.BuildTest2JSON(root, test2json); err != nil {
+		return 1, err
+	}
+	initrd := filepath.Join(rundir, "initrd.img")
+	if err := writeInitrd(initrd, img, pkgs, test2json, harness.RunConfig{
+		Run: o.run, TestTimeout: o.testTimeout.String(), Baseline: o.baseline,
+	}); err != nil {
+		return 1, err
+	}
+	built := time.Now()
+
+	logPath := filepath.Join(o.cache, "console.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return 1, err
+	}
+	defer logFile.Close()
+	fmt.Printf("vmrun: booting %s under TCG (timeout %s; raw console in %s)\n", img.Vmlinuz, o.timeout, logPath)
+	c := &harness.Console{Out: os.Stdout, Now: time.Now}
+	bootErr := harness.Boot(ctx, harness.BootOptions{
+		Vmlinuz: img.Vmlinuz, Initrd: initrd, Memory: o.memory, CPUs: o.cpus, Timeout: o.timeout, Log: logFile,
+	}, c)
+	ran := time.Now()
+
+	failed := report(c, pkgs, o, bootErr)
+	fmt.Printf("vmrun: image %s, test build %s, guest %s, total %s\n",
+		imageDone.Sub(start).Round(time.Second), built.Sub(imageDone).Round(time.Second),
+		ran.Sub(built).Round(time.Second), ran.Sub(start).Round(time.Second))
+
+	if o.docs != "" {
+		if err := writeDocs(filepath.Join(root, o.docs), c); err != nil {
+			return 1, err
+		}
+	}
+	if bootErr != nil {
+		return 1, bootErr
+	}
+	if failed {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// report prints the SUMMARY lines, the failures and the baseline table, and
+// says whether anything failed or did not run.
+func report(c *harness.Console, pkgs []*harness.TestPackage, o options, bootErr error) (failed bool) {
+	fmt.Println()
+	var pass, fail, skip int
+	seen := map[string]bool{}
+	for _, p := range c.Passes {
+		fmt.Println(p.Summary())
+		pass, fail, skip = pass+p.Passed, fail+p.Failed, skip+p.Skipped
+		seen[p.ID+" "+p.Device] = true
+		if !p.OK() {
+			failed = true
+		}
+	}
+	for _, p := range c.Passes {
+		for _, f := range p.Failures {
+			fmt.Printf("FAIL %s %s %s\n", p.Name(), p.Device, f)
+		}
+	}
+	for _, p := range pkgs {
+		for _, d := range devices {
+			if !seen[p.ID+" "+d] {
+				fmt.Printf("NOT RUN %s %s: the guest stopped before this pass\n", p.ImportPath, d)
+				failed = true
+			}
+		}
+	}
+	if len(c.Figures) > 0 {
+		fmt.Println()
+		fmt.Print(harness.BaselineTable(c.Figures))
+		fmt.Println("(guest under TCG, ~100x slower than native: compare only within one run)")
+	}
+	for _, f := range c.Figures {
+		if !f.OK() {
+			failed = true
+			fmt.Printf("\nbaseline %s over %s failed (exit status %d); its output:\n", f.Tool, f.Kind, f.RC)
+			for _, l := range f.Output {
+				fmt.Println("  " + l)
+			}
+		}
+	}
+	if o.baseline && len(c.Figures) < baselinePairs {
+		failed = true
+		fmt.Printf("baseline incomplete: %d of %d pairs ran\n", len(c.Figures), baselinePairs)
+	}
+	if c.Failure != "" {
+		failed = true
+		fmt.Printf("guest setup failed: %s\n", c.Failure)
+	}
+	switch {
+	case bootErr != nil:
+		failed = true
+	case !c.StatusSeen:
+		failed = true
+		fmt.Printf("the guest stopped without its STATUS line (kernel panic, or init died?); %s\n", c.Where())
+	case c.Status != 0:
+		failed = true
+	}
+	fmt.Printf("integration: %d passed, %d failed, %d skipped\n", pass, fail, skip)
+	return failed
+}
+
+func writeInitrd(path string, img *harness.Image, pkgs []*harness.TestPackage, test2json string, cfg harness.RunConfig) error {
+	// The kernel unpacks concatenated archives in order: the cached base, then
+	// this run's overlay (after padding the base to 4 bytes).
+	base, err := os.ReadFile(img.Initrd)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	buf.Write(base)
+	for buf.Len()%4 != 0 {
+		buf.WriteByte(0)
+	}
+	if err := harness.WriteOverlay(&buf, img, pkgs, test2json, cfg); err != nil {
+		return fmt.Errorf("write the test overlay: %w", err)
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+func writeDocs(path string, c *harness.Console) error {
+	if len(c.Figures) < baselinePairs {
+		return fmt.Errorf("not writing %s: the baseline is incomplete", path)
+	}
+	for _, f := range c.Figures {
+		if !f.OK() {
+			return fmt.Errorf("not writing %s: baseline %s over %s failed", path, f.Tool, f.Kind)
+		}
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	doc := string(old)
+	if doc == "" {
+		doc = "# Performance\n"
+	}
+	doc = harness.ReplaceSection(doc, harness.BaselineMarkdown(c.Figures, c.Kernel))
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("vmrun: wrote the baseline into %s\n", path)
+	return nil
+}
+
+// lock takes an exclusive lock on path, waiting (and saying so) while
+// another vmrun holds it: two TCG guests on a 2-core machine would each run
+// at half speed, and they share the cache and the run directory.
+func lock(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Printf("vmrun: another guest run holds %s; waiting for it to end\n", path)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+	}
+	return func() { f.Close() }, nil
+}
+
+// repoRoot finds the module root from the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod above %s: run from the rbridge repository", dir)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package harness
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Figure is one baseline measurement: an unmodified perftest or rping pair
+// between two devices of one kind in the guest.
+type Figure struct {
+	Tool      string // ib_send_bw, ib_write_bw, ib_read_bw, ib_send_lat or rping
+	Kind      string // rxe or siw
+	RC        int    // exit status of the pair (client, else server)
+	ElapsedMS int    // client wall time, connection setup included
+	Iters     int    // iterations asked for
+	Retries   int    // runs retried because perftest could not calibrate its clock
+	Columns   map[string]string
+	Output    []string // the client's output, shown when the pair failed
+}
+
+// OK reports whether the pair exited 0 and, for perftest, printed its results.
+func (f *Figure) OK() bool {
+	return f.RC == 0 && (f.Tool == "rping" || len(f.Columns) > 0)
+}
+
+// perftestColumn matches one name in perftest's results header: "#bytes",
+// or a name that ends in a bracketed unit and may hold spaces
+// ("BW average[MB/sec]", "99% percentile[usec]").
+var perftestColumn = regexp.MustCompile(`#\S+|[^\s#][^\[]*\[[^\]]*\]`)
+
+// parsePerftest reads the results table of a perftest client: the header
+// line that starts with "#bytes" and the first line of numbers after it
+// (perftest may print a warning between them), up to the table's closing
+// dashes.
+func parsePerftest(lines []string) map[string]string {
+	for i, line := range lines {
+		t := strings.TrimSpace(line)
+		if !strings.HasPrefix(t, "#bytes") {
+			continue
+		}
+		names := perftestColumn.FindAllString(t, -1)
+		for _, row := range lines[i+1:] {
+			values := strings.Fields(row)
+			if len(values) > 0 && strings.HasPrefix(values[0], "---") {
+				break
+			}
+			if len(values) == 0 {
+				continue
+			}
+			if _, err := strconv.ParseFloat(values[0], 64); err != nil {
+				continue
+			}
+			if len(values) != len(names) {
+				break
+			}
+			cols := make(map[string]string, len(names))
+			for j, n := range names {
+				cols[n] = values[j]
+			}
+			return cols
+		}
+	}
+	return nil
+}
+
+// bwUnit returns the unit of a bandwidth table ("MB/sec", "Gb/sec"), or "".
+func (f *Figure) bwUnit() string {
+	for name := range f.Columns {
+		if u, ok := strings.CutPrefix(name, "BW average["); ok {
+			return strings.TrimSuffix(u, "]")
+		}
+	}
+	return ""
+}
+
+// Size is the message size in bytes, as perftest printed it ("64" for rping).
+func (f *Figure) Size() string {
+	if f.Tool == "rping" {
+		return "64"
+	}
+	return f.Columns["#bytes"]
+}
+
+// Result is the figure in words, e.g. "29.48 MB/sec average (peak 30.06)".
+func (f *Figure) Result() string {
+	if !f.OK() {
+		return fmt.Sprintf("FAILED (exit status %d)", f.RC)
+	}
+	if f.Tool == "rping" {
+		return fmt.Sprintf("ok: %d ping-pongs (RDMA READ+WRITE each)", f.Iters)
+	}
+	if u := f.bwUnit(); u != "" {
+		return fmt.Sprintf("%s %s average (peak %s), %s Mpps",
+			f.Columns["BW average["+u+"]"], u, f.Columns["BW peak["+u+"]"], f.Columns["MsgRate[Mpps]"])
+	}
+	if typ, ok := f.Columns["t_typical[usec]"]; ok {
+		return fmt.Sprintf("%s usec typical, %s average, %s p99", typ, f.Columns["t_avg[usec]"], f.Columns["99% percentile[usec]"])
+	}
+	return "ok"
+}
+
+func (f *Figure) wall() string { return fmt.Sprintf("%.1f s", float64(f.ElapsedMS)/1000) }
+
+// note says what the reader must know beside the figure.
+func (f *Figure) note() string {
+	if f.Retries == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" [retried %dx: perftest clock calibration]", f.Retries)
+}
+
+// BaselineTable renders the figures as the aligned text table printed at the
+// end of `make integration`.
+func BaselineTable(figs []*Figure) string {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BASELINE\tover\tbytes\titers\twall\tresult")
+	for _, f := range figs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s%s\n", f.Tool, f.Kind, f.Size(), f.Iters, f.wall(), f.Result(), f.note())
+	}
+	tw.Flush()
+	return b.String()
+}
+
+// BaselineHeading is the section of docs/performance.md that the baseline owns.
+const BaselineHeading = "## Direct-path baseline in the guest (TCG)"
+
+// BaselineMarkdown renders the section, heading included.
+func BaselineMarkdown(figs []*Figure, kernel string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\n", BaselineHeading)
+	b.WriteString("Unmodified perftest (`-R`, rdma_cm) and rping between two devices of the same kind in\n" +
+		"the integration guest, written by `make baseline-docs`. The guest runs under qemu TCG\n" +
+		"(no KVM), roughly 100x slower than native: these figures are the reference that the\n" +
+		"gateway's paths are compared against in the same guest, not absolute speeds.\n")
+	if kernel != "" {
+		fmt.Fprintf(&b, "Guest kernel %s; rxe0 -> rxe1 and siw0 -> siw1 over veth.\n", kernel)
+	}
+	b.WriteString("\n| test | over | bytes | iterations | client wall | result |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | --- |\n")
+	for _, f := range figs {
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s%s |\n", f.Tool, f.Kind, f.Size(), f.Iters, f.wall(), f.Result(), f.note())
+	}
+	return b.String()
+}
+
+// ReplaceSection returns doc with the level-2 section that starts with the
+// heading line of section replaced by section (or section appended when doc
+// has no such heading). Other sections are kept as they are.
+func ReplaceSection(doc, section string) string {
+	heading, _, _ := strings.Cut(section, "\n")
+	section = strings.TrimRight(section, "\n") + "\n"
+	lines := strings.SplitAfter(doc, "\n")
+	start := -1
+	for i, l := range lines {
+		if strings.TrimRight(l, "\n") == heading {
+			start = i
+			break
+		}
+	}
+	if start < 0 {
+		if doc != "" && !strings.HasSuffix(doc, "\n") {
+			doc += "\n"
+		}
+		if doc != "" {
+			doc += "\n"
+		}
+		return doc + section
+	}
+	end := len(lines)
+	for i := start + 1; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "## ") || strings.HasPrefix(lines[i], "# ") {
+			end = i
+			break
+		}
+	}
+	rest := strings.Join(lines[end:], "")
+	if rest != "" {
+		section += "\n"
+	}
+	return strings.Join(lines[:start], "") + section + rest
+}
