@@ -128,3 +128,16 @@ func (p *Program) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// setSocket puts the AF_XDP socket fd in the classifier's map for queue.
+func (p *Program) setSocket(queue, fd int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if err := p.objs.Xsks.Put(uint32(queue), uint32(fd)); err != nil {
+		return fmt.Errorf("xdp: add AF_XDP socket for queue %d: %w", queue, err)
+	}
+	return nil
+}

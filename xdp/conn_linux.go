@@ -1,0 +1,554 @@
+//go:build linux
+
+package xdp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// Conn is an AF_XDP socket bound to one receive queue of an interface: a
+// roce.PacketConn for the userspace transport. It receives the frames the
+// classifier redirects to it, checks them (RoCEv2, ICRC) and hands their
+// transport packets to ReadBatch; WriteBatch wraps transport packets in
+// Ethernet, IP and UDP headers, fills their ICRC and puts them on the
+// transmit ring.
+//
+// The UMEM is split in two: receive frames cycle between the fill and RX
+// rings (ReadBatch returns each to the fill ring once copied out), transmit
+// frames between txFree, the TX ring and the completion ring.
+type Conn struct {
+	file      *os.File // the socket; closing it unblocks ReadBatch
+	raw       syscall.RawConn
+	umem      []byte
+	frameSize int
+	queue     int
+	mode      BindMode // BindCopy or BindZeroCopy, as bound
+	local     netip.AddrPort
+	localMAC  [6]byte
+	neighbors Neighbors
+	log       *slog.Logger
+
+	// closeMu is held for reading by ReadBatch and WriteBatch while they
+	// touch the rings, and for writing by Close while it unmaps them.
+	closeMu            sync.RWMutex
+	closed             atomic.Bool
+	fill, comp, rx, tx *ring
+	frame              roce.Frame // ReadBatch's decoder
+	txFree             []uint64   // WriteBatch's free transmit frames
+	macs               map[netip.Addr][6]byte
+	received, sent     atomic.Uint64
+	badFrames, badICRC atomic.Uint64
+	tooLong            atomic.Uint64
+}
+
+var _ roce.PacketConn = (*Conn)(nil)
+
+const (
+	ethHdrLen  = 14
+	ipv4HdrLen = 20
+	ipv6HdrLen = 40
+	udpHdrLen  = 8
+)
+
+// NewConn opens an AF_XDP socket on the interface and queue opts names, in
+// the calling thread's network namespace, and binds it in zero-copy mode
+// where the driver supports it, else in copy mode (opts.Mode decides); the
+// log says which.
+func NewConn(opts ConnOptions) (*Conn, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	c := &Conn{
+		umem:      opts.UMEM,
+		frameSize: opts.FrameSize,
+		queue:     opts.Queue,
+		local:     opts.LocalAddr,
+		neighbors: opts.Neighbors,
+		log:       opts.Logger,
+		macs:      make(map[netip.Addr][6]byte),
+	}
+	if c.frameSize == 0 {
+		c.frameSize = 4096
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	mac := opts.LocalMAC
+	if mac == nil {
+		ifi, err := net.InterfaceByIndex(opts.Ifindex)
+		if err != nil {
+			return nil, fmt.Errorf("xdp: conn on ifindex %d: %w", opts.Ifindex, err)
+		}
+		mac = ifi.HardwareAddr
+	}
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("xdp: conn on ifindex %d: Ethernet address %v is not 6 bytes", opts.Ifindex, mac)
+	}
+	copy(c.localMAC[:], mac)
+
+	frames := len(c.umem) / c.frameSize
+	ringSize := opts.RingSize
+	if ringSize == 0 {
+		ringSize = 2048
+		for ringSize > frames/2 {
+			ringSize /= 2
+		}
+	}
+	nRX := min(ringSize, frames/2)
+
+	var fd int
+	var err error
+	switch opts.Mode {
+	case BindAuto:
+		fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY)
+		c.mode = BindZeroCopy
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+			c.log.Info("xdp: AF_XDP zero-copy not supported by the driver: copy mode", "ifindex", opts.Ifindex, "queue", opts.Queue, "error", err)
+			fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_COPY)
+			c.mode = BindCopy
+		}
+	case BindCopy:
+		fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_COPY)
+		c.mode = BindCopy
+	case BindZeroCopy:
+		fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY)
+		c.mode = BindZeroCopy
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			err = fmt.Errorf("%w: %w", ErrNotSupported, err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("xdp: AF_XDP socket on ifindex %d queue %d: %w", opts.Ifindex, opts.Queue, err)
+	}
+	c.log.Info("xdp: AF_XDP socket bound", "ifindex", opts.Ifindex, "queue", opts.Queue, "mode", c.mode)
+
+	// Receive frames go to the fill ring; the rest transmit.
+	for i := range nRX {
+		c.fill.addrs[i] = uint64(i * c.frameSize)
+	}
+	c.fill.submit(uint32(nRX))
+	for i := nRX; i < frames; i++ {
+		c.txFree = append(c.txFree, uint64(i*c.frameSize))
+	}
+
+	if err := unix.SetNonblock(fd, true); err != nil {
+		c.teardown(fd)
+		return nil, fmt.Errorf("xdp: AF_XDP socket: set non-blocking: %w", err)
+	}
+	c.file = os.NewFile(uintptr(fd), "xsk")
+	if c.raw, err = c.file.SyscallConn(); err != nil {
+		c.file.Close()
+		c.unmap()
+		return nil, fmt.Errorf("xdp: AF_XDP socket: %w", err)
+	}
+	if opts.Program != nil {
+		if err := opts.Program.setSocket(opts.Queue, fd); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (o *ConnOptions) check() error {
+	fs := o.FrameSize
+	if fs == 0 {
+		fs = 4096
+	}
+	switch {
+	case o.Ifindex <= 0:
+		return fmt.Errorf("xdp: conn: ifindex %d", o.Ifindex)
+	case o.Queue < 0:
+		return fmt.Errorf("xdp: conn: queue %d", o.Queue)
+	case fs != 2048 && fs != 4096:
+		return fmt.Errorf("xdp: conn: frame size %d is not 2048 or 4096", fs)
+	case len(o.UMEM) < 4*fs || len(o.UMEM)%fs != 0:
+		return fmt.Errorf("xdp: conn: UMEM of %d bytes is not a multiple of the %d-byte frame, at least 4 frames", len(o.UMEM), fs)
+	case uintptr(unsafe.Pointer(unsafe.SliceData(o.UMEM)))%uintptr(os.Getpagesize()) != 0:
+		return fmt.Errorf("xdp: conn: UMEM is not page-aligned (allocate it with mmap)")
+	case o.RingSize != 0 && (o.RingSize < 0 || o.RingSize&(o.RingSize-1) != 0):
+		return fmt.Errorf("xdp: conn: ring size %d is not a power of two", o.RingSize)
+	case !o.LocalAddr.IsValid():
+		return fmt.Errorf("xdp: conn: no local address")
+	case o.Neighbors == nil:
+		return fmt.Errorf("xdp: conn: no Neighbors to resolve peers' Ethernet addresses")
+	}
+	return nil
+}
+
+// open creates the socket, registers the UMEM, maps the rings and binds.
+func (c *Conn) open(ifindex int, ringSize uint32, bindFlags uint16) (int, error) {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EAFNOSUPPORT) {
+			err = fmt.Errorf("%w: %w", ErrNotSupported, err)
+		}
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	reg := unix.XDPUmemReg{
+		Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(c.umem)))),
+		Len:  uint64(len(c.umem)),
+		Size: uint32(c.frameSize),
+	}
+	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("register UMEM: %w", err)
+	}
+	for _, opt := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, opt, int(ringSize)); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("ring size %d (option %d): %w", ringSize, opt, err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	if err := getsockopt(fd, unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), unsafe.Sizeof(off)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ring offsets: %w", err)
+	}
+	if c.fill, err = mapRing(fd, &off.Fr, unix.XDP_UMEM_PGOFF_FILL_RING, ringSize, 8, false); err == nil {
+		if c.comp, err = mapRing(fd, &off.Cr, unix.XDP_UMEM_PGOFF_COMPLETION_RING, ringSize, 8, false); err == nil {
+			if c.rx, err = mapRing(fd, &off.Rx, unix.XDP_PGOFF_RX_RING, ringSize, unsafe.Sizeof(unix.XDPDesc{}), true); err == nil {
+				c.tx, err = mapRing(fd, &off.Tx, unix.XDP_PGOFF_TX_RING, ringSize, unsafe.Sizeof(unix.XDPDesc{}), true)
+			}
+		}
+	}
+	if err != nil {
+		c.teardown(fd)
+		return -1, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrXDP{Flags: bindFlags, Ifindex: uint32(ifindex), QueueID: uint32(c.queue)}); err != nil {
+		c.teardown(fd)
+		return -1, fmt.Errorf("bind: %w", err)
+	}
+	return fd, nil
+}
+
+func setsockopt(fd, name int, p unsafe.Pointer, size uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(name), uintptr(p), size, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func (c *Conn) teardown(fd int) {
+	unix.Close(fd)
+	c.unmap()
+}
+
+func (c *Conn) unmap() error {
+	var errs []error
+	for _, r := range []**ring{&c.fill, &c.comp, &c.rx, &c.tx} {
+		if err := (*r).unmap(); err != nil {
+			errs = append(errs, err)
+		}
+		*r = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Mode returns how the socket is bound: BindCopy or BindZeroCopy.
+func (c *Conn) Mode() BindMode { return c.mode }
+
+// LocalAddr implements roce.PacketConn.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// ReadBatch implements roce.PacketConn. Frames that are not well-formed
+// RoCEv2, carry a wrong ICRC or do not fit the caller's buffer are dropped
+// and counted (Stats).
+func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	for {
+		if c.closed.Load() {
+			return 0, roce.ErrConnClosed
+		}
+		if n := c.receive(msgs); n > 0 {
+			return n, nil
+		}
+		// The netpoller resets readiness before the callback looks at the
+		// ring, so a frame that lands after the look wakes the wait.
+		err := c.raw.Read(func(uintptr) bool { return c.rx.available() > 0 })
+		if err != nil {
+			if c.closed.Load() {
+				return 0, roce.ErrConnClosed
+			}
+			return 0, fmt.Errorf("xdp: wait for AF_XDP frames: %w", err)
+		}
+	}
+}
+
+// receive takes up to len(msgs) frames off the RX ring, returns each frame
+// to the fill ring and returns how many messages it filled.
+func (c *Conn) receive(msgs []roce.Message) int {
+	avail := c.rx.available()
+	filled := 0
+	var used uint32
+	for used < avail && filled < len(msgs) {
+		d := c.rx.descs[(c.rx.local+used)&c.rx.mask]
+		used++
+		if c.deliver(c.umem[d.Addr:d.Addr+uint64(d.Len)], &msgs[filled]) {
+			filled++
+		}
+		c.fill.addrs[(c.fill.local+used-1)&c.fill.mask] = d.Addr &^ uint64(c.frameSize-1)
+	}
+	if used > 0 {
+		c.rx.release(used)
+		c.fill.submit(used)
+		c.received.Add(uint64(filled))
+	}
+	return filled
+}
+
+func (c *Conn) deliver(frame []byte, m *roce.Message) bool {
+	f := &c.frame
+	if err := f.DecodeEthernet(frame); err != nil {
+		c.badFrames.Add(1)
+		return false
+	}
+	if err := f.VerifyICRC(); err != nil {
+		c.badICRC.Add(1)
+		return false
+	}
+	p := f.UDPPayload()
+	if cap(m.Buf) < len(p) {
+		c.tooLong.Add(1)
+		return false
+	}
+	m.N = copy(m.Buf[:cap(m.Buf)], p)
+	m.Addr = f.Src
+	m.ECN = f.ECN
+	m.ICRCChecked = true
+	return true
+}
+
+// txStall bounds how long WriteBatch waits for a free transmit frame.
+const txStall = time.Second
+
+// WriteBatch implements roce.PacketConn: it sends msgs[i].Buf[:N] (a
+// transport packet whose ICRC the Conn fills) to msgs[i].Addr with ECN
+// msgs[i].ECN, waiting for transmit frames to come back when all are in
+// flight.
+func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	sent := 0
+	var stalled time.Time
+	for sent < len(msgs) {
+		if c.closed.Load() {
+			return sent, roce.ErrConnClosed
+		}
+		c.reap()
+		var queued uint32
+		for free := c.tx.free(); sent+int(queued) < len(msgs) && queued < free && len(c.txFree) > 0; queued++ {
+			addr := c.txFree[len(c.txFree)-1]
+			n, err := c.build(c.umem[addr:addr+uint64(c.frameSize)], &msgs[sent+int(queued)])
+			if err != nil {
+				c.tx.submit(queued)
+				c.sent.Add(uint64(queued))
+				return sent + int(queued), errors.Join(err, c.kick())
+			}
+			c.txFree = c.txFree[:len(c.txFree)-1]
+			c.tx.descs[(c.tx.local+queued)&c.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(n)}
+		}
+		c.tx.submit(queued)
+		c.sent.Add(uint64(queued))
+		sent += int(queued)
+		if err := c.kick(); err != nil {
+			return sent, err
+		}
+		if sent == len(msgs) {
+			break
+		}
+		// Every transmit frame is in flight: wait for completions.
+		if queued > 0 {
+			stalled = time.Time{}
+		} else if stalled.IsZero() {
+			stalled = time.Now()
+		} else if time.Since(stalled) > txStall {
+			return sent, fmt.Errorf("xdp: AF_XDP transmit stalled: no completion for %v", txStall)
+		}
+		runtime.Gosched()
+	}
+	return sent, nil
+}
+
+// reap returns completed transmit frames to txFree.
+func (c *Conn) reap() {
+	n := c.comp.available()
+	for i := range n {
+		c.txFree = append(c.txFree, c.comp.addrs[(c.comp.local+i)&c.comp.mask]&^uint64(c.frameSize-1))
+	}
+	c.comp.release(n)
+}
+
+// kick asks the kernel to send what the TX ring holds. In copy mode each
+// sendto sends at most a few dozen frames, so it repeats while the kernel
+// makes progress.
+func (c *Conn) kick() error {
+	var serr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		for c.tx.pending() > 0 {
+			before := c.tx.pending()
+			_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+			switch e {
+			case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS:
+			default:
+				serr = fmt.Errorf("xdp: AF_XDP sendto: %w", e)
+				return true
+			}
+			if c.mode == BindZeroCopy || c.tx.pending() == before {
+				return true // the driver sends on its own, or is busy
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("xdp: AF_XDP sendto: %w", err)
+	}
+	return serr
+}
+
+// build writes the Ethernet frame carrying m into frame and returns its
+// length.
+func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
+	dst := m.Addr.Addr().Unmap()
+	v4 := c.local.Addr().Unmap().Is4()
+	if dst.Is4() != v4 {
+		return 0, fmt.Errorf("xdp: send to %v from %v: address families differ", m.Addr, c.local)
+	}
+	if m.N < roce.BTHLen+roce.ICRCLen || m.N > len(m.Buf) {
+		return 0, fmt.Errorf("xdp: send to %v: packet of %d bytes", m.Addr, m.N)
+	}
+	mac, err := c.neighbor(dst)
+	if err != nil {
+		return 0, err
+	}
+	ipLen := ipv6HdrLen
+	if v4 {
+		ipLen = ipv4HdrLen
+	}
+	total := ethHdrLen + ipLen + udpHdrLen + m.N
+	if total > len(frame) {
+		return 0, fmt.Errorf("xdp: send to %v: %d-byte frame exceeds the %d-byte UMEM frame", m.Addr, total, len(frame))
+	}
+	copy(frame[0:6], mac[:])
+	copy(frame[6:12], c.localMAC[:])
+	ip := frame[ethHdrLen:total]
+	l4 := udpHdrLen + m.N
+	if v4 {
+		binary.BigEndian.PutUint16(frame[12:], 0x0800)
+		ip[0] = 0x45
+		ip[1] = m.ECN & 3
+		binary.BigEndian.PutUint16(ip[2:], uint16(ipLen+l4))
+		binary.BigEndian.PutUint32(ip[4:], 0x00004000) // ID 0, DF
+		ip[8], ip[9] = 64, 17
+		ip[10], ip[11] = 0, 0
+		src, dst4 := c.local.Addr().Unmap().As4(), dst.As4()
+		copy(ip[12:16], src[:])
+		copy(ip[16:20], dst4[:])
+		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip[:20]))
+	} else {
+		binary.BigEndian.PutUint16(frame[12:], 0x86dd)
+		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(m.ECN&3)<<20)
+		binary.BigEndian.PutUint16(ip[4:], uint16(l4))
+		ip[6], ip[7] = 17, 64
+		src, dst16 := c.local.Addr().As16(), dst.As16()
+		copy(ip[8:24], src[:])
+		copy(ip[24:40], dst16[:])
+	}
+	u := ip[ipLen:]
+	binary.BigEndian.PutUint16(u[0:], c.local.Port())
+	binary.BigEndian.PutUint16(u[2:], m.Addr.Port())
+	binary.BigEndian.PutUint16(u[4:], uint16(l4))
+	u[6], u[7] = 0, 0
+	copy(u[udpHdrLen:], m.Buf[:m.N])
+	if err := roce.PutICRC(ip); err != nil {
+		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+	}
+	return total, nil
+}
+
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	sum = sum&0xffff + sum>>16
+	sum = sum&0xffff + sum>>16
+	return ^uint16(sum)
+}
+
+// neighbor returns the Ethernet address for ip, from the cache or the
+// Neighbors (a miss there is cached once found).
+func (c *Conn) neighbor(ip netip.Addr) ([6]byte, error) {
+	if mac, ok := c.macs[ip]; ok {
+		return mac, nil
+	}
+	hw, err := c.neighbors.HardwareAddr(ip)
+	if err != nil {
+		return [6]byte{}, fmt.Errorf("xdp: send to %v: %w", ip, err)
+	}
+	if len(hw) != 6 {
+		return [6]byte{}, fmt.Errorf("xdp: send to %v: Ethernet address %v is not 6 bytes", ip, hw)
+	}
+	mac := [6]byte(hw)
+	c.macs[ip] = mac
+	return mac, nil
+}
+
+// Stats returns the Conn's counters.
+func (c *Conn) Stats() (ConnStats, error) {
+	s := ConnStats{
+		Received:  c.received.Load(),
+		Sent:      c.sent.Load(),
+		BadFrames: c.badFrames.Load(),
+		BadICRC:   c.badICRC.Load(),
+		TooLong:   c.tooLong.Load(),
+	}
+	var xs unix.XDPStatistics
+	var serr error
+	err := c.raw.Control(func(fd uintptr) {
+		serr = getsockopt(int(fd), unix.SOL_XDP, unix.XDP_STATISTICS, unsafe.Pointer(&xs), unsafe.Sizeof(xs))
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return s, fmt.Errorf("xdp: AF_XDP statistics: %w", err)
+	}
+	s.RXRingDrops = xs.Rx_dropped + xs.Rx_ring_full // a fill-ring miss counts in Rx_dropped
+	return s, nil
+}
+
+// Close implements roce.PacketConn: it unblocks ReadBatch, closes the
+// socket (which leaves the classifier's map with it) and unmaps the rings.
+// The UMEM stays the caller's. Close is idempotent.
+func (c *Conn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	err := c.file.Close()
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	return errors.Join(err, c.unmap())
+}
