@@ -33,12 +33,26 @@ var ErrClosed = errors.New("xdp: program closed")
 
 // Attach attaches the classifier to the interface with index ifindex in
 // the calling thread's network namespace: in native mode if the driver
-// supports it, else in generic mode. It logs and returns the mode used.
+// supports it, else in generic mode (or in Options.Mode). It logs and
+// returns the mode used.
 func (p *Program) Attach(ifindex int) (Mode, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return 0, ErrClosed
+	}
+	if p.mode != 0 {
+		flags := link.XDPDriverMode
+		if p.mode == ModeGeneric {
+			flags = link.XDPGenericMode
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: p.objs.RbridgeClassify, Interface: ifindex, Flags: flags})
+		if err != nil {
+			return 0, fmt.Errorf("xdp: attach to ifindex %d in %v mode: %w", ifindex, p.mode, err)
+		}
+		p.log.Info("xdp: attached in the mode asked for", "ifindex", ifindex, "mode", p.mode)
+		p.attached = append(p.attached, attachment{ifindex: ifindex, mode: p.mode, link: l})
+		return p.mode, nil
 	}
 	l, nerr := link.AttachXDP(link.XDPOptions{
 		Program:   p.objs.RbridgeClassify,

@@ -64,16 +64,14 @@ enum counter {
 // Puts enum counter into the BTF, for bpf2go's Go constants.
 const enum counter *counter_type __attribute__((unused));
 
-// What Go knows about a QP rbridge owns.
-struct qp_info {
+// A QP rbridge owns: what Go set, and the classifier's counters. The map is
+// per CPU (one lookup per packet, no shared cache lines); Go writes the
+// same remote_qpn into every CPU's copy.
+struct qp {
 	__u32 remote_qpn; // the peer's QP: a CNP's destination (UD: DETH SrcQP)
 	__u32 flags;      // reserved, 0
-};
-
-// Per-QP counters, per CPU.
-struct qp_stats {
 	__u64 packets;
-	__u64 bytes; // Ethernet frame bytes
+	__u64 bytes;      // Ethernet frame bytes
 	__u64 ecn_ce;
 	__u64 cnps;
 };
@@ -88,18 +86,11 @@ struct fault {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, struct qp_info);
-	__uint(max_entries, 65536);
-} qps SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__type(key, __u32);
-	__type(value, struct qp_stats);
+	__type(value, struct qp);
 	__uint(max_entries, 65536);
-} qp_counters SEC(".maps");
+} qps SEC(".maps");
 
 // The time of the last CNP sent per QP (bpf_ktime_get_ns).
 struct {
@@ -468,19 +459,15 @@ int rbridge_classify(struct xdp_md *ctx)
 			return count(COUNTER_DROP_FAULT, XDP_DROP);
 	}
 
-	struct qp_info *qi = bpf_map_lookup_elem(&qps, &qpn);
-	if (!qi)
+	struct qp *st = bpf_map_lookup_elem(&qps, &qpn);
+	if (!st)
 		return count(COUNTER_UNOWNED, XDP_PASS);
 	if ((op & 0xe0) != 0x60)
-		dest_qp = qi->remote_qpn;
-
-	struct qp_stats *st = bpf_map_lookup_elem(&qp_counters, &qpn);
-	if (st) {
-		st->packets++;
-		st->bytes += end - data;
-		if (ecn == 3)
-			st->ecn_ce++;
-	}
+		dest_qp = st->remote_qpn;
+	st->packets++;
+	st->bytes += end - data;
+	if (ecn == 3)
+		st->ecn_ce++;
 
 	if (ecn == 3 && cnp_enabled && op != CNP_OPCODE) {
 		if (!cnp_due(qpn)) {
@@ -488,8 +475,7 @@ int rbridge_classify(struct xdp_md *ctx)
 		} else {
 			int act = send_cnp(ctx, l3, l4, v6, dest_qp);
 			if (act == XDP_TX) {
-				if (st)
-					st->cnps++;
+				st->cnps++;
 				return count(COUNTER_CNP_SENT, XDP_TX);
 			}
 			count(COUNTER_CNP_FAILED, 0);
@@ -498,11 +484,9 @@ int rbridge_classify(struct xdp_md *ctx)
 		}
 	}
 
-	__u32 q = ctx->rx_queue_index;
-	if (!bpf_map_lookup_elem(&xsks, &q))
-		return count(COUNTER_NO_SOCKET, XDP_PASS);
-	count(COUNTER_REDIRECT, 0);
-	return bpf_redirect_map(&xsks, q, XDP_PASS);
+	// Without a socket on the queue the redirect falls back to XDP_PASS.
+	int act = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	return count(act == XDP_REDIRECT ? COUNTER_REDIRECT : COUNTER_NO_SOCKET, act);
 }
 
 // A program that passes everything: the baseline the classifier's cost is

@@ -38,18 +38,14 @@ type classifierFault struct {
 	Seen      uint64
 }
 
-type classifierQpInfo struct {
+type classifierQp struct {
 	_         structs.HostLayout
 	RemoteQpn uint32
 	Flags     uint32
-}
-
-type classifierQpStats struct {
-	_       structs.HostLayout
-	Packets uint64
-	Bytes   uint64
-	EcnCe   uint64
-	Cnps    uint64
+	Packets   uint64
+	Bytes     uint64
+	EcnCe     uint64
+	Cnps      uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -59,7 +55,6 @@ const (
 	classifierMapCnpLast          = "cnp_last"
 	classifierMapCounters         = "counters"
 	classifierMapFaults           = "faults"
-	classifierMapQpCounters       = "qp_counters"
 	classifierMapQps              = "qps"
 	classifierMapXsks             = "xsks"
 	classifierProgRbridgeClassify = "rbridge_classify"
@@ -120,12 +115,11 @@ type classifierProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type classifierMapSpecs struct {
-	CnpLast    *ebpf.MapSpec `ebpf:"cnp_last"`
-	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	Faults     *ebpf.MapSpec `ebpf:"faults"`
-	QpCounters *ebpf.MapSpec `ebpf:"qp_counters"`
-	Qps        *ebpf.MapSpec `ebpf:"qps"`
-	Xsks       *ebpf.MapSpec `ebpf:"xsks"`
+	CnpLast  *ebpf.MapSpec `ebpf:"cnp_last"`
+	Counters *ebpf.MapSpec `ebpf:"counters"`
+	Faults   *ebpf.MapSpec `ebpf:"faults"`
+	Qps      *ebpf.MapSpec `ebpf:"qps"`
+	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
 }
 
 // classifierVariableSpecs contains global variables before they are loaded into the kernel.
@@ -158,12 +152,11 @@ func (o *classifierObjects) Close() error {
 //
 // It can be passed to loadClassifierObjects or ebpf.CollectionSpec.LoadAndAssign.
 type classifierMaps struct {
-	CnpLast    *ebpf.Map `ebpf:"cnp_last"`
-	Counters   *ebpf.Map `ebpf:"counters"`
-	Faults     *ebpf.Map `ebpf:"faults"`
-	QpCounters *ebpf.Map `ebpf:"qp_counters"`
-	Qps        *ebpf.Map `ebpf:"qps"`
-	Xsks       *ebpf.Map `ebpf:"xsks"`
+	CnpLast  *ebpf.Map `ebpf:"cnp_last"`
+	Counters *ebpf.Map `ebpf:"counters"`
+	Faults   *ebpf.Map `ebpf:"faults"`
+	Qps      *ebpf.Map `ebpf:"qps"`
+	Xsks     *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *classifierMaps) Close() error {
@@ -171,7 +164,6 @@ func (m *classifierMaps) Close() error {
 		m.CnpLast,
 		m.Counters,
 		m.Faults,
-		m.QpCounters,
 		m.Qps,
 		m.Xsks,
 	)

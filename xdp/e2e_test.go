@@ -39,9 +39,9 @@ func umem(tb testing.TB, size int) []byte {
 }
 
 // start loads and attaches the classifier and opens the Conn, in s.ns.
-func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode) {
+func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, xmode xdp.Mode) {
 	tb.Helper()
-	s.prog = loadProgram(tb, xdp.Options{})
+	s.prog = loadProgram(tb, xdp.Options{Mode: xmode})
 	var err error
 	s.ns.do(func() {
 		var arp *xdp.ProcARP
@@ -85,13 +85,13 @@ func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode) {
 // setup builds two namespaces joined by a veth pair with the classifier
 // and a Conn on each end; ARP and the kernel's neighbour tables work as
 // usual (ProcARP), which the first exchange relies on.
-func setup(tb testing.TB, tag string, mode xdp.BindMode) (a, b *side) {
+func setup(tb testing.TB, tag string, mode xdp.BindMode, xmode xdp.Mode) (a, b *side) {
 	nsA, nsB := newNetns(tb, nsName(tag+"a")), newNetns(tb, nsName(tag+"b"))
 	ifA, ifB := vethPair(tb, nsA, nsB, "10.99.0.1/24", "10.99.0.2/24", "02:00:00:00:99:0a", "02:00:00:00:99:0b")
 	a = &side{ns: nsA, ifc: ifA, addr: netip.MustParseAddrPort("10.99.0.1:4791"), qpn: 0x11}
 	b = &side{ns: nsB, ifc: ifB, addr: netip.MustParseAddrPort("10.99.0.2:4791"), qpn: 0x22}
-	a.start(tb, b.qpn, mode)
-	b.start(tb, a.qpn, mode)
+	a.start(tb, b.qpn, mode, xmode)
+	b.start(tb, a.qpn, mode, xmode)
 	return a, b
 }
 
@@ -184,7 +184,13 @@ func udpExchange(tb testing.TB, from, to *netns, dst netip.AddrPort, payload []b
 }
 
 func TestEndToEnd(t *testing.T) {
-	a, b := setup(t, "e", xdp.BindAuto)
+	for _, mode := range []xdp.Mode{xdp.ModeNative, xdp.ModeGeneric} {
+		t.Run(mode.String(), func(t *testing.T) { testEndToEnd(t, mode) })
+	}
+}
+
+func testEndToEnd(t *testing.T, mode xdp.Mode) {
+	a, b := setup(t, mode.String()[:1], xdp.BindAuto, mode)
 
 	// Non-RoCE traffic reaches the kernel (and teaches both neighbour
 	// tables each other's address, over ARP the classifier passes).
@@ -319,7 +325,7 @@ func TestEndToEnd(t *testing.T) {
 // TestConnClose checks that Close unblocks a waiting ReadBatch and that the
 // methods fail with ErrConnClosed afterwards.
 func TestConnClose(t *testing.T) {
-	_, b := setup(t, "c", xdp.BindCopy)
+	_, b := setup(t, "c", xdp.BindCopy, 0)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := b.conn.ReadBatch([]roce.Message{{Buf: make([]byte, roce.MaxPacket)}})

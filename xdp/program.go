@@ -22,6 +22,9 @@ type Options struct {
 	// CNPDSCP is the DSCP that CNPs carry; 0 means 48, NVIDIA's default
 	// cnp_dscp. It must be below 64.
 	CNPDSCP uint8
+	// Mode forces an attach mode; 0 means native where the driver
+	// supports it, else generic.
+	Mode Mode
 	// Logger receives the attach mode and detach events; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -36,6 +39,9 @@ func (o *Options) check() error {
 	if o.CNPInterval < 0 {
 		return fmt.Errorf("xdp: negative CNP interval %v", o.CNPInterval)
 	}
+	if o.Mode != 0 && o.Mode != ModeNative && o.Mode != ModeGeneric {
+		return fmt.Errorf("xdp: attach mode %v", o.Mode)
+	}
 	if o.CNPDSCP > 63 {
 		return fmt.Errorf("xdp: CNP DSCP %d out of range 0-63", o.CNPDSCP)
 	}
@@ -48,6 +54,7 @@ func (o *Options) check() error {
 type Program struct {
 	objs classifierObjects
 	log  *slog.Logger
+	mode Mode // forced attach mode, or 0
 
 	mu       sync.Mutex // guards the fields below
 	attached []attachment
@@ -91,7 +98,7 @@ func Load(opts Options) (*Program, error) {
 			return nil, fmt.Errorf("xdp: set %s: %w", name, err)
 		}
 	}
-	p := &Program{log: opts.Logger}
+	p := &Program{log: opts.Logger, mode: opts.Mode}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

@@ -3,7 +3,6 @@ package xdp
 import (
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/cilium/ebpf"
 )
@@ -26,8 +25,9 @@ type QPCounters struct {
 const maxQPN = 1<<24 - 1
 
 // AddQP makes the classifier send packets for local QP number qpn to
-// AF_XDP, starting its counters at zero. Adding a QP already there updates
-// it and keeps its counters.
+// AF_XDP, its counters starting at zero. Adding a QP already there updates
+// its RemoteQPN and keeps its counters (an increment racing with the update
+// may be lost).
 func (p *Program) AddQP(qpn uint32, qp QP) error {
 	if qpn > maxQPN || qp.RemoteQPN > maxQPN {
 		return fmt.Errorf("xdp: add qp %#x: QP numbers are 24 bits", qpn)
@@ -37,18 +37,22 @@ func (p *Program) AddQP(qpn uint32, qp QP) error {
 	if p.closed {
 		return ErrClosed
 	}
-	zero := make([]classifierQpStats, runtime.NumCPU())
-	if n, err := ebpf.PossibleCPU(); err == nil {
-		zero = make([]classifierQpStats, n)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("xdp: add qp %#x: %w", qpn, err)
 	}
-	if err := p.objs.QpCounters.Update(qpn, zero, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-		return fmt.Errorf("xdp: add qp %#x counters: %w", qpn, err)
-	}
+	// The CNP time goes in first: once the classifier sees the QP, it is there.
 	if err := p.objs.CnpLast.Update(qpn, uint64(0), ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 		return fmt.Errorf("xdp: add qp %#x CNP time: %w", qpn, err)
 	}
-	// The QP goes in last: once the classifier sees it, the rest is there.
-	if err := p.objs.Qps.Put(qpn, classifierQpInfo{RemoteQpn: qp.RemoteQPN}); err != nil {
+	per := make([]classifierQp, ncpu)
+	if err := p.objs.Qps.Lookup(qpn, &per); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("xdp: add qp %#x: %w", qpn, err)
+	}
+	for i := range per {
+		per[i].RemoteQpn = qp.RemoteQPN
+	}
+	if err := p.objs.Qps.Put(qpn, per); err != nil {
 		return fmt.Errorf("xdp: add qp %#x: %w", qpn, err)
 	}
 	return nil
@@ -66,13 +70,10 @@ func (p *Program) RemoveQP(qpn uint32) error {
 	if err := p.objs.Qps.Delete(qpn); err != nil {
 		return fmt.Errorf("xdp: remove qp %#x: %w", qpn, err)
 	}
-	var errs []error
-	for _, m := range []*ebpf.Map{p.objs.QpCounters, p.objs.CnpLast} {
-		if err := m.Delete(qpn); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("xdp: remove qp %#x from %s: %w", qpn, m, err))
-		}
+	if err := p.objs.CnpLast.Delete(qpn); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("xdp: remove qp %#x CNP time: %w", qpn, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // QPCounters returns the counters of qpn, summed over CPUs.
@@ -82,8 +83,8 @@ func (p *Program) QPCounters(qpn uint32) (QPCounters, error) {
 	if p.closed {
 		return QPCounters{}, ErrClosed
 	}
-	var per []classifierQpStats
-	if err := p.objs.QpCounters.Lookup(qpn, &per); err != nil {
+	var per []classifierQp
+	if err := p.objs.Qps.Lookup(qpn, &per); err != nil {
 		return QPCounters{}, fmt.Errorf("xdp: qp %#x counters: %w", qpn, err)
 	}
 	var c QPCounters
