@@ -1,0 +1,237 @@
+// Package simnet is an in-memory network for RoCEv2 transport tests: conns
+// that implement roce.PacketConn and a link with configurable loss,
+// duplication, reordering, delay and ECN marking, driven by a seeded random
+// source so that a failing run can be repeated.
+package simnet
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// Options describes the link's impairments. Probabilities are in [0, 1].
+type Options struct {
+	Loss      float64       // drop a packet
+	Duplicate float64       // deliver a packet twice
+	Reorder   float64       // hold a packet back and deliver it after the next one
+	MarkECN   float64       // set ECN-CE on an ECN-capable packet
+	Delay     time.Duration // one-way delay added to every packet (0: immediate)
+	Jitter    time.Duration // uniform extra delay in [0, Jitter)
+	Seed      uint64        // seed of the random source
+	// QueueLen bounds each conn's receive queue; packets beyond it are
+	// dropped like a full switch buffer would (default 4096).
+	QueueLen int
+	// Filter, when set, sees every packet before the impairments and may
+	// drop it (return false): tests use it for deterministic faults.
+	Filter func(from, to netip.AddrPort, pkt []byte) bool
+}
+
+// Net is a simulated network joining conns by address.
+type Net struct {
+	opts Options
+
+	mu    sync.Mutex // guards the fields below
+	rng   *rand.Rand
+	conns map[netip.AddrPort]*Conn
+	held  *packet // the packet held back for reordering
+
+	stats Stats
+}
+
+// Stats counts what the network did to packets.
+type Stats struct {
+	Sent, Delivered, Lost, Duplicated, Reordered, Marked, Overflow, NoRoute atomic.Uint64
+}
+
+type packet struct {
+	from, to netip.AddrPort
+	data     []byte
+	ecn      uint8
+}
+
+// New returns a network with the given impairments.
+func New(opts Options) *Net {
+	if opts.QueueLen == 0 {
+		opts.QueueLen = 4096
+	}
+	return &Net{
+		opts:  opts,
+		rng:   rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		conns: make(map[netip.AddrPort]*Conn),
+	}
+}
+
+// Stats returns the network's counters.
+func (n *Net) Stats() *Stats { return &n.stats }
+
+// SetOptions replaces the impairments (the queue length stays).
+func (n *Net) SetOptions(opts Options) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	opts.QueueLen = n.opts.QueueLen
+	n.opts = opts
+}
+
+// Listen returns a conn at addr.
+func (n *Net) Listen(addr netip.AddrPort) (*Conn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.conns[addr]; ok {
+		return nil, fmt.Errorf("simnet: %v is in use", addr)
+	}
+	c := &Conn{net: n, addr: addr, queue: make(chan packet, n.opts.QueueLen), done: make(chan struct{})}
+	n.conns[addr] = c
+	return c, nil
+}
+
+// send applies the impairments to one packet and schedules its delivery.
+func (n *Net) send(p packet) {
+	n.stats.Sent.Add(1)
+	n.mu.Lock()
+	o := n.opts
+	if o.Filter != nil && !o.Filter(p.from, p.to, p.data) {
+		n.mu.Unlock()
+		n.stats.Lost.Add(1)
+		return
+	}
+	if n.rng.Float64() < o.Loss {
+		n.mu.Unlock()
+		n.stats.Lost.Add(1)
+		return
+	}
+	if p.ecn != 0 && n.rng.Float64() < o.MarkECN {
+		p.ecn = roce.ECNCE
+		n.stats.Marked.Add(1)
+	}
+	out := []packet{p}
+	if n.rng.Float64() < o.Duplicate {
+		out = append(out, packet{from: p.from, to: p.to, data: append([]byte(nil), p.data...), ecn: p.ecn})
+		n.stats.Duplicated.Add(1)
+	}
+	if n.held != nil {
+		out = append(out, *n.held) // the held packet now arrives after p
+		n.held = nil
+	} else if n.rng.Float64() < o.Reorder {
+		n.held = &out[0]
+		out = out[1:]
+		n.stats.Reordered.Add(1)
+	}
+	delays := make([]time.Duration, len(out))
+	for i := range out {
+		delays[i] = o.Delay
+		if o.Jitter > 0 {
+			delays[i] += time.Duration(n.rng.Int64N(int64(o.Jitter)))
+		}
+	}
+	n.mu.Unlock()
+	for i, q := range out {
+		if delays[i] == 0 {
+			n.deliver(q)
+			continue
+		}
+		time.AfterFunc(delays[i], func() { n.deliver(q) })
+	}
+}
+
+// Flush delivers a packet held back for reordering, if any.
+func (n *Net) Flush() {
+	n.mu.Lock()
+	h := n.held
+	n.held = nil
+	n.mu.Unlock()
+	if h != nil {
+		n.deliver(*h)
+	}
+}
+
+func (n *Net) deliver(p packet) {
+	n.mu.Lock()
+	c := n.conns[p.to]
+	n.mu.Unlock()
+	if c == nil {
+		n.stats.NoRoute.Add(1)
+		return
+	}
+	select {
+	case <-c.done:
+	case c.queue <- p:
+		n.stats.Delivered.Add(1)
+	default:
+		n.stats.Overflow.Add(1)
+	}
+}
+
+// Conn is one endpoint of a Net; it implements roce.PacketConn. Packets
+// carry no IP header here, so ICRCChecked is never set.
+type Conn struct {
+	net   *Net
+	addr  netip.AddrPort
+	queue chan packet
+	done  chan struct{}
+	once  sync.Once
+}
+
+var _ roce.PacketConn = (*Conn)(nil)
+
+// ReadBatch blocks for the first packet, then takes what else is queued.
+func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	var p packet
+	select {
+	case p = <-c.queue:
+	case <-c.done:
+		return 0, roce.ErrConnClosed
+	}
+	n := 0
+	for {
+		m := &msgs[n]
+		m.N = copy(m.Buf[:cap(m.Buf)], p.data)
+		m.Buf = m.Buf[:cap(m.Buf)]
+		m.Addr, m.ECN, m.ICRCChecked = p.from, p.ecn, false
+		n++
+		if n == len(msgs) {
+			return n, nil
+		}
+		select {
+		case p = <-c.queue:
+		default:
+			return n, nil
+		}
+	}
+}
+
+// WriteBatch sends copies of the messages.
+func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
+	select {
+	case <-c.done:
+		return 0, roce.ErrConnClosed
+	default:
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		c.net.send(packet{from: c.addr, to: m.Addr, data: append([]byte(nil), m.Buf[:m.N]...), ecn: m.ECN})
+	}
+	return len(msgs), nil
+}
+
+// LocalAddr returns the conn's address.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.addr }
+
+// Close unblocks readers and removes the conn from the network.
+func (c *Conn) Close() error {
+	c.once.Do(func() {
+		close(c.done)
+		c.net.mu.Lock()
+		delete(c.net.conns, c.addr)
+		c.net.mu.Unlock()
+	})
+	return nil
+}

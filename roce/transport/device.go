@@ -1,0 +1,226 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// DeviceOptions configures a Device.
+type DeviceOptions struct {
+	// RxBatch is how many packets one read takes at most (default 32).
+	RxBatch int
+	// CNPInterval is the least time between two CNPs sent for one QP
+	// (DCQCN's notification point; default 50 microseconds).
+	CNPInterval time.Duration
+	// Logger receives the device's events (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Stats counts a device's packets; all fields are updated atomically.
+type Stats struct {
+	RxPackets, TxPackets          atomic.Uint64
+	RxMalformed, RxUnknownQP      atomic.Uint64
+	RxDuplicate, RxOutOfSequence  atomic.Uint64
+	TxNAKs, TxRNRNAKs, Retransmit atomic.Uint64
+	Timeouts                      atomic.Uint64
+	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
+	UDDropped                     atomic.Uint64
+}
+
+// Device is a userspace RoCEv2 device: one packet conn and the queue pairs
+// that send and receive through it.
+type Device struct {
+	conn roce.PacketConn
+	opts DeviceOptions
+	log  *slog.Logger
+
+	mu      sync.RWMutex // guards qps and nextQPN
+	qps     map[uint32]*QP
+	nextQPN uint32
+
+	txMu sync.Mutex // serializes conn.WriteBatch
+
+	closed   chan struct{}
+	closeErr error
+	once     sync.Once
+	wg       sync.WaitGroup
+
+	stats Stats
+}
+
+// NewDevice starts a device on conn. Close stops it and closes conn.
+func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
+	if conn == nil {
+		return nil, errors.New("transport: new device: nil packet conn")
+	}
+	if opts.RxBatch <= 0 {
+		opts.RxBatch = 32
+	}
+	if opts.CNPInterval <= 0 {
+		opts.CNPInterval = 50 * time.Microsecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	d := &Device{
+		conn:    conn,
+		opts:    opts,
+		log:     opts.Logger.With("conn", conn.LocalAddr().String()),
+		qps:     make(map[uint32]*QP),
+		nextQPN: 0x11, // QPNs 0 and 1 are the special QPs
+		closed:  make(chan struct{}),
+	}
+	d.wg.Add(1)
+	go d.routineReceive()
+	return d, nil
+}
+
+// Stats returns the device's counters.
+func (d *Device) Stats() *Stats { return &d.stats }
+
+// Close moves every QP to the error state (flushing its work requests),
+// stops the receive goroutine and closes the conn. It is idempotent.
+func (d *Device) Close() error {
+	d.once.Do(func() {
+		close(d.closed)
+		d.mu.RLock()
+		qps := make([]*QP, 0, len(d.qps))
+		for _, qp := range d.qps {
+			qps = append(qps, qp)
+		}
+		d.mu.RUnlock()
+		for _, qp := range qps {
+			_ = qp.Close()
+		}
+		d.closeErr = d.conn.Close()
+		d.wg.Wait()
+	})
+	return d.closeErr
+}
+
+func (d *Device) lookupQP(qpn uint32) *QP {
+	d.mu.RLock()
+	qp := d.qps[qpn]
+	d.mu.RUnlock()
+	return qp
+}
+
+// routineReceive reads packets, decodes them and hands each to its QP. After
+// each batch it sends what the QPs queued (coalesced ACKs among them).
+func (d *Device) routineReceive() {
+	defer d.wg.Done()
+	msgs := make([]roce.Message, d.opts.RxBatch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, roce.MaxPacket)
+	}
+	touched := make(map[*QP]struct{})
+	var pkt roce.Packet
+	for {
+		n, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			select {
+			case <-d.closed:
+				return
+			default:
+			}
+			if errors.Is(err, roce.ErrConnClosed) {
+				return
+			}
+			d.log.Warn("read packets", "err", err)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		for i := range n {
+			m := &msgs[i]
+			d.stats.RxPackets.Add(1)
+			if err := pkt.Decode(m.Buf[:m.N]); err != nil {
+				d.stats.RxMalformed.Add(1)
+				continue
+			}
+			if pkt.Opcode() == roce.CNP {
+				d.stats.RxCNPs.Add(1)
+			}
+			qp := d.lookupQP(pkt.BTH.DestQP())
+			if qp == nil {
+				d.stats.RxUnknownQP.Add(1)
+				continue
+			}
+			if m.ECN == roce.ECNCE {
+				d.stats.RxECNCE.Add(1)
+			}
+			qp.receive(&pkt, m)
+			touched[qp] = struct{}{}
+		}
+		for qp := range touched {
+			qp.flushAcks()
+			d.send(qp)
+			delete(touched, qp)
+		}
+	}
+}
+
+// send writes the packets qp has queued, and the READ responses it still
+// owes, in bursts.
+func (d *Device) send(qp *QP) {
+	d.txMu.Lock()
+	defer d.txMu.Unlock()
+	for {
+		msgs := qp.takeTx()
+		if len(msgs) == 0 {
+			if !qp.moreResponses() {
+				return
+			}
+			continue
+		}
+		for len(msgs) > 0 {
+			n, err := d.conn.WriteBatch(msgs)
+			d.stats.TxPackets.Add(uint64(n))
+			if err != nil {
+				// A lost transmission is recovered by the retransmission timer.
+				if !errors.Is(err, roce.ErrConnClosed) {
+					d.log.Warn("write packets", "qp", qp.qpn, "err", err)
+				}
+				break
+			}
+			msgs = msgs[n:]
+		}
+		qp.releaseTx()
+	}
+}
+
+func (d *Device) register(qp *QP) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-d.closed:
+		return fmt.Errorf("transport: create QP: device closed")
+	default:
+	}
+	for range 1 << 24 {
+		qpn := d.nextQPN
+		d.nextQPN = (d.nextQPN + 1) & roce.PSNMask
+		if d.nextQPN < 0x11 {
+			d.nextQPN = 0x11
+		}
+		if _, used := d.qps[qpn]; !used {
+			qp.qpn = qpn
+			d.qps[qpn] = qp
+			return nil
+		}
+	}
+	return fmt.Errorf("transport: create QP: all QP numbers in use")
+}
+
+func (d *Device) unregister(qp *QP) {
+	d.mu.Lock()
+	if d.qps[qp.qpn] == qp {
+		delete(d.qps, qp.qpn)
+	}
+	d.mu.Unlock()
+}

@@ -1,0 +1,24 @@
+// Package transport is rbridge's userspace RoCEv2 transport: reliable
+// connected (RC) and unreliable datagram (UD) queue pairs in Go that speak
+// the InfiniBand transport protocol on the wire, to the Linux kernel's rxe and
+// to hardware RoCE NICs, over any roce.PacketConn (a UDP socket, AF_XDP, or
+// the simulated network of roce/simnet).
+//
+// The API follows verbs: a Device owns a packet conn and its queue pairs; a
+// PD holds memory regions; a QP moves through RESET, INIT, RTR, RTS and ERR;
+// work requests are posted to its send and receive queues and complete into
+// CQs.
+//
+// A QP is both a requester (it segments messages into packets by path MTU,
+// numbers them with 24-bit PSNs, asks for acknowledgements, retransmits
+// go-back-N on a timeout or a PSN-sequence-error NAK, waits out RNR NAKs,
+// and limits outstanding READs and atomics) and a responder (it checks PSNs,
+// re-acknowledges duplicates, re-executes duplicate READs, replays atomic
+// results, checks rkeys, bounds and access rights, consumes receive WQEs,
+// coalesces ACKs and NAKs with the IBTA syndromes).
+//
+// Concurrency: each QP has one mutex that guards all of its state; the
+// Device's receive goroutine (routineReceive) takes it for each packet, the
+// retransmission timer and the posting methods take it too. Packets are
+// built under the lock into per-QP buffers and written after it is released.
+package transport

@@ -1,0 +1,507 @@
+package transport
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// QPType is the transport service of a queue pair.
+type QPType uint8
+
+// Queue pair types.
+const (
+	RC QPType = iota
+	UD
+)
+
+func (t QPType) String() string {
+	if t == UD {
+		return "UD"
+	}
+	return "RC"
+}
+
+// QPState is a queue pair's state.
+//
+//	        Modify(Init)        Modify(RTR)        Modify(RTS)
+//	RESET ──────────────► INIT ─────────────► RTR ─────────────► RTS
+//	  ▲                                                            │
+//	  │ Modify(Reset)      any state ── Modify(Error), a fatal ──► ERR
+//	  └──────────────────────────────── error or Close ────────────┘
+//
+// In ERR every posted and outstanding work request completes with
+// StatusWRFlushErr, and later posts do too.
+type QPState uint8
+
+// Queue pair states.
+const (
+	StateReset QPState = iota
+	StateInit
+	StateRTR
+	StateRTS
+	StateError
+)
+
+var stateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "ERR"}
+
+func (s QPState) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("QPState(%d)", s)
+}
+
+// QPInitAttr describes a queue pair to create.
+type QPInitAttr struct {
+	Type      QPType
+	SendCQ    *CQ
+	RecvCQ    *CQ
+	MaxSendWR int // default 256
+	MaxRecvWR int // default 256
+}
+
+// QPAttr holds the attributes Modify applies on the way to State.
+type QPAttr struct {
+	State QPState
+
+	// INIT (UD): the Q_Key of datagrams this QP accepts.
+	QKey uint32
+
+	// RTR (RC): the remote QP, where it is, the first PSN expected from it,
+	// the path MTU (256, 512, 1024, 2048 or 4096), the RNR timer code sent
+	// in RNR NAKs (IBTA table 45), and the READ/atomic requests the
+	// responder accepts at once.
+	DestQPN         uint32
+	Remote          netip.AddrPort
+	RQPSN           uint32
+	PathMTU         int
+	MinRNRTimer     uint8
+	MaxDestRdAtomic int
+
+	// RTS: the first PSN sent, the local ACK timeout code (4.096 us *
+	// 2^Timeout; 0 waits forever), the retry counts (RNRRetry 7 means
+	// forever) and the READ/atomic requests kept outstanding at once.
+	SQPSN       uint32
+	Timeout     uint8
+	RetryCnt    uint8
+	RNRRetry    uint8
+	MaxRdAtomic int
+
+	// ECN marks outgoing packets ECN-capable (ECT(0)), for DCQCN.
+	ECN bool
+}
+
+// QP is a queue pair.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	typ    QPType
+	qpn    uint32
+	sendCQ *CQ
+	recvCQ *CQ
+	maxSQ  int
+	maxRQ  int
+
+	mu      sync.Mutex // guards everything below
+	state   QPState
+	attr    QPAttr
+	mtu     int
+	req     requester
+	resp    responder
+	rq      []RecvWR
+	timer   *time.Timer
+	tx      []roce.Message // packets built under mu, sent by Device.send
+	spare   []roce.Message
+	txBuf   [][]byte // free packet buffers
+	lastCNP time.Time
+}
+
+// CreateQP creates a queue pair in the RESET state.
+func (d *Device) CreateQP(pd *PD, attr QPInitAttr) (*QP, error) {
+	if pd == nil || attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, fmt.Errorf("transport: create QP: PD, send CQ and receive CQ are required")
+	}
+	if attr.Type != RC && attr.Type != UD {
+		return nil, fmt.Errorf("transport: create QP: type %v: %w", attr.Type, ErrNotSupported)
+	}
+	if attr.MaxSendWR <= 0 {
+		attr.MaxSendWR = 256
+	}
+	if attr.MaxRecvWR <= 0 {
+		attr.MaxRecvWR = 256
+	}
+	qp := &QP{dev: d, pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ,
+		maxSQ: attr.MaxSendWR, maxRQ: attr.MaxRecvWR}
+	if err := d.register(qp); err != nil {
+		return nil, err
+	}
+	return qp, nil
+}
+
+// QPN returns the queue pair number.
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// State returns the current state.
+func (qp *QP) State() QPState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// Modify moves the QP to attr.State, applying the attributes that
+// transition needs. Allowed: RESET->INIT->RTR->RTS, any state to ERR or
+// RESET.
+func (qp *QP) Modify(attr QPAttr) error {
+	qp.mu.Lock()
+	err := qp.modifyLocked(attr)
+	qp.mu.Unlock()
+	qp.dev.send(qp)
+	return err
+}
+
+func (qp *QP) modifyLocked(a QPAttr) error {
+	from := qp.state
+	bad := func(why string) error {
+		return fmt.Errorf("transport: modify QP %#x %v->%v: %s", qp.qpn, from, a.State, why)
+	}
+	switch a.State {
+	case StateReset:
+		qp.flushLocked()
+		qp.state = StateReset
+		qp.req, qp.resp = requester{}, responder{}
+		qp.rq = qp.rq[:0]
+		return nil
+	case StateError:
+		qp.toErrorLocked()
+		return nil
+	case StateInit:
+		if from != StateReset && from != StateInit {
+			return bad("INIT follows RESET")
+		}
+		qp.attr.QKey = a.QKey
+		qp.state = StateInit
+		return nil
+	case StateRTR:
+		if from != StateInit {
+			return bad("RTR follows INIT")
+		}
+		if qp.typ == RC {
+			switch a.PathMTU {
+			case 256, 512, 1024, 2048, 4096:
+			default:
+				return bad(fmt.Sprintf("path MTU %d is not 256, 512, 1024, 2048 or 4096", a.PathMTU))
+			}
+			if !a.Remote.IsValid() {
+				return bad("no remote address")
+			}
+			if a.DestQPN > roce.PSNMask || a.RQPSN > roce.PSNMask {
+				return bad("destination QPN and PSN are 24-bit")
+			}
+			qp.mtu = a.PathMTU
+			qp.attr.DestQPN, qp.attr.Remote, qp.attr.RQPSN = a.DestQPN, a.Remote, a.RQPSN
+			qp.attr.MinRNRTimer, qp.attr.MaxDestRdAtomic = a.MinRNRTimer&0x1f, a.MaxDestRdAtomic
+			qp.resp.init(roce.PSN(a.RQPSN))
+		} else {
+			qp.mtu = a.PathMTU
+			if qp.mtu == 0 {
+				qp.mtu = 4096
+			}
+		}
+		qp.state = StateRTR
+		return nil
+	case StateRTS:
+		if from != StateRTR {
+			return bad("RTS follows RTR")
+		}
+		if a.SQPSN > roce.PSNMask {
+			return bad("send PSN is 24-bit")
+		}
+		if a.RetryCnt > 7 || a.RNRRetry > 7 {
+			return bad("retry counts are 3-bit")
+		}
+		qp.attr.SQPSN, qp.attr.Timeout, qp.attr.RetryCnt, qp.attr.RNRRetry = a.SQPSN, a.Timeout&0x1f, a.RetryCnt, a.RNRRetry
+		qp.attr.MaxRdAtomic, qp.attr.ECN = a.MaxRdAtomic, a.ECN
+		if qp.attr.MaxRdAtomic <= 0 {
+			qp.attr.MaxRdAtomic = 16
+		}
+		qp.req.init(roce.PSN(a.SQPSN), qp.attr.RetryCnt, qp.attr.RNRRetry)
+		qp.state = StateRTS
+		return nil
+	}
+	return bad("unknown state")
+}
+
+// Close moves the QP to the error state, flushing its work, and removes it
+// from the device. It is idempotent.
+func (qp *QP) Close() error {
+	qp.mu.Lock()
+	if qp.state != StateError {
+		qp.toErrorLocked()
+	}
+	qp.mu.Unlock()
+	qp.dev.unregister(qp)
+	return nil
+}
+
+// toErrorLocked enters the error state and flushes every work request.
+func (qp *QP) toErrorLocked() {
+	qp.state = StateError
+	if qp.timer != nil {
+		qp.timer.Stop()
+	}
+	qp.flushLocked()
+}
+
+// flushLocked completes all outstanding work with StatusWRFlushErr.
+func (qp *QP) flushLocked() {
+	for _, w := range qp.req.sq {
+		if w.status == StatusSuccess {
+			w.status = StatusWRFlushErr
+		}
+		qp.completeSendLocked(w)
+	}
+	qp.req.sq = qp.req.sq[:0]
+	for _, r := range qp.rq {
+		qp.pushRecv(WC{ID: r.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
+	}
+	qp.rq = qp.rq[:0]
+	if qp.resp.cur != nil {
+		qp.pushRecv(WC{ID: qp.resp.cur.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
+		qp.resp.cur = nil
+	}
+}
+
+func (qp *QP) pushRecv(wc WC) {
+	if !qp.recvCQ.push(wc) {
+		qp.dev.log.Error("receive CQ overflow: completion lost", "qp", qp.qpn, "wr", wc.ID)
+	}
+}
+
+// PostRecv queues receive work requests.
+func (qp *QP) PostRecv(wrs ...RecvWR) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.state == StateReset {
+		return fmt.Errorf("transport: post recv on QP %#x in RESET", qp.qpn)
+	}
+	for _, wr := range wrs {
+		if _, err := wr.Local.bytes(); err != nil {
+			return fmt.Errorf("transport: post recv %d on QP %#x: %w", wr.ID, qp.qpn, err)
+		}
+		if wr.Local.Length > 0 && wr.Local.MR.access&AccessLocalWrite == 0 {
+			return fmt.Errorf("transport: post recv %d on QP %#x: MR lacks local write access", wr.ID, qp.qpn)
+		}
+	}
+	if len(qp.rq)+len(wrs) > qp.maxRQ {
+		return fmt.Errorf("transport: post recv on QP %#x: receive queue full (%d)", qp.qpn, qp.maxRQ)
+	}
+	if qp.state == StateError {
+		for _, wr := range wrs {
+			qp.pushRecv(WC{ID: wr.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
+		}
+		return nil
+	}
+	qp.rq = append(qp.rq, wrs...)
+	return nil
+}
+
+// PostSend queues send work requests and starts sending them.
+func (qp *QP) PostSend(wrs ...SendWR) error {
+	qp.mu.Lock()
+	err := qp.postSendLocked(wrs)
+	qp.mu.Unlock()
+	qp.dev.send(qp)
+	return err
+}
+
+func (qp *QP) postSendLocked(wrs []SendWR) error {
+	switch qp.state {
+	case StateRTS:
+	case StateError:
+		for _, wr := range wrs {
+			qp.completeSendLocked(&sendWQE{wr: wr, status: StatusWRFlushErr})
+		}
+		return nil
+	default:
+		return fmt.Errorf("transport: post send on QP %#x in %v", qp.qpn, qp.state)
+	}
+	if len(qp.req.sq)+len(wrs) > qp.maxSQ {
+		return fmt.Errorf("transport: post send on QP %#x: send queue full (%d)", qp.qpn, qp.maxSQ)
+	}
+	for i := range wrs {
+		if err := qp.checkSendWR(&wrs[i]); err != nil {
+			return fmt.Errorf("transport: post send %d on QP %#x: %w", wrs[i].ID, qp.qpn, err)
+		}
+	}
+	for _, wr := range wrs {
+		data, _ := wr.Local.bytes()
+		qp.req.sq = append(qp.req.sq, &sendWQE{wr: wr, data: data})
+	}
+	if qp.typ == UD {
+		qp.sendUDLocked()
+		return nil
+	}
+	qp.pumpLocked()
+	return nil
+}
+
+func (qp *QP) checkSendWR(wr *SendWR) error {
+	if _, err := wr.Local.bytes(); err != nil {
+		return err
+	}
+	if qp.typ == UD {
+		switch {
+		case wr.Opcode != OpSend && wr.Opcode != OpSendWithImm:
+			return fmt.Errorf("UD QPs send only SEND and SEND_WITH_IMM, not %v", wr.Opcode)
+		case wr.UD == nil || !wr.UD.Addr.IsValid():
+			return fmt.Errorf("UD send without a destination")
+		case wr.Local.Length > qp.mtu:
+			return fmt.Errorf("UD message of %d bytes exceeds the MTU %d", wr.Local.Length, qp.mtu)
+		}
+		return nil
+	}
+	switch wr.Opcode {
+	case OpSend, OpSendWithImm, OpSendWithInv, OpWrite, OpWriteWithImm:
+	case OpRead:
+		if wr.Local.Length > 0 && wr.Local.MR.access&AccessLocalWrite == 0 {
+			return fmt.Errorf("RDMA READ into an MR without local write access")
+		}
+	case OpCompareSwap, OpFetchAdd:
+		if wr.Local.Length != 8 || wr.Local.MR.access&AccessLocalWrite == 0 {
+			return fmt.Errorf("atomic needs an 8-byte local buffer with local write access")
+		}
+		if wr.Remote%8 != 0 {
+			return fmt.Errorf("atomic remote address %#x is not 8-byte aligned", wr.Remote)
+		}
+	default:
+		return fmt.Errorf("opcode %v: %w", wr.Opcode, ErrNotSupported)
+	}
+	if wr.Local.Length > 1<<31 {
+		return fmt.Errorf("message of %d bytes exceeds 2 GiB", wr.Local.Length)
+	}
+	return nil
+}
+
+// completeSendLocked reports a finished send WQE on the send CQ: always
+// for an error, and for success when the WR asked for it.
+func (qp *QP) completeSendLocked(w *sendWQE) {
+	if w.status == StatusSuccess && !w.wr.Signaled {
+		return
+	}
+	wc := WC{ID: w.wr.ID, Status: w.status, Opcode: w.wr.Opcode, QPN: qp.qpn}
+	switch w.wr.Opcode {
+	case OpRead, OpCompareSwap, OpFetchAdd:
+		wc.ByteLen = len(w.data)
+	}
+	if !qp.sendCQ.push(wc) {
+		qp.dev.log.Error("send CQ overflow: completion lost", "qp", qp.qpn, "wr", wc.ID)
+	}
+}
+
+// packet buffers -------------------------------------------------------
+
+// newPacket returns a message with a free buffer, addressed to the peer.
+func (qp *QP) newPacket(to netip.AddrPort) *roce.Message {
+	var buf []byte
+	if n := len(qp.txBuf); n > 0 {
+		buf = qp.txBuf[n-1][:0]
+		qp.txBuf = qp.txBuf[:n-1]
+	} else {
+		buf = make([]byte, 0, roce.MaxPacket)
+	}
+	var ecn uint8
+	if qp.attr.ECN {
+		ecn = 2 // ECT(0)
+	}
+	qp.tx = append(qp.tx, roce.Message{Buf: buf, Addr: to, ECN: ecn})
+	return &qp.tx[len(qp.tx)-1]
+}
+
+// queue builds a transport packet into a new message for the peer.
+func (qp *QP) queue(to netip.AddrPort, f *roce.PacketFields, payload []byte) {
+	m := qp.newPacket(to)
+	m.Buf = roce.AppendPacket(m.Buf, f, payload)
+	m.N = len(m.Buf)
+}
+
+// takeTx hands the queued packets to Device.send, which holds txMu until
+// it calls releaseTx.
+func (qp *QP) takeTx() []roce.Message {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if len(qp.tx) == 0 {
+		return nil
+	}
+	out := qp.tx
+	qp.tx, qp.spare = qp.spare[:0], out
+	return out
+}
+
+// releaseTx takes back the buffers of the packets just sent.
+func (qp *QP) releaseTx() {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	for i := range qp.spare {
+		qp.txBuf = append(qp.txBuf, qp.spare[i].Buf)
+		qp.spare[i] = roce.Message{}
+	}
+	qp.spare = qp.spare[:0]
+}
+
+// receive dispatches a packet for this QP. Called by routineReceive.
+func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	op := p.Opcode()
+	if op == roce.CNP {
+		qp.req.onCNP(qp)
+		return
+	}
+	if m.ECN == roce.ECNCE {
+		qp.sendCNPLocked(m.Addr)
+	}
+	switch qp.typ {
+	case UD:
+		qp.receiveUDLocked(p, m)
+	case RC:
+		if qp.state != StateRTR && qp.state != StateRTS {
+			return
+		}
+		if op.Service() != 0x00 {
+			qp.dev.stats.RxMalformed.Add(1)
+			return
+		}
+		if op.IsRequest() {
+			qp.handleRequestLocked(p)
+		} else if qp.state == StateRTS {
+			qp.handleResponse(p)
+		}
+	}
+}
+
+// sendCNPLocked answers an ECN-CE marked packet with a CNP to its sender's
+// QP, at most once per CNPInterval.
+func (qp *QP) sendCNPLocked(to netip.AddrPort) {
+	now := time.Now()
+	if now.Sub(qp.lastCNP) < qp.dev.opts.CNPInterval {
+		return
+	}
+	qp.lastCNP = now
+	dest := qp.attr.DestQPN
+	m := qp.newPacket(to)
+	m.Buf = m.Buf[:roce.CNPLen]
+	roce.EncodeCNP(m.Buf, dest)
+	m.N = len(m.Buf)
+	qp.dev.stats.TxCNPs.Add(1)
+}
+
+// flushAcks queues the coalesced ACK of the packets received in a batch.
+func (qp *QP) flushAcks() {
+	qp.mu.Lock()
+	qp.flushAckLocked()
+	qp.mu.Unlock()
+}

@@ -1,0 +1,188 @@
+package transport_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/roce/simnet"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// Memory layout of a test end (memSize bytes):
+//
+//	[0, 1/4)     b: one receive buffer per message     a: sources
+//	[1/4, 1/2)   b: one write target per message       a: read targets
+//	[1/2, 3/4)   b: read sources
+//	[memSize-8]  b: the atomic counter                  a: atomic results below it
+const (
+	areaRecv  = 0
+	areaWrite = memSize / 4
+	areaRead  = memSize / 2
+	counterAt = memSize - 8
+)
+
+var allOps = []transport.Opcode{transport.OpSend, transport.OpSendWithImm, transport.OpWrite,
+	transport.OpWriteWithImm, transport.OpRead, transport.OpFetchAdd, transport.OpCompareSwap}
+
+// workload posts msgs work requests of every RC opcode from a to b, at most
+// window outstanding, and checks that every one completes exactly once, in
+// order, with the right data, and that b sees every receive in order.
+func workload(t *testing.T, a, b *end, msgs, maxLen, window int, deadline time.Duration) {
+	t.Helper()
+	if msgs*maxLen > memSize/4 {
+		t.Fatalf("workload too large for the test memory")
+	}
+	type expect struct {
+		op   transport.Opcode
+		data []byte
+		orig uint64 // atomics: the value before
+	}
+	var want []expect
+	var recvWant []int // message index of each receive completion, in order
+	var counter uint64
+	binary.LittleEndian.PutUint64(b.mem[counterAt:], 0)
+	for i := range msgs {
+		op := allOps[i%len(allOps)]
+		n := 1 + (i*997+i*i*13)%maxLen
+		if i%11 == 0 {
+			n = 0 // zero-length messages too
+		}
+		data := pattern(i, n)
+		switch op {
+		case transport.OpFetchAdd, transport.OpCompareSwap:
+			want = append(want, expect{op: op, orig: counter})
+			counter++
+			continue
+		case transport.OpSend, transport.OpSendWithImm, transport.OpWriteWithImm:
+			recvWant = append(recvWant, i)
+		case transport.OpRead:
+			copy(b.mem[areaRead+i*maxLen:], data)
+		}
+		want = append(want, expect{op: op, data: data})
+	}
+	var recvs []transport.RecvWR
+	for j, i := range recvWant {
+		recvs = append(recvs, transport.RecvWR{ID: uint64(i), Local: sge(b, areaRecv+i*maxLen, maxLen)})
+		_ = j
+	}
+	if err := b.qp.PostRecv(recvs...); err != nil {
+		t.Fatal(err)
+	}
+	done := 0
+	check := func(wcs []transport.WC) {
+		for _, wc := range wcs {
+			i := int(wc.ID)
+			if i != done {
+				t.Fatalf("completion %d arrived when %d was next (%+v)", i, done, wc)
+			}
+			w := want[i]
+			checkWC(t, wc, uint64(i), w.op)
+			switch w.op {
+			case transport.OpRead:
+				equal(t, fmt.Sprintf("READ %d", i), a.mem[areaWrite+i*maxLen:][:len(w.data)], w.data)
+			case transport.OpWrite, transport.OpWriteWithImm:
+				equal(t, fmt.Sprintf("WRITE %d", i), b.mem[areaWrite+i*maxLen:][:len(w.data)], w.data)
+			case transport.OpFetchAdd, transport.OpCompareSwap:
+				if got := binary.LittleEndian.Uint64(a.mem[counterAt-8*(1+i%64):]); got != w.orig {
+					t.Fatalf("atomic %d returned %d, want %d", i, got, w.orig)
+				}
+			}
+			done++
+		}
+	}
+	for i, w := range want {
+		wr := transport.SendWR{ID: uint64(i), Opcode: w.op, Signaled: true, Imm: uint32(0xabc000 + i), RKey: b.mr.RKey()}
+		switch w.op {
+		case transport.OpSend, transport.OpSendWithImm, transport.OpWrite, transport.OpWriteWithImm:
+			copy(a.mem[areaRecv+i*maxLen:], w.data)
+			wr.Local = sge(a, areaRecv+i*maxLen, len(w.data))
+			wr.Remote = addr(b, areaWrite+i*maxLen)
+		case transport.OpRead:
+			wr.Local = sge(a, areaWrite+i*maxLen, len(w.data))
+			wr.Remote = addr(b, areaRead+i*maxLen)
+		case transport.OpFetchAdd, transport.OpCompareSwap:
+			wr.Local = sge(a, counterAt-8*(1+i%64), 8)
+			wr.Remote = addr(b, counterAt)
+			wr.SwapAdd = 1
+			if w.op == transport.OpCompareSwap {
+				wr.Compare, wr.SwapAdd = w.orig, w.orig+1
+			}
+		}
+		if err := a.qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		for i+1-done >= window {
+			check(wait(t, a.scq, 1, deadline))
+		}
+	}
+	for done < len(want) {
+		check(wait(t, a.scq, 1, deadline))
+	}
+	noMore(t, a.scq, "send CQ")
+	// Receives: every SEND and WRITE_WITH_IMM, in order, exactly once.
+	rwcs := wait(t, b.rcq, len(recvWant), deadline)
+	for j, wc := range rwcs {
+		i := recvWant[j]
+		w := want[i]
+		wantOp := transport.OpRecv
+		if w.op == transport.OpWriteWithImm {
+			wantOp = transport.OpRecvWriteWithImm
+		}
+		if wc.ID != uint64(i) || wc.Status != transport.StatusSuccess || wc.Opcode != wantOp || wc.ByteLen != len(w.data) {
+			t.Fatalf("receive completion %d: %+v (%v), want message %d %v of %d bytes", j, wc, wc.Status, i, wantOp, len(w.data))
+		}
+		if hasImm := w.op != transport.OpSend; wc.HasImm != hasImm || (hasImm && wc.Imm != uint32(0xabc000+i)) {
+			t.Fatalf("receive completion %d: imm %v %#x", j, wc.HasImm, wc.Imm)
+		}
+		if w.op != transport.OpWriteWithImm {
+			equal(t, fmt.Sprintf("SEND %d", i), b.mem[areaRecv+i*maxLen:][:len(w.data)], w.data)
+		}
+	}
+	noMore(t, b.rcq, "receive CQ")
+	if got := binary.LittleEndian.Uint64(b.mem[counterAt:]); got != counter {
+		t.Fatalf("atomic counter %d, want %d: an atomic ran twice or not at all", got, counter)
+	}
+}
+
+func pair(t *testing.T, opts simnet.Options, co connOpts) (*simnet.Net, *end, *end) {
+	t.Helper()
+	n := simnet.New(opts)
+	a := newEnd(t, n, "10.0.0.1:4791")
+	b := newEnd(t, n, "10.0.0.2:4791")
+	connect(t, a, b, co)
+	return n, a, b
+}
+
+func TestRCLossless(t *testing.T) {
+	for _, mtu := range []int{256, 1024, 4096} {
+		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
+			_, a, b := pair(t, simnet.Options{}, connOpts{mtu: mtu, retry: 7, rnrRetry: 7})
+			workload(t, a, b, 140, 3*mtu+17, 32, 10*time.Second)
+		})
+	}
+}
+
+func TestRCImpairedLink(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    simnet.Options
+	}{
+		{"loss1", simnet.Options{Loss: 0.01, Seed: 1}},
+		{"loss5", simnet.Options{Loss: 0.05, Seed: 2}},
+		{"dup", simnet.Options{Duplicate: 0.05, Seed: 3}},
+		{"reorder", simnet.Options{Reorder: 0.05, Seed: 4}},
+		{"all", simnet.Options{Loss: 0.03, Duplicate: 0.03, Reorder: 0.03, Jitter: 200 * time.Microsecond, Seed: 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, a, b := pair(t, tc.o, connOpts{mtu: 1024, retry: 7, rnrRetry: 7})
+			workload(t, a, b, 210, 5000, 16, 30*time.Second)
+			st := n.Stats()
+			t.Logf("net: sent %d lost %d dup %d reordered %d; a: retransmits %d timeouts %d; b: dup %d out-of-seq %d NAKs %d",
+				st.Sent.Load(), st.Lost.Load(), st.Duplicated.Load(), st.Reordered.Load(),
+				a.dev.Stats().Retransmit.Load(), a.dev.Stats().Timeouts.Load(),
+				b.dev.Stats().RxDuplicate.Load(), b.dev.Stats().RxOutOfSequence.Load(), b.dev.Stats().TxNAKs.Load())
+		})
+	}
+}
