@@ -76,7 +76,7 @@ func check(t testing.TB, err error) {
 }
 
 // setup makes the PD, CQ, QP (on the id) and a registered arena.
-func (p *peer) setup(t testing.TB, id *ibv.CMID) {
+func (p *peer) setup(t testing.TB, id *ibv.CMID, busyPoll ...bool) {
 	t.Helper()
 	var err error
 	p.id = id
@@ -85,7 +85,7 @@ func (p *peer) setup(t testing.TB, id *ibv.CMID) {
 	p.pd, err = dev.AllocPD()
 	check(t, err)
 	t.Cleanup(func() { p.pd.Close() })
-	p.cq, err = dev.NewCQ(ibv.CQOptions{Entries: 256})
+	p.cq, err = dev.NewCQ(ibv.CQOptions{Entries: 256, BusyPoll: len(busyPoll) > 0 && busyPoll[0]})
 	check(t, err)
 	t.Cleanup(func() { p.cq.Close() })
 	p.qp, err = id.CreateQP(p.pd, ibv.QPOptions{
@@ -117,6 +117,7 @@ func (p *peer) close(t testing.TB) {
 type connectOptions struct {
 	clientData, serverData []byte // private data; nil: each side's remote()
 	reject                 []byte // reject with this private data instead of accepting
+	busyPoll               bool   // CQs busy-poll instead of sleeping on a channel
 }
 
 // connectRC connects a client on d.Name (d.IP) to a server listening on
@@ -148,7 +149,7 @@ func connectRC(t testing.TB, d guest.Dev, o connectOptions) (cli, srv *peer, cli
 	check(t, cid.ResolveRoute(0))
 	_, err = cli.ch.Expect(ctx, ibv.CMRouteResolved)
 	check(t, err)
-	cli.setup(t, cid)
+	cli.setup(t, cid, o.busyPoll)
 	post(t, cli.qp, recvWRs(cli.mr, 0, 8)...)
 	cd := o.clientData
 	if cd == nil {

@@ -210,13 +210,21 @@ func TestGuestWriteCostVsPerftest(t *testing.T) {
 	d := guest.Device(t)
 	const n, size = 20000, 64
 	perf := perftestRate(t, d, n, size)
-	cli, _, cliGot, _ := connectRC(t, d, connectOptions{})
-	sr := parseRemote(t, cliGot)
-	writeRate(t, cli, sr, 2000, size, 32, 128) // warm up
-	for _, batch := range []int{1, 8, 32} {
-		g := writeRate(t, cli, sr, n, size, batch, 128)
-		t.Logf("PERF %s ibv WRITE %dB batch %d: %v/WR; ib_write_bw -R: %v/WR; ratio %.2f", d.Name, size, batch, g, perf, float64(g)/float64(perf))
+	for _, busy := range []bool{false, true} {
+		cli, _, cliGot, _ := connectRC(t, d, connectOptions{busyPoll: busy})
+		sr := parseRemote(t, cliGot)
+		writeRate(t, cli, sr, 2000, size, 32, 128) // warm up
+		mode := "channel"
+		if busy {
+			mode = "busy-poll"
+		}
+		for _, batch := range []int{1, 8, 32} {
+			g := writeRate(t, cli, sr, n, size, batch, 128)
+			t.Logf("PERF %s ibv WRITE %dB %s batch %d: %v/WR; ib_write_bw -R: %v/WR; ratio %.2f", d.Name, size, mode, batch, g, perf, float64(g)/float64(perf))
+		}
 	}
+	perf2 := perftestRate(t, d, n, size)
+	t.Logf("PERF %s ib_write_bw -R again after the Go runs: %v/WR", d.Name, perf2)
 }
 
 // BenchmarkGuestWrite is the same measurement as a benchmark (for
