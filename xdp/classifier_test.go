@@ -3,7 +3,9 @@ package xdp_test
 import (
 	"bytes"
 	"encoding/binary"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +35,9 @@ const (
 func loadProgram(tb testing.TB, opts xdp.Options) *xdp.Program {
 	tb.Helper()
 	needRoot(tb)
+	if opts.Logger == nil {
+		opts.Logger = testLogger(tb)
+	}
 	p, err := xdp.Load(opts)
 	if err != nil {
 		tb.Fatalf("Load: %v", err)
@@ -57,6 +62,19 @@ func run(tb testing.TB, p *xdp.Program, frame []byte) (uint32, []byte) {
 		tb.Fatalf("Run: %v", err)
 	}
 	return ret, opts.DataOut
+}
+
+// testLogger sends the package's logs to the test's log.
+func testLogger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tbWriter{tb}, nil))
+}
+
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Helper()
+	w.tb.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 func counters(tb testing.TB, p *xdp.Program) xdp.Counters {

@@ -66,6 +66,7 @@ func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, xmode x
 			Neighbors: s.peers,
 			Program:   s.prog,
 			Mode:      mode,
+			Logger:    testLogger(tb),
 		})
 	})
 	if err != nil {
