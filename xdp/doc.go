@@ -1,7 +1,31 @@
-// Package xdp holds rbridge's XDP program for the Ethernet NIC (classify
-// RoCEv2 packets, redirect those for rbridge's queue pairs to AF_XDP, count,
-// answer ECN-CE with CNPs) and the AF_XDP socket that gives the userspace
-// RoCEv2 transport its fast packet I/O.
+// Package xdp is rbridge's RoCEv2 fast path on the gateway's Ethernet NIC:
+// an XDP classifier (classifier.c, compiled by bpf2go; the objects are
+// committed, so building needs no clang) and an AF_XDP socket that gives
+// the userspace RoCEv2 transport its packet I/O.
 //
-// Not implemented yet: this package holds only its documentation.
+// The classifier parses Ethernet (up to two VLAN tags), IPv4 or IPv6, UDP to
+// port 4791 and the BTH. Packets for the queue pairs Go added with
+// Program.AddQP go to the AF_XDP socket of the receiving queue; all other
+// traffic goes to the kernel as before; malformed RoCEv2 (truncated, BTH
+// version not 0, reserved opcode) is dropped. Everything is counted
+// (Program.Counters, Program.QPCounters). An ECN-CE packet for an owned QP
+// is answered from XDP with a CNP (XDP_TX), at most one per QP per
+// Options.CNPInterval; the marked packet is consumed to make it, since XDP
+// cannot emit a second frame, and the transport recovers it as a loss.
+// Program.SetFault drops RoCEv2 packets on purpose, for tests.
+//
+//	prog, err := xdp.Load(xdp.Options{})            // needs root
+//	mode, err := prog.Attach(ifindex)               // native, else generic; logged
+//	conn, err := xdp.NewConn(xdp.ConnOptions{
+//		Ifindex: ifindex, Queue: 0, UMEM: arena,     // arena: mmap'd, the pool's
+//		LocalAddr: netip.MustParseAddrPort("10.0.0.1:4791"),
+//		Neighbors: arp, Program: prog,               // arp, _ := xdp.OpenProcARP()
+//	})
+//	prog.AddQP(localQPN, xdp.QP{RemoteQPN: peerQPN})
+//	n, err := conn.ReadBatch(msgs)                  // a roce.PacketConn
+//
+// Conn is a roce.PacketConn over an AF_XDP socket (copy mode, or zero-copy
+// where the driver has it) on a UMEM the caller supplies. It builds the
+// Ethernet, IP and UDP headers of what it sends and fills the ICRC; it
+// checks the ICRC of what it receives.
 package xdp

@@ -1,0 +1,40 @@
+//go:build !linux
+
+package xdp
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// Conn is an AF_XDP socket; AF_XDP exists on Linux only, so NewConn fails
+// here with ErrNotSupported.
+type Conn struct{}
+
+var _ roce.PacketConn = (*Conn)(nil)
+
+// NewConn returns an error matching ErrNotSupported: AF_XDP is Linux only.
+func NewConn(opts ConnOptions) (*Conn, error) {
+	return nil, fmt.Errorf("%w: AF_XDP on %s", ErrNotSupported, runtime.GOOS)
+}
+
+// Mode returns how the socket is bound.
+func (c *Conn) Mode() BindMode { return BindCopy }
+
+// LocalAddr implements roce.PacketConn.
+func (c *Conn) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
+
+// ReadBatch implements roce.PacketConn.
+func (c *Conn) ReadBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
+// WriteBatch implements roce.PacketConn.
+func (c *Conn) WriteBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
+// Stats returns the Conn's counters.
+func (c *Conn) Stats() (ConnStats, error) { return ConnStats{}, ErrNotSupported }
+
+// Close implements roce.PacketConn.
+func (c *Conn) Close() error { return nil }
