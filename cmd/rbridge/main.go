@@ -28,12 +28,13 @@ func newRootCommand() *cobra.Command {
 		Long: `rbridge joins an InfiniBand island to a RoCEv2 fleet: applications on either
 side use plain verbs and rdma_cm and reach the other side through the gateway.
 
-Available now: decoding RoCEv2 captures (decode) and the build's version.
-The gateway itself (run, devices, status, bench) is being built.`,
+Available now: decoding RoCEv2 captures (decode), listing RDMA devices and
+the GID rbridge would choose (devices), and the build's version.
+The gateway itself (run, status, bench) is being built.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newDecodeCommand())
+	root.AddCommand(newVersionCommand(), newDecodeCommand(), newDevicesCommand())
 	return root
 }
 
