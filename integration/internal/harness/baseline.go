@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,9 +23,27 @@ type Figure struct {
 	Output    []string // the client's output, shown when the pair failed
 }
 
-// OK reports whether the pair exited 0 and, for perftest, printed its results.
+// OK reports whether the pair exited 0 and, for perftest, printed finite,
+// non-zero results (perftest prints inf, nan or zeros when it could not
+// calibrate its clock).
 func (f *Figure) OK() bool {
-	return f.RC == 0 && (f.Tool == "rping" || len(f.Columns) > 0)
+	if f.RC != 0 {
+		return false
+	}
+	if f.Tool == "rping" {
+		return true
+	}
+	for _, v := range f.Columns {
+		if x, err := strconv.ParseFloat(v, 64); err != nil || math.IsInf(x, 0) || math.IsNaN(x) {
+			return false
+		}
+	}
+	for _, name := range []string{"BW average[" + f.bwUnit() + "]", "t_typical[usec]"} {
+		if x, err := strconv.ParseFloat(f.Columns[name], 64); err == nil && x <= 0 {
+			return false
+		}
+	}
+	return len(f.Columns) > 0
 }
 
 // perftestColumn matches one name in perftest's results header: "#bytes",
@@ -88,6 +107,9 @@ func (f *Figure) Size() string {
 // Result is the figure in words, e.g. "29.48 MB/sec average (peak 30.06)".
 func (f *Figure) Result() string {
 	if !f.OK() {
+		if f.RC == 0 {
+			return "FAILED (no usable figures: perftest could not calibrate its clock)"
+		}
 		return fmt.Sprintf("FAILED (exit status %d)", f.RC)
 	}
 	if f.Tool == "rping" {

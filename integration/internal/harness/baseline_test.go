@@ -57,6 +57,14 @@ func TestFigureFailedWithoutResults(t *testing.T) {
 	if f.OK() {
 		t.Error("a perftest pair that printed no results table is OK")
 	}
+	f = &Figure{Tool: "ib_send_lat", Kind: "rxe", Columns: map[string]string{"#bytes": "2", "t_typical[usec]": "inf", "t_stdev[usec]": "-nan"}}
+	if f.OK() {
+		t.Error("a perftest pair with inf figures is OK")
+	}
+	f = &Figure{Tool: "ib_write_bw", Kind: "rxe", Columns: map[string]string{"#bytes": "65536", "BW average[MB/sec]": "0.00"}}
+	if f.OK() {
+		t.Error("a perftest pair with 0 bandwidth is OK")
+	}
 	f = &Figure{Tool: "rping", Kind: "siw", RC: 1}
 	if got, want := f.Result(), "FAILED (exit status 1)"; got != want {
 		t.Errorf("Result() = %q, want %q", got, want)
