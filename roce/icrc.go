@@ -72,7 +72,7 @@ const (
 // ICRC computes the invariant CRC of a RoCEv2 packet. pkt starts at the IP
 // header (IPv4 or IPv6) and ends with the 4-byte ICRC trailer, which is not
 // covered. Bytes past the IP packet's own length (Ethernet padding) are
-// ignored. ICRC does not allocate.
+// ignored. ICRC reads pkt only and does not allocate.
 func ICRC(pkt []byte) (uint32, error) {
 	ipLen, l4, err := splitIP(pkt)
 	if err != nil {
@@ -81,8 +81,38 @@ func ICRC(pkt []byte) (uint32, error) {
 	if len(l4) < udpHdr+BTHLen+ICRCLen {
 		return 0, truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
 	}
+	return icrcSplit(pkt[:ipLen+udpHdr], l4[udpHdr:])
+}
+
+// ICRCWithHeaders computes the ICRC of a transport packet (BTH to ICRC
+// trailer) that will travel, or travelled, behind the IP and UDP headers in
+// hdrs (an IPv4 or IPv6 header followed by the UDP header). It is for
+// senders that do not hold the packet contiguously, such as a UDP socket
+// whose kernel writes the headers.
+func ICRCWithHeaders(hdrs, transport []byte) (uint32, error) {
+	if len(hdrs) < 1 {
+		return 0, truncated("IP", ipv4MinHdr, 0)
+	}
+	ipLen := ipv6Hdr
+	if hdrs[0]>>4 == 4 {
+		ipLen = int(hdrs[0]&0xf) * 4
+	}
+	if ipLen < ipv4MinHdr || len(hdrs) != ipLen+udpHdr {
+		return 0, &HeaderError{Header: "IP and UDP headers", Err: ErrBadLength, Value: uint64(len(hdrs))}
+	}
+	return icrcSplit(hdrs, transport)
+}
+
+// icrcSplit sums the masked IP and UDP headers (hdrs) and the transport
+// packet, whose last four bytes are the trailer.
+func icrcSplit(hdrs, transport []byte) (uint32, error) {
+	if len(transport) < BTHLen+ICRCLen {
+		return 0, truncated("packet", len(hdrs)+BTHLen+ICRCLen, len(hdrs)+len(transport))
+	}
+	ipLen := len(hdrs) - udpHdr
 	var buf [maxMasked]byte
-	n := copy(buf[:], pkt[:ipLen+udpHdr+BTHLen])
+	n := copy(buf[:], hdrs)
+	n += copy(buf[n:], transport[:BTHLen])
 	h := buf[:n]
 	if h[0]>>4 == 4 {
 		h[1] = 0xff  // TOS
@@ -101,7 +131,7 @@ func ICRC(pkt []byte) (uint32, error) {
 	u[7] = 0xff
 	u[udpHdr+bthFB] = 0xff // FECN, BECN, reserved
 	crc := crcUpdate(icrcSeed, h)
-	return crc32.Update(crc, crc32.IEEETable, l4[udpHdr+BTHLen:len(l4)-ICRCLen]), nil
+	return crc32.Update(crc, crc32.IEEETable, transport[BTHLen:len(transport)-ICRCLen]), nil
 }
 
 // PutICRC computes the ICRC of pkt (laid out as for ICRC) and stores it in

@@ -186,3 +186,21 @@ func TestICRCInPlaceRestores(t *testing.T) {
 		}
 	}
 }
+
+func TestICRCWithHeaders(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		ip := buildFrame(t, samples()[10], v6)[14:]
+		hl := 20 + 8
+		if v6 {
+			hl = 40 + 8
+		}
+		want, _ := roce.ICRC(ip)
+		got, err := roce.ICRCWithHeaders(ip[:hl], ip[hl:])
+		if err != nil || got != want {
+			t.Errorf("v6=%v: ICRCWithHeaders = %#x, %v; ICRC %#x", v6, got, err, want)
+		}
+		if _, err := roce.ICRCWithHeaders(ip[:hl-1], ip[hl:]); err == nil {
+			t.Errorf("v6=%v: short headers accepted", v6)
+		}
+	}
+}
