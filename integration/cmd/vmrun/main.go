@@ -256,7 +256,13 @@ func writeDocs(path string, c *harness.Console) error {
 	if doc == "" {
 		doc = "# Performance\n"
 	}
-	doc = harness.ReplaceSection(doc, harness.BaselineMarkdown(c.Figures, c.Kernel))
+	load := ""
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			load = strings.Join(f[:3], ", ")
+		}
+	}
+	doc = harness.ReplaceSection(doc, harness.BaselineMarkdown(c.Figures, c.Kernel, load))
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		return err
 	}

@@ -151,8 +151,10 @@ func BaselineTable(figs []*Figure) string {
 // BaselineHeading is the section of docs/performance.md that the baseline owns.
 const BaselineHeading = "## Direct-path baseline in the guest (TCG)"
 
-// BaselineMarkdown renders the section, heading included.
-func BaselineMarkdown(figs []*Figure, kernel string) string {
+// BaselineMarkdown renders the section, heading included. kernel is the
+// guest's kernel version and hostLoad the host's load averages at the end of
+// the run (from /proc/loadavg); either may be empty.
+func BaselineMarkdown(figs []*Figure, kernel, hostLoad string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", BaselineHeading)
 	b.WriteString("Unmodified perftest (`-R`, rdma_cm) and rping between two devices of the same kind in\n" +
@@ -162,6 +164,13 @@ func BaselineMarkdown(figs []*Figure, kernel string) string {
 	if kernel != "" {
 		fmt.Fprintf(&b, "Guest kernel %s; rxe0 -> rxe1 and siw0 -> siw1 over veth.\n", kernel)
 	}
+	if hostLoad != "" {
+		fmt.Fprintf(&b, "Host load average (1, 5, 15 min) at the end of the run: %s, on 2 cores: the\n"+
+			"figures move with the host's other work.\n", hostLoad)
+	}
+	b.WriteString("A pair marked \"retried\" failed its first run because perftest could not calibrate\n" +
+		"its cycle counter under TCG (\"Can't produce a report\" or inf figures); the figure is\n" +
+		"from the run that calibrated.\n")
 	b.WriteString("\n| test | over | bytes | iterations | client wall | result |\n")
 	b.WriteString("| --- | --- | ---: | ---: | ---: | --- |\n")
 	for _, f := range figs {
