@@ -1,0 +1,365 @@
+//go:build linux
+
+package udpconn
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// Options configures a Conn.
+type Options struct {
+	// Addr is the local address: a specific IP (the ICRC covers it) and a
+	// port (0 means 4791).
+	Addr netip.AddrPort
+	// Batch is the most messages one system call moves (default 64).
+	Batch int
+}
+
+// Stats counts what the conn did.
+type Stats struct {
+	RxPackets, TxPackets, RxBadICRC, RxTruncated atomic.Uint64
+}
+
+// Conn is a RoCEv2 UDP socket.
+type Conn struct {
+	uc    *net.UDPConn
+	rc    syscall.RawConn
+	local netip.AddrPort
+	v6    bool
+	batch int
+	stats Stats
+	once  sync.Once
+
+	rd batchState // used by ReadBatch only
+	wr batchState // used by WriteBatch only
+}
+
+var _ roce.PacketConn = (*Conn)(nil)
+
+// mmsghdr is struct mmsghdr.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// batchState is the system call's view of one batch.
+type batchState struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6 // large enough for either family
+	ctl   [][]byte
+	hdr   [ipv6Hdr + udpHdr]byte // the headers the kernel will write, for the ICRC
+}
+
+const (
+	ipv4Hdr = 20
+	ipv6Hdr = 40
+	udpHdr  = 8
+	ctlLen  = 64
+)
+
+func newBatch(n int) batchState {
+	b := batchState{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, n), names: make([]unix.RawSockaddrInet6, n), ctl: make([][]byte, n)}
+	for i := range b.ctl {
+		b.ctl[i] = make([]byte, ctlLen)
+	}
+	return b
+}
+
+// Listen opens the socket.
+func Listen(opts Options) (*Conn, error) {
+	a := opts.Addr
+	if !a.Addr().IsValid() || a.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("udpconn: listen on %v: bind a specific IP address: the ICRC covers the source address", a)
+	}
+	if a.Port() == 0 {
+		a = netip.AddrPortFrom(a.Addr(), roce.Port)
+	}
+	a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	if opts.Batch <= 0 {
+		opts.Batch = 64
+	}
+	network := "udp4"
+	if a.Addr().Is6() {
+		network = "udp6"
+	}
+	uc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(a))
+	if err != nil {
+		return nil, fmt.Errorf("udpconn: %w", err)
+	}
+	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch, rd: newBatch(opts.Batch), wr: newBatch(opts.Batch)}
+	if c.rc, err = uc.SyscallConn(); err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("udpconn: %w", err)
+	}
+	var serr error
+	err = c.rc.Control(func(fd uintptr) {
+		if c.v6 {
+			serr = errors.Join(
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1),
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1))
+			return
+		}
+		serr = errors.Join(
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1),
+			// Don't fragment: Linux then sends IP ID 0 from an unconnected
+			// socket, which the ICRC needs to know.
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO))
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("udpconn: socket options: %w", err)
+	}
+	return c, nil
+}
+
+// LocalAddr returns the bound address.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// Stats returns the conn's counters.
+func (c *Conn) Stats() *Stats { return &c.stats }
+
+// Close closes the socket; a blocked ReadBatch returns ErrConnClosed.
+func (c *Conn) Close() error {
+	var err error
+	c.once.Do(func() { err = c.uc.Close() })
+	return err
+}
+
+// ReadBatch reads up to len(msgs) packets.
+func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
+	b := &c.rd
+	n := min(len(msgs), c.batch)
+	if n == 0 {
+		return 0, nil
+	}
+	for i := range n {
+		buf := msgs[i].Buf[:cap(msgs[i].Buf)]
+		if len(buf) == 0 {
+			return 0, fmt.Errorf("udpconn: read into message %d without a buffer", i)
+		}
+		b.iovs[i] = unix.Iovec{Base: &buf[0]}
+		b.iovs[i].SetLen(len(buf))
+		h := &b.hdrs[i].hdr
+		*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: unix.SizeofSockaddrInet6,
+			Iov: &b.iovs[i], Control: &b.ctl[i][0]}
+		h.SetIovlen(1)
+		h.SetControllen(ctlLen)
+	}
+	var got int
+	var errno syscall.Errno
+	err := c.rc.Read(func(fd uintptr) bool {
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			return false
+		}
+		got, errno = int(r), e
+		return true
+	})
+	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return 0, roce.ErrConnClosed
+		}
+		return 0, fmt.Errorf("udpconn: recvmmsg: %w", err)
+	}
+	if errno != 0 {
+		return 0, fmt.Errorf("udpconn: recvmmsg: %w", errno)
+	}
+	out := 0
+	for i := range got {
+		h := &b.hdrs[i]
+		m := &msgs[i]
+		m.Buf = m.Buf[:cap(m.Buf)]
+		m.N = int(h.n)
+		m.Addr = sockaddrToAddrPort(&b.names[i])
+		m.ECN = parseECN(b.ctl[i][:h.hdr.Controllen]) & 3
+		m.ICRCChecked = false
+		c.stats.RxPackets.Add(1)
+		if h.hdr.Flags&unix.MSG_TRUNC != 0 {
+			c.stats.RxTruncated.Add(1)
+			continue
+		}
+		if c.v6 {
+			c.putHeaders(&b.hdr, m.Addr, c.local, m.N)
+			crc, err := roce.ICRCWithHeaders(b.hdr[:ipv6Hdr+udpHdr], m.Buf[:m.N])
+			if err != nil || crc != binary.LittleEndian.Uint32(m.Buf[m.N-4:m.N]) {
+				c.stats.RxBadICRC.Add(1)
+				continue
+			}
+			m.ICRCChecked = true
+		}
+		if out != i {
+			msgs[out], msgs[i] = msgs[i], msgs[out] // keep the dropped one's buffer in the batch
+		}
+		out++
+	}
+	return out, nil
+}
+
+// WriteBatch fills each packet's ICRC and sends the batch.
+func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
+	b := &c.wr
+	sent := 0
+	for sent < len(msgs) {
+		n := min(len(msgs)-sent, c.batch)
+		for i := range n {
+			m := &msgs[sent+i]
+			if m.N < roce.BTHLen+roce.ICRCLen {
+				return sent, fmt.Errorf("udpconn: message %d of %d bytes is no RoCEv2 packet", sent+i, m.N)
+			}
+			hl := c.putHeaders(&b.hdr, c.local, m.Addr, m.N)
+			crc, err := roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
+			if err != nil {
+				return sent, fmt.Errorf("udpconn: ICRC of message %d: %w", sent+i, err)
+			}
+			binary.LittleEndian.PutUint32(m.Buf[m.N-4:m.N], crc)
+			b.iovs[i] = unix.Iovec{Base: &m.Buf[0]}
+			b.iovs[i].SetLen(m.N)
+			nl := addrPortToSockaddr(&b.names[i], m.Addr, c.v6)
+			h := &b.hdrs[i].hdr
+			*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: nl, Iov: &b.iovs[i]}
+			h.SetIovlen(1)
+			if m.ECN != 0 {
+				cl := putECN(b.ctl[i], m.ECN&3, c.v6)
+				h.Control = &b.ctl[i][0]
+				h.SetControllen(cl)
+			}
+		}
+		var done int
+		var errno syscall.Errno
+		err := c.rc.Write(func(fd uintptr) bool {
+			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
+			if e == unix.EAGAIN || e == unix.EINTR {
+				return false
+			}
+			done, errno = int(r), e
+			return true
+		})
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return sent, roce.ErrConnClosed
+			}
+			return sent, fmt.Errorf("udpconn: sendmmsg: %w", err)
+		}
+		if errno != 0 {
+			return sent, fmt.Errorf("udpconn: sendmmsg to %v: %w", msgs[sent].Addr, errno)
+		}
+		c.stats.TxPackets.Add(uint64(done))
+		sent += done
+	}
+	return sent, nil
+}
+
+// putHeaders writes the IP and UDP headers a packet of n transport bytes
+// travels with, as the kernel writes them, and returns their length.
+func (c *Conn) putHeaders(h *[ipv6Hdr + udpHdr]byte, src, dst netip.AddrPort, n int) int {
+	var u []byte
+	if c.v6 {
+		clear(h[:ipv6Hdr])
+		h[0] = 6 << 4
+		binary.BigEndian.PutUint16(h[4:], uint16(udpHdr+n))
+		h[6] = unix.IPPROTO_UDP
+		s, d := src.Addr().As16(), dst.Addr().As16()
+		copy(h[8:], s[:])
+		copy(h[24:], d[:])
+		u = h[ipv6Hdr:]
+	} else {
+		h[0] = 0x45
+		h[1] = 0 // TOS: masked
+		binary.BigEndian.PutUint16(h[2:], uint16(ipv4Hdr+udpHdr+n))
+		binary.BigEndian.PutUint16(h[4:], 0)      // IP ID 0: DF from an unconnected socket
+		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
+		h[8], h[9] = 0, unix.IPPROTO_UDP          // TTL: masked
+		h[10], h[11] = 0, 0                       // checksum: masked
+		s, d := src.Addr().Unmap().As4(), dst.Addr().Unmap().As4()
+		copy(h[12:], s[:])
+		copy(h[16:], d[:])
+		u = h[ipv4Hdr:]
+	}
+	binary.BigEndian.PutUint16(u[0:], src.Port())
+	binary.BigEndian.PutUint16(u[2:], dst.Port())
+	binary.BigEndian.PutUint16(u[4:], uint16(udpHdr+n))
+	u[6], u[7] = 0, 0 // checksum: masked
+	if c.v6 {
+		return ipv6Hdr + udpHdr
+	}
+	return ipv4Hdr + udpHdr
+}
+
+func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), ntohs(sa4.Port))
+	case unix.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), ntohs(sa.Port))
+	}
+	return netip.AddrPort{}
+}
+
+func addrPortToSockaddr(sa *unix.RawSockaddrInet6, ap netip.AddrPort, v6 bool) uint32 {
+	if !v6 {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: ntohs(ap.Port()), Addr: ap.Addr().Unmap().As4()}
+		return unix.SizeofSockaddrInet4
+	}
+	*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: ntohs(ap.Port()), Addr: ap.Addr().As16()}
+	return unix.SizeofSockaddrInet6
+}
+
+// ntohs swaps a port between network and host order (both directions).
+func ntohs(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return *(*uint16)(unsafe.Pointer(&b[0]))
+}
+
+// parseECN returns the traffic class / TOS byte from received ancillary data.
+func parseECN(ctl []byte) uint8 {
+	for len(ctl) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(ctl) {
+			return 0
+		}
+		data := ctl[unix.SizeofCmsghdr:l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
+			return data[0]
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			return uint8(*(*int32)(unsafe.Pointer(&data[0])))
+		}
+		ctl = ctl[min(cmsgAlign(l), len(ctl)):]
+	}
+	return 0
+}
+
+// putECN writes an IP_TOS (IPv4) or IPV6_TCLASS (IPv6) control message.
+func putECN(ctl []byte, ecn uint8, v6 bool) int {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	if v6 {
+		h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+	}
+	h.SetLen(unix.CmsgLen(4))
+	*(*int32)(unsafe.Pointer(&ctl[unix.SizeofCmsghdr])) = int32(ecn)
+	return unix.CmsgSpace(4)
+}
+
+func cmsgAlign(n int) int { return (n + 7) &^ 7 }
