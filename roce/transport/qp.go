@@ -339,7 +339,7 @@ func (qp *QP) postSendLocked(wrs []SendWR) error {
 	}
 	for _, wr := range wrs {
 		data, _ := wr.Local.bytes()
-		qp.req.sq = append(qp.req.sq, &sendWQE{wr: wr, data: data})
+		qp.req.sq = append(qp.req.sq, qp.req.newWQE(wr, data))
 	}
 	if qp.typ == UD {
 		qp.sendUDLocked()

@@ -56,11 +56,26 @@ type requester struct {
 	rnrPSN              roce.PSN
 	maxInflight         int // packets sent and not acknowledged, at most
 	cnps                uint64
+	free                []*sendWQE // recycled WQEs
+}
+
+// newWQE returns a WQE for wr, recycled when one is free.
+func (r *requester) newWQE(wr SendWR, data []byte) *sendWQE {
+	var w *sendWQE
+	if n := len(r.free); n > 0 {
+		w = r.free[n-1]
+		r.free = r.free[:n-1]
+		*w = sendWQE{}
+	} else {
+		w = new(sendWQE)
+	}
+	w.wr, w.data = wr, data
+	return w
 }
 
 func (r *requester) init(psn roce.PSN, retry, rnr uint8) {
 	*r = requester{psn: psn, fresh: psn, unacked: psn, retries: retry, rnrRetries: rnr,
-		retryCnt: retry, rnrRetry: rnr, maxInflight: 512}
+		retryCnt: retry, rnrRetry: rnr, maxInflight: 512, sq: r.sq[:0], free: r.free}
 }
 
 // npkts returns how many PSNs a WQE takes at path MTU mtu.
@@ -457,9 +472,10 @@ func (qp *QP) completeHeadLocked() {
 		r.sq[0] = nil
 		r.sq = r.sq[1:]
 		r.next = max(r.next-1, 0)
+		r.free = append(r.free, w)
 	}
 	if len(r.sq) == 0 {
-		r.sq = r.sq[:0:0] // let the backing array go after a burst
+		r.sq = r.sq[:0:cap(r.sq)] // reuse the backing array from its start
 	}
 }
 

@@ -62,6 +62,13 @@ type batchState struct {
 	names []unix.RawSockaddrInet6 // large enough for either family
 	ctl   [][]byte
 	hdr   [ipv6Hdr + udpHdr]byte // the headers the kernel will write, for the ICRC
+
+	// The system call, made once per batch through RawConn: a closure
+	// built once, so a batch allocates nothing.
+	call  func(fd uintptr) bool
+	count int           // messages offered
+	done  int           // messages moved
+	errno syscall.Errno // the call's error
 }
 
 const (
@@ -71,12 +78,19 @@ const (
 	ctlLen  = 64
 )
 
-func newBatch(n int) batchState {
-	b := batchState{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, n), names: make([]unix.RawSockaddrInet6, n), ctl: make([][]byte, n)}
+func (b *batchState) init(n int, sysno uintptr) {
+	*b = batchState{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, n), names: make([]unix.RawSockaddrInet6, n), ctl: make([][]byte, n)}
 	for i := range b.ctl {
 		b.ctl[i] = make([]byte, ctlLen)
 	}
-	return b
+	b.call = func(fd uintptr) bool {
+		r, _, e := unix.Syscall6(sysno, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(b.count), unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			return false // wait for the poller
+		}
+		b.done, b.errno = int(r), e
+		return true
+	}
 }
 
 // Listen opens the socket.
@@ -100,7 +114,13 @@ func Listen(opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udpconn: %w", err)
 	}
-	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch, rd: newBatch(opts.Batch), wr: newBatch(opts.Batch)}
+	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch}
+	c.rd.init(opts.Batch, unix.SYS_RECVMMSG)
+	c.wr.init(opts.Batch, unix.SYS_SENDMMSG)
+	// Room for a window of full-size packets: the kernel's defaults hold
+	// about fifty, and every drop costs a go-back-N.
+	_ = uc.SetReadBuffer(8 << 20)
+	_ = uc.SetWriteBuffer(4 << 20)
 	if c.rc, err = uc.SyscallConn(); err != nil {
 		uc.Close()
 		return nil, fmt.Errorf("udpconn: %w", err)
@@ -162,16 +182,9 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 		h.SetIovlen(1)
 		h.SetControllen(ctlLen)
 	}
-	var got int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
-		if e == unix.EAGAIN || e == unix.EINTR {
-			return false
-		}
-		got, errno = int(r), e
-		return true
-	})
+	b.count = n
+	err := c.rc.Read(b.call)
+	got, errno := b.done, b.errno
 	if err != nil {
 		if errors.Is(err, net.ErrClosed) {
 			return 0, roce.ErrConnClosed
@@ -241,16 +254,9 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 				h.SetControllen(cl)
 			}
 		}
-		var done int
-		var errno syscall.Errno
-		err := c.rc.Write(func(fd uintptr) bool {
-			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
-			if e == unix.EAGAIN || e == unix.EINTR {
-				return false
-			}
-			done, errno = int(r), e
-			return true
-		})
+		b.count = n
+		err := c.rc.Write(b.call)
+		done, errno := b.done, b.errno
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return sent, roce.ErrConnClosed
