@@ -166,7 +166,7 @@ func BaselineMarkdown(figs []*Figure, kernel, hostLoad string) string {
 	}
 	if hostLoad != "" {
 		fmt.Fprintf(&b, "Host load average (1, 5, 15 min) at the end of the run: %s, on 2 cores: the\n"+
-			"figures move with the host's other work.\n", hostLoad)
+			"figures move with the host's other work, several-fold between runs on a busy host.\n", hostLoad)
 	}
 	b.WriteString("A pair marked \"retried\" failed its first run because perftest could not calibrate\n" +
 		"its cycle counter under TCG (\"Can't produce a report\" or inf figures); the figure is\n" +
