@@ -146,7 +146,7 @@ func workload(t *testing.T, a, b *end, msgs, maxLen, window int, deadline time.D
 	}
 }
 
-func pair(t *testing.T, opts simnet.Options, co connOpts) (*simnet.Net, *end, *end) {
+func pair(t testing.TB, opts simnet.Options, co connOpts) (*simnet.Net, *end, *end) {
 	t.Helper()
 	n := simnet.New(opts)
 	a := newEnd(t, n, "10.0.0.1:4791")
