@@ -18,6 +18,9 @@ type DeviceOptions struct {
 	// CNPInterval is the least time between two CNPs sent for one QP
 	// (DCQCN's notification point; default 50 microseconds).
 	CNPInterval time.Duration
+	// DCQCN configures the reaction point of QPs that send ECN-capable
+	// packets (QPAttr.ECN); zero fields take the published defaults.
+	DCQCN DCQCNConfig
 	// Logger receives the device's events (default slog.Default()).
 	Logger *slog.Logger
 }

@@ -118,6 +118,8 @@ type QP struct {
 	spare   []roce.Message
 	txBuf   [][]byte // free packet buffers
 	lastCNP time.Time
+	cc      *dcqcn      // DCQCN reaction point, when ECN is on
+	pacer   *time.Timer // wakes the pump when the rate allows the next packet
 }
 
 // CreateQP creates a queue pair in the RESET state.
@@ -229,6 +231,10 @@ func (qp *QP) modifyLocked(a QPAttr) error {
 			qp.attr.MaxRdAtomic = 16
 		}
 		qp.req.init(roce.PSN(a.SQPSN), qp.attr.RetryCnt, qp.attr.RNRRetry)
+		qp.cc = nil
+		if a.ECN && qp.typ == RC {
+			qp.cc = newDCQCN(qp.dev.opts.DCQCN, time.Now())
+		}
 		qp.state = StateRTS
 		return nil
 	}
@@ -252,6 +258,9 @@ func (qp *QP) toErrorLocked() {
 	qp.state = StateError
 	if qp.timer != nil {
 		qp.timer.Stop()
+	}
+	if qp.pacer != nil {
+		qp.pacer.Stop()
 	}
 	qp.flushLocked()
 }
@@ -504,4 +513,47 @@ func (qp *QP) flushAcks() {
 	qp.mu.Lock()
 	qp.flushAckLocked()
 	qp.mu.Unlock()
+}
+
+// QPStats describes a QP's congestion control.
+type QPStats struct {
+	Rate float64 // DCQCN's current rate in bits/s; 0 without DCQCN
+	CNPs uint64  // congestion notifications received
+	Cuts uint64  // rate cuts they caused
+}
+
+// Stats returns the QP's congestion-control state.
+func (qp *QP) Stats() QPStats {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	s := QPStats{CNPs: qp.req.cnps}
+	if qp.cc != nil {
+		s.Rate, s.Cuts = qp.cc.rate(), qp.cc.cuts
+	}
+	return s
+}
+
+// paceLocked reports whether DCQCN lets a packet of n bytes go now; if not
+// it arms the pacer to resume the pump when it may.
+func (qp *QP) paceLocked(n int) bool {
+	if qp.cc == nil {
+		return true
+	}
+	wait := qp.cc.take(n, time.Now())
+	if wait == 0 {
+		return true
+	}
+	if qp.pacer == nil {
+		qp.pacer = time.AfterFunc(wait, qp.onPace)
+	} else {
+		qp.pacer.Reset(wait)
+	}
+	return false
+}
+
+func (qp *QP) onPace() {
+	qp.mu.Lock()
+	qp.pumpLocked()
+	qp.mu.Unlock()
+	qp.dev.send(qp)
 }

@@ -120,6 +120,9 @@ func (qp *QP) pumpLocked() {
 		if int(r.psn.Sub(r.unacked)) >= r.maxInflight {
 			return
 		}
+		if !qp.paceLocked(qp.packetLen(w, r.k)) {
+			return
+		}
 		if r.psn != w.first.Add(r.k) {
 			r.psn = w.first.Add(r.k)
 		}
@@ -570,5 +573,20 @@ func (qp *QP) onTimer() {
 	qp.dev.send(qp)
 }
 
-// onCNP notes a congestion notification for this QP's flow.
-func (r *requester) onCNP(qp *QP) { r.cnps++ }
+// onCNP cuts the QP's rate for a congestion notification (DCQCN's
+// reaction point); without ECN it is only counted.
+func (r *requester) onCNP(qp *QP) {
+	r.cnps++
+	if qp.cc != nil {
+		qp.cc.onCNP(time.Now())
+	}
+}
+
+// packetLen estimates the wire size of packet k of w, for pacing.
+func (qp *QP) packetLen(w *sendWQE, k int) int {
+	const headers = 14 + 20 + 8 + roce.BTHLen + roce.RETHLen + roce.ICRCLen
+	if w.isReadOrAtomic() {
+		return headers + roce.AtomicETHLen
+	}
+	return headers + min(qp.mtu, len(w.data)-k*qp.mtu)
+}

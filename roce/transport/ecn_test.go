@@ -1,0 +1,57 @@
+package transport_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/roce/simnet"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// TestECNMarkingSlowsTheSender marks every ECN-capable packet: the
+// responder answers with CNPs (at most one per 50 us), the requester cuts
+// its rate, and every message is still delivered.
+func TestECNMarkingSlowsTheSender(t *testing.T) {
+	n := simnet.New(simnet.Options{MarkECN: 1})
+	a, b := newEnd(t, n, "10.0.0.1:4791"), newEnd(t, n, "10.0.0.2:4791")
+	for _, e := range []*end{a, b} {
+		qp, err := e.dev.CreateQP(e.pd, transport.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.qp = qp
+	}
+	for _, p := range [][2]*end{{a, b}, {b, a}} {
+		for _, attr := range []transport.QPAttr{
+			{State: transport.StateInit},
+			{State: transport.StateRTR, DestQPN: p[1].qp.QPN(), Remote: p[1].addr, RQPSN: 1, PathMTU: 4096},
+			{State: transport.StateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, ECN: true},
+		} {
+			if err := p[0].qp.Modify(attr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	start := time.Now()
+	const msgs, size = 64, 64 << 10
+	for i := range msgs {
+		if err := a.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+			Local: sge(a, 0, size), Remote: addr(b, 0), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, wc := range wait(t, a.scq, msgs, 30*time.Second) {
+		checkWC(t, wc, uint64(i), transport.OpWrite)
+	}
+	el := time.Since(start)
+	st := a.qp.Stats()
+	cnpsSent := b.dev.Stats().TxCNPs.Load()
+	t.Logf("%d x %d KiB in %v: %d CNPs sent, %d received, %d rate cuts, rate now %.3g b/s", msgs, size>>10, el, cnpsSent, st.CNPs, st.Cuts, st.Rate)
+	if st.CNPs == 0 || st.Cuts == 0 || st.Rate >= 25e9 {
+		t.Errorf("marked traffic: %d CNPs, %d cuts, rate %g; want the rate cut", st.CNPs, st.Cuts, st.Rate)
+	}
+	// The notification point sends at most one CNP per QP per 50 us.
+	if limit := uint64(el/(50*time.Microsecond)) + 1; cnpsSent > limit {
+		t.Errorf("%d CNPs in %v: more than one per 50 us (%d)", cnpsSent, el, limit)
+	}
+}
