@@ -49,13 +49,14 @@ unit: ## go test over every package (root tests must run: REQUIRE_ROOT=0 to let 
 # RUN=regexp runs matching tests only; PKG=./ibv runs those packages only; BASELINE=false skips
 # the perftest/rping baseline; VM_TIMEOUT bounds the guest's whole run.
 RUN        ?=
+GUEST_BENCH ?=
 PKG        ?=
 BASELINE   ?= true
 VM_TIMEOUT ?= 12m
 VMRUN       = $(GO) run ./integration/cmd/vmrun -timeout $(VM_TIMEOUT)
 
-integration: deps-vm ## tests in the qemu guest with rxe and siw, then the baseline (RUN=, PKG=)
-	$(VMRUN) -pkg '$(PKG)' -run '$(RUN)' -baseline=$(BASELINE)
+integration: deps-vm ## tests in the qemu guest with rxe and siw, then the baseline (RUN=, PKG=, GUEST_BENCH=)
+	$(VMRUN) -pkg '$(PKG)' -run '$(RUN)' -bench '$(GUEST_BENCH)' -baseline=$(BASELINE)
 
 baseline-docs: deps-vm ## run the guest's perftest/rping baseline and write it into docs/performance.md
 	$(VMRUN) -tests=false -docs docs/performance.md

@@ -107,7 +107,7 @@ func (c *lossyConn) ReadBatch(msgs []roce.Message) (int, error) {
 // connectToRXE sets up the kernel QP on the rxe device that shares an L2
 // segment with the user namespace, and a transport QP in that namespace,
 // and connects them as an out-of-band exchange (QPN, PSN, GID, MTU) would.
-func connectToRXE(t *testing.T, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
+func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
 	guest.RequireKind(t, "rxe")
 	ns := guest.UserNetns(t)
 	k := &kernelEnd{}
@@ -163,7 +163,7 @@ func connectToRXE(t *testing.T, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
 	return k, g, lossy
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // TCG is slow
 	t.Cleanup(cancel)
 	return c

@@ -28,6 +28,7 @@ func main() {
 	var (
 		pkg         = flag.String("pkg", "", "package patterns to run, space separated (default: packages whose tests import integration/guest)")
 		run         = flag.String("run", "", "run only tests matching this regexp (-test.run)")
+		bench       = flag.String("bench", "", "also run benchmarks matching this regexp (-test.bench; none by default)")
 		timeout     = flag.Duration("timeout", 12*time.Minute, "kill the guest after this long")
 		testTimeout = flag.Duration("test-timeout", 5*time.Minute, "-test.timeout for each test binary and device pass")
 		baseline    = flag.Bool("baseline", true, "run the perftest/rping direct-path baseline")
@@ -42,7 +43,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := vmrun(ctx, options{
-		pkgs: strings.Fields(*pkg), run: *run, timeout: *timeout, testTimeout: *testTimeout,
+		pkgs: strings.Fields(*pkg), run: *run, bench: *bench, timeout: *timeout, testTimeout: *testTimeout,
 		baseline: *baseline, tests: *tests, docs: *docs, cache: *cache, kernel: *kernel, memory: *memory, cpus: *cpus,
 	})
 	if err != nil {
@@ -57,6 +58,7 @@ func main() {
 type options struct {
 	pkgs                 []string
 	run                  string
+	bench                string
 	timeout, testTimeout time.Duration
 	baseline, tests      bool
 	docs, cache, kernel  string
@@ -121,7 +123,7 @@ func vmrun(ctx context.Context, o options) (int, error) {
 	}
 	initrd := filepath.Join(rundir, "initrd.img")
 	if err := writeInitrd(initrd, img, pkgs, test2json, harness.RunConfig{
-		Run: o.run, TestTimeout: o.testTimeout.String(), Baseline: o.baseline,
+		Run: o.run, Bench: o.bench, TestTimeout: o.testTimeout.String(), Baseline: o.baseline,
 	}); err != nil {
 		return 1, err
 	}

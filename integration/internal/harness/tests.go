@@ -121,6 +121,7 @@ func BuildTest2JSON(root, out string) error {
 // RunConfig is what the guest's init reads from /tests/config.
 type RunConfig struct {
 	Run         string // -test.run regexp, empty for all
+	Bench       string // -test.bench regexp, empty for no benchmarks
 	TestTimeout string // -test.timeout per binary and pass
 	Baseline    bool   // run the perftest/rping baseline
 }
@@ -135,7 +136,7 @@ func (c RunConfig) script() string {
 	if c.Baseline {
 		baseline = "1"
 	}
-	return fmt.Sprintf("RUN=%s\nTEST_TIMEOUT=%s\nBASELINE=%s\n", shellQuote(c.Run), shellQuote(c.TestTimeout), baseline)
+	return fmt.Sprintf("RUN=%s\nBENCH=%s\nTEST_TIMEOUT=%s\nBASELINE=%s\n", shellQuote(c.Run), shellQuote(c.Bench), shellQuote(c.TestTimeout), baseline)
 }
 
 // WriteOverlay writes the per-run cpio archive that the kernel unpacks after

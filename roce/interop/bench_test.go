@@ -1,0 +1,111 @@
+package interop_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/integration/guest"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// kernelPair connects rxe0 to rxe1 through ibv: the direct kernel path the
+// transport is compared with.
+func kernelPair(b *testing.B) (*kernelEnd, *kernelEnd) {
+	d := guest.RequireKind(b, "rxe")
+	open := func(name string, ip string) *kernelEnd {
+		k := &kernelEnd{}
+		var err error
+		k.dev, err = ibv.OpenDevice(name)
+		check(b, err)
+		b.Cleanup(func() { k.dev.Close() })
+		addr, err := ibv.ParseGID("::ffff:" + ip)
+		check(b, err)
+		k.gid, err = k.dev.ChooseGID(ibv.GIDQuery{IP: addr.Addr()})
+		check(b, err)
+		k.pd, err = k.dev.AllocPD()
+		check(b, err)
+		k.cq, err = k.dev.NewCQ(ibv.CQOptions{Entries: 256})
+		check(b, err)
+		k.qp, err = k.pd.NewQP(ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: k.cq, RecvCQ: k.cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 16}})
+		check(b, err)
+		k.arena, err = ibv.MapArena(memSize, ibv.ArenaOptions{})
+		check(b, err)
+		b.Cleanup(func() { k.arena.Close() })
+		k.mr, err = k.pd.RegMR(k.arena.Bytes(), ibv.AccessAll)
+		check(b, err)
+		check(b, k.qp.ToInit(ibv.InitParams{Port: 1, Access: ibv.AccessAll}))
+		return k
+	}
+	a, c := open(d.Name, d.IP.String()), open(d.Peer, d.PeerIP.String())
+	for _, p := range [][2]*kernelEnd{{a, c}, {c, a}} {
+		check(b, p[0].qp.ToRTR(ibv.RTRParams{PathMTU: ibv.MTU1024, DestQPN: p[1].qp.QPN(), RQPSN: 1, MaxDestRdAtomic: 16,
+			AH: ibv.AHAttr{IsGlobal: true, Port: 1, GRH: ibv.GRH{DGID: p[1].gid.GID, SGIDIndex: uint8(p[0].gid.Index), HopLimit: 64}}}))
+		check(b, p[0].qp.ToRTS(ibv.RTSParams{SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}))
+	}
+	return a, c
+}
+
+const window = 32
+
+// BenchmarkGuestWrite moves RDMA WRITEs of each size into rxe1's memory,
+// 32 outstanding, from the userspace transport (in user0, over UDP) and,
+// in the same run, from rxe0 (the kernel to the kernel). Compare the two
+// MB/s figures: the transport's goal is to be no slower than rxe.
+func BenchmarkGuestWrite(b *testing.B) {
+	for _, size := range []int{64, 4096, 65536} {
+		b.Run(fmt.Sprintf("transport-to-rxe/%d", size), func(b *testing.B) {
+			k, g, _ := connectToRXE(b, 0)
+			wcs := make([]transport.WC, 64)
+			out := 0
+			b.SetBytes(int64(size))
+			for i := 0; b.Loop(); i++ {
+				for out >= window {
+					n, err := g.cq.PollWait(ctx(b), wcs)
+					check(b, err)
+					for _, wc := range wcs[:n] {
+						if wc.Status != transport.StatusSuccess {
+							b.Fatalf("%+v", wc)
+						}
+					}
+					out -= n
+				}
+				off := (i % 8) * size
+				check(b, g.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+					Local: transport.SGE{MR: g.mr, Offset: off, Length: size}, Remote: k.mr.Addr() + uint64(off), RKey: k.mr.RKey()}))
+				out++
+			}
+			for out > 0 {
+				n, err := g.cq.PollWait(ctx(b), wcs)
+				check(b, err)
+				out -= n
+			}
+		})
+		b.Run(fmt.Sprintf("rxe-to-rxe/%d", size), func(b *testing.B) {
+			a, c := kernelPair(b)
+			wcs := make([]ibv.WorkCompletion, 64)
+			out := 0
+			b.SetBytes(int64(size))
+			for i := 0; b.Loop(); i++ {
+				for out >= window {
+					n, err := a.cq.Wait(ctx(b), wcs)
+					check(b, err)
+					for _, wc := range wcs[:n] {
+						check(b, wc.Err())
+					}
+					out -= n
+				}
+				off := (i % 8) * size
+				_, err := a.qp.PostSend([]ibv.SendWR{{ID: uint64(i), Op: ibv.OpWrite, Flags: ibv.SendSignaled,
+					SGEs: []ibv.SGE{a.mr.SGE(off, size)}, RemoteAddr: c.mr.Addr() + uint64(off), RKey: c.mr.RKey()}})
+				check(b, err)
+				out++
+			}
+			for out > 0 {
+				n, err := a.cq.Wait(ctx(b), wcs)
+				check(b, err)
+				out -= n
+			}
+		})
+	}
+}
