@@ -3,6 +3,8 @@ package transport_test
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,6 +189,21 @@ func TestRCImpairedLink(t *testing.T) {
 				st.Sent.Load(), st.Lost.Load(), st.Duplicated.Load(), st.Reordered.Load(),
 				a.dev.Stats().Retransmit.Load(), a.dev.Stats().Timeouts.Load(),
 				b.dev.Stats().RxDuplicate.Load(), b.dev.Stats().RxOutOfSequence.Load(), b.dev.Stats().TxNAKs.Load())
+		})
+	}
+}
+
+// TestRCPeriodicLoss drops every Nth packet on the link, both ways. A
+// fixed pattern can line up with go-back-N's rounds and lose the same
+// packet every time; after a timeout the requester probes with the oldest
+// packet alone, which breaks the cycle.
+func TestRCPeriodicLoss(t *testing.T) {
+	for _, nth := range []int64{5, 7, 11} {
+		t.Run(fmt.Sprint(nth), func(t *testing.T) {
+			var count atomic.Int64
+			o := simnet.Options{Filter: func(_, _ netip.AddrPort, _ []byte) bool { return count.Add(1)%nth != 0 }}
+			_, a, b := pair(t, o, connOpts{mtu: 1024, retry: 7, rnrRetry: 7, timeout: 10})
+			workload(t, a, b, 70, 3000, 8, 20*time.Second)
 		})
 	}
 }

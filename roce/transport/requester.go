@@ -52,11 +52,17 @@ type requester struct {
 	rdAtomic            int   // READs and atomics started and not done
 	deadline            time.Time
 	retrying            bool // a go-back-N is under way: no new one until progress
-	rnrWait             bool
-	rnrPSN              roce.PSN
-	maxInflight         int // packets sent and not acknowledged, at most
-	cnps                uint64
-	free                []*sendWQE // recycled WQEs
+	// probe is set by a timeout: send only the oldest unacknowledged packet,
+	// asking for an ACK, until the peer answers; then go back N. It keeps a
+	// timeout from resending a whole window into the same loss, round after
+	// round.
+	probe       bool
+	probeSent   bool
+	rnrWait     bool
+	rnrPSN      roce.PSN
+	maxInflight int // packets sent and not acknowledged, at most
+	cnps        uint64
+	free        []*sendWQE // recycled WQEs
 }
 
 // newWQE returns a WQE for wr, recycled when one is free.
@@ -120,6 +126,9 @@ func (qp *QP) pumpLocked() {
 		if int(r.psn.Sub(r.unacked)) >= r.maxInflight {
 			return
 		}
+		if r.probe && r.probeSent {
+			return
+		}
 		if !qp.paceLocked(qp.packetLen(w, r.k)) {
 			return
 		}
@@ -127,6 +136,7 @@ func (qp *QP) pumpLocked() {
 			r.psn = w.first.Add(r.k)
 		}
 		qp.buildRequestLocked(w, r.k)
+		r.probeSent = r.probe
 		if w.isReadOrAtomic() {
 			r.psn = w.last.Next()
 			r.next++
@@ -196,8 +206,9 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 		f.AtomicETH = roce.AtomicETHFields{VA: wr.Remote, RKey: wr.RKey, SwapAdd: wr.SwapAdd, Compare: wr.Compare}
 		lastPkt = true
 	}
-	// Ask for an ACK at the end of each message and every 16 packets.
-	f.BTH.AckReq = lastPkt || k%16 == 15
+	// Ask for an ACK at the end of each message, every 16 packets, and on a
+	// timeout's probe.
+	f.BTH.AckReq = lastPkt || k%16 == 15 || qp.req.probe
 	qp.queue(qp.attr.Remote, &f, payload)
 }
 
@@ -305,6 +316,7 @@ func (qp *QP) progressLocked(psn roce.PSN) {
 		r.unacked = n
 		r.retries, r.rnrRetries = r.retryCnt, r.rnrRetry
 		r.retrying = false
+		r.probe = false
 		qp.restartTimerLocked()
 	}
 }
@@ -477,8 +489,12 @@ func (qp *QP) completeHeadLocked() {
 		r.next = max(r.next-1, 0)
 		r.free = append(r.free, w)
 	}
+	// Every PSN before the head WQE is acknowledged: its WQEs completed.
 	if len(r.sq) == 0 {
 		r.sq = r.sq[:0:cap(r.sq)] // reuse the backing array from its start
+		r.unacked = r.fresh
+	} else if h := r.sq[0]; h.started && r.unacked.Before(h.first) {
+		r.unacked = h.first
 	}
 }
 
@@ -563,6 +579,7 @@ func (qp *QP) onTimer() {
 		}
 		r.retries--
 		r.retrying = true
+		r.probe, r.probeSent = true, false
 		qp.dev.stats.Timeouts.Add(1)
 		qp.dev.stats.Retransmit.Add(1)
 		qp.rewindLocked(r.unacked)
