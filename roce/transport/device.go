@@ -18,6 +18,10 @@ type DeviceOptions struct {
 	// CNPInterval is the least time between two CNPs sent for one QP
 	// (DCQCN's notification point; default 50 microseconds).
 	CNPInterval time.Duration
+	// NoCNP leaves ECN-CE marked packets unanswered: set it when the packet
+	// I/O answers them itself (package xdp's program with CNPs on), so a
+	// congested flow gets one CNP, not two.
+	NoCNP bool
 	// DCQCN configures the reaction point of QPs that send ECN-capable
 	// packets (QPAttr.ECN); zero fields take the published defaults.
 	DCQCN DCQCNConfig

@@ -12,26 +12,7 @@ import (
 // responder answers with CNPs (at most one per 50 us), the requester cuts
 // its rate, and every message is still delivered.
 func TestECNMarkingSlowsTheSender(t *testing.T) {
-	n := simnet.New(simnet.Options{MarkECN: 1})
-	a, b := newEnd(t, n, "10.0.0.1:4791"), newEnd(t, n, "10.0.0.2:4791")
-	for _, e := range []*end{a, b} {
-		qp, err := e.dev.CreateQP(e.pd, transport.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.qp = qp
-	}
-	for _, p := range [][2]*end{{a, b}, {b, a}} {
-		for _, attr := range []transport.QPAttr{
-			{State: transport.StateInit},
-			{State: transport.StateRTR, DestQPN: p[1].qp.QPN(), Remote: p[1].addr, RQPSN: 1, PathMTU: 4096},
-			{State: transport.StateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, ECN: true},
-		} {
-			if err := p[0].qp.Modify(attr); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	a, b := ecnPair(t, false)
 	start := time.Now()
 	const msgs, size = 64, 64 << 10
 	for i := range msgs {
@@ -54,4 +35,44 @@ func TestECNMarkingSlowsTheSender(t *testing.T) {
 	if limit := uint64(el/(50*time.Microsecond)) + 1; cnpsSent > limit {
 		t.Errorf("%d CNPs in %v: more than one per 50 us (%d)", cnpsSent, el, limit)
 	}
+}
+
+// TestNoCNP: a device told that its packet I/O answers ECN-CE itself sends
+// no CNPs of its own.
+func TestNoCNP(t *testing.T) {
+	a, b := ecnPair(t, true)
+	if err := a.qp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpWrite, Signaled: true, Local: sge(a, 0, 64<<10), Remote: addr(b, 0), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, a.scq, 1, 5*time.Second)
+	if got, marked := b.dev.Stats().TxCNPs.Load(), b.dev.Stats().RxECNCE.Load(); got != 0 || marked == 0 {
+		t.Errorf("NoCNP: %d CNPs sent for %d marked packets; want none for some", got, marked)
+	}
+}
+
+// ecnPair connects two ECN-capable RC QPs over a network that marks every
+// ECN-capable packet; the responder's device has NoCNP as given.
+func ecnPair(t *testing.T, noCNP bool) (*end, *end) {
+	n := simnet.New(simnet.Options{MarkECN: 1})
+	a := newEnd(t, n, "10.0.0.1:4791")
+	b := newEndOpts(t, n, "10.0.0.2:4791", transport.DeviceOptions{NoCNP: noCNP, Logger: quiet})
+	for _, e := range []*end{a, b} {
+		qp, err := e.dev.CreateQP(e.pd, transport.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.qp = qp
+	}
+	for _, p := range [][2]*end{{a, b}, {b, a}} {
+		for _, attr := range []transport.QPAttr{
+			{State: transport.StateInit},
+			{State: transport.StateRTR, DestQPN: p[1].qp.QPN(), Remote: p[1].addr, RQPSN: 1, PathMTU: 4096},
+			{State: transport.StateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, ECN: true},
+		} {
+			if err := p[0].qp.Modify(attr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return a, b
 }

@@ -34,12 +34,17 @@ const memSize = 8 << 20
 
 func newEnd(t testing.TB, n *simnet.Net, addr string) *end {
 	t.Helper()
+	return newEndOpts(t, n, addr, transport.DeviceOptions{Logger: quiet})
+}
+
+func newEndOpts(t testing.TB, n *simnet.Net, addr string, opts transport.DeviceOptions) *end {
+	t.Helper()
 	ap := netip.MustParseAddrPort(addr)
 	conn, err := n.Listen(ap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := transport.NewDevice(conn, transport.DeviceOptions{Logger: quiet})
+	dev, err := transport.NewDevice(conn, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -470,7 +470,7 @@ func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 		qp.req.onCNP(qp)
 		return
 	}
-	if m.ECN == roce.ECNCE {
+	if m.ECN == roce.ECNCE && !qp.dev.opts.NoCNP {
 		qp.sendCNPLocked(m.Addr)
 	}
 	switch qp.typ {
