@@ -32,7 +32,7 @@ deps-vm: ## install what the integration guest needs (only the missing packages)
 build: ## build bin/rbridge
 	$(GO) build -o bin/rbridge ./cmd/rbridge
 
-test: deps vet unit integration ## the whole suite: install what it needs, vet, unit, root and guest tests
+test: deps vet check-generate unit integration ## the whole suite: install what it needs, vet, generated code, unit, root and guest tests
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -67,5 +67,7 @@ bench: ## benchmarks, with allocations
 generate: ## regenerate generated code (bpf2go)
 	$(GO) generate $(PKGS)
 
-check-generate: generate ## fail when committed generated code differs from a fresh generation
-	git diff --exit-code
+GENERATED := xdp/classifier_bpfel.go xdp/classifier_bpfel.o xdp/classifier_bpfeb.go xdp/classifier_bpfeb.o
+
+check-generate: generate ## fail when committed generated code (bpf2go) differs from a fresh generation
+	@git diff --exit-code --stat -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
