@@ -43,6 +43,12 @@ type Message struct {
 	ECN uint8
 	// ICRCChecked is set on read when the conn verified the ICRC.
 	ICRCChecked bool
+	// SrcPort, on write, is the UDP source port to send from (0: the conn's
+	// own). The transport sets it per QP as the kernel does (SourcePort), so
+	// ECMP spreads flows over paths; a conn that cannot choose it (a bound
+	// UDP socket) sends from its own port. On read it is not set: Addr has
+	// the peer's port.
+	SrcPort uint16
 }
 
 // MaxPacket is the largest transport packet rbridge sends or accepts: a

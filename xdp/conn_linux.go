@@ -477,7 +477,11 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 		copy(ip[24:40], dst16[:])
 	}
 	u := ip[ipLen:]
-	binary.BigEndian.PutUint16(u[0:], c.local.Port())
+	sport := c.local.Port()
+	if m.SrcPort != 0 {
+		sport = m.SrcPort
+	}
+	binary.BigEndian.PutUint16(u[0:], sport)
 	binary.BigEndian.PutUint16(u[2:], m.Addr.Port())
 	binary.BigEndian.PutUint16(u[4:], uint16(l4))
 	u[6], u[7] = 0, 0

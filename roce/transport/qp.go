@@ -118,6 +118,7 @@ type QP struct {
 	spare   []roce.Message
 	txBuf   [][]byte // free packet buffers
 	lastCNP time.Time
+	sport   uint16      // UDP source port of this QP's flow (roce.SourcePort)
 	cc      *dcqcn      // DCQCN reaction point, when ECN is on
 	pacer   *time.Timer // wakes the pump when the rate allows the next packet
 }
@@ -205,6 +206,7 @@ func (qp *QP) modifyLocked(a QPAttr) error {
 			}
 			qp.mtu = a.PathMTU
 			qp.attr.DestQPN, qp.attr.Remote, qp.attr.RQPSN = a.DestQPN, a.Remote, a.RQPSN
+			qp.sport = roce.SourcePort(0, qp.qpn, a.DestQPN)
 			qp.attr.MinRNRTimer, qp.attr.MaxDestRdAtomic = a.MinRNRTimer&0x1f, a.MaxDestRdAtomic
 			qp.resp.init(roce.PSN(a.RQPSN))
 		} else {
@@ -426,7 +428,7 @@ func (qp *QP) newPacket(to netip.AddrPort) *roce.Message {
 	if qp.attr.ECN {
 		ecn = 2 // ECT(0)
 	}
-	qp.tx = append(qp.tx, roce.Message{Buf: buf, Addr: to, ECN: ecn})
+	qp.tx = append(qp.tx, roce.Message{Buf: buf, Addr: to, ECN: ecn, SrcPort: qp.sport})
 	return &qp.tx[len(qp.tx)-1]
 }
 
@@ -471,7 +473,13 @@ func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 		return
 	}
 	if m.ECN == roce.ECNCE && !qp.dev.opts.NoCNP {
-		qp.sendCNPLocked(m.Addr)
+		// To the peer's RoCE address: the packet's source port is its
+		// flow's, not where the peer listens.
+		to := qp.attr.Remote
+		if !to.IsValid() {
+			to = netip.AddrPortFrom(m.Addr.Addr(), roce.Port)
+		}
+		qp.sendCNPLocked(to)
 	}
 	switch qp.typ {
 	case UD:
