@@ -217,7 +217,11 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		c.net.send(packet{from: c.addr, to: m.Addr, data: append([]byte(nil), m.Buf[:m.N]...), ecn: m.ECN})
+		from := c.addr
+		if m.SrcPort != 0 {
+			from = netip.AddrPortFrom(from.Addr(), m.SrcPort) // as a NIC choosing the port would send
+		}
+		c.net.send(packet{from: from, to: m.Addr, data: append([]byte(nil), m.Buf[:m.N]...), ecn: m.ECN})
 	}
 	return len(msgs), nil
 }

@@ -1,9 +1,11 @@
 package transport_test
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -75,4 +77,31 @@ func ecnPair(t *testing.T, noCNP bool) (*end, *end) {
 		}
 	}
 	return a, b
+}
+
+// TestSourcePort: an RC QP's packets leave from the UDP source port the
+// kernel would choose for the QP pair (rdma_get_udp_sport), and the CNPs
+// that answer them still reach the peer.
+func TestSourcePort(t *testing.T) {
+	ports := make(chan uint16, 1024)
+	n := simnet.New(simnet.Options{Filter: func(from, _ netip.AddrPort, _ []byte) bool {
+		select {
+		case ports <- from.Port():
+		default:
+		}
+		return true
+	}})
+	a, b := newEnd(t, n, "10.0.3.1:4791"), newEnd(t, n, "10.0.3.2:4791")
+	connect(t, a, b, connOpts{retry: 7, rnrRetry: 7})
+	if err := a.qp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpWrite, Signaled: true, Local: sge(a, 0, 100), Remote: addr(b, 0), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, a.scq, 1, 5*time.Second)
+	want := map[uint16]bool{roce.SourcePort(0, a.qp.QPN(), b.qp.QPN()): true, roce.SourcePort(0, b.qp.QPN(), a.qp.QPN()): true}
+	close(ports)
+	for p := range ports {
+		if !want[p] {
+			t.Errorf("a packet left from port %#x; want one of %v", p, want)
+		}
+	}
 }

@@ -1,0 +1,125 @@
+package simnet_test
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/simnet"
+)
+
+func send(t *testing.T, c *simnet.Conn, to netip.AddrPort, n int, ecn uint8) {
+	t.Helper()
+	for i := range n {
+		b := []byte{byte(i), byte(i >> 8)}
+		if _, err := c.WriteBatch([]roce.Message{{Buf: b, N: 2, Addr: to, ECN: ecn}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func drain(t *testing.T, c *simnet.Conn, want int) []roce.Message {
+	t.Helper()
+	var got []roce.Message
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		msgs := make([]roce.Message, 64)
+		for i := range msgs {
+			msgs[i].Buf = make([]byte, 16)
+		}
+		for len(got) < want {
+			n, err := c.ReadBatch(msgs)
+			if err != nil {
+				return
+			}
+			for _, m := range msgs[:n] {
+				got = append(got, roce.Message{Buf: append([]byte(nil), m.Buf[:m.N]...), N: m.N, Addr: m.Addr, ECN: m.ECN})
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		c.Close()
+		<-done
+	}
+	return got
+}
+
+func TestImpairments(t *testing.T) {
+	a0, b0 := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
+	const n = 20000
+	for _, tc := range []struct {
+		name string
+		o    simnet.Options
+		lo   int // delivered at least
+		hi   int // and at most
+	}{
+		{"clean", simnet.Options{}, n, n},
+		{"loss 10%", simnet.Options{Loss: 0.1, Seed: 1}, n * 85 / 100, n * 95 / 100},
+		{"dup 10%", simnet.Options{Duplicate: 0.1, Seed: 2}, n * 105 / 100, n * 115 / 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.QueueLen = 2 * n // room for the whole burst: this test is not about overflow
+			net := simnet.New(tc.o)
+			a, _ := net.Listen(a0)
+			b, _ := net.Listen(b0)
+			defer a.Close()
+			send(t, a, b0, n, 0) // delivery is synchronous without delay
+			delivered := int(net.Stats().Delivered.Load())
+			got := drain(t, b, delivered)
+			if len(got) != delivered {
+				t.Fatalf("read %d packets, the network delivered %d", len(got), delivered)
+			}
+			if len(got) < tc.lo || len(got) > tc.hi {
+				t.Errorf("delivered %d of %d, want [%d, %d]", len(got), n, tc.lo, tc.hi)
+			}
+			for _, m := range got {
+				if m.Addr != a0 {
+					t.Fatalf("from %v, want %v", m.Addr, a0)
+				}
+			}
+		})
+	}
+	t.Run("reorder and ECN", func(t *testing.T) {
+		net := simnet.New(simnet.Options{Reorder: 0.2, MarkECN: 1, Seed: 3})
+		a, _ := net.Listen(a0)
+		b, _ := net.Listen(b0)
+		send(t, a, b0, 1000, 2)
+		net.Flush()
+		got := drain(t, b, 1000)
+		if len(got) != 1000 {
+			t.Fatalf("delivered %d of 1000", len(got))
+		}
+		late := 0
+		for i, m := range got {
+			if int(m.Buf[0])|int(m.Buf[1])<<8 != i {
+				late++
+			}
+			if m.ECN != roce.ECNCE {
+				t.Fatalf("packet %d ECN %d, want CE", i, m.ECN)
+			}
+		}
+		if late == 0 {
+			t.Errorf("nothing was reordered")
+		}
+	})
+}
+
+func TestClose(t *testing.T) {
+	net := simnet.New(simnet.Options{})
+	c, _ := net.Listen(netip.MustParseAddrPort("10.0.0.1:4791"))
+	if _, err := net.Listen(c.LocalAddr()); err == nil {
+		t.Errorf("a second conn on the same address: no error")
+	}
+	c.Close()
+	if _, err := c.ReadBatch(make([]roce.Message, 1)); !errors.Is(err, roce.ErrConnClosed) {
+		t.Errorf("read after close: %v", err)
+	}
+	if _, err := c.WriteBatch(nil); !errors.Is(err, roce.ErrConnClosed) {
+		t.Errorf("write after close: %v", err)
+	}
+}
