@@ -13,31 +13,10 @@ import (
 // transport is compared with.
 func kernelPair(b *testing.B) (*kernelEnd, *kernelEnd) {
 	d := guest.RequireKind(b, "rxe")
-	open := func(name string, ip string) *kernelEnd {
-		k := &kernelEnd{}
-		var err error
-		k.dev, err = ibv.OpenDevice(name)
-		check(b, err)
-		b.Cleanup(func() { k.dev.Close() })
-		addr, err := ibv.ParseGID("::ffff:" + ip)
-		check(b, err)
-		k.gid, err = k.dev.ChooseGID(ibv.GIDQuery{IP: addr.Addr()})
-		check(b, err)
-		k.pd, err = k.dev.AllocPD()
-		check(b, err)
-		k.cq, err = k.dev.NewCQ(ibv.CQOptions{Entries: 256})
-		check(b, err)
-		k.qp, err = k.pd.NewQP(ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: k.cq, RecvCQ: k.cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 16}})
-		check(b, err)
-		k.arena, err = ibv.MapArena(memSize, ibv.ArenaOptions{})
-		check(b, err)
-		b.Cleanup(func() { k.arena.Close() })
-		k.mr, err = k.pd.RegMR(k.arena.Bytes(), ibv.AccessAll)
-		check(b, err)
+	a, c := openKernelEnd(b, d.Name, d.IP), openKernelEnd(b, d.Peer, d.PeerIP)
+	for _, k := range []*kernelEnd{a, c} {
 		check(b, k.qp.ToInit(ibv.InitParams{Port: 1, Access: ibv.AccessAll}))
-		return k
 	}
-	a, c := open(d.Name, d.IP.String()), open(d.Peer, d.PeerIP.String())
 	for _, p := range [][2]*kernelEnd{{a, c}, {c, a}} {
 		check(b, p[0].qp.ToRTR(ibv.RTRParams{PathMTU: ibv.MTU1024, DestQPN: p[1].qp.QPN(), RQPSN: 1, MaxDestRdAtomic: 16,
 			AH: ibv.AHAttr{IsGlobal: true, Port: 1, GRH: ibv.GRH{DGID: p[1].gid.GID, SGIDIndex: uint8(p[0].gid.Index), HopLimit: 64}}}))

@@ -104,30 +104,38 @@ func (c *lossyConn) ReadBatch(msgs []roce.Message) (int, error) {
 	}
 }
 
-// connectToRXE sets up the kernel QP on the rxe device that shares an L2
-// segment with the user namespace, and a transport QP in that namespace,
-// and connects them as an out-of-band exchange (QPN, PSN, GID, MTU) would.
-func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
-	guest.RequireKind(t, "rxe")
-	ns := guest.UserNetns(t)
+// openKernelEnd opens an rxe device and makes an RC QP (in RESET), a CQ and
+// an MR over an mmap'd arena on it, with the GID rbridge picks for ip.
+func openKernelEnd(t testing.TB, device string, ip netip.Addr) *kernelEnd {
 	k := &kernelEnd{}
 	var err error
-	k.dev, err = ibv.OpenDevice(ns.PeerDevice)
+	k.dev, err = ibv.OpenDevice(device)
 	check(t, err)
 	t.Cleanup(func() { k.dev.Close() })
-	k.gid, err = k.dev.ChooseGID(ibv.GIDQuery{IP: ns.PeerIP})
+	k.gid, err = k.dev.ChooseGID(ibv.GIDQuery{IP: ip})
 	check(t, err)
 	k.pd, err = k.dev.AllocPD()
 	check(t, err)
 	k.cq, err = k.dev.NewCQ(ibv.CQOptions{Entries: 256})
 	check(t, err)
-	k.qp, err = k.pd.NewQP(ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: k.cq, RecvCQ: k.cq, Cap: ibv.QPCap{MaxSendWR: 64, MaxRecvWR: 64}})
+	k.qp, err = k.pd.NewQP(ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: k.cq, RecvCQ: k.cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 64}})
 	check(t, err)
 	k.arena, err = ibv.MapArena(memSize, ibv.ArenaOptions{})
 	check(t, err)
 	t.Cleanup(func() { k.arena.Close() })
 	k.mr, err = k.pd.RegMR(k.arena.Bytes(), ibv.AccessAll)
 	check(t, err)
+	return k
+}
+
+// connectToRXE sets up the kernel QP on the rxe device that shares an L2
+// segment with the user namespace, and a transport QP in that namespace,
+// and connects them as an out-of-band exchange (QPN, PSN, GID, MTU) would.
+func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
+	guest.RequireKind(t, "rxe")
+	ns := guest.UserNetns(t)
+	k := openKernelEnd(t, ns.PeerDevice, ns.PeerIP)
+	check(t, k.qp.ToInit(ibv.InitParams{Port: 1, Access: ibv.AccessAll}))
 
 	g := &goEnd{mem: make([]byte, memSize), cq: transport.NewCQ(256), ip: ns.IP, pd: transport.NewPD()}
 	var uc *udpconn.Conn
@@ -137,6 +145,7 @@ func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
 	}))
 	lossy := &lossyConn{PacketConn: uc, rng: rand.New(rand.NewPCG(7, 11)), loss: loss}
 	var conn roce.PacketConn = lossy
+	var err error
 	g.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	check(t, err)
 	t.Cleanup(func() { g.dev.Close() })
@@ -146,7 +155,6 @@ func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
 	check(t, err)
 
 	const kPSN, gPSN = 0x1000, 0xfffff8 // the transport's PSNs wrap
-	check(t, k.qp.ToInit(ibv.InitParams{Port: 1, Access: ibv.AccessAll}))
 	dgid, err := ibv.ParseGID("::ffff:" + ns.IP.String())
 	check(t, err)
 	check(t, k.qp.ToRTR(ibv.RTRParams{PathMTU: ibv.MTU1024, DestQPN: g.qp.QPN(), RQPSN: gPSN, MaxDestRdAtomic: 16,
