@@ -5,5 +5,6 @@
 // backed arena, carved into refcounted size classes, registered once with
 // every protection domain and used as the AF_XDP UMEM).
 //
-// Not implemented yet: this package holds only its documentation.
+// Built so far: the pool (pool.go). Routes, sessions and the relay are not
+// built yet.
 package bridge

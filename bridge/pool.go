@@ -1,0 +1,237 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// The pool is the gateway's one memory arena: a contiguous mapping carved
+// into size classes of buffers, so a payload received by one leg can leave
+// through the other without a copy. The arena is what gets registered with
+// every protection domain and used as the AF_XDP UMEM; a buffer's offset in
+// it is its address there.
+//
+//	arena: | class 0: 256 B x n0 | class 1: 1 KiB x n1 | ... | class k: 64 KiB x nk |
+//
+// Buffers are reference counted: each leg that holds a buffer (the receive
+// ring, a work request in flight, a retransmission queue) holds a reference,
+// and the buffer returns to its class when the last one is released. An
+// empty class is backpressure, never a crash: Get reports it and GetWait
+// waits for a release.
+
+// PoolOptions configures a Pool.
+type PoolOptions struct {
+	// Size is the arena's size in bytes (default 64 MiB).
+	Size int
+	// Classes are the buffer sizes, ascending powers of two (default 256,
+	// 1 KiB, 4 KiB, 16 KiB, 64 KiB). Each class gets an equal share of the
+	// arena.
+	Classes []int
+	// HugePages asks for explicit huge pages (MAP_HUGETLB); without them,
+	// or when none are reserved, the arena asks for transparent huge pages.
+	HugePages bool
+}
+
+// ErrPoolExhausted matches a Get that found its size class empty.
+var ErrPoolExhausted = errors.New("pool exhausted")
+
+// Pool is a refcounted buffer pool over one arena.
+type Pool struct {
+	arena   []byte
+	huge    string // how the arena is backed, for logs and status
+	classes []*sizeClass
+	unmap   func() error
+	closed  atomic.Bool
+}
+
+type sizeClass struct {
+	size int
+	bufs []Buf // every buffer of the class, by index
+
+	mu    sync.Mutex // guards free
+	free  []int32    // indices of free buffers (a stack)
+	ready chan struct{}
+
+	gets, exhausted atomic.Uint64
+}
+
+// Buf is a buffer of the pool. Its memory is B(); it stays valid while a
+// reference is held.
+type Buf struct {
+	class *sizeClass
+	data  []byte
+	off   int // offset in the arena
+	refs  atomic.Int32
+}
+
+// NewPool maps the arena and carves it.
+func NewPool(opts PoolOptions) (*Pool, error) {
+	if opts.Size == 0 {
+		opts.Size = 64 << 20
+	}
+	if opts.Classes == nil {
+		opts.Classes = []int{256, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
+	}
+	if !slices.IsSorted(opts.Classes) {
+		return nil, fmt.Errorf("bridge: pool classes %v are not ascending", opts.Classes)
+	}
+	for _, c := range opts.Classes {
+		if c <= 0 || c&(c-1) != 0 {
+			return nil, fmt.Errorf("bridge: pool class %d is not a power of two", c)
+		}
+	}
+	share := opts.Size / len(opts.Classes)
+	if share < opts.Classes[len(opts.Classes)-1] {
+		return nil, fmt.Errorf("bridge: pool of %d bytes cannot hold one %d-byte buffer per class", opts.Size, opts.Classes[len(opts.Classes)-1])
+	}
+	arena, huge, unmap, err := mapArena(opts.Size, opts.HugePages)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: pool arena of %d bytes: %w", opts.Size, err)
+	}
+	p := &Pool{arena: arena, huge: huge, unmap: unmap}
+	off := 0
+	for _, size := range opts.Classes {
+		n := share / size
+		c := &sizeClass{size: size, bufs: make([]Buf, n), free: make([]int32, n), ready: make(chan struct{}, 1)}
+		for i := range n {
+			c.bufs[i] = Buf{class: c, data: arena[off : off+size : off+size], off: off}
+			c.free[i] = int32(n - 1 - i) // lowest addresses first
+			off += size
+		}
+		p.classes = append(p.classes, c)
+	}
+	return p, nil
+}
+
+// Arena returns the whole arena, for memory registration and as UMEM.
+func (p *Pool) Arena() []byte { return p.arena }
+
+// Backing says how the arena is backed: "hugetlb", "thp" or "4k".
+func (p *Pool) Backing() string { return p.huge }
+
+// classFor returns the smallest class that holds n bytes.
+func (p *Pool) classFor(n int) (*sizeClass, error) {
+	for _, c := range p.classes {
+		if n <= c.size {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("bridge: no pool class holds %d bytes (largest %d)", n, p.classes[len(p.classes)-1].size)
+}
+
+// Get returns a buffer of at least n bytes with one reference, or an error
+// matching ErrPoolExhausted when its class is empty.
+func (p *Pool) Get(n int) (*Buf, error) {
+	c, err := p.classFor(n)
+	if err != nil {
+		return nil, err
+	}
+	c.gets.Add(1)
+	if b := c.take(); b != nil {
+		return b, nil
+	}
+	c.exhausted.Add(1)
+	return nil, fmt.Errorf("bridge: %d-byte buffers: %w", c.size, ErrPoolExhausted)
+}
+
+// GetWait is Get that waits for a release while the class is empty.
+func (p *Pool) GetWait(ctx context.Context, n int) (*Buf, error) {
+	c, err := p.classFor(n)
+	if err != nil {
+		return nil, err
+	}
+	c.gets.Add(1)
+	for {
+		if b := c.take(); b != nil {
+			return b, nil
+		}
+		c.exhausted.Add(1)
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bridge: waiting for a %d-byte buffer: %w", c.size, ctx.Err())
+		}
+	}
+}
+
+func (c *sizeClass) take() *Buf {
+	c.mu.Lock()
+	n := len(c.free)
+	if n == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	i := c.free[n-1]
+	c.free = c.free[:n-1]
+	c.mu.Unlock()
+	b := &c.bufs[i]
+	b.refs.Store(1)
+	return b
+}
+
+// B returns the buffer's memory (its class size; use a prefix).
+func (b *Buf) B() []byte { return b.data }
+
+// Offset returns the buffer's offset in the arena: its address in the
+// AF_XDP UMEM, and its address in a registered MR less the MR's base.
+func (b *Buf) Offset() int { return b.off }
+
+// Ref adds a reference.
+func (b *Buf) Ref() { b.refs.Add(1) }
+
+// Release drops a reference; the last one returns the buffer to its class.
+// Releasing more references than were taken is a bug and panics, naming
+// the buffer, rather than handing the memory out twice.
+func (b *Buf) Release() {
+	switch r := b.refs.Add(-1); {
+	case r > 0:
+		return
+	case r < 0:
+		panic(fmt.Sprintf("bridge: buffer at offset %d released more often than referenced", b.off))
+	}
+	c := b.class
+	i := int32((b.off - c.bufs[0].off) / c.size)
+	c.mu.Lock()
+	c.free = append(c.free, i)
+	c.mu.Unlock()
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// ClassStats describes one size class.
+type ClassStats struct {
+	Size, Total, Free int
+	Gets, Exhausted   uint64 // Gets asked; times a class was found empty
+}
+
+// Stats returns every class's counters.
+func (p *Pool) Stats() []ClassStats {
+	out := make([]ClassStats, len(p.classes))
+	for i, c := range p.classes {
+		c.mu.Lock()
+		free := len(c.free)
+		c.mu.Unlock()
+		out[i] = ClassStats{Size: c.size, Total: len(c.bufs), Free: free, Gets: c.gets.Load(), Exhausted: c.exhausted.Load()}
+	}
+	return out
+}
+
+// Close unmaps the arena. Every buffer must have been released: Close
+// refuses otherwise, as the memory may still be in a NIC's hands.
+func (p *Pool) Close() error {
+	for _, s := range p.Stats() {
+		if s.Free != s.Total {
+			return fmt.Errorf("bridge: close pool: %d of %d %d-byte buffers still referenced", s.Total-s.Free, s.Total, s.Size)
+		}
+	}
+	if p.closed.Swap(true) {
+		return nil
+	}
+	return p.unmap()
+}

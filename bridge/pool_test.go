@@ -1,0 +1,201 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge"
+)
+
+func newPool(t *testing.T, o bridge.PoolOptions) *bridge.Pool {
+	t.Helper()
+	p, err := bridge.NewPool(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+func TestPoolClasses(t *testing.T) {
+	p := newPool(t, bridge.PoolOptions{Size: 1 << 20, Classes: []int{256, 4096}})
+	t.Logf("arena backing: %s", p.Backing())
+	small, err := p.Get(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := p.Get(3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(small.B()) != 256 || len(big.B()) != 4096 {
+		t.Errorf("buffer sizes %d and %d, want 256 and 4096", len(small.B()), len(big.B()))
+	}
+	// A buffer is a window on the arena at its offset.
+	small.B()[0], big.B()[4095] = 0xaa, 0xbb
+	a := p.Arena()
+	if a[small.Offset()] != 0xaa || a[big.Offset()+4095] != 0xbb {
+		t.Errorf("buffers are not views of the arena at their offsets")
+	}
+	if _, err := p.Get(5000); err == nil {
+		t.Errorf("Get(5000) with a largest class of 4096: no error")
+	}
+	small.Release()
+	big.Release()
+}
+
+func TestPoolBackpressure(t *testing.T) {
+	p := newPool(t, bridge.PoolOptions{Size: 8 * 4096, Classes: []int{4096}})
+	var held []*bridge.Buf
+	for {
+		b, err := p.Get(4096)
+		if errors.Is(err, bridge.ErrPoolExhausted) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+	}
+	if len(held) != 8 {
+		t.Fatalf("got %d buffers from a pool of 8", len(held))
+	}
+	// GetWait blocks until a release, then gets that buffer.
+	got := make(chan *bridge.Buf)
+	go func() {
+		b, err := p.GetWait(context.Background(), 10)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	select {
+	case <-got:
+		t.Fatal("GetWait returned while the class was empty")
+	case <-time.After(20 * time.Millisecond):
+	}
+	off := held[3].Offset()
+	held[3].Release()
+	b := <-got
+	if b.Offset() != off {
+		t.Errorf("GetWait got offset %d, want the released %d", b.Offset(), off)
+	}
+	held[3] = b
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := p.GetWait(ctx, 10); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("GetWait on an empty class with a deadline: %v", err)
+	}
+	st := p.Stats()[0]
+	if st.Free != 0 || st.Exhausted < 2 {
+		t.Errorf("stats %+v", st)
+	}
+	if err := p.Close(); err == nil {
+		t.Errorf("Close with buffers held: no error")
+	}
+	for _, b := range held {
+		b.Release()
+	}
+}
+
+func TestPoolRefcount(t *testing.T) {
+	p := newPool(t, bridge.PoolOptions{Size: 2 * 4096, Classes: []int{4096}})
+	b, _ := p.Get(1)
+	b.Ref() // a second holder: say, a retransmission queue
+	b.Release()
+	if p.Stats()[0].Free != 1 {
+		t.Fatalf("buffer went back with a reference still held")
+	}
+	b.Release()
+	if p.Stats()[0].Free != 2 {
+		t.Fatalf("buffer did not go back after its last release")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Errorf("a release too many did not panic")
+		}
+	}()
+	b.Release()
+}
+
+func TestPoolConcurrent(t *testing.T) {
+	p := newPool(t, bridge.PoolOptions{Size: 64 * 1024, Classes: []int{1024}})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				b, err := p.GetWait(context.Background(), 1000)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				// Nobody else may hold this buffer: mark it and check.
+				mark := byte(g*31 + i)
+				for j := range b.B() {
+					b.B()[j] = mark
+				}
+				for j := range b.B() {
+					if b.B()[j] != mark {
+						t.Errorf("buffer at %d shared by two holders", b.Offset())
+						return
+					}
+				}
+				b.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	if st := p.Stats()[0]; st.Free != st.Total {
+		t.Errorf("after the stress: %+v", st)
+	}
+}
+
+func TestPoolOptionErrors(t *testing.T) {
+	for _, o := range []bridge.PoolOptions{
+		{Size: 1 << 20, Classes: []int{4096, 256}},
+		{Size: 1 << 20, Classes: []int{1000}},
+		{Size: 1000, Classes: []int{4096}},
+	} {
+		if p, err := bridge.NewPool(o); err == nil {
+			p.Close()
+			t.Errorf("options %+v: no error", o)
+		}
+	}
+}
+
+func BenchmarkPoolGetRelease(b *testing.B) {
+	p, err := bridge.NewPool(bridge.PoolOptions{Size: 16 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, err := p.Get(4096)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf.Release()
+	}
+}
+
+// BenchmarkSyncPoolGetPut is the obvious alternative on the Go heap (which
+// a NIC cannot be given): sync.Pool of 4 KiB buffers.
+func BenchmarkSyncPoolGetPut(b *testing.B) {
+	sp := sync.Pool{New: func() any { return new([4096]byte) }}
+	b.ReportAllocs()
+	for b.Loop() {
+		buf := sp.Get().(*[4096]byte)
+		buf[0] = 1
+		sp.Put(buf)
+	}
+}
