@@ -1,0 +1,162 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// DialOptions describe a connection to make.
+type DialOptions struct {
+	// QP is an RC QP of the manager's device, in RESET or INIT.
+	QP *transport.QP
+	// PrivateData follows the RDMA IP CM header in the REQ (up to
+	// REQIPCMPrivateDataLen bytes).
+	PrivateData []byte
+	// ResponderResources and InitiatorDepth offer the RDMA READs and
+	// atomics this side accepts and issues at once (0: the manager's).
+	ResponderResources, InitiatorDepth int
+	// RetryCount and RNRRetry are the transport and RNR retry counts the
+	// peer uses toward this QP (0: 7).
+	RetryCount, RNRRetry uint8
+	// SrcPort is the IP CM header's source port (0: a random one from the
+	// ephemeral range, as rdma_cm binds).
+	SrcPort uint16
+}
+
+// dialState is what an active connection needs after the REP.
+type dialState struct {
+	psn, mtu    int
+	resp, depth int
+	retry, rnr  uint8
+	ackTimeout  uint8
+}
+
+// Dial connects opts.QP to the rdma_cm listener at to (an IP address and a
+// port in the TCP port space): it sends a REQ with the RDMA IP CM header,
+// and on the REP moves the QP through RTR and RTS and sends the RTU. On
+// ctx's end it gives up with a REJ to the peer.
+func (m *Manager) Dial(ctx context.Context, to netip.AddrPort, opts DialOptions) (*Conn, error) {
+	qp := opts.QP
+	if qp == nil {
+		return nil, errors.New("cm: dial: nil QP")
+	}
+	if len(opts.PrivateData) > REQIPCMPrivateDataLen {
+		return nil, fmt.Errorf("cm: dial %v: %d bytes of private data exceed %d", to, len(opts.PrivateData), REQIPCMPrivateDataLen)
+	}
+	if to.Addr().Is4() != m.opts.Addr.Is4() {
+		return nil, fmt.Errorf("cm: dial %v from %v: address families differ", to, m.opts.Addr)
+	}
+	if qp.State() == transport.StateReset {
+		if err := qp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+			return nil, fmt.Errorf("cm: dial %v: %w", to, err)
+		}
+	}
+	ds := &dialState{
+		psn:   int(rand.Uint32() & roce.PSNMask),
+		mtu:   m.opts.MaxPathMTU,
+		resp:  orDefault(opts.ResponderResources, m.opts.ResponderResources),
+		depth: orDefault(opts.InitiatorDepth, m.opts.InitiatorDepth),
+		retry: opts.RetryCount, rnr: opts.RNRRetry, ackTimeout: 14,
+	}
+	if ds.retry == 0 {
+		ds.retry = 7
+	}
+	if ds.rnr == 0 {
+		ds.rnr = 7
+	}
+	srcPort := opts.SrcPort
+	if srcPort == 0 {
+		srcPort = uint16(32768 + rand.IntN(28232))
+	}
+	ipVer := uint8(6)
+	if to.Addr().Is4() {
+		ipVer = 4
+	}
+	pd := make([]byte, IPCMHeaderLen+len(opts.PrivateData))
+	IPCMHeader(pd).Encode(&IPCMHeaderFields{Version: IPCMVersion, IPVersion: ipVer, SrcPort: srcPort, Src: m.opts.Addr, Dst: to.Addr()})
+	copy(pd[IPCMHeaderLen:], opts.PrivateData)
+
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("cm: dial %v: %w", to, ErrClosed)
+	}
+	c := m.newConnLocked(true, to.Addr(), m.newTIDLocked())
+	c.qp = qp
+	c.state = stateReqSent
+	c.dial = ds
+	c.peerTime = m.opts.ResponseTimeout
+	c.remote = to
+	h := CMHeader(AttrREQ, c.tid)
+	mad := AppendCM(nil, &h, func(d []byte) {
+		REQ(d).Encode(&REQFields{
+			LocalCommID: c.localID, ServiceID: ServiceID(PortSpaceTCP, to.Port()), LocalCAGUID: m.opts.CAGUID,
+			LocalQPN: qp.QPN(), ResponderResources: uint8(ds.resp), InitiatorDepth: uint8(ds.depth),
+			RemoteCMResponseTimeout: m.opts.ResponseTimeout, TransportType: TransportRC,
+			StartingPSN: uint32(ds.psn), LocalCMResponseTimeout: m.opts.ResponseTimeout, RetryCount: ds.retry,
+			PKey: roce.DefaultPKey, PathMTU: MTUFromBytes(ds.mtu), RNRRetryCount: ds.rnr,
+			MaxCMRetries: uint8(m.opts.MaxRetries),
+			Primary: PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: GIDFromAddr(m.opts.Addr),
+				RemoteGID: GIDFromAddr(to.Addr()), HopLimit: 64, PacketRate: 3, LocalACKTimeout: ds.ackTimeout},
+			PrivateData: pd,
+		})
+	})
+	m.send(c.peer, mad)
+	c.armLocked(mad, m.retryTimeout(m.opts.ResponseTimeout))
+	m.mu.Unlock()
+	return c.wait(ctx)
+}
+
+func (m *Manager) onREPLocked(r REP, peer netip.Addr) {
+	f := r.Fields()
+	c := m.conns[f.RemoteCommID]
+	if c == nil || !c.active {
+		m.stats.RxUnknown++
+		return
+	}
+	if c.state == stateEstablished && c.remoteID == f.LocalCommID {
+		// Our RTU was lost: the peer resends its REP.
+		m.stats.Duplicates++
+		m.send(c.peer, c.mad)
+		return
+	}
+	if c.state != stateReqSent {
+		m.stats.RxUnknown++
+		return
+	}
+	c.stopTimerLocked()
+	c.remoteID = f.LocalCommID
+	c.remoteQPN = f.LocalQPN
+	c.key = remoteKey{guid: f.LocalCAGUID, id: f.LocalCommID}
+	m.remote[c.key] = c
+	c.privateData = append([]byte(nil), f.PrivateData...)
+	ds := c.dial
+	for _, a := range []transport.QPAttr{
+		{State: transport.StateRTR, DestQPN: f.LocalQPN, Remote: netip.AddrPortFrom(c.peer, roce.Port),
+			RQPSN: f.StartingPSN, PathMTU: ds.mtu, MinRNRTimer: 12, MaxDestRdAtomic: min(ds.resp, int(f.InitiatorDepth))},
+		{State: transport.StateRTS, SQPSN: uint32(ds.psn), Timeout: ds.ackTimeout, RetryCnt: ds.retry,
+			RNRRetry: f.RNRRetryCount, MaxRdAtomic: min(ds.depth, int(f.ResponderResources))},
+	} {
+		if err := c.qp.Modify(a); err != nil {
+			h := CMHeader(AttrREJ, c.tid)
+			m.send(c.peer, AppendCM(nil, &h, func(d []byte) {
+				REJ(d).Encode(&REJFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: MessageREP, Reason: RejectNoQP})
+			}))
+			c.qpErrorLocked()
+			c.finishLocked(fmt.Errorf("cm: dial %v: %w", c.remote, err))
+			return
+		}
+	}
+	h := CMHeader(AttrRTU, c.tid)
+	c.mad = AppendCM(nil, &h, func(d []byte) {
+		RTU(d).Encode(&RTUFields{LocalCommID: c.localID, RemoteCommID: c.remoteID})
+	})
+	m.send(c.peer, c.mad)
+	c.establishLocked()
+}

@@ -1,0 +1,43 @@
+// Package cm is the InfiniBand Communication Manager (IBA chapter 12) for
+// rbridge's userspace RoCEv2 transport, so that unmodified rdma_cm
+// applications on kernel RoCE devices can connect to transport QPs, and
+// transport QPs to rdma_cm listeners.
+//
+// The wire format: CM MADs are 256-byte management datagrams (a 24-byte
+// MADHeader, then 232 bytes of message) carried as UD SEND_ONLY packets to
+// QP 1 with Q_Key 0x80010000. The messages are REQ, REP, RTU, REJ, MRA,
+// DREQ and DREP; rdma_cm adds the RDMA IP CM header (IPCMHeader) at the
+// start of a REQ's private data and encodes its port space and port in the
+// service ID (ServiceID). Views, Fields structs, Encode and Parse follow
+// package roce's conventions; sizes and offsets are those of the IBA
+// tables (Linux include/rdma/ibta_vol1_c12.h).
+//
+// The state machine: a Manager owns a transport.Device's QP 1
+// (Device.CreateGSIQP). Passive side:
+//
+//	REQ ──► REQ_RCVD ──Request.Accept: QP to RTR/RTS, REP──► REP_SENT ──RTU──► ESTABLISHED
+//	            │  (duplicate REQ: MRA)      (duplicate REQ or timeout: REP again;
+//	            │                             no RTU after every retry: REJ)
+//	            └──Request.Reject, no listener, full backlog: REJ──► CLOSED
+//
+// Active side:
+//
+//	Manager.Dial: QP to INIT, REQ ──► REQ_SENT ──REP: QP to RTR/RTS, RTU──► ESTABLISHED
+//	                                     │ (timeout: REQ again; MRA: wait longer)
+//	                                     └──REJ, or no REP after every retry──► CLOSED
+//
+// Release, either side:
+//
+//	ESTABLISHED ──Conn.Disconnect: QP to ERR, DREQ──► DREQ_SENT ──DREP or timeout──► CLOSED
+//	ESTABLISHED ──DREQ: QP to ERR, DREP──► CLOSED
+//
+// A DREQ for a connection the manager does not know is answered with a
+// DREP all the same. Not implemented: the time-wait state (a released
+// connection's IDs are forgotten at once), LAP/APR (alternate paths), SIDR,
+// ClassPortInfo, and redirection.
+//
+// Concurrency: one goroutine (routineReceive) takes MADs off QP 1 and runs
+// the state machine under Manager.mu; retransmission timers take the same
+// lock. Application calls (Accept, Dial, Disconnect) take it briefly and
+// wait on channels outside it.
+package cm

@@ -1,0 +1,294 @@
+package cm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/simnet"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// node is a transport device on the simulated network with a CM.
+type node struct {
+	dev *transport.Device
+	cm  *cm.Manager
+	pd  *transport.PD
+	mr  *transport.MR
+	mem []byte
+	cq  *transport.CQ
+	ip  netip.Addr
+}
+
+func newNode(t *testing.T, n *simnet.Net, ip string) *node {
+	t.Helper()
+	nd := &node{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<16), cq: transport.NewCQ(1024)}
+	conn, err := n.Listen(netip.AddrPortFrom(nd.ip, roce.Port))
+	check(t, err)
+	nd.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: quiet})
+	check(t, err)
+	t.Cleanup(func() { nd.dev.Close() })
+	nd.cm, err = cm.New(cm.Options{Device: nd.dev, Addr: nd.ip, Logger: quiet, RetryTimeout: 20 * time.Millisecond, MaxPathMTU: 1024})
+	check(t, err)
+	t.Cleanup(func() { nd.cm.Close() })
+	nd.mr, err = nd.pd.RegisterMR(nd.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead)
+	check(t, err)
+	return nd
+}
+
+// qp makes an RC QP in INIT with receives posted.
+func (nd *node) qp(t *testing.T) *transport.QP {
+	t.Helper()
+	qp, err := nd.dev.CreateQP(nd.pd, transport.QPInitAttr{Type: transport.RC, SendCQ: nd.cq, RecvCQ: nd.cq})
+	check(t, err)
+	t.Cleanup(func() { qp.Close() })
+	check(t, qp.Modify(transport.QPAttr{State: transport.StateInit}))
+	for i := range 4 {
+		check(t, qp.PostRecv(transport.RecvWR{ID: uint64(100 + i), Local: transport.SGE{MR: nd.mr, Offset: 1024 * i, Length: 1024}}))
+	}
+	return qp
+}
+
+func check(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitWC(t *testing.T, cq *transport.CQ) transport.WC {
+	t.Helper()
+	var wc [1]transport.WC
+	if _, err := cq.PollWait(ctxT(t), wc[:]); err != nil {
+		t.Fatalf("wait for a completion: %v", err)
+	}
+	if wc[0].Status != transport.StatusSuccess {
+		t.Fatalf("completion %+v: %v", wc[0], wc[0].Status)
+	}
+	return wc[0]
+}
+
+// connect runs a listener on srv and dials it from cli; it returns both
+// ends' connections.
+func connect(t *testing.T, cli, srv *node, port uint16, cliData, srvData []byte) (cc, sc *cm.Conn) {
+	t.Helper()
+	l, err := srv.cm.Listen(port, 4)
+	check(t, err)
+	t.Cleanup(func() { l.Close() })
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var serr error
+	go func() {
+		defer wg.Done()
+		req, err := l.Next(ctxT(t))
+		if err != nil {
+			serr = err
+			return
+		}
+		if !bytes.Equal(req.PrivateData[:len(cliData)], cliData) || !req.HasIPCM || req.IPCM.Dst != srv.ip || req.IPCM.Src != cli.ip {
+			serr = errors.New("server: request's private data or IP CM header differ")
+		}
+		sc, serr = req.Accept(ctxT(t), cm.AcceptOptions{QP: srv.qp(t), PrivateData: srvData})
+	}()
+	cc, err = cli.cm.Dial(ctxT(t), netip.AddrPortFrom(srv.ip, port), cm.DialOptions{QP: cli.qp(t), PrivateData: cliData})
+	check(t, err)
+	wg.Wait()
+	check(t, serr)
+	if !bytes.Equal(cc.PrivateData()[:len(srvData)], srvData) {
+		t.Fatalf("client got private data %x, want %x...", cc.PrivateData()[:len(srvData)], srvData)
+	}
+	if cc.RemoteQPN() != sc.QP().QPN() || sc.RemoteQPN() != cc.QP().QPN() {
+		t.Fatalf("QPNs: client sees %#x (server QP %#x), server sees %#x (client QP %#x)",
+			cc.RemoteQPN(), sc.QP().QPN(), sc.RemoteQPN(), cc.QP().QPN())
+	}
+	return cc, sc
+}
+
+// traffic sends a message each way and writes and reads the server's
+// memory from the client.
+func traffic(t *testing.T, cli, srv *node, cc, sc *cm.Conn) {
+	t.Helper()
+	copy(cli.mem[8192:], "ping from the client")
+	check(t, cc.QP().PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Signaled: true,
+		Local: transport.SGE{MR: cli.mr, Offset: 8192, Length: 20}}))
+	waitWC(t, cli.cq)
+	if wc := waitWC(t, srv.cq); wc.Opcode != transport.OpRecv || string(srv.mem[1024*(wc.ID-100):][:20]) != "ping from the client" {
+		t.Fatalf("server received %+v", wc)
+	}
+	copy(srv.mem[8192:], "pong from the server")
+	check(t, sc.QP().PostSend(transport.SendWR{ID: 2, Opcode: transport.OpSend, Signaled: true,
+		Local: transport.SGE{MR: srv.mr, Offset: 8192, Length: 20}}))
+	waitWC(t, srv.cq)
+	if wc := waitWC(t, cli.cq); string(cli.mem[1024*(wc.ID-100):][:20]) != "pong from the server" {
+		t.Fatalf("client received %+v", wc)
+	}
+	for i := range 3000 {
+		cli.mem[16384+i] = byte(i * 7)
+	}
+	check(t, cc.QP().PostSend(transport.SendWR{ID: 3, Opcode: transport.OpWrite, Signaled: true,
+		Local: transport.SGE{MR: cli.mr, Offset: 16384, Length: 3000}, Remote: srv.mr.Addr() + 32768, RKey: srv.mr.RKey()}))
+	waitWC(t, cli.cq)
+	check(t, cc.QP().PostSend(transport.SendWR{ID: 4, Opcode: transport.OpRead, Signaled: true,
+		Local: transport.SGE{MR: cli.mr, Offset: 40960, Length: 3000}, Remote: srv.mr.Addr() + 32768, RKey: srv.mr.RKey()}))
+	waitWC(t, cli.cq)
+	if !bytes.Equal(cli.mem[40960:40960+3000], cli.mem[16384:16384+3000]) {
+		t.Fatal("RDMA READ back of the RDMA WRITE differs")
+	}
+}
+
+func TestConnectTrafficDisconnect(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts simnet.Options
+	}{
+		{"lossless", simnet.Options{}},
+		{"loss and duplicates", simnet.Options{Loss: 0.2, Duplicate: 0.2, Seed: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := simnet.New(tc.opts)
+			cli, srv := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+			cc, sc := connect(t, cli, srv, 7471, []byte("client hello"), []byte("server hello"))
+			traffic(t, cli, srv, cc, sc)
+			check(t, cc.Disconnect(ctxT(t)))
+			select {
+			case <-sc.Done():
+			case <-ctxT(t).Done():
+				t.Fatal("server never saw the DREQ")
+			}
+			if s := sc.QP().State(); s != transport.StateError {
+				t.Errorf("server QP after DREQ: %v, want ERR", s)
+			}
+			if s := cc.QP().State(); s != transport.StateError {
+				t.Errorf("client QP after disconnect: %v, want ERR", s)
+			}
+		})
+	}
+}
+
+func TestServerDisconnects(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	cli, srv := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	cc, sc := connect(t, cli, srv, 7472, nil, nil)
+	check(t, sc.Disconnect(ctxT(t)))
+	select {
+	case <-cc.Done():
+	case <-ctxT(t).Done():
+		t.Fatal("client never saw the DREQ")
+	}
+}
+
+func TestRejectUnknownService(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	cli, _ := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	_, err := cli.cm.Dial(ctxT(t), netip.MustParseAddrPort("10.0.0.2:9"), cm.DialOptions{QP: cli.qp(t)})
+	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
+		t.Fatalf("dial to a port nobody listens on: %v, want a REJ for an invalid service ID", err)
+	}
+}
+
+func TestConsumerReject(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	cli, srv := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	l, err := srv.cm.Listen(7473, 1)
+	check(t, err)
+	go func() {
+		if req, err := l.Next(ctxT(t)); err == nil {
+			_ = req.Reject([]byte("go away"))
+		}
+	}()
+	_, err = cli.cm.Dial(ctxT(t), netip.AddrPortFrom(srv.ip, 7473), cm.DialOptions{QP: cli.qp(t)})
+	var rej *cm.RejectError
+	if !errors.As(err, &rej) || rej.Reason != cm.RejectConsumerDefined || !bytes.HasPrefix(rej.PrivateData, []byte("go away")) {
+		t.Fatalf("dial: %v, want a consumer REJ with private data", err)
+	}
+}
+
+// TestLostRTU drops the first RTUs: the server resends its REP, the client
+// answers the duplicate with the RTU again.
+func TestLostRTU(t *testing.T) {
+	var dropped atomic.Int32
+	n := simnet.New(simnet.Options{Filter: func(from, to netip.AddrPort, pkt []byte) bool {
+		if len(pkt) >= roce.BTHLen+roce.DETHLen+cm.MADLen && roce.BTH(pkt).DestQP() == 1 {
+			mad := pkt[roce.BTHLen+roce.DETHLen:]
+			if cm.MADHeader(mad).AttrID() == cm.AttrRTU && dropped.Add(1) <= 2 {
+				return false
+			}
+		}
+		return true
+	}})
+	cli, srv := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	cc, sc := connect(t, cli, srv, 7474, nil, nil)
+	traffic(t, cli, srv, cc, sc)
+	if dropped.Load() < 3 {
+		t.Errorf("%d RTUs seen, want the 2 dropped and one more", dropped.Load())
+	}
+	if s := srv.cm.Stats(); s.Retransmits < 2 {
+		t.Errorf("server stats %+v: want at least 2 REP retransmissions", s)
+	}
+	if s := cli.cm.Stats(); s.Duplicates < 2 {
+		t.Errorf("client stats %+v: want at least 2 duplicate REPs", s)
+	}
+}
+
+// TestREPTimeout: a client that never answers the REP gets a REJ, and
+// the server's Accept fails with ErrTimeout.
+func TestREPTimeout(t *testing.T) {
+	var drop atomic.Bool
+	n := simnet.New(simnet.Options{Filter: func(from, to netip.AddrPort, pkt []byte) bool {
+		return !(drop.Load() && to.Addr() == netip.MustParseAddr("10.0.0.1"))
+	}})
+	cli, srv := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	l, err := srv.cm.Listen(7475, 1)
+	check(t, err)
+	done := make(chan error, 1)
+	go func() {
+		req, err := l.Next(ctxT(t))
+		if err != nil {
+			done <- err
+			return
+		}
+		drop.Store(true) // the REP and its retries never arrive
+		_, err = req.Accept(ctxT(t), cm.AcceptOptions{QP: srv.qp(t)})
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
+	defer cancel()
+	_, _ = cli.cm.Dial(ctx, netip.AddrPortFrom(srv.ip, 7475), cm.DialOptions{QP: cli.qp(t)})
+	if err := <-done; !errors.Is(err, cm.ErrTimeout) && !errors.Is(err, &cm.RejectError{Reason: cm.RejectTimeout}) {
+		t.Fatalf("accept without an RTU: %v, want a timeout", err)
+	}
+}
+
+func TestListenTwice(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	srv := newNode(t, n, "10.0.0.2")
+	l, err := srv.cm.Listen(7476, 1)
+	check(t, err)
+	if _, err := srv.cm.Listen(7476, 1); err == nil {
+		t.Fatal("second listener on one port: no error")
+	}
+	check(t, l.Close())
+	l, err = srv.cm.Listen(7476, 1)
+	check(t, err)
+	check(t, l.Close())
+	if _, err := l.Next(ctxT(t)); !errors.Is(err, cm.ErrClosed) {
+		t.Fatalf("Next on a closed listener: %v", err)
+	}
+}
