@@ -29,12 +29,13 @@ func newRootCommand() *cobra.Command {
 side use plain verbs and rdma_cm and reach the other side through the gateway.
 
 Available now: decoding RoCEv2 captures (decode), listing RDMA devices and
-the GID rbridge would choose (devices), and the build's version.
-The gateway itself (run, status, bench) is being built.`,
+the GID rbridge would choose (devices), measuring the userspace RoCEv2
+transport against plain UDP (bench), and the build's version.
+The gateway itself (run, status) is being built.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newDecodeCommand(), newDevicesCommand())
+	root.AddCommand(newVersionCommand(), newDecodeCommand(), newDevicesCommand(), newBenchCommand())
 	return root
 }
 

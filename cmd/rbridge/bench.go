@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+)
+
+type benchOptions struct {
+	size, window, mtu int
+	duration          time.Duration
+	jsonOut           bool
+	addrA, addrB      string
+}
+
+func newBenchCommand() *cobra.Command {
+	o := benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the userspace RoCEv2 transport against plain UDP, in one run",
+		Long: `bench measures a whole path and reports it as a ratio to the obvious
+alternative, measured in the same run on the same machine:
+
+  transport  RDMA WRITEs of --size bytes between two of rbridge's userspace RC
+             queue pairs over UDP sockets (RoCEv2 on port 4791), --window
+             messages outstanding; every message acknowledged end to end
+  udp        the same bytes in --mtu-byte datagrams through plain UDP sockets,
+             the same window, no reliability at all
+
+Both run on loopback between two addresses (127.0.0.1 and 127.0.0.2 by
+default, each on port 4791), for --duration each, the transport first. A
+line of progress goes to standard error every second. The gateway's own
+paths (InfiniBand to RoCEv2) will join this command as they are built.`,
+		Example: `  rbridge bench --size 65536 --duration 5s
+  rbridge bench --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.size, "size", 4096, "message size in bytes")
+	f.IntVar(&o.window, "window", 32, "messages outstanding")
+	f.IntVar(&o.mtu, "mtu", 4096, "path MTU (256, 512, 1024, 2048 or 4096); also the plain UDP datagram size")
+	f.DurationVar(&o.duration, "duration", 3*time.Second, "how long each measurement runs")
+	f.BoolVar(&o.jsonOut, "json", false, "one JSON object instead of text")
+	f.StringVar(&o.addrA, "from", "127.0.0.1", "local address of the sending side")
+	f.StringVar(&o.addrB, "to", "127.0.0.2", "local address of the receiving side")
+	return cmd
+}
+
+func (o *benchOptions) check() error {
+	switch {
+	case o.size < 1 || o.size > 1<<30:
+		return fmt.Errorf("--size %d: want 1 byte to 1 GiB", o.size)
+	case o.window < 1 || o.window > 1024:
+		return fmt.Errorf("--window %d: want 1 to 1024", o.window)
+	case o.duration <= 0:
+		return fmt.Errorf("--duration %v: want a positive duration", o.duration)
+	}
+	switch o.mtu {
+	case 256, 512, 1024, 2048, 4096:
+	default:
+		return fmt.Errorf("--mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+	}
+	for _, a := range []string{o.addrA, o.addrB} {
+		if _, err := netip.ParseAddr(a); err != nil {
+			return fmt.Errorf("address %q: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// benchResult is one measurement.
+type benchResult struct {
+	Path     string  `json:"path"`
+	Messages uint64  `json:"messages"`
+	Seconds  float64 `json:"seconds"`
+	MsgsPerS float64 `json:"msgs_per_s"`
+	MBPerS   float64 `json:"mb_per_s"`
+	Lost     uint64  `json:"lost,omitempty"`
+}
+
+func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	tr, err := benchTransport(ctx, o, progress)
+	if err != nil {
+		return fmt.Errorf("bench transport: %w", err)
+	}
+	ud, err := benchUDP(ctx, o, progress)
+	if err != nil {
+		return fmt.Errorf("bench udp: %w", err)
+	}
+	ratio := tr.MBPerS / ud.MBPerS
+	if o.jsonOut {
+		return json.NewEncoder(out).Encode(map[string]any{
+			"size": o.size, "window": o.window, "mtu": o.mtu,
+			"results": []benchResult{tr, ud}, "ratio": ratio,
+		})
+	}
+	fmt.Fprintf(out, "%-10s %12s %12s %12s\n", "path", "msgs/s", "MB/s", "messages")
+	for _, r := range []benchResult{tr, ud} {
+		fmt.Fprintf(out, "%-10s %12.0f %12.1f %12d\n", r.Path, r.MsgsPerS, r.MBPerS, r.Messages)
+	}
+	fmt.Fprintf(out, "transport/udp: %.2f (%d-byte messages, %d outstanding, MTU %d)\n", ratio, o.size, o.window, o.mtu)
+	if ud.Lost > 0 {
+		fmt.Fprintf(out, "udp lost %d datagrams: its figure counts only what arrived\n", ud.Lost)
+	}
+	return nil
+}
+
+// ticker reports progress once a second until stopped.
+func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				fmt.Fprintf(progress, "bench %s: %d messages in %.0fs\n", what, count.Load(), now.Sub(start).Seconds())
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	type side struct {
+		dev *transport.Device
+		qp  *transport.QP
+		mr  *transport.MR
+		cq  *transport.CQ
+		c   *udpconn.Conn
+	}
+	mem := max(o.size*8, 1<<20)
+	open := func(ip string) (*side, error) {
+		s := &side{cq: transport.NewCQ(2 * o.window)}
+		var err error
+		if s.c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), 4791)}); err != nil {
+			return nil, err
+		}
+		if s.dev, err = transport.NewDevice(s.c, transport.DeviceOptions{Logger: quiet}); err != nil {
+			s.c.Close()
+			return nil, err
+		}
+		pd := transport.NewPD()
+		if s.mr, err = pd.RegisterMR(make([]byte, mem), transport.AccessLocalWrite|transport.AccessRemoteWrite); err != nil {
+			return nil, err
+		}
+		s.qp, err = s.dev.CreateQP(pd, transport.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: o.window})
+		return s, err
+	}
+	a, err := open(o.addrA)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer a.dev.Close()
+	b, err := open(o.addrB)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer b.dev.Close()
+	for _, p := range [][2]*side{{a, b}, {b, a}} {
+		for _, attr := range []transport.QPAttr{
+			{State: transport.StateInit},
+			{State: transport.StateRTR, DestQPN: p[1].qp.QPN(), Remote: p[1].c.LocalAddr(), RQPSN: 1, PathMTU: o.mtu},
+			{State: transport.StateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+		} {
+			if err := p[0].qp.Modify(attr); err != nil {
+				return benchResult{}, err
+			}
+		}
+	}
+	var done atomic.Uint64
+	stop := ticker(progress, "transport", &done)
+	defer stop()
+	wcs := make([]transport.WC, 2*o.window)
+	deadline := time.Now().Add(o.duration)
+	start := time.Now()
+	out := 0
+	for i := 0; ; i++ {
+		for out >= o.window || (out > 0 && !time.Now().Before(deadline)) {
+			n, err := a.cq.PollWait(ctx, wcs)
+			if err != nil {
+				return benchResult{}, err
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != transport.StatusSuccess {
+					return benchResult{}, fmt.Errorf("work request %d: %v", wc.ID, wc.Status)
+				}
+			}
+			out -= n
+			done.Add(uint64(n))
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		off := (i % 8) * o.size
+		err := a.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+			Local: transport.SGE{MR: a.mr, Offset: off, Length: o.size}, Remote: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
+		if err != nil {
+			return benchResult{}, err
+		}
+		out++
+	}
+	return result("transport", done.Load(), time.Since(start), o.size), nil
+}
+
+func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
+	rx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrB), 4791)))
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer rx.Close()
+	_ = rx.SetReadBuffer(8 << 20)
+	tx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrA), 4791)))
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer tx.Close()
+	dst := rx.LocalAddr().(*net.UDPAddr).AddrPort()
+	dgram := min(o.size, o.mtu)
+	perMsg := uint64((o.size + dgram - 1) / dgram)
+	var got atomic.Uint64
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			if _, err := rx.Read(buf); err != nil {
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	var msgs atomic.Uint64
+	stop := ticker(progress, "udp", &msgs)
+	defer stop()
+	payload := make([]byte, dgram)
+	deadline := time.Now().Add(o.duration)
+	start := time.Now()
+	var sent uint64
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for sent-got.Load() > uint64(o.window)*perMsg && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Microsecond)
+		}
+		for range perMsg {
+			if _, err := tx.WriteToUDPAddrPort(payload, dst); err != nil {
+				return benchResult{}, err
+			}
+		}
+		sent += perMsg
+		msgs.Store(got.Load() / perMsg)
+	}
+	// Let what is in flight arrive; what never does is lost.
+	for end := time.Now().Add(200 * time.Millisecond); got.Load() < sent && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
+	el := time.Since(start)
+	r := result("udp", got.Load()/perMsg, el, o.size)
+	r.Lost = sent - got.Load()
+	return r, nil
+}
+
+func result(path string, n uint64, d time.Duration, size int) benchResult {
+	s := d.Seconds()
+	return benchResult{Path: path, Messages: n, Seconds: s, MsgsPerS: float64(n) / s, MBPerS: float64(n) * float64(size) / s / 1e6}
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestBench(t *testing.T) {
+	out, progress, err := run(t, nil, "bench", "--duration", "1200ms", "--size", "1000", "--window", "8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"transport ", "udp ", "transport/udp: ", "(1000-byte messages, 8 outstanding, MTU 4096)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(progress, "bench transport: ") || !strings.Contains(progress, "bench udp: ") {
+		t.Errorf("no progress lines: %q", progress)
+	}
+	out, _, err = run(t, nil, "bench", "--duration", "200ms", "--json", "--size", "64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Results []struct {
+			Path     string
+			Messages uint64
+		}
+		Ratio float64
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Results) != 2 || v.Results[0].Messages == 0 || v.Results[1].Messages == 0 || v.Ratio <= 0 {
+		t.Errorf("bench --json: %v %+v in %q", err, v, out)
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--size", "0"},
+		{"bench", "--mtu", "1500"},
+		{"bench", "--window", "0"},
+		{"bench", "--duration", "-1s"},
+		{"bench", "--to", "not-an-ip"},
+	} {
+		if _, _, err := run(t, nil, args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
