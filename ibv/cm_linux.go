@@ -5,6 +5,7 @@ package ibv
 /*
 #cgo LDFLAGS: -lrdmacm -libverbs
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,10 @@ static int rb_resolve_route(struct rdma_cm_id *id, int ms) { return rdma_resolve
 static int rb_bind_addr(struct rdma_cm_id *id, struct sockaddr_storage *a) { return rdma_bind_addr(id, (struct sockaddr *)a) ? errno : 0; }
 static int rb_listen(struct rdma_cm_id *id, int backlog) { return rdma_listen(id, backlog) ? errno : 0; }
 
-static void rb_conn_param(struct rdma_conn_param *p, const void *pd, int pdlen, uint8_t rr, uint8_t idepth, uint8_t fc, uint8_t retry, uint8_t rnr) {
+static void rb_conn_param(struct rdma_conn_param *p, const void *pd, int pdlen, uint8_t rr, uint8_t idepth, uint8_t fc, uint8_t retry, uint8_t rnr, uint32_t qpn, uint8_t srq) {
 	memset(p, 0, sizeof(*p));
+	p->qp_num = qpn;
+	p->srq = srq;
 	p->private_data = pdlen ? pd : NULL;
 	p->private_data_len = pdlen;
 	p->responder_resources = rr;
@@ -85,11 +88,79 @@ static int rb_cm_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_
 }
 static int rb_destroy_qp(struct rdma_cm_id *id) { rdma_destroy_qp(id); return 0; }
 static int rb_path_mtu(struct rdma_cm_id *id) { return id->route.num_paths > 0 && id->route.path_rec ? id->route.path_rec->mtu : 0; }
+
+// rbridge's own QP on a cm_id (IB transport): made with ibv_create_qp, so
+// librdmacm leaves it alone (id->qp stays NULL) and rbridge moves it, as
+// librdmacm's ucma_init_conn_qp, ucma_modify_qp_rtr and ucma_modify_qp_rts
+// would, but with path_mtu lowered.
+static int rb_cm_is_ib(struct rdma_cm_id *id) { return id->verbs && id->verbs->device->transport_type == IBV_TRANSPORT_IB; }
+static struct ibv_qp *rb_cm_own_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, uintptr_t h, int *err) {
+	errno = 0;
+	a->qp_context = (void *)h;
+	struct ibv_qp *qp = ibv_create_qp(pd, a);
+	*err = qp ? 0 : (errno ? errno : ENOMEM);
+	return qp;
+}
+// rb_cm_port reads the active MTU and link layer of the id's port.
+static int rb_cm_port(struct rdma_cm_id *id, int *mtu, int *ll) {
+	struct ibv_port_attr a;
+	memset(&a, 0, sizeof(a));
+	int rc = ibv_query_port(id->verbs, id->port_num, &a);
+	if (rc) return rc < 0 ? -rc : rc;
+	*mtu = a.active_mtu;
+	*ll = a.link_layer;
+	return 0;
+}
+static int rb_modify(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
+	int rc = ibv_modify_qp(qp, a, mask);
+	return rc < 0 ? -rc : rc;
+}
+// rb_cm_qp_init moves qp to INIT (from RESET, or INIT again) with what rdma_cm gives.
+static int rb_cm_qp_init(struct rdma_cm_id *id, struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	int mask;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	if (rdma_init_qp_attr(id, &a, &mask)) return errno ? errno : EINVAL;
+	return rb_modify(qp, &a, mask);
+}
+// rb_cm_qp_rtr_rts moves qp INIT -> INIT -> RTR -> RTS with the attributes
+// rdma_cm gives, path_mtu lowered to cap (0: not lowered), max_dest_rd_atomic
+// and max_rd_atomic replaced unless RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH.
+// *mtu is the path MTU applied; *step says which call failed (1 INIT, 2 RTR
+// attributes, 3 RTR, 4 RTS attributes, 5 RTS).
+static int rb_cm_qp_rtr_rts(struct rdma_cm_id *id, struct ibv_qp *qp, int cap, int resp_res, int init_depth, int ib_link, int *mtu, int *step) {
+	struct ibv_qp_attr a;
+	int mask, rc;
+	*step = 1;
+	if ((rc = rb_cm_qp_init(id, qp))) return rc;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	*step = 2;
+	if (rdma_init_qp_attr(id, &a, &mask)) return errno ? errno : EINVAL;
+	// librdmacm's workaround for an rdma_ucm bug: on an InfiniBand link,
+	// mask off bits 21-24 (RoCE only).
+	if (ib_link) mask &= UINT_MAX ^ 0xe00000;
+	if (resp_res != RDMA_MAX_RESP_RES) a.max_dest_rd_atomic = resp_res;
+	if (cap > 0 && (int)a.path_mtu > cap) a.path_mtu = (enum ibv_mtu)cap;
+	*mtu = a.path_mtu;
+	*step = 3;
+	if ((rc = rb_modify(qp, &a, mask))) return rc;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	*step = 4;
+	if (rdma_init_qp_attr(id, &a, &mask)) return errno ? errno : EINVAL;
+	if (init_depth != RDMA_MAX_INIT_DEPTH) a.max_rd_atomic = init_depth;
+	*step = 5;
+	return rb_modify(qp, &a, mask);
+}
+static int rb_establish(struct rdma_cm_id *id) { return rdma_establish(id) ? errno : 0; }
 */
 import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -158,6 +229,14 @@ type CMID struct {
 	handle cgo.Handle
 	ps     PortSpace
 	qp     *QP
+
+	// own: qp is rbridge's (RC over the IB transport, see cmmtu.go):
+	// made with ibv_create_qp and moved through its states here, with the
+	// path MTU lowered; librdmacm's id->qp stays NULL.
+	own     bool
+	srq     bool
+	peerMTU MTU // from the peer's MTU trailer (0: none)
+	mtu     MTU // the path MTU applied to own QP
 }
 
 // NewID creates a cm_id on the channel, for RC (PortSpaceTCP) or UD
@@ -336,13 +415,20 @@ func (id *CMID) Device() (*Device, error) {
 func (id *CMID) Port() int { return int(id.id.port_num) }
 
 // PathMTU is the MTU of the resolved route (on the passive side: the one the
-// active side asked for); 0 when there is no route yet or on iWARP.
+// active side asked for); 0 when there is no route yet or on iWARP. The MTU
+// the connection's QP uses is its Query().PathMTU: for an RC QP over the IB
+// transport, at most this and at most both ends' active MTUs (cmmtu.go).
 func (id *CMID) PathMTU() MTU { return MTU(C.rb_path_mtu(id.id)) }
 
-// CreateQP creates the id's QP (rdma_create_qp): rdma_cm then moves it
-// through INIT, RTR and RTS itself as the connection is made. pd must come
-// from id.Device().
+// CreateQP creates the id's QP, in INIT; the connection moves it to RTR and
+// RTS. pd must come from id.Device(). An RC QP over the IB transport
+// (InfiniBand, RoCE) is moved by rbridge, which lowers its path MTU to the
+// minimum of both ends' active MTUs (see cmmtu.go); otherwise (UD, iWARP)
+// it is rdma_create_qp's, and rdma_cm moves it itself.
 func (id *CMID) CreateQP(pd *PD, opts QPOptions) (*QP, error) {
+	if id.ps == PortSpaceTCP && opts.Type == QPTypeRC && C.rb_cm_is_ib(id.id) != 0 {
+		return id.createOwnQP(pd, opts)
+	}
 	q, err := newQP(pd, opts, &id.res, func(a *C.struct_ibv_qp_init_attr, h cgo.Handle) (*C.struct_ibv_qp, func() C.int, error) {
 		if rc := C.rb_cm_create_qp(id.id, pd.pd, a, C.uintptr_t(h)); rc != 0 {
 			return nil, nil, fmt.Errorf("rdma_create_qp: %w", syscall.Errno(rc))
@@ -356,24 +442,92 @@ func (id *CMID) CreateQP(pd *PD, opts QPOptions) (*QP, error) {
 	return q, nil
 }
 
+func (id *CMID) createOwnQP(pd *PD, opts QPOptions) (*QP, error) {
+	q, err := newQP(pd, opts, &id.res, func(a *C.struct_ibv_qp_init_attr, h cgo.Handle) (*C.struct_ibv_qp, func() C.int, error) {
+		var cerr C.int
+		qp := C.rb_cm_own_qp(pd.pd, a, C.uintptr_t(h), &cerr)
+		if qp == nil {
+			return nil, nil, fmt.Errorf("ibv_create_qp: %w", syscall.Errno(cerr))
+		}
+		return qp, func() C.int { return C.ibv_destroy_qp(qp) }, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := id.res.acquire(); err != nil {
+		q.Close()
+		return nil, err
+	}
+	defer id.res.op.RUnlock()
+	if rc := C.rb_cm_qp_init(id.id, q.qp); rc != 0 {
+		q.Close()
+		return nil, fmt.Errorf("cm id qp %d to INIT (rdma_init_qp_attr, ibv_modify_qp): %w", q.qpn, syscall.Errno(rc))
+	}
+	id.qp, id.own, id.srq = q, true, opts.SRQ != nil
+	return q, nil
+}
+
+// portMTU is the active MTU of the id's port and whether its link layer is
+// InfiniBand; with id.res held.
+func (id *CMID) portMTU() (MTU, bool, error) {
+	var mtu, ll C.int
+	if rc := C.rb_cm_port(id.id, &mtu, &ll); rc != 0 {
+		return 0, false, fmt.Errorf("ibv_query_port %d: %w", id.id.port_num, syscall.Errno(rc))
+	}
+	return MTU(mtu), ll == C.IBV_LINK_LAYER_INFINIBAND, nil
+}
+
+// readyOwnQP moves own QP to RTR and RTS with the path MTU at most
+// min(what rdma_cm gives, the local port's active MTU, the peer's trailer);
+// with id.res held. On failure the QP is in ERR.
+func (id *CMID) readyOwnQP(respRes, initDepth uint8) error {
+	local, ibLink, err := id.portMTU()
+	if err == nil {
+		var mtu, step C.int
+		link := C.int(0)
+		if ibLink {
+			link = 1
+		}
+		limit := capMTU(local, id.peerMTU)
+		if rc := C.rb_cm_qp_rtr_rts(id.id, id.qp.qp, C.int(limit), C.int(respRes), C.int(initDepth), link, &mtu, &step); rc != 0 {
+			what := [...]string{"", "INIT (ibv_modify_qp)", "RTR (rdma_init_qp_attr)", "RTR (ibv_modify_qp)", "RTS (rdma_init_qp_attr)", "RTS (ibv_modify_qp)"}[step]
+			err = fmt.Errorf("cm id qp %d to %s: %w", id.qp.qpn, what, syscall.Errno(rc))
+		} else {
+			id.mtu = MTU(mtu)
+			return nil
+		}
+	}
+	id.qp.ToErr()
+	return err
+}
+
 // QP is the id's QP, or nil.
 func (id *CMID) QP() *QP { return id.qp }
 
 // connParam fills c from p. The private data is copied to C memory (c
 // points at it, and cgo forbids Go pointers inside memory passed to C);
-// the caller frees it with the returned function.
-func connParam(p *ConnParam, c *C.struct_rdma_conn_param) (free func()) {
+// the caller frees it with the returned function. With own QP, c names it.
+func (id *CMID) connParam(p *ConnParam, c *C.struct_rdma_conn_param) (free func()) {
 	var pd unsafe.Pointer
 	if len(p.PrivateData) > 0 {
 		pd = C.CBytes(p.PrivateData)
 	}
+	var qpn uint32
+	var srq uint8
+	if id.own {
+		qpn = id.qp.qpn
+		if id.srq {
+			srq = 1
+		}
+	}
 	C.rb_conn_param(c, pd, C.int(len(p.PrivateData)), C.uint8_t(p.ResponderResources), C.uint8_t(p.InitiatorDepth),
-		C.uint8_t(p.FlowControl), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount))
+		C.uint8_t(p.FlowControl), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount), C.uint32_t(qpn), C.uint8_t(srq))
 	return func() { C.free(pd) }
 }
 
 // Connect starts connecting (after CMRouteResolved); CMEstablished,
-// CMRejected, CMUnreachable or CMConnectError follows.
+// CMRejected, CMUnreachable or CMConnectError follows. With an RC QP over
+// the IB transport, p.PrivateData has MaxConnectPrivateData bytes at most.
 func (id *CMID) Connect(p ConnParam) error {
 	if len(p.PrivateData) > 255 {
 		return fmt.Errorf("rdma_connect: %d bytes of private data", len(p.PrivateData))
@@ -382,8 +536,18 @@ func (id *CMID) Connect(p ConnParam) error {
 		return err
 	}
 	defer id.res.op.RUnlock()
+	if id.own {
+		// Tell the peer min(route MTU, our port's active MTU).
+		local, _, err := id.portMTU()
+		if err != nil {
+			return fmt.Errorf("rdma_connect: %w", err)
+		}
+		if p.PrivateData, err = withMTUTrailer(p.PrivateData, cmREQPrivateData, capMTU(local, id.PathMTU())); err != nil {
+			return fmt.Errorf("rdma_connect: %w", err)
+		}
+	}
 	var c C.struct_rdma_conn_param
-	defer connParam(&p, &c)()
+	defer id.connParam(&p, &c)()
 	if rc := C.rb_connect(id.id, &c); rc != 0 {
 		return fmt.Errorf("rdma_connect: %w", syscall.Errno(rc))
 	}
@@ -391,7 +555,11 @@ func (id *CMID) Connect(p ConnParam) error {
 }
 
 // Accept accepts an incoming connection (the ID of a CMConnectRequest
-// event); CMEstablished follows.
+// event); CMEstablished follows. With an RC QP over the IB transport, the QP
+// is in RTS when Accept returns, p.PrivateData has MaxAcceptPrivateData
+// bytes at most, and p.ResponderResources and p.InitiatorDepth set the QP's
+// max_dest_rd_atomic and max_rd_atomic (255: what rdma_cm gives), as
+// librdmacm does.
 func (id *CMID) Accept(p ConnParam) error {
 	if len(p.PrivateData) > 255 {
 		return fmt.Errorf("rdma_accept: %d bytes of private data", len(p.PrivateData))
@@ -400,9 +568,22 @@ func (id *CMID) Accept(p ConnParam) error {
 		return err
 	}
 	defer id.res.op.RUnlock()
+	if id.own {
+		if len(p.PrivateData) > MaxAcceptPrivateData {
+			return fmt.Errorf("rdma_accept: %d bytes of private data, at most %d", len(p.PrivateData), MaxAcceptPrivateData)
+		}
+		if err := id.readyOwnQP(p.ResponderResources, p.InitiatorDepth); err != nil {
+			return fmt.Errorf("rdma_accept: %w", err)
+		}
+		// Tell the active end the MTU applied.
+		p.PrivateData, _ = withMTUTrailer(p.PrivateData, cmREPPrivateData, id.mtu)
+	}
 	var c C.struct_rdma_conn_param
-	defer connParam(&p, &c)()
+	defer id.connParam(&p, &c)()
 	if rc := C.rb_accept(id.id, &c); rc != 0 {
+		if id.own {
+			id.qp.ToErr()
+		}
 		return fmt.Errorf("rdma_accept: %w", syscall.Errno(rc))
 	}
 	return nil
@@ -435,6 +616,10 @@ func (id *CMID) Disconnect() error {
 		return err
 	}
 	defer id.res.op.RUnlock()
+	if id.own {
+		// As librdmacm does for its own QPs on the IB transport.
+		id.qp.ToErr()
+	}
 	if rc := C.rb_disconnect(id.id); rc != 0 {
 		return fmt.Errorf("rdma_disconnect: %w", syscall.Errno(rc))
 	}
@@ -443,13 +628,23 @@ func (id *CMID) Disconnect() error {
 
 // Next waits for the channel's next event, copies it out and acknowledges
 // it. For CMConnectRequest the event's ID is a new CMID (on this channel) to
-// Accept or Reject, and Close.
+// Accept or Reject, and Close. For an id whose RC QP rbridge moves (IB
+// transport, see CreateQP), the REP arrives as CMConnectResponse, and Next
+// moves the QP to RTR and RTS, completes the connection (rdma_establish) and
+// returns CMEstablished; or, if that fails, CMConnectError with a negative
+// errno as Status (the peer is rejected and the QP is in ERR).
 func (ec *EventChannel) Next(ctx context.Context) (CMEvent, error) {
 	ec.mu.Lock()
 	defer ec.mu.Unlock()
-	ev, newID, err := ec.next(ctx)
-	if err != nil || newID == nil {
+	ev, newID, peerMTU, err := ec.next(ctx)
+	if err != nil {
 		return ev, err
+	}
+	if ev.Type == CMConnectResponse && ev.ID != nil && ev.ID.own {
+		return ev.ID.establish(ev), nil
+	}
+	if newID == nil {
+		return ev, nil
 	}
 	// Made outside the channel's operation lock: creating takes the tree
 	// lock, which a concurrent Close holds while it waits for that lock.
@@ -460,29 +655,58 @@ func (ec *EventChannel) Next(ctx context.Context) (CMEvent, error) {
 	if ev.ID, err = ec.adoptID(newID, ps); err != nil {
 		return CMEvent{}, fmt.Errorf("rdma_cm connect request: %w", err)
 	}
+	ev.ID.peerMTU = peerMTU
 	return ev, nil
 }
 
-func (ec *EventChannel) next(ctx context.Context) (CMEvent, *C.struct_rdma_cm_id, error) {
+// establish completes an active connection whose QP is rbridge's, on its
+// CMConnectResponse event ev.
+func (id *CMID) establish(ev CMEvent) CMEvent {
+	err := id.res.acquire()
+	if err == nil {
+		defer id.res.op.RUnlock()
+		if err = id.readyOwnQP(RDMAMaxRespRes, RDMAMaxInitDepth); err == nil {
+			if rc := C.rb_establish(id.id); rc != 0 {
+				id.qp.ToErr()
+				err = fmt.Errorf("rdma_establish: %w", syscall.Errno(rc))
+			}
+		}
+		if err != nil {
+			C.rdma_reject(id.id, nil, 0)
+		}
+	}
+	if err != nil {
+		ev.Type, ev.Status = CMConnectError, -int(syscall.EINVAL)
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			ev.Status = -int(errno)
+		}
+		ev.Err = err
+		return ev
+	}
+	ev.Type = CMEstablished
+	return ev
+}
+
+func (ec *EventChannel) next(ctx context.Context) (ev CMEvent, newID *C.struct_rdma_cm_id, peerMTU MTU, err error) {
 	if err := ec.res.acquire(); err != nil {
-		return CMEvent{}, nil, err
+		return CMEvent{}, nil, 0, err
 	}
 	defer ec.res.op.RUnlock()
 	var e *C.struct_rdma_cm_event
 	var rc C.int
-	err := waitRead(ctx, ec.file, func() bool {
+	err = waitRead(ctx, ec.file, func() bool {
 		rc = C.rb_get_cm_event(ec.ch, &e)
 		return syscall.Errno(rc) != syscall.EAGAIN
 	})
 	if err != nil {
-		return CMEvent{}, nil, fmt.Errorf("rdma_cm event: %w", err)
+		return CMEvent{}, nil, 0, fmt.Errorf("rdma_cm event: %w", err)
 	}
 	if rc != 0 {
-		return CMEvent{}, nil, fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(rc))
+		return CMEvent{}, nil, 0, fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(rc))
 	}
 	defer C.rdma_ack_cm_event(e)
-	ev := CMEvent{Type: CMEventType(e.event), Status: int(e.status)}
-	var newID *C.struct_rdma_cm_id
+	ev = CMEvent{Type: CMEventType(e.event), Status: int(e.status)}
 	if ev.Type == CMConnectRequest {
 		newID = e.id
 		ev.ListenID = idOf(e.listen_id)
@@ -504,8 +728,15 @@ func (ec *EventChannel) next(ctx context.Context) (CMEvent, *C.struct_rdma_cm_id
 		ev.Param.FlowControl = uint8(conn.flow_control)
 		ev.Param.RetryCount = uint8(conn.retry_count)
 		ev.Param.RNRRetryCount = uint8(conn.rnr_retry_count)
+		// The peer's MTU trailer (cmmtu.go), on RC over the IB transport.
+		switch {
+		case ev.Type == CMConnectRequest && C.rb_cm_is_ib(e.id) != 0:
+			ev.Param.PrivateData, peerMTU = splitMTUTrailer(ev.Param.PrivateData)
+		case ev.Type == CMConnectResponse && ev.ID != nil && ev.ID.own:
+			ev.Param.PrivateData, ev.ID.peerMTU = splitMTUTrailer(ev.Param.PrivateData)
+		}
 	}
-	return ev, newID, nil
+	return ev, newID, peerMTU, nil
 }
 
 func idOf(cid *C.struct_rdma_cm_id) *CMID {

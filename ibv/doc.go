@@ -24,6 +24,16 @@
 // completions are polled in batches with one cgo call straight into the
 // caller's []WorkCompletion.
 //
+// # rdma_cm and the path MTU
+//
+// On the IB transport (InfiniBand, RoCE) an RC QP made by [CMID.CreateQP] is
+// moved to RTR and RTS by rbridge, not by librdmacm: in [CMID.Accept] on the
+// passive side and in [EventChannel.Next] on the active side (the REP's
+// CMConnectResponse becomes CMEstablished). Its path MTU is the minimum of
+// both ends' active MTUs, which rdma_cm alone does not give; two rbridge
+// ends tell each other theirs in the last 4 bytes of the private data.
+// cmmtu.go has the details, and what happens against an unmodified peer.
+//
 // # Lifetime
 //
 // Every object has an idempotent Close. Objects form a tree (device -> PD ->

@@ -32,6 +32,8 @@ type peer struct {
 	qp    *ibv.QP
 	arena *ibv.Arena
 	mr    *ibv.MR
+
+	cqEntries int // setup's CQ size (0: 256)
 }
 
 const bufSize = 1 << 16
@@ -85,7 +87,11 @@ func (p *peer) setup(t testing.TB, id *ibv.CMID, busyPoll ...bool) {
 	p.pd, err = dev.AllocPD()
 	check(t, err)
 	t.Cleanup(func() { p.pd.Close() })
-	p.cq, err = dev.NewCQ(ibv.CQOptions{Entries: 256, BusyPoll: len(busyPoll) > 0 && busyPoll[0]})
+	entries := p.cqEntries
+	if entries == 0 {
+		entries = 256
+	}
+	p.cq, err = dev.NewCQ(ibv.CQOptions{Entries: entries, BusyPoll: len(busyPoll) > 0 && busyPoll[0]})
 	check(t, err)
 	t.Cleanup(func() { p.cq.Close() })
 	p.qp, err = id.CreateQP(p.pd, ibv.QPOptions{
@@ -118,6 +124,7 @@ type connectOptions struct {
 	clientData, serverData []byte // private data; nil: each side's remote()
 	reject                 []byte // reject with this private data instead of accepting
 	busyPoll               bool   // CQs busy-poll instead of sleeping on a channel
+	clientCQEntries        int    // the client's CQ size (0: 256)
 }
 
 // connectRC connects a client on d.Name (d.IP) to a server listening on
@@ -149,6 +156,7 @@ func connectRC(t testing.TB, d guest.Dev, o connectOptions) (cli, srv *peer, cli
 	check(t, cid.ResolveRoute(0))
 	_, err = cli.ch.Expect(ctx, ibv.CMRouteResolved)
 	check(t, err)
+	cli.cqEntries = o.clientCQEntries
 	cli.setup(t, cid, o.busyPoll)
 	post(t, cli.qp, recvWRs(cli.mr, 0, 8)...)
 	cd := o.clientData

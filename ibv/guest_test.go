@@ -487,3 +487,41 @@ func TestGuestSRQ(t *testing.T) {
 		t.Errorf("QP after its SRQ closed: %v, want ErrClosed", err)
 	}
 }
+
+// Async events: a completion that finds its CQ full raises IB_EVENT_CQ_ERR
+// (rxe_cq_post in rxe_cq.c, siw_sqe_complete in siw_qp.c, Linux 6.1), and
+// Device.AsyncEvent delivers it with the CQ. The client's CQ has 1 entry;
+// eight signaled WRITEs overflow it.
+func TestGuestAsyncCQOverflow(t *testing.T) {
+	d := guest.Device(t)
+	cli, _, cliGot, _ := connectRC(t, d, connectOptions{clientCQEntries: 1})
+	sr := parseRemote(t, cliGot)
+	dev, err := cli.id.Device()
+	check(t, err)
+	wrs := make([]ibv.SendWR, 8)
+	for i := range wrs {
+		wrs[i] = ibv.SendWR{ID: uint64(i), Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(32<<10+8*i, 8)}, RemoteAddr: sr.Addr + 32<<10 + uint64(8*i), RKey: sr.RKey}
+	}
+	send(t, cli.qp, wrs...)
+	ctx, cancel := context.WithTimeout(context.Background(), guestTimeout)
+	defer cancel()
+	for {
+		ev, err := dev.AsyncEvent(ctx)
+		if err != nil {
+			t.Fatalf("no %v for the client's CQ (%d entries) after %d signaled WRITEs: %v", ibv.EventCQErr, cli.cq.Entries(), len(wrs), err)
+		}
+		if ev.Type == ibv.EventCQErr && ev.CQ == cli.cq {
+			t.Logf("%s: %v for the client's CQ (%d entries)", d.Name, ev.Type, cli.cq.Entries())
+			break
+		}
+		t.Logf("%s: async event %v (QPN %d), not the one awaited", d.Name, ev.Type, ev.QPN)
+	}
+	// The CQ still holds what fitted.
+	buf := make([]ibv.WorkCompletion, 8)
+	n, err := cli.cq.Poll(buf)
+	check(t, err)
+	t.Logf("polled after the overflow: %s", describe(buf[:n]))
+	if n == 0 || n > cli.cq.Entries() {
+		t.Errorf("polled %d completions from a CQ of %d entries", n, cli.cq.Entries())
+	}
+}

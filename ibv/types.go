@@ -189,7 +189,11 @@ type AsyncEvent struct {
 
 // ConnParam are rdma_cm connection parameters (struct rdma_conn_param).
 type ConnParam struct {
-	PrivateData        []byte // at most 56 bytes on connect, 196 on accept (IB CM); fewer on iWARP
+	// PrivateData: on RC over the IB transport (InfiniBand, RoCE) at most
+	// MaxConnectPrivateData (52) bytes on connect and MaxAcceptPrivateData
+	// (192) on accept, rbridge keeping 4 for the path MTU (cmmtu.go);
+	// received, it is padded to those sizes. Fewer on iWARP.
+	PrivateData        []byte
 	ResponderResources uint8
 	InitiatorDepth     uint8
 	FlowControl        uint8
@@ -212,7 +216,17 @@ type CMEvent struct {
 	// For UD (PortSpaceUDP) events:
 	QPN  uint32
 	QKey uint32
+	// Err says what failed when rbridge turned a CMConnectResponse into
+	// CMConnectError (moving its QP to RTR and RTS, rdma_establish).
+	Err error
 }
+
+// ConnParam.ResponderResources and InitiatorDepth values that mean "what
+// rdma_cm negotiated" (RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH).
+const (
+	RDMAMaxRespRes   = 0xFF
+	RDMAMaxInitDepth = 0xFF
+)
 
 // Default timeouts for rdma_cm resolution.
 const (
