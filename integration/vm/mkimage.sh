@@ -56,7 +56,7 @@ for applet in $(/bin/busybox --list); do
 	[ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
 done
 
-copy_elf /usr/sbin/ip /usr/bin/rdma /usr/sbin/modprobe \
+copy_elf /usr/sbin/ip /usr/sbin/tc /usr/bin/rdma /usr/sbin/modprobe \
 	/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rping /usr/bin/ucmatose \
 	/usr/bin/ib_send_bw /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_lat \
 	/usr/bin/ib_write_lat /usr/bin/ib_read_lat
@@ -69,8 +69,9 @@ copy_elf "$multiarch"/libgcc_s.so.1
 copy /etc/protocols /etc/services
 
 # Kernel modules: rxe and its dependencies, the rdma_cm user interface, veth and
-# bridges, siw's dependencies, and the crc modules, which are soft dependencies.
-want=(rdma_rxe rdma_ucm ib_uverbs ib_umad veth bridge libcrc32c
+# bridges, netem (tests inject loss with tc), siw's dependencies, and the crc
+# modules, which are soft dependencies.
+want=(rdma_rxe rdma_ucm ib_uverbs ib_umad veth bridge sch_netem libcrc32c
 	crc32_generic crc32-pclmul crc32c_generic crc32c-intel)
 for dep in $(modinfo -F depends "$siw" | tr ',' ' '); do want+=("$dep"); done
 modprobe -S "$kv" -a --show-depends "${want[@]}" |

@@ -207,3 +207,36 @@ func TestRCPeriodicLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestRCLateAcks delays every packet beyond the ACK timeout: a timeout
+// rewinds the requester into a 3-packet WRITE and probes with its first
+// packet; then the original packets' ACK completes that WRITE while the send
+// pointer is inside it. The next WQE, a 1-packet WRITE, must be sent from
+// its first packet. (Found against the kernel's rxe with netem loss: the
+// send pointer kept its packet index into the next WQE.)
+func TestRCLateAcks(t *testing.T) {
+	_, a, b := pair(t, simnet.Options{Delay: 3 * time.Millisecond}, connOpts{mtu: 1024, retry: 7, rnrRetry: 7, timeout: 8})
+	const pairs = 20
+	for i := range pairs {
+		for j, n := range []int{2500, 100} {
+			id := uint64(2*i + j)
+			data := pattern(int(id), n)
+			off := int(id) * 4096
+			copy(a.mem[off:], data)
+			if err := a.qp.PostSend(transport.SendWR{ID: id, Opcode: transport.OpWrite, Signaled: true,
+				Local: sge(a, off, n), Remote: addr(b, off), RKey: b.mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j, wc := range wait(t, a.scq, 2, 30*time.Second) {
+			checkWC(t, wc, uint64(2*i+j), transport.OpWrite)
+		}
+	}
+	for id := range 2 * pairs {
+		n := []int{2500, 100}[id%2]
+		equal(t, fmt.Sprintf("WRITE %d", id), b.mem[id*4096:][:n], pattern(id, n))
+	}
+	if a.dev.Stats().Timeouts.Load() == 0 {
+		t.Errorf("no timeout fired: the test did not test what it is for")
+	}
+}

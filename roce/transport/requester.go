@@ -481,12 +481,18 @@ func (qp *QP) completeHeadLocked() {
 	for len(r.sq) > 0 {
 		w := r.sq[0]
 		if !w.started || (w.isReadOrAtomic() && !w.done) || (!w.isReadOrAtomic() && !w.acked) {
-			return
+			break
 		}
 		qp.completeSendLocked(w)
 		r.sq[0] = nil
 		r.sq = r.sq[1:]
-		r.next = max(r.next-1, 0)
+		if r.next == 0 {
+			// A go-back-N was resending this WQE when the acknowledgement
+			// of its original packets came: resume with the next one.
+			r.k = 0
+		} else {
+			r.next--
+		}
 		r.free = append(r.free, w)
 	}
 	// Every PSN before the head WQE is acknowledged: its WQEs completed.
