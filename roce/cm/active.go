@@ -31,7 +31,7 @@ type DialOptions struct {
 
 // dialState is what an active connection needs after the REP.
 type dialState struct {
-	psn, mtu    int
+	psn, mtu    int // psn: the REQ's Starting PSN, the first this side receives
 	resp, depth int
 	retry, rnr  uint8
 	ackTimeout  uint8
@@ -139,8 +139,8 @@ func (m *Manager) onREPLocked(r REP, peer netip.Addr) {
 	ds := c.dial
 	for _, a := range []transport.QPAttr{
 		{State: transport.StateRTR, DestQPN: f.LocalQPN, Remote: netip.AddrPortFrom(c.peer, roce.Port),
-			RQPSN: f.StartingPSN, PathMTU: ds.mtu, MinRNRTimer: 12, MaxDestRdAtomic: min(ds.resp, int(f.InitiatorDepth))},
-		{State: transport.StateRTS, SQPSN: uint32(ds.psn), Timeout: ds.ackTimeout, RetryCnt: ds.retry,
+			RQPSN: uint32(ds.psn), PathMTU: ds.mtu, MinRNRTimer: 12, MaxDestRdAtomic: min(ds.resp, int(f.InitiatorDepth))},
+		{State: transport.StateRTS, SQPSN: f.StartingPSN, Timeout: ds.ackTimeout, RetryCnt: ds.retry,
 			RNRRetry: f.RNRRetryCount, MaxRdAtomic: min(ds.depth, int(f.ResponderResources))},
 	} {
 		if err := c.qp.Modify(a); err != nil {

@@ -192,7 +192,7 @@ type AcceptOptions struct {
 }
 
 // Accept connects opts.QP to the requester: it moves the QP through INIT,
-// RTR and RTS with the REQ's QPN, PSN and path MTU, sends a REP (resent
+// RTR and RTS with the REQ's QPN, PSN (the first the QP sends) and path MTU, sends a REP (resent
 // until the RTU comes) and returns the connection once the RTU arrived.
 // On ctx's end it gives up with a REJ to the peer.
 func (r *Request) Accept(ctx context.Context, opts AcceptOptions) (*Conn, error) {
@@ -220,6 +220,9 @@ func (r *Request) Accept(ctx context.Context, opts AcceptOptions) (*Conn, error)
 		ackTimeout = 14
 	}
 	mtu := f.PathMTU.Bytes()
+	// Each side's Starting PSN is the first PSN it expects to receive
+	// (Linux cm.c: rq_psn from its own REQ or REP, sq_psn from the
+	// peer's).
 	psn := rand.Uint32() & roce.PSNMask
 
 	m.mu.Lock()
@@ -239,8 +242,8 @@ func (r *Request) Accept(ctx context.Context, opts AcceptOptions) (*Conn, error)
 	}
 	attrs = append(attrs,
 		transport.QPAttr{State: transport.StateRTR, DestQPN: f.LocalQPN, Remote: netip.AddrPortFrom(c.peer, roce.Port),
-			RQPSN: f.StartingPSN, PathMTU: mtu, MinRNRTimer: minRNR, MaxDestRdAtomic: resp},
-		transport.QPAttr{State: transport.StateRTS, SQPSN: psn, Timeout: ackTimeout, RetryCnt: f.RetryCount,
+			RQPSN: psn, PathMTU: mtu, MinRNRTimer: minRNR, MaxDestRdAtomic: resp},
+		transport.QPAttr{State: transport.StateRTS, SQPSN: f.StartingPSN, Timeout: ackTimeout, RetryCnt: f.RetryCount,
 			RNRRetry: f.RNRRetryCount, MaxRdAtomic: depth})
 	for _, a := range attrs {
 		if err := qp.Modify(a); err != nil {

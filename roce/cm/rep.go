@@ -68,7 +68,8 @@ func (r REP) RemoteCommID() uint32 { return be32(r[repRemoteCommID:]) }
 // LocalQPN returns the sender's QP number.
 func (r REP) LocalQPN() uint32 { return get24(r[repLocalQPN:]) }
 
-// StartingPSN returns the first PSN the sender will send.
+// StartingPSN returns the REP's Starting PSN: the first PSN the sender
+// (the passive side) expects to receive, as Linux's CM uses it.
 func (r REP) StartingPSN() uint32 { return get24(r[repStartingPSN:]) }
 
 // PrivateData returns the private data region (REPPrivateDataLen bytes).

@@ -154,7 +154,9 @@ func (r REQ) ServiceID() uint64 { return be64(r[reqServiceID:]) }
 // LocalQPN returns the sender's QP number.
 func (r REQ) LocalQPN() uint32 { return get24(r[reqLocalQPN:]) }
 
-// StartingPSN returns the first PSN the sender will send.
+// StartingPSN returns the REQ's Starting PSN: the first PSN the sender
+// (the active side) expects to receive, as Linux's CM uses it (cm.c sets
+// its rq_psn from it; the passive side sends from it).
 func (r REQ) StartingPSN() uint32 { return get24(r[reqStartingPSN:]) }
 
 // PathMTU returns the path MTU code.
