@@ -194,6 +194,7 @@ func (s *server) accept(t *testing.T, l *cm.Listener, ns guest.Netns, done chan<
 		req.Remote, req.IPCM.SrcPort, req.REQ.LocalQPN, req.REQ.StartingPSN, req.REQ.PathMTU, req.REQ.ServiceID,
 		req.REQ.ResponderResources, req.REQ.InitiatorDepth, req.REQ.LocalCMResponseTimeout, req.REQ.RemoteCMResponseTimeout,
 		req.REQ.RetryCount, req.REQ.RNRRetryCount)
+	t.Logf("the kernel's REQ: %x", req.MAD)
 	qp, err := s.dev.CreateQP(s.pd, transport.QPInitAttr{Type: transport.RC, SendCQ: s.cq, RecvCQ: s.cq})
 	if err != nil {
 		errs <- err

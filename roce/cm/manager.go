@@ -323,7 +323,7 @@ func (m *Manager) handle(mad []byte, src netip.AddrPort) {
 	tid := h.TID()
 	switch h.AttrID() {
 	case AttrREQ:
-		m.onREQLocked(tid, REQ(data), peer)
+		m.onREQLocked(tid, mad, REQ(data), peer)
 	case AttrREP:
 		m.onREPLocked(REP(data), peer)
 	case AttrRTU:

@@ -105,9 +105,11 @@ type Request struct {
 	PrivateData []byte
 	// Remote is the requester's IP address (from the primary path's GID).
 	Remote netip.Addr
+	// MAD is a copy of the whole REQ as received, header included.
+	MAD []byte
 }
 
-func (m *Manager) onREQLocked(tid uint64, r REQ, peer netip.Addr) {
+func (m *Manager) onREQLocked(tid uint64, mad []byte, r REQ, peer netip.Addr) {
 	f := r.Fields()
 	key := remoteKey{guid: f.LocalCAGUID, id: f.LocalCommID}
 	if c := m.remote[key]; c != nil {
@@ -144,7 +146,7 @@ func (m *Manager) onREQLocked(tid uint64, r REQ, peer netip.Addr) {
 		return
 	}
 	f.PrivateData = append([]byte(nil), f.PrivateData...)
-	req := &Request{REQ: f, PrivateData: f.PrivateData}
+	req := &Request{REQ: f, PrivateData: f.PrivateData, MAD: append([]byte(nil), mad[:MADLen]...)}
 	if ps, _, ok := ParseServiceID(f.ServiceID); ok && (ps == PortSpaceTCP || ps == PortSpaceUDP) {
 		if h, n, err := ParseIPCMHeader(f.PrivateData); err == nil {
 			req.IPCM, req.HasIPCM, req.PrivateData = h.Fields(), true, f.PrivateData[n:]
