@@ -247,7 +247,9 @@ func sampleMADs() [][]byte {
 		enc func([]byte)
 	}{
 		{cm.AttrREQ, func(d []byte) { cm.REQ(d).Encode(&req) }},
-		{cm.AttrREP, func(d []byte) { cm.REP(d).Encode(&cm.REPFields{LocalCommID: 1, LocalQPN: 0x11, PrivateData: []byte("hi")}) }},
+		{cm.AttrREP, func(d []byte) {
+			cm.REP(d).Encode(&cm.REPFields{LocalCommID: 1, LocalQPN: 0x11, PrivateData: []byte("hi")})
+		}},
 		{cm.AttrRTU, func(d []byte) { cm.RTU(d).Encode(&cm.RTUFields{LocalCommID: 1, RemoteCommID: 2}) }},
 		{cm.AttrREJ, func(d []byte) { cm.REJ(d).Encode(&cm.REJFields{Reason: cm.RejectInvalidServiceID}) }},
 		{cm.AttrMRA, func(d []byte) { cm.MRA(d).Encode(&cm.MRAFields{ServiceTimeout: 20}) }},
