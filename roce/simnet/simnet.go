@@ -5,6 +5,7 @@
 package simnet
 
 import (
+	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -41,6 +42,12 @@ type Net struct {
 	conns map[netip.AddrPort]*Conn
 	held  *packet // the packet held back for reordering
 
+	dmu        sync.Mutex // guards the delayed packets below
+	due        dueHeap
+	dseq       uint64
+	delivering bool          // routineDeliver is running
+	wake       chan struct{} // an earlier packet was queued
+
 	stats Stats
 }
 
@@ -64,6 +71,7 @@ func New(opts Options) *Net {
 		opts:  opts,
 		rng:   rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		conns: make(map[netip.AddrPort]*Conn),
+		wake:  make(chan struct{}, 1),
 	}
 }
 
@@ -130,13 +138,89 @@ func (n *Net) send(p packet) {
 		}
 	}
 	n.mu.Unlock()
+	now := time.Now()
 	for i, q := range out {
 		if delays[i] == 0 {
 			n.deliver(q)
 			continue
 		}
-		time.AfterFunc(delays[i], func() { n.deliver(q) })
+		n.schedule(now.Add(delays[i]), q)
 	}
+}
+
+// delayed is a packet waiting out its delay.
+type delayed struct {
+	at  time.Time
+	seq uint64 // keeps packets due at the same time in the order sent
+	p   packet
+}
+
+// schedule queues p for delivery at at. One goroutine (routineDeliver)
+// delivers queued packets in order of due time, then of sending: a constant
+// delay keeps the order packets were sent in; jitter reorders them.
+func (n *Net) schedule(at time.Time, p packet) {
+	n.dmu.Lock()
+	n.dseq++
+	heap.Push(&n.due, delayed{at: at, seq: n.dseq, p: p})
+	start := !n.delivering
+	n.delivering = true
+	n.dmu.Unlock()
+	if start {
+		go n.routineDeliver()
+	} else {
+		select {
+		case n.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// routineDeliver runs while packets are queued.
+func (n *Net) routineDeliver() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		n.dmu.Lock()
+		if n.due.Len() == 0 {
+			n.delivering = false
+			n.dmu.Unlock()
+			return
+		}
+		next := n.due[0]
+		if wait := time.Until(next.at); wait > 0 {
+			n.dmu.Unlock()
+			t.Reset(wait)
+			select {
+			case <-t.C:
+			case <-n.wake:
+				if !t.Stop() {
+					<-t.C
+				}
+			}
+			continue
+		}
+		heap.Pop(&n.due)
+		n.dmu.Unlock()
+		n.deliver(next.p)
+	}
+}
+
+type dueHeap []delayed
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if h[i].at.Equal(h[j].at) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].at.Before(h[j].at)
+}
+func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)   { *h = append(*h, x.(delayed)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Flush delivers a packet held back for reordering, if any.

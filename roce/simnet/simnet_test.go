@@ -123,3 +123,25 @@ func TestClose(t *testing.T) {
 		t.Errorf("write after close: %v", err)
 	}
 }
+
+// TestDelayKeepsOrder: a constant delay delays, it does not reorder.
+func TestDelayKeepsOrder(t *testing.T) {
+	a0, b0 := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
+	net := simnet.New(simnet.Options{Delay: time.Millisecond})
+	a, _ := net.Listen(a0)
+	b, _ := net.Listen(b0)
+	start := time.Now()
+	send(t, a, b0, 2000, 0)
+	got := drain(t, b, 2000)
+	if len(got) != 2000 {
+		t.Fatalf("delivered %d of 2000", len(got))
+	}
+	for i, m := range got {
+		if int(m.Buf[0])|int(m.Buf[1])<<8 != i {
+			t.Fatalf("packet %d arrived as number %d", int(m.Buf[0])|int(m.Buf[1])<<8, i)
+		}
+	}
+	if el := time.Since(start); el < time.Millisecond {
+		t.Errorf("delivered in %v, under the 1 ms delay", el)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -208,35 +209,36 @@ func TestRCPeriodicLoss(t *testing.T) {
 	}
 }
 
-// TestRCLateAcks delays every packet beyond the ACK timeout: a timeout
-// rewinds the requester into a 3-packet WRITE and probes with its first
-// packet; then the original packets' ACK completes that WRITE while the send
-// pointer is inside it. The next WQE, a 1-packet WRITE, must be sent from
-// its first packet. (Found against the kernel's rxe with netem loss: the
-// send pointer kept its packet index into the next WQE.)
+// TestRCLateAcks: the link delays every packet beyond the ACK timeout and
+// loses the first transmission of a 1-packet WRITE that follows a 3-packet
+// WRITE, so timeouts probe while the original packets' ACKs are still on
+// their way, and a WQE can complete while a go-back-N resends it. Against
+// the kernel's rxe with netem loss (roce/interop) that case once made the
+// send pointer keep its packet index into the next WQE; this test keeps the
+// late-ACK paths exercised on the host.
 func TestRCLateAcks(t *testing.T) {
-	_, a, b := pair(t, simnet.Options{Delay: 3 * time.Millisecond}, connOpts{mtu: 1024, retry: 7, rnrRetry: 7, timeout: 8})
-	const pairs = 20
-	for i := range pairs {
-		for j, n := range []int{2500, 100} {
-			id := uint64(2*i + j)
-			data := pattern(int(id), n)
-			off := int(id) * 4096
-			copy(a.mem[off:], data)
-			if err := a.qp.PostSend(transport.SendWR{ID: id, Opcode: transport.OpWrite, Signaled: true,
-				Local: sge(a, off, n), Remote: addr(b, off), RKey: b.mr.RKey()}); err != nil {
-				t.Fatal(err)
-			}
+	var dropped atomic.Bool
+	o := simnet.Options{Delay: 2 * time.Millisecond, Filter: func(_, _ netip.AddrPort, pkt []byte) bool {
+		if roce.BTH(pkt).Opcode() == roce.RCRDMAWriteOnly && !dropped.Load() {
+			dropped.Store(true)
+			return false
 		}
-		for j, wc := range wait(t, a.scq, 2, 30*time.Second) {
-			checkWC(t, wc, uint64(2*i+j), transport.OpWrite)
+		return true
+	}}
+	_, a, b := pair(t, o, connOpts{mtu: 1024, retry: 7, rnrRetry: 7, timeout: 8})
+	for j, n := range []int{2500, 100} {
+		copy(a.mem[j*4096:], pattern(j, n))
+		if err := a.qp.PostSend(transport.SendWR{ID: uint64(j), Opcode: transport.OpWrite, Signaled: true,
+			Local: sge(a, j*4096, n), Remote: addr(b, j*4096), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
 		}
 	}
-	for id := range 2 * pairs {
-		n := []int{2500, 100}[id%2]
-		equal(t, fmt.Sprintf("WRITE %d", id), b.mem[id*4096:][:n], pattern(id, n))
+	for j, wc := range wait(t, a.scq, 2, 10*time.Second) {
+		checkWC(t, wc, uint64(j), transport.OpWrite)
 	}
-	if a.dev.Stats().Timeouts.Load() == 0 {
-		t.Errorf("no timeout fired: the test did not test what it is for")
+	equal(t, "WRITE A", b.mem[:2500], pattern(0, 2500))
+	equal(t, "WRITE B", b.mem[4096:4196], pattern(1, 100))
+	if !dropped.Load() || a.dev.Stats().Timeouts.Load() == 0 {
+		t.Errorf("dropped %v, %d timeouts: the test did not test what it is for", dropped.Load(), a.dev.Stats().Timeouts.Load())
 	}
 }
