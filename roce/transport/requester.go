@@ -116,6 +116,13 @@ func (qp *QP) pumpLocked() {
 			}
 			r.k = 0
 		}
+		if r.k < 0 || r.k >= w.npkts {
+			// A send pointer outside its WQE is a bug; resending the WQE
+			// whole is always safe (the responder drops duplicates), a
+			// panic in the gateway is not.
+			qp.dev.log.Error("requester: packet index outside its WQE; resending it whole", "qp", qp.qpn, "wr", w.wr.ID, "k", r.k, "packets", w.npkts)
+			r.k = 0
+		}
 		if w.isReadOrAtomic() && w.done {
 			// Its response is in: a go-back-N passes over it.
 			r.next++
