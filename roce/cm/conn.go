@@ -90,7 +90,9 @@ func (c *Conn) RemoteQPN() uint32 {
 }
 
 // Done is closed when the connection is released: by Disconnect, by the
-// peer's DREQ, or by the manager's Close.
+// peer's DREQ or REJ, or by the manager's Close. On the peer's DREQ or REJ
+// it is closed before the QP moves to the error state, so a work request
+// flushed by the release finds Done closed.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // Disconnect releases an established connection: it moves the QP to the
@@ -290,8 +292,8 @@ func (m *Manager) onREJLocked(r REJ) {
 		m.stats.RxUnknown++
 		return
 	}
-	c.qpErrorLocked()
 	c.finishLocked(&RejectError{Reason: f.Reason, PrivateData: append([]byte(nil), f.PrivateData...)})
+	c.qpErrorLocked()
 }
 
 func (m *Manager) onDREQLocked(tid uint64, r DREQ, peer netip.Addr) {
@@ -309,9 +311,11 @@ func (m *Manager) onDREQLocked(tid uint64, r DREQ, peer netip.Addr) {
 	}
 	switch c.state {
 	case stateEstablished, stateDreqSent, stateRepSent:
+		// Done closes before the QP's work is flushed, so a flushed
+		// completion always finds the connection released.
+		c.finishLocked(nil)
 		c.qpErrorLocked()
 		m.send(c.peer, drep)
-		c.finishLocked(nil)
 	}
 }
 

@@ -148,7 +148,7 @@ func serveRping(ctx context.Context, t *testing.T, s *server, l *cm.Listener) (i
 		if err != nil {
 			select {
 			case <-conn.Done():
-				return iters, nil // the client is done and disconnected
+				return iters, nil // the client is done and disconnected (its DREQ flushed our receives)
 			default:
 				return iters, err
 			}
