@@ -17,13 +17,20 @@ import (
 // rxe does (it stores ~crc in CPU order on little-endian hosts) and as
 // hardware puts it on the wire.
 //
-// Two ways to sum it. ICRC leaves the packet untouched: it copies the masked
-// headers to the stack and sums them with a slicing-by-8 table here (a stack
-// buffer handed to hash/crc32 would escape to the heap), then hands the rest
-// to hash/crc32, which uses carry-less multiplication where the CPU has it.
-// PutICRC and VerifyICRC, the transmit and receive paths, own their buffer:
-// they set the masked fields to ones in place, sum the whole packet in one
-// hash/crc32 pass, and restore the fields, at the cost of plain CRC-32.
+// Every entry point reads the packet only. On amd64 with PCLMULQDQ and
+// SSE4.1, icrcFold (icrc_amd64.s) sums the packet in one carry-less-multiply
+// folding pass over the caller's bytes, ORing the mask vectors of icrcMasks
+// into the first 64 bytes as it loads them, and with AVX-512 VPCLMULQDQ
+// where the CPU has it for packets of 256 bytes or more. Elsewhere, for
+// IPv4 headers whose options push the masked bytes past the first 64, and
+// for ICRCWithHeaders, whose headers are apart from the packet, icrcSplit
+// copies the masked headers to the stack and sums them with a slicing-by-8
+// table here (a stack buffer handed to hash/crc32 would escape to the heap),
+// then hands the rest to hash/crc32. PutICRC and VerifyICRC used to mask
+// the fields in place, sum in one hash/crc32 pass and restore them; the
+// folding kernel is faster than that and leaves the packet alone, so the
+// in-place variant is gone and goroutines may read a packet while it is
+// being checked.
 
 // icrcSeed is the CRC state (in hash/crc32's convention) after the eight
 // 0xFF bytes; the kernel's raw seed 0xdebb20e3 is its complement.
@@ -67,21 +74,37 @@ const (
 	// maxMasked is the longest run of masked headers: IPv4 with options,
 	// UDP and BTH.
 	maxMasked = ipv4MaxHdr + udpHdr + BTHLen
+	// icrcMaskLen is how far into the packet icrcFold applies its mask.
+	icrcMaskLen = 64
 )
+
+// icrcMasks are the bytes ORed into a packet's first 64 bytes for the sum:
+// 0xff over every masked field. Entries 0 to 7 are for IPv4 headers of 20
+// to 48 bytes (IHL 5 to 12), entry 8 for IPv6; the BTH's masked byte of a
+// longer IPv4 header lies past the first 64 bytes.
+var icrcMasks = func() (m [9][icrcMaskLen]byte) {
+	for i := range 8 {
+		h := &m[i]
+		ipLen := (i + 5) * 4
+		h[1], h[8], h[10], h[11] = 0xff, 0xff, 0xff, 0xff
+		h[ipLen+6], h[ipLen+7], h[ipLen+udpHdr+bthFB] = 0xff, 0xff, 0xff
+	}
+	h := &m[8]
+	h[0], h[1], h[2], h[3], h[7] = 0x0f, 0xff, 0xff, 0xff, 0xff
+	h[ipv6Hdr+6], h[ipv6Hdr+7], h[ipv6Hdr+udpHdr+bthFB] = 0xff, 0xff, 0xff
+	return m
+}()
 
 // ICRC computes the invariant CRC of a RoCEv2 packet. pkt starts at the IP
 // header (IPv4 or IPv6) and ends with the 4-byte ICRC trailer, which is not
 // covered. Bytes past the IP packet's own length (Ethernet padding) are
 // ignored. ICRC reads pkt only and does not allocate.
 func ICRC(pkt []byte) (uint32, error) {
-	ipLen, l4, err := splitIP(pkt)
+	covered, ipLen, err := icrcCovered(pkt)
 	if err != nil {
 		return 0, err
 	}
-	if len(l4) < udpHdr+BTHLen+ICRCLen {
-		return 0, truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
-	}
-	return icrcSplit(pkt[:ipLen+udpHdr], l4[udpHdr:])
+	return icrcSum(covered, ipLen), nil
 }
 
 // ICRCWithHeaders computes the ICRC of a transport packet (BTH to ICRC
@@ -100,15 +123,93 @@ func ICRCWithHeaders(hdrs, transport []byte) (uint32, error) {
 	if ipLen < ipv4MinHdr || len(hdrs) != ipLen+udpHdr {
 		return 0, &HeaderError{Header: "IP and UDP headers", Err: ErrBadLength, Value: uint64(len(hdrs))}
 	}
-	return icrcSplit(hdrs, transport)
-}
-
-// icrcSplit sums the masked IP and UDP headers (hdrs) and the transport
-// packet, whose last four bytes are the trailer.
-func icrcSplit(hdrs, transport []byte) (uint32, error) {
 	if len(transport) < BTHLen+ICRCLen {
 		return 0, truncated("packet", len(hdrs)+BTHLen+ICRCLen, len(hdrs)+len(transport))
 	}
+	return icrcSplit(hdrs, transport[:len(transport)-ICRCLen]), nil
+}
+
+// PutICRC computes the ICRC of pkt (laid out as for ICRC) and stores it in
+// the trailer, the transmit path. It writes the trailer only.
+func PutICRC(pkt []byte) error {
+	covered, ipLen, err := icrcCovered(pkt)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint32(pkt[len(covered):], icrcSum(covered, ipLen))
+	return nil
+}
+
+// VerifyICRC checks the ICRC trailer of pkt (laid out as for ICRC) and
+// returns the value carried; a wrong one gives an error matching ErrBadICRC.
+// It is the receive path; like ICRC it reads pkt only.
+func VerifyICRC(pkt []byte) (uint32, error) {
+	covered, ipLen, err := icrcCovered(pkt)
+	if err != nil {
+		return 0, err
+	}
+	got := binary.LittleEndian.Uint32(pkt[len(covered):])
+	if want := icrcSum(covered, ipLen); got != want {
+		return got, &HeaderError{Header: "ICRC", Err: ErrBadICRC, Value: uint64(got)}
+	}
+	return got, nil
+}
+
+// icrcCovered checks pkt and returns the bytes the ICRC covers (IP header
+// to the end of the pad) and the IP header length. The trailer follows
+// covered in pkt.
+func icrcCovered(pkt []byte) (covered []byte, ipLen int, err error) {
+	ipLen, l4, err := splitIP(pkt)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(l4) < udpHdr+BTHLen+ICRCLen {
+		return nil, 0, truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
+	}
+	return pkt[:ipLen+len(l4)-ICRCLen], ipLen, nil
+}
+
+// icrcSum sums covered, which starts with an IP header of ipLen bytes, the
+// UDP header and the BTH.
+func icrcSum(covered []byte, ipLen int) uint32 {
+	if haveCLMUL {
+		m := &icrcMasks[8]
+		if covered[0]>>4 == 4 {
+			if i := ipLen/4 - 5; i < 8 {
+				m = &icrcMasks[i]
+			} else {
+				m = nil
+			}
+		}
+		if m != nil {
+			return icrcMasked(icrcSeed, covered, m)
+		}
+	}
+	return icrcSplit(covered[:ipLen+udpHdr], covered[ipLen+udpHdr:])
+}
+
+// icrcMasked continues crc over p with p's first 64 bytes ORed with mask,
+// reading p only. icrcFold takes the 16-byte blocks; crcUpdate the rest.
+func icrcMasked(crc uint32, p []byte, mask *[icrcMaskLen]byte) uint32 {
+	n := len(p) &^ 15
+	if n > 0 {
+		crc = icrcFold(crc, p[:n], mask)
+	}
+	tail := p[n:]
+	if n >= icrcMaskLen || len(tail) == 0 {
+		return crcUpdate(crc, tail)
+	}
+	var buf [16]byte
+	m := mask[n:]
+	for i, v := range tail {
+		buf[i] = v | m[i]
+	}
+	return crcUpdate(crc, buf[:len(tail)])
+}
+
+// icrcSplit sums the masked IP and UDP headers (hdrs) and the transport
+// packet without its trailer (BTH to the end of the pad).
+func icrcSplit(hdrs, transport []byte) uint32 {
 	ipLen := len(hdrs) - udpHdr
 	var buf [maxMasked]byte
 	n := copy(buf[:], hdrs)
@@ -131,69 +232,7 @@ func icrcSplit(hdrs, transport []byte) (uint32, error) {
 	u[7] = 0xff
 	u[udpHdr+bthFB] = 0xff // FECN, BECN, reserved
 	crc := crcUpdate(icrcSeed, h)
-	return crc32.Update(crc, crc32.IEEETable, transport[BTHLen:len(transport)-ICRCLen]), nil
-}
-
-// PutICRC computes the ICRC of pkt (laid out as for ICRC) and stores it in
-// the trailer. It is the transmit path: it masks the variant fields in place
-// while it sums the packet in one pass and restores them before it returns,
-// so no other goroutine may read pkt meanwhile.
-func PutICRC(pkt []byte) error {
-	ipLen, l4, err := splitIP(pkt)
-	if err != nil {
-		return err
-	}
-	if len(l4) < udpHdr+BTHLen+ICRCLen {
-		return truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
-	}
-	end := ipLen + len(l4) - ICRCLen
-	binary.LittleEndian.PutUint32(pkt[end:], icrcInPlace(pkt[:end], ipLen))
-	return nil
-}
-
-// VerifyICRC checks the ICRC trailer of pkt (laid out as for ICRC) and
-// returns the value carried; a wrong one gives an error matching ErrBadICRC.
-// It is the receive path: like PutICRC it masks the variant fields in place
-// while it runs and restores them, so no other goroutine may read pkt
-// meanwhile. ICRC computes the same value without touching pkt.
-func VerifyICRC(pkt []byte) (uint32, error) {
-	ipLen, l4, err := splitIP(pkt)
-	if err != nil {
-		return 0, err
-	}
-	if len(l4) < udpHdr+BTHLen+ICRCLen {
-		return 0, truncated("packet", ipLen+udpHdr+BTHLen+ICRCLen, ipLen+len(l4))
-	}
-	end := ipLen + len(l4) - ICRCLen
-	got := binary.LittleEndian.Uint32(pkt[end:])
-	if want := icrcInPlace(pkt[:end], ipLen); got != want {
-		return got, &HeaderError{Header: "ICRC", Err: ErrBadICRC, Value: uint64(got)}
-	}
-	return got, nil
-}
-
-// icrcInPlace sums covered (IP header to the end of the pad) with the
-// variant fields set to ones, in a single hash/crc32 pass, and puts the
-// fields back.
-func icrcInPlace(covered []byte, ipLen int) uint32 {
-	u := covered[ipLen : ipLen+udpHdr+BTHLen]
-	u0, u1, fb := u[6], u[7], u[udpHdr+bthFB]
-	u[6], u[7], u[udpHdr+bthFB] = 0xff, 0xff, 0xff
-	var crc uint32
-	if h := covered[:ipLen]; h[0]>>4 == 4 {
-		h1, h8, h10, h11 := h[1], h[8], h[10], h[11]
-		h[1], h[8], h[10], h[11] = 0xff, 0xff, 0xff, 0xff
-		crc = crc32.Update(icrcSeed, crc32.IEEETable, covered)
-		h[1], h[8], h[10], h[11] = h1, h8, h10, h11
-	} else {
-		h0, h1, h2, h3, h7 := h[0], h[1], h[2], h[3], h[7]
-		h[0] |= 0x0f
-		h[1], h[2], h[3], h[7] = 0xff, 0xff, 0xff, 0xff
-		crc = crc32.Update(icrcSeed, crc32.IEEETable, covered)
-		h[0], h[1], h[2], h[3], h[7] = h0, h1, h2, h3, h7
-	}
-	u[6], u[7], u[udpHdr+bthFB] = u0, u1, fb
-	return crc
+	return crc32.Update(crc, crc32.IEEETable, transport[BTHLen:])
 }
 
 // splitIP returns the IP header length of pkt and its layer-4 bytes, trimmed
