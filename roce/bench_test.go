@@ -114,7 +114,7 @@ func BenchmarkAppendPacket(b *testing.B) {
 	}
 }
 
-// BenchmarkVerifyICRC is the receive path's in-place ICRC check, next to the
+// BenchmarkVerifyICRC is the receive path's ICRC check (read-only), next to the
 // same crc32 floor as BenchmarkICRC.
 func BenchmarkVerifyICRC(b *testing.B) {
 	for _, n := range []int{64, 1024, 4096} {
