@@ -125,10 +125,12 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 	return nil
 }
 
-// ticker reports progress once a second until stopped.
+// ticker reports progress once a second until stopped; stop returns once
+// the last line is written.
 func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func()) {
-	done := make(chan struct{})
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		start := time.Now()
@@ -141,7 +143,10 @@ func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func())
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
