@@ -224,8 +224,14 @@ func TestTransportOverUDP(t *testing.T) {
 	for i := range a.mem[:300000] {
 		a.mem[i] = byte(i * 7)
 	}
+	// WRITE_WITH_IMM, so that b's receive completion orders the test's read
+	// of b's memory after the write (for the race detector, which does not
+	// see the ordering the network gives).
+	if err := b.qp.PostRecv(transport.RecvWR{ID: 9}); err != nil {
+		t.Fatal(err)
+	}
 	err := a.qp.PostSend(
-		transport.SendWR{ID: 1, Opcode: transport.OpWrite, Local: transport.SGE{MR: a.mr, Length: 300000}, Remote: b.mr.Addr(), RKey: b.mr.RKey(), Signaled: true},
+		transport.SendWR{ID: 1, Opcode: transport.OpWriteWithImm, Imm: 7, Local: transport.SGE{MR: a.mr, Length: 300000}, Remote: b.mr.Addr(), RKey: b.mr.RKey(), Signaled: true},
 		transport.SendWR{ID: 2, Opcode: transport.OpRead, Local: transport.SGE{MR: a.mr, Offset: 400000, Length: 300000}, Remote: b.mr.Addr(), RKey: b.mr.RKey(), Signaled: true})
 	if err != nil {
 		t.Fatal(err)
@@ -242,6 +248,10 @@ func TestTransportOverUDP(t *testing.T) {
 	}
 	if wcs[0].ID != 1 || wcs[0].Status != transport.StatusSuccess || wcs[1].ID != 2 || wcs[1].Status != transport.StatusSuccess {
 		t.Fatalf("completions %+v", wcs)
+	}
+	var bwc [1]transport.WC
+	if _, err := b.cq.PollWait(ctx, bwc[:]); err != nil || bwc[0].ID != 9 || !bwc[0].HasImm || bwc[0].ByteLen != 300000 {
+		t.Fatalf("b's receive completion: %+v, %v", bwc[0], err)
 	}
 	for i := range 300000 {
 		if b.mem[i] != byte(i*7) || a.mem[400000+i] != byte(i*7) {
