@@ -11,6 +11,10 @@ import (
 	"github.com/rbridge/rbridge/roce/transport"
 )
 
+// defaultDialMTU is a Dial's path MTU unless DialOptions.PathMTU says
+// otherwise: the largest that fits a 1500-byte Ethernet link.
+const defaultDialMTU = 1024
+
 // DialOptions describe a connection to make.
 type DialOptions struct {
 	// QP is an RC QP of the manager's device, in RESET or INIT.
@@ -27,6 +31,14 @@ type DialOptions struct {
 	// SrcPort is the IP CM header's source port (0: a random one from the
 	// ephemeral range, as rdma_cm binds).
 	SrcPort uint16
+	// PathMTU is the path MTU the REQ asks for (256, 512, 1024, 2048 or
+	// 4096; 0: 1024, at most the manager's MaxPathMTU). An unmodified
+	// rdma_cm listener takes the REQ's MTU as the connection's, and the
+	// kernel sends RoCE packets with DF set: the MTU must fit the link
+	// (1024 on a 1500-byte Ethernet link, what the kernel itself picks
+	// there, iboe_get_mtu; 4096 needs jumbo frames). A REP that ends with
+	// rbridge's MTU trailer (package ibv's cmmtu.go) lowers it further.
+	PathMTU int
 }
 
 // dialState is what an active connection needs after the REP.
@@ -57,9 +69,16 @@ func (m *Manager) Dial(ctx context.Context, to netip.AddrPort, opts DialOptions)
 			return nil, fmt.Errorf("cm: dial %v: %w", to, err)
 		}
 	}
+	mtu := opts.PathMTU
+	if mtu == 0 {
+		mtu = min(defaultDialMTU, m.opts.MaxPathMTU)
+	}
+	if MTUFromBytes(mtu).Bytes() != mtu || mtu > m.opts.MaxPathMTU {
+		return nil, fmt.Errorf("cm: dial %v: path MTU %d is not 256, 512, 1024, 2048 or 4096 up to the manager's %d", to, mtu, m.opts.MaxPathMTU)
+	}
 	ds := &dialState{
 		psn:   int(rand.Uint32() & roce.PSNMask),
-		mtu:   m.opts.MaxPathMTU,
+		mtu:   mtu,
 		resp:  orDefault(opts.ResponderResources, m.opts.ResponderResources),
 		depth: orDefault(opts.InitiatorDepth, m.opts.InitiatorDepth),
 		retry: opts.RetryCount, rnr: opts.RNRRetry, ackTimeout: 14,
@@ -137,6 +156,10 @@ func (m *Manager) onREPLocked(r REP, peer netip.Addr) {
 	m.remote[c.key] = c
 	c.privateData = append([]byte(nil), f.PrivateData...)
 	ds := c.dial
+	if t := trailerMTU(f.PrivateData); t != 0 && t < ds.mtu {
+		// An rbridge rdma_cm end applied a smaller MTU (its port's).
+		ds.mtu = t
+	}
 	for _, a := range []transport.QPAttr{
 		{State: transport.StateRTR, DestQPN: f.LocalQPN, Remote: netip.AddrPortFrom(c.peer, roce.Port),
 			RQPSN: uint32(ds.psn), PathMTU: ds.mtu, MinRNRTimer: 12, MaxDestRdAtomic: min(ds.resp, int(f.InitiatorDepth))},

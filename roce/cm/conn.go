@@ -183,7 +183,11 @@ func (c *Conn) onTimeoutLocked() {
 			REJ(d).Encode(&REJFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: msg, Reason: RejectTimeout})
 		}))
 		c.qpErrorLocked()
-		c.finishLocked(ErrTimeout)
+		if c.active {
+			c.finishLocked(&dialError{to: c.remote, err: ErrTimeout})
+		} else {
+			c.finishLocked(ErrTimeout)
+		}
 	default:
 		c.finishLocked(nil)
 	}
@@ -292,7 +296,11 @@ func (m *Manager) onREJLocked(r REJ) {
 		m.stats.RxUnknown++
 		return
 	}
-	c.finishLocked(&RejectError{Reason: f.Reason, PrivateData: append([]byte(nil), f.PrivateData...)})
+	var err error = &RejectError{Reason: f.Reason, PrivateData: append([]byte(nil), f.PrivateData...)}
+	if c.active {
+		err = &dialError{to: c.remote, err: err}
+	}
+	c.finishLocked(err)
 	c.qpErrorLocked()
 }
 

@@ -26,6 +26,11 @@
 //	                                     │ (timeout: REQ again; MRA: wait longer)
 //	                                     └──REJ, or no REP after every retry──► CLOSED
 //
+// The REQ of a Dial asks for DialOptions.PathMTU (1024 unless said: what
+// fits a 1500-byte Ethernet link); an unmodified rdma_cm listener takes it
+// as the connection's MTU, and a REP ending with rbridge's MTU trailer
+// (package ibv's rdma_cm ends) lowers it to what that end applied.
+//
 // Release, either side:
 //
 //	ESTABLISHED ──Conn.Disconnect: QP to ERR, DREQ──► DREQ_SENT ──DREP or timeout──► CLOSED

@@ -3,6 +3,8 @@ package cm
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 
 	"github.com/rbridge/rbridge/roce"
 )
@@ -38,6 +40,24 @@ func (e *RejectError) Is(target error) bool {
 	t, ok := target.(*RejectError)
 	return ok && t.Reason == e.Reason
 }
+
+// dialError is a Dial's failure: it names the address dialed and wraps
+// the cause (a *RejectError, ErrTimeout, ErrClosed).
+type dialError struct {
+	to  netip.AddrPort
+	err error
+}
+
+func (e *dialError) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), "cm: ")
+	var rej *RejectError
+	if errors.As(e.err, &rej) && rej.Reason == RejectInvalidServiceID {
+		msg += ": nothing listens on that port"
+	}
+	return fmt.Sprintf("cm: dial %v: %s", e.to, msg)
+}
+
+func (e *dialError) Unwrap() error { return e.err }
 
 func truncated(hdr string, need, have int) error {
 	return &roce.HeaderError{Header: hdr, Err: roce.ErrTruncated, Need: need, Have: have}

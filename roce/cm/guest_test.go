@@ -35,7 +35,7 @@ type server struct {
 	*node
 }
 
-func newGuestServer(t *testing.T, ns guest.Netns) *server {
+func newGuestServer(t *testing.T, ns guest.Netns, tweak ...func(*cm.Options)) *server {
 	t.Helper()
 	var uc *udpconn.Conn
 	check(t, ns.Do(func() (err error) {
@@ -47,7 +47,11 @@ func newGuestServer(t *testing.T, ns guest.Netns) *server {
 	nd.dev, err = transport.NewDevice(uc, transport.DeviceOptions{Logger: quiet})
 	check(t, err)
 	t.Cleanup(func() { nd.dev.Close() })
-	nd.cm, err = cm.New(cm.Options{Device: nd.dev, Addr: ns.IP, Logger: quiet})
+	opts := cm.Options{Device: nd.dev, Addr: ns.IP, Logger: quiet}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	nd.cm, err = cm.New(opts)
 	check(t, err)
 	t.Cleanup(func() { nd.cm.Close() })
 	nd.mr, err = nd.pd.RegisterMR(nd.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead)

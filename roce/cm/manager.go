@@ -25,7 +25,9 @@ type Options struct {
 	// CAGUID identifies this channel adapter in REQ and REP (default:
 	// derived from Addr).
 	CAGUID uint64
-	// MaxPathMTU caps the path MTU of connections (default 4096).
+	// MaxPathMTU caps the path MTU of connections: REQs that ask for more
+	// are rejected, and Dial asks for at most this (default 4096; see
+	// DialOptions.PathMTU for the MTU a Dial asks for).
 	MaxPathMTU int
 	// ResponderResources and InitiatorDepth cap the RDMA READ and atomic
 	// requests accepted and issued at once (default 16 each).

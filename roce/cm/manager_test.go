@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -200,6 +201,21 @@ func TestRejectUnknownService(t *testing.T) {
 	_, err := cli.cm.Dial(ctxT(t), netip.MustParseAddrPort("10.0.0.2:9"), cm.DialOptions{QP: cli.qp(t)})
 	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
 		t.Fatalf("dial to a port nobody listens on: %v, want a REJ for an invalid service ID", err)
+	}
+	if want := "cm: dial 10.0.0.2:9: rejected: invalid service ID (8): nothing listens on that port"; err.Error() != want {
+		t.Errorf("dial error %q, want %q", err, want)
+	}
+}
+
+// TestDialPathMTU: Dial asks for a path MTU of the five, at most the
+// manager's MaxPathMTU (1024 on these nodes).
+func TestDialPathMTU(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	cli, _ := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	for _, mtu := range []int{1000, 2048} {
+		if _, err := cli.cm.Dial(ctxT(t), netip.MustParseAddrPort("10.0.0.2:9"), cm.DialOptions{QP: cli.qp(t), PathMTU: mtu}); err == nil || !strings.Contains(err.Error(), "path MTU") {
+			t.Errorf("dial with path MTU %d: %v, want an error naming the path MTU", mtu, err)
+		}
 	}
 }
 
