@@ -214,7 +214,14 @@ static __always_inline int count(__u32 c, int action)
 
 static __always_inline __u32 crc_byte(__u32 crc, __u8 b)
 {
-	return crc_table[(crc ^ b) & 0xff] ^ (crc >> 8);
+	__u32 i = crc ^ b;
+	// Keep the mask next to the index in the program: the compiler would
+	// otherwise fold it into the xor's operands, and verifiers before
+	// Linux 6.4 lose an xor's bounds, then refuse the table access
+	// ("math between map_value pointer and register with unbounded min
+	// value"; seen on Debian 12's 6.1).
+	asm volatile("" : "+r"(i));
+	return crc_table[i & 0xff] ^ (crc >> 8);
 }
 
 // icrc returns the RoCEv2 invariant CRC of the n bytes at p (IP header to the

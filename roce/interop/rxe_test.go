@@ -132,19 +132,29 @@ func openKernelEnd(t testing.TB, device string, ip netip.Addr) *kernelEnd {
 // segment with the user namespace, and a transport QP in that namespace,
 // and connects them as an out-of-band exchange (QPN, PSN, GID, MTU) would.
 func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
+	var lossy *lossyConn
+	k, g := connectToRXEOver(t, func(ns guest.Netns) roce.PacketConn {
+		var uc *udpconn.Conn
+		check(t, ns.Do(func() (err error) {
+			uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(ns.IP, roce.Port)})
+			return err
+		}))
+		lossy = &lossyConn{PacketConn: uc, rng: rand.New(rand.NewPCG(7, 11)), loss: loss}
+		return lossy
+	})
+	return k, g, lossy
+}
+
+// connectToRXEOver is connectToRXE with the transport's packet I/O made by
+// mkConn in the user namespace.
+func connectToRXEOver(t testing.TB, mkConn func(guest.Netns) roce.PacketConn) (*kernelEnd, *goEnd) {
 	guest.RequireKind(t, "rxe")
 	ns := guest.UserNetns(t)
 	k := openKernelEnd(t, ns.PeerDevice, ns.PeerIP)
 	check(t, k.qp.ToInit(ibv.InitParams{Port: 1, Access: ibv.AccessAll}))
 
 	g := &goEnd{mem: make([]byte, memSize), cq: transport.NewCQ(256), ip: ns.IP, pd: transport.NewPD()}
-	var uc *udpconn.Conn
-	check(t, ns.Do(func() (err error) {
-		uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(ns.IP, roce.Port)})
-		return err
-	}))
-	lossy := &lossyConn{PacketConn: uc, rng: rand.New(rand.NewPCG(7, 11)), loss: loss}
-	var conn roce.PacketConn = lossy
+	conn := mkConn(ns)
 	var err error
 	g.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	check(t, err)
@@ -168,7 +178,7 @@ func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
 		check(t, g.qp.Modify(a))
 	}
 	t.Logf("kernel %s QP %#x (GID index %d: %s) <-> transport QP %#x at %v", ns.PeerDevice, k.qp.QPN(), k.gid.Index, k.gid.Reason, g.qp.QPN(), ns.IP)
-	return k, g, lossy
+	return k, g
 }
 
 func ctx(t testing.TB) context.Context {

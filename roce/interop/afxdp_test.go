@@ -1,0 +1,71 @@
+package interop_test
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbridge/rbridge/integration/guest"
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/xdp"
+)
+
+// afxdpConn attaches rbridge's classifier to the user namespace's veth and
+// opens an AF_XDP conn on it: the transport's packets bypass the kernel's
+// UDP stack both ways.
+func afxdpConn(t testing.TB, prog **xdp.Program) func(guest.Netns) roce.PacketConn {
+	return func(ns guest.Netns) roce.PacketConn {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		p, err := xdp.Load(xdp.Options{Logger: quiet})
+		check(t, err)
+		t.Cleanup(func() { p.Close() })
+		*prog = p
+		// rxe1 answers from its netdev's MAC (the bridge's).
+		mac, err := os.ReadFile("/sys/class/net/" + ns.PeerNetdev + "/address")
+		check(t, err)
+		hw, err := net.ParseMAC(strings.TrimSpace(string(mac)))
+		check(t, err)
+		umem, err := unix.Mmap(-1, 0, 1024*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		check(t, err)
+		var c *xdp.Conn
+		check(t, ns.Do(func() error {
+			ifi, err := net.InterfaceByName(ns.Netdev)
+			if err != nil {
+				return err
+			}
+			mode, err := p.Attach(ifi.Index)
+			if err != nil {
+				return err
+			}
+			t.Logf("classifier on %s in %v mode", ns.Netdev, mode)
+			c, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem,
+				LocalAddr: netip.AddrPortFrom(ns.IP, roce.Port), Neighbors: xdp.StaticNeighbors{ns.PeerIP: hw},
+				Program: p, Logger: quiet})
+			return err
+		}))
+		t.Logf("AF_XDP socket in %v mode", c.Mode())
+		t.Cleanup(func() { unix.Munmap(umem) })
+		return c
+	}
+}
+
+// TestGuestTransportWithRXEOverAFXDP: every RC opcode both ways between the
+// kernel's rxe1 and the transport on AF_XDP.
+func TestGuestTransportWithRXEOverAFXDP(t *testing.T) {
+	var prog *xdp.Program
+	k, g := connectToRXEOver(t, afxdpConn(t, &prog))
+	check(t, prog.AddQP(g.qp.QPN(), xdp.QP{RemoteQPN: k.qp.QPN()}))
+	exercise(t, k, g)
+	c, err := prog.Counters()
+	check(t, err)
+	t.Logf("classifier: %d redirected to AF_XDP, %d not RoCEv2 passed to the kernel", c.Redirected, c.NotRoCE)
+	if c.Redirected == 0 {
+		t.Fatal("nothing went through AF_XDP")
+	}
+}
