@@ -7,6 +7,7 @@ import (
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"
 	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/xdp"
 )
 
 // kernelPair connects rxe0 to rxe1 through ibv: the direct kernel path the
@@ -28,37 +29,21 @@ func kernelPair(b *testing.B) (*kernelEnd, *kernelEnd) {
 const window = 32
 
 // BenchmarkGuestWrite moves RDMA WRITEs of each size into rxe1's memory,
-// 32 outstanding, from the userspace transport (in user0, over UDP) and,
-// in the same run, from rxe0 (the kernel to the kernel). Compare the two
+// 32 outstanding, from the userspace transport in user0 (over a UDP socket,
+// and over AF_XDP) and, in the same run, from rxe0 (the kernel to the
+// kernel). Compare the two
 // MB/s figures: the transport's goal is to be no slower than rxe.
 func BenchmarkGuestWrite(b *testing.B) {
 	for _, size := range []int{64, 4096, 65536} {
 		b.Run(fmt.Sprintf("transport-to-rxe/%d", size), func(b *testing.B) {
 			k, g, _ := connectToRXE(b, 0)
-			wcs := make([]transport.WC, 64)
-			out := 0
-			b.SetBytes(int64(size))
-			for i := 0; b.Loop(); i++ {
-				for out >= window {
-					n, err := g.cq.PollWait(ctx(b), wcs)
-					check(b, err)
-					for _, wc := range wcs[:n] {
-						if wc.Status != transport.StatusSuccess {
-							b.Fatalf("%+v", wc)
-						}
-					}
-					out -= n
-				}
-				off := (i % 8) * size
-				check(b, g.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
-					Local: transport.SGE{MR: g.mr, Offset: off, Length: size}, Remote: k.mr.Addr() + uint64(off), RKey: k.mr.RKey()}))
-				out++
-			}
-			for out > 0 {
-				n, err := g.cq.PollWait(ctx(b), wcs)
-				check(b, err)
-				out -= n
-			}
+			writeLoop(b, g, k, size)
+		})
+		b.Run(fmt.Sprintf("transport-afxdp-to-rxe/%d", size), func(b *testing.B) {
+			var prog *xdp.Program
+			k, g := connectToRXEOver(b, afxdpConn(b, &prog))
+			check(b, prog.AddQP(g.qp.QPN(), xdp.QP{RemoteQPN: k.qp.QPN()}))
+			writeLoop(b, g, k, size)
 		})
 		b.Run(fmt.Sprintf("rxe-to-rxe/%d", size), func(b *testing.B) {
 			a, c := kernelPair(b)
@@ -86,5 +71,34 @@ func BenchmarkGuestWrite(b *testing.B) {
 				out -= n
 			}
 		})
+	}
+}
+
+// writeLoop posts RDMA WRITEs of size bytes from the transport into the
+// kernel's MR, window outstanding, for b.N.
+func writeLoop(b *testing.B, g *goEnd, k *kernelEnd, size int) {
+	wcs := make([]transport.WC, 64)
+	out := 0
+	b.SetBytes(int64(size))
+	for i := 0; b.Loop(); i++ {
+		for out >= window {
+			n, err := g.cq.PollWait(ctx(b), wcs)
+			check(b, err)
+			for _, wc := range wcs[:n] {
+				if wc.Status != transport.StatusSuccess {
+					b.Fatalf("%+v", wc)
+				}
+			}
+			out -= n
+		}
+		off := (i % 8) * size
+		check(b, g.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+			Local: transport.SGE{MR: g.mr, Offset: off, Length: size}, Remote: k.mr.Addr() + uint64(off), RKey: k.mr.RKey()}))
+		out++
+	}
+	for out > 0 {
+		n, err := g.cq.PollWait(ctx(b), wcs)
+		check(b, err)
+		out -= n
 	}
 }
