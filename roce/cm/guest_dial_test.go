@@ -53,26 +53,7 @@ func (k *kernelListener) accept(t *testing.T) (*client, []byte) {
 			}
 		}
 	})
-	dev, err := c.id.Device()
-	check(t, err)
-	c.pd, err = dev.AllocPD()
-	check(t, err)
-	c.cq, err = dev.NewCQ(ibv.CQOptions{Entries: 256})
-	check(t, err)
-	c.qp, err = c.id.CreateQP(c.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: ibv.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	check(t, err)
-	c.arena, err = ibv.MapArena(cliMem, ibv.ArenaOptions{})
-	check(t, err)
-	c.mr, err = c.pd.RegMR(c.arena.Bytes(), ibv.AccessAll)
-	check(t, err)
-	var wrs []ibv.RecvWR
-	for i := range 8 {
-		wrs = append(wrs, ibv.RecvWR{ID: uint64(1000 + i), SGEs: []ibv.SGE{c.mr.SGE(i*1024, 1024)}})
-	}
-	if n, err := c.qp.PostRecv(wrs); err != nil || n != len(wrs) {
-		t.Fatalf("post recv: %d: %v", n, err)
-	}
+	c.setup(t)
 	check(t, c.id.Accept(ibv.ConnParam{PrivateData: remoteInfo(c.mr.Addr()+32768, c.mr.RKey(), 8192),
 		ResponderResources: 4, InitiatorDepth: 4, RNRRetryCount: 7}))
 	return c, ev.Param.PrivateData

@@ -108,26 +108,7 @@ func dialKernel(t *testing.T, ns guest.Netns, port uint16, setup bool) *client {
 	check(t, c.id.ResolveRoute(0))
 	_, err = c.ch.Expect(ctx, ibv.CMRouteResolved)
 	check(t, err)
-	dev, err := c.id.Device()
-	check(t, err)
-	c.pd, err = dev.AllocPD()
-	check(t, err)
-	c.cq, err = dev.NewCQ(ibv.CQOptions{Entries: 256})
-	check(t, err)
-	c.qp, err = c.id.CreateQP(c.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: c.cq, RecvCQ: c.cq,
-		Cap: ibv.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	check(t, err)
-	c.arena, err = ibv.MapArena(cliMem, ibv.ArenaOptions{})
-	check(t, err)
-	c.mr, err = c.pd.RegMR(c.arena.Bytes(), ibv.AccessAll)
-	check(t, err)
-	var wrs []ibv.RecvWR
-	for i := range 8 {
-		wrs = append(wrs, ibv.RecvWR{ID: uint64(1000 + i), SGEs: []ibv.SGE{c.mr.SGE(i*1024, 1024)}})
-	}
-	if n, err := c.qp.PostRecv(wrs); err != nil || n != len(wrs) {
-		t.Fatalf("post recv: %d: %v", n, err)
-	}
+	c.setup(t)
 	check(t, c.id.Connect(ibv.ConnParam{PrivateData: remoteInfo(c.mr.Addr()+32768, c.mr.RKey(), 8192),
 		ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7}))
 	return c
@@ -370,5 +351,31 @@ func TestGuestRejectUnknownPort(t *testing.T) {
 	check(t, err)
 	if ev.Type != ibv.CMRejected || ev.Status != int(cm.RejectInvalidServiceID) {
 		t.Fatalf("kernel got %v status %d, want %v status %d", ev.Type, ev.Status, ibv.CMRejected, cm.RejectInvalidServiceID)
+	}
+}
+
+// setup makes the client's PD, CQ, RC QP on its cm_id, MR over an mmap'd
+// arena, and posts eight 1 KiB receives.
+func (c *client) setup(t *testing.T) {
+	t.Helper()
+	dev, err := c.id.Device()
+	check(t, err)
+	c.pd, err = dev.AllocPD()
+	check(t, err)
+	c.cq, err = dev.NewCQ(ibv.CQOptions{Entries: 256})
+	check(t, err)
+	c.qp, err = c.id.CreateQP(c.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: c.cq, RecvCQ: c.cq,
+		Cap: ibv.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	check(t, err)
+	c.arena, err = ibv.MapArena(cliMem, ibv.ArenaOptions{})
+	check(t, err)
+	c.mr, err = c.pd.RegMR(c.arena.Bytes(), ibv.AccessAll)
+	check(t, err)
+	var wrs []ibv.RecvWR
+	for i := range 8 {
+		wrs = append(wrs, ibv.RecvWR{ID: uint64(1000 + i), SGEs: []ibv.SGE{c.mr.SGE(i*1024, 1024)}})
+	}
+	if n, err := c.qp.PostRecv(wrs); err != nil || n != len(wrs) {
+		t.Fatalf("post recv: %d: %v", n, err)
 	}
 }
