@@ -60,10 +60,7 @@ type Conn struct {
 var _ roce.PacketConn = (*Conn)(nil)
 
 const (
-	ethHdrLen  = 14
-	ipv4HdrLen = 20
-	ipv6HdrLen = 40
-	udpHdrLen  = 8
+	ethHdrLen = 14
 )
 
 // NewConn opens an AF_XDP socket on the interface and queue opts names, in
@@ -443,63 +440,28 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	ipLen := ipv6HdrLen
-	if v4 {
-		ipLen = ipv4HdrLen
-	}
-	total := ethHdrLen + ipLen + udpHdrLen + m.N
+	total := ethHdrLen + roce.IPUDPLen(!v4) + m.N
 	if total > len(frame) {
 		return 0, fmt.Errorf("xdp: send to %v: %d-byte frame exceeds the %d-byte UMEM frame", m.Addr, total, len(frame))
 	}
 	copy(frame[0:6], mac[:])
 	copy(frame[6:12], c.localMAC[:])
-	ip := frame[ethHdrLen:total]
-	l4 := udpHdrLen + m.N
 	if v4 {
 		binary.BigEndian.PutUint16(frame[12:], 0x0800)
-		ip[0] = 0x45
-		ip[1] = m.ECN & 3
-		binary.BigEndian.PutUint16(ip[2:], uint16(ipLen+l4))
-		binary.BigEndian.PutUint32(ip[4:], 0x00004000) // ID 0, DF
-		ip[8], ip[9] = 64, 17
-		ip[10], ip[11] = 0, 0
-		src, dst4 := c.local.Addr().Unmap().As4(), dst.As4()
-		copy(ip[12:16], src[:])
-		copy(ip[16:20], dst4[:])
-		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip[:20]))
 	} else {
 		binary.BigEndian.PutUint16(frame[12:], 0x86dd)
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(m.ECN&3)<<20)
-		binary.BigEndian.PutUint16(ip[4:], uint16(l4))
-		ip[6], ip[7] = 17, 64
-		src, dst16 := c.local.Addr().As16(), dst.As16()
-		copy(ip[8:24], src[:])
-		copy(ip[24:40], dst16[:])
 	}
-	u := ip[ipLen:]
-	sport := c.local.Port()
+	ip := frame[ethHdrLen:total]
+	from := c.local
 	if m.SrcPort != 0 {
-		sport = m.SrcPort
+		from = netip.AddrPortFrom(from.Addr(), m.SrcPort)
 	}
-	binary.BigEndian.PutUint16(u[0:], sport)
-	binary.BigEndian.PutUint16(u[2:], m.Addr.Port())
-	binary.BigEndian.PutUint16(u[4:], uint16(l4))
-	u[6], u[7] = 0, 0
-	copy(u[udpHdrLen:], m.Buf[:m.N])
+	hl := roce.PutIPUDPHeaders(ip, from, m.Addr, m.N, m.ECN)
+	copy(ip[hl:], m.Buf[:m.N])
 	if err := roce.PutICRC(ip); err != nil {
 		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}
 	return total, nil
-}
-
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	sum = sum&0xffff + sum>>16
-	sum = sum&0xffff + sum>>16
-	return ^uint16(sum)
 }
 
 // neighbor returns the Ethernet address for ip, from the cache or the

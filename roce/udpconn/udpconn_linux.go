@@ -61,7 +61,7 @@ type batchState struct {
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6 // large enough for either family
 	ctl   [][]byte
-	hdr   [ipv6Hdr + udpHdr]byte // the headers the kernel will write, for the ICRC
+	hdr   [48]byte // the IP and UDP headers the kernel will write, for the ICRC
 
 	// The system call, made once per batch through RawConn: a closure
 	// built once, so a batch allocates nothing.
@@ -72,10 +72,7 @@ type batchState struct {
 }
 
 const (
-	ipv4Hdr = 20
-	ipv6Hdr = 40
-	udpHdr  = 8
-	ctlLen  = 64
+	ctlLen = 64
 )
 
 func (b *batchState) init(n int, sysno uintptr) {
@@ -209,8 +206,8 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 			continue
 		}
 		if c.v6 {
-			c.putHeaders(&b.hdr, m.Addr, c.local, m.N)
-			crc, err := roce.ICRCWithHeaders(b.hdr[:ipv6Hdr+udpHdr], m.Buf[:m.N])
+			hl := roce.PutIPUDPHeaders(b.hdr[:], m.Addr, c.local, m.N, 0)
+			crc, err := roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
 			if err != nil || crc != binary.LittleEndian.Uint32(m.Buf[m.N-4:m.N]) {
 				c.stats.RxBadICRC.Add(1)
 				continue
@@ -236,7 +233,7 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 			if m.N < roce.BTHLen+roce.ICRCLen {
 				return sent, fmt.Errorf("udpconn: message %d of %d bytes is no RoCEv2 packet", sent+i, m.N)
 			}
-			hl := c.putHeaders(&b.hdr, c.local, m.Addr, m.N)
+			hl := roce.PutIPUDPHeaders(b.hdr[:], c.local, m.Addr, m.N, m.ECN)
 			crc, err := roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
 			if err != nil {
 				return sent, fmt.Errorf("udpconn: ICRC of message %d: %w", sent+i, err)
@@ -270,42 +267,6 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 		sent += done
 	}
 	return sent, nil
-}
-
-// putHeaders writes the IP and UDP headers a packet of n transport bytes
-// travels with, as the kernel writes them, and returns their length.
-func (c *Conn) putHeaders(h *[ipv6Hdr + udpHdr]byte, src, dst netip.AddrPort, n int) int {
-	var u []byte
-	if c.v6 {
-		clear(h[:ipv6Hdr])
-		h[0] = 6 << 4
-		binary.BigEndian.PutUint16(h[4:], uint16(udpHdr+n))
-		h[6] = unix.IPPROTO_UDP
-		s, d := src.Addr().As16(), dst.Addr().As16()
-		copy(h[8:], s[:])
-		copy(h[24:], d[:])
-		u = h[ipv6Hdr:]
-	} else {
-		h[0] = 0x45
-		h[1] = 0 // TOS: masked
-		binary.BigEndian.PutUint16(h[2:], uint16(ipv4Hdr+udpHdr+n))
-		binary.BigEndian.PutUint16(h[4:], 0)      // IP ID 0: DF from an unconnected socket
-		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
-		h[8], h[9] = 0, unix.IPPROTO_UDP          // TTL: masked
-		h[10], h[11] = 0, 0                       // checksum: masked
-		s, d := src.Addr().Unmap().As4(), dst.Addr().Unmap().As4()
-		copy(h[12:], s[:])
-		copy(h[16:], d[:])
-		u = h[ipv4Hdr:]
-	}
-	binary.BigEndian.PutUint16(u[0:], src.Port())
-	binary.BigEndian.PutUint16(u[2:], dst.Port())
-	binary.BigEndian.PutUint16(u[4:], uint16(udpHdr+n))
-	u[6], u[7] = 0, 0 // checksum: masked
-	if c.v6 {
-		return ipv6Hdr + udpHdr
-	}
-	return ipv4Hdr + udpHdr
 }
 
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {

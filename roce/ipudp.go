@@ -1,0 +1,65 @@
+package roce
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// IPUDPLen returns the length of the IP and UDP headers in front of a
+// transport packet sent from an address of this family.
+func IPUDPLen(v6 bool) int {
+	if v6 {
+		return ipv6Hdr + udpHdr
+	}
+	return ipv4MinHdr + udpHdr
+}
+
+// PutIPUDPHeaders writes, at the start of b, the IP and UDP headers of a
+// RoCEv2 datagram of n transport bytes (BTH to ICRC) from src to dst, as
+// Linux writes them for a don't-fragment datagram: IPv4 with IP ID 0, DF,
+// TTL 64 and its header checksum, or IPv6 with hop limit 64; ECN in the
+// traffic class; the UDP checksum 0 (the ICRC protects the payload). Both
+// addresses must be of one family. It returns the headers' length.
+func PutIPUDPHeaders(b []byte, src, dst netip.AddrPort, n int, ecn uint8) int {
+	var u []byte
+	if s := src.Addr().Unmap(); s.Is4() {
+		h := b[:ipv4MinHdr]
+		h[0], h[1] = 0x45, ecn&3
+		binary.BigEndian.PutUint16(h[2:], uint16(ipv4MinHdr+udpHdr+n))
+		binary.BigEndian.PutUint32(h[4:], 0x00004000) // ID 0, DF
+		h[8], h[9] = 64, 17
+		h[10], h[11] = 0, 0
+		s4, d4 := s.As4(), dst.Addr().Unmap().As4()
+		copy(h[12:16], s4[:])
+		copy(h[16:20], d4[:])
+		binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
+		u = b[ipv4MinHdr:]
+	} else {
+		h := b[:ipv6Hdr]
+		binary.BigEndian.PutUint32(h[0:], 6<<28|uint32(ecn&3)<<20)
+		binary.BigEndian.PutUint16(h[4:], uint16(udpHdr+n))
+		h[6], h[7] = 17, 64
+		s16, d16 := src.Addr().As16(), dst.Addr().As16()
+		copy(h[8:24], s16[:])
+		copy(h[24:40], d16[:])
+		u = b[ipv6Hdr:]
+	}
+	binary.BigEndian.PutUint16(u[0:], src.Port())
+	binary.BigEndian.PutUint16(u[2:], dst.Port())
+	binary.BigEndian.PutUint16(u[4:], uint16(udpHdr+n))
+	u[6], u[7] = 0, 0
+	return len(b) - len(u) + udpHdr
+}
+
+// ipv4Checksum returns the Internet checksum of an IPv4 header whose
+// checksum field is zero.
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
