@@ -63,7 +63,7 @@ func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, xmode x
 		tb.Logf("%s: classifier attached in %v mode", s.ifc, m)
 		s.conn, err = xdp.NewConn(xdp.ConnOptions{
 			Ifindex:   ifi.Index,
-			UMEM:      umem(tb, 1024*4096), // 512 receive frames: a burst of 200 fits
+			UMEM:      umem(tb, 8192*4096), // 2048-entry rings: the receive benchmark's bursts fit
 			LocalAddr: s.addr,
 			Neighbors: s.peers,
 			Program:   s.prog,
