@@ -74,7 +74,7 @@ func BenchmarkClassifier(b *testing.B) {
 // sender's rate is then the whole receive path's: "ratio" is the time per
 // packet with the classifier / with XDP_PASS.
 func BenchmarkClassifierOnVeth(b *testing.B) {
-	a, bs := setup(b, "c", xdp.BindAuto, xdp.ModeNative)
+	a, bs := setup(b, "v", xdp.BindAuto, xdp.ModeNative)
 	var ifA, ifB int
 	a.ns.do(func() { ifA = ifindex(b, a.ifc) })
 	bs.ns.do(func() { ifB = ifindex(b, bs.ifc) })

@@ -42,7 +42,7 @@
 
 // Settings fixed at load time (the Go loader rewrites them).
 volatile const __u64 cnp_interval_ns = 50000;
-volatile const __u8 cnp_enabled = 1;
+volatile const __u8 cnp_enabled = 0;
 volatile const __u8 cnp_dscp = 48;
 
 // Global counters, one slot per reason (a per-CPU array).

@@ -194,7 +194,7 @@ func sub(a, b xdp.Counters) xdp.Counters {
 // TestCNP checks the CNP the classifier builds from an ECN-CE packet: sent
 // back with XDP_TX, addresses swapped, to the remote QP, ICRC right.
 func TestCNP(t *testing.T) {
-	p := loadProgram(t, xdp.Options{CNPInterval: time.Nanosecond})
+	p := loadProgram(t, xdp.Options{CNP: true, CNPInterval: time.Nanosecond})
 	if err := p.AddQP(ownedQP, xdp.QP{RemoteQPN: remoteQP}); err != nil {
 		t.Fatal(err)
 	}
@@ -288,10 +288,11 @@ func checkCNP(t *testing.T, in, out []byte, destQP uint32) {
 }
 
 // TestCNPRateLimit checks that one QP gets at most one CNP per interval,
-// that the marked packets in between go on, and the switch that turns CNPs off.
+// that the marked packets in between go on, and that without Options.CNP
+// (the default) marked packets go on unanswered.
 func TestCNPRateLimit(t *testing.T) {
 	const interval = 20 * time.Millisecond
-	p := loadProgram(t, xdp.Options{CNPInterval: interval})
+	p := loadProgram(t, xdp.Options{CNP: true, CNPInterval: interval})
 	for _, qp := range []uint32{ownedQP, otherQP} {
 		if err := p.AddQP(qp, xdp.QP{RemoteQPN: remoteQP}); err != nil {
 			t.Fatal(err)
@@ -322,7 +323,7 @@ func TestCNPRateLimit(t *testing.T) {
 		t.Errorf("CE after the interval: action %s, want TX", actionNames[ret])
 	}
 
-	off := loadProgram(t, xdp.Options{DisableCNP: true})
+	off := loadProgram(t, xdp.Options{})
 	if err := off.AddQP(ownedQP, xdp.QP{RemoteQPN: remoteQP}); err != nil {
 		t.Fatal(err)
 	}

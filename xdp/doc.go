@@ -9,9 +9,10 @@
 // traffic goes to the kernel as before; malformed RoCEv2 (truncated, BTH
 // version not 0, reserved opcode) is dropped. Everything is counted
 // (Program.Counters, Program.QPCounters). An ECN-CE packet for an owned QP
-// is answered from XDP with a CNP (XDP_TX), at most one per QP per
-// Options.CNPInterval; the marked packet is consumed to make it, since XDP
-// cannot emit a second frame, and the transport recovers it as a loss.
+// goes to the socket with its mark, for the transport to answer with a CNP;
+// with Options.CNP the classifier answers it itself from XDP (XDP_TX), at
+// most one per QP per Options.CNPInterval, consuming the marked packet to
+// make the CNP (XDP cannot emit a second frame; the sender retransmits it).
 // Program.SetFault drops RoCEv2 packets on purpose, for tests.
 //
 //	prog, err := xdp.Load(xdp.Options{})            // needs root

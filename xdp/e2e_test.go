@@ -41,9 +41,9 @@ func umem(tb testing.TB, size int) []byte {
 }
 
 // start loads and attaches the classifier and opens the Conn, in s.ns.
-func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, xmode xdp.Mode) {
+func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts xdp.Options) {
 	tb.Helper()
-	s.prog = loadProgram(tb, xdp.Options{Mode: xmode})
+	s.prog = loadProgram(tb, opts)
 	var err error
 	s.ns.do(func() {
 		var arp *xdp.ProcARP
@@ -89,12 +89,17 @@ func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, xmode x
 // and a Conn on each end; ARP and the kernel's neighbour tables work as
 // usual (ProcARP), which the first exchange relies on.
 func setup(tb testing.TB, tag string, mode xdp.BindMode, xmode xdp.Mode) (a, b *side) {
+	return setupWith(tb, tag, mode, xdp.Options{Mode: xmode})
+}
+
+// setupWith is setup with the classifiers loaded with opts.
+func setupWith(tb testing.TB, tag string, mode xdp.BindMode, opts xdp.Options) (a, b *side) {
 	nsA, nsB := newNetns(tb, nsName(tag+"a")), newNetns(tb, nsName(tag+"b"))
 	ifA, ifB := vethPair(tb, nsA, nsB, "10.99.0.1/24", "10.99.0.2/24", "02:00:00:00:99:0a", "02:00:00:00:99:0b")
 	a = &side{ns: nsA, ifc: ifA, addr: netip.MustParseAddrPort("10.99.0.1:4791"), qpn: 0x11}
 	b = &side{ns: nsB, ifc: ifB, addr: netip.MustParseAddrPort("10.99.0.2:4791"), qpn: 0x22}
-	a.start(tb, b.qpn, mode, xmode)
-	b.start(tb, a.qpn, mode, xmode)
+	a.start(tb, b.qpn, mode, opts)
+	b.start(tb, a.qpn, mode, opts)
 	return a, b
 }
 
@@ -293,26 +298,28 @@ func testEndToEnd(t *testing.T, mode xdp.Mode) {
 		}
 	})
 
-	t.Run("ecn-ce answered with a CNP", func(t *testing.T) {
-		sendPackets(t, a.conn, b.addr, roce.ECNCE, sendOnly(b.qpn, 5, []byte("marked")))
-		m := readN(t, a.conn, 1)[0]
-		var p roce.Packet
-		if err := p.Decode(m.Buf[:m.N]); err != nil {
-			t.Fatalf("decode CNP: %v", err)
-		}
-		if p.Opcode() != roce.CNP || !p.BTH.BECN() || p.BTH.DestQP() != a.qpn || !m.ICRCChecked || m.Addr.Addr() != b.addr.Addr() {
-			t.Errorf("got %v BECN %v to QP %#x from %v (ICRC checked %v), want a CNP to QP %#x from %v",
-				p.Opcode(), p.BTH.BECN(), p.BTH.DestQP(), m.Addr, m.ICRCChecked, a.qpn, b.addr.Addr())
-		}
-		c, err := b.prog.Counters()
+	t.Run("ecn-ce delivered with its mark", func(t *testing.T) {
+		before, err := b.prog.QPCounters(b.qpn)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.CNPSent != 1 {
-			t.Errorf("CNPSent %d, want 1", c.CNPSent)
+		sendPackets(t, a.conn, b.addr, roce.ECNCE, sendOnly(b.qpn, 5, []byte("marked")))
+		m := readN(t, b.conn, 1)[0]
+		var p roce.Packet
+		if err := p.Decode(m.Buf[:m.N]); err != nil {
+			t.Fatal(err)
+		}
+		if m.ECN != roce.ECNCE || string(p.Payload) != "marked" {
+			t.Errorf("got ECN %d payload %q, want the marked packet (ECN %d)", m.ECN, p.Payload, roce.ECNCE)
+		}
+		after, err := b.prog.QPCounters(b.qpn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.ECNCE-before.ECNCE != 1 || after.CNPs != before.CNPs {
+			t.Errorf("QP counters moved %+v -> %+v, want one ECN-CE and no CNP", before, after)
 		}
 	})
-
 	for _, s := range []*side{a, b} {
 		st, err := s.conn.Stats()
 		if err != nil {
@@ -322,6 +329,35 @@ func testEndToEnd(t *testing.T, mode xdp.Mode) {
 			t.Errorf("%s: conn stats %+v", s.ifc, st)
 		}
 		t.Logf("%s: conn stats %+v", s.ifc, st)
+	}
+}
+
+// TestCNPFromXDP: with Options.CNP the receiving classifier answers an
+// ECN-CE packet with a CNP from XDP, which reaches the sender's socket; the
+// marked packet itself is consumed.
+func TestCNPFromXDP(t *testing.T) {
+	a, b := setupWith(t, "n", xdp.BindAuto, xdp.Options{CNP: true})
+	udpExchange(t, a.ns, b.ns, netip.MustParseAddrPort("10.99.0.2:9999"), []byte("arp"))
+	udpExchange(t, b.ns, a.ns, netip.MustParseAddrPort("10.99.0.1:9999"), []byte("arp"))
+	sendPackets(t, a.conn, b.addr, roce.ECNCE, sendOnly(b.qpn, 5, []byte("marked")))
+	m := readN(t, a.conn, 1)[0]
+	var p roce.Packet
+	if err := p.Decode(m.Buf[:m.N]); err != nil {
+		t.Fatalf("decode CNP: %v", err)
+	}
+	if p.Opcode() != roce.CNP || !p.BTH.BECN() || p.BTH.DestQP() != a.qpn || !m.ICRCChecked || m.Addr.Addr() != b.addr.Addr() {
+		t.Errorf("got %v BECN %v to QP %#x from %v (ICRC checked %v), want a CNP to QP %#x from %v",
+			p.Opcode(), p.BTH.BECN(), p.BTH.DestQP(), m.Addr, m.ICRCChecked, a.qpn, b.addr.Addr())
+	}
+	c, err := b.prog.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CNPSent != 1 {
+		t.Errorf("CNPSent %d, want 1", c.CNPSent)
+	}
+	if st, err := b.conn.Stats(); err != nil || st.Received != 0 {
+		t.Errorf("the receiver's conn got %d packets (%v), want none: the marked one was made into the CNP", st.Received, err)
 	}
 }
 

@@ -16,9 +16,17 @@ type Options struct {
 	// CNPInterval is the least time between two CNPs to one QP; 0 means
 	// 50 µs, the usual DCQCN notification-point interval.
 	CNPInterval time.Duration
-	// DisableCNP turns the CNP answer off: ECN-CE packets are counted and
-	// redirected like any other.
-	DisableCNP bool
+	// CNP has the classifier answer an ECN-CE packet for an owned QP
+	// itself, with a CNP built in XDP and sent back out of the interface
+	// (XDP_TX), at most one per QP per CNPInterval. XDP emits one frame per
+	// packet, so the marked packet is consumed to make the CNP and its
+	// sender recovers it as a loss (a retransmission, and for go-back-N the
+	// packets after it). Off, the default, ECN-CE packets are counted and
+	// delivered with their mark (roce.Message.ECN) and the transport, the
+	// notification point, sends the CNP: nothing is lost. Turn it on only
+	// where CNP latency matters more than the retransmissions, and then set
+	// the transport's DeviceOptions.NoCNP.
+	CNP bool
 	// CNPDSCP is the DSCP that CNPs carry; 0 means 48, NVIDIA's default
 	// cnp_dscp. It must be below 64.
 	CNPDSCP uint8
@@ -85,9 +93,9 @@ func Load(opts Options) (*Program, error) {
 	if dscp == 0 {
 		dscp = defaultCNPDSCP
 	}
-	enabled := uint8(1)
-	if opts.DisableCNP {
-		enabled = 0
+	enabled := uint8(0)
+	if opts.CNP {
+		enabled = 1
 	}
 	for name, v := range map[string]any{
 		"cnp_interval_ns": uint64(interval.Nanoseconds()),
