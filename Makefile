@@ -50,13 +50,15 @@ unit: ## go test over every package (root tests must run: REQUIRE_ROOT=0 to let 
 # the perftest/rping baseline; VM_TIMEOUT bounds the guest's whole run.
 RUN        ?=
 GUEST_BENCH ?=
+GUEST_BENCHTIME ?= 1s
+GUEST_COUNT ?= 1
 PKG        ?=
 BASELINE   ?= true
 VM_TIMEOUT ?= 12m
 VMRUN       = $(GO) run ./integration/cmd/vmrun -timeout $(VM_TIMEOUT)
 
-integration: deps-vm ## tests in the qemu guest with rxe and siw, then the baseline (RUN=, PKG=, GUEST_BENCH=)
-	$(VMRUN) -pkg '$(PKG)' -run '$(RUN)' -bench '$(GUEST_BENCH)' -baseline=$(BASELINE)
+integration: deps-vm ## tests in the qemu guest with rxe and siw, then the baseline (RUN=, PKG=, GUEST_BENCH=, GUEST_BENCHTIME=, GUEST_COUNT=)
+	$(VMRUN) -pkg '$(PKG)' -run '$(RUN)' -bench '$(GUEST_BENCH)' -benchtime '$(GUEST_BENCHTIME)' -count $(GUEST_COUNT) -baseline=$(BASELINE)
 
 baseline-docs: deps-vm ## run the guest's perftest/rping baseline and write it into docs/performance.md
 	$(VMRUN) -tests=false -docs docs/performance.md

@@ -29,6 +29,8 @@ func main() {
 		pkg         = flag.String("pkg", "", "package patterns to run, space separated (default: packages whose tests import integration/guest)")
 		run         = flag.String("run", "", "run only tests matching this regexp (-test.run)")
 		bench       = flag.String("bench", "", "also run benchmarks matching this regexp (-test.bench; none by default)")
+		benchTime   = flag.String("benchtime", "1s", "-test.benchtime for the benchmarks")
+		count       = flag.Int("count", 1, "-test.count: run each test and benchmark this many times (spread of guest figures under TCG)")
 		timeout     = flag.Duration("timeout", 12*time.Minute, "kill the guest after this long")
 		testTimeout = flag.Duration("test-timeout", 5*time.Minute, "-test.timeout for each test binary and device pass")
 		baseline    = flag.Bool("baseline", true, "run the perftest/rping direct-path baseline")
@@ -43,7 +45,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := vmrun(ctx, options{
-		pkgs: strings.Fields(*pkg), run: *run, bench: *bench, timeout: *timeout, testTimeout: *testTimeout,
+		pkgs: strings.Fields(*pkg), run: *run, bench: *bench, benchTime: *benchTime, count: *count, timeout: *timeout, testTimeout: *testTimeout,
 		baseline: *baseline, tests: *tests, docs: *docs, cache: *cache, kernel: *kernel, memory: *memory, cpus: *cpus,
 	})
 	if err != nil {
@@ -58,7 +60,8 @@ func main() {
 type options struct {
 	pkgs                 []string
 	run                  string
-	bench                string
+	bench, benchTime     string
+	count                int
 	timeout, testTimeout time.Duration
 	baseline, tests      bool
 	docs, cache, kernel  string
@@ -123,7 +126,7 @@ func vmrun(ctx context.Context, o options) (int, error) {
 	}
 	initrd := filepath.Join(rundir, "initrd.img")
 	if err := writeInitrd(initrd, img, pkgs, test2json, harness.RunConfig{
-		Run: o.run, Bench: o.bench, TestTimeout: o.testTimeout.String(), Baseline: o.baseline,
+		Run: o.run, Bench: o.bench, BenchTime: o.benchTime, Count: o.count, TestTimeout: o.testTimeout.String(), Baseline: o.baseline,
 	}); err != nil {
 		return 1, err
 	}

@@ -25,7 +25,7 @@ func TestKey(t *testing.T) {
 
 func TestRunConfigQuoting(t *testing.T) {
 	got := RunConfig{Run: `TestA|Test'B$`, TestTimeout: "5m0s", Baseline: true}.script()
-	want := "RUN='TestA|Test'\\''B$'\nBENCH=''\nTEST_TIMEOUT='5m0s'\nBASELINE=1\n"
+	want := "RUN='TestA|Test'\\''B$'\nBENCH=''\nBENCHTIME='1s'\nCOUNT=1\nTEST_TIMEOUT='5m0s'\nBASELINE=1\n"
 	if got != want {
 		t.Errorf("script() = %q, want %q", got, want)
 	}

@@ -122,6 +122,8 @@ func BuildTest2JSON(root, out string) error {
 type RunConfig struct {
 	Run         string // -test.run regexp, empty for all
 	Bench       string // -test.bench regexp, empty for no benchmarks
+	BenchTime   string // -test.benchtime, empty for the default (1s)
+	Count       int    // -test.count, 0 for 1: benchmarks run this many times, interleaved by binary
 	TestTimeout string // -test.timeout per binary and pass
 	Baseline    bool   // run the perftest/rping baseline
 }
@@ -136,7 +138,13 @@ func (c RunConfig) script() string {
 	if c.Baseline {
 		baseline = "1"
 	}
-	return fmt.Sprintf("RUN=%s\nBENCH=%s\nTEST_TIMEOUT=%s\nBASELINE=%s\n", shellQuote(c.Run), shellQuote(c.Bench), shellQuote(c.TestTimeout), baseline)
+	count := max(c.Count, 1)
+	benchTime := c.BenchTime
+	if benchTime == "" {
+		benchTime = "1s"
+	}
+	return fmt.Sprintf("RUN=%s\nBENCH=%s\nBENCHTIME=%s\nCOUNT=%d\nTEST_TIMEOUT=%s\nBASELINE=%s\n",
+		shellQuote(c.Run), shellQuote(c.Bench), shellQuote(benchTime), count, shellQuote(c.TestTimeout), baseline)
 }
 
 // WriteOverlay writes the per-run cpio archive that the kernel unpacks after
