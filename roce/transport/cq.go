@@ -27,8 +27,20 @@ func NewCQ(depth int) *CQ {
 	return &CQ{ring: make([]WC, depth), notify: make(chan struct{}, 1)}
 }
 
-// push appends a completion; it reports false when the queue is full.
+// push appends a completion and wakes a waiter; it reports false when the
+// queue is full.
 func (c *CQ) push(wc WC) bool {
+	if !c.pushQuiet(wc) {
+		return false
+	}
+	c.signal()
+	return true
+}
+
+// pushQuiet appends a completion without waking a waiter: the caller
+// signals once it has pushed a batch. It reports false when the queue is
+// full.
+func (c *CQ) pushQuiet(wc WC) bool {
 	c.mu.Lock()
 	if c.n == len(c.ring) {
 		c.overflow = true
@@ -38,11 +50,15 @@ func (c *CQ) push(wc WC) bool {
 	c.ring[(c.head+c.n)%len(c.ring)] = wc
 	c.n++
 	c.mu.Unlock()
+	return true
+}
+
+// signal wakes a waiter, if any, to look at the queue.
+func (c *CQ) signal() {
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many.

@@ -167,6 +167,7 @@ func (d *Device) routineReceive() {
 		for qp := range touched {
 			qp.flushAcks()
 			d.send(qp)
+			qp.signalCQs()
 			delete(touched, qp)
 		}
 	}

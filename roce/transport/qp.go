@@ -118,9 +118,13 @@ type QP struct {
 	spare   []roce.Message
 	txBuf   [][]byte // free packet buffers
 	lastCNP time.Time
-	sport   uint16      // UDP source port of this QP's flow (roce.SourcePort)
-	cc      *dcqcn      // DCQCN reaction point, when ECN is on
-	pacer   *time.Timer // wakes the pump when the rate allows the next packet
+	sport   uint16 // UDP source port of this QP's flow (roce.SourcePort)
+	// inRx is set while the device's receive goroutine handles a packet
+	// for this QP: completions pushed then wake the CQ's waiter once, after
+	// the batch (Device.routineReceive), not one wake per completion.
+	inRx, cqPending bool
+	cc              *dcqcn      // DCQCN reaction point, when ECN is on
+	pacer           *time.Timer // wakes the pump when the rate allows the next packet
 }
 
 // CreateQP creates a queue pair in the RESET state.
@@ -287,7 +291,7 @@ func (qp *QP) flushLocked() {
 }
 
 func (qp *QP) pushRecv(wc WC) {
-	if !qp.recvCQ.push(wc) {
+	if !qp.pushLocked(qp.recvCQ, wc) {
 		qp.dev.log.Error("receive CQ overflow: completion lost", "qp", qp.qpn, "wr", wc.ID)
 	}
 }
@@ -408,7 +412,7 @@ func (qp *QP) completeSendLocked(w *sendWQE) {
 	case OpRead, OpCompareSwap, OpFetchAdd:
 		wc.ByteLen = len(w.data)
 	}
-	if !qp.sendCQ.push(wc) {
+	if !qp.pushLocked(qp.sendCQ, wc) {
 		qp.dev.log.Error("send CQ overflow: completion lost", "qp", qp.qpn, "wr", wc.ID)
 	}
 }
@@ -463,10 +467,37 @@ func (qp *QP) releaseTx() {
 	qp.spare = qp.spare[:0]
 }
 
-// receive dispatches a packet for this QP. Called by routineReceive.
+// pushLocked adds a completion to cq: quietly while the receive goroutine
+// handles a packet (signalCQs wakes the waiter after the batch), else
+// waking the waiter now.
+func (qp *QP) pushLocked(cq *CQ, wc WC) bool {
+	if qp.inRx {
+		qp.cqPending = true
+		return cq.pushQuiet(wc)
+	}
+	return cq.push(wc)
+}
+
+// signalCQs wakes the waiters of the QP's CQs if the last batch of packets
+// completed work.
+func (qp *QP) signalCQs() {
+	qp.mu.Lock()
+	pending := qp.cqPending
+	qp.cqPending = false
+	qp.mu.Unlock()
+	if pending {
+		qp.sendCQ.signal()
+		qp.recvCQ.signal()
+	}
+}
+
+// receive dispatches a packet for this QP. Called by routineReceive, which
+// calls signalCQs after the batch.
 func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	qp.inRx = true
+	defer func() { qp.inRx = false }()
 	op := p.Opcode()
 	if op == roce.CNP {
 		qp.req.onCNP(qp)
