@@ -93,6 +93,14 @@ run $IP link set vuser1 netns user0
 run $IP -n user0 link set lo up
 run $IP -n user0 addr add 198.18.1.3/24 dev vuser1
 run $IP -n user0 link set vuser1 up
+# The receive path of traffic entering br1 (the IP and UDP stack, and rxe1)
+# runs on CPU 1 (RPS), not inside the sender's own transmit call: as on a
+# host whose NIC spreads its queues over cores, a sender and the receive
+# path it feeds run side by side. Both senders into rxe1 (rxe0 over veth1,
+# the userspace endpoint over vuser0) get the same.
+for dev in veth1 vuser0; do
+	echo 2 >/sys/class/net/$dev/queues/rx-0/rps_cpus || die "RPS on $dev"
+done
 # Force local traffic between the two ends of each pair over the wire.
 run $IP rule add pref 1000 lookup local
 run $IP rule del pref 0
