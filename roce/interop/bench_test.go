@@ -2,8 +2,12 @@ package interop_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"
@@ -33,7 +37,9 @@ const window = 32
 // 32 outstanding, from the userspace transport in user0 (over a UDP socket,
 // and over AF_XDP) and, in the same run, from rxe0 (the kernel to the
 // kernel). Compare the MB/s figures: the transport's goal is to be no
-// slower than rxe. Both loops drive their QP the same way: wait for
+// slower than rxe; cpu-us/op is the guest's CPU time per WRITE, both ends
+// and the kernel's work included, steadier under TCG than the rates. Both
+// loops drive their QP the same way: wait for
 // completions when the window is full, then post as many WRs as it allows
 // in one call (one doorbell for rxe, one batch of packets for the
 // transport).
@@ -79,6 +85,7 @@ func BenchmarkGuestWrite(b *testing.B) {
 				wrs = wrs[:0]
 			}
 			b.SetBytes(int64(size))
+			cpu := readCPUTimes(b)
 			for i := 0; b.Loop(); i++ {
 				off := (i % 8) * size
 				wrs = append(wrs, ibv.SendWR{ID: uint64(i), Op: ibv.OpWrite, Flags: ibv.SendSignaled,
@@ -100,7 +107,50 @@ func BenchmarkGuestWrite(b *testing.B) {
 				check(b, err)
 				out -= n
 			}
+			reportCPU(b, cpu)
 		})
+	}
+}
+
+// cpuTimes is the guest's CPU time by kind, from /proc/stat, in clock
+// ticks: the machine-wide cost of a benchmark, both ends and the kernel's
+// work included.
+type cpuTimes struct{ busy, softirq, idle uint64 }
+
+func readCPUTimes(b *testing.B) cpuTimes {
+	data, err := os.ReadFile("/proc/stat")
+	check(b, err)
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 8 || f[0] != "cpu" {
+		b.Fatalf("/proc/stat: unexpected first line %q", line)
+	}
+	var t cpuTimes
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		check(b, err)
+		switch i {
+		case 3, 4: // idle, iowait
+			t.idle += v
+		case 6:
+			t.softirq += v
+			t.busy += v
+		default:
+			t.busy += v
+		}
+	}
+	return t
+}
+
+// reportCPU reports the guest's CPU time per operation since start, and the
+// share of it in softirq (the kernel's packet processing).
+func reportCPU(b *testing.B, start cpuTimes) {
+	end := readCPUTimes(b)
+	const tick = 10 * time.Millisecond // USER_HZ 100
+	busy := time.Duration(end.busy-start.busy) * tick
+	b.ReportMetric(float64(busy.Microseconds())/float64(b.N), "cpu-us/op")
+	if end.busy > start.busy {
+		b.ReportMetric(float64(end.softirq-start.softirq)/float64(end.busy-start.busy), "softirq-share")
 	}
 }
 
@@ -123,6 +173,7 @@ func writeLoop(b *testing.B, g *goEnd, k *kernelEnd, size, procs int) {
 		wrs = wrs[:0]
 	}
 	b.SetBytes(int64(size))
+	cpu := readCPUTimes(b)
 	for i := 0; b.Loop(); i++ {
 		off := (i % 8) * size
 		wrs = append(wrs, transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
@@ -146,6 +197,7 @@ func writeLoop(b *testing.B, g *goEnd, k *kernelEnd, size, procs int) {
 		check(b, err)
 		out -= n
 	}
+	reportCPU(b, cpu)
 	st := g.dev.Stats()
 	ops := float64(b.N)
 	b.ReportMetric(float64(st.TxPackets.Load())/ops, "txpkts/op")
