@@ -160,6 +160,11 @@ func (qp *QP) pumpLocked() {
 	}
 }
 
+// ackEvery is how many packets of a long message go between two ACK
+// requests: rxe's RXE_MAX_PKT_PER_ACK. Fewer ACKs cost the responder and the
+// requester less; 64 is well inside the requester's window (maxInflight).
+const ackEvery = 64
+
 // buildRequestLocked queues packet k of w.
 func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 	mtu := qp.mtu
@@ -213,9 +218,9 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 		f.AtomicETH = roce.AtomicETHFields{VA: wr.Remote, RKey: wr.RKey, SwapAdd: wr.SwapAdd, Compare: wr.Compare}
 		lastPkt = true
 	}
-	// Ask for an ACK at the end of each message, every 16 packets, and on a
-	// timeout's probe.
-	f.BTH.AckReq = lastPkt || k%16 == 15 || qp.req.probe
+	// Ask for an ACK at the end of each message, every ackEvery packets
+	// within one, and on a timeout's probe.
+	f.BTH.AckReq = lastPkt || k%ackEvery == ackEvery-1 || qp.req.probe
 	qp.queue(qp.attr.Remote, &f, payload)
 }
 
