@@ -16,13 +16,13 @@ import (
 	"github.com/rbridge/rbridge/xdp"
 )
 
-// afxdpConn attaches rbridge's classifier to the user namespace's veth and
-// opens an AF_XDP conn on it: the transport's packets bypass the kernel's
-// UDP stack both ways.
-func afxdpConn(t testing.TB, prog **xdp.Program) func(guest.Netns) roce.PacketConn {
+// afxdpConn attaches rbridge's classifier to the user namespace's veth (in
+// mode, 0 for the loader's choice) and opens an AF_XDP conn on it: the
+// transport's packets bypass the kernel's UDP stack both ways.
+func afxdpConn(t testing.TB, prog **xdp.Program, mode xdp.Mode) func(guest.Netns) roce.PacketConn {
 	return func(ns guest.Netns) roce.PacketConn {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		p, err := xdp.Load(xdp.Options{Logger: quiet})
+		p, err := xdp.Load(xdp.Options{Logger: quiet, Mode: mode})
 		check(t, err)
 		t.Cleanup(func() { p.Close() })
 		*prog = p
@@ -59,7 +59,7 @@ func afxdpConn(t testing.TB, prog **xdp.Program) func(guest.Netns) roce.PacketCo
 // kernel's rxe1 and the transport on AF_XDP.
 func TestGuestTransportWithRXEOverAFXDP(t *testing.T) {
 	var prog *xdp.Program
-	k, g := connectToRXEOver(t, afxdpConn(t, &prog))
+	k, g := connectToRXEOver(t, afxdpConn(t, &prog, 0))
 	check(t, prog.AddQP(g.qp.QPN(), xdp.QP{RemoteQPN: k.qp.QPN()}))
 	exercise(t, k, g)
 	c, err := prog.Counters()

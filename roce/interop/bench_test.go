@@ -34,37 +34,30 @@ func kernelPair(b *testing.B) (*kernelEnd, *kernelEnd) {
 const window = 32
 
 // BenchmarkGuestWrite moves RDMA WRITEs of each size into rxe1's memory,
-// 32 outstanding, from the userspace transport in user0 (over a UDP socket,
-// and over AF_XDP) and, in the same run, from rxe0 (the kernel to the
-// kernel). Compare the MB/s figures: the transport's goal is to be no
-// slower than rxe; cpu-us/op is the guest's CPU time per WRITE, both ends
-// and the kernel's work included, steadier under TCG than the rates. Both
-// loops drive their QP the same way: wait for
+// 32 outstanding, from the userspace transport in user0 and, in the same
+// run, from rxe0 (the kernel to the kernel). Compare the MB/s figures: the
+// transport's goal is to be no slower than rxe; cpu-us/op is the guest's
+// CPU time per WRITE, both ends and the kernel's work included, steadier
+// under TCG than the rates. Both loops drive their QP the same way: wait for
 // completions when the window is full, then post as many WRs as it allows
 // in one call (one doorbell for rxe, one batch of packets for the
 // transport).
 //
-// The transport also runs with GOMAXPROCS=1 ("-gomaxprocs1"): on the
-// guest's two vCPUs, Go's idle processor otherwise spins and wakes threads
-// each time the completion handed from the transport's receive goroutine
-// to the posting one wakes it, and those threads take the vCPU the
-// kernel's receive path needs.
+// The transport runs in several configurations (guestConfigs).
 func BenchmarkGuestWrite(b *testing.B) {
 	for _, size := range []int{64, 4096, 65536} {
-		for _, procs := range []int{0, 1} {
-			suffix := ""
-			if procs > 0 {
-				suffix = fmt.Sprintf("-gomaxprocs%d", procs)
-			}
-			b.Run(fmt.Sprintf("transport-to-rxe%s/%d", suffix, size), func(b *testing.B) {
-				k, g, _ := connectToRXE(b, 0)
-				writeLoop(b, g, k, size, procs)
-			})
-			b.Run(fmt.Sprintf("transport-afxdp-to-rxe%s/%d", suffix, size), func(b *testing.B) {
-				var prog *xdp.Program
-				k, g := connectToRXEOver(b, afxdpConn(b, &prog))
-				check(b, prog.AddQP(g.qp.QPN(), xdp.QP{RemoteQPN: k.qp.QPN()}))
-				writeLoop(b, g, k, size, procs)
+		for _, c := range guestConfigs {
+			b.Run(fmt.Sprintf("transport-%s/%d", c.name, size), func(b *testing.B) {
+				var k *kernelEnd
+				var g *goEnd
+				if c.afxdp {
+					var prog *xdp.Program
+					k, g = connectToRXEOver(b, afxdpConn(b, &prog, c.mode))
+					check(b, prog.AddQP(g.qp.QPN(), xdp.QP{RemoteQPN: k.qp.QPN()}))
+				} else {
+					k, g, _ = connectToRXE(b, 0)
+				}
+				writeLoop(b, g, k, size, c.procs)
 			})
 		}
 		b.Run(fmt.Sprintf("rxe-to-rxe/%d", size), func(b *testing.B) {
@@ -110,6 +103,31 @@ func BenchmarkGuestWrite(b *testing.B) {
 			reportCPU(b, cpu)
 		})
 	}
+}
+
+// guestConfigs are the transport's configurations in BenchmarkGuestWrite:
+//   - udp: a UDP socket, Go's defaults. The reference.
+//   - gomaxprocs1: GOMAXPROCS=1. On the guest's two vCPUs, with two Ps each
+//     completion handed from the transport's receive goroutine to the
+//     posting one wakes the idle P, whose thread spins and polls the network
+//     on the vCPU the kernel's receive path needs.
+//   - afxdp: AF_XDP, the classifier attached in the loader's choice of mode
+//     (native: veth has it).
+//   - afxdp-generic: the classifier in generic (skb) mode. Packets reach
+//     the namespace's veth as socket buffers from the bridge; veth's native
+//     XDP copies each into a fresh page before running the program, generic
+//     XDP runs on the socket buffer.
+var guestConfigs = []struct {
+	name  string
+	afxdp bool
+	mode  xdp.Mode
+	procs int // GOMAXPROCS, 0 for Go's default
+}{
+	{"udp", false, 0, 0},
+	{"udp-gomaxprocs1", false, 0, 1},
+	{"afxdp-gomaxprocs1", true, 0, 1},
+	{"afxdp-generic", true, xdp.ModeGeneric, 0},
+	{"afxdp-generic-gomaxprocs1", true, xdp.ModeGeneric, 1},
 }
 
 // cpuTimes is the guest's CPU time by kind, from /proc/stat, in clock
