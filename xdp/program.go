@@ -31,7 +31,13 @@ type Options struct {
 	// cnp_dscp. It must be below 64.
 	CNPDSCP uint8
 	// Mode forces an attach mode; 0 means native where the driver
-	// supports it, else generic.
+	// supports it, else generic. On veth, ModeGeneric is the cheaper one
+	// for traffic that reaches the veth from the kernel's stack (a bridge,
+	// a route): veth's native XDP copies each such packet into a fresh
+	// page before the program runs, while generic XDP runs on the socket
+	// buffer (the transport over AF_XDP in the integration guest: up to 2x
+	// at 64-byte messages; docs/performance.md). Native stays the choice
+	// for NICs and for veths fed by XDP redirects.
 	Mode Mode
 	// Logger receives the attach mode and detach events; nil means
 	// slog.Default().
