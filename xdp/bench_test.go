@@ -80,18 +80,9 @@ func BenchmarkClassifierOnVeth(b *testing.B) {
 	bs.ns.do(func() { ifB = ifindex(b, bs.ifc) })
 	gen := newGenerator(b, ifA)
 	classify, pass := bs.prog.Programs()
-	if err := bs.prog.Detach(ifB); err != nil {
-		b.Fatal(err)
-	}
-	var l link.Link
+	l, undo := passInstead(b, bs, ifB)
+	b.Cleanup(undo)
 	var err error
-	bs.ns.do(func() {
-		l, err = link.AttachXDP(link.XDPOptions{Program: pass, Interface: ifB, Flags: link.XDPDriverMode})
-	})
-	if err != nil {
-		b.Fatalf("attach XDP_PASS: %v", err)
-	}
-	b.Cleanup(func() { l.Close() })
 	for _, bc := range []struct {
 		name  string
 		port  uint16
@@ -144,6 +135,31 @@ func BenchmarkClassifierOnVeth(b *testing.B) {
 	}
 }
 
+// passInstead swaps side s's classifier on its veth for the bare XDP_PASS
+// program (on a link whose program can be updated); undo swaps back.
+func passInstead(tb testing.TB, s *side, ifindex int) (l link.Link, undo func()) {
+	tb.Helper()
+	if err := s.prog.Detach(ifindex); err != nil {
+		tb.Fatal(err)
+	}
+	_, pass := s.prog.Programs()
+	var err error
+	s.ns.do(func() {
+		l, err = link.AttachXDP(link.XDPOptions{Program: pass, Interface: ifindex, Flags: link.XDPDriverMode})
+	})
+	if err != nil {
+		tb.Fatalf("attach XDP_PASS: %v", err)
+	}
+	return l, func() {
+		l.Close()
+		s.ns.do(func() {
+			if _, err := s.prog.Attach(ifindex); err != nil {
+				tb.Error(err)
+			}
+		})
+	}
+}
+
 // udpFrame is an Ethernet frame from side a to side b's veth address, UDP
 // to port (a RoCEv2 payload gets its ICRC).
 func udpFrame(a, b *side, port uint16, payload []byte) []byte {
@@ -173,7 +189,6 @@ func BenchmarkReceive(b *testing.B) {
 	bs.ns.do(func() { ifB = ifindex(b, bs.ifc) })
 	frame := udpFrame(a, bs, roce.Port, sendOnly(bs.qpn, 0, make([]byte, 64)))
 	gen := newGenerator(b, ifA)
-	_, pass := bs.prog.Programs()
 
 	// blast runs the generator in namespace a (where its ifindex means the
 	// veth) until stopped; stop returns how many frames it sent.
@@ -244,23 +259,9 @@ func BenchmarkReceive(b *testing.B) {
 	b.Run("udp", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(frame)))
-		if err := bs.prog.Detach(ifB); err != nil {
-			b.Fatal(err)
-		}
-		var l link.Link
+		_, undo := passInstead(b, bs, ifB)
+		defer undo()
 		var err error
-		bs.ns.do(func() {
-			l, err = link.AttachXDP(link.XDPOptions{Program: pass, Interface: ifB, Flags: link.XDPDriverMode})
-		})
-		if err != nil {
-			b.Fatalf("attach XDP_PASS: %v", err)
-		}
-		defer bs.ns.do(func() {
-			l.Close()
-			if _, err := bs.prog.Attach(ifB); err != nil {
-				b.Error(err)
-			}
-		})
 		var uc *net.UDPConn
 		bs.ns.do(func() { uc, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(bs.addr)) })
 		if err != nil {
