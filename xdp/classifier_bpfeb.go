@@ -55,6 +55,7 @@ const (
 	classifierMapCnpLast          = "cnp_last"
 	classifierMapCounters         = "counters"
 	classifierMapFaults           = "faults"
+	classifierMapQpFilter         = "qp_filter"
 	classifierMapQps              = "qps"
 	classifierMapXsks             = "xsks"
 	classifierProgRbridgeClassify = "rbridge_classify"
@@ -118,6 +119,7 @@ type classifierMapSpecs struct {
 	CnpLast  *ebpf.MapSpec `ebpf:"cnp_last"`
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	Faults   *ebpf.MapSpec `ebpf:"faults"`
+	QpFilter *ebpf.MapSpec `ebpf:"qp_filter"`
 	Qps      *ebpf.MapSpec `ebpf:"qps"`
 	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
 }
@@ -155,6 +157,7 @@ type classifierMaps struct {
 	CnpLast  *ebpf.Map `ebpf:"cnp_last"`
 	Counters *ebpf.Map `ebpf:"counters"`
 	Faults   *ebpf.Map `ebpf:"faults"`
+	QpFilter *ebpf.Map `ebpf:"qp_filter"`
 	Qps      *ebpf.Map `ebpf:"qps"`
 	Xsks     *ebpf.Map `ebpf:"xsks"`
 }
@@ -164,6 +167,7 @@ func (m *classifierMaps) Close() error {
 		m.CnpLast,
 		m.Counters,
 		m.Faults,
+		m.QpFilter,
 		m.Qps,
 		m.Xsks,
 	)

@@ -3,6 +3,7 @@ package xdp_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -179,6 +180,52 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("opcode %v one byte short: counters (-want +got):\n%s", o, diff)
 		}
 	}
+}
+
+// TestQPFilter checks the filter in front of the QP table: QPs whose
+// numbers share their low 16 bits share a filter bit, which stays set until
+// the last of them is removed, and a QP sharing the bit of an owned one but
+// not added itself is still not owned.
+func TestQPFilter(t *testing.T) {
+	p := loadProgram(t, xdp.Options{})
+	const a, b, c = 0x010203, 0x020203, 0x030203 // same low 16 bits
+	owned := xdp.Counters{NoSocket: 1}
+	notOwned := xdp.Counters{Unowned: 1}
+	expect := func(step string, want map[uint32]xdp.Counters) {
+		t.Helper()
+		for qpn, w := range want {
+			before := counters(t, p)
+			run(t, p, buildFrame(roceFrame(roce.RCSendOnly, qpn, 0)))
+			if diff := cmp.Diff(w, sub(counters(t, p), before)); diff != "" {
+				t.Errorf("%s: QP %#x: counters (-want +got):\n%s", step, qpn, diff)
+			}
+		}
+	}
+	expect("none added", map[uint32]xdp.Counters{a: notOwned, b: notOwned, c: notOwned})
+	for _, qpn := range []uint32{a, b} {
+		if err := p.AddQP(qpn, xdp.QP{RemoteQPN: remoteQP}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.AddQP(a, xdp.QP{RemoteQPN: remoteQP + 1}); err != nil { // again: an update
+		t.Fatal(err)
+	}
+	expect("a and b added", map[uint32]xdp.Counters{a: owned, b: owned, c: notOwned})
+	if err := p.RemoveQP(a); err != nil {
+		t.Fatal(err)
+	}
+	expect("a removed", map[uint32]xdp.Counters{a: notOwned, b: owned, c: notOwned})
+	if err := p.RemoveQP(b); err != nil {
+		t.Fatal(err)
+	}
+	expect("both removed", map[uint32]xdp.Counters{a: notOwned, b: notOwned})
+	if err := p.RemoveQP(b); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("removing b twice: %v, want ErrKeyNotExist", err)
+	}
+	if err := p.AddQP(b, xdp.QP{RemoteQPN: remoteQP}); err != nil {
+		t.Fatal(err)
+	}
+	expect("b added again", map[uint32]xdp.Counters{b: owned, a: notOwned})
 }
 
 func sub(a, b xdp.Counters) xdp.Counters {

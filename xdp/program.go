@@ -73,6 +73,9 @@ type Program struct {
 	mu       sync.Mutex // guards the fields below
 	attached []attachment
 	closed   bool
+	// filterRefs counts the owned QPs per bit of the classifier's
+	// qp_filter (qpn & 0xffff): a bit is cleared when its count drops to 0.
+	filterRefs map[uint16]int
 }
 
 type attachment struct {
@@ -112,7 +115,7 @@ func Load(opts Options) (*Program, error) {
 			return nil, fmt.Errorf("xdp: set %s: %w", name, err)
 		}
 	}
-	p := &Program{log: opts.Logger, mode: opts.Mode}
+	p := &Program{log: opts.Logger, mode: opts.Mode, filterRefs: make(map[uint16]int)}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

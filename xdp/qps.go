@@ -46,14 +46,55 @@ func (p *Program) AddQP(qpn uint32, qp QP) error {
 		return fmt.Errorf("xdp: add qp %#x CNP time: %w", qpn, err)
 	}
 	per := make([]classifierQp, ncpu)
-	if err := p.objs.Qps.Lookup(qpn, &per); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	err = p.objs.Qps.Lookup(qpn, &per)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("xdp: add qp %#x: %w", qpn, err)
 	}
+	added := err != nil
 	for i := range per {
 		per[i].RemoteQpn = qp.RemoteQPN
 	}
 	if err := p.objs.Qps.Put(qpn, per); err != nil {
 		return fmt.Errorf("xdp: add qp %#x: %w", qpn, err)
+	}
+	if added {
+		// The filter bit last: the classifier looks further only once the
+		// QP's entry is there.
+		if err := p.setFilterLocked(qpn, +1); err != nil {
+			p.objs.Qps.Delete(qpn)
+			return fmt.Errorf("xdp: add qp %#x: %w", qpn, err)
+		}
+	}
+	return nil
+}
+
+// setFilterLocked counts one more (delta +1) or one fewer (-1) owned QP on
+// qpn's bit of the classifier's qp_filter, setting the bit at the first and
+// clearing it after the last.
+func (p *Program) setFilterLocked(qpn uint32, delta int) error {
+	key := uint16(qpn)
+	n := p.filterRefs[key] + delta
+	if (delta > 0 && n > 1) || (delta < 0 && n > 0) {
+		p.filterRefs[key] = n
+		return nil
+	}
+	word := uint32(key >> 6)
+	var bits uint64
+	if err := p.objs.QpFilter.Lookup(word, &bits); err != nil {
+		return fmt.Errorf("QP filter word %d: %w", word, err)
+	}
+	if delta > 0 {
+		bits |= 1 << (key & 63)
+	} else {
+		bits &^= 1 << (key & 63)
+	}
+	if err := p.objs.QpFilter.Update(word, bits, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("QP filter word %d: %w", word, err)
+	}
+	if n > 0 {
+		p.filterRefs[key] = n
+	} else {
+		delete(p.filterRefs, key)
 	}
 	return nil
 }
@@ -68,6 +109,9 @@ func (p *Program) RemoveQP(qpn uint32) error {
 		return ErrClosed
 	}
 	if err := p.objs.Qps.Delete(qpn); err != nil {
+		return fmt.Errorf("xdp: remove qp %#x: %w", qpn, err)
+	}
+	if err := p.setFilterLocked(qpn, -1); err != nil {
 		return fmt.Errorf("xdp: remove qp %#x: %w", qpn, err)
 	}
 	if err := p.objs.CnpLast.Delete(qpn); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
