@@ -69,3 +69,20 @@ func TestGuestTransportWithRXEOverAFXDP(t *testing.T) {
 		t.Fatal("nothing went through AF_XDP")
 	}
 }
+
+// TestGuestClassifierLoads loads the classifier with every option that
+// changes the code the verifier walks (the CNP built in XDP among them) on
+// the guest's kernel: Debian 12's Linux 6.1, whose verifier refuses what
+// newer ones accept.
+func TestGuestClassifierLoads(t *testing.T) {
+	guest.RequireKind(t, "rxe") // once per guest run; the kernel is the same in every pass
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, opts := range []xdp.Options{{}, {CNP: true}, {CNP: true, Mode: xdp.ModeGeneric}} {
+		opts.Logger = quiet
+		p, err := xdp.Load(opts)
+		if err != nil {
+			t.Fatalf("load with %+v: %v", opts, err)
+		}
+		check(t, p.Close())
+	}
+}
