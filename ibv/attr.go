@@ -1,7 +1,6 @@
 package ibv
 
 import (
-	"encoding/json"
 	"fmt"
 )
 
@@ -134,6 +133,3 @@ func (w Width) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
 
 // MarshalText implements encoding.TextMarshaler.
 func (s Speed) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// MarshalJSON writes the MTU in bytes (1024), or 0 when unknown.
-func (m MTU) MarshalJSON() ([]byte, error) { return json.Marshal(m.Bytes()) }

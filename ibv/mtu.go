@@ -1,49 +1,23 @@
 package ibv
 
-import "fmt"
+import "github.com/rbridge/rbridge/roce"
 
-// MTU is an InfiniBand path or port MTU (enum ibv_mtu): the payload size of
-// one packet, 256 to 4096 bytes. The zero value means "unknown".
-type MTU uint8
+// MTU is an InfiniBand path or port MTU (enum ibv_mtu), roce.MTU.
+type MTU = roce.MTU
 
 // MTUs.
 const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
+	MTU256  = roce.MTU256
+	MTU512  = roce.MTU512
+	MTU1024 = roce.MTU1024
+	MTU2048 = roce.MTU2048
+	MTU4096 = roce.MTU4096
 )
-
-// Bytes is the MTU in bytes, or 0 for an invalid MTU.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
-
-// Valid reports whether m is one of the five IB MTUs.
-func (m MTU) Valid() bool { return m.Bytes() != 0 }
-
-func (m MTU) String() string {
-	if !m.Valid() {
-		return fmt.Sprintf("MTU(%d)", uint8(m))
-	}
-	return fmt.Sprint(m.Bytes())
-}
 
 // MTUFromBytes is the largest IB MTU that fits in n bytes of RDMA payload
 // (for RoCE: what fits in a netdev MTU once the headers are taken off, see
 // MTUForNetdev). It returns 0 when n < 256.
-func MTUFromBytes(n int) MTU {
-	for m := MTU4096; m >= MTU256; m-- {
-		if m.Bytes() <= n {
-			return m
-		}
-	}
-	return 0
-}
+func MTUFromBytes(n int) MTU { return roce.MTUFromBytes(n) }
 
 // roceOverhead is what the kernel's iboe_get_mtu (include/rdma/ib_addr.h)
 // takes off a netdev MTU: GRH/IPv6 (40) + UDP (8) + BTH (12) + XRC ext (4) +

@@ -1,44 +1,22 @@
 package cm
 
-import "fmt"
+import "github.com/rbridge/rbridge/roce"
 
 // MTU is an InfiniBand path MTU code (IBA 14.2.5.4, the REQ's Path Packet
-// Payload MTU).
-type MTU uint8
+// Payload MTU), roce.MTU.
+type MTU = roce.MTU
 
 // Path MTU codes.
 const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
+	MTU256  = roce.MTU256
+	MTU512  = roce.MTU512
+	MTU1024 = roce.MTU1024
+	MTU2048 = roce.MTU2048
+	MTU4096 = roce.MTU4096
 )
 
-// Bytes returns the MTU in bytes, 0 for an invalid code.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 128 << m
-}
-
-// MTUFromBytes returns the code of the largest MTU not above n (MTU256
-// below 512).
-func MTUFromBytes(n int) MTU {
-	m := MTU256
-	for m < MTU4096 && (m+1).Bytes() <= n {
-		m++
-	}
-	return m
-}
-
-func (m MTU) String() string {
-	if b := m.Bytes(); b != 0 {
-		return fmt.Sprint(b)
-	}
-	return fmt.Sprintf("MTU(%d)", uint8(m))
-}
+// MTUFromBytes returns the code of the largest MTU not above n, 0 below 256.
+func MTUFromBytes(n int) MTU { return roce.MTUFromBytes(n) }
 
 // trailerMTU returns the path MTU in bytes that rbridge's MTU trailer at
 // the end of private data names, or 0 without one. Package ibv's rdma_cm

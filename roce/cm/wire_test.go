@@ -225,20 +225,6 @@ func TestServiceID(t *testing.T) {
 	}
 }
 
-func TestMTU(t *testing.T) {
-	for code, n := range map[cm.MTU]int{cm.MTU256: 256, cm.MTU512: 512, cm.MTU1024: 1024, cm.MTU2048: 2048, cm.MTU4096: 4096, 0: 0, 6: 0} {
-		if got := code.Bytes(); got != n {
-			t.Errorf("%d.Bytes() = %d, want %d", code, got, n)
-		}
-		if n != 0 && cm.MTUFromBytes(n) != code {
-			t.Errorf("MTUFromBytes(%d) = %v", n, cm.MTUFromBytes(n))
-		}
-	}
-	if cm.MTUFromBytes(1500) != cm.MTU1024 || cm.MTUFromBytes(100) != cm.MTU256 || cm.MTUFromBytes(9000) != cm.MTU4096 {
-		t.Error("MTUFromBytes rounds wrong")
-	}
-}
-
 func sampleMADs() [][]byte {
 	req := sampleREQ()
 	var out [][]byte
