@@ -56,6 +56,9 @@ func BenchmarkGoodputLoss(b *testing.B) {
 				outstanding -= n
 			}
 			b.ReportMetric(float64(a.dev.Stats().Retransmit.Load())/float64(b.N), "retransmits/msg")
+			b.ReportMetric(float64(a.dev.Stats().Timeouts.Load())/float64(b.N), "timeouts/msg")
+			b.ReportMetric(float64(a.dev.Stats().TailProbes.Load())/float64(b.N), "probes/msg")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/msg")
 		})
 	}
 }

@@ -36,6 +36,7 @@ type Stats struct {
 	RxDuplicate, RxOutOfSequence  atomic.Uint64
 	TxNAKs, TxRNRNAKs, Retransmit atomic.Uint64
 	Timeouts                      atomic.Uint64
+	TailProbes                    atomic.Uint64 // newest packets resent before the ACK timeout
 	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
 	UDDropped                     atomic.Uint64
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,5 +241,70 @@ func TestRCLateAcks(t *testing.T) {
 	equal(t, "WRITE B", b.mem[4096:4196], pattern(1, 100))
 	if !dropped.Load() || a.dev.Stats().Timeouts.Load() == 0 {
 		t.Errorf("dropped %v, %d timeouts: the test did not test what it is for", dropped.Load(), a.dev.Stats().Timeouts.Load())
+	}
+}
+
+// TestRCTailLossProbe: with a local ACK timeout of a second, a lost last
+// packet of a burst, and a lost NAK (after which the responder drops the
+// rest of the burst in silence), are recovered by the tail-loss probe once
+// a round trip has been measured: no timeout, the data whole.
+func TestRCTailLossProbe(t *testing.T) {
+	isNAK := func(pkt []byte) bool {
+		var p roce.Packet
+		return p.Decode(pkt) == nil && p.Opcode() == roce.RCAcknowledge && p.AETH.Syndrome().Type() == roce.AckTypeNAK
+	}
+	for _, tc := range []struct {
+		name string
+		drop func(pkt []byte) bool // which packets to lose, once each
+	}{
+		{"lost tail", func(pkt []byte) bool { return roce.BTH(pkt).Opcode() == roce.RCRDMAWriteLast }},
+		{"lost NAK", func(pkt []byte) bool {
+			return roce.BTH(pkt).Opcode() == roce.RCRDMAWriteMiddle || isNAK(pkt)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var armed atomic.Bool
+			dropped := map[roce.Opcode]bool{}
+			var mu sync.Mutex
+			o := simnet.Options{Filter: func(_, _ netip.AddrPort, pkt []byte) bool {
+				if !armed.Load() || !tc.drop(pkt) {
+					return true
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				op := roce.BTH(pkt).Opcode()
+				if dropped[op] {
+					return true
+				}
+				dropped[op] = true
+				return false
+			}}
+			_, a, b := pair(t, o, connOpts{mtu: 1024, retry: 7, rnrRetry: 7, timeout: 18}) // 1.07 s
+			write := func(id, off, n int) {
+				copy(a.mem[off:], pattern(id, n))
+				if err := a.qp.PostSend(transport.SendWR{ID: uint64(id), Opcode: transport.OpWrite, Signaled: true,
+					Local: sge(a, off, n), Remote: addr(b, off), RKey: b.mr.RKey()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 5 { // round trips to measure
+				write(i, i*4096, 100)
+			}
+			wait(t, a.scq, 5, 10*time.Second)
+			armed.Store(true)
+			write(5, 5*4096, 3000) // FIRST, MIDDLE, LAST
+			checkWC(t, wait(t, a.scq, 1, 10*time.Second)[0], 5, transport.OpWrite)
+			equal(t, "the WRITE", b.mem[5*4096:5*4096+3000], pattern(5, 3000))
+			st := a.dev.Stats()
+			mu.Lock()
+			n := len(dropped)
+			mu.Unlock()
+			if want := map[string]int{"lost tail": 1, "lost NAK": 2}[tc.name]; n != want {
+				t.Fatalf("%d kinds of packet dropped, want %d: the test did not test what it is for", n, want)
+			}
+			if st.Timeouts.Load() != 0 || st.TailProbes.Load() == 0 {
+				t.Errorf("%d timeouts, %d tail probes: want the probe to recover, not the timeout", st.Timeouts.Load(), st.TailProbes.Load())
+			}
+		})
 	}
 }

@@ -63,6 +63,18 @@ type requester struct {
 	maxInflight int // packets sent and not acknowledged, at most
 	cnps        uint64
 	free        []*sendWQE // recycled WQEs
+
+	// The tail-loss probe. srtt is the smoothed round trip, sampled from
+	// one ACK-requesting packet at a time (rttPSN, sent at rttSent; none
+	// while a retransmission is under way). tlpDeadline is when to resend
+	// the newest packet if no acknowledgement came; tlpSent says it went
+	// for the current unacknowledged state.
+	srtt        time.Duration
+	rttPSN      roce.PSN
+	rttSent     time.Time
+	rttPending  bool
+	tlpDeadline time.Time
+	tlpSent     bool
 }
 
 // newWQE returns a WQE for wr, recycled when one is free.
@@ -221,6 +233,9 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 	// Ask for an ACK at the end of each message, every ackEvery packets
 	// within one, and on a timeout's probe.
 	f.BTH.AckReq = lastPkt || k%ackEvery == ackEvery-1 || qp.req.probe
+	if r := &qp.req; f.BTH.AckReq && !r.rttPending && !r.retrying {
+		r.rttPSN, r.rttSent, r.rttPending = roce.PSN(f.BTH.PSN), time.Now(), true
+	}
 	qp.queue(qp.attr.Remote, &f, payload)
 }
 
@@ -328,7 +343,17 @@ func (qp *QP) progressLocked(psn roce.PSN) {
 		r.unacked = n
 		r.retries, r.rnrRetries = r.retryCnt, r.rnrRetry
 		r.retrying = false
-		r.probe = false
+		r.tlpSent = false
+		if r.rttPending && !psn.Before(r.rttPSN) {
+			r.rttPending = false
+			r.sampleRTT(time.Since(r.rttSent))
+		}
+		if r.probe {
+			// The probe's answer says where the responder stands: go back
+			// to there, not past what it already has.
+			r.probe = false
+			qp.rewindLocked(n)
+		}
 		qp.restartTimerLocked()
 	}
 }
@@ -456,6 +481,7 @@ func (qp *QP) failLocked(w *sendWQE) {
 // rewindLocked makes psn the next PSN sent (go-back-N).
 func (qp *QP) rewindLocked(psn roce.PSN) {
 	r := &qp.req
+	r.rttPending = false // an ACK could now answer either copy (Karn)
 	if len(r.sq) > 0 && r.sq[0].started && psn.Before(r.sq[0].first) {
 		psn = r.sq[0].first // everything before the head has completed
 	}
@@ -546,7 +572,8 @@ func (qp *QP) armTimerLocked() {
 	}
 }
 
-// restartTimerLocked moves the retransmission deadline a timeout ahead.
+// restartTimerLocked moves the retransmission deadline a timeout ahead,
+// and the tail-loss probe's deadline a probe time ahead.
 func (qp *QP) restartTimerLocked() {
 	r := &qp.req
 	if r.rnrWait {
@@ -554,11 +581,65 @@ func (qp *QP) restartTimerLocked() {
 	}
 	t := ackTimeout(qp.attr.Timeout)
 	if t == 0 || !r.outstanding() {
-		r.deadline = time.Time{}
+		r.deadline, r.tlpDeadline = time.Time{}, time.Time{}
 		return
 	}
-	r.deadline = time.Now().Add(t)
+	now := time.Now()
+	r.deadline = now.Add(t)
+	r.tlpDeadline = time.Time{}
+	if pto := r.probeTimeout(); pto > 0 && pto < t/2 && !r.tlpSent {
+		r.tlpDeadline = now.Add(pto)
+		t = pto
+	}
 	qp.startTimerLocked(t)
+}
+
+// minProbeTimeout is the least time before a tail-loss probe: below it a
+// Go scheduler's hiccup or a busy receiver would trigger probes for
+// packets that were not lost.
+const minProbeTimeout = time.Millisecond
+
+// probeTimeout is how long after the last acknowledgement the newest
+// packet is resent as a tail-loss probe: twice the smoothed round trip, at
+// least minProbeTimeout; 0 before the first round trip was measured.
+func (r *requester) probeTimeout() time.Duration {
+	if r.srtt == 0 {
+		return 0
+	}
+	return max(2*r.srtt, minProbeTimeout)
+}
+
+// sampleRTT folds a measured round trip into srtt (RFC 6298's 1/8 gain).
+func (r *requester) sampleRTT(d time.Duration) {
+	if r.srtt == 0 {
+		r.srtt = d
+		return
+	}
+	r.srtt += (d - r.srtt) / 8
+}
+
+// tailProbeLocked starts a tail-loss probe when the acknowledgements
+// stopped for a probe time: a lost tail of a burst (or the NAK of a loss,
+// after which the responder drops what follows in silence) otherwise waits
+// out the whole local ACK timeout, since nothing makes the responder speak.
+// The probe is the timeout's own recovery, early: resend the oldest
+// unacknowledged packet asking for an ACK; the answer says where the
+// responder stands, and the requester goes back N from there. The ACK
+// timeout keeps running and retry_cnt is not spent; one probe per
+// acknowledged state. It reports whether it queued the probe.
+func (qp *QP) tailProbeLocked() bool {
+	r := &qp.req
+	r.tlpDeadline = time.Time{}
+	if r.tlpSent || r.probe || r.rnrWait || !r.outstanding() {
+		return false
+	}
+	r.tlpSent = true
+	r.retrying = true
+	r.probe, r.probeSent = true, false
+	qp.dev.stats.TailProbes.Add(1)
+	qp.rewindLocked(r.unacked)
+	qp.pumpLocked()
+	return true
 }
 
 func (qp *QP) startTimerLocked(d time.Duration) {
@@ -579,10 +660,23 @@ func (qp *QP) onTimer() {
 		return
 	}
 	if left := time.Until(r.deadline); left > 0 {
+		if !r.tlpDeadline.IsZero() && !time.Now().Before(r.tlpDeadline) {
+			sent := qp.tailProbeLocked()
+			qp.timer.Reset(left)
+			qp.mu.Unlock()
+			if sent {
+				qp.dev.send(qp)
+			}
+			return
+		}
+		if !r.tlpDeadline.IsZero() {
+			left = min(left, time.Until(r.tlpDeadline))
+		}
 		qp.timer.Reset(left)
 		qp.mu.Unlock()
 		return
 	}
+	r.tlpDeadline = time.Time{}
 	r.deadline = time.Time{}
 	switch {
 	case r.rnrWait:
