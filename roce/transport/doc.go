@@ -11,8 +11,9 @@
 //
 // A QP is both a requester (it segments messages into packets by path MTU,
 // numbers them with 24-bit PSNs, asks for acknowledgements, retransmits
-// go-back-N on a timeout or a PSN-sequence-error NAK, waits out RNR NAKs,
-// and limits outstanding READs and atomics) and a responder (it checks PSNs,
+// go-back-N on a timeout or a PSN-sequence-error NAK, probes for a lost tail
+// after twice the measured round trip instead of waiting out the ACK
+// timeout, waits out RNR NAKs, and limits outstanding READs and atomics) and a responder (it checks PSNs,
 // re-acknowledges duplicates, re-executes duplicate READs, replays atomic
 // results, checks rkeys, bounds and access rights, consumes receive WQEs,
 // coalesces ACKs and NAKs with the IBTA syndromes).
