@@ -222,4 +222,5 @@ func writeLoop(b *testing.B, g *goEnd, k *kernelEnd, size, procs int) {
 	b.ReportMetric(float64(st.RxPackets.Load())/ops, "rxpkts/op")
 	b.ReportMetric(float64(st.Retransmit.Load())/ops, "retx/op")
 	b.ReportMetric(float64(st.Timeouts.Load()), "timeouts")
+	b.ReportMetric(float64(st.TailProbes.Load())/ops, "probes/op")
 }

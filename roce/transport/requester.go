@@ -66,15 +66,16 @@ type requester struct {
 
 	// The tail-loss probe. srtt is the smoothed round trip, sampled from
 	// one ACK-requesting packet at a time (rttPSN, sent at rttSent; none
-	// while a retransmission is under way). tlpDeadline is when to resend
-	// the newest packet if no acknowledgement came; tlpSent says it went
-	// for the current unacknowledged state.
+	// while a retransmission is under way). tlpDeadline is when the next
+	// probe is due if no acknowledgement came; tlpStage says how far the
+	// probing went since the last one (tailProbeLocked).
 	srtt        time.Duration
 	rttPSN      roce.PSN
 	rttSent     time.Time
 	rttPending  bool
 	tlpDeadline time.Time
-	tlpSent     bool
+	tlpStage    uint8
+	tlpResend   bool // set while the resent newest packet is built: it asks for an ACK
 }
 
 // newWQE returns a WQE for wr, recycled when one is free.
@@ -232,8 +233,8 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 	}
 	// Ask for an ACK at the end of each message, every ackEvery packets
 	// within one, and on a timeout's probe.
-	f.BTH.AckReq = lastPkt || k%ackEvery == ackEvery-1 || qp.req.probe
-	if r := &qp.req; f.BTH.AckReq && !r.rttPending && !r.retrying {
+	f.BTH.AckReq = lastPkt || k%ackEvery == ackEvery-1 || qp.req.probe || qp.req.tlpResend
+	if r := &qp.req; f.BTH.AckReq && !r.rttPending && !r.retrying && !r.tlpResend {
 		r.rttPSN, r.rttSent, r.rttPending = roce.PSN(f.BTH.PSN), time.Now(), true
 	}
 	qp.queue(qp.attr.Remote, &f, payload)
@@ -343,7 +344,7 @@ func (qp *QP) progressLocked(psn roce.PSN) {
 		r.unacked = n
 		r.retries, r.rnrRetries = r.retryCnt, r.rnrRetry
 		r.retrying = false
-		r.tlpSent = false
+		r.tlpStage = 0
 		if r.rttPending && !psn.Before(r.rttPSN) {
 			r.rttPending = false
 			r.sampleRTT(time.Since(r.rttSent))
@@ -587,7 +588,7 @@ func (qp *QP) restartTimerLocked() {
 	now := time.Now()
 	r.deadline = now.Add(t)
 	r.tlpDeadline = time.Time{}
-	if pto := r.probeTimeout(); pto > 0 && pto < t/2 && !r.tlpSent {
+	if pto := r.probeTimeout(); pto > 0 && pto < t/2 && r.tlpStage < 2 {
 		r.tlpDeadline = now.Add(pto)
 		t = pto
 	}
@@ -618,22 +619,42 @@ func (r *requester) sampleRTT(d time.Duration) {
 	r.srtt += (d - r.srtt) / 8
 }
 
-// tailProbeLocked starts a tail-loss probe when the acknowledgements
-// stopped for a probe time: a lost tail of a burst (or the NAK of a loss,
+// tailProbeLocked probes for a lost tail when the acknowledgements stopped
+// for a probe time: a lost last packet of a burst (or the NAK of a loss,
 // after which the responder drops what follows in silence) otherwise waits
 // out the whole local ACK timeout, since nothing makes the responder speak.
-// The probe is the timeout's own recovery, early: resend the oldest
-// unacknowledged packet asking for an ACK; the answer says where the
-// responder stands, and the requester goes back N from there. The ACK
-// timeout keeps running and retry_cnt is not spent; one probe per
-// acknowledged state. It reports whether it queued the probe.
+// In two stages, the cheap one first:
+//  1. resend the newest packet sent, asking for an ACK, and keep sending:
+//     if it was lost, this fills it; if an earlier one was, the responder
+//     NAKs the gap; if nothing was (the ACKs were only slow), it answers
+//     the duplicate with an ACK.
+//  2. a probe time later, still nothing: the timeout's own recovery, early:
+//     send only the oldest unacknowledged packet, asking for an ACK, and go
+//     back N from where the answer says the responder stands (this also
+//     gets past a lost NAK).
+//
+// The ACK timeout keeps running and retry_cnt is not spent. It reports
+// whether it queued a packet.
 func (qp *QP) tailProbeLocked() bool {
 	r := &qp.req
 	r.tlpDeadline = time.Time{}
-	if r.tlpSent || r.probe || r.rnrWait || !r.outstanding() {
+	if r.probe || r.rnrWait || !r.outstanding() || r.tlpStage >= 2 {
 		return false
 	}
-	r.tlpSent = true
+	if r.tlpStage == 0 {
+		if last := r.psn.Add(-1); !last.Before(r.unacked) {
+			if w := r.find(last); w != nil && !w.isReadOrAtomic() {
+				r.tlpStage = 1
+				r.tlpResend = true
+				qp.buildRequestLocked(w, int(last.Sub(w.first)))
+				r.tlpResend = false
+				r.tlpDeadline = time.Now().Add(r.probeTimeout())
+				qp.dev.stats.TailProbes.Add(1)
+				return true
+			}
+		}
+	}
+	r.tlpStage = 2
 	r.retrying = true
 	r.probe, r.probeSent = true, false
 	qp.dev.stats.TailProbes.Add(1)
@@ -660,20 +681,18 @@ func (qp *QP) onTimer() {
 		return
 	}
 	if left := time.Until(r.deadline); left > 0 {
+		sent := false
 		if !r.tlpDeadline.IsZero() && !time.Now().Before(r.tlpDeadline) {
-			sent := qp.tailProbeLocked()
-			qp.timer.Reset(left)
-			qp.mu.Unlock()
-			if sent {
-				qp.dev.send(qp)
-			}
-			return
+			sent = qp.tailProbeLocked() // may set the next probe's deadline
 		}
 		if !r.tlpDeadline.IsZero() {
 			left = min(left, time.Until(r.tlpDeadline))
 		}
 		qp.timer.Reset(left)
 		qp.mu.Unlock()
+		if sent {
+			qp.dev.send(qp)
+		}
 		return
 	}
 	r.tlpDeadline = time.Time{}
