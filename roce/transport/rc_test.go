@@ -247,7 +247,8 @@ func TestRCLateAcks(t *testing.T) {
 // TestRCTailLossProbe: with a local ACK timeout of a second, a lost last
 // packet of a burst, and a lost NAK (after which the responder drops the
 // rest of the burst in silence), are recovered by the tail-loss probe once
-// a round trip has been measured: no timeout, the data whole.
+// a round trip has been measured, also in a burst that follows an idle
+// moment: no timeout, the data whole.
 func TestRCTailLossProbe(t *testing.T) {
 	isNAK := func(pkt []byte) bool {
 		var p roce.Packet
@@ -291,6 +292,10 @@ func TestRCTailLossProbe(t *testing.T) {
 				write(i, i*4096, 100)
 			}
 			wait(t, a.scq, 5, 10*time.Second)
+			// Idle for longer than a probe time: the next burst must start
+			// its own timers, not inherit the last ACK's (the probe's
+			// deadline would have passed with nothing to probe).
+			time.Sleep(20 * time.Millisecond)
 			armed.Store(true)
 			write(5, 5*4096, 3000) // FIRST, MIDDLE, LAST
 			checkWC(t, wait(t, a.scq, 1, 10*time.Second)[0], 5, transport.OpWrite)

@@ -538,6 +538,11 @@ func (qp *QP) completeHeadLocked() {
 	if len(r.sq) == 0 {
 		r.sq = r.sq[:0:cap(r.sq)] // reuse the backing array from its start
 		r.unacked = r.fresh
+		if !r.rnrWait {
+			// Nothing outstanding: the next packet sent starts the
+			// timers afresh (armTimerLocked), not from this ACK's time.
+			r.deadline, r.tlpDeadline = time.Time{}, time.Time{}
+		}
 	} else if h := r.sq[0]; h.started && r.unacked.Before(h.first) {
 		r.unacked = h.first
 	}
