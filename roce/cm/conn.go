@@ -300,8 +300,10 @@ func (m *Manager) onREJLocked(r REJ) {
 	if c.active {
 		err = &dialError{to: c.remote, err: err}
 	}
-	c.finishLocked(err)
+	// The QP goes to ERR before Dial (or Accept) returns the REJ, so their
+	// caller never sees it in the state the handshake left it.
 	c.qpErrorLocked()
+	c.finishLocked(err)
 }
 
 func (m *Manager) onDREQLocked(tid uint64, r DREQ, peer netip.Addr) {
