@@ -49,7 +49,17 @@ type Message struct {
 	// UDP socket) sends from its own port. On read it is not set: Addr has
 	// the peer's port.
 	SrcPort uint16
+	// Payload, on write, is the packet's payload when the sender did not
+	// copy it into Buf (AppendPacketGather): the transport packet is then
+	// Buf[:Hdr] (the headers), Payload, and Buf[Hdr:N] (pad and ICRC), and
+	// the conn gathers the three. Nil otherwise: Buf[:N] is the packet.
+	// Reads never set it.
+	Payload []byte
+	Hdr     int
 }
+
+// Len is the length of the transport packet m carries, Payload included.
+func (m *Message) Len() int { return m.N + len(m.Payload) }
 
 // MaxPacket is the largest transport packet rbridge sends or accepts: a
 // 4096-byte path MTU's payload plus the largest header set and the ICRC.

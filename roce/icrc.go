@@ -113,20 +113,43 @@ func ICRC(pkt []byte) (uint32, error) {
 // senders that do not hold the packet contiguously, such as a UDP socket
 // whose kernel writes the headers.
 func ICRCWithHeaders(hdrs, transport []byte) (uint32, error) {
+	if err := checkIPUDP(hdrs); err != nil {
+		return 0, err
+	}
+	if len(transport) < BTHLen+ICRCLen {
+		return 0, truncated("packet", len(hdrs)+BTHLen+ICRCLen, len(hdrs)+len(transport))
+	}
+	return icrcSplit(hdrs, transport[:len(transport)-ICRCLen]), nil
+}
+
+// ICRCWithHeadersGather is ICRCWithHeaders for a transport packet in three
+// pieces (a Message with a Payload): head (the BTH and extension headers),
+// payload, and tail (pad and the ICRC trailer).
+func ICRCWithHeadersGather(hdrs, head, payload, tail []byte) (uint32, error) {
+	if err := checkIPUDP(hdrs); err != nil {
+		return 0, err
+	}
+	if len(head) < BTHLen || len(tail) < ICRCLen {
+		return 0, truncated("packet", len(hdrs)+BTHLen+ICRCLen, len(hdrs)+len(head)+len(payload)+len(tail))
+	}
+	crc := icrcSplit(hdrs, head)
+	crc = crc32.Update(crc, crc32.IEEETable, payload)
+	return crc32.Update(crc, crc32.IEEETable, tail[:len(tail)-ICRCLen]), nil
+}
+
+// checkIPUDP checks that hdrs is an IPv4 or IPv6 header and a UDP header.
+func checkIPUDP(hdrs []byte) error {
 	if len(hdrs) < 1 {
-		return 0, truncated("IP", ipv4MinHdr, 0)
+		return truncated("IP", ipv4MinHdr, 0)
 	}
 	ipLen := ipv6Hdr
 	if hdrs[0]>>4 == 4 {
 		ipLen = int(hdrs[0]&0xf) * 4
 	}
 	if ipLen < ipv4MinHdr || len(hdrs) != ipLen+udpHdr {
-		return 0, &HeaderError{Header: "IP and UDP headers", Err: ErrBadLength, Value: uint64(len(hdrs))}
+		return &HeaderError{Header: "IP and UDP headers", Err: ErrBadLength, Value: uint64(len(hdrs))}
 	}
-	if len(transport) < BTHLen+ICRCLen {
-		return 0, truncated("packet", len(hdrs)+BTHLen+ICRCLen, len(hdrs)+len(transport))
-	}
-	return icrcSplit(hdrs, transport[:len(transport)-ICRCLen]), nil
+	return nil
 }
 
 // PutICRC computes the ICRC of pkt (laid out as for ICRC) and stores it in

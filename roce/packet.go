@@ -140,6 +140,26 @@ func AppendPacket(b []byte, f *PacketFields, payload []byte) []byte {
 	return b
 }
 
+// AppendPacketGather is AppendPacket for a payload the caller sends from
+// where it lies: it appends the headers, then the pad and the ICRC space,
+// and returns where the payload goes (the headers' end). A Message carries
+// the result as Buf, with Payload and Hdr set (roce.Message).
+func AppendPacketGather(b []byte, f *PacketFields, payloadLen int) (out []byte, hdr int) {
+	op := f.BTH.Opcode
+	if !op.HasPayload() {
+		payloadLen = 0
+	}
+	pad := padFor(payloadLen)
+	start := len(b)
+	b = grow(b, BTHLen+op.HeaderLen()+pad+ICRCLen)
+	o := b[start:]
+	bth := f.BTH
+	bth.PadCount = uint8(pad)
+	n := encodeHeaders(o, &bth, f)
+	clear(o[n:]) // pad and ICRC
+	return b, start + n
+}
+
 // grow extends b by n bytes, reallocating only when b lacks the capacity.
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) < n {

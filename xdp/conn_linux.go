@@ -433,14 +433,14 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	if dst.Is4() != v4 {
 		return 0, fmt.Errorf("xdp: send to %v from %v: address families differ", m.Addr, c.local)
 	}
-	if m.N < roce.BTHLen+roce.ICRCLen || m.N > len(m.Buf) {
-		return 0, fmt.Errorf("xdp: send to %v: packet of %d bytes", m.Addr, m.N)
+	if m.N < roce.BTHLen+roce.ICRCLen || m.N > len(m.Buf) || (m.Payload != nil && (m.Hdr < roce.BTHLen || m.Hdr > m.N-roce.ICRCLen)) {
+		return 0, fmt.Errorf("xdp: send to %v: packet of %d bytes (headers %d, payload %d)", m.Addr, m.N, m.Hdr, len(m.Payload))
 	}
 	mac, err := c.neighbor(dst)
 	if err != nil {
 		return 0, err
 	}
-	total := ethHdrLen + roce.IPUDPLen(!v4) + m.N
+	total := ethHdrLen + roce.IPUDPLen(!v4) + m.Len()
 	if total > len(frame) {
 		return 0, fmt.Errorf("xdp: send to %v: %d-byte frame exceeds the %d-byte UMEM frame", m.Addr, total, len(frame))
 	}
@@ -456,8 +456,14 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	if m.SrcPort != 0 {
 		from = netip.AddrPortFrom(from.Addr(), m.SrcPort)
 	}
-	hl := roce.PutIPUDPHeaders(ip, from, m.Addr, m.N, m.ECN)
-	copy(ip[hl:], m.Buf[:m.N])
+	hl := roce.PutIPUDPHeaders(ip, from, m.Addr, m.Len(), m.ECN)
+	if m.Payload != nil {
+		n := copy(ip[hl:], m.Buf[:m.Hdr])
+		n += copy(ip[hl+n:], m.Payload)
+		copy(ip[hl+n:], m.Buf[m.Hdr:m.N])
+	} else {
+		copy(ip[hl:], m.Buf[:m.N])
+	}
 	if err := roce.PutICRC(ip); err != nil {
 		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}

@@ -305,7 +305,13 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 		if m.SrcPort != 0 {
 			from = netip.AddrPortFrom(from.Addr(), m.SrcPort) // as a NIC choosing the port would send
 		}
-		c.net.send(packet{from: from, to: m.Addr, data: append([]byte(nil), m.Buf[:m.N]...), ecn: m.ECN})
+		data := make([]byte, 0, m.Len())
+		if m.Payload != nil {
+			data = append(append(append(data, m.Buf[:m.Hdr]...), m.Payload...), m.Buf[m.Hdr:m.N]...)
+		} else {
+			data = append(data, m.Buf[:m.N]...)
+		}
+		c.net.send(packet{from: from, to: m.Addr, data: data, ecn: m.ECN})
 	}
 	return len(msgs), nil
 }

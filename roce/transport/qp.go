@@ -436,10 +436,21 @@ func (qp *QP) newPacket(to netip.AddrPort) *roce.Message {
 	return &qp.tx[len(qp.tx)-1]
 }
 
+// gatherMin is the least payload sent from where it lies (the MR) rather
+// than copied into the packet buffer: the conn copies it once (AF_XDP's
+// UMEM, the kernel's socket buffer) instead of twice. Below it, a copy is
+// cheaper than a gather.
+const gatherMin = 256
+
 // queue builds a transport packet into a new message for the peer.
 func (qp *QP) queue(to netip.AddrPort, f *roce.PacketFields, payload []byte) {
 	m := qp.newPacket(to)
-	m.Buf = roce.AppendPacket(m.Buf, f, payload)
+	if len(payload) >= gatherMin && f.BTH.Opcode.HasPayload() {
+		m.Buf, m.Hdr = roce.AppendPacketGather(m.Buf, f, len(payload))
+		m.Payload = payload
+	} else {
+		m.Buf = roce.AppendPacket(m.Buf, f, payload)
+	}
 	m.N = len(m.Buf)
 }
 

@@ -76,7 +76,9 @@ const (
 )
 
 func (b *batchState) init(n int, sysno uintptr) {
-	*b = batchState{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, n), names: make([]unix.RawSockaddrInet6, n), ctl: make([][]byte, n)}
+	// Three iovecs a message: a write may gather headers, payload and
+	// trailer (roce.Message.Payload); a read uses the first.
+	*b = batchState{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, 3*n), names: make([]unix.RawSockaddrInet6, n), ctl: make([][]byte, n)}
 	for i := range b.ctl {
 		b.ctl[i] = make([]byte, ctlLen)
 	}
@@ -233,18 +235,39 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 			if m.N < roce.BTHLen+roce.ICRCLen {
 				return sent, fmt.Errorf("udpconn: message %d of %d bytes is no RoCEv2 packet", sent+i, m.N)
 			}
-			hl := roce.PutIPUDPHeaders(b.hdr[:], c.local, m.Addr, m.N, m.ECN)
-			crc, err := roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
+			hl := roce.PutIPUDPHeaders(b.hdr[:], c.local, m.Addr, m.Len(), m.ECN)
+			iov := b.iovs[3*i : 3*i+3]
+			niov := 1
+			var crc uint32
+			var err error
+			if m.Payload != nil {
+				if m.Hdr < roce.BTHLen || m.Hdr > m.N-roce.ICRCLen {
+					return sent, fmt.Errorf("udpconn: message %d: headers of %d bytes in %d", sent+i, m.Hdr, m.N)
+				}
+				crc, err = roce.ICRCWithHeadersGather(b.hdr[:hl], m.Buf[:m.Hdr], m.Payload, m.Buf[m.Hdr:m.N])
+				iov[0] = unix.Iovec{Base: &m.Buf[0]}
+				iov[0].SetLen(m.Hdr)
+				if len(m.Payload) > 0 {
+					iov[niov] = unix.Iovec{Base: &m.Payload[0]}
+					iov[niov].SetLen(len(m.Payload))
+					niov++
+				}
+				iov[niov] = unix.Iovec{Base: &m.Buf[m.Hdr]}
+				iov[niov].SetLen(m.N - m.Hdr)
+				niov++
+			} else {
+				crc, err = roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
+				iov[0] = unix.Iovec{Base: &m.Buf[0]}
+				iov[0].SetLen(m.N)
+			}
 			if err != nil {
 				return sent, fmt.Errorf("udpconn: ICRC of message %d: %w", sent+i, err)
 			}
 			binary.LittleEndian.PutUint32(m.Buf[m.N-4:m.N], crc)
-			b.iovs[i] = unix.Iovec{Base: &m.Buf[0]}
-			b.iovs[i].SetLen(m.N)
 			nl := addrPortToSockaddr(&b.names[i], m.Addr, c.v6)
 			h := &b.hdrs[i].hdr
-			*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: nl, Iov: &b.iovs[i]}
-			h.SetIovlen(1)
+			*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: nl, Iov: &iov[0]}
+			h.SetIovlen(niov)
 			if m.ECN != 0 {
 				cl := putECN(b.ctl[i], m.ECN&3, c.v6)
 				h.Control = &b.ctl[i][0]

@@ -145,19 +145,39 @@ func TestICRCMatchesKernelHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	p := packet(roce.RCRDMAWriteOnly, 0x77, []byte("checked by the kernel's own header"))
-	if _, err := a.WriteBatch([]roce.Message{{Buf: p, N: len(p), Addr: b.LocalAddr(), ECN: 2}}); err != nil {
-		t.Fatal(err)
+	// Once whole, once gathered from headers, payload and trailer
+	// (roce.Message.Payload): both must carry an ICRC that verifies.
+	payload := []byte("checked by the kernel's own header: 41 bytes"[:41]) // a pad of 3
+	p := packet(roce.RCRDMAWriteOnly, 0x77, payload)
+	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCRDMAWriteOnly, PKey: roce.DefaultPKey, DestQP: 0x77}}
+	g, hdr := roce.AppendPacketGather(nil, &f, len(payload))
+	for _, m := range []roce.Message{
+		{Buf: p, N: len(p), Addr: b.LocalAddr(), ECN: 2},
+		{Buf: g, N: len(g), Hdr: hdr, Payload: payload, Addr: b.LocalAddr(), ECN: 2},
+	} {
+		if _, err := a.WriteBatch([]roce.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+		captureVerified(t, fd, b.LocalAddr(), m.Len())
 	}
+}
+
+// captureVerified reads frames from the AF_PACKET socket fd until one for
+// dst arrives and checks it: IP ID 0, transport length n, ICRC right.
+func captureVerified(t *testing.T, fd int, dst netip.AddrPort, n int) {
+	t.Helper()
 	buf := make([]byte, 65536)
 	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
+		got, _, err := unix.Recvfrom(fd, buf, 0)
 		if err != nil {
 			t.Fatalf("no frame captured: %v", err)
 		}
 		var f roce.Frame
-		if err := f.DecodeEthernet(buf[:n]); err != nil || f.Dst != b.LocalAddr() {
+		if err := f.DecodeEthernet(buf[:got]); err != nil || f.Dst != dst {
 			continue
+		}
+		if len(f.UDPPayload()) != n {
+			t.Errorf("captured a %d-byte transport packet, sent %d", len(f.UDPPayload()), n)
 		}
 		if binary.BigEndian.Uint16(f.IP[4:]) != 0 {
 			t.Errorf("IP ID %#x, the conn assumes 0", binary.BigEndian.Uint16(f.IP[4:]))
