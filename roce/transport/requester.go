@@ -660,12 +660,21 @@ func (qp *QP) tailProbeLocked() bool {
 		}
 	}
 	r.tlpStage = 2
-	r.retrying = true
-	r.probe, r.probeSent = true, false
 	qp.dev.stats.TailProbes.Add(1)
-	qp.rewindLocked(r.unacked)
+	qp.probeLocked()
 	qp.pumpLocked()
 	return true
+}
+
+// probeLocked starts the recovery a timeout (or a tail-loss probe's second
+// stage) begins with: resend only the oldest unacknowledged packet, asking
+// for an ACK, until the peer answers (progressLocked then goes back N from
+// where the answer says the responder stands).
+func (qp *QP) probeLocked() {
+	r := &qp.req
+	r.retrying = true
+	r.probe, r.probeSent = true, false
+	qp.rewindLocked(r.unacked)
 }
 
 func (qp *QP) startTimerLocked(d time.Duration) {
@@ -714,11 +723,9 @@ func (qp *QP) onTimer() {
 			return
 		}
 		r.retries--
-		r.retrying = true
-		r.probe, r.probeSent = true, false
 		qp.dev.stats.Timeouts.Add(1)
 		qp.dev.stats.Retransmit.Add(1)
-		qp.rewindLocked(r.unacked)
+		qp.probeLocked()
 	}
 	qp.pumpLocked()
 	qp.armTimerLocked()
