@@ -61,6 +61,27 @@ type Message struct {
 // Len is the length of the transport packet m carries, Payload included.
 func (m *Message) Len() int { return m.N + len(m.Payload) }
 
+// Sendable reports whether m holds a transport packet to write: at least a
+// BTH and an ICRC in Buf[:N], and with a Payload, Hdr between the BTH and
+// the ICRC.
+func (m *Message) Sendable() bool {
+	if m.N < BTHLen+ICRCLen || m.N > len(m.Buf) {
+		return false
+	}
+	return m.Payload == nil || (m.Hdr >= BTHLen && m.Hdr <= m.N-ICRCLen)
+}
+
+// CopyTo copies the transport packet m carries, its pieces put together,
+// to dst (at least Len bytes) and returns its length.
+func (m *Message) CopyTo(dst []byte) int {
+	if m.Payload == nil {
+		return copy(dst, m.Buf[:m.N])
+	}
+	n := copy(dst, m.Buf[:m.Hdr])
+	n += copy(dst[n:], m.Payload)
+	return n + copy(dst[n:], m.Buf[m.Hdr:m.N])
+}
+
 // MaxPacket is the largest transport packet rbridge sends or accepts: a
 // 4096-byte path MTU's payload plus the largest header set and the ICRC.
 const MaxPacket = 4096 + BTHLen + RETHLen + ImmDtLen + ICRCLen + 4

@@ -124,19 +124,7 @@ func padFor(n int) int { return -n & 3 }
 // zero pad, and a zero ICRC for PutICRC to fill) to b and returns the
 // extended slice. It does not allocate when b has room.
 func AppendPacket(b []byte, f *PacketFields, payload []byte) []byte {
-	op := f.BTH.Opcode
-	if !op.HasPayload() {
-		payload = nil
-	}
-	total := TransportLen(op, len(payload))
-	start := len(b)
-	b = grow(b, total)
-	out := b[start:]
-	bth := f.BTH
-	bth.PadCount = uint8(padFor(len(payload)))
-	n := encodeHeaders(out, &bth, f)
-	n += copy(out[n:], payload)
-	clear(out[n:]) // pad and ICRC
+	b, _ = appendPacket(b, f, len(payload), payload)
 	return b
 }
 
@@ -145,18 +133,25 @@ func AppendPacket(b []byte, f *PacketFields, payload []byte) []byte {
 // and returns where the payload goes (the headers' end). A Message carries
 // the result as Buf, with Payload and Hdr set (roce.Message).
 func AppendPacketGather(b []byte, f *PacketFields, payloadLen int) (out []byte, hdr int) {
+	return appendPacket(b, f, payloadLen, nil)
+}
+
+// appendPacket appends the headers for a payload of payloadLen bytes, then
+// payload (all of it, or nothing for a gathered send), then the pad and the
+// ICRC space, zeroed; it returns the buffer and the end of the headers.
+func appendPacket(b []byte, f *PacketFields, payloadLen int, payload []byte) ([]byte, int) {
 	op := f.BTH.Opcode
 	if !op.HasPayload() {
-		payloadLen = 0
+		payloadLen, payload = 0, nil
 	}
 	pad := padFor(payloadLen)
 	start := len(b)
-	b = grow(b, BTHLen+op.HeaderLen()+pad+ICRCLen)
+	b = grow(b, BTHLen+op.HeaderLen()+len(payload)+pad+ICRCLen)
 	o := b[start:]
 	bth := f.BTH
 	bth.PadCount = uint8(pad)
 	n := encodeHeaders(o, &bth, f)
-	clear(o[n:]) // pad and ICRC
+	clear(o[n+copy(o[n:], payload):]) // pad and ICRC
 	return b, start + n
 }
 

@@ -433,7 +433,7 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	if dst.Is4() != v4 {
 		return 0, fmt.Errorf("xdp: send to %v from %v: address families differ", m.Addr, c.local)
 	}
-	if m.N < roce.BTHLen+roce.ICRCLen || m.N > len(m.Buf) || (m.Payload != nil && (m.Hdr < roce.BTHLen || m.Hdr > m.N-roce.ICRCLen)) {
+	if !m.Sendable() {
 		return 0, fmt.Errorf("xdp: send to %v: packet of %d bytes (headers %d, payload %d)", m.Addr, m.N, m.Hdr, len(m.Payload))
 	}
 	mac, err := c.neighbor(dst)
@@ -457,13 +457,7 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 		from = netip.AddrPortFrom(from.Addr(), m.SrcPort)
 	}
 	hl := roce.PutIPUDPHeaders(ip, from, m.Addr, m.Len(), m.ECN)
-	if m.Payload != nil {
-		n := copy(ip[hl:], m.Buf[:m.Hdr])
-		n += copy(ip[hl+n:], m.Payload)
-		copy(ip[hl+n:], m.Buf[m.Hdr:m.N])
-	} else {
-		copy(ip[hl:], m.Buf[:m.N])
-	}
+	m.CopyTo(ip[hl:])
 	if err := roce.PutICRC(ip); err != nil {
 		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}

@@ -305,12 +305,8 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 		if m.SrcPort != 0 {
 			from = netip.AddrPortFrom(from.Addr(), m.SrcPort) // as a NIC choosing the port would send
 		}
-		data := make([]byte, 0, m.Len())
-		if m.Payload != nil {
-			data = append(append(append(data, m.Buf[:m.Hdr]...), m.Payload...), m.Buf[m.Hdr:m.N]...)
-		} else {
-			data = append(data, m.Buf[:m.N]...)
-		}
+		data := make([]byte, m.Len())
+		m.CopyTo(data)
 		c.net.send(packet{from: from, to: m.Addr, data: data, ecn: m.ECN})
 	}
 	return len(msgs), nil

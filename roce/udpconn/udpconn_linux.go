@@ -232,8 +232,8 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 		n := min(len(msgs)-sent, c.batch)
 		for i := range n {
 			m := &msgs[sent+i]
-			if m.N < roce.BTHLen+roce.ICRCLen {
-				return sent, fmt.Errorf("udpconn: message %d of %d bytes is no RoCEv2 packet", sent+i, m.N)
+			if !m.Sendable() {
+				return sent, fmt.Errorf("udpconn: message %d of %d bytes (headers %d, payload %d) is no RoCEv2 packet", sent+i, m.N, m.Hdr, len(m.Payload))
 			}
 			hl := roce.PutIPUDPHeaders(b.hdr[:], c.local, m.Addr, m.Len(), m.ECN)
 			iov := b.iovs[3*i : 3*i+3]
@@ -241,9 +241,6 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 			var crc uint32
 			var err error
 			if m.Payload != nil {
-				if m.Hdr < roce.BTHLen || m.Hdr > m.N-roce.ICRCLen {
-					return sent, fmt.Errorf("udpconn: message %d: headers of %d bytes in %d", sent+i, m.Hdr, m.N)
-				}
 				crc, err = roce.ICRCWithHeadersGather(b.hdr[:hl], m.Buf[:m.Hdr], m.Payload, m.Buf[m.Hdr:m.N])
 				iov[0] = unix.Iovec{Base: &m.Buf[0]}
 				iov[0].SetLen(m.Hdr)
