@@ -174,15 +174,7 @@ func (c *Conn) onTimeoutLocked() {
 	m.stats.Timeouts++
 	switch c.state {
 	case stateReqSent, stateRepSent:
-		msg := MessageREQ
-		if c.state == stateRepSent {
-			msg = MessageREP
-		}
-		h := CMHeader(AttrREJ, c.tid)
-		m.send(c.peer, AppendCM(nil, &h, func(d []byte) {
-			REJ(d).Encode(&REJFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: msg, Reason: RejectTimeout})
-		}))
-		c.qpErrorLocked()
+		c.rejectTimeoutLocked()
 		if c.active {
 			c.finishLocked(&dialError{to: c.remote, err: ErrTimeout})
 		} else {
@@ -191,6 +183,21 @@ func (c *Conn) onTimeoutLocked() {
 	default:
 		c.finishLocked(nil)
 	}
+}
+
+// rejectTimeoutLocked gives up a handshake that is waiting for the peer
+// (REQ or REP sent): it tells the peer with a REJ (timeout) and moves the
+// QP to ERR. The caller finishes the connection with its own error.
+func (c *Conn) rejectTimeoutLocked() {
+	msg := MessageREQ
+	if c.state == stateRepSent {
+		msg = MessageREP
+	}
+	h := CMHeader(AttrREJ, c.tid)
+	c.m.send(c.peer, AppendCM(nil, &h, func(d []byte) {
+		REJ(d).Encode(&REJFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: msg, Reason: RejectTimeout})
+	}))
+	c.qpErrorLocked()
 }
 
 func (c *Conn) qpErrorLocked() {
@@ -241,15 +248,7 @@ func (c *Conn) wait(ctx context.Context) (*Conn, error) {
 		m := c.m
 		m.mu.Lock()
 		if c.state == stateReqSent || c.state == stateRepSent {
-			msg := MessageREQ
-			if c.state == stateRepSent {
-				msg = MessageREP
-			}
-			h := CMHeader(AttrREJ, c.tid)
-			m.send(c.peer, AppendCM(nil, &h, func(d []byte) {
-				REJ(d).Encode(&REJFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: msg, Reason: RejectTimeout})
-			}))
-			c.qpErrorLocked()
+			c.rejectTimeoutLocked()
 			c.finishLocked(ctx.Err())
 		}
 		m.mu.Unlock()
