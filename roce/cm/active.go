@@ -73,7 +73,7 @@ func (m *Manager) Dial(ctx context.Context, to netip.AddrPort, opts DialOptions)
 	if mtu == 0 {
 		mtu = min(defaultDialMTU, m.opts.MaxPathMTU)
 	}
-	if MTUFromBytes(mtu).Bytes() != mtu || mtu > m.opts.MaxPathMTU {
+	if roce.MTUFromBytes(mtu).Bytes() != mtu || mtu > m.opts.MaxPathMTU {
 		return nil, fmt.Errorf("cm: dial %v: path MTU %d is not 256, 512, 1024, 2048 or 4096 up to the manager's %d", to, mtu, m.opts.MaxPathMTU)
 	}
 	ds := &dialState{
@@ -119,7 +119,7 @@ func (m *Manager) Dial(ctx context.Context, to netip.AddrPort, opts DialOptions)
 			LocalQPN: qp.QPN(), ResponderResources: uint8(ds.resp), InitiatorDepth: uint8(ds.depth),
 			RemoteCMResponseTimeout: m.opts.ResponseTimeout, TransportType: TransportRC,
 			StartingPSN: uint32(ds.psn), LocalCMResponseTimeout: m.opts.ResponseTimeout, RetryCount: ds.retry,
-			PKey: roce.DefaultPKey, PathMTU: MTUFromBytes(ds.mtu), RNRRetryCount: ds.rnr,
+			PKey: roce.DefaultPKey, PathMTU: roce.MTUFromBytes(ds.mtu), RNRRetryCount: ds.rnr,
 			MaxCMRetries: uint8(m.opts.MaxRetries),
 			Primary: PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: GIDFromAddr(m.opts.Addr),
 				RemoteGID: GIDFromAddr(to.Addr()), HopLimit: 64, PacketRate: 3, LocalACKTimeout: ds.ackTimeout},

@@ -110,7 +110,7 @@ func New(opts Options) (*Manager, error) {
 	if opts.MaxPathMTU == 0 {
 		opts.MaxPathMTU = 4096
 	}
-	if MTUFromBytes(opts.MaxPathMTU).Bytes() != opts.MaxPathMTU {
+	if roce.MTUFromBytes(opts.MaxPathMTU).Bytes() != opts.MaxPathMTU {
 		return nil, fmt.Errorf("cm: new manager: path MTU %d is not 256, 512, 1024, 2048 or 4096", opts.MaxPathMTU)
 	}
 	if opts.ResponderResources <= 0 {

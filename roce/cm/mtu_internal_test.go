@@ -1,10 +1,14 @@
 package cm
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/rbridge/rbridge/roce"
+)
 
 func TestTrailerMTU(t *testing.T) {
 	pd := make([]byte, REPPrivateDataLen)
-	copy(pd[len(pd)-4:], []byte{'r', 'b', 1, byte(MTU1024)})
+	copy(pd[len(pd)-4:], []byte{'r', 'b', 1, byte(roce.MTU1024)})
 	for _, c := range []struct {
 		pd   []byte
 		want int

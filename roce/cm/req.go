@@ -1,6 +1,10 @@
 package cm
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/rbridge/rbridge/roce"
+)
 
 // REQ is the body of a CM REQ (request for communication, IBA 12.6.5,
 // table 106): DataLen bytes after the MAD header. Byte offsets:
@@ -131,7 +135,7 @@ type REQFields struct {
 	LocalCMResponseTimeout  uint8  // 5 bits
 	RetryCount              uint8  // 3 bits
 	PKey                    uint16
-	PathMTU                 MTU // 4 bits
+	PathMTU                 roce.MTU // 4 bits
 	RDCExists               bool
 	RNRRetryCount           uint8 // 3 bits
 	MaxCMRetries            uint8 // 4 bits
@@ -160,7 +164,7 @@ func (r REQ) LocalQPN() uint32 { return get24(r[reqLocalQPN:]) }
 func (r REQ) StartingPSN() uint32 { return get24(r[reqStartingPSN:]) }
 
 // PathMTU returns the path MTU code.
-func (r REQ) PathMTU() MTU { return MTU(r[reqByte50] >> 4) }
+func (r REQ) PathMTU() roce.MTU { return roce.MTU(r[reqByte50] >> 4) }
 
 // Primary returns the primary path.
 func (r REQ) Primary() Path { return Path(r[reqPrimaryPath : reqPrimaryPath+PathLen]) }

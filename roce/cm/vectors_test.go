@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 )
 
@@ -34,7 +35,7 @@ func TestKernelREQVector(t *testing.T) {
 		t.Errorf("service ID %#x: %v port %d", f.ServiceID, ps, port)
 	case f.LocalQPN != 0x12 || f.StartingPSN != 0xf02ae4:
 		t.Errorf("QPN %#x PSN %#x, want 0x12 0xf02ae4", f.LocalQPN, f.StartingPSN)
-	case f.PathMTU != cm.MTU1024 || f.TransportType != cm.TransportRC || f.PKey != 0xffff:
+	case f.PathMTU != roce.MTU1024 || f.TransportType != cm.TransportRC || f.PKey != 0xffff:
 		t.Errorf("MTU %v transport %d P_Key %#x", f.PathMTU, f.TransportType, f.PKey)
 	case f.ResponderResources != 4 || f.InitiatorDepth != 4 || f.RetryCount != 7 || f.RNRRetryCount != 7:
 		t.Errorf("resources %d/%d retries %d/%d, want 4/4 and 7/7", f.ResponderResources, f.InitiatorDepth, f.RetryCount, f.RNRRetryCount)

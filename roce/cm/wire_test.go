@@ -34,7 +34,7 @@ func sampleREQ() cm.REQFields {
 		LocalCommID: 0x1d2c3b4a, ServiceID: cm.ServiceID(cm.PortSpaceTCP, 7790), LocalCAGUID: 0x0200_5eff_fe12_3456,
 		LocalQKey: 0x12345678, LocalQPN: 0x000011, ResponderResources: 4, LocalEECN: 0xabcdef, InitiatorDepth: 4,
 		RemoteEECN: 0x123456, RemoteCMResponseTimeout: 20, TransportType: cm.TransportUC, EndToEndFlowControl: true,
-		StartingPSN: 0xfedcba, LocalCMResponseTimeout: 19, RetryCount: 7, PKey: 0xffff, PathMTU: cm.MTU1024,
+		StartingPSN: 0xfedcba, LocalCMResponseTimeout: 19, RetryCount: 7, PKey: 0xffff, PathMTU: roce.MTU1024,
 		RDCExists: true, RNRRetryCount: 6, MaxCMRetries: 15, SRQ: true, ExtendedTransportType: 5,
 		Primary: cm.PathFields{LocalLID: 0xffff, RemoteLID: 0xfffe, LocalGID: gid("198.18.1.2"), RemoteGID: gid("198.18.1.3"),
 			FlowLabel: 0xfedcb, PacketRate: 0x3f, TrafficClass: 0x88, HopLimit: 64, SL: 0xf, SubnetLocal: true, LocalACKTimeout: 18},
@@ -73,7 +73,7 @@ func TestREQRoundTrip(t *testing.T) {
 func TestREQLayout(t *testing.T) {
 	b := make([]byte, cm.REQLen)
 	cm.REQ(b).Encode(&cm.REQFields{LocalQPN: 0xabcdef, ResponderResources: 0x44, StartingPSN: 0x123456,
-		LocalCMResponseTimeout: 0x13, RetryCount: 5, PathMTU: cm.MTU1024, RNRRetryCount: 7, MaxCMRetries: 15,
+		LocalCMResponseTimeout: 0x13, RetryCount: 5, PathMTU: roce.MTU1024, RNRRetryCount: 7, MaxCMRetries: 15,
 		RemoteCMResponseTimeout: 0x14, TransportType: cm.TransportRC,
 		Primary: cm.PathFields{FlowLabel: 0xabcde, PacketRate: 0x2a, SL: 3, LocalACKTimeout: 0x12, LocalGID: gid("198.18.1.2")}})
 	for _, c := range []struct {
