@@ -6,7 +6,10 @@ import (
 	"sync"
 )
 
-// ErrCQOverflow is reported when a completion found its CQ full.
+// ErrCQOverflow is reported when a completion found its CQ full: Wait and
+// PollWait return it once the completions queued before are taken, the QP
+// whose completion was lost is in the error state, and its Device reports
+// an EventCQError (Device.AsyncEvent), as verbs does.
 var ErrCQOverflow = errors.New("completion queue overflow")
 
 // CQ is a completion queue of fixed depth.
@@ -86,10 +89,13 @@ func (c *CQ) Overflowed() bool {
 func (c *CQ) Wait(ctx context.Context) error {
 	for {
 		c.mu.Lock()
-		n := c.n
+		n, overflow := c.n, c.overflow
 		c.mu.Unlock()
 		if n > 0 {
 			return nil
+		}
+		if overflow {
+			return ErrCQOverflow
 		}
 		select {
 		case <-c.notify:

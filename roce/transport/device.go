@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,7 +40,36 @@ type Stats struct {
 	TailProbes                    atomic.Uint64 // tail-loss probes sent (either stage) before the ACK timeout
 	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
 	UDDropped                     atomic.Uint64
+	CQOverflows                   atomic.Uint64 // completions that found their CQ full
+	EventsLost                    atomic.Uint64 // async events nobody took before the queue filled
 }
+
+// AsyncEventType is the kind of an asynchronous event.
+type AsyncEventType uint8
+
+// Asynchronous events (IBV_EVENT_*).
+const (
+	// EventCQError: a completion found its CQ full; the QP is in ERR.
+	EventCQError AsyncEventType = iota + 1
+)
+
+func (t AsyncEventType) String() string {
+	if t == EventCQError {
+		return "CQ error"
+	}
+	return fmt.Sprintf("AsyncEventType(%d)", t)
+}
+
+// AsyncEvent is an asynchronous event of a device (ibv_get_async_event).
+type AsyncEvent struct {
+	Type AsyncEventType
+	QPN  uint32
+	Err  error
+}
+
+// asyncEventQueue is how many events wait for AsyncEvent; beyond it they
+// are counted in Stats.EventsLost.
+const asyncEventQueue = 64
 
 // Device is a userspace RoCEv2 device: one packet conn and the queue pairs
 // that send and receive through it.
@@ -59,7 +89,8 @@ type Device struct {
 	once     sync.Once
 	wg       sync.WaitGroup
 
-	stats Stats
+	stats  Stats
+	events chan AsyncEvent
 }
 
 // NewDevice starts a device on conn. Close stops it and closes conn.
@@ -83,6 +114,7 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 		qps:     make(map[uint32]*QP),
 		nextQPN: 0x11, // QPNs 0 and 1 are the special QPs
 		closed:  make(chan struct{}),
+		events:  make(chan AsyncEvent, asyncEventQueue),
 	}
 	d.wg.Add(1)
 	go d.routineReceive()
@@ -110,6 +142,34 @@ func (d *Device) Close() error {
 		d.wg.Wait()
 	})
 	return d.closeErr
+}
+
+// AsyncEvent returns the next asynchronous event, waiting for one until ctx
+// ends or the device is closed.
+func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	select {
+	case ev := <-d.events:
+		return ev, nil
+	default:
+	}
+	select {
+	case ev := <-d.events:
+		return ev, nil
+	case <-ctx.Done():
+		return AsyncEvent{}, ctx.Err()
+	case <-d.closed:
+		return AsyncEvent{}, fmt.Errorf("transport: async event: device closed")
+	}
+}
+
+// event queues an asynchronous event without blocking.
+func (d *Device) event(ev AsyncEvent) {
+	select {
+	case d.events <- ev:
+	default:
+		d.stats.EventsLost.Add(1)
+		d.log.Error("async event queue full: event lost", "event", ev.Type.String(), "qp", ev.QPN)
+	}
 }
 
 func (d *Device) lookupQP(qpn uint32) *QP {

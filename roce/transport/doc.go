@@ -18,8 +18,18 @@
 // results, checks rkeys, bounds and access rights, consumes receive WQEs,
 // coalesces ACKs and NAKs with the IBTA syndromes).
 //
+// The responder hands every request, in PSN order, to the QP's Target: by
+// default the QP's own receive queue and memory regions, completed at once;
+// for a gateway, a session that re-issues the request on another fabric and
+// completes it later (QP.Complete). Responses leave in PSN order and only
+// as far as completions reached, so nothing is acknowledged before it
+// completed (see responder and Target). A completion that finds its CQ full
+// puts the QP in ERR and raises EventCQError, as verbs does.
+//
 // Concurrency: each QP has one mutex that guards all of its state; the
 // Device's receive goroutine (routineReceive) takes it for each packet, the
-// retransmission timer and the posting methods take it too. Packets are
-// built under the lock into per-QP buffers and written after it is released.
+// retransmission timer, the posting methods and QP.Complete take it too.
+// Target.Request and Target.Abandon run under it and must not block or call
+// the QP. Packets are built under the lock into per-QP buffers and written
+// after it is released.
 package transport

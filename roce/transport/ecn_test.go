@@ -57,7 +57,7 @@ func TestNoCNP(t *testing.T) {
 func ecnPair(t *testing.T, noCNP bool) (*end, *end) {
 	n := simnet.New(simnet.Options{MarkECN: 1})
 	a := newEnd(t, n, "10.0.0.1:4791")
-	b := newEndOpts(t, n, "10.0.0.2:4791", transport.DeviceOptions{NoCNP: noCNP, Logger: quiet})
+	b := newEndOpts(t, n, "10.0.0.2:4791", transport.DeviceOptions{NoCNP: noCNP})
 	for _, e := range []*end{a, b} {
 		qp, err := e.dev.CreateQP(e.pd, transport.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq})
 		if err != nil {

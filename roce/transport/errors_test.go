@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"context"
+	"errors"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -281,4 +283,45 @@ func FuzzResponder(f *testing.F) {
 			t.Fatalf("healthy connection: %+v", wc)
 		}
 	})
+}
+
+// A completion that finds its CQ full is not lost in silence: the CQ
+// reports the overflow, the QP enters ERR, the device raises an async
+// event, and the sender never sees the message acknowledged.
+func TestCQOverflowIsAnError(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	a, b := newEnd(t, n, "10.0.0.1:4791"), newEnd(t, n, "10.0.0.2:4791")
+	b.rcq = transport.NewCQ(1)
+	connect(t, a, b, connOpts{retry: 1, timeout: 8})
+	if err := b.qp.PostRecv(transport.RecvWR{ID: 1, Local: sge(b, 0, 64)}, transport.RecvWR{ID: 2, Local: sge(b, 64, 64)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Local: sge(a, 0, 8), Signaled: true},
+		transport.SendWR{ID: 2, Opcode: transport.OpSend, Local: sge(a, 8, 8), Signaled: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ev, err := b.dev.AsyncEvent(ctx)
+	if err != nil || ev.Type != transport.EventCQError || ev.QPN != b.qp.QPN() || !errors.Is(ev.Err, transport.ErrCQOverflow) {
+		t.Fatalf("async event %+v, %v; want a CQ error for QP %#x", ev, err, b.qp.QPN())
+	}
+	wcs := make([]transport.WC, 4)
+	if k, err := b.rcq.PollWait(ctx, wcs); err != nil || k != 1 || wcs[0].ID != 1 {
+		t.Fatalf("first poll: %d %+v %v, want the first receive", k, wcs[:k], err)
+	}
+	if _, err := b.rcq.PollWait(ctx, wcs); !errors.Is(err, transport.ErrCQOverflow) {
+		t.Fatalf("poll after the overflow: %v, want ErrCQOverflow", err)
+	}
+	if s := b.qp.State(); s != transport.StateError {
+		t.Errorf("receiver QP in %v, want ERR", s)
+	}
+	got := wait(t, a.scq, 2, 5*time.Second)
+	checkWC(t, got[0], 1, transport.OpSend)
+	if got[1].ID != 2 || got[1].Status == transport.StatusSuccess {
+		t.Errorf("the send whose completion was lost completed %+v (%v), want an error", got[1], got[1].Status)
+	}
+	if b.dev.Stats().CQOverflows.Load() == 0 {
+		t.Errorf("no CQ overflow counted")
+	}
 }

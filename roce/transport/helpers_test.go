@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 
-	"io"
-	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -28,17 +27,18 @@ type end struct {
 	access transport.Access
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
 const memSize = 8 << 20
 
 func newEnd(t testing.TB, n *simnet.Net, addr string) *end {
 	t.Helper()
-	return newEndOpts(t, n, addr, transport.DeviceOptions{Logger: quiet})
+	return newEndOpts(t, n, addr, transport.DeviceOptions{})
 }
 
 func newEndOpts(t testing.TB, n *simnet.Net, addr string, opts transport.DeviceOptions) *end {
 	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testlog.New(t) // an error-level record fails the test
+	}
 	ap := netip.MustParseAddrPort(addr)
 	conn, err := n.Listen(ap)
 	if err != nil {

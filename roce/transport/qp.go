@@ -62,6 +62,10 @@ type QPInitAttr struct {
 	RecvCQ    *CQ
 	MaxSendWR int // default 256
 	MaxRecvWR int // default 256
+	// Target (RC) executes the requests that arrive, in place of the
+	// receive queue and the PD's memory regions (see Target); nil means
+	// the QP executes them itself.
+	Target Target
 }
 
 // QPAttr holds the attributes Modify applies on the way to State.
@@ -106,19 +110,24 @@ type QP struct {
 	maxSQ  int
 	maxRQ  int
 
-	mu      sync.Mutex // guards everything below
-	state   QPState
-	attr    QPAttr
-	mtu     int
-	req     requester
-	resp    responder
-	rq      []RecvWR
-	timer   *time.Timer
-	tx      []roce.Message // packets built under mu, sent by Device.send
-	spare   []roce.Message
-	txBuf   [][]byte // free packet buffers
-	lastCNP time.Time
-	sport   uint16 // UDP source port of this QP's flow (roce.SourcePort)
+	mu     sync.Mutex // guards everything below
+	state  QPState
+	attr   QPAttr
+	mtu    int
+	req    requester
+	resp   responder
+	rq     []RecvWR
+	timer  *time.Timer
+	tx     []roce.Message // packets built under mu, sent by Device.send
+	spare  []roce.Message
+	txBuf  [][]byte // free packet buffers
+	target Target   // executes arriving requests (the responder's hook)
+	// Leases of READ data whose responses are queued in tx (txLeases) or
+	// being written by Device.send (sentLeases): released once sent.
+	txLeases, sentLeases []Lease
+	cqLost               bool // a completion found its CQ full (cqOverflowLocked)
+	lastCNP              time.Time
+	sport                uint16 // UDP source port of this QP's flow (roce.SourcePort)
 	// inRx is set while the device's receive goroutine handles a packet
 	// for this QP: completions pushed then wake the CQ's waiter once, after
 	// the batch (Device.routineReceive), not one wake per completion.
@@ -143,6 +152,12 @@ func (d *Device) CreateQP(pd *PD, attr QPInitAttr) (*QP, error) {
 	}
 	qp := &QP{dev: d, pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ,
 		maxSQ: attr.MaxSendWR, maxRQ: attr.MaxRecvWR}
+	qp.target = attr.Target
+	if qp.target == nil {
+		qp.target = &localTarget{qp: qp}
+	} else if attr.Type != RC {
+		return nil, fmt.Errorf("transport: create QP: a target serves RC QPs only")
+	}
 	if err := d.register(qp); err != nil {
 		return nil, err
 	}
@@ -177,9 +192,14 @@ func (qp *QP) modifyLocked(a QPAttr) error {
 	}
 	switch a.State {
 	case StateReset:
+		if from == StateRTR || from == StateRTS {
+			qp.abandonLocked()
+		}
 		qp.flushLocked()
 		qp.state = StateReset
-		qp.req, qp.resp = requester{}, responder{}
+		qp.req = requester{}
+		qp.resp.init(0)
+		qp.cqLost = false
 		qp.rq = qp.rq[:0]
 		return nil
 	case StateError:
@@ -255,12 +275,17 @@ func (qp *QP) Close() error {
 		qp.toErrorLocked()
 	}
 	qp.mu.Unlock()
+	qp.dev.send(qp) // the last NAKs, and the leases held until sent
 	qp.dev.unregister(qp)
 	return nil
 }
 
 // toErrorLocked enters the error state and flushes every work request.
 func (qp *QP) toErrorLocked() {
+	if qp.state == StateRTR || qp.state == StateRTS {
+		qp.flushAckLocked() // what completed is acknowledged still
+		qp.abandonLocked()
+	}
 	qp.state = StateError
 	if qp.timer != nil {
 		qp.timer.Stop()
@@ -284,16 +309,26 @@ func (qp *QP) flushLocked() {
 		qp.pushRecv(WC{ID: r.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
 	}
 	qp.rq = qp.rq[:0]
-	if qp.resp.cur != nil {
-		qp.pushRecv(WC{ID: qp.resp.cur.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
-		qp.resp.cur = nil
-	}
 }
 
 func (qp *QP) pushRecv(wc WC) {
 	if !qp.pushLocked(qp.recvCQ, wc) {
-		qp.dev.log.Error("receive CQ overflow: completion lost", "qp", qp.qpn, "wr", wc.ID)
+		qp.cqOverflowLocked("receive", wc)
 	}
+}
+
+// cqOverflowLocked handles a completion that found its CQ full, as verbs
+// does: the CQ reports ErrCQOverflow, the QP enters the error state and
+// the device reports EventCQError; it is counted, never only logged.
+func (qp *QP) cqOverflowLocked(which string, wc WC) {
+	qp.dev.stats.CQOverflows.Add(1)
+	if qp.cqLost {
+		return // the flush that follows finds the CQ full too
+	}
+	qp.cqLost = true
+	qp.dev.log.Warn(which+" CQ overflow: the QP enters the error state", "qp", qp.qpn, "wr", wc.ID)
+	qp.dev.event(AsyncEvent{Type: EventCQError, QPN: qp.qpn, Err: ErrCQOverflow})
+	qp.toErrorLocked()
 }
 
 // PostRecv queues receive work requests.
@@ -413,7 +448,7 @@ func (qp *QP) completeSendLocked(w *sendWQE) {
 		wc.ByteLen = len(w.data)
 	}
 	if !qp.pushLocked(qp.sendCQ, wc) {
-		qp.dev.log.Error("send CQ overflow: completion lost", "qp", qp.qpn, "wr", wc.ID)
+		qp.cqOverflowLocked("send", wc)
 	}
 }
 
@@ -460,10 +495,12 @@ func (qp *QP) takeTx() []roce.Message {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if len(qp.tx) == 0 {
+		releaseLeases(&qp.txLeases) // nothing queued points into them
 		return nil
 	}
 	out := qp.tx
 	qp.tx, qp.spare = qp.spare[:0], out
+	qp.txLeases, qp.sentLeases = qp.sentLeases, qp.txLeases
 	return out
 }
 
@@ -476,6 +513,15 @@ func (qp *QP) releaseTx() {
 		qp.spare[i] = roce.Message{}
 	}
 	qp.spare = qp.spare[:0]
+	releaseLeases(&qp.sentLeases)
+}
+
+func releaseLeases(ls *[]Lease) {
+	for i, l := range *ls {
+		l.Release()
+		(*ls)[i] = nil
+	}
+	*ls = (*ls)[:0]
 }
 
 // pushLocked adds a completion to cq: quietly while the receive goroutine

@@ -191,6 +191,17 @@ func TestRCImpairedLink(t *testing.T) {
 				st.Sent.Load(), st.Lost.Load(), st.Duplicated.Load(), st.Reordered.Load(),
 				a.dev.Stats().Retransmit.Load(), a.dev.Stats().Timeouts.Load(),
 				b.dev.Stats().RxDuplicate.Load(), b.dev.Stats().RxOutOfSequence.Load(), b.dev.Stats().TxNAKs.Load())
+			// The impairment happened, and the transport had to recover from
+			// it: else the test proved nothing.
+			if tc.o.Loss > 0 && (st.Lost.Load() == 0 || a.dev.Stats().Retransmit.Load()+a.dev.Stats().TailProbes.Load() == 0) {
+				t.Errorf("loss %v: %d packets lost, %d retransmissions: the test proved nothing", tc.o.Loss, st.Lost.Load(), a.dev.Stats().Retransmit.Load())
+			}
+			if tc.o.Duplicate > 0 && (st.Duplicated.Load() == 0 || b.dev.Stats().RxDuplicate.Load()+a.dev.Stats().RxDuplicate.Load() == 0) {
+				t.Errorf("duplication %v: %d duplicated, none seen by a responder: the test proved nothing", tc.o.Duplicate, st.Duplicated.Load())
+			}
+			if tc.o.Reorder > 0 && st.Reordered.Load() == 0 {
+				t.Errorf("reordering %v: nothing reordered: the test proved nothing", tc.o.Reorder)
+			}
 		})
 	}
 }

@@ -1,30 +1,50 @@
 package transport
 
 import (
-	"encoding/binary"
-	"sync"
-	"sync/atomic"
-	"unsafe"
-
 	"github.com/rbridge/rbridge/roce"
 )
 
 // responder is the receive side of an RC QP; its fields are guarded by
 // QP.mu.
+//
+// Requests pass through two PSN marks. epsn is the next PSN expected: a
+// packet at epsn is checked and handed to the Target. The frontier is the
+// first PSN the Target has not completed: the first PSN of pending[0], or
+// epsn when nothing is pending. Responses go out as the frontier moves, so
+// every response acknowledges only completed PSNs:
+//
+//	      completed         pending (handed to the Target)       not yet received
+//	... ───────────────┼──────────────────────────────────────┼─────────────────────
+//	                frontier                                 epsn
+//
+// A packet before the frontier is a duplicate of completed work (ACK it
+// again, serve a READ again, replay an atomic); one between frontier and
+// epsn duplicates a pending request (dropped: the completion answers it);
+// one past epsn is out of sequence (a NAK at epsn, sent once the frontier
+// reaches epsn). An RNR NAK and the NAK of a malformed request wait for
+// the frontier in the same way.
 type responder struct {
-	epsn    roce.PSN // the PSN expected next
-	msn     uint32   // messages completed (24 bits)
-	nakSent bool     // a sequence-error NAK went out for epsn
+	epsn roce.PSN // the PSN expected next
+	msn  uint32   // messages completed, as far as the frontier (24 bits)
+	gen  uint32   // incarnation: tokens of an earlier one are stale
 
-	// A SEND in progress: the receive WQE it fills.
-	cur    *RecvWR
-	curOff int
-	// An RDMA WRITE in progress.
-	inWrite bool
-	wmr     *MR
-	wva     uint64
-	wleft   uint32
-	wtotal  uint32
+	// The SEND or WRITE message in progress (msg is KindNone between
+	// messages): how far into it epsn is, and a WRITE's RETH.
+	msg    roce.Kind
+	msgOff int
+	wva    uint64
+	wrkey  uint32
+	wtotal uint32
+
+	pending  []unit // handed to the Target, not passed by the frontier; oldest first
+	rdAtomic int    // READs and atomics among pending
+	replays  []unit // duplicate READs the Target serves again
+
+	// A NAK for epsn waiting for the frontier to reach epsn, and whether
+	// the sequence-error NAK for epsn went out.
+	wait    nakWait
+	waitNAK uint8 // nakFatal's code
+	nakSent bool
 
 	ackPending bool
 	ackPSN     roce.PSN
@@ -34,13 +54,39 @@ type responder struct {
 	atomicN int
 }
 
+// nakWait is a NAK held until the frontier reaches epsn.
+type nakWait uint8
+
+const (
+	nakNone  nakWait = iota
+	nakSeq           // a PSN sequence error
+	nakRNR           // the Target had no credit
+	nakFatal         // a malformed request: NAK waitNAK, then ERR
+)
+
+// unit is a request (or several packets of one message) handed to the
+// Target and not yet passed by the frontier.
+type unit struct {
+	first, last roce.PSN
+	kind        roce.Kind // KindSend, KindWrite, KindReadRequest, KindAtomic
+	state       Result    // Pending, Done or Failed
+	status      Status    // Failed
+	ackReq      bool      // a packet in it asked for an ACK
+	msgs        uint32    // messages that end in it (MSN increments)
+	data        []byte    // READ: the bytes, held by lease
+	lease       Lease
+	orig        uint64 // atomic: the value before
+	readLen     uint32 // READ: bytes asked for
+}
+
 // readResp is a READ being answered.
 type readResp struct {
-	data []byte   // the bytes read
-	psn  roce.PSN // PSN of the first response
-	n    int      // responses in all
-	k    int      // next response to send
-	msn  uint32
+	data  []byte   // the bytes read
+	lease Lease    // released once the last response is sent
+	psn   roce.PSN // PSN of the first response
+	n     int      // responses in all
+	k     int      // next response to send
+	msn   uint32
 }
 
 type atomicResult struct {
@@ -53,66 +99,318 @@ type atomicResult struct {
 // device sends them.
 const maxBurst = 64
 
-func (s *responder) init(psn roce.PSN) { *s = responder{epsn: psn} }
+// defaultRdAtomic is the READs and atomics a responder takes at once when
+// QPAttr.MaxDestRdAtomic is 0.
+const defaultRdAtomic = 16
+
+func (s *responder) init(psn roce.PSN) {
+	gen := s.gen + 1
+	reads, pending := s.reads[:0], s.pending[:0]
+	*s = responder{epsn: psn, gen: gen, reads: reads, pending: pending}
+}
+
+// frontier returns the first PSN not completed.
+func (s *responder) frontier() roce.PSN {
+	if len(s.pending) > 0 {
+		return s.pending[0].first
+	}
+	return s.epsn
+}
 
 // handleRequestLocked processes a request packet (the responder).
 func (qp *QP) handleRequestLocked(p *roce.Packet) {
 	s := &qp.resp
 	psn := roce.PSN(p.BTH.PSN())
+	if s.wait == nakFatal {
+		return // the QP enters ERR once the frontier reaches the bad request
+	}
 	switch d := psn.Sub(s.epsn); {
 	case d < 0:
 		qp.duplicateLocked(p, psn)
 		return
 	case d > 0:
 		qp.dev.stats.RxOutOfSequence.Add(1)
-		if !s.nakSent {
-			s.nakSent = true
-			qp.sendAckLocked(s.epsn, roce.NAKSyndrome(roce.NAKPSNSequenceError))
+		if !s.nakSent && s.wait == nakNone {
+			s.wait = nakSeq
+			qp.nakAtFrontierLocked()
 		}
 		return
 	}
+	if s.wait != nakNone {
+		s.wait = nakNone // the packet awaited has come
+	}
 	op := p.Opcode()
 	pos := op.Position()
-	inMsg := s.cur != nil || s.inWrite
+	kind := op.Kind()
 	continuing := pos == roce.PositionMiddle || pos == roce.PositionLast
 	switch {
-	case continuing && !inMsg,
-		!continuing && inMsg,
-		s.cur != nil && op.Kind() != roce.KindSend,
-		s.inWrite && op.Kind() != roce.KindWrite:
-		qp.fatalNAKLocked(psn, roce.NAKInvalidRequest)
+	case continuing && s.msg == roce.KindNone,
+		!continuing && s.msg != roce.KindNone,
+		s.msg != roce.KindNone && kind != s.msg:
+		qp.malformedLocked(roce.NAKInvalidRequest)
 		return
 	}
-	var ok bool
-	switch op.Kind() {
-	case roce.KindSend:
-		ok = qp.recvSendLocked(p, psn)
-	case roce.KindWrite:
-		ok = qp.recvWriteLocked(p, psn)
+	first := pos == roce.PositionFirst || pos == roce.PositionOnly
+	last := pos == roce.PositionLast || pos == roce.PositionOnly
+	r := Request{Token: Token{psn: psn, gen: s.gen}, PSN: psn, First: first, Last: last}
+	npk := 1
+	switch kind {
+	case roce.KindSend, roce.KindWrite:
+		if (pos == roce.PositionFirst || pos == roce.PositionMiddle) && len(p.Payload) != qp.mtu {
+			qp.malformedLocked(roce.NAKInvalidRequest)
+			return
+		}
+		r.Payload = p.Payload
+		if first {
+			r.Offset = 0
+		} else {
+			r.Offset = s.msgOff
+		}
+		r.Op = OpSend
+		if kind == roce.KindWrite {
+			r.Op = OpWrite
+			va, rkey, total := s.wva, s.wrkey, s.wtotal
+			if first {
+				va, rkey, total = p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+			}
+			n := uint64(len(p.Payload))
+			if uint64(r.Offset)+n > uint64(total) || (last && uint64(r.Offset)+n != uint64(total)) {
+				qp.malformedLocked(roce.NAKInvalidRequest)
+				return
+			}
+			r.VA, r.RKey, r.Length = va+uint64(r.Offset), rkey, total
+		}
+		if last && p.ImmDt != nil {
+			r.Imm = p.ImmDt.Imm()
+			r.Op++ // OpSend -> OpSendWithImm, OpWrite -> OpWriteWithImm
+		}
+		if last && p.IETH != nil && kind == roce.KindSend {
+			r.Op, r.InvRKey = OpSendWithInv, p.IETH.RKey()
+		}
 	case roce.KindReadRequest:
-		qp.recvReadLocked(p, psn, false)
-		return
+		r.Op, r.VA, r.RKey, r.Length = OpRead, p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+		npk = max((int(r.Length)+qp.mtu-1)/qp.mtu, 1)
 	case roce.KindAtomic:
-		qp.recvAtomicLocked(p, psn)
+		a := p.AtomicETH
+		r.Op, r.VA, r.RKey, r.Compare, r.SwapAdd = OpCompareSwap, a.VA(), a.RKey(), a.Compare(), a.SwapAdd()
+		if op == roce.RCFetchAdd {
+			r.Op = OpFetchAdd
+		}
+		if r.VA%8 != 0 {
+			qp.malformedLocked(roce.NAKInvalidRequest)
+			return
+		}
+	default:
+		qp.malformedLocked(roce.NAKInvalidRequest)
 		return
 	}
-	if !ok {
+	if (kind == roce.KindReadRequest || kind == roce.KindAtomic) && s.rdAtomic >= qp.maxDestRdAtomic() {
+		// The requester exceeded the responder resources it was given.
+		qp.malformedLocked(roce.NAKInvalidRequest)
 		return
 	}
-	s.epsn = psn.Next()
+	reply := qp.target.Request(&r)
+	if qp.state != StateRTR && qp.state != StateRTS {
+		return // the target moved the QP to ERR
+	}
+	if reply.Result == NoCredit {
+		if reply.Lease != nil {
+			reply.Lease.Release()
+		}
+		s.wait = nakRNR
+		qp.nakAtFrontierLocked()
+		return
+	}
+	// The request is taken: move past it.
+	switch kind {
+	case roce.KindSend, roce.KindWrite:
+		if first && kind == roce.KindWrite {
+			s.wva, s.wrkey, s.wtotal = p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+		}
+		s.msgOff = r.Offset + len(p.Payload)
+		s.msg = kind
+		if last {
+			s.msg = roce.KindNone
+		}
+	}
+	s.epsn = psn.Add(npk)
 	s.nakSent = false
-	if p.BTH.AckReq() {
-		s.ackPending, s.ackPSN = true, psn
+	u := unit{first: psn, last: psn.Add(npk - 1), kind: kind, state: reply.Result, status: reply.Status,
+		ackReq: p.BTH.AckReq(), data: reply.Data, lease: reply.Lease, orig: reply.Orig, readLen: r.Length}
+	if last {
+		u.msgs = 1
+	}
+	if reply.Result == Done && kind == roce.KindReadRequest && len(u.data) != int(r.Length) {
+		qp.dev.log.Error("responder: target's READ data has the wrong length", "qp", qp.qpn, "psn", uint32(psn), "len", len(u.data), "want", r.Length)
+		u.state, u.status = Failed, StatusRemOpErr
+	}
+	qp.addUnitLocked(u, reply.Result == Pending && reply.Join)
+	qp.advanceLocked()
+}
+
+// maxDestRdAtomic is how many READs and atomics the responder takes at
+// once: the responder resources the connection negotiated.
+func (qp *QP) maxDestRdAtomic() int {
+	if qp.attr.MaxDestRdAtomic > 0 {
+		return qp.attr.MaxDestRdAtomic
+	}
+	return defaultRdAtomic
+}
+
+// addUnitLocked appends u to the pending requests, joined to the last one
+// when asked (or when both are completed SEND/WRITE packets).
+func (qp *QP) addUnitLocked(u unit, join bool) {
+	s := &qp.resp
+	if n := len(s.pending); n > 0 {
+		t := &s.pending[n-1]
+		twoSided := func(k roce.Kind) bool { return k == roce.KindSend || k == roce.KindWrite }
+		if twoSided(t.kind) && twoSided(u.kind) && t.last.Next() == u.first &&
+			((join && t.state == Pending && t.kind == u.kind) || (u.state == Done && t.state == Done)) {
+			t.last = u.last
+			t.ackReq = t.ackReq || u.ackReq
+			t.msgs += u.msgs
+			return
+		}
+	}
+	if u.kind == roce.KindReadRequest || u.kind == roce.KindAtomic {
+		s.rdAtomic++
+	}
+	s.pending = append(s.pending, u)
+}
+
+// completeLocked records the completion of a pending request.
+func (qp *QP) completeLocked(tok Token, c Completion) error {
+	s := &qp.resp
+	if tok.gen != s.gen || (qp.state != StateRTR && qp.state != StateRTS) {
+		return ErrStaleToken
+	}
+	if tok.dup {
+		for i, u := range s.replays {
+			if u.first == tok.psn {
+				s.replays = append(s.replays[:i], s.replays[i+1:]...)
+				if c.Status != StatusSuccess || len(c.Data) != int(u.readLen) {
+					// A READ served again that fails now: its original
+					// response was sent; the requester's timer asks again.
+					if c.Lease != nil {
+						c.Lease.Release()
+					}
+					return nil
+				}
+				qp.queueReadLocked(tok.psn, c.Data, c.Lease, s.msn)
+				return nil
+			}
+		}
+		return ErrStaleToken
+	}
+	for i := range s.pending {
+		u := &s.pending[i]
+		if u.first != tok.psn {
+			continue
+		}
+		if u.state != Pending {
+			return ErrStaleToken
+		}
+		u.state, u.status = Done, c.Status
+		if c.Status != StatusSuccess {
+			u.state = Failed
+		}
+		switch u.kind {
+		case roce.KindReadRequest:
+			u.data, u.lease = c.Data, c.Lease
+			if u.state == Done && len(c.Data) != int(u.readLen) {
+				qp.dev.log.Error("responder: completed READ has the wrong length", "qp", qp.qpn, "psn", uint32(u.first), "len", len(c.Data), "want", u.readLen)
+				u.state, u.status = Failed, StatusRemOpErr
+			}
+		case roce.KindAtomic:
+			u.orig = c.Orig
+		default:
+			if c.Lease != nil {
+				c.Lease.Release()
+			}
+		}
+		qp.advanceLocked()
+		return nil
+	}
+	return ErrStaleToken
+}
+
+// advanceLocked moves the frontier over completed requests, sending their
+// responses, then the NAK that waited for the frontier, if any.
+func (qp *QP) advanceLocked() {
+	s := &qp.resp
+	for len(s.pending) > 0 && s.pending[0].state != Pending {
+		u := s.pending[0]
+		s.pending[0] = unit{}
+		s.pending = s.pending[1:]
+		if u.kind == roce.KindReadRequest || u.kind == roce.KindAtomic {
+			s.rdAtomic--
+		}
+		if u.state == Failed {
+			if u.lease != nil {
+				u.lease.Release()
+			}
+			qp.fatalNAKLocked(u.first, NAKCode(u.status))
+			return
+		}
+		s.msn = (s.msn + u.msgs) & roce.PSNMask
+		switch u.kind {
+		case roce.KindReadRequest:
+			qp.queueReadLocked(u.first, u.data, u.lease, s.msn)
+		case roce.KindAtomic:
+			s.atomics[s.atomicN%len(s.atomics)] = atomicResult{psn: u.first, orig: u.orig, valid: true}
+			s.atomicN++
+			qp.sendAtomicAckLocked(u.first, u.orig)
+		default:
+			if u.ackReq {
+				s.ackPending, s.ackPSN = true, u.last
+			}
+		}
+	}
+	if len(s.pending) == 0 {
+		s.pending = s.pending[:0:cap(s.pending)]
+		qp.nakAtFrontierLocked()
 	}
 }
 
-// duplicateLocked answers a request the responder has already executed.
+// nakAtFrontierLocked sends the NAK for epsn that waits, if the frontier
+// has reached epsn.
+func (qp *QP) nakAtFrontierLocked() {
+	s := &qp.resp
+	if len(s.pending) > 0 {
+		return
+	}
+	switch s.wait {
+	case nakSeq:
+		s.wait, s.nakSent = nakNone, true
+		qp.flushAckLocked()
+		qp.sendAckLocked(s.epsn, roce.NAKSyndrome(roce.NAKPSNSequenceError))
+	case nakRNR:
+		s.wait = nakNone
+		qp.rnrNAKLocked(s.epsn)
+	case nakFatal:
+		qp.fatalNAKLocked(s.epsn, s.waitNAK)
+	}
+}
+
+// malformedLocked rejects the request at epsn with a NAK the connection
+// does not survive, once everything before it completed.
+func (qp *QP) malformedLocked(code uint8) {
+	s := &qp.resp
+	s.wait, s.waitNAK = nakFatal, code
+	qp.nakAtFrontierLocked()
+}
+
+// duplicateLocked answers a request received before.
 func (qp *QP) duplicateLocked(p *roce.Packet, psn roce.PSN) {
 	s := &qp.resp
 	qp.dev.stats.RxDuplicate.Add(1)
+	front := s.frontier()
+	if !psn.Before(front) {
+		return // pending: its completion answers it
+	}
 	switch p.Opcode().Kind() {
 	case roce.KindReadRequest:
-		qp.recvReadLocked(p, psn, true)
+		qp.serveReadAgainLocked(p, psn, front)
 	case roce.KindAtomic:
 		for _, a := range s.atomics {
 			if a.valid && a.psn == psn {
@@ -121,139 +419,55 @@ func (qp *QP) duplicateLocked(p *roce.Packet, psn roce.PSN) {
 			}
 		}
 	default:
-		// Acknowledge again what has been received so far.
-		s.ackPending, s.ackPSN = true, s.epsn.Add(-1)
+		// Acknowledge again what has completed so far.
+		s.ackPending, s.ackPSN = true, front.Add(-1)
 	}
 }
 
-// recvSendLocked places a SEND packet; false means it was not accepted.
-func (qp *QP) recvSendLocked(p *roce.Packet, psn roce.PSN) bool {
+// serveReadAgainLocked hands a duplicate READ of completed work to the
+// target again, answering only within what completed.
+func (qp *QP) serveReadAgainLocked(p *roce.Packet, psn, front roce.PSN) {
 	s := &qp.resp
-	op := p.Opcode()
-	pos := op.Position()
-	if pos == roce.PositionFirst || pos == roce.PositionOnly {
-		if len(qp.rq) == 0 {
-			qp.rnrNAKLocked(psn)
-			return false
-		}
-		wr := qp.rq[0]
-		qp.rq = qp.rq[1:]
-		s.cur, s.curOff = &wr, 0
-	}
-	if (pos == roce.PositionFirst || pos == roce.PositionMiddle) && len(p.Payload) != qp.mtu {
-		qp.fatalNAKLocked(psn, roce.NAKInvalidRequest)
-		return false
-	}
-	buf, _ := s.cur.Local.bytes()
-	if s.curOff+len(p.Payload) > len(buf) {
-		qp.pushRecv(WC{ID: s.cur.ID, Status: StatusLocLenErr, Opcode: OpRecv, QPN: qp.qpn})
-		s.cur = nil
-		qp.fatalNAKLocked(psn, roce.NAKInvalidRequest)
-		return false
-	}
-	s.curOff += copy(buf[s.curOff:], p.Payload)
-	if pos == roce.PositionLast || pos == roce.PositionOnly {
-		wc := WC{ID: s.cur.ID, Opcode: OpRecv, ByteLen: s.curOff, QPN: qp.qpn}
-		if p.ImmDt != nil {
-			wc.Imm, wc.HasImm = p.ImmDt.Imm(), true
-		}
-		if p.IETH != nil {
-			wc.InvRKey, wc.HasInv = p.IETH.RKey(), true
-		}
-		qp.pushRecv(wc)
-		s.cur = nil
-		s.msn = (s.msn + 1) & roce.PSNMask
-	}
-	return true
-}
-
-// recvWriteLocked places an RDMA WRITE packet.
-func (qp *QP) recvWriteLocked(p *roce.Packet, psn roce.PSN) bool {
-	s := &qp.resp
-	op := p.Opcode()
-	pos := op.Position()
-	last := pos == roce.PositionLast || pos == roce.PositionOnly
-	// A write with immediate consumes a receive WQE: without one, RNR NAK
-	// before anything is written, so the retry finds the same state.
-	if last && p.ImmDt != nil && len(qp.rq) == 0 {
-		qp.rnrNAKLocked(psn)
-		return false
-	}
-	if pos == roce.PositionFirst || pos == roce.PositionOnly {
-		va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
-		s.wmr, s.wva, s.wleft, s.wtotal = nil, va, n, n
-		if n > 0 {
-			mr, ok := qp.pd.lookup(rkey, AccessRemoteWrite)
-			if !ok {
-				qp.fatalNAKLocked(psn, roce.NAKRemoteAccessError)
-				return false
-			}
-			if _, ok := mr.slice(va, n); !ok {
-				qp.fatalNAKLocked(psn, roce.NAKRemoteAccessError)
-				return false
-			}
-			s.wmr = mr
-		}
-		s.inWrite = true
-	}
-	n := uint32(len(p.Payload))
-	if (pos == roce.PositionFirst || pos == roce.PositionMiddle) && int(n) != qp.mtu || n > s.wleft || (last && n != s.wleft) {
-		s.inWrite = false
-		qp.fatalNAKLocked(psn, roce.NAKInvalidRequest)
-		return false
-	}
-	if n > 0 {
-		dst, _ := s.wmr.slice(s.wva, n)
-		copy(dst, p.Payload)
-		s.wva += uint64(n)
-		s.wleft -= n
-	}
-	if last {
-		s.inWrite = false
-		if p.ImmDt != nil {
-			wr := qp.rq[0]
-			qp.rq = qp.rq[1:]
-			qp.pushRecv(WC{ID: wr.ID, Opcode: OpRecvWriteWithImm, ByteLen: int(s.wtotal), Imm: p.ImmDt.Imm(), HasImm: true, QPN: qp.qpn})
-		}
-		s.msn = (s.msn + 1) & roce.PSNMask
-	}
-	return true
-}
-
-// recvReadLocked answers an RDMA READ request (again, for a duplicate).
-func (qp *QP) recvReadLocked(p *roce.Packet, psn roce.PSN, dup bool) {
-	s := &qp.resp
-	va, rkey, n := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
-	var data []byte
-	if n > 0 {
-		mr, ok := qp.pd.lookup(rkey, AccessRemoteRead)
-		if ok {
-			data, ok = mr.slice(va, n)
-		}
-		if !ok {
-			if !dup {
-				qp.fatalNAKLocked(psn, roce.NAKRemoteAccessError)
-			}
-			return
-		}
-	}
+	n := p.RETH.DMALen()
 	npk := max((int(n)+qp.mtu-1)/qp.mtu, 1)
-	if dup {
-		// Answer only within what the original request covered.
-		if !psn.Add(npk - 1).Before(s.epsn) {
+	if !psn.Add(npk - 1).Before(front) {
+		return
+	}
+	for _, r := range s.reads {
+		if r.psn == psn {
+			return // still being answered
+		}
+	}
+	for _, u := range s.replays {
+		if u.first == psn {
 			return
 		}
-		for _, r := range s.reads {
-			if r.psn == psn {
-				return // still being answered
-			}
-		}
-	} else {
-		s.msn = (s.msn + 1) & roce.PSNMask
-		s.epsn = psn.Add(npk)
-		s.nakSent = false
 	}
-	s.reads = append(s.reads, &readResp{data: data, psn: psn, n: npk, msn: s.msn})
+	if len(s.replays) >= qp.maxDestRdAtomic() {
+		return // the requester's timer asks again
+	}
+	r := Request{Token: Token{psn: psn, gen: s.gen, dup: true}, Op: OpRead, PSN: psn, First: true, Last: true,
+		VA: p.RETH.VA(), RKey: p.RETH.RKey(), Length: n, Dup: true}
+	reply := qp.target.Request(&r)
+	switch {
+	case qp.state != StateRTR && qp.state != StateRTS:
+	case reply.Result == Done && len(reply.Data) == int(n):
+		qp.queueReadLocked(psn, reply.Data, reply.Lease, s.msn)
+		return
+	case reply.Result == Pending:
+		s.replays = append(s.replays, unit{first: psn, last: psn.Add(npk - 1), kind: roce.KindReadRequest, state: Pending, readLen: n})
+		return
+	}
+	if reply.Lease != nil {
+		reply.Lease.Release()
+	}
+}
+
+// queueReadLocked starts the responses of a READ.
+func (qp *QP) queueReadLocked(psn roce.PSN, data []byte, lease Lease, msn uint32) {
+	s := &qp.resp
+	npk := max((len(data)+qp.mtu-1)/qp.mtu, 1)
+	s.reads = append(s.reads, &readResp{data: data, lease: lease, psn: psn, n: npk, msn: msn})
 	qp.respondLocked()
 }
 
@@ -272,6 +486,9 @@ func (qp *QP) respondLocked() {
 		qp.queue(qp.attr.Remote, &f, payload)
 		r.k++
 		if last {
+			if r.lease != nil {
+				qp.txLeases = append(qp.txLeases, r.lease) // released once sent
+			}
 			s.reads[0] = nil
 			s.reads = s.reads[1:]
 		}
@@ -289,64 +506,29 @@ func (qp *QP) moreResponses() bool {
 	return true
 }
 
-// unalignedAtomics serializes atomics on memory that is not 8-byte aligned.
-var unalignedAtomics sync.Mutex
-
-// recvAtomicLocked executes COMPARE_SWAP or FETCH_ADD on local memory.
-func (qp *QP) recvAtomicLocked(p *roce.Packet, psn roce.PSN) {
+// abandonLocked drops every request pending at the target and every READ
+// response not queued yet; the target is told. Leases go with the next
+// send, after packets that may still point into them.
+func (qp *QP) abandonLocked() {
 	s := &qp.resp
-	a := p.AtomicETH
-	va := a.VA()
-	if va%8 != 0 {
-		qp.fatalNAKLocked(psn, roce.NAKInvalidRequest)
-		return
-	}
-	mr, ok := qp.pd.lookup(a.RKey(), AccessRemoteAtomic)
-	var b []byte
-	if ok {
-		b, ok = mr.slice(va, 8)
-	}
-	if !ok {
-		qp.fatalNAKLocked(psn, roce.NAKRemoteAccessError)
-		return
-	}
-	orig := atomic64(b, p.Opcode() == roce.RCCompareSwap, a.Compare(), a.SwapAdd())
-	s.atomics[s.atomicN%len(s.atomics)] = atomicResult{psn: psn, orig: orig, valid: true}
-	s.atomicN++
-	s.msn = (s.msn + 1) & roce.PSNMask
-	s.epsn = psn.Next()
-	s.nakSent = false
-	qp.sendAtomicAckLocked(psn, orig)
-}
-
-// atomic64 runs an atomic on the 8 bytes of b (host byte order, little
-// endian on the platforms rbridge runs on) and returns the value before.
-func atomic64(b []byte, cas bool, compare, swapAdd uint64) uint64 {
-	if uintptr(unsafe.Pointer(&b[0]))%8 == 0 {
-		p := (*uint64)(unsafe.Pointer(&b[0]))
-		if !cas {
-			return atomic.AddUint64(p, swapAdd) - swapAdd
-		}
-		for {
-			old := atomic.LoadUint64(p)
-			if old != compare {
-				return old
-			}
-			if atomic.CompareAndSwapUint64(p, old, swapAdd) {
-				return old
-			}
+	for _, u := range s.pending {
+		if u.lease != nil {
+			qp.txLeases = append(qp.txLeases, u.lease)
 		}
 	}
-	unalignedAtomics.Lock()
-	defer unalignedAtomics.Unlock()
-	old := binary.LittleEndian.Uint64(b)
-	switch {
-	case !cas:
-		binary.LittleEndian.PutUint64(b, old+swapAdd)
-	case old == compare:
-		binary.LittleEndian.PutUint64(b, swapAdd)
+	for _, r := range s.reads {
+		if r.lease != nil {
+			qp.txLeases = append(qp.txLeases, r.lease)
+		}
 	}
-	return old
+	clear(s.pending)
+	clear(s.reads)
+	s.pending, s.reads, s.replays = s.pending[:0], s.reads[:0], nil
+	s.rdAtomic = 0
+	s.gen++
+	if qp.target != nil {
+		qp.target.Abandon()
+	}
 }
 
 func (qp *QP) sendAtomicAckLocked(psn roce.PSN, orig uint64) {
@@ -392,50 +574,4 @@ func (qp *QP) fatalNAKLocked(psn roce.PSN, code uint8) {
 	qp.sendAckLocked(psn, roce.NAKSyndrome(code))
 	qp.dev.log.Warn("responder error", "qp", qp.qpn, "psn", uint32(psn), "nak", roce.NAKSyndrome(code).String())
 	qp.toErrorLocked()
-}
-
-// UD ---------------------------------------------------------------------
-
-// sendUDLocked sends every queued UD work request; UD sends complete as
-// they leave.
-func (qp *QP) sendUDLocked() {
-	r := &qp.req
-	for _, w := range r.sq {
-		var f roce.PacketFields
-		f.BTH = roce.BTHFields{Opcode: roce.UDSendOnly, PKey: roce.DefaultPKey, DestQP: w.wr.UD.QPN, PSN: uint32(r.fresh)}
-		if w.wr.Opcode == OpSendWithImm {
-			f.BTH.Opcode = roce.UDSendOnlyWithImmediate
-			f.ImmDt.Imm = w.wr.Imm
-		}
-		f.BTH.SE = w.wr.Signaled
-		f.DETH = roce.DETHFields{QKey: w.wr.UD.QKey, SrcQP: qp.qpn}
-		qp.queue(w.wr.UD.Addr, &f, w.data)
-		r.fresh = r.fresh.Next()
-		qp.completeSendLocked(w)
-	}
-	clear(r.sq)
-	r.sq = r.sq[:0]
-}
-
-// receiveUDLocked delivers a datagram to the next receive WQE.
-func (qp *QP) receiveUDLocked(p *roce.Packet, m *roce.Message) {
-	op := p.Opcode()
-	if (qp.state != StateRTR && qp.state != StateRTS) || (op != roce.UDSendOnly && op != roce.UDSendOnlyWithImmediate) ||
-		p.DETH.QKey() != qp.attr.QKey || len(qp.rq) == 0 {
-		qp.dev.stats.UDDropped.Add(1)
-		return
-	}
-	wr := qp.rq[0]
-	qp.rq = qp.rq[1:]
-	buf, _ := wr.Local.bytes()
-	wc := WC{ID: wr.ID, Opcode: OpRecv, QPN: qp.qpn, SrcQPN: p.DETH.SrcQP(), Src: m.Addr, ByteLen: len(p.Payload)}
-	if len(p.Payload) > len(buf) {
-		wc.Status = StatusLocLenErr
-	} else {
-		copy(buf, p.Payload)
-	}
-	if p.ImmDt != nil {
-		wc.Imm, wc.HasImm = p.ImmDt.Imm(), true
-	}
-	qp.pushRecv(wc)
 }
