@@ -5,6 +5,7 @@
 // backed arena, carved into refcounted size classes, registered once with
 // every protection domain and used as the AF_XDP UMEM).
 //
-// Built so far: the pool (pool.go). Routes, sessions and the relay are not
-// built yet.
+// Built so far: the pool (pool.go); sessions and the relay (session.go)
+// between two Endpoints (endpoint.go), with the userspace RoCEv2 transport's
+// endpoint (userspace.go). The verbs endpoint and routes are not built yet.
 package bridge

@@ -226,6 +226,9 @@ func (d *Device) routineReceive() {
 			touched[qp] = struct{}{}
 		}
 		for qp := range touched {
+			if f, ok := qp.target.(Flusher); ok {
+				f.Flush()
+			}
 			qp.flushAcks()
 			d.send(qp)
 			qp.signalCQs()

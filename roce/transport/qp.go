@@ -174,6 +174,16 @@ func (qp *QP) State() QPState {
 	return qp.state
 }
 
+// Query returns the QP's state and the attributes it was given, with
+// PathMTU as in force.
+func (qp *QP) Query() QPAttr {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	a := qp.attr
+	a.State, a.PathMTU = qp.state, qp.mtu
+	return a
+}
+
 // Modify moves the QP to attr.State, applying the attributes that
 // transition needs. Allowed: RESET->INIT->RTR->RTS, any state to ERR or
 // RESET.

@@ -38,6 +38,14 @@ type Target interface {
 	Abandon()
 }
 
+// A Flusher is a Target told when a batch of received packets has been
+// handed over: Flush runs on the device's receive goroutine with no lock
+// held, so it may post what the batch's requests queued (on this or any
+// other QP) in one go.
+type Flusher interface {
+	Flush()
+}
+
 // Request is one request handed to a Target.
 type Request struct {
 	Token Token

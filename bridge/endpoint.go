@@ -1,0 +1,95 @@
+package bridge
+
+import (
+	"errors"
+
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// An Endpoint is one end of a session: a connected RC queue pair on a leg,
+// as the session drives it. rbridge has two: a QP of the userspace RoCEv2
+// transport (NewUserspaceEndpoint), whose responder hands every request to
+// the session before anything is acknowledged, and a verbs QP on an HCA,
+// whose hardware acknowledges SENDs as they land and executes one-sided
+// operations against the gateway's own memory (where they fail: the pool
+// is registered for local access only).
+//
+// The session speaks one vocabulary to both: transport's Opcode, Status
+// and Request; a verbs endpoint translates (the table in status.go).
+type Endpoint interface {
+	// Start hands the endpoint its session. Requests that arrive before
+	// are refused for lack of credit (the peer retries them).
+	Start(h Handler) error
+	// Post issues ops toward the endpoint's peer, in order. It does not
+	// block; each op is reported to Handler.Done exactly once, and never
+	// from within Post. It refuses
+	// (and reports nothing) when the ops exceed Limits or the endpoint
+	// failed.
+	Post(ops []*Op) error
+	// Complete finishes a request that Handler.Request answered Pending.
+	Complete(tok transport.Token, c transport.Completion) error
+	// Limits are what the endpoint's QP allows outstanding.
+	Limits() Limits
+	// Close tears the connection down; ops outstanding complete with
+	// StatusWRFlushErr. It is idempotent.
+	Close() error
+}
+
+// Handler is what an endpoint calls: a session's side.
+type Handler interface {
+	// Request is a request that arrived from the endpoint's peer, in PSN
+	// order, as transport.Target.Request. It runs under the endpoint's
+	// lock: it must not block or call an endpoint. buf, when not nil,
+	// holds Payload (a received frame or receive buffer the handler may
+	// take a reference to instead of copying).
+	Request(r *transport.Request, buf *Buf) transport.Reply
+	// Flush follows a batch of Requests, with no lock held: the time to
+	// post what they queued.
+	Flush()
+	// Done reports a posted op's outcome (op.Status, op.Orig).
+	Done(op *Op)
+	// Failed reports that the endpoint's connection failed (the QP left
+	// RTS): outstanding ops complete with errors, requests pending at the
+	// handler are void.
+	Failed(err error)
+}
+
+// Limits bound what a session keeps outstanding on an endpoint.
+type Limits struct {
+	MaxSend     int // work requests posted and not completed
+	MaxRdAtomic int // READs and atomics outstanding (the peer's responder resources)
+	MTU         int // path MTU
+}
+
+// Op is one work request a session posts on an endpoint.
+type Op struct {
+	Opcode   transport.Opcode
+	Buf      *Buf // the local bytes: sent, written, read into, or the atomic's 8
+	Off, Len int  // the span of Buf
+	Remote   uint64
+	RKey     uint32
+	Imm      uint32
+	InvRKey  uint32
+	Compare  uint64
+	SwapAdd  uint64
+
+	// Set by the endpoint before Done.
+	Status transport.Status
+	Orig   uint64 // an atomic's original value
+
+	// The session's.
+	tok   transport.Token
+	relay *relay
+	next  *Op // free list
+}
+
+// Bytes returns the op's local bytes.
+func (o *Op) Bytes() []byte {
+	if o.Buf == nil {
+		return nil
+	}
+	return o.Buf.B()[o.Off : o.Off+o.Len]
+}
+
+// ErrEndpointFailed matches posts on an endpoint whose connection failed.
+var ErrEndpointFailed = errors.New("endpoint failed")

@@ -1,0 +1,490 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// A Session pairs two endpoints, one on each leg, and relays between them
+// in both directions: every request that arrives on one endpoint (SEND,
+// SEND_WITH_IMM, SEND_WITH_INV, RDMA WRITE with or without immediate, RDMA
+// READ, COMPARE_SWAP, FETCH_ADD) is re-issued on the other, in arrival
+// order, with the same remote address, rkey, immediate and invalidated
+// rkey, and completed back only once the other side completed it. A
+// failure on the far side reaches the requester as the matching NAK (a bad
+// rkey or bounds as a remote access error, otherwise a remote operational
+// error), and ends the session.
+//
+//	endpoint A                        session                         endpoint B
+//	requests ──► relay ab: Request ─► queue ─► Flush/pump ─► Post ──► B's peer
+//	Complete ◄────────────────────── Done ◄─────────────────────────── completion
+//	B's peer's requests travel relay ba the other way.
+//
+// Messages, not packets, are relayed: each endpoint keeps its own path MTU.
+// A SEND is assembled in one pool buffer (grown as packets arrive) and
+// posted when its last packet came; a WRITE is posted in chunks as its
+// packets arrive (a chunk closes when its buffer is full and at the end of
+// each batch of packets), so a WRITE longer than the requester's window
+// flows. Outstanding READs and atomics beyond what the far endpoint allows
+// wait in the queue, in order. A request that finds the pool empty is
+// refused for lack of credit (the requester sees an RNR NAK and retries):
+// backpressure, never a drop.
+//
+// Concurrency: a relay's mu guards its queue and counters; it is a leaf
+// lock, taken under an endpoint's lock (Request) and never held while an
+// endpoint is called. postMu serializes posting, so ops leave in queue
+// order whichever goroutine (a Flush, a Done) pumps.
+type Session struct {
+	log  *slog.Logger
+	pool *Pool
+	a, b Endpoint
+	ab   relay // requests arriving on a, re-issued on b
+	ba   relay // requests arriving on b, re-issued on a
+
+	maxChunk int
+
+	stats SessionStats
+
+	failing atomic.Bool
+	done    chan struct{}
+	err     error // why the session ended; set before done closes
+}
+
+// SessionOptions configures NewSession.
+type SessionOptions struct {
+	A, B Endpoint
+	// Pool holds every payload in flight; both endpoints must reach its
+	// arena (a userspace endpoint registers it, a verbs endpoint's PD has
+	// it as an MR).
+	Pool *Pool
+	// MaxChunk bounds a WRITE chunk (default 64 KiB, the pool's class).
+	MaxChunk int
+	// Logger receives the session's events (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// SessionStats counts a session's work; every field is updated atomically.
+type SessionStats struct {
+	// Indexed by direction: 0 is A to B, 1 is B to A.
+	Ops, Bytes, Copied [2]atomic.Uint64
+	Failed             [2]atomic.Uint64 // ops the far side failed
+	NoCredit           [2]atomic.Uint64 // requests refused for an empty pool (RNR)
+}
+
+// relay moves the requests arriving on from to to.
+type relay struct {
+	s        *Session
+	dir      int
+	from, to Endpoint
+	lim      Limits // to's
+	fromMTU  int    // the size of a packet arriving on from
+
+	mu       sync.Mutex // guards the fields below
+	queue    []*Op      // waiting to be posted on to, in order
+	posted   int        // ops posted on to and not done
+	rdAtomic int        // READs and atomics among them
+	msg      *Op        // the SEND being assembled, or the WRITE chunk open
+	free     *Op
+	dead     bool
+
+	postMu sync.Mutex // serializes pump: ops leave in queue order
+	batch  [32]*Op    // used under postMu
+}
+
+// NewSession joins two endpoints and starts relaying. The endpoints'
+// connections must be established (the QPs in RTS).
+func NewSession(o SessionOptions) (*Session, error) {
+	if o.A == nil || o.B == nil || o.Pool == nil {
+		return nil, errors.New("bridge: new session: two endpoints and a pool are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxChunk <= 0 {
+		o.MaxChunk = 64 << 10
+	}
+	s := &Session{log: o.Logger, pool: o.Pool, a: o.A, b: o.B, maxChunk: o.MaxChunk, done: make(chan struct{})}
+	la, lb := o.A.Limits(), o.B.Limits()
+	s.ab = relay{s: s, dir: 0, from: o.A, to: o.B, lim: lb, fromMTU: la.MTU}
+	s.ba = relay{s: s, dir: 1, from: o.B, to: o.A, lim: la, fromMTU: lb.MTU}
+	for _, r := range []*relay{&s.ab, &s.ba} {
+		if r.lim.MaxSend <= 0 || r.lim.MaxRdAtomic <= 0 {
+			return nil, fmt.Errorf("bridge: new session: endpoint limits %+v allow nothing outstanding", r.lim)
+		}
+	}
+	if err := o.A.Start(side{s: s, in: &s.ab}); err != nil {
+		return nil, fmt.Errorf("bridge: new session: start A: %w", err)
+	}
+	if err := o.B.Start(side{s: s, in: &s.ba}); err != nil {
+		s.fail(fmt.Errorf("start B: %w", err))
+		return nil, fmt.Errorf("bridge: new session: start B: %w", err)
+	}
+	return s, nil
+}
+
+// Stats returns the session's counters.
+func (s *Session) Stats() *SessionStats { return &s.stats }
+
+// Done is closed when the session has ended; Err says why.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns why the session ended (nil while it runs, ErrSessionClosed
+// after Close).
+func (s *Session) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// ErrSessionClosed is the end of a session that Close ended.
+var ErrSessionClosed = errors.New("session closed")
+
+// Close ends the session and waits until it has: both endpoints are
+// closed, ops in flight completed with errors and every buffer is back in
+// the pool.
+func (s *Session) Close() error {
+	s.fail(ErrSessionClosed)
+	<-s.done
+	return nil
+}
+
+// fail ends the session once; callers after the first return at once (an
+// endpoint's Close reports its flushed ops, which fail again). The
+// teardown runs on a goroutine of its own: fail is called from endpoints'
+// goroutines that closing an endpoint waits for.
+func (s *Session) fail(err error) {
+	if s.failing.CompareAndSwap(false, true) {
+		go s.teardown(err)
+	}
+}
+
+func (s *Session) teardown(err error) {
+	if !errors.Is(err, ErrSessionClosed) {
+		s.log.Warn("session failed: both connections are torn down", "err", err)
+	}
+	for _, r := range []*relay{&s.ab, &s.ba} {
+		r.mu.Lock()
+		r.dead = true
+		r.mu.Unlock()
+	}
+	_ = s.a.Close()
+	_ = s.b.Close()
+	for _, r := range []*relay{&s.ab, &s.ba} {
+		// A pump under way posts nothing more (dead); what it took
+		// completes through the closed endpoint or fails back.
+		r.mu.Lock()
+		for _, op := range r.queue {
+			r.releaseLocked(op)
+		}
+		clear(r.queue)
+		r.queue = r.queue[:0]
+		if r.msg != nil {
+			r.releaseLocked(r.msg)
+			r.msg = nil
+		}
+		r.mu.Unlock()
+	}
+	s.err = err
+	close(s.done)
+}
+
+// side is the Handler of one endpoint: requests arriving there go into
+// relay in; ops it completes belong to the relay that posted them.
+type side struct {
+	s  *Session
+	in *relay
+}
+
+func (h side) Request(r *transport.Request, buf *Buf) transport.Reply { return h.in.request(r, buf) }
+func (h side) Flush()                                                 { h.in.flush() }
+func (h side) Done(op *Op)                                            { op.relay.done(op) }
+func (h side) Failed(err error)                                       { h.s.fail(err) }
+
+// request takes a request arriving on r.from. It runs under r.from's lock.
+func (r *relay) request(q *transport.Request, _ *Buf) transport.Reply {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dead {
+		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemOpErr}
+	}
+	switch q.Op {
+	case transport.OpSend, transport.OpSendWithImm, transport.OpSendWithInv:
+		return r.sendLocked(q)
+	case transport.OpWrite, transport.OpWriteWithImm:
+		return r.writeLocked(q)
+	case transport.OpRead:
+		op, reply, ok := r.opLocked(q, int(q.Length))
+		if !ok {
+			return reply
+		}
+		op.Len = int(q.Length)
+		r.enqueueLocked(op)
+		return transport.Reply{Result: transport.Pending}
+	case transport.OpCompareSwap, transport.OpFetchAdd:
+		op, reply, ok := r.opLocked(q, 8)
+		if !ok {
+			return reply
+		}
+		op.Len, op.Compare, op.SwapAdd = 8, q.Compare, q.SwapAdd
+		r.enqueueLocked(op)
+		return transport.Reply{Result: transport.Pending}
+	}
+	return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
+}
+
+// opLocked starts an op for q with a buffer of n bytes; when it cannot,
+// the reply says why.
+func (r *relay) opLocked(q *transport.Request, n int) (*Op, transport.Reply, bool) {
+	op := r.newOpLocked()
+	op.Opcode, op.Remote, op.RKey, op.Imm, op.InvRKey, op.tok = q.Op, q.VA, q.RKey, q.Imm, q.InvRKey, q.Token
+	if n > 0 {
+		b, reply, ok := r.getLocked(n)
+		if !ok {
+			r.freeLocked(op)
+			return nil, reply, false
+		}
+		op.Buf = b
+	}
+	return op, transport.Reply{}, true
+}
+
+// getLocked takes a pool buffer of n bytes: an empty class is lack of
+// credit (RNR), a size no class holds is the requester's error.
+func (r *relay) getLocked(n int) (*Buf, transport.Reply, bool) {
+	b, err := r.s.pool.Get(n)
+	if err == nil {
+		return b, transport.Reply{}, true
+	}
+	if errors.Is(err, ErrPoolExhausted) {
+		r.s.stats.NoCredit[r.dir].Add(1)
+		return nil, transport.Reply{Result: transport.NoCredit}, false
+	}
+	r.s.log.Warn("request refused: larger than the pool's largest buffer", "bytes", n, "err", err)
+	return nil, transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}, false
+}
+
+// sendLocked assembles a SEND; it is posted when its last packet came.
+func (r *relay) sendLocked(q *transport.Request) transport.Reply {
+	op := r.msg
+	if q.First {
+		if op != nil { // cannot happen: the responder checks message order
+			r.releaseLocked(op)
+		}
+		n := len(q.Payload)
+		if !q.Last {
+			n = max(16*n, 4096) // more packets follow: room to grow
+		}
+		var reply transport.Reply
+		var ok bool
+		if op, reply, ok = r.opLocked(q, n); !ok {
+			r.msg = nil
+			return reply
+		}
+		r.msg = op
+	} else if op == nil {
+		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
+	}
+	if end := op.Len + len(q.Payload); op.Buf == nil && end > 0 || op.Buf != nil && end > len(op.Buf.B()) {
+		b, reply, ok := r.getLocked(max(2*end, 4096))
+		if !ok {
+			return reply // the packet comes again; what is assembled stays
+		}
+		copy(b.B(), op.Bytes())
+		r.s.stats.Copied[r.dir].Add(uint64(op.Len))
+		if op.Buf != nil {
+			op.Buf.Release()
+		}
+		op.Buf, op.Off = b, 0
+	}
+	if len(q.Payload) > 0 {
+		copy(op.Buf.B()[op.Off+op.Len:], q.Payload)
+		op.Len += len(q.Payload)
+		r.s.stats.Copied[r.dir].Add(uint64(len(q.Payload)))
+	}
+	if !q.Last {
+		return transport.Reply{} // held here; the last packet's answer is the message's
+	}
+	op.Opcode, op.Imm, op.InvRKey, op.tok = q.Op, q.Imm, q.InvRKey, q.Token
+	r.msg = nil
+	r.enqueueLocked(op)
+	return transport.Reply{Result: transport.Pending}
+}
+
+// writeLocked adds a WRITE packet to the open chunk, or opens one.
+func (r *relay) writeLocked(q *transport.Request) transport.Reply {
+	op := r.msg
+	join := op != nil && !q.First
+	if !join {
+		if op != nil {
+			r.enqueueLocked(op) // cannot happen: a message ends with its last packet
+		}
+		n := min(int(q.Length)-q.Offset, r.s.maxChunk)
+		var reply transport.Reply
+		var ok bool
+		if op, reply, ok = r.opLocked(q, n); !ok {
+			r.msg = nil
+			return reply
+		}
+		op.Opcode = transport.OpWrite
+		r.msg = op
+	}
+	if len(q.Payload) > 0 {
+		copy(op.Buf.B()[op.Off+op.Len:], q.Payload)
+		op.Len += len(q.Payload)
+		r.s.stats.Copied[r.dir].Add(uint64(len(q.Payload)))
+	}
+	switch {
+	case q.Last:
+		op.Opcode, op.Imm = q.Op, q.Imm
+		r.msg = nil
+		r.enqueueLocked(op)
+	case op.Buf == nil || op.Len+r.fromMTU > len(op.Buf.B()):
+		r.msg = nil // full: the next packet opens a chunk
+		r.enqueueLocked(op)
+	}
+	return transport.Reply{Result: transport.Pending, Join: join}
+}
+
+func (r *relay) enqueueLocked(op *Op) {
+	r.queue = append(r.queue, op)
+	r.s.stats.Ops[r.dir].Add(1)
+	r.s.stats.Bytes[r.dir].Add(uint64(op.Len))
+}
+
+// flush posts what a batch of requests queued, closing an open WRITE
+// chunk so that nothing waits for packets that may not come.
+func (r *relay) flush() {
+	r.mu.Lock()
+	if op := r.msg; op != nil && op.Opcode == transport.OpWrite && op.Len > 0 {
+		r.msg = nil
+		r.enqueueLocked(op)
+	}
+	r.mu.Unlock()
+	r.pump()
+}
+
+// pump posts queued ops on r.to as its limits allow.
+func (r *relay) pump() {
+	if failed := r.pumpLocked(); failed != nil {
+		// Nothing of the batch was posted: fail its requests back and end
+		// the session.
+		for _, op := range failed {
+			op.Status = transport.StatusRemOpErr
+			r.done(op)
+		}
+	}
+}
+
+// pumpLocked posts under postMu; it returns the ops of a batch the
+// endpoint refused.
+func (r *relay) pumpLocked() []*Op {
+	r.postMu.Lock()
+	defer r.postMu.Unlock()
+	for {
+		r.mu.Lock()
+		n := 0
+		for len(r.queue) > 0 && n < len(r.batch) && r.posted < r.lim.MaxSend && !r.dead {
+			op := r.queue[0]
+			ra := isReadOrAtomic(op.Opcode)
+			if ra && r.rdAtomic >= r.lim.MaxRdAtomic {
+				break
+			}
+			if ra {
+				r.rdAtomic++
+			}
+			r.posted++
+			r.queue[0] = nil
+			r.queue = r.queue[1:]
+			r.batch[n] = op
+			n++
+		}
+		if len(r.queue) == 0 {
+			r.queue = r.queue[:0:cap(r.queue)]
+		}
+		r.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		err := r.to.Post(r.batch[:n])
+		if err != nil {
+			r.s.fail(fmt.Errorf("post on the far endpoint: %w", err))
+			failed := append([]*Op(nil), r.batch[:n]...)
+			clear(r.batch[:n])
+			return failed
+		}
+		clear(r.batch[:n])
+	}
+}
+
+// done completes an op back on r.from.
+func (r *relay) done(op *Op) {
+	r.mu.Lock()
+	r.posted--
+	if isReadOrAtomic(op.Opcode) {
+		r.rdAtomic--
+	}
+	r.mu.Unlock()
+	c := transport.Completion{}
+	if op.Status != transport.StatusSuccess {
+		// The one table: the far status as the requester will see it.
+		c.Status = transport.NAKStatus(transport.NAKCode(op.Status))
+		r.s.stats.Failed[r.dir].Add(1)
+	}
+	switch op.Opcode {
+	case transport.OpRead:
+		if c.Status == transport.StatusSuccess && op.Len > 0 {
+			c.Data, c.Lease = op.Bytes(), op.Buf // released by r.from once sent
+			op.Buf = nil
+		}
+	case transport.OpCompareSwap, transport.OpFetchAdd:
+		c.Orig = op.Orig
+	}
+	if err := r.from.Complete(op.tok, c); err != nil && !errors.Is(err, transport.ErrStaleToken) {
+		r.s.fail(fmt.Errorf("complete a relayed %v: %w", op.Opcode, err))
+	}
+	status, opcode := op.Status, op.Opcode
+	r.mu.Lock()
+	r.releaseLocked(op) // op is another's from here
+	r.mu.Unlock()
+	if status != transport.StatusSuccess {
+		r.s.fail(fmt.Errorf("the far side failed a relayed %v: %v", opcode, status))
+		return
+	}
+	r.pump()
+}
+
+func isReadOrAtomic(o transport.Opcode) bool {
+	return o == transport.OpRead || o == transport.OpCompareSwap || o == transport.OpFetchAdd
+}
+
+func (r *relay) newOpLocked() *Op {
+	op := r.free
+	if op == nil {
+		return &Op{relay: r}
+	}
+	r.free = op.next
+	*op = Op{relay: r}
+	return op
+}
+
+// releaseLocked returns op's buffer to the pool and op to the free list.
+func (r *relay) releaseLocked(op *Op) {
+	if op.Buf != nil {
+		op.Buf.Release()
+		op.Buf = nil
+	}
+	r.freeLocked(op)
+}
+
+func (r *relay) freeLocked(op *Op) {
+	*op = Op{relay: r, next: r.free}
+	r.free = op
+}

@@ -1,0 +1,250 @@
+package bridge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// UserspaceEndpoint is an Endpoint on rbridge's own RoCEv2 transport: an
+// RC QP whose responder hands every request to the session (the QP's
+// transport.Target) and acknowledges it only once the session completed
+// it, which is what makes completion end to end on this leg.
+//
+// Create it, connect its QP (QP()) as any transport QP is connected (by
+// roce/cm, or by hand), then give it to NewSession.
+type UserspaceEndpoint struct {
+	qp  *transport.QP
+	mr  *transport.MR // the pool's arena in the QP's PD
+	scq *transport.CQ
+	rcq *transport.CQ
+
+	h       atomic.Pointer[Handler]
+	started chan struct{}
+
+	mu     sync.Mutex // guards slots, free, wrs
+	slots  []*Op      // by work request ID
+	free   []uint32   // free slot IDs
+	wrs    []transport.SendWR
+	closed bool
+
+	abandon   context.CancelFunc // the QP left RTS (Abandon)
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var (
+	_ Endpoint          = (*UserspaceEndpoint)(nil)
+	_ transport.Target  = (*UserspaceEndpoint)(nil)
+	_ transport.Flusher = (*UserspaceEndpoint)(nil)
+)
+
+// UserspaceOptions configures NewUserspaceEndpoint.
+type UserspaceOptions struct {
+	Device *transport.Device
+	PD     *transport.PD
+	// MR is the pool's arena registered in PD (local write access is
+	// enough: peers never address it).
+	MR *transport.MR
+	// MaxSend is the send queue's depth (default 256).
+	MaxSend int
+}
+
+// NewUserspaceEndpoint creates the endpoint's QP (in RESET).
+func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
+	if o.Device == nil || o.PD == nil || o.MR == nil {
+		return nil, errors.New("bridge: userspace endpoint: a device, a PD and the pool's MR are required")
+	}
+	if o.MaxSend <= 0 {
+		o.MaxSend = 256
+	}
+	e := &UserspaceEndpoint{mr: o.MR, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
+		started: make(chan struct{}),
+		slots:   make([]*Op, o.MaxSend), free: make([]uint32, o.MaxSend)}
+	for i := range e.free {
+		e.free[i] = uint32(o.MaxSend - 1 - i)
+	}
+	qp, err := o.Device.CreateQP(o.PD, transport.QPInitAttr{Type: transport.RC, SendCQ: e.scq, RecvCQ: e.rcq,
+		MaxSendWR: o.MaxSend, MaxRecvWR: 1, Target: e})
+	if err != nil {
+		return nil, fmt.Errorf("bridge: userspace endpoint: %w", err)
+	}
+	e.qp = qp
+	ctx, cancel := context.WithCancel(context.Background())
+	abandoned, abandon := context.WithCancel(ctx)
+	e.cancel, e.abandon = cancel, abandon
+	e.wg.Add(1)
+	go e.routineCompletions(ctx, abandoned)
+	return e, nil
+}
+
+// QP returns the endpoint's queue pair, to connect.
+func (e *UserspaceEndpoint) QP() *transport.QP { return e.qp }
+
+// Start implements Endpoint.
+func (e *UserspaceEndpoint) Start(h Handler) error {
+	if s := e.qp.State(); s != transport.StateRTS {
+		return fmt.Errorf("bridge: userspace endpoint QP %#x is in %v, not RTS", e.qp.QPN(), s)
+	}
+	if !e.h.CompareAndSwap(nil, &h) {
+		return errors.New("bridge: userspace endpoint started twice")
+	}
+	close(e.started)
+	return nil
+}
+
+// Limits implements Endpoint.
+func (e *UserspaceEndpoint) Limits() Limits {
+	a := e.qp.Query()
+	rd := a.MaxRdAtomic
+	if rd <= 0 {
+		rd = 16
+	}
+	return Limits{MaxSend: len(e.slots), MaxRdAtomic: rd, MTU: a.PathMTU}
+}
+
+// Request implements transport.Target: the session's, once started.
+func (e *UserspaceEndpoint) Request(r *transport.Request) transport.Reply {
+	h := e.h.Load()
+	if h == nil {
+		return transport.Reply{Result: transport.NoCredit}
+	}
+	return (*h).Request(r, nil)
+}
+
+// Flush implements transport.Flusher.
+func (e *UserspaceEndpoint) Flush() {
+	if h := e.h.Load(); h != nil {
+		(*h).Flush()
+	}
+}
+
+// Abandon implements transport.Target: the QP left RTS. It runs under the
+// QP's lock; the completion goroutine tells the session.
+func (e *UserspaceEndpoint) Abandon() {
+	e.abandon()
+}
+
+// Complete implements Endpoint.
+func (e *UserspaceEndpoint) Complete(tok transport.Token, c transport.Completion) error {
+	return e.qp.Complete(tok, c)
+}
+
+// Post implements Endpoint.
+func (e *UserspaceEndpoint) Post(ops []*Op) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return fmt.Errorf("bridge: post on QP %#x: %w", e.qp.QPN(), ErrEndpointFailed)
+	}
+	if len(ops) > len(e.free) {
+		e.mu.Unlock()
+		return fmt.Errorf("bridge: post %d ops on QP %#x: %d slots free", len(ops), e.qp.QPN(), len(e.free))
+	}
+	e.wrs = e.wrs[:0]
+	for _, op := range ops {
+		id := e.free[len(e.free)-1]
+		e.free = e.free[:len(e.free)-1]
+		e.slots[id] = op
+		wr := transport.SendWR{ID: uint64(id), Opcode: op.Opcode, Remote: op.Remote, RKey: op.RKey, Imm: op.Imm,
+			InvRKey: op.InvRKey, Compare: op.Compare, SwapAdd: op.SwapAdd, Signaled: true}
+		if op.Len > 0 {
+			wr.Local = transport.SGE{MR: e.mr, Offset: op.Buf.Offset() + op.Off, Length: op.Len}
+		}
+		e.wrs = append(e.wrs, wr)
+	}
+	err := e.qp.PostSend(e.wrs...)
+	if err != nil {
+		for _, wr := range e.wrs {
+			e.slots[wr.ID] = nil
+			e.free = append(e.free, uint32(wr.ID))
+		}
+	}
+	clear(e.wrs)
+	e.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("bridge: %w", err)
+	}
+	return nil
+}
+
+// routineCompletions reports the send CQ's completions as Done, and the
+// QP's failure (Abandon) as Failed.
+func (e *UserspaceEndpoint) routineCompletions(ctx, abandoned context.Context) {
+	defer e.wg.Done()
+	wcs := make([]transport.WC, 64)
+	waitCtx := abandoned
+	for {
+		n := e.scq.Poll(wcs)
+		if n == 0 {
+			if ctx.Err() != nil {
+				return
+			}
+			if waitCtx == abandoned && abandoned.Err() != nil {
+				e.report(errors.New("the userspace QP left RTS"))
+				waitCtx = ctx
+				continue
+			}
+			if err := e.scq.Wait(waitCtx); errors.Is(err, transport.ErrCQOverflow) {
+				e.report(err)
+				return
+			}
+			continue
+		}
+		e.done(wcs[:n])
+	}
+}
+
+// done hands completions to the session.
+func (e *UserspaceEndpoint) done(wcs []transport.WC) {
+	for _, wc := range wcs {
+		e.mu.Lock()
+		op := e.slots[wc.ID]
+		e.slots[wc.ID] = nil
+		if op != nil {
+			e.free = append(e.free, uint32(wc.ID))
+		}
+		e.mu.Unlock()
+		if op == nil {
+			continue
+		}
+		op.Status = wc.Status
+		if (op.Opcode == transport.OpCompareSwap || op.Opcode == transport.OpFetchAdd) && wc.Status == transport.StatusSuccess {
+			op.Orig = binary.LittleEndian.Uint64(op.Bytes())
+		}
+		if h := e.h.Load(); h != nil {
+			(*h).Done(op)
+		}
+	}
+}
+
+func (e *UserspaceEndpoint) report(err error) {
+	if h := e.h.Load(); h != nil {
+		(*h).Failed(fmt.Errorf("bridge: QP %#x: %w", e.qp.QPN(), err))
+	}
+}
+
+// Close implements Endpoint: the QP is closed, every op posted completes
+// (flushed) through Done, and the completion goroutine ends.
+func (e *UserspaceEndpoint) Close() error {
+	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+		_ = e.qp.Close() // flushes every WQE into the CQ
+		e.cancel()
+		e.wg.Wait()
+		// What the goroutine had not taken yet.
+		wcs := make([]transport.WC, 64)
+		for n := e.scq.Poll(wcs); n > 0; n = e.scq.Poll(wcs) {
+			e.done(wcs[:n])
+		}
+	})
+	return nil
+}
