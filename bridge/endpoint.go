@@ -20,12 +20,12 @@ type Endpoint interface {
 	// Start hands the endpoint its session. Requests that arrive before
 	// are refused for lack of credit (the peer retries them).
 	Start(h Handler) error
-	// Post issues ops toward the endpoint's peer, in order. It does not
-	// block; each op is reported to Handler.Done exactly once, and never
-	// from within Post. It refuses
-	// (and reports nothing) when the ops exceed Limits or the endpoint
-	// failed.
-	Post(ops []*Op) error
+	// Post issues ops toward the endpoint's peer, in order, and returns
+	// how many it posted: each of those is reported to Handler.Done
+	// exactly once, never from within Post. An error says why the rest
+	// was refused (beyond Limits, the endpoint failed, an operation the
+	// device cannot do); nothing is reported for them.
+	Post(ops []*Op) (int, error)
 	// Complete finishes a request that Handler.Request answered Pending.
 	Complete(tok transport.Token, c transport.Completion) error
 	// Limits are what the endpoint's QP allows outstanding.

@@ -36,6 +36,8 @@ type fakeLeg struct {
 	failed   bool
 	closed   bool
 	inbound  int // SENDs sent toward the session and not completed
+	lent     map[uint32]*bridge.Buf
+	nextID   uint32
 	inDone   []transport.Status
 	failures int
 }
@@ -71,26 +73,30 @@ func (f *fakeLeg) Start(h bridge.Handler) error {
 
 func (f *fakeLeg) Limits() bridge.Limits { return f.lim }
 
-func (f *fakeLeg) Post(ops []*bridge.Op) error {
+func (f *fakeLeg) Post(ops []*bridge.Op) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed || f.failed {
-		return bridge.ErrEndpointFailed
+		return 0, bridge.ErrEndpointFailed
 	}
 	if len(f.queue)+len(ops) > cap(f.queue) {
-		return errors.New("fake leg: posted beyond MaxSend")
+		return 0, errors.New("fake leg: posted beyond MaxSend")
 	}
 	for _, op := range ops {
 		f.queue <- op
 	}
-	return nil
+	return len(ops), nil
 }
 
-func (f *fakeLeg) Complete(_ transport.Token, c transport.Completion) error {
+func (f *fakeLeg) Complete(tok transport.Token, c transport.Completion) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inbound--
 	f.inDone = append(f.inDone, c.Status)
+	if b := f.lent[tok.ID()]; b != nil {
+		b.Release()
+		delete(f.lent, tok.ID())
+	}
 	return nil
 }
 
@@ -206,17 +212,32 @@ func (f *fakeLeg) execute(op *bridge.Op) bool {
 }
 
 // send delivers a SEND from the far peer to the session, as a verbs leg
-// delivers a received message (the HCA acknowledged it already).
-func (f *fakeLeg) send(data []byte, imm uint32, withImm bool) transport.Reply {
+// delivers a received message (the HCA acknowledged it already): in a
+// pool buffer as a verbs receive lands, when pool is not nil.
+func (f *fakeLeg) send(pool *bridge.Pool, data []byte, imm uint32, withImm bool) transport.Reply {
 	h := f.handler()
 	r := transport.Request{Op: transport.OpSend, First: true, Last: true, Payload: data}
 	if withImm {
 		r.Op, r.Imm = transport.OpSendWithImm, imm
 	}
+	var b *bridge.Buf
 	f.mu.Lock()
 	f.inbound++
+	f.nextID++
+	r.Token = transport.ExternalToken(f.nextID)
+	if pool != nil {
+		var err error
+		if b, err = pool.Get(len(data)); err != nil {
+			panic(err)
+		}
+		r.Payload = b.B()[:copy(b.B(), data)]
+		if f.lent == nil {
+			f.lent = map[uint32]*bridge.Buf{}
+		}
+		f.lent[f.nextID] = b
+	}
 	f.mu.Unlock()
-	reply := h.Request(&r, nil)
+	reply := h.Request(&r, b)
 	h.Flush()
 	return reply
 }

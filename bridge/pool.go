@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // The pool is the gateway's one memory arena: a contiguous mapping carved
@@ -179,6 +180,19 @@ func (b *Buf) B() []byte { return b.data }
 // Offset returns the buffer's offset in the arena: its address in the
 // AF_XDP UMEM, and its address in a registered MR less the MR's base.
 func (b *Buf) Offset() int { return b.off }
+
+// Within returns where p lies in the buffer, if it lies there whole.
+func (b *Buf) Within(p []byte) (int, bool) {
+	if len(p) == 0 {
+		return 0, true
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b.data)))
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	if at < base || at-base+uintptr(len(p)) > uintptr(len(b.data)) {
+		return 0, false
+	}
+	return int(at - base), true
+}
 
 // Ref adds a reference.
 func (b *Buf) Ref() { b.refs.Add(1) }

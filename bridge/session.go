@@ -209,7 +209,7 @@ func (h side) Done(op *Op)                                            { op.relay
 func (h side) Failed(err error)                                       { h.s.fail(err) }
 
 // request takes a request arriving on r.from. It runs under r.from's lock.
-func (r *relay) request(q *transport.Request, _ *Buf) transport.Reply {
+func (r *relay) request(q *transport.Request, buf *Buf) transport.Reply {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.dead {
@@ -217,6 +217,11 @@ func (r *relay) request(q *transport.Request, _ *Buf) transport.Reply {
 	}
 	switch q.Op {
 	case transport.OpSend, transport.OpSendWithImm, transport.OpSendWithInv:
+		if buf != nil && q.First && q.Last {
+			if off, ok := buf.Within(q.Payload); ok {
+				return r.lendLocked(q, buf, off)
+			}
+		}
 		return r.sendLocked(q)
 	case transport.OpWrite, transport.OpWriteWithImm:
 		return r.writeLocked(q)
@@ -269,6 +274,19 @@ func (r *relay) getLocked(n int) (*Buf, transport.Reply, bool) {
 	}
 	r.s.log.Warn("request refused: larger than the pool's largest buffer", "bytes", n, "err", err)
 	return nil, transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}, false
+}
+
+// lendLocked relays a whole message that lies in a pool buffer (a verbs
+// receive, an AF_XDP frame) from where it lies: no copy.
+func (r *relay) lendLocked(q *transport.Request, buf *Buf, off int) transport.Reply {
+	op := r.newOpLocked()
+	op.Opcode, op.Imm, op.InvRKey, op.tok = q.Op, q.Imm, q.InvRKey, q.Token
+	if len(q.Payload) > 0 {
+		buf.Ref()
+		op.Buf, op.Off, op.Len = buf, off, len(q.Payload)
+	}
+	r.enqueueLocked(op)
+	return transport.Reply{Result: transport.Pending}
 }
 
 // sendLocked assembles a SEND; it is posted when its last packet came.
@@ -413,10 +431,10 @@ func (r *relay) pumpLocked() []*Op {
 		if n == 0 {
 			return nil
 		}
-		err := r.to.Post(r.batch[:n])
+		k, err := r.to.Post(r.batch[:n])
 		if err != nil {
 			r.s.fail(fmt.Errorf("post on the far endpoint: %w", err))
-			failed := append([]*Op(nil), r.batch[:n]...)
+			failed := append([]*Op(nil), r.batch[k:n]...)
 			clear(r.batch[:n])
 			return failed
 		}

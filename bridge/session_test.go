@@ -470,9 +470,18 @@ func TestSessionRelaysFarSends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	copied := 0
 	for i := range n {
 		msg := bytes.Repeat([]byte{byte(i)}, 100+i*97)
-		if reply := r.far.send(msg, uint32(i), i%2 == 0); reply.Result != transport.Pending {
+		// Every third SEND arrives as a verbs receive lands, in a pool
+		// buffer: it is relayed from there.
+		var pool *bridge.Pool
+		if i%3 == 0 {
+			pool = r.pool
+		} else {
+			copied += len(msg)
+		}
+		if reply := r.far.send(pool, msg, uint32(i), i%2 == 0); reply.Result != transport.Pending {
 			t.Fatalf("far SEND %d: reply %v", i, reply.Result)
 		}
 	}
@@ -503,5 +512,8 @@ func TestSessionRelaysFarSends(t *testing.T) {
 		if s != transport.StatusSuccess {
 			t.Fatalf("far SEND %d completed %v", i, s)
 		}
+	}
+	if got := r.sess.Stats().Copied[1].Load(); got != uint64(copied) {
+		t.Errorf("%d payload bytes copied, want %d: only the SENDs not in pool buffers", got, copied)
 	}
 }

@@ -137,15 +137,15 @@ func (e *UserspaceEndpoint) Complete(tok transport.Token, c transport.Completion
 }
 
 // Post implements Endpoint.
-func (e *UserspaceEndpoint) Post(ops []*Op) error {
+func (e *UserspaceEndpoint) Post(ops []*Op) (int, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return fmt.Errorf("bridge: post on QP %#x: %w", e.qp.QPN(), ErrEndpointFailed)
+		return 0, fmt.Errorf("bridge: post on QP %#x: %w", e.qp.QPN(), ErrEndpointFailed)
 	}
 	if len(ops) > len(e.free) {
 		e.mu.Unlock()
-		return fmt.Errorf("bridge: post %d ops on QP %#x: %d slots free", len(ops), e.qp.QPN(), len(e.free))
+		return 0, fmt.Errorf("bridge: post %d ops on QP %#x: %d slots free", len(ops), e.qp.QPN(), len(e.free))
 	}
 	e.wrs = e.wrs[:0]
 	for _, op := range ops {
@@ -169,9 +169,9 @@ func (e *UserspaceEndpoint) Post(ops []*Op) error {
 	clear(e.wrs)
 	e.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("bridge: %w", err)
+		return 0, fmt.Errorf("bridge: %w", err) // the transport posts all or none
 	}
-	return nil
+	return len(ops), nil
 }
 
 // routineCompletions reports the send CQ's completions as Done, and the

@@ -281,7 +281,7 @@ func (qp *QP) addUnitLocked(u unit, join bool) {
 // completeLocked records the completion of a pending request.
 func (qp *QP) completeLocked(tok Token, c Completion) error {
 	s := &qp.resp
-	if tok.gen != s.gen || (qp.state != StateRTR && qp.state != StateRTS) {
+	if tok.ext || tok.gen != s.gen || (qp.state != StateRTR && qp.state != StateRTS) {
 		return ErrStaleToken
 	}
 	if tok.dup {

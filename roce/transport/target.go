@@ -87,10 +87,19 @@ type Token struct {
 	psn roce.PSN
 	gen uint32
 	dup bool
+	ext bool
 }
 
 // PSN returns the PSN of the request the token names.
 func (t Token) PSN() roce.PSN { return t.psn }
+
+// ExternalToken returns a token that names id, for the requests of an
+// endpoint that is not a QP of this package (a verbs QP names its
+// receives so); QP.Complete refuses it.
+func ExternalToken(id uint32) Token { return Token{gen: id, ext: true} }
+
+// ID returns the id of an ExternalToken.
+func (t Token) ID() uint32 { return t.gen }
 
 // Result is what a Target did with a request.
 type Result uint8
