@@ -85,10 +85,11 @@ type relay struct {
 	fromMTU  int    // the size of a packet arriving on from
 
 	mu       sync.Mutex // guards the fields below
-	queue    []*Op      // waiting to be posted on to, in order
-	posted   int        // ops posted on to and not done
-	rdAtomic int        // READs and atomics among them
-	msg      *Op        // the SEND being assembled, or the WRITE chunk open
+	queue    []*Op      // waiting to be posted on to, in order, from qhead
+	qhead    int
+	posted   int // ops posted on to and not done
+	rdAtomic int // READs and atomics among them
+	msg      *Op // the SEND being assembled, or the WRITE chunk open
 	free     *Op
 	dead     bool
 
@@ -181,11 +182,11 @@ func (s *Session) teardown(err error) {
 		// A pump under way posts nothing more (dead); what it took
 		// completes through the closed endpoint or fails back.
 		r.mu.Lock()
-		for _, op := range r.queue {
+		for _, op := range r.queue[r.qhead:] {
 			r.releaseLocked(op)
 		}
 		clear(r.queue)
-		r.queue = r.queue[:0]
+		r.queue, r.qhead = r.queue[:0], 0
 		if r.msg != nil {
 			r.releaseLocked(r.msg)
 			r.msg = nil
@@ -409,8 +410,8 @@ func (r *relay) pumpLocked() []*Op {
 	for {
 		r.mu.Lock()
 		n := 0
-		for len(r.queue) > 0 && n < len(r.batch) && r.posted < r.lim.MaxSend && !r.dead {
-			op := r.queue[0]
+		for r.qhead < len(r.queue) && n < len(r.batch) && r.posted < r.lim.MaxSend && !r.dead {
+			op := r.queue[r.qhead]
 			ra := isReadOrAtomic(op.Opcode)
 			if ra && r.rdAtomic >= r.lim.MaxRdAtomic {
 				break
@@ -419,13 +420,13 @@ func (r *relay) pumpLocked() []*Op {
 				r.rdAtomic++
 			}
 			r.posted++
-			r.queue[0] = nil
-			r.queue = r.queue[1:]
+			r.queue[r.qhead] = nil
+			r.qhead++
 			r.batch[n] = op
 			n++
 		}
-		if len(r.queue) == 0 {
-			r.queue = r.queue[:0:cap(r.queue)]
+		if r.qhead == len(r.queue) {
+			r.queue, r.qhead = r.queue[:0], 0 // reuse the array from its start
 		}
 		r.mu.Unlock()
 		if n == 0 {

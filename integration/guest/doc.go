@@ -28,6 +28,12 @@
 //	RBRIDGE_USER_PEER_DEVICE=rxe1    the kernel rxe device on the same L2 segment
 //	RBRIDGE_USER_PEER_NETDEV=br1     that device's netdev (in the initial namespace)
 //	RBRIDGE_USER_PEER_IP=198.18.1.2  that device's IPv4 address
+//	RBRIDGE_IB_GATEWAY_DEVICE=rxe2   the IB fabric's gateway device (see [IB])
+//	RBRIDGE_IB_GATEWAY_NETDEV=veth4  its netdev
+//	RBRIDGE_IB_GATEWAY_IP=198.18.3.1 its IPv4 address
+//	RBRIDGE_IB_PEER_DEVICE=rxe3      the IB fabric's application device
+//	RBRIDGE_IB_PEER_NETDEV=veth5     its netdev
+//	RBRIDGE_IB_PEER_IP=198.18.3.2    its IPv4 address
 //
 // The user namespace variables are the same in both passes: a userspace
 // RoCEv2 endpoint talks to kernel rxe, whichever device the pass is about.
@@ -43,6 +49,11 @@
 //	netns user0:                 vuser1 198.18.1.3
 //
 //	siw0 on veth2 198.18.2.1 ==wire== veth3 198.18.2.2: siw1
+//
+//	rxe2 on veth4 198.18.3.1 ==wire== veth5 198.18.3.2: rxe3   (the IB fabric)
+//
+// Only traffic from 198.18.3.0/24 reaches the IB fabric over its wire;
+// the rest of the guest cannot reach it except through a gateway.
 //
 // Traffic between two local addresses crosses the veth wire, never lo (see
 // integration/vm/init.sh for the routing that forces it).

@@ -44,6 +44,55 @@ type Netns struct {
 	PrefixLen  int        // prefix length of IP and PeerIP
 }
 
+// IBFabric describes the guest's stand-in for an InfiniBand island: a
+// pair of rxe devices on a wire of their own that nothing on the RoCE side
+// (the device passes' devices, the user namespace) can reach except
+// through a gateway. Gateway is the gateway's verbs-leg device, Peer the
+// island's application's.
+type IBFabric struct {
+	GatewayDevice string     // e.g. "rxe2"
+	GatewayNetdev string     // e.g. "veth4"
+	GatewayIP     netip.Addr // e.g. 198.18.3.1
+	PeerDevice    string     // e.g. "rxe3"
+	PeerNetdev    string     // e.g. "veth5"
+	PeerIP        netip.Addr // e.g. 198.18.3.2
+	PrefixLen     int
+}
+
+// IB returns the guest's IB fabric. On the host it skips the test; in the
+// guest it fails the test when the environment is incomplete or a device
+// is missing.
+func IB(t testing.TB) IBFabric {
+	t.Helper()
+	if !InGuest() {
+		t.Skip(SkipReason)
+	}
+	f, err := ibFromEnv(os.Getenv)
+	if err != nil {
+		t.Fatalf("guest: %v", err)
+	}
+	for _, name := range []string{f.GatewayDevice, f.PeerDevice} {
+		if _, err := os.Stat(filepath.Join(sysClassInfiniband, name)); err != nil {
+			t.Fatalf("guest: RDMA device %s is missing in the guest: %v", name, err)
+		}
+	}
+	return f
+}
+
+func ibFromEnv(get func(string) string) (IBFabric, error) {
+	e := env{get: get}
+	f := IBFabric{
+		GatewayDevice: e.str("RBRIDGE_IB_GATEWAY_DEVICE"),
+		GatewayNetdev: e.str("RBRIDGE_IB_GATEWAY_NETDEV"),
+		GatewayIP:     e.addr("RBRIDGE_IB_GATEWAY_IP"),
+		PeerDevice:    e.str("RBRIDGE_IB_PEER_DEVICE"),
+		PeerNetdev:    e.str("RBRIDGE_IB_PEER_NETDEV"),
+		PeerIP:        e.addr("RBRIDGE_IB_PEER_IP"),
+		PrefixLen:     e.prefixLen("RBRIDGE_PREFIX_LEN"),
+	}
+	return f, e.err
+}
+
 // InGuest reports whether this process runs inside the integration guest.
 func InGuest() bool { return os.Getenv("RBRIDGE_GUEST") == "1" }
 

@@ -23,6 +23,14 @@
 #
 #   siw0 on veth2 198.18.2.1 ==wire== veth3 198.18.2.2: siw1
 #
+#   rxe2 on veth4 198.18.3.1 ==wire== veth5 198.18.3.2: rxe3   (the IB fabric)
+#
+# The IB fabric stands for an InfiniBand island: rxe3 is its application's
+# device and rxe2 the gateway's verbs leg. Nothing on the RoCE side (rxe0,
+# rxe1, user0) reaches it: only traffic from 198.18.3.0/24 to it is forced
+# over its wire, so RoCE packets from elsewhere end on lo, where rxe drops
+# them, and user0 has no route there at all. Only the gateway crosses.
+#
 # rxe opens UDP 4791 in the initial namespace only and drops RoCE packets that
 # arrive on lo, so traffic between two local addresses is forced over the veth
 # wires: accept_local, no rp_filter, the local rule moved below per-subnet
@@ -77,6 +85,7 @@ veth() { run $IP link add "$1" address "$2" type veth peer name "$3" address "$4
 veth veth0 02:00:00:00:01:01 veth1 02:00:00:00:01:11
 veth vuser0 02:00:00:00:01:13 vuser1 02:00:00:00:01:03
 veth veth2 02:00:00:00:02:01 veth3 02:00:00:00:02:02
+veth veth4 02:00:00:00:03:01 veth5 02:00:00:00:03:02
 run $IP link add br1 address 02:00:00:00:01:02 type bridge forward_delay 0 stp_state 0
 run $IP link set veth1 master br1
 run $IP link set vuser0 master br1
@@ -84,7 +93,9 @@ run $IP addr add 198.18.1.1/24 dev veth0
 run $IP addr add 198.18.1.2/24 dev br1
 run $IP addr add 198.18.2.1/24 dev veth2
 run $IP addr add 198.18.2.2/24 dev veth3
-for dev in veth0 veth1 vuser0 br1 veth2 veth3; do
+run $IP addr add 198.18.3.1/24 dev veth4
+run $IP addr add 198.18.3.2/24 dev veth5
+for dev in veth0 veth1 vuser0 br1 veth2 veth3 veth4 veth5; do
 	run $IP link set $dev up
 	sysctl -qw net.ipv4.conf.$dev.accept_local=1 net.ipv4.conf.$dev.rp_filter=0 2>/dev/null
 done
@@ -111,17 +122,24 @@ run $IP rule add pref 100 iif lo to 198.18.1.0/24 lookup 101
 run $IP route add 198.18.2.2/32 dev veth2 src 198.18.2.1 table 102
 run $IP route add 198.18.2.1/32 dev veth3 src 198.18.2.2 table 102
 run $IP rule add pref 100 iif lo to 198.18.2.0/24 lookup 102
+run $IP route add 198.18.3.2/32 dev veth4 src 198.18.3.1 table 103
+run $IP route add 198.18.3.1/32 dev veth5 src 198.18.3.2 table 103
+run $IP rule add pref 100 iif lo from 198.18.3.0/24 to 198.18.3.0/24 lookup 103
 run $IP neigh replace 198.18.1.2 lladdr 02:00:00:00:01:02 dev veth0 nud permanent
 run $IP neigh replace 198.18.1.1 lladdr 02:00:00:00:01:01 dev br1 nud permanent
 run $IP neigh replace 198.18.2.2 lladdr 02:00:00:00:02:02 dev veth2 nud permanent
 run $IP neigh replace 198.18.2.1 lladdr 02:00:00:00:02:01 dev veth3 nud permanent
+run $IP neigh replace 198.18.3.2 lladdr 02:00:00:00:03:02 dev veth4 nud permanent
+run $IP neigh replace 198.18.3.1 lladdr 02:00:00:00:03:01 dev veth5 nud permanent
 
 step devices
 run rdma link add rxe0 type rxe netdev veth0
 run rdma link add rxe1 type rxe netdev br1
 run rdma link add siw0 type siw netdev veth2
 run rdma link add siw1 type siw netdev veth3
-for dev in rxe0 rxe1 siw0 siw1; do
+run rdma link add rxe2 type rxe netdev veth4
+run rdma link add rxe3 type rxe netdev veth5
+for dev in rxe0 rxe1 siw0 siw1 rxe2 rxe3; do
 	n=0
 	until grep -q ACTIVE /sys/class/infiniband/$dev/ports/1/state 2>/dev/null; do
 		n=$((n + 1))
@@ -144,7 +162,12 @@ ping_from - 198.18.2.1
 ping_from - 198.18.1.3
 ping_from user0 198.18.1.2
 ping_from user0 198.18.1.1
-echo "reachability: rxe pair, siw pair and user0 answer ping"
+out=$(ping -c 1 -W 10 -I 198.18.3.1 198.18.3.2 2>&1) || die "ping 198.18.3.2 from 198.18.3.1: $out"
+out=$(ping -c 1 -W 10 -I 198.18.3.2 198.18.3.1 2>&1) || die "ping 198.18.3.1 from 198.18.3.2: $out"
+if $IP netns exec user0 ping -c 1 -W 2 198.18.3.2 >/dev/null 2>&1; then
+	die "user0 reaches the IB fabric (198.18.3.2) directly: it must not"
+fi
+echo "reachability: rxe pair, siw pair, the IB fabric and user0 answer ping; user0 cannot reach the IB fabric"
 
 RC=0
 
@@ -270,7 +293,9 @@ fi
 # The device passes. Variables documented in integration/guest/doc.go.
 export RBRIDGE_GUEST=1 RBRIDGE_USER_NETNS=user0 RBRIDGE_USER_NETDEV=vuser1 RBRIDGE_USER_IP=198.18.1.3 \
 	RBRIDGE_USER_PEER_DEVICE=rxe1 RBRIDGE_USER_PEER_NETDEV=br1 RBRIDGE_USER_PEER_IP=198.18.1.2 \
-	RBRIDGE_PREFIX_LEN=24
+	RBRIDGE_PREFIX_LEN=24 \
+	RBRIDGE_IB_GATEWAY_DEVICE=rxe2 RBRIDGE_IB_GATEWAY_NETDEV=veth4 RBRIDGE_IB_GATEWAY_IP=198.18.3.1 \
+	RBRIDGE_IB_PEER_DEVICE=rxe3 RBRIDGE_IB_PEER_NETDEV=veth5 RBRIDGE_IB_PEER_IP=198.18.3.2
 # pass <device> <kind> <netdev> <ip> <peer device> <peer netdev> <peer ip>
 pass() {
 	export RBRIDGE_DEVICE=$1 RBRIDGE_DEVICE_KIND=$2 RBRIDGE_NETDEV=$3 RBRIDGE_IP=$4 \

@@ -36,7 +36,7 @@ type responder struct {
 	wrkey  uint32
 	wtotal uint32
 
-	pending  []unit // handed to the Target, not passed by the frontier; oldest first
+	pending  units  // handed to the Target, not passed by the frontier; oldest first
 	rdAtomic int    // READs and atomics among pending
 	replays  []unit // duplicate READs the Target serves again
 
@@ -79,6 +79,40 @@ type unit struct {
 	readLen     uint32 // READ: bytes asked for
 }
 
+// units is a FIFO ring of units: the pending requests, in PSN order.
+type units struct {
+	buf     []unit // len is a power of two, or 0
+	head, n int
+}
+
+func (q *units) at(i int) *unit { return &q.buf[(q.head+i)&(len(q.buf)-1)] }
+
+func (q *units) push(u unit) {
+	if q.n == len(q.buf) {
+		grown := make([]unit, max(2*len(q.buf), 16))
+		for i := range q.n {
+			grown[i] = *q.at(i)
+		}
+		q.buf, q.head = grown, 0
+	}
+	q.buf[(q.head+q.n)&(len(q.buf)-1)] = u
+	q.n++
+}
+
+func (q *units) pop() unit {
+	p := q.at(0)
+	u := *p
+	*p = unit{}
+	q.head = (q.head + 1) & (len(q.buf) - 1)
+	q.n--
+	return u
+}
+
+func (q *units) clear() {
+	clear(q.buf)
+	q.head, q.n = 0, 0
+}
+
 // readResp is a READ being answered.
 type readResp struct {
 	data  []byte   // the bytes read
@@ -105,14 +139,15 @@ const defaultRdAtomic = 16
 
 func (s *responder) init(psn roce.PSN) {
 	gen := s.gen + 1
-	reads, pending := s.reads[:0], s.pending[:0]
+	reads, pending := s.reads[:0], s.pending
+	pending.clear()
 	*s = responder{epsn: psn, gen: gen, reads: reads, pending: pending}
 }
 
 // frontier returns the first PSN not completed.
 func (s *responder) frontier() roce.PSN {
-	if len(s.pending) > 0 {
-		return s.pending[0].first
+	if s.pending.n > 0 {
+		return s.pending.at(0).first
 	}
 	return s.epsn
 }
@@ -261,8 +296,8 @@ func (qp *QP) maxDestRdAtomic() int {
 // when asked (or when both are completed SEND/WRITE packets).
 func (qp *QP) addUnitLocked(u unit, join bool) {
 	s := &qp.resp
-	if n := len(s.pending); n > 0 {
-		t := &s.pending[n-1]
+	if n := s.pending.n; n > 0 {
+		t := s.pending.at(n - 1)
 		twoSided := func(k roce.Kind) bool { return k == roce.KindSend || k == roce.KindWrite }
 		if twoSided(t.kind) && twoSided(u.kind) && t.last.Next() == u.first &&
 			((join && t.state == Pending && t.kind == u.kind) || (u.state == Done && t.state == Done)) {
@@ -275,7 +310,7 @@ func (qp *QP) addUnitLocked(u unit, join bool) {
 	if u.kind == roce.KindReadRequest || u.kind == roce.KindAtomic {
 		s.rdAtomic++
 	}
-	s.pending = append(s.pending, u)
+	s.pending.push(u)
 }
 
 // completeLocked records the completion of a pending request.
@@ -302,8 +337,8 @@ func (qp *QP) completeLocked(tok Token, c Completion) error {
 		}
 		return ErrStaleToken
 	}
-	for i := range s.pending {
-		u := &s.pending[i]
+	for i := range s.pending.n {
+		u := s.pending.at(i)
 		if u.first != tok.psn {
 			continue
 		}
@@ -338,10 +373,8 @@ func (qp *QP) completeLocked(tok Token, c Completion) error {
 // responses, then the NAK that waited for the frontier, if any.
 func (qp *QP) advanceLocked() {
 	s := &qp.resp
-	for len(s.pending) > 0 && s.pending[0].state != Pending {
-		u := s.pending[0]
-		s.pending[0] = unit{}
-		s.pending = s.pending[1:]
+	for s.pending.n > 0 && s.pending.at(0).state != Pending {
+		u := s.pending.pop()
 		if u.kind == roce.KindReadRequest || u.kind == roce.KindAtomic {
 			s.rdAtomic--
 		}
@@ -366,8 +399,7 @@ func (qp *QP) advanceLocked() {
 			}
 		}
 	}
-	if len(s.pending) == 0 {
-		s.pending = s.pending[:0:cap(s.pending)]
+	if s.pending.n == 0 {
 		qp.nakAtFrontierLocked()
 	}
 }
@@ -376,7 +408,7 @@ func (qp *QP) advanceLocked() {
 // has reached epsn.
 func (qp *QP) nakAtFrontierLocked() {
 	s := &qp.resp
-	if len(s.pending) > 0 {
+	if s.pending.n > 0 {
 		return
 	}
 	switch s.wait {
@@ -511,8 +543,8 @@ func (qp *QP) moreResponses() bool {
 // send, after packets that may still point into them.
 func (qp *QP) abandonLocked() {
 	s := &qp.resp
-	for _, u := range s.pending {
-		if u.lease != nil {
+	for i := range s.pending.n {
+		if u := s.pending.at(i); u.lease != nil {
 			qp.txLeases = append(qp.txLeases, u.lease)
 		}
 	}
@@ -521,9 +553,9 @@ func (qp *QP) abandonLocked() {
 			qp.txLeases = append(qp.txLeases, r.lease)
 		}
 	}
-	clear(s.pending)
+	s.pending.clear()
 	clear(s.reads)
-	s.pending, s.reads, s.replays = s.pending[:0], s.reads[:0], nil
+	s.reads, s.replays = s.reads[:0], nil
 	s.rdAtomic = 0
 	s.gen++
 	if qp.target != nil {
