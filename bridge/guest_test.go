@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/ibv"
@@ -19,6 +23,7 @@ import (
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
+	"github.com/rbridge/rbridge/xdp"
 )
 
 // In the guest: a RoCE application on kernel rxe1 reaches an IB-side
@@ -93,7 +98,11 @@ type gw struct {
 	target *app
 }
 
-func newGateway(t *testing.T) *gw {
+func newGateway(t *testing.T) *gw { return newGatewayOver(t, "udp") }
+
+// newGatewayOver builds the gateway with its userspace leg's packets on a
+// UDP socket ("udp") or on AF_XDP behind the classifier ("afxdp").
+func newGatewayOver(t *testing.T, io string) *gw {
 	t.Helper()
 	guest.RequireKind(t, "rxe")
 	ns := guest.UserNetns(t)
@@ -106,12 +115,20 @@ func newGateway(t *testing.T) *gw {
 	g.target = openApp(t, ib.PeerDevice, ib.PeerIP)
 
 	// The userspace leg, in user0, toward the client.
-	var uc *udpconn.Conn
-	check(t, ns.Do(func() (err error) {
-		uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(ns.IP, roce.Port)})
-		return err
-	}))
-	tdev, err := transport.NewDevice(uc, transport.DeviceOptions{Logger: testlog.New(t)})
+	var conn roce.PacketConn
+	var prog *xdp.Program
+	switch io {
+	case "udp":
+		check(t, ns.Do(func() (err error) {
+			conn, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(ns.IP, roce.Port)})
+			return err
+		}))
+	case "afxdp":
+		conn, prog = afxdpConn(t, ns)
+	default:
+		t.Fatalf("packet I/O %q", io)
+	}
+	tdev, err := transport.NewDevice(conn, transport.DeviceOptions{Logger: testlog.New(t)})
 	check(t, err)
 	t.Cleanup(func() { tdev.Close() })
 	tpd := transport.NewPD()
@@ -125,6 +142,17 @@ func newGateway(t *testing.T) *gw {
 		{State: transport.StateRTR, DestQPN: g.client.qp.QPN(), Remote: netip.AddrPortFrom(ns.PeerIP, roce.Port), RQPSN: cPSN, PathMTU: 1024, MinRNRTimer: 1, MaxDestRdAtomic: 16},
 		{State: transport.StateRTS, SQPSN: nPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
 		check(t, g.near.QP().Modify(a))
+	}
+	if prog != nil {
+		check(t, prog.AddQP(g.near.QP().QPN(), xdp.QP{RemoteQPN: g.client.qp.QPN()}))
+		t.Cleanup(func() {
+			c, err := prog.Counters()
+			check(t, err)
+			t.Logf("classifier: %d frames redirected to AF_XDP", c.Redirected)
+			if c.Redirected == 0 {
+				t.Error("nothing went through AF_XDP")
+			}
+		})
 	}
 
 	// The verbs leg, on rxe2, toward the target.
@@ -272,8 +300,40 @@ func exerciseGateway(t *testing.T, g *gw) {
 	}
 }
 
+// afxdpConn attaches the classifier to user0's veth and opens an AF_XDP
+// conn on it for the userspace leg.
+func afxdpConn(t *testing.T, ns guest.Netns) (roce.PacketConn, *xdp.Program) {
+	t.Helper()
+	p, err := xdp.Load(xdp.Options{Logger: testlog.New(t)})
+	check(t, err)
+	t.Cleanup(func() { p.Close() })
+	mac, err := os.ReadFile("/sys/class/net/" + ns.PeerNetdev + "/address") // rxe1 answers from its netdev's MAC
+	check(t, err)
+	hw, err := net.ParseMAC(strings.TrimSpace(string(mac)))
+	check(t, err)
+	umem, err := unix.Mmap(-1, 0, 1024*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	check(t, err)
+	t.Cleanup(func() { unix.Munmap(umem) })
+	var c *xdp.Conn
+	check(t, ns.Do(func() error {
+		ifi, err := net.InterfaceByName(ns.Netdev)
+		if err != nil {
+			return err
+		}
+		if _, err := p.Attach(ifi.Index); err != nil {
+			return err
+		}
+		c, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, LocalAddr: netip.AddrPortFrom(ns.IP, roce.Port),
+			Neighbors: xdp.StaticNeighbors{ns.PeerIP: hw}, Program: p, Logger: testlog.New(t)})
+		return err
+	}))
+	return c, p
+}
+
 func TestGuestGatewayEveryOpcode(t *testing.T) {
-	exerciseGateway(t, newGateway(t))
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) { exerciseGateway(t, newGatewayOver(t, io)) })
+	}
 }
 
 // The RoCE side cannot reach the IB fabric except through the gateway: a
@@ -344,7 +404,13 @@ func TestGuestGatewayRefusesOneSidedFromVerbsSide(t *testing.T) {
 // With 5% loss on the RoCE side (netem on both ends of user0's wire), every
 // opcode still crosses.
 func TestGuestGatewayWithLoss(t *testing.T) {
-	g := newGateway(t)
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) { gatewayWithLoss(t, io) })
+	}
+}
+
+func gatewayWithLoss(t *testing.T, io string) {
+	g := newGatewayOver(t, io)
 	ns := guest.UserNetns(t)
 	if out, err := exec.Command("/usr/sbin/modprobe", "sch_netem").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe sch_netem: %v\n%s", err, out)

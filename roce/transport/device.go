@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,9 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 
 // Stats returns the device's counters.
 func (d *Device) Stats() *Stats { return &d.stats }
+
+// LocalAddr returns the address of the device's packet conn.
+func (d *Device) LocalAddr() netip.AddrPort { return d.conn.LocalAddr() }
 
 // Close moves every QP to the error state (flushing its work requests),
 // stops the receive goroutine and closes the conn. It is idempotent.

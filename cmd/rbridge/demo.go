@@ -1,0 +1,554 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+)
+
+type demoOptions struct {
+	addr     string
+	size     int
+	duration time.Duration
+	jsonOut  bool
+}
+
+func newDemoCommand() *cobra.Command {
+	o := demoOptions{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a client, the gateway and a target in one process and show what crosses",
+		Long: `demo runs rbridge's job on one machine, no RDMA hardware needed: a client
+application, the gateway and a target application, each an RC queue pair of
+rbridge's userspace RoCEv2 transport on its own UDP socket on loopback. The
+gateway joins them with a session, as it joins an InfiniBand island to a
+RoCEv2 fleet: the client reaches the target only through it.
+
+It then:
+  - sends every RC operation across (SEND, SEND_WITH_IMM, SEND_WITH_INV,
+    RDMA WRITE, WRITE_WITH_IMM, RDMA READ, FETCH_ADD, COMPARE_SWAP) and a
+    SEND back from the target, and checks every byte and result on the far
+    side; one-sided operations carry the target's own address and rkey;
+  - measures RDMA WRITEs of --size bytes, and 64-byte SEND round trips, for
+    --duration each, straight from client to target and through the
+    gateway, in the same run, and prints both and their ratio.
+
+The gateway acknowledges nothing before the target completed it, so the
+figures through it include the target's round trip.`,
+		Example: `  rbridge demo
+  rbridge demo --size 4096 --duration 2s --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return runDemo(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1", "loopback address the four sockets bind (ports the kernel picks)")
+	f.IntVar(&o.size, "size", 65536, "RDMA WRITE size for the throughput comparison, in bytes")
+	f.DurationVar(&o.duration, "duration", time.Second, "how long each measurement runs")
+	f.BoolVar(&o.jsonOut, "json", false, "one JSON object instead of text")
+	return cmd
+}
+
+func (o *demoOptions) check() error {
+	a, err := netip.ParseAddr(o.addr)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--addr %q: %w", o.addr, err)
+	case !a.IsLoopback():
+		return fmt.Errorf("--addr %v: the demo runs on a loopback address (127.0.0.1, ::1)", a)
+	case o.size < 1 || o.size > demoMem/4:
+		return fmt.Errorf("--size %d: want 1 byte to %d", o.size, demoMem/4)
+	case o.duration < 10*time.Millisecond || o.duration > time.Hour:
+		return fmt.Errorf("--duration %v: want 10ms to 1h", o.duration)
+	}
+	return nil
+}
+
+// demoMem is the memory of each application (client, target).
+const demoMem = 8 << 20
+
+// demoApp is an application: an RC QP of the transport on its own socket,
+// with memory peers may READ, WRITE and do atomics on.
+type demoApp struct {
+	dev *transport.Device
+	pd  *transport.PD
+	mr  *transport.MR
+	mem []byte
+	cq  *transport.CQ
+}
+
+func newDemoDevice(addr netip.Addr, log *slog.Logger) (*transport.Device, error) {
+	port, err := freeUDPPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(addr, port)})
+	if err != nil {
+		return nil, err
+	}
+	d, err := transport.NewDevice(c, transport.DeviceOptions{Logger: log})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// freeUDPPort asks the kernel for a UDP port free on addr.
+func freeUDPPort(addr netip.Addr) (uint16, error) {
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 0)))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Port(), nil
+}
+
+func newDemoApp(addr netip.Addr, log *slog.Logger) (*demoApp, error) {
+	d, err := newDemoDevice(addr, log)
+	if err != nil {
+		return nil, err
+	}
+	a := &demoApp{dev: d, pd: transport.NewPD(), mem: make([]byte, demoMem), cq: transport.NewCQ(4096)}
+	a.mr, err = a.pd.RegisterMR(a.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead|transport.AccessRemoteAtomic)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *demoApp) newQP() (*transport.QP, error) {
+	return a.dev.CreateQP(a.pd, transport.QPInitAttr{Type: transport.RC, SendCQ: a.cq, RecvCQ: a.cq, MaxSendWR: 512, MaxRecvWR: 512})
+}
+
+// connectQPs connects two transport QPs as an out-of-band exchange of
+// QPN, PSN and address would.
+func connectQPs(a, b *transport.QP, aAddr, bAddr netip.AddrPort) error {
+	for _, p := range []struct {
+		qp, peer *transport.QP
+		to       netip.AddrPort
+		sq, rq   uint32
+	}{{a, b, bAddr, 0x10, 0xfffff0}, {b, a, aAddr, 0xfffff0, 0x10}} {
+		for _, at := range []transport.QPAttr{{State: transport.StateInit},
+			{State: transport.StateRTR, DestQPN: p.peer.QPN(), Remote: p.to, RQPSN: p.rq, PathMTU: 4096, MinRNRTimer: 1, MaxDestRdAtomic: 16},
+			{State: transport.StateRTS, SQPSN: p.sq, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
+			if err := p.qp.Modify(at); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// demoGateway is the gateway: two userspace legs and a session.
+type demoGateway struct {
+	near, far *transport.Device
+	pool      *bridge.Pool
+	sess      *bridge.Session
+}
+
+func (g *demoGateway) close() {
+	if g.sess != nil {
+		g.sess.Close()
+	}
+	for _, d := range []*transport.Device{g.near, g.far} {
+		if d != nil {
+			d.Close()
+		}
+	}
+	if g.pool != nil {
+		g.pool.Close()
+	}
+}
+
+// newDemoGateway connects client and target QPs through a session.
+func newDemoGateway(addr netip.Addr, client, target *transport.QP, clientAddr, targetAddr netip.AddrPort, log *slog.Logger) (*demoGateway, error) {
+	g := &demoGateway{}
+	var err error
+	if g.pool, err = bridge.NewPool(bridge.PoolOptions{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}}); err != nil {
+		return nil, err
+	}
+	var eps [2]*bridge.UserspaceEndpoint
+	for i, dev := range []**transport.Device{&g.near, &g.far} {
+		if *dev, err = newDemoDevice(addr, log); err != nil {
+			g.close()
+			return nil, err
+		}
+		pd := transport.NewPD()
+		mr, err := pd.RegisterMR(g.pool.Arena(), transport.AccessLocalWrite)
+		if err != nil {
+			g.close()
+			return nil, err
+		}
+		if eps[i], err = bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: *dev, PD: pd, MR: mr}); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
+	if err := connectQPs(client, eps[0].QP(), clientAddr, g.near.LocalAddr()); err != nil {
+		g.close()
+		return nil, err
+	}
+	if err := connectQPs(eps[1].QP(), target, g.far.LocalAddr(), targetAddr); err != nil {
+		g.close()
+		return nil, err
+	}
+	if g.sess, err = bridge.NewSession(bridge.SessionOptions{A: eps[0], B: eps[1], Pool: g.pool, Logger: log}); err != nil {
+		g.close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// demoCrossing is one operation that crossed the gateway, as checked.
+type demoCrossing struct {
+	Op     string `json:"op"`
+	Bytes  int    `json:"bytes"`
+	Way    string `json:"way"`
+	Result string `json:"result"`
+}
+
+// demoRun is the measurement of one path.
+type demoRun struct {
+	Path      string  `json:"path"`
+	Writes    uint64  `json:"writes"`
+	MBPerS    float64 `json:"write_mb_per_s"`
+	RoundTrip float64 `json:"send_round_trip_us"`
+}
+
+type demoReport struct {
+	Client   string         `json:"client"`
+	Gateway  [2]string      `json:"gateway"`
+	Target   string         `json:"target"`
+	Crossed  []demoCrossing `json:"crossed"`
+	Session  demoSession    `json:"session"`
+	WriteB   int            `json:"write_bytes"`
+	Direct   demoRun        `json:"direct"`
+	Through  demoRun        `json:"through"`
+	BWRatio  float64        `json:"through_vs_direct_bandwidth"`
+	LatRatio float64        `json:"through_vs_direct_round_trip"`
+}
+
+type demoSession struct {
+	Ops    [2]uint64 `json:"ops"`
+	Bytes  [2]uint64 `json:"bytes"`
+	Copied [2]uint64 `json:"copied_bytes"`
+}
+
+func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error {
+	log := slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	addr := netip.MustParseAddr(o.addr)
+	client, err := newDemoApp(addr, log)
+	if err != nil {
+		return fmt.Errorf("demo: client: %w", err)
+	}
+	defer client.dev.Close()
+	target, err := newDemoApp(addr, log)
+	if err != nil {
+		return fmt.Errorf("demo: target: %w", err)
+	}
+	defer target.dev.Close()
+	cq, err := client.newQP()
+	if err != nil {
+		return err
+	}
+	tq, err := target.newQP()
+	if err != nil {
+		return err
+	}
+	g, err := newDemoGateway(addr, cq, tq, client.dev.LocalAddr(), target.dev.LocalAddr(), log)
+	if err != nil {
+		return fmt.Errorf("demo: gateway: %w", err)
+	}
+	defer g.close()
+	r := demoReport{Client: client.dev.LocalAddr().String(), Target: target.dev.LocalAddr().String(),
+		Gateway: [2]string{g.near.LocalAddr().String(), g.far.LocalAddr().String()}, WriteB: o.size}
+	if !o.jsonOut {
+		fmt.Fprintf(out, "rbridge demo: client %s -> gateway %s | %s -> target %s\n", r.Client, r.Gateway[0], r.Gateway[1], r.Target)
+		fmt.Fprintf(out, "  (rbridge's userspace RoCEv2 transport on UDP sockets on loopback; the client reaches the target only through the gateway)\n")
+	}
+	if r.Crossed, err = demoCrossings(ctx, client, target, cq, tq); err != nil {
+		return fmt.Errorf("demo: across the gateway: %w", err)
+	}
+	st := g.sess.Stats()
+	for i := range 2 {
+		r.Session.Ops[i], r.Session.Bytes[i], r.Session.Copied[i] = st.Ops[i].Load(), st.Bytes[i].Load(), st.Copied[i].Load()
+	}
+	if !o.jsonOut {
+		for _, c := range r.Crossed {
+			fmt.Fprintf(out, "crossed  %-22s %7d B  %-18s %s\n", c.Op, c.Bytes, c.Way, c.Result)
+		}
+		fmt.Fprintf(out, "session: %d ops, %d bytes client to target; %d ops, %d bytes back; %d bytes copied into the pool\n",
+			r.Session.Ops[0], r.Session.Bytes[0], r.Session.Ops[1], r.Session.Bytes[1], r.Session.Copied[0]+r.Session.Copied[1])
+		fmt.Fprintf(out, "measuring %d-byte RDMA WRITEs and 64-byte SEND round trips, %v each, direct and through the gateway...\n", o.size, o.duration)
+	}
+
+	// The direct path: a second pair of QPs, straight between the two.
+	dc, err := client.newQP()
+	if err != nil {
+		return err
+	}
+	dt, err := target.newQP()
+	if err != nil {
+		return err
+	}
+	if err := connectQPs(dc, dt, client.dev.LocalAddr(), target.dev.LocalAddr()); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		run    *demoRun
+		name   string
+		c, t   *transport.QP
+		target *demoApp
+	}{{&r.Direct, "direct", dc, dt, target}, {&r.Through, "through", cq, tq, target}} {
+		p.run.Path = p.name
+		n, secs, err := demoWrites(ctx, client, target, p.c, o.size, o.duration)
+		if err != nil {
+			return fmt.Errorf("demo: %s WRITEs: %w", p.name, err)
+		}
+		p.run.Writes, p.run.MBPerS = n, float64(n)*float64(o.size)/secs/1e6
+		rt, err := demoRoundTrips(ctx, client, target, p.c, p.t, o.duration)
+		if err != nil {
+			return fmt.Errorf("demo: %s round trips: %w", p.name, err)
+		}
+		p.run.RoundTrip = rt.Seconds() * 1e6
+	}
+	if r.Direct.MBPerS > 0 {
+		r.BWRatio = r.Through.MBPerS / r.Direct.MBPerS
+	}
+	if r.Direct.RoundTrip > 0 {
+		r.LatRatio = r.Through.RoundTrip / r.Direct.RoundTrip
+	}
+	if o.jsonOut {
+		e := json.NewEncoder(out)
+		e.SetIndent("", "  ")
+		return e.Encode(r)
+	}
+	fmt.Fprintf(out, "%-8s %10s %14s %16s\n", "path", "writes", "write MB/s", "SEND round trip")
+	for _, run := range []demoRun{r.Direct, r.Through} {
+		fmt.Fprintf(out, "%-8s %10d %14.1f %13.1f us\n", run.Path, run.Writes, run.MBPerS, run.RoundTrip)
+	}
+	fmt.Fprintf(out, "through/direct: bandwidth %.2f, round trip %.2f\n", r.BWRatio, r.LatRatio)
+	return nil
+}
+
+func waitOne(ctx context.Context, cq *transport.CQ) (transport.WC, error) {
+	var wc [1]transport.WC
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cq.PollWait(ctx, wc[:]); err != nil {
+		return transport.WC{}, err
+	}
+	if wc[0].Status != transport.StatusSuccess {
+		return wc[0], fmt.Errorf("work request %d: %v", wc[0].ID, wc[0].Status)
+	}
+	return wc[0], nil
+}
+
+// demoCrossings sends every RC operation from the client to the target
+// through the gateway, and a SEND back, checking each on the far side.
+func demoCrossings(ctx context.Context, c, t *demoApp, cq, tq *transport.QP) ([]demoCrossing, error) {
+	cm, tm := c.mem, t.mem
+	for i := range 1 << 20 {
+		cm[i] = byte(i*7 + i>>9)
+		tm[4<<20+i] = byte(i*13 + 5)
+	}
+	binary.LittleEndian.PutUint64(tm[6<<20:], 1000)
+	binary.LittleEndian.PutUint64(tm[6<<20+8:], 7)
+	sge := func(off, n int) transport.SGE { return transport.SGE{MR: c.mr, Offset: off, Length: n} }
+	rsge := func(off, n int) transport.SGE { return transport.SGE{MR: t.mr, Offset: off, Length: n} }
+	ta, rk := t.mr.Addr(), t.mr.RKey()
+	steps := []struct {
+		wr    transport.SendWR
+		check func(recv transport.WC) string
+	}{
+		{transport.SendWR{Opcode: transport.OpSend, Local: sge(0, 5000)}, func(w transport.WC) string {
+			return same(tm[1<<20:1<<20+5000], cm[:5000], w.ByteLen == 5000)
+		}},
+		{transport.SendWR{Opcode: transport.OpSendWithImm, Local: sge(100, 64), Imm: 0xc0ffee}, func(w transport.WC) string {
+			return same(tm[1<<20:1<<20+64], cm[100:164], w.HasImm && w.Imm == 0xc0ffee)
+		}},
+		{transport.SendWR{Opcode: transport.OpSendWithInv, Local: sge(200, 64), InvRKey: 0x1234}, func(w transport.WC) string {
+			return same(tm[1<<20:1<<20+64], cm[200:264], w.HasInv && w.InvRKey == 0x1234)
+		}},
+		{transport.SendWR{Opcode: transport.OpWrite, Local: sge(0, 200000), Remote: ta + 2<<20, RKey: rk}, func(transport.WC) string {
+			return same(tm[2<<20:2<<20+200000], cm[:200000], true)
+		}},
+		{transport.SendWR{Opcode: transport.OpWriteWithImm, Local: sge(0, 100), Remote: ta + 3<<20, RKey: rk, Imm: 77}, func(w transport.WC) string {
+			return same(tm[3<<20:3<<20+100], cm[:100], w.HasImm && w.Imm == 77)
+		}},
+		{transport.SendWR{Opcode: transport.OpRead, Local: sge(1<<20, 60000), Remote: ta + 4<<20, RKey: rk}, func(transport.WC) string {
+			return same(cm[1<<20:1<<20+60000], tm[4<<20:4<<20+60000], true)
+		}},
+		{transport.SendWR{Opcode: transport.OpFetchAdd, Local: sge(2<<20, 8), Remote: ta + 6<<20, RKey: rk, SwapAdd: 5}, func(transport.WC) string {
+			got, now := binary.LittleEndian.Uint64(cm[2<<20:]), binary.LittleEndian.Uint64(tm[6<<20:])
+			return verdict(got == 1000 && now == 1005, fmt.Sprintf("returned %d, target now %d", got, now))
+		}},
+		{transport.SendWR{Opcode: transport.OpCompareSwap, Local: sge(2<<20+8, 8), Remote: ta + 6<<20 + 8, RKey: rk, Compare: 7, SwapAdd: 99}, func(transport.WC) string {
+			got, now := binary.LittleEndian.Uint64(cm[2<<20+8:]), binary.LittleEndian.Uint64(tm[6<<20+8:])
+			return verdict(got == 7 && now == 99, fmt.Sprintf("returned %d, target now %d", got, now))
+		}},
+	}
+	var out []demoCrossing
+	for i, s := range steps {
+		wr := s.wr
+		wr.ID, wr.Signaled = uint64(i), true
+		receives := wr.Opcode == transport.OpSend || wr.Opcode == transport.OpSendWithImm || wr.Opcode == transport.OpSendWithInv || wr.Opcode == transport.OpWriteWithImm
+		if receives {
+			if err := tq.PostRecv(transport.RecvWR{ID: uint64(i), Local: rsge(1<<20, 1<<20)}); err != nil {
+				return nil, err
+			}
+		}
+		if err := cq.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if _, err := waitOne(ctx, c.cq); err != nil {
+			return nil, fmt.Errorf("%v: %w", wr.Opcode, err)
+		}
+		var recv transport.WC
+		if receives {
+			var err error
+			if recv, err = waitOne(ctx, t.cq); err != nil {
+				return nil, fmt.Errorf("%v at the target: %w", wr.Opcode, err)
+			}
+		}
+		res := s.check(recv)
+		if res != "ok" && !bytes.HasPrefix([]byte(res), []byte("ok ")) {
+			return nil, fmt.Errorf("%v: %s", wr.Opcode, res)
+		}
+		out = append(out, demoCrossing{Op: wr.Opcode.String(), Bytes: wr.Local.Length, Way: "client -> target", Result: res})
+	}
+	// The target answers with a SEND: it crosses back.
+	if err := cq.PostRecv(transport.RecvWR{ID: 99, Local: sge(3<<20, 8192)}); err != nil {
+		return nil, err
+	}
+	if err := tq.PostSend(transport.SendWR{ID: 99, Opcode: transport.OpSendWithImm, Imm: 42, Local: rsge(4<<20, 3000), Signaled: true}); err != nil {
+		return nil, err
+	}
+	if _, err := waitOne(ctx, t.cq); err != nil {
+		return nil, fmt.Errorf("the target's SEND: %w", err)
+	}
+	w, err := waitOne(ctx, c.cq)
+	if err != nil {
+		return nil, fmt.Errorf("the target's SEND at the client: %w", err)
+	}
+	res := same(cm[3<<20:3<<20+3000], tm[4<<20:4<<20+3000], w.ByteLen == 3000 && w.HasImm && w.Imm == 42)
+	if res != "ok" {
+		return nil, fmt.Errorf("the target's SEND: %s", res)
+	}
+	return append(out, demoCrossing{Op: "SEND_WITH_IMM", Bytes: 3000, Way: "target -> client", Result: res}), nil
+}
+
+func same(got, want []byte, meta bool) string {
+	switch {
+	case !bytes.Equal(got, want):
+		return "FAILED: the bytes differ"
+	case !meta:
+		return "FAILED: length, immediate or invalidated rkey differ"
+	}
+	return "ok"
+}
+
+func verdict(ok bool, what string) string {
+	if ok {
+		return "ok (" + what + ")"
+	}
+	return "FAILED: " + what
+}
+
+// demoWrites posts WRITEs of size bytes for d, 16 outstanding, and returns
+// how many completed in how many seconds.
+func demoWrites(ctx context.Context, c, t *demoApp, qp *transport.QP, size int, d time.Duration) (uint64, float64, error) {
+	const window = 16
+	wcs := make([]transport.WC, window)
+	start := time.Now()
+	deadline := start.Add(d)
+	var done uint64
+	out := 0
+	for i := 0; ; i++ {
+		for out >= window || (out > 0 && !time.Now().Before(deadline)) {
+			n, err := c.cq.PollWait(ctx, wcs)
+			if err != nil {
+				return 0, 0, err
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != transport.StatusSuccess {
+					return 0, 0, fmt.Errorf("WRITE %d: %v", wc.ID, wc.Status)
+				}
+			}
+			out -= n
+			done += uint64(n)
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		off := (i % 4) * size
+		if err := qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+			Local: transport.SGE{MR: c.mr, Offset: off, Length: size}, Remote: t.mr.Addr() + uint64(off), RKey: t.mr.RKey()}); err != nil {
+			return 0, 0, err
+		}
+		out++
+	}
+	return done, time.Since(start).Seconds(), nil
+}
+
+// demoRoundTrips ping-pongs 64-byte SENDs between client and target for d
+// and returns the mean round trip.
+func demoRoundTrips(ctx context.Context, c, t *demoApp, cq, tq *transport.QP, d time.Duration) (time.Duration, error) {
+	sge := func(a *demoApp) transport.SGE { return transport.SGE{MR: a.mr, Offset: 7 << 20, Length: 64} }
+	start := time.Now()
+	n := 0
+	for time.Since(start) < d {
+		if err := tq.PostRecv(transport.RecvWR{Local: sge(t)}); err != nil {
+			return 0, err
+		}
+		if err := cq.PostRecv(transport.RecvWR{Local: sge(c)}); err != nil {
+			return 0, err
+		}
+		if err := cq.PostSend(transport.SendWR{Opcode: transport.OpSend, Local: sge(c), Signaled: true}); err != nil {
+			return 0, err
+		}
+		if _, err := waitOne(ctx, t.cq); err != nil { // the ping arrived
+			return 0, err
+		}
+		if err := tq.PostSend(transport.SendWR{Opcode: transport.OpSend, Local: sge(t), Signaled: true}); err != nil {
+			return 0, err
+		}
+		for range 2 { // the ping's completion and the pong
+			if _, err := waitOne(ctx, c.cq); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := waitOne(ctx, t.cq); err != nil { // the pong's completion
+			return 0, err
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, errors.New("no round trip completed")
+	}
+	return time.Since(start) / time.Duration(n), nil
+}
