@@ -1,0 +1,460 @@
+// Package config reads rbridge's gateway configuration: the legs (a verbs
+// device, or rbridge's userspace RoCEv2 transport on an Ethernet interface)
+// and the routes (a listen address on one leg, a target on the other, and
+// the clients allowed). The file is YAML:
+//
+//	legs:
+//	  - name: ib                    # any name; routes refer to it
+//	    kind: verbs                 # a libibverbs device: IB HCA, RoCE HCA, rxe (siw: two-sided only)
+//	    ip: 198.18.3.1              # the gateway's address on this fabric; picks device, port and GID
+//	    device: rxe2                # optional, checked against ip
+//	    port: 1                     # optional
+//	  - name: roce
+//	    kind: userspace             # rbridge's own RoCEv2 transport on an Ethernet interface
+//	    interface: vgw0
+//	    ip: 198.18.1.3
+//	    io: afxdp                   # afxdp (default) or udp
+//	    netns: user0                # optional: the network namespace that holds the interface
+//	routes:
+//	  - name: storage
+//	    listen: {leg: ib, addr: "198.18.3.1:4420"}    # where clients connect (rdma_cm address and port)
+//	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
+//	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
+//
+// The keys are a contract (other tools write the file): they are extended,
+// never renamed. Parse refuses a bad file before anything starts, naming
+// the file, the line and what is wrong; Check adds what only the machine
+// can tell (an interface or a device that is missing).
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is a gateway's configuration.
+type Config struct {
+	Legs   []Leg   `yaml:"legs"`
+	Routes []Route `yaml:"routes"`
+
+	file string
+}
+
+// Leg kinds.
+const (
+	KindVerbs     = "verbs"
+	KindUserspace = "userspace"
+)
+
+// Packet I/O of a userspace leg.
+const (
+	IOAFXDP = "afxdp"
+	IOUDP   = "udp"
+)
+
+// Leg is one fabric the gateway sits on.
+type Leg struct {
+	Name string `yaml:"name"`
+	Kind string `yaml:"kind"`
+	// IP is the gateway's address on this fabric.
+	IP netip.Addr `yaml:"ip"`
+	// Device and Port (verbs) name the RDMA device and port; they are
+	// found from IP when not given, and checked against it when given.
+	Device string `yaml:"device"`
+	Port   int    `yaml:"port"`
+	// Interface, IO and Netns (userspace) name the Ethernet interface, the
+	// packet I/O on it and the network namespace that holds it.
+	Interface string `yaml:"interface"`
+	IO        string `yaml:"io"`
+	Netns     string `yaml:"netns"`
+
+	line int
+	errs []lineError
+}
+
+// Endpoint is where a route listens or connects.
+type Endpoint struct {
+	Leg  string         `yaml:"leg"`
+	Addr netip.AddrPort `yaml:"addr"`
+
+	line int
+	errs []lineError
+}
+
+// Route joins a listen address on one leg to a target on the other.
+type Route struct {
+	Name   string         `yaml:"name"`
+	Listen Endpoint       `yaml:"listen"`
+	Target Endpoint       `yaml:"target"`
+	Allow  []netip.Prefix `yaml:"allow"`
+
+	line int
+	errs []lineError
+}
+
+// Allowed reports whether a client at addr may use the route.
+func (r *Route) Allowed(addr netip.Addr) bool {
+	if len(r.Allow) == 0 {
+		return true
+	}
+	addr = addr.Unmap()
+	for _, p := range r.Allow {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// Leg returns the leg named name.
+func (c *Config) Leg(name string) (*Leg, bool) {
+	for i := range c.Legs {
+		if c.Legs[i].Name == name {
+			return &c.Legs[i], true
+		}
+	}
+	return nil, false
+}
+
+// Error is a problem in a configuration file, at a line.
+type Error struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+// Errors is every problem Parse found.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Load reads and parses the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, b)
+}
+
+// yamlLine finds "line N" in the YAML decoder's messages.
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+
+// Parse parses and validates a configuration; name is the file's name in
+// errors, which are of type Errors.
+func Parse(name string, b []byte) (*Config, error) {
+	c := &Config{file: name}
+	d := yaml.NewDecoder(bytes.NewReader(b))
+	d.KnownFields(true)
+	if err := d.Decode(c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, Errors{{File: name, Msg: "the file is empty: want legs and routes"}}
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			var es Errors
+			for _, m := range te.Errors {
+				es = append(es, yamlError(name, m))
+			}
+			return nil, es
+		}
+		return nil, Errors{yamlError(name, err.Error())}
+	}
+	if es := c.validate(); len(es) > 0 {
+		return nil, es
+	}
+	return c, nil
+}
+
+// unknownField is the YAML decoder's word for an unknown top-level key.
+var unknownField = regexp.MustCompile(`^field (\S+) not found in type config\.Config$`)
+
+func yamlError(file, msg string) *Error {
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		var line int
+		fmt.Sscan(m[1], &line)
+		text := m[2]
+		if u := unknownField.FindStringSubmatch(text); u != nil {
+			text = fmt.Sprintf("unknown key %q (known: legs, routes)", u[1])
+		}
+		return &Error{File: file, Line: line, Msg: text}
+	}
+	return &Error{File: file, Msg: strings.TrimPrefix(msg, "yaml: ")}
+}
+
+// The file is decoded in two steps: each leg, route and endpoint from its
+// YAML node (UnmarshalYAML: keys checked, values parsed, every problem kept
+// with the line of its value), then validate, which checks the whole.
+
+// mapping checks that n is a mapping whose keys are all in allowed, and
+// returns the value node of each key.
+func mapping(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Node, []lineError) {
+	if n.Kind != yaml.MappingNode {
+		return nil, []lineError{{n.Line, fmt.Sprintf("%s: want a mapping of keys (%s)", what, strings.Join(allowed, ", "))}}
+	}
+	vals := map[string]*yaml.Node{}
+	var errs []lineError
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		known := false
+		for _, a := range allowed {
+			known = known || k.Value == a
+		}
+		switch {
+		case !known:
+			errs = append(errs, lineError{k.Line, fmt.Sprintf("%s: unknown key %q (known: %s)", what, k.Value, strings.Join(allowed, ", "))})
+		case vals[k.Value] != nil:
+			errs = append(errs, lineError{k.Line, fmt.Sprintf("%s: key %q given twice", what, k.Value)})
+		default:
+			vals[k.Value] = v
+		}
+	}
+	return vals, errs
+}
+
+// lineError is a problem found while decoding, kept for validate.
+type lineError struct {
+	line int
+	msg  string
+}
+
+// scalar decodes a scalar value into v, noting a failure.
+func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineError) {
+	n := vals[key]
+	if n == nil {
+		return
+	}
+	if n.Kind != yaml.ScalarNode {
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s: want a single value", what, key)})
+		return
+	}
+	if err := n.Decode(v); err != nil {
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: not a %T", what, key, n.Value, v)})
+	}
+}
+
+// parsed decodes a scalar with parse (netip's parsers), noting a failure.
+func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(string) (T, error), errs *[]lineError) (T, int) {
+	var zero T
+	var text string
+	scalar(vals, key, what, &text, errs)
+	if text == "" {
+		return zero, 0
+	}
+	v, err := parse(text)
+	if err != nil {
+		*errs = append(*errs, lineError{vals[key].Line, fmt.Sprintf("%s: %s %q: %v", what, key, text, err)})
+		return zero, vals[key].Line
+	}
+	return v, vals[key].Line
+}
+
+// UnmarshalYAML decodes a leg from its node.
+func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
+	l.line = n.Line
+	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns")
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"name", &l.Name}, {"kind", &l.Kind}, {"device", &l.Device}, {"interface", &l.Interface}, {"io", &l.IO}, {"netns", &l.Netns}} {
+		scalar(vals, k.key, "leg", k.dst, &errs)
+	}
+	scalar(vals, "port", "leg", &l.Port, &errs)
+	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
+	l.errs = errs
+	return nil
+}
+
+// UnmarshalYAML decodes an endpoint (listen, target) from its node.
+func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
+	e.line = n.Line
+	vals, errs := mapping(n, "endpoint", "leg", "addr")
+	scalar(vals, "leg", "endpoint", &e.Leg, &errs)
+	e.Addr, _ = parsed(vals, "addr", "endpoint", netip.ParseAddrPort, &errs)
+	e.errs = errs
+	return nil
+}
+
+// UnmarshalYAML decodes a route from its node.
+func (r *Route) UnmarshalYAML(n *yaml.Node) error {
+	r.line = n.Line
+	vals, errs := mapping(n, "route", "name", "listen", "target", "allow")
+	scalar(vals, "name", "route", &r.Name, &errs)
+	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
+		if v := vals[key]; v != nil {
+			_ = e.UnmarshalYAML(v)
+		}
+	}
+	if v := vals["allow"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "route: allow: want a list of prefixes, as [\"198.18.3.0/24\"]"})
+		}
+		for _, item := range v.Content {
+			p, err := netip.ParsePrefix(item.Value)
+			if err != nil {
+				if a, aerr := netip.ParseAddr(item.Value); aerr == nil {
+					p, err = a.Prefix(a.BitLen()) // a single address
+				}
+			}
+			if err != nil {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("route: allow %q: not an address or prefix (%v)", item.Value, err)})
+				continue
+			}
+			r.Allow = append(r.Allow, p.Masked())
+		}
+	}
+	r.errs = errs
+	return nil
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+func (c *Config) validate() Errors {
+	var es Errors
+	bad := func(line int, format string, args ...any) {
+		es = append(es, &Error{File: c.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	}
+	if len(c.Legs) == 0 {
+		bad(0, "no legs: a gateway needs one on each fabric")
+	}
+	if len(c.Routes) == 0 {
+		bad(0, "no routes: nothing would cross the gateway")
+	}
+	keep := func(errs []lineError) {
+		for _, e := range errs {
+			bad(e.line, "%s", e.msg)
+		}
+	}
+	seen := map[string]int{}
+	for i := range c.Legs {
+		l := &c.Legs[i]
+		keep(l.errs)
+		switch {
+		case l.Name == "":
+			bad(l.line, "leg without a name")
+		case !namePattern.MatchString(l.Name):
+			bad(l.line, "leg name %q: letters, digits, '.', '_' and '-' only", l.Name)
+		case seen[l.Name] != 0:
+			bad(l.line, "leg %q is defined twice (first at line %d)", l.Name, seen[l.Name])
+		default:
+			seen[l.Name] = l.line
+		}
+		if !l.IP.IsValid() && len(l.errs) == 0 {
+			bad(l.line, "leg %q: no ip: the gateway's address on this fabric", l.Name)
+		} else if l.IP.IsUnspecified() || l.IP.IsMulticast() {
+			bad(l.line, "leg %q: ip %v is not an address the gateway can have", l.Name, l.IP)
+		}
+		l.IP = l.IP.Unmap()
+		switch l.Kind {
+		case KindVerbs:
+			if l.Interface != "" || l.IO != "" || l.Netns != "" {
+				bad(l.line, "leg %q: interface, io and netns are for userspace legs; a verbs leg is found by its ip (or device)", l.Name)
+			}
+			if l.Port < 0 || l.Port > 255 {
+				bad(l.line, "leg %q: port %d: want 1 to 255", l.Name, l.Port)
+			}
+		case KindUserspace:
+			if l.Interface == "" {
+				bad(l.line, "leg %q: a userspace leg needs the interface it runs on", l.Name)
+			}
+			if l.Device != "" || l.Port != 0 {
+				bad(l.line, "leg %q: device and port are for verbs legs", l.Name)
+			}
+			switch l.IO {
+			case "":
+				l.IO = IOAFXDP
+			case IOAFXDP, IOUDP:
+			default:
+				bad(l.line, "leg %q: io %q: want afxdp or udp", l.Name, l.IO)
+			}
+		case "":
+			bad(l.line, "leg %q: no kind: want verbs or userspace", l.Name)
+		default:
+			bad(l.line, "leg %q: kind %q: want verbs or userspace", l.Name, l.Kind)
+		}
+	}
+	routes := map[string]int{}
+	listens := map[netip.AddrPort]string{}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		keep(r.errs)
+		keep(r.Listen.errs)
+		keep(r.Target.errs)
+		switch {
+		case r.Name == "":
+			bad(r.line, "route without a name")
+		case !namePattern.MatchString(r.Name):
+			bad(r.line, "route name %q: letters, digits, '.', '_' and '-' only", r.Name)
+		case routes[r.Name] != 0:
+			bad(r.line, "route %q is defined twice (first at line %d)", r.Name, routes[r.Name])
+		default:
+			routes[r.Name] = r.line
+		}
+		var ends [2]*Leg
+		for j, e := range []*Endpoint{&r.Listen, &r.Target} {
+			what := [2]string{"listen", "target"}[j]
+			line := e.line
+			if line == 0 {
+				line = r.line
+			}
+			if e.Leg == "" {
+				bad(line, "route %q: %s has no leg", r.Name, what)
+				continue
+			}
+			l, ok := c.Leg(e.Leg)
+			if !ok {
+				bad(line, "route %q: %s leg %q does not exist", r.Name, what, e.Leg)
+				continue
+			}
+			ends[j] = l
+			if len(e.errs) > 0 {
+				continue
+			}
+			if !e.Addr.IsValid() || e.Addr.Port() == 0 {
+				bad(line, "route %q: %s addr %v: want an IP address and a port, as \"198.18.1.2:4420\"", r.Name, what, e.Addr)
+				continue
+			}
+			e.Addr = netip.AddrPortFrom(e.Addr.Addr().Unmap(), e.Addr.Port())
+			if e.Addr.Addr().Is4() != l.IP.Is4() && l.IP.IsValid() {
+				bad(line, "route %q: %s addr %v is not of leg %q's address family (%v)", r.Name, what, e.Addr, l.Name, l.IP)
+			}
+		}
+		if ends[0] != nil && r.Listen.Addr.IsValid() {
+			if r.Listen.Addr.Addr() != ends[0].IP {
+				bad(r.Listen.line, "route %q: listen addr %v is not leg %q's address (%v)", r.Name, r.Listen.Addr, ends[0].Name, ends[0].IP)
+			} else if other, dup := listens[r.Listen.Addr]; dup {
+				bad(r.Listen.line, "route %q: listen addr %v is route %q's already", r.Name, r.Listen.Addr, other)
+			} else {
+				listens[r.Listen.Addr] = r.Name
+			}
+		}
+		if ends[0] != nil && ends[0] == ends[1] {
+			bad(r.line, "route %q: listen and target are both on leg %q: a route crosses from one leg to the other", r.Name, ends[0].Name)
+		}
+		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP {
+			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
+		}
+	}
+	return es
+}

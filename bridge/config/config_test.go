@@ -1,0 +1,135 @@
+package config_test
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rbridge/rbridge/bridge/config"
+)
+
+const good = `legs:
+  - name: ib                    # any name; routes refer to it
+    kind: verbs
+    ip: 198.18.3.1
+    device: rxe2
+    port: 1
+  - name: roce
+    kind: userspace
+    interface: vgw0
+    ip: 198.18.1.3
+    netns: user0
+routes:
+  - name: storage
+    listen: {leg: ib, addr: "198.18.3.1:4420"}
+    target: {leg: roce, addr: "198.18.1.2:4420"}
+    allow: ["198.18.3.0/24", 198.18.4.7]
+  - name: back
+    listen: {leg: roce, addr: "198.18.1.3:7471"}
+    target: {leg: ib, addr: "198.18.3.2:7471"}
+`
+
+func TestParseGood(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type leg struct {
+		Name, Kind, IP, Device, Interface, IO, Netns string
+		Port                                         int
+	}
+	var legs []leg
+	for _, l := range c.Legs {
+		legs = append(legs, leg{l.Name, l.Kind, l.IP.String(), l.Device, l.Interface, l.IO, l.Netns, l.Port})
+	}
+	want := []leg{{"ib", "verbs", "198.18.3.1", "rxe2", "", "", "", 1}, {"roce", "userspace", "198.18.1.3", "", "vgw0", "afxdp", "user0", 0}}
+	if d := cmp.Diff(want, legs); d != "" {
+		t.Errorf("legs (-want +got):\n%s", d)
+	}
+	r := c.Routes[0]
+	if r.Name != "storage" || r.Listen.Leg != "ib" || r.Listen.Addr != netip.MustParseAddrPort("198.18.3.1:4420") ||
+		r.Target.Leg != "roce" || r.Target.Addr != netip.MustParseAddrPort("198.18.1.2:4420") {
+		t.Errorf("route %+v", r)
+	}
+	for addr, ok := range map[string]bool{"198.18.3.77": true, "198.18.4.7": true, "198.18.4.8": false, "10.0.0.1": false, "::ffff:198.18.3.5": true} {
+		if got := r.Allowed(netip.MustParseAddr(addr)); got != ok {
+			t.Errorf("route allows %s: %v, want %v", addr, got, ok)
+		}
+	}
+	if !c.Routes[1].Allowed(netip.MustParseAddr("10.1.2.3")) {
+		t.Error("a route without allow refuses a client")
+	}
+	if l, ok := c.Leg("roce"); !ok || l.Interface != "vgw0" {
+		t.Errorf("Leg(roce) = %+v, %v", l, ok)
+	}
+}
+
+func TestParseBad(t *testing.T) {
+	base := func(legs, routes string) string { return "legs:\n" + legs + "routes:\n" + routes }
+	ib := "  - name: ib\n    kind: verbs\n    ip: 198.18.3.1\n"
+	roce := "  - name: roce\n    kind: userspace\n    interface: vgw0\n    ip: 198.18.1.3\n"
+	route := func(listen, target string) string {
+		return "  - name: r\n    listen: " + listen + "\n    target: " + target + "\n"
+	}
+	ok := route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.2:1"}`)
+	for _, tc := range []struct {
+		name, file string
+		want       []string // each must be in the error, as "gw.yaml:LINE: text"
+	}{
+		{"empty", "", []string{"gw.yaml: the file is empty"}},
+		{"not yaml", "legs: [", []string{"gw.yaml:1:"}},
+		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes)`}},
+		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg: unknown key "colour"`}},
+		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: endpoint: unknown key "port"`}},
+		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs or userspace`}},
+		{"bad ip", base("  - name: ib\n    kind: verbs\n    ip: 198.18.3.x\n"+roce, ok), []string{`gw.yaml:4: leg: ip "198.18.3.x"`}},
+		{"no ip", base("  - name: ib\n    kind: verbs\n"+roce, ok), []string{`gw.yaml:2: leg "ib": no ip`}},
+		{"userspace without interface", base(ib+"  - name: roce\n    kind: userspace\n    ip: 198.18.1.3\n", ok), []string{`gw.yaml:5: leg "roce": a userspace leg needs the interface`}},
+		{"bad io", base(ib+roce+"    io: dpdk\n", ok), []string{`gw.yaml:5: leg "roce": io "dpdk": want afxdp or udp`}},
+		{"verbs with interface", base(ib+"    interface: eth0\n"+roce, ok), []string{`gw.yaml:2: leg "ib": interface, io and netns are for userspace legs`}},
+		{"duplicate leg", base(ib+ib+roce, ok), []string{`gw.yaml:5: leg "ib" is defined twice (first at line 2)`}},
+		{"missing leg", base(ib+roce, route(`{leg: nope, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen leg "nope" does not exist`}},
+		{"listen not the leg's", base(ib+roce, route(`{leg: ib, addr: "198.18.3.9:1"}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen addr 198.18.3.9:1 is not leg "ib"'s address (198.18.3.1)`}},
+		{"no port", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.2"}`)), []string{`gw.yaml:12: endpoint: addr "198.18.1.2"`}},
+		{"same leg", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: ib, addr: "198.18.3.2:1"}`)), []string{`gw.yaml:10: route "r": listen and target are both on leg "ib"`}},
+		{"two routes on one listen", base(ib+roce, ok+strings.Replace(ok, "name: r", "name: s", 1)), []string{`gw.yaml:14: route "s": listen addr 198.18.3.1:1 is route "r"'s already`}},
+		{"bad allow", base(ib+roce, ok+"    allow: [198.18.3.0/33]\n"), []string{`gw.yaml:13: route: allow "198.18.3.0/33"`}},
+		{"no routes", base(ib+roce, ""), []string{"gw.yaml: no routes"}},
+		{"target is the gateway", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.3:1"}`)), []string{`gw.yaml:12: route "r": target addr 198.18.1.3:1 is the gateway's own address`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse("gw.yaml", []byte(tc.file))
+			if err == nil {
+				t.Fatalf("parsed:\n%s", tc.file)
+			}
+			var es config.Errors
+			if !errors.As(err, &es) {
+				t.Errorf("error %T is not config.Errors", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\nlacks %q; the file:\n%s", err, w, numbered(tc.file))
+				}
+			}
+		})
+	}
+}
+
+func numbered(s string) string {
+	var b strings.Builder
+	for i, l := range strings.Split(s, "\n") {
+		b.WriteString(strings.Repeat(" ", 3-len(itoa(i+1))) + itoa(i+1) + " " + l + "\n")
+	}
+	return b.String()
+}
+
+func itoa(i int) string {
+	const d = "0123456789"
+	if i < 10 {
+		return d[i : i+1]
+	}
+	return itoa(i/10) + d[i%10:i%10+1]
+}
