@@ -1,4 +1,4 @@
-package main
+package capture_test
 
 import (
 	"bytes"
@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/capture"
 )
 
 var update = flag.Bool("update", false, "rewrite ../../testdata/sample.pcapng")
@@ -157,12 +159,12 @@ func TestSampleCapture(t *testing.T) {
 	}
 	defer f.Close()
 	var out bytes.Buffer
-	st, err := decodeCapture(f, &out, false)
+	st, err := capture.Dump(&out, f, capture.Text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := decodeStats{packets: 20, roce: 19, other: 1, badICRC: 1, cut: 1}
-	if st != want {
-		t.Errorf("stats %+v, want %+v\n%s", st, want, out.String())
+	want := capture.Stats{Packets: 20, RoCE: 19, Other: 1, BadICRC: 1, Cut: 1}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("stats (-want +got):\n%s\n%s", diff, out.String())
 	}
 }

@@ -1,0 +1,204 @@
+package capture
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rbridge/rbridge/roce"
+)
+
+// Record is one decoded packet, as rbridge decode prints it. Its JSON form
+// (the struct tags) is one object per packet; keys are only ever added to
+// it, so that programs reading it keep working.
+type Record struct {
+	N        int    `json:"n"`    // the packet's number in the capture, from 1
+	RoCE     bool   `json:"roce"` // UDP to port 4791
+	Src      string `json:"src,omitempty"`
+	Dst      string `json:"dst,omitempty"`
+	*Headers        // present once the BTH decoded
+	Error    string `json:"error,omitempty"`
+
+	notRoCE string // why the packet is not RoCEv2, for the text form
+	ecnCE   bool   // IP ECN says congestion experienced, for the text form
+	cut     bool   // the capture's snap length cut the packet
+}
+
+// Headers are the BTH and the extension headers of a RoCEv2 packet, the
+// payload length and the ICRC check.
+type Headers struct {
+	Opcode       string              `json:"opcode"`
+	OpcodeNum    uint8               `json:"opcode_num"`
+	SE           bool                `json:"se"`
+	MigReq       bool                `json:"migreq"`
+	Pad          int                 `json:"pad"`
+	PKey         uint16              `json:"pkey"`
+	FECN         bool                `json:"fecn"`
+	BECN         bool                `json:"becn"`
+	DQPN         uint32              `json:"dqpn"`
+	AckReq       bool                `json:"ackreq"`
+	PSN          uint32              `json:"psn"`
+	PayloadLen   *int                `json:"payload_len,omitempty"`
+	ICRC         *uint32             `json:"icrc,omitempty"` // the CRC-32 value; little-endian on the wire
+	ICRCOK       *bool               `json:"icrc_ok,omitempty"`
+	RETH         *RETHRecord         `json:"reth,omitempty"`
+	AETH         *AETHRecord         `json:"aeth,omitempty"`
+	Imm          *uint32             `json:"imm,omitempty"`
+	IETH         *IETHRecord         `json:"ieth,omitempty"`
+	DETH         *DETHRecord         `json:"deth,omitempty"`
+	AtomicETH    *AtomicETHRecord    `json:"atomic_eth,omitempty"`
+	AtomicAckETH *AtomicAckETHRecord `json:"atomic_ack_eth,omitempty"`
+}
+
+// RETHRecord is a RETH's fields.
+type RETHRecord struct {
+	VA     uint64 `json:"va"`
+	RKey   uint32 `json:"rkey"`
+	DMALen uint32 `json:"dma_len"`
+}
+
+// AETHRecord is an AETH's fields.
+type AETHRecord struct {
+	Syndrome uint8  `json:"syndrome"`
+	MSN      uint32 `json:"msn"`
+}
+
+// IETHRecord is an IETH's field.
+type IETHRecord struct {
+	RKey uint32 `json:"rkey"`
+}
+
+// DETHRecord is a DETH's fields.
+type DETHRecord struct {
+	QKey uint32 `json:"qkey"`
+	SQPN uint32 `json:"sqpn"`
+}
+
+// AtomicETHRecord is an AtomicETH's fields.
+type AtomicETHRecord struct {
+	VA      uint64 `json:"va"`
+	RKey    uint32 `json:"rkey"`
+	SwapAdd uint64 `json:"swap_add"`
+	Compare uint64 `json:"compare"`
+}
+
+// AtomicAckETHRecord is an AtomicAckETH's field.
+type AtomicAckETHRecord struct {
+	Orig uint64 `json:"orig"`
+}
+
+// ICRCBad reports whether the ICRC was checked and is wrong.
+func (r *Record) ICRCBad() bool {
+	return r.Headers != nil && r.ICRCOK != nil && !*r.ICRCOK
+}
+
+// Cut reports whether the capture's snap length cut the packet.
+func (r *Record) Cut() bool { return r.cut }
+
+func headersOf(p *roce.Packet) *Headers {
+	h := p.BTH
+	b := &Headers{
+		Opcode: h.Opcode().String(), OpcodeNum: uint8(h.Opcode()), SE: h.SE(), MigReq: h.MigReq(),
+		Pad: h.PadCount(), PKey: h.PKey(), FECN: h.FECN(), BECN: h.BECN(), DQPN: h.DestQP(),
+		AckReq: h.AckReq(), PSN: h.PSN(),
+	}
+	if p.RETH != nil {
+		b.RETH = &RETHRecord{VA: p.RETH.VA(), RKey: p.RETH.RKey(), DMALen: p.RETH.DMALen()}
+	}
+	if p.AETH != nil {
+		b.AETH = &AETHRecord{Syndrome: uint8(p.AETH.Syndrome()), MSN: p.AETH.MSN()}
+	}
+	if p.ImmDt != nil {
+		v := p.ImmDt.Imm()
+		b.Imm = &v
+	}
+	if p.IETH != nil {
+		b.IETH = &IETHRecord{RKey: p.IETH.RKey()}
+	}
+	if p.DETH != nil {
+		b.DETH = &DETHRecord{QKey: p.DETH.QKey(), SQPN: p.DETH.SrcQP()}
+	}
+	if p.AtomicETH != nil {
+		a := p.AtomicETH
+		b.AtomicETH = &AtomicETHRecord{VA: a.VA(), RKey: a.RKey(), SwapAdd: a.SwapAdd(), Compare: a.Compare()}
+	}
+	if p.AtomicAckETH != nil {
+		b.AtomicAckETH = &AtomicAckETHRecord{Orig: p.AtomicAckETH.Orig()}
+	}
+	return b
+}
+
+// Text renders the record on one line, without a newline.
+func (r *Record) Text() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%5d ", r.N)
+	if r.Src != "" {
+		fmt.Fprintf(&sb, "%s > %s ", r.Src, r.Dst)
+	}
+	if !r.RoCE {
+		sb.WriteString("not RoCEv2")
+		switch {
+		case r.Error != "":
+			sb.WriteString(": " + r.Error)
+		case r.notRoCE != "":
+			sb.WriteString(" (" + strings.TrimPrefix(r.notRoCE, "roce: ") + ")")
+		}
+		return sb.String()
+	}
+	if b := r.Headers; b != nil {
+		fmt.Fprintf(&sb, "%s qp=%#06x psn=%d", b.Opcode, b.DQPN, b.PSN)
+		for _, fl := range []struct {
+			on   bool
+			name string
+		}{{b.SE, "SE"}, {b.MigReq, "M"}, {b.FECN, "FECN"}, {b.BECN, "BECN"}, {b.AckReq, "A"}, {r.ecnCE, "ECN-CE"}} {
+			if fl.on {
+				sb.WriteString(" " + fl.name)
+			}
+		}
+		if b.PKey != roce.DefaultPKey {
+			fmt.Fprintf(&sb, " pkey=%#04x", b.PKey)
+		}
+		if b.RETH != nil {
+			fmt.Fprintf(&sb, " reth(va=%#x rkey=%#x len=%d)", b.RETH.VA, b.RETH.RKey, b.RETH.DMALen)
+		}
+		if b.AETH != nil {
+			fmt.Fprintf(&sb, " aeth(%v msn=%d)", roce.Syndrome(b.AETH.Syndrome), b.AETH.MSN)
+		}
+		if b.AtomicETH != nil {
+			a := b.AtomicETH
+			fmt.Fprintf(&sb, " atomic(va=%#x rkey=%#x swap_add=%#x compare=%#x)", a.VA, a.RKey, a.SwapAdd, a.Compare)
+		}
+		if b.AtomicAckETH != nil {
+			fmt.Fprintf(&sb, " atomic_ack(orig=%#x)", b.AtomicAckETH.Orig)
+		}
+		if b.DETH != nil {
+			fmt.Fprintf(&sb, " deth(qkey=%#x sqpn=%#06x)", b.DETH.QKey, b.DETH.SQPN)
+		}
+		if b.Imm != nil {
+			fmt.Fprintf(&sb, " imm=%#08x", *b.Imm)
+		}
+		if b.IETH != nil {
+			fmt.Fprintf(&sb, " ieth(rkey=%#x)", b.IETH.RKey)
+		}
+		if b.PayloadLen != nil {
+			fmt.Fprintf(&sb, " len=%d", *b.PayloadLen)
+		}
+		if b.Pad != 0 {
+			fmt.Fprintf(&sb, " pad=%d", b.Pad)
+		}
+		if b.ICRCOK != nil {
+			verdict := "ok"
+			if !*b.ICRCOK {
+				verdict = "BAD"
+			}
+			fmt.Fprintf(&sb, " icrc=%#08x %s", *b.ICRC, verdict)
+		}
+	}
+	line := strings.TrimRight(sb.String(), " ")
+	switch {
+	case r.cut:
+		line += " CUT: " + r.Error
+	case r.Error != "" && (r.Headers == nil || r.ICRCOK == nil):
+		line += " MALFORMED: " + r.Error
+	}
+	return line
+}
