@@ -38,7 +38,7 @@ func decode(f *roce.Frame, n int, p Packet) *Record {
 	case LinkTypeLinuxSLL:
 		err = decodeCooked(f, data)
 	default:
-		rec.Error = fmt.Sprintf("link type %v (%d) is not supported: rbridge reads Ethernet, raw IP and Linux cooked captures", linkTypeName(p.LinkType), p.LinkType)
+		rec.Error = fmt.Sprintf("link type %v (%d) is not supported: rbridge reads Ethernet, raw IP and Linux cooked captures", p.LinkType, uint32(p.LinkType))
 		return rec
 	}
 	if f.Src.IsValid() {

@@ -187,9 +187,23 @@ func TestDecodeLinkTypes(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, r)
 		}
 	}
-	out, _ := dump(t, writeCapture(t, layers.LinkTypeIEEE802_11, eth), capture.JSON)
-	if r := jsonLines(t, out)[0]; !strings.Contains(r["error"].(string), "link type") {
-		t.Errorf("802.11 capture: %v", r)
+	// Link types Decode does not read are refused by their number, also
+	// above 255 (257 is not Ethernet).
+	for _, tc := range []struct {
+		lt   uint32
+		want string
+	}{
+		{105, "link type IEEE802_11 (105) is not supported"},
+		{257, "link type LINKTYPE_257 (257) is not supported"},
+	} {
+		p := filepath.Join(t.TempDir(), "c.pcap")
+		if err := os.WriteFile(p, pcapFile(le, false, 65535, tc.lt, pcapRec{data: eth}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := dump(t, p, capture.JSON)
+		if r := jsonLines(t, out)[0]; r["roce"] != false || !strings.HasPrefix(r["error"].(string), tc.want) {
+			t.Errorf("link type %d: %v, want an error starting %q", tc.lt, r, tc.want)
+		}
 	}
 }
 
