@@ -16,9 +16,10 @@ func newDecodeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "decode [--json] FILE",
 		Short: "Decode the RoCEv2 packets in a pcap or pcapng capture",
-		Long: `decode reads a capture (pcap or pcapng; Ethernet, raw IP or Linux cooked
-link types) and prints every packet: the BTH, the extension headers its
-opcode carries, the payload length, and whether the ICRC is right. Packets
+		Long: `decode reads a capture (pcap or pcapng, gzipped or not; Ethernet, raw IP,
+or Linux cooked v1 or v2 (tcpdump -i any) link types) and prints every
+packet: the BTH, the extension headers its opcode carries, the payload
+length, and whether the ICRC is right. Packets
 that are not RoCEv2 (UDP to port 4791) are listed as such; malformed ones say
 what is wrong. FILE "-" reads standard input.
 

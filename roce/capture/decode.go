@@ -36,9 +36,11 @@ func decode(f *roce.Frame, n int, p Packet) *Record {
 	case LinkTypeRaw, LinkTypeRawBSD, LinkTypeRawAlt, LinkTypeIPv4, LinkTypeIPv6:
 		err = f.DecodeIP(data)
 	case LinkTypeLinuxSLL:
-		err = decodeCooked(f, data)
+		err = decodeCooked(f, data, sllHdr, sllProto)
+	case LinkTypeLinuxSLL2:
+		err = decodeCooked(f, data, sll2Hdr, sll2Proto)
 	default:
-		rec.Error = fmt.Sprintf("link type %v (%d) is not supported: rbridge reads Ethernet, raw IP and Linux cooked captures", p.LinkType, uint32(p.LinkType))
+		rec.Error = fmt.Sprintf("link type %v (%d) is not supported: rbridge reads Ethernet, raw IP and Linux cooked (v1 and v2) captures", p.LinkType, uint32(p.LinkType))
 		return rec
 	}
 	if f.Src.IsValid() {
@@ -94,13 +96,49 @@ func decode(f *roce.Frame, n int, p Packet) *Record {
 	return rec
 }
 
-// decodeCooked decodes Linux "cooked" captures (tcpdump -i any).
-func decodeCooked(f *roce.Frame, data []byte) error {
-	const hdr, protoAt = 16, 14
+// The Linux cooked headers, which libpcap writes for captures on the "any"
+// device (tcpdump -i any) and on devices without a link-layer header.
+// Version 1 (LINKTYPE_LINUX_SLL), 16 bytes:
+//
+//	+---------------+---------------+---------------+---------------+
+//	|          Packet type          |          ARPHRD type          |
+//	+---------------+---------------+---------------+---------------+
+//	|    Link-layer address length  |                               |
+//	+---------------+---------------+                               +
+//	|                 Link-layer address (8 bytes)                  |
+//	+                               +---------------+---------------+
+//	|                               |         Protocol type         |
+//	+---------------+---------------+---------------+---------------+
+//
+// Version 2 (LINKTYPE_LINUX_SLL2), 20 bytes:
+//
+//	+---------------+---------------+---------------+---------------+
+//	|         Protocol type         |           Reserved            |
+//	+---------------+---------------+---------------+---------------+
+//	|                        Interface index                        |
+//	+---------------+---------------+---------------+---------------+
+//	|          ARPHRD type          |  Packet type  | Address length|
+//	+---------------+---------------+---------------+---------------+
+//	|                 Link-layer address (8 bytes)                  |
+//	+                                                               +
+//	|                                                               |
+//	+---------------+---------------+---------------+---------------+
+//
+// The protocol type is the EtherType of what follows.
+const (
+	sllHdr    = 16
+	sllProto  = 14
+	sll2Hdr   = 20
+	sll2Proto = 0
+)
+
+// decodeCooked decodes a Linux cooked capture of hdr bytes whose protocol
+// type is at proto.
+func decodeCooked(f *roce.Frame, data []byte, hdr, proto int) error {
 	if len(data) < hdr {
 		return &roce.HeaderError{Header: "Linux cooked header", Err: roce.ErrTruncated, Need: hdr, Have: len(data)}
 	}
-	if p := binary.BigEndian.Uint16(data[protoAt:]); p != 0x0800 && p != 0x86dd {
+	if p := binary.BigEndian.Uint16(data[proto:]); p != 0x0800 && p != 0x86dd {
 		return &roce.HeaderError{Header: "protocol", Err: roce.ErrNotRoCEv2, Value: uint64(p)}
 	}
 	return f.DecodeIP(data[hdr:])

@@ -172,19 +172,47 @@ func TestDecodeLinkTypes(t *testing.T) {
 	eth := frames[0]
 	sll := append(make([]byte, 14), 0x08, 0x00)
 	sll = append(sll, eth[14:]...)
+	// Linux cooked v2: IPv4, interface 3, ARPHRD_ETHER, outgoing, a 6-byte
+	// address.
+	sll2 := append([]byte{0x08, 0x00, 0, 0, 0, 0, 0, 3, 0, 1, 4, 6, 2, 0, 0, 0, 0, 1, 0, 0}, eth[14:]...)
+	sll2v6 := append([]byte{0x86, 0xdd, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0}, frames[16][14:]...)
+	arp := append([]byte{0x08, 0x06}, sll2[2:]...)
+	for _, tc := range []struct {
+		name   string
+		lt     uint32
+		b      []byte
+		opcode any
+	}{
+		{"raw IP", 101, eth[14:], "RC_SEND_ONLY"},
+		{"IPv4", 228, eth[14:], "RC_SEND_ONLY"},
+		{"Linux cooked", 113, sll, "RC_SEND_ONLY"},
+		{"Linux cooked v2", 276, sll2, "RC_SEND_ONLY"},
+		{"Linux cooked v2, IPv6", 276, sll2v6, "UD_SEND_ONLY"},
+	} {
+		p := filepath.Join(t.TempDir(), "c.pcap")
+		if err := os.WriteFile(p, pcapFile(le, false, 65535, tc.lt, pcapRec{data: tc.b}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := dump(t, p, capture.JSON)
+		r := jsonLines(t, out)[0]
+		if r["opcode"] != tc.opcode || r["icrc_ok"] != true {
+			t.Errorf("%s: %v", tc.name, r)
+		}
+	}
 	for _, tc := range []struct {
 		name string
-		lt   layers.LinkType
 		b    []byte
+		want string
 	}{
-		{"raw IP", 101, eth[14:]},
-		{"IPv4", 228, eth[14:]},
-		{"Linux cooked", 113, sll},
+		{"ARP", arp, "not RoCEv2 (protocol: not a RoCEv2 packet 0x806)"},
+		{"cut in the header", sll2[:19], "not RoCEv2: roce: Linux cooked header truncated: need 20 bytes, have 19"},
 	} {
-		out, _ := dump(t, writeCapture(t, tc.lt, tc.b), capture.JSON)
-		r := jsonLines(t, out)[0]
-		if r["opcode"] != "RC_SEND_ONLY" || r["icrc_ok"] != true {
-			t.Errorf("%s: %v", tc.name, r)
+		p := filepath.Join(t.TempDir(), "c.pcap")
+		if err := os.WriteFile(p, pcapFile(le, false, 65535, 276, pcapRec{data: tc.b}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, _ := dump(t, p, capture.Text); !strings.Contains(out, tc.want) {
+			t.Errorf("Linux cooked v2, %s: %q, want %q", tc.name, out, tc.want)
 		}
 	}
 	// Link types Decode does not read are refused by their number, also
