@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -46,11 +45,7 @@ read to the end, whatever its packets held.`,
 			if jsonOut {
 				format = capture.JSON
 			}
-			out := bufio.NewWriter(cmd.OutOrStdout())
-			st, err := capture.Dump(out, in, format)
-			if ferr := out.Flush(); err == nil {
-				err = ferr
-			}
+			st, err := capture.Dump(cmd.OutOrStdout(), in, format)
 			if err != nil {
 				return fmt.Errorf("decode %s: %w", name, err)
 			}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 const samplePath = "../../testdata/sample.pcapng"
@@ -45,6 +49,59 @@ func TestDecodeSample(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &m); err != nil || m["n"] != float64(i+1) {
 			t.Errorf("--json line %d %q: %v", i+1, line, err)
 		}
+	}
+}
+
+// TestDecodeFollowsAPipe feeds `decode -` a capture through a pipe and
+// reads the first packet's line before the capture ends, as a live capture
+// (tcpdump -U -w - | rbridge decode -) needs.
+func TestDecodeFollowsAPipe(t *testing.T) {
+	sample, err := os.ReadFile(samplePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sample's first three blocks: the section header, the interface
+	// description and the first packet.
+	first := 0
+	for range 3 {
+		first += int(binary.LittleEndian.Uint32(sample[first+4:]))
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	cmd := newRootCommand()
+	cmd.SetIn(inR)
+	cmd.SetOut(outW)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"decode", "-"})
+	done := make(chan error, 1)
+	go func() {
+		err := cmd.Execute()
+		outW.Close()
+		done <- err
+	}()
+	if _, err := inW.Write(sample[:first]); err != nil {
+		t.Fatal(err)
+	}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(outR).ReadString('\n')
+		line <- s
+		io.Copy(io.Discard, outR)
+	}()
+	select {
+	case s := <-line:
+		if !strings.Contains(s, "RC_SEND_ONLY") {
+			t.Errorf("first line %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first packet is in the pipe, its line not printed after 10 s")
+	}
+	if _, err := inW.Write(sample[first:]); err != nil {
+		t.Fatal(err)
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Error(err)
 	}
 }
 

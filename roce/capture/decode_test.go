@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -258,5 +260,60 @@ func TestDumpErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestDumpFollowsAPipe writes a capture into a pipe packet by packet and
+// reads each packet's line before the next packet is written, as a live
+// capture (tcpdump -U -w - | rbridge decode -) needs.
+func TestDumpFollowsAPipe(t *testing.T) {
+	frames, _ := sampleFrames(t)
+	file := pcapFile(le, false, 65535, 1, pcapRec{sec: 1, data: frames[0]}, pcapRec{sec: 2, data: frames[1]})
+	hdrAndFirst, second := file[:24+16+len(frames[0])], file[24+16+len(frames[0]):]
+	for _, f := range []capture.Format{capture.Text, capture.JSON} {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			_, err := capture.Dump(outW, inR, f)
+			outW.CloseWithError(err)
+			done <- err
+		}()
+		lines := bufio.NewReader(outR)
+		for i, chunk := range [][]byte{hdrAndFirst, second} {
+			if _, err := inW.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
+			line, err := readLine(lines, 10*time.Second)
+			if err != nil {
+				t.Fatalf("format %d: packet %d written, its line not read: %v", f, i+1, err)
+			}
+			if !strings.Contains(line, []string{"RC_SEND_ONLY", "RC_ACKNOWLEDGE"}[i]) {
+				t.Errorf("format %d: line %d %q", f, i+1, line)
+			}
+		}
+		inW.Close()
+		if err := <-done; err != nil {
+			t.Errorf("format %d: %v", f, err)
+		}
+	}
+}
+
+// readLine reads a line from r, or gives up after d.
+func readLine(r *bufio.Reader, d time.Duration) (string, error) {
+	type result struct {
+		s   string
+		err error
+	}
+	c := make(chan result, 1)
+	go func() {
+		s, err := r.ReadString('\n')
+		c <- result{s, err}
+	}()
+	select {
+	case res := <-c:
+		return res.s, res.err
+	case <-time.After(d):
+		return "", fmt.Errorf("no line after %v", d)
 	}
 }

@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,30 +56,48 @@ func (s Stats) String() string {
 // Dump reads the capture in r and writes one record per packet to w in
 // format f. It returns what it counted, and an error when the capture could
 // not be read to its end (the counts are of the packets before it).
+//
+// Dump follows a live capture: it writes the records it holds whenever its
+// input has nothing more buffered, before it waits for more, so each line
+// appears as its packet arrives; a file is written in large writes.
 func Dump(w io.Writer, r io.Reader, f Format) (Stats, error) {
 	var st Stats
 	cr, err := NewReader(r)
 	if err != nil {
 		return st, err
 	}
-	enc := json.NewEncoder(w)
+	bw := bufio.NewWriter(w)
+	err = dump(bw, cr, f, &st)
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	return st, err
+}
+
+func dump(bw *bufio.Writer, cr *Reader, f Format, st *Stats) error {
+	enc := json.NewEncoder(bw)
 	for {
+		if cr.br.Buffered() == 0 {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+		}
 		p, err := cr.Next()
 		if errors.Is(err, io.EOF) {
-			return st, nil
+			return nil
 		}
 		if err != nil {
-			return st, fmt.Errorf("after packet %d: %w", st.Packets, err)
+			return fmt.Errorf("after packet %d: %w", st.Packets, err)
 		}
 		rec := Decode(st.Packets+1, p)
 		st.Add(rec)
 		if f == JSON {
 			err = enc.Encode(rec)
 		} else {
-			_, err = io.WriteString(w, rec.Text()+"\n")
+			_, err = bw.WriteString(rec.Text() + "\n")
 		}
 		if err != nil {
-			return st, err
+			return err
 		}
 	}
 }
