@@ -30,8 +30,9 @@ atomic_eth{va,rkey,swap_add,compare}, atomic_ack_eth{orig}, and error.
 icrc is the CRC-32 value; on the wire it is stored little-endian, so
 Wireshark, which shows the four bytes in wire order, prints it byte-swapped.
 
-A summary goes to standard error. The exit status is 0 when the capture was
-read to the end, whatever its packets held.`,
+A summary goes to standard error, also when the capture ends in the middle
+of a packet (the error follows it). The exit status is 0 when the capture
+was read to the end, whatever its packets held.`,
 		Example: `  rbridge decode testdata/sample.pcapng
   rbridge decode --json capture.pcap | jq 'select(.opcode == "RC_RDMA_READ_REQUEST")'`,
 		Args: cobra.ExactArgs(1),
@@ -46,10 +47,15 @@ read to the end, whatever its packets held.`,
 				format = capture.JSON
 			}
 			st, err := capture.Dump(cmd.OutOrStdout(), in, format)
+			if err != nil && st.Packets == 0 {
+				return fmt.Errorf("decode %s: %w", name, err)
+			}
+			// A capture that ends in the middle still gets its summary,
+			// of the packets before the error that follows it.
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, st)
 			if err != nil {
 				return fmt.Errorf("decode %s: %w", name, err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, st)
 			return nil
 		},
 	}
@@ -64,6 +70,10 @@ func openInput(path string, stdin io.Reader) (io.ReadCloser, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, path, err
+	}
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		f.Close()
+		return nil, path, fmt.Errorf("decode %s: a directory, not a capture file", path)
 	}
 	return f, path, nil
 }

@@ -117,6 +117,7 @@ func TestDecodeStdinAndErrors(t *testing.T) {
 	if out, _, err := run(t, sample, "decode", "-"); err != nil || strings.Count(out, "\n") != 20 {
 		t.Errorf("stdin: %v, %d lines", err, strings.Count(out, "\n"))
 	}
+	dir := t.TempDir()
 	for _, tc := range []struct {
 		name  string
 		stdin []byte
@@ -124,6 +125,7 @@ func TestDecodeStdinAndErrors(t *testing.T) {
 		want  string
 	}{
 		{"missing file", nil, []string{"decode", "/nonexistent.pcap"}, "no such file"},
+		{"directory", nil, []string{"decode", dir}, "decode " + dir + ": a directory, not a capture file"},
 		{"not a capture", []byte("hello, world"), []string{"decode", "-"}, "not a pcap or pcapng file"},
 		{"empty", nil, []string{"decode", "-"}, "empty or truncated"},
 		{"no file", nil, []string{"decode"}, "accepts 1 arg"},
@@ -134,6 +136,14 @@ func TestDecodeStdinAndErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
+	}
+	// A capture cut short still gets its summary line, then the error.
+	_, summary, err := run(t, sample[:len(sample)-100], "decode", "-")
+	if want := "stdin: 18 packets: 18 RoCEv2, 0 other, 0 malformed, 1 bad ICRC, 0 cut by the capture\n"; summary != want {
+		t.Errorf("cut capture: summary %q, want %q", summary, want)
+	}
+	if err == nil || !strings.Contains(err.Error(), "decode stdin: after packet 18: pcapng: the file ends inside a block") {
+		t.Errorf("cut capture: %v", err)
 	}
 }
 

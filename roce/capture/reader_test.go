@@ -300,3 +300,17 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestReaderReadError passes on a read error other than the end of the
+// input as it is, not as an empty file.
+func TestReaderReadError(t *testing.T) {
+	dir, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	_, err = capture.NewReader(dir)
+	if err == nil || !strings.Contains(err.Error(), "is a directory") || strings.Contains(err.Error(), "empty") {
+		t.Errorf("reading a directory: %v", err)
+	}
+}
