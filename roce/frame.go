@@ -28,6 +28,10 @@ const (
 	etherTypeV6   = 0x86dd
 	etherTypeQ    = 0x8100
 	etherTypeQinQ = 0x88a8
+
+	// ipv4FragMask selects the IPv4 "more fragments" flag and the fragment
+	// offset: a packet with either set is a fragment.
+	ipv4FragMask = 0x3fff
 )
 
 // ECNCE is the IP ECN codepoint "congestion experienced".
@@ -78,6 +82,12 @@ func (f *Frame) decodeIP(b []byte, v6 bool) error {
 	hdrLen, l4, err := splitIP(b)
 	if err != nil {
 		return err
+	}
+	if !v6 && binary.BigEndian.Uint16(b[6:])&ipv4FragMask != 0 {
+		// A fragment: RoCEv2 is sent with DF, and the fragments after the
+		// first hold no UDP header to read. (An IPv6 fragment header is
+		// refused by splitIP as a next header that is not UDP.)
+		return &HeaderError{Header: "IPv4 fragment", Err: ErrNotRoCEv2, Value: uint64(binary.BigEndian.Uint16(b[6:]))}
 	}
 	f.IPv6 = v6
 	f.IP = b[:hdrLen+len(l4)]

@@ -70,6 +70,12 @@ func TestFrameNotRoCE(t *testing.T) {
 	binary.BigEndian.PutUint16(arp[12:], 0x0806)
 	badLen := bytes.Clone(b)
 	binary.BigEndian.PutUint16(badLen[14+20+4:], 20) // UDP length shorter than the IP payload
+	// IPv4 fragments: the first (more fragments), and a later one whose
+	// first bytes happen to look like a UDP header to port 4791.
+	firstFrag := bytes.Clone(b)
+	firstFrag[14+6] |= 0x20
+	laterFrag := bytes.Clone(b)
+	binary.BigEndian.PutUint16(laterFrag[14+6:], 185) // offset 1480, DF clear
 	for _, tc := range []struct {
 		name string
 		b    []byte
@@ -78,6 +84,8 @@ func TestFrameNotRoCE(t *testing.T) {
 		{"port 53", other, roce.ErrNotRoCEv2},
 		{"ARP", arp, roce.ErrNotRoCEv2},
 		{"UDP length", badLen, roce.ErrBadLength},
+		{"first IPv4 fragment", firstFrag, roce.ErrNotRoCEv2},
+		{"later IPv4 fragment", laterFrag, roce.ErrNotRoCEv2},
 	} {
 		var f roce.Frame
 		if err := f.DecodeEthernet(tc.b); !errors.Is(err, tc.want) {
