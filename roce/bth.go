@@ -161,8 +161,12 @@ func (b BTH) Encode(f *BTHFields) {
 }
 
 // ParseBTH returns the BTH at the start of b and its length. It checks the
-// length, the transport version (0) and that the opcode is one rbridge knows.
-func ParseBTH(b []byte) (BTH, int, error) {
+// length, the transport version (0) and that the opcode is one rbridge
+// speaks (Opcode.Valid).
+func ParseBTH(b []byte) (BTH, int, error) { return parseBTH(b, Opcode.Valid) }
+
+// parseBTH is ParseBTH with the opcodes it accepts given by accept.
+func parseBTH(b []byte, accept func(Opcode) bool) (BTH, int, error) {
 	if len(b) < BTHLen {
 		return nil, 0, truncated("BTH", BTHLen, len(b))
 	}
@@ -170,7 +174,7 @@ func ParseBTH(b []byte) (BTH, int, error) {
 	if v := h.TVer(); v != 0 {
 		return nil, 0, &HeaderError{Header: "BTH", Err: ErrBadVersion, Value: uint64(v)}
 	}
-	if !h.Opcode().Valid() {
+	if !accept(h.Opcode()) {
 		return nil, 0, &HeaderError{Header: "BTH", Err: ErrReservedOpcode, Value: uint64(h.Opcode())}
 	}
 	return h, BTHLen, nil

@@ -11,8 +11,8 @@ var (
 	ErrTruncated = errors.New("truncated")
 	// ErrBadVersion means the BTH transport version is not 0.
 	ErrBadVersion = errors.New("unsupported transport header version")
-	// ErrReservedOpcode means the opcode is reserved or of a service rbridge
-	// does not speak (RD, XRC).
+	// ErrReservedOpcode means the opcode is reserved, or (from ParseBTH and
+	// Packet.Decode) of a service rbridge does not speak (RD, XRC).
 	ErrReservedOpcode = errors.New("reserved opcode")
 	// ErrBadPad means the pad count does not fit the packet: pad bytes on an
 	// opcode without payload, or more pad than payload.

@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/rbridge/rbridge/roce"
@@ -85,6 +86,22 @@ func FuzzHeaders(f *testing.F) {
 			roce.IETH(o).Encode(&f)
 			return o
 		})
+		rd, n, err := roce.ParseRDETH(b)
+		roundTrip("RDETH", roce.RDETHLen, n, err, func() []byte {
+			f := rd.Fields()
+			o := make([]byte, roce.RDETHLen)
+			roce.RDETH(o).Encode(&f)
+			o[0] = b[0] // reserved
+			return o
+		})
+		x, n, err := roce.ParseXRCETH(b)
+		roundTrip("XRCETH", roce.XRCETHLen, n, err, func() []byte {
+			f := x.Fields()
+			o := make([]byte, roce.XRCETHLen)
+			roce.XRCETH(o).Encode(&f)
+			o[0] = b[0] // reserved
+			return o
+		})
 		if d, n, err := roce.ParseDETH(b); err == nil {
 			f := d.Fields()
 			o := make([]byte, roce.DETHLen)
@@ -98,17 +115,28 @@ func FuzzHeaders(f *testing.F) {
 	})
 }
 
-// FuzzPacketDecode decodes arbitrary transport packets: no panic, and a
-// packet that decodes re-encodes to the same bytes with AppendPacket (pad and
-// reserved bits aside, ICRC recomputed by nobody here).
+// FuzzPacketDecode decodes arbitrary transport packets with Decode and with
+// Dissect, which accepts a superset: no panic, and a packet that decodes
+// re-encodes to the same bytes with AppendPacket (pad and reserved bits
+// aside, ICRC recomputed by nobody here).
 func FuzzPacketDecode(f *testing.F) {
 	for _, s := range samples() {
 		f.Add(roce.AppendPacket(nil, &s.fields, s.payload))
 	}
+	for _, s := range foreignSamples() {
+		f.Add(roce.AppendPacket(nil, &s.fields, s.payload))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p roce.Packet
-		if err := p.Decode(b); err != nil {
+		derr := p.Decode(b)
+		if err := p.Dissect(b); err != nil {
+			if derr == nil {
+				t.Fatalf("Decode accepts what Dissect refuses: %v", err)
+			}
 			return
+		}
+		if derr != nil && !errors.Is(derr, roce.ErrReservedOpcode) {
+			t.Fatalf("Dissect accepts what Decode refuses with %v", derr)
 		}
 		if p.Len() != len(b) {
 			t.Fatalf("Len %d, input %d", p.Len(), len(b))
@@ -122,7 +150,7 @@ func FuzzPacketDecode(f *testing.F) {
 			t.Fatalf("re-encoded %d bytes, decoded %d", len(out), len(b))
 		}
 		var q roce.Packet
-		if err := q.Decode(out); err != nil {
+		if err := q.Dissect(out); err != nil {
 			t.Fatalf("re-encoded packet does not decode: %v", err)
 		}
 		if q.Fields() != fields || !bytes.Equal(q.Payload, p.Payload) {

@@ -161,6 +161,32 @@ func TestExtensionHeadersRoundTrip(t *testing.T) {
 			t.Errorf("DETH reserved byte = %#x, want 0", b[4])
 		}
 	})
+	t.Run("RDETH", func(t *testing.T) {
+		want := roce.RDETHFields{EEC: 0xfedcba}
+		b := filled(roce.RDETHLen)
+		roce.RDETH(b).Encode(&want)
+		h, n, err := roce.ParseRDETH(b)
+		check(t, n, err, roce.RDETHLen)
+		if diff := cmp.Diff(want, h.Fields()); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+		if b[0] != 0 {
+			t.Errorf("RDETH reserved byte = %#x, want 0", b[0])
+		}
+	})
+	t.Run("XRCETH", func(t *testing.T) {
+		want := roce.XRCETHFields{SRQ: 0xabcdef}
+		b := filled(roce.XRCETHLen)
+		roce.XRCETH(b).Encode(&want)
+		h, n, err := roce.ParseXRCETH(b)
+		check(t, n, err, roce.XRCETHLen)
+		if diff := cmp.Diff(want, h.Fields()); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+		if b[0] != 0 {
+			t.Errorf("XRCETH reserved byte = %#x, want 0", b[0])
+		}
+	})
 }
 
 func check(t *testing.T, n int, err error, want int) {
@@ -187,6 +213,8 @@ func TestHeadersCutAtEveryPrefix(t *testing.T) {
 		"ImmDt":        {roce.ImmDtLen, func(b []byte) (int, error) { _, n, err := roce.ParseImmDt(b); return n, err }},
 		"IETH":         {roce.IETHLen, func(b []byte) (int, error) { _, n, err := roce.ParseIETH(b); return n, err }},
 		"DETH":         {roce.DETHLen, func(b []byte) (int, error) { _, n, err := roce.ParseDETH(b); return n, err }},
+		"RDETH":        {roce.RDETHLen, func(b []byte) (int, error) { _, n, err := roce.ParseRDETH(b); return n, err }},
+		"XRCETH":       {roce.XRCETHLen, func(b []byte) (int, error) { _, n, err := roce.ParseXRCETH(b); return n, err }},
 	}
 	for name, p := range parsers {
 		for i := range p.n {

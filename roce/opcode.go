@@ -3,8 +3,17 @@ package roce
 import "strconv"
 
 // Opcode is the BTH opcode: the transport service in the top three bits
-// (RC 0x00, UC 0x20, RD 0x40, UD 0x60, CNP 0x80) and the operation in the low
-// five. Names follow the Linux kernel's include/rdma/ib_pack.h.
+// (RC 0x00, UC 0x20, RD 0x40, UD 0x60, CNP 0x80, XRC 0xa0) and the operation
+// in the low five. Names follow the Linux kernel's include/rdma/ib_pack.h
+// (its XRC names are those of the rxe XRC patches, which add them there).
+//
+// rbridge speaks RC, UC and UD and answers CNPs: those opcodes are Valid.
+// The table also knows the opcodes of RD and XRC, with their extension
+// headers, so that tools showing packets name and decode them
+// (Packet.Dissect); they are not Valid, and ParseBTH and Packet.Decode
+// refuse them. Not in the table yet: the memory placement extensions'
+// RC_FLUSH (0x1c), RC_ATOMIC_WRITE (0x1d) and RD_FLUSH (0x5c), which
+// ib_pack.h names too; they are reported as reserved.
 type Opcode uint8
 
 // RC opcodes.
@@ -58,9 +67,11 @@ const (
 )
 
 // Header is a set of extension headers that follow the BTH.
-type Header uint8
+type Header uint16
 
-// Extension headers, in the order they appear on the wire after the BTH.
+// Extension headers. On the wire they follow the BTH in the order RDETH,
+// DETH, XRCETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (IBTA 9.2);
+// the CNP's reserved bytes stand alone.
 const (
 	HdrDETH Header = 1 << iota
 	HdrRETH
@@ -69,7 +80,9 @@ const (
 	HdrAtomicAckETH
 	HdrImmDt
 	HdrIETH
-	HdrCNP // the 16 reserved bytes of a CNP
+	HdrCNP    // the 16 reserved bytes of a CNP
+	HdrRDETH  // RD only
+	HdrXRCETH // XRC requests only
 )
 
 // Position tells where a packet sits in a multi-packet message.
@@ -112,6 +125,7 @@ const (
 
 type opInfo struct {
 	name    string
+	spoken  bool // a service rbridge speaks: RC, UC, UD, CNP
 	hdrs    Header
 	hdrLen  uint8 // extension header bytes after the BTH
 	payload bool  // carries (possibly empty) payload
@@ -129,6 +143,8 @@ const (
 	IETHLen         = 4
 	DETHLen         = 8
 	CNPReservedLen  = 16
+	RDETHLen        = 4
+	XRCETHLen       = 4
 	ICRCLen         = 4
 )
 
@@ -139,7 +155,7 @@ func hdrLen(h Header) uint8 {
 		n uint8
 	}{{HdrDETH, DETHLen}, {HdrRETH, RETHLen}, {HdrAtomicETH, AtomicETHLen},
 		{HdrAETH, AETHLen}, {HdrAtomicAckETH, AtomicAckETHLen}, {HdrImmDt, ImmDtLen},
-		{HdrIETH, IETHLen}, {HdrCNP, CNPReservedLen}} {
+		{HdrIETH, IETHLen}, {HdrCNP, CNPReservedLen}, {HdrRDETH, RDETHLen}, {HdrXRCETH, XRCETHLen}} {
 		if h&e.h != 0 {
 			n += e.n
 		}
@@ -148,10 +164,10 @@ func hdrLen(h Header) uint8 {
 }
 
 // opcodes is the table of every opcode rbridge knows; a zero name marks a
-// reserved or unsupported opcode.
+// reserved opcode.
 var opcodes = func() (t [256]opInfo) {
 	def := func(op Opcode, name string, hdrs Header, payload bool, pos Position, kind Kind) {
-		t[op] = opInfo{name: name, hdrs: hdrs, hdrLen: hdrLen(hdrs), payload: payload, pos: pos, kind: kind}
+		t[op] = opInfo{name: name, spoken: true, hdrs: hdrs, hdrLen: hdrLen(hdrs), payload: payload, pos: pos, kind: kind}
 	}
 	// Send and RDMA write are the same on RC and UC.
 	for _, svc := range []struct {
@@ -186,11 +202,44 @@ var opcodes = func() (t [256]opInfo) {
 	def(UDSendOnly, "UD_SEND_ONLY", HdrDETH, true, PositionOnly, KindSend)
 	def(UDSendOnlyWithImmediate, "UD_SEND_ONLY_WITH_IMMEDIATE", HdrDETH|HdrImmDt, true, PositionOnly, KindSend)
 	def(CNP, "CNP", HdrCNP, false, PositionNone, KindCNP)
+	// RD and XRC: the RC operations under another service, RD without the
+	// invalidating sends and with RESYNC, XRC with all of them. Every RD
+	// packet carries an RDETH, and RD requests a DETH; XRC requests carry
+	// an XRCETH. Responses are RC's otherwise.
+	for op := RCSendFirst; op <= RCSendOnlyWithInvalidate; op++ {
+		rc := t[op]
+		if rc.name == "" {
+			continue
+		}
+		name := rc.name[len("RC_"):]
+		req := rc.kind == KindSend || rc.kind == KindWrite || rc.kind == KindReadRequest || rc.kind == KindAtomic
+		if op != RCSendLastWithInvalidate && op != RCSendOnlyWithInvalidate {
+			rd := rc
+			rd.name, rd.spoken, rd.hdrs = "RD_"+name, false, rc.hdrs|HdrRDETH
+			if req {
+				rd.hdrs |= HdrDETH
+			}
+			rd.hdrLen = hdrLen(rd.hdrs)
+			t[0x40+op] = rd
+		}
+		xrc := rc
+		xrc.name, xrc.spoken = "XRC_"+name, false
+		if req {
+			xrc.hdrs |= HdrXRCETH
+		}
+		xrc.hdrLen = hdrLen(xrc.hdrs)
+		t[0xa0+op] = xrc
+	}
+	t[0x55] = opInfo{name: "RD_RESYNC", hdrs: HdrRDETH | HdrDETH, hdrLen: hdrLen(HdrRDETH | HdrDETH)}
 	return t
 }()
 
-// Valid reports whether o is an opcode rbridge knows (RC, UC, UD or CNP).
-func (o Opcode) Valid() bool { return opcodes[o].name != "" }
+// Valid reports whether o is an opcode rbridge speaks (RC, UC, UD or CNP).
+func (o Opcode) Valid() bool { return opcodes[o].spoken }
+
+// Known reports whether the table names o: it is Valid, or of the RD or XRC
+// services, which rbridge decodes for display but does not speak.
+func (o Opcode) Known() bool { return opcodes[o].name != "" }
 
 // String returns the kernel's name for o without the IB_OPCODE_ prefix, or
 // "RESERVED_0xNN" for an opcode outside the table.
@@ -218,7 +267,7 @@ func (o Opcode) Position() Position { return opcodes[o].pos }
 func (o Opcode) Kind() Kind { return opcodes[o].kind }
 
 // Service returns the transport service bits (RC 0x00, UC 0x20, RD 0x40,
-// UD 0x60, CNP 0x80).
+// UD 0x60, CNP 0x80, XRC 0xa0).
 func (o Opcode) Service() uint8 { return uint8(o) & 0xe0 }
 
 // IsRequest reports whether the opcode is sent by a requester (everything but

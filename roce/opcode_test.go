@@ -1,7 +1,10 @@
 package roce_test
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rbridge/rbridge/roce"
 )
@@ -54,6 +57,77 @@ func TestOpcodeTable(t *testing.T) {
 	for _, op := range allOpcodes() {
 		if want := op.Kind() == roce.KindSend || op.Kind() == roce.KindWrite || op.Kind() == roce.KindReadRequest || op.Kind() == roce.KindAtomic; op.IsRequest() != want {
 			t.Errorf("%v.IsRequest() = %v", op, op.IsRequest())
+		}
+	}
+}
+
+// TestOpcodeTableRDAndXRC checks the opcodes of the services rbridge
+// decodes but does not speak: named as the kernel's ib_pack.h names them
+// (IB_OPCODE_RD_*; IB_OPCODE_XRC_* of the rxe XRC patches), with the
+// headers of IBTA Table 38 (RD) and annex A14 (XRC), never Valid.
+func TestOpcodeTableRDAndXRC(t *testing.T) {
+	const (
+		rd  = roce.HdrRDETH
+		dt  = roce.HdrDETH
+		xrc = roce.HdrXRCETH
+	)
+	for _, tc := range []struct {
+		op      roce.Opcode
+		name    string
+		hdrs    roce.Header
+		hdrLen  int
+		payload bool
+		pos     roce.Position
+		kind    roce.Kind
+	}{
+		{0x40, "RD_SEND_FIRST", rd | dt, 12, true, roce.PositionFirst, roce.KindSend},
+		{0x45, "RD_SEND_ONLY_WITH_IMMEDIATE", rd | dt | roce.HdrImmDt, 16, true, roce.PositionOnly, roce.KindSend},
+		{0x46, "RD_RDMA_WRITE_FIRST", rd | dt | roce.HdrRETH, 28, true, roce.PositionFirst, roce.KindWrite},
+		{0x47, "RD_RDMA_WRITE_MIDDLE", rd | dt, 12, true, roce.PositionMiddle, roce.KindWrite},
+		{0x4c, "RD_RDMA_READ_REQUEST", rd | dt | roce.HdrRETH, 28, false, roce.PositionOnly, roce.KindReadRequest},
+		{0x4d, "RD_RDMA_READ_RESPONSE_FIRST", rd | roce.HdrAETH, 8, true, roce.PositionFirst, roce.KindReadResponse},
+		{0x4e, "RD_RDMA_READ_RESPONSE_MIDDLE", rd, 4, true, roce.PositionMiddle, roce.KindReadResponse},
+		{0x51, "RD_ACKNOWLEDGE", rd | roce.HdrAETH, 8, false, roce.PositionNone, roce.KindAck},
+		{0x52, "RD_ATOMIC_ACKNOWLEDGE", rd | roce.HdrAETH | roce.HdrAtomicAckETH, 16, false, roce.PositionNone, roce.KindAtomicAck},
+		{0x53, "RD_COMPARE_SWAP", rd | dt | roce.HdrAtomicETH, 40, false, roce.PositionOnly, roce.KindAtomic},
+		{0x54, "RD_FETCH_ADD", rd | dt | roce.HdrAtomicETH, 40, false, roce.PositionOnly, roce.KindAtomic},
+		{0x55, "RD_RESYNC", rd | dt, 12, false, roce.PositionNone, roce.KindNone},
+		{0xa0, "XRC_SEND_FIRST", xrc, 4, true, roce.PositionFirst, roce.KindSend},
+		{0xa3, "XRC_SEND_LAST_WITH_IMMEDIATE", xrc | roce.HdrImmDt, 8, true, roce.PositionLast, roce.KindSend},
+		{0xab, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", xrc | roce.HdrRETH | roce.HdrImmDt, 24, true, roce.PositionOnly, roce.KindWrite},
+		{0xac, "XRC_RDMA_READ_REQUEST", xrc | roce.HdrRETH, 20, false, roce.PositionOnly, roce.KindReadRequest},
+		{0xad, "XRC_RDMA_READ_RESPONSE_FIRST", roce.HdrAETH, 4, true, roce.PositionFirst, roce.KindReadResponse},
+		{0xb1, "XRC_ACKNOWLEDGE", roce.HdrAETH, 4, false, roce.PositionNone, roce.KindAck},
+		{0xb2, "XRC_ATOMIC_ACKNOWLEDGE", roce.HdrAETH | roce.HdrAtomicAckETH, 12, false, roce.PositionNone, roce.KindAtomicAck},
+		{0xb4, "XRC_FETCH_ADD", xrc | roce.HdrAtomicETH, 32, false, roce.PositionOnly, roce.KindAtomic},
+		{0xb7, "XRC_SEND_ONLY_WITH_INVALIDATE", xrc | roce.HdrIETH, 8, true, roce.PositionOnly, roce.KindSend},
+	} {
+		got := []any{tc.op.String(), tc.op.Headers(), tc.op.HeaderLen(), tc.op.HasPayload(), tc.op.Position(), tc.op.Kind(), tc.op.Known(), tc.op.Valid()}
+		want := []any{tc.name, tc.hdrs, tc.hdrLen, tc.payload, tc.pos, tc.kind, true, false}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("opcode %#02x (-want +got):\n%s", uint8(tc.op), diff)
+		}
+	}
+	// RD has no SEND with invalidate; the rest of both ranges is reserved.
+	known := 0
+	for i := range 256 {
+		op := roce.Opcode(i)
+		if op.Known() && !op.Valid() {
+			known++
+			if s := op.Service(); s != 0x40 && s != 0xa0 {
+				t.Errorf("%v (%#02x) is known, not valid, and neither RD nor XRC", op, i)
+			}
+		}
+		if !op.Known() && !strings.HasPrefix(op.String(), "RESERVED_0x") {
+			t.Errorf("opcode %#02x is not known but named %q", i, op)
+		}
+	}
+	if known != 22+23 {
+		t.Errorf("%d RD and XRC opcodes, want 22 RD and 23 XRC", known)
+	}
+	for _, op := range []roce.Opcode{0x56, 0x57, 0x5f, 0xb5, 0xb8, 0xbf} {
+		if op.Known() {
+			t.Errorf("opcode %#02x (%v) is known, want reserved", uint8(op), op)
 		}
 	}
 }

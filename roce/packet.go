@@ -7,6 +7,8 @@ import "encoding/binary"
 // opcode does not carry are nil.
 type Packet struct {
 	BTH          BTH
+	RDETH        RDETH  // RD packets only (Dissect)
+	XRCETH       XRCETH // XRC requests only (Dissect)
 	RETH         RETH
 	AETH         AETH
 	AtomicETH    AtomicETH
@@ -25,9 +27,17 @@ type Packet struct {
 // is present, the pad count, and that the ICRC trailer is there; it does not
 // check the ICRC itself (that needs the IP header: see ICRC). Decode does not
 // allocate. On error p holds what was decoded before the fault.
-func (p *Packet) Decode(b []byte) error {
+func (p *Packet) Decode(b []byte) error { return p.decode(b, Opcode.Valid) }
+
+// Dissect is Decode for tools that show packets: it also decodes the
+// opcodes of the services rbridge does not speak (RD and XRC, with their
+// RDETH, DETH and XRCETH), every opcode that Opcode.Known reports. The
+// transport uses Decode, which refuses them.
+func (p *Packet) Dissect(b []byte) error { return p.decode(b, Opcode.Known) }
+
+func (p *Packet) decode(b []byte, accept func(Opcode) bool) error {
 	*p = Packet{}
-	bth, n, err := ParseBTH(b)
+	bth, n, err := parseBTH(b, accept)
 	if err != nil {
 		return err
 	}
@@ -40,9 +50,17 @@ func (p *Packet) Decode(b []byte) error {
 	hdrs := op.Headers()
 	// Extension headers follow the BTH in this order (IBTA 9.2, Table 38 and
 	// the kernel's rxe_opcode.c offsets).
+	if hdrs&HdrRDETH != 0 {
+		p.RDETH = RDETH(b[n : n+RDETHLen])
+		n += RDETHLen
+	}
 	if hdrs&HdrDETH != 0 {
 		p.DETH = DETH(b[n : n+DETHLen])
 		n += DETHLen
+	}
+	if hdrs&HdrXRCETH != 0 {
+		p.XRCETH = XRCETH(b[n : n+XRCETHLen])
+		n += XRCETHLen
 	}
 	if hdrs&HdrRETH != 0 {
 		p.RETH = RETH(b[n : n+RETHLen])
@@ -109,6 +127,8 @@ type PacketFields struct {
 	ImmDt        ImmDtFields
 	IETH         IETHFields
 	DETH         DETHFields
+	RDETH        RDETHFields  // RD opcodes only
+	XRCETH       XRCETHFields // XRC requests only
 }
 
 // TransportLen returns the length of the transport packet (BTH to ICRC) for
@@ -171,9 +191,17 @@ func encodeHeaders(out []byte, bth *BTHFields, f *PacketFields) int {
 	BTH(out).Encode(bth)
 	n := BTHLen
 	hdrs := bth.Opcode.Headers()
+	if hdrs&HdrRDETH != 0 {
+		RDETH(out[n:]).Encode(&f.RDETH)
+		n += RDETHLen
+	}
 	if hdrs&HdrDETH != 0 {
 		DETH(out[n:]).Encode(&f.DETH)
 		n += DETHLen
+	}
+	if hdrs&HdrXRCETH != 0 {
+		XRCETH(out[n:]).Encode(&f.XRCETH)
+		n += XRCETHLen
 	}
 	if hdrs&HdrRETH != 0 {
 		RETH(out[n:]).Encode(&f.RETH)
@@ -231,6 +259,12 @@ func (p *Packet) Fields() PacketFields {
 	}
 	if p.DETH != nil {
 		f.DETH = p.DETH.Fields()
+	}
+	if p.RDETH != nil {
+		f.RDETH = p.RDETH.Fields()
+	}
+	if p.XRCETH != nil {
+		f.XRCETH = p.XRCETH.Fields()
 	}
 	return f
 }

@@ -72,7 +72,83 @@ func keepCarried(op roce.Opcode, f roce.PacketFields) roce.PacketFields {
 	if h.Has(roce.HdrDETH) {
 		out.DETH = f.DETH
 	}
+	if h.Has(roce.HdrRDETH) {
+		out.RDETH = f.RDETH
+	}
+	if h.Has(roce.HdrXRCETH) {
+		out.XRCETH = f.XRCETH
+	}
 	return out
+}
+
+// foreignSamples returns a packet for every RD and XRC opcode, the samples
+// fields with an RDETH and XRCETH added.
+func foreignSamples() []sample {
+	var out []sample
+	base := samples()[0]
+	for i := range 256 {
+		op := roce.Opcode(i)
+		if !op.Known() || op.Valid() {
+			continue
+		}
+		s := base
+		s.name = op.String()
+		s.fields.BTH.Opcode = op
+		s.fields.RDETH = roce.RDETHFields{EEC: 0xee0000 + uint32(i)}
+		s.fields.XRCETH = roce.XRCETHFields{SRQ: 0x5c0000 + uint32(i)}
+		s.payload = nil
+		if op.HasPayload() {
+			s.payload = bytes.Repeat([]byte{byte(i)}, 5+i%4)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestPacketDissect round-trips every RD and XRC opcode through
+// AppendPacket and Dissect, which Decode refuses, and checks that Dissect
+// reads every opcode rbridge speaks as Decode does.
+func TestPacketDissect(t *testing.T) {
+	for _, s := range append(foreignSamples(), samples()...) {
+		op := s.fields.BTH.Opcode
+		// Build over bytes of 0xff, to catch bytes the encoder never writes.
+		b := roce.AppendPacket(filled(512)[:0], &s.fields, s.payload)
+		var p roce.Packet
+		if err := p.Dissect(b); err != nil {
+			t.Errorf("%s: Dissect: %v", s.name, err)
+			continue
+		}
+		want := s.fields
+		want.BTH.PadCount = uint8(-len(s.payload) & 3)
+		if diff := cmp.Diff(keepCarried(op, want), p.Fields()); diff != "" {
+			t.Errorf("%s: fields (-want +got):\n%s", s.name, diff)
+		}
+		if !bytes.Equal(p.Payload, s.payload) {
+			t.Errorf("%s: payload %x, want %x", s.name, p.Payload, s.payload)
+		}
+		if p.RDETH != nil && p.RDETH[0] != 0 || p.XRCETH != nil && p.XRCETH[0] != 0 {
+			t.Errorf("%s: reserved byte of RDETH %x or XRCETH %x not zero", s.name, []byte(p.RDETH), []byte(p.XRCETH))
+		}
+		var q roce.Packet
+		err := q.Decode(b)
+		switch {
+		case op.Valid() && err != nil:
+			t.Errorf("%s: Decode: %v", s.name, err)
+		case !op.Valid() && !errors.Is(err, roce.ErrReservedOpcode):
+			t.Errorf("%s: Decode got %v, want ErrReservedOpcode", s.name, err)
+		}
+		min := roce.BTHLen + op.HeaderLen() + roce.ICRCLen
+		for i := range min {
+			if err := p.Dissect(b[:i]); !errors.Is(err, roce.ErrTruncated) {
+				t.Errorf("%s cut at %d: got %v, want ErrTruncated", s.name, i, err)
+			}
+		}
+	}
+	var p roce.Packet
+	reserved := roce.AppendPacket(nil, &roce.PacketFields{BTH: roce.BTHFields{Opcode: 0x56}}, nil)
+	if err := p.Dissect(reserved); !errors.Is(err, roce.ErrReservedOpcode) {
+		t.Errorf("opcode 0x56: got %v, want ErrReservedOpcode", err)
+	}
 }
 
 // TestPacketCutAtEveryPrefix decodes every prefix of a packet of every
