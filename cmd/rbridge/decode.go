@@ -17,16 +17,26 @@ func newDecodeCommand() *cobra.Command {
 		Short: "Decode the RoCEv2 packets in a pcap or pcapng capture",
 		Long: `decode reads a capture (pcap or pcapng, gzipped or not; Ethernet, raw IP,
 or Linux cooked v1 or v2 (tcpdump -i any) link types) and prints every
-packet: the BTH, the extension headers its opcode carries, the payload
-length, and whether the ICRC is right. Packets
-that are not RoCEv2 (UDP to port 4791) are listed as such; malformed ones say
-what is wrong. FILE "-" reads standard input.
+packet on one line: its number, the time (UTC), the endpoints, and for
+RoCEv2 (UDP to port 4791) the BTH, the extension headers its opcode carries
+(RD and XRC ones too), the payload length, and whether the ICRC is right;
+then VLAN tags (id, priority), a DSCP other than 0 and, for a cooked
+capture, the interface and direction. Packets that are not RoCEv2 say why
+(IP fragments among them: they are not reassembled); malformed ones say
+what is wrong; packets the capture's snap length cut are decoded up to the
+cut. FILE "-" reads standard input; lines appear as packets arrive, so
+decode can follow tcpdump -U -w -.
 
 With --json, one JSON object per packet per line, with the keys
 n, roce, src, dst, opcode, opcode_num, se, migreq, pad, pkey, fecn, becn,
 dqpn, ackreq, psn, payload_len, icrc, icrc_ok, and where present reth{va,rkey,
 dma_len}, aeth{syndrome,msn}, imm, ieth{rkey}, deth{qkey,sqpn},
-atomic_eth{va,rkey,swap_add,compare}, atomic_ack_eth{orig}, and error.
+atomic_eth{va,rkey,swap_add,compare}, atomic_ack_eth{orig}, rdeth{eec},
+xrceth{srq}, and error; then time (RFC 3339, UTC), cooked{ifindex,arphrd,
+pkttype}, vlan[{id,pcp,dei,tpid}] (outermost first), ip{version,src,dst,
+dscp,ecn,ttl,proto,df,flow_label,ext_headers,frag{id,offset,more}},
+not_roce (why the packet is not RoCEv2) and note (what was not checked).
+src and dst are address:port, present once the UDP header decoded.
 icrc is the CRC-32 value; on the wire it is stored little-endian, so
 Wireshark, which shows the four bytes in wire order, prints it byte-swapped.
 
@@ -34,7 +44,9 @@ A summary goes to standard error, also when the capture ends in the middle
 of a packet (the error follows it). The exit status is 0 when the capture
 was read to the end, whatever its packets held.`,
 		Example: `  rbridge decode testdata/sample.pcapng
-  rbridge decode --json capture.pcap | jq 'select(.opcode == "RC_RDMA_READ_REQUEST")'`,
+  rbridge decode --json capture.pcap | jq 'select(.opcode == "RC_RDMA_READ_REQUEST")'
+  rbridge decode --json capture.pcap | jq 'select(.ip.ecn == 3) | .dst'
+  tcpdump -i any -U -w - udp port 4791 | rbridge decode -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in, name, err := openInput(args[0], cmd.InOrStdin())

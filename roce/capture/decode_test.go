@@ -27,6 +27,9 @@ var specKeys = map[string]bool{
 	"migreq": true, "pad": true, "pkey": true, "fecn": true, "becn": true, "dqpn": true, "ackreq": true,
 	"psn": true, "payload_len": true, "icrc": true, "icrc_ok": true, "reth": true, "aeth": true,
 	"imm": true, "ieth": true, "deth": true, "atomic_eth": true, "atomic_ack_eth": true, "error": true,
+	// Added since: existing keys keep their meaning.
+	"rdeth": true, "xrceth": true, "time": true, "cooked": true, "vlan": true, "ip": true,
+	"not_roce": true, "note": true,
 }
 
 // jsonLines parses Dump's JSON output and checks that every key is one the
@@ -206,8 +209,8 @@ func TestDecodeLinkTypes(t *testing.T) {
 		b    []byte
 		want string
 	}{
-		{"ARP", arp, "not RoCEv2 (protocol: not a RoCEv2 packet 0x806)"},
-		{"cut in the header", sll2[:19], "not RoCEv2: roce: Linux cooked header truncated: need 20 bytes, have 19"},
+		{"ARP", arp, "not RoCEv2 (EtherType 0x0806 (ARP)) ifindex=3 outgoing"},
+		{"cut in the header", sll2[:19], "not RoCEv2: Linux cooked v2 header truncated: it needs 20 bytes, the packet has 19"},
 	} {
 		p := filepath.Join(t.TempDir(), "c.pcap")
 		if err := os.WriteFile(p, pcapFile(le, false, 65535, 276, pcapRec{data: tc.b}), 0o644); err != nil {

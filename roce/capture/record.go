@@ -3,6 +3,7 @@ package capture
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rbridge/rbridge/roce"
 )
@@ -11,16 +12,60 @@ import (
 // (the struct tags) is one object per packet; keys are only ever added to
 // it, so that programs reading it keep working.
 type Record struct {
-	N        int    `json:"n"`    // the packet's number in the capture, from 1
-	RoCE     bool   `json:"roce"` // UDP to port 4791
-	Src      string `json:"src,omitempty"`
+	N        int    `json:"n"`             // the packet's number in the capture, from 1
+	RoCE     bool   `json:"roce"`          // UDP to port 4791
+	Src      string `json:"src,omitempty"` // address:port, once the UDP header decoded
 	Dst      string `json:"dst,omitempty"`
 	*Headers        // present once the BTH decoded
 	Error    string `json:"error,omitempty"`
 
-	notRoCE string // why the packet is not RoCEv2, for the text form
-	ecnCE   bool   // IP ECN says congestion experienced, for the text form
-	cut     bool   // the capture's snap length cut the packet
+	Time    string        `json:"time,omitempty"`   // RFC 3339 in UTC, to the nanosecond the capture gives
+	Cooked  *CookedRecord `json:"cooked,omitempty"` // a Linux cooked capture's header
+	VLAN    []VLANRecord  `json:"vlan,omitempty"`   // outermost first
+	IP      *IPRecord     `json:"ip,omitempty"`     // once the IP header's fixed part is captured
+	NotRoCE string        `json:"not_roce,omitempty"`
+	Note    string        `json:"note,omitempty"` // something not checked, not an error
+
+	cut bool // the capture's snap length cut the packet
+}
+
+// CookedRecord is what a Linux cooked header says.
+type CookedRecord struct {
+	IfIndex    uint32 `json:"ifindex,omitempty"` // version 2 only
+	ARPHRD     uint16 `json:"arphrd"`            // the device type, 1 for Ethernet, 32 for InfiniBand
+	PacketType string `json:"pkttype"`           // host, broadcast, multicast, otherhost, outgoing
+}
+
+// VLANRecord is one VLAN tag.
+type VLANRecord struct {
+	ID   uint16 `json:"id"`
+	PCP  uint8  `json:"pcp"` // priority code point, the class PFC pauses
+	DEI  bool   `json:"dei"`
+	TPID uint16 `json:"tpid"` // 0x8100 for 802.1Q, 0x88a8 for an 802.1ad service tag
+}
+
+// IPRecord is what the IP header says.
+type IPRecord struct {
+	Version int    `json:"version"`
+	Src     string `json:"src"`
+	Dst     string `json:"dst"`
+	DSCP    uint8  `json:"dscp"`
+	ECN     uint8  `json:"ecn"` // 3 is CE, congestion experienced
+	TTL     uint8  `json:"ttl"` // the hop limit for IPv6
+	// Proto is the IPv4 protocol, or the IPv6 next header after the
+	// extension headers.
+	Proto      uint8       `json:"proto"`
+	DF         *bool       `json:"df,omitempty"`         // IPv4 only
+	FlowLabel  *uint32     `json:"flow_label,omitempty"` // IPv6 only
+	ExtHeaders []int       `json:"ext_headers,omitempty"`
+	Frag       *FragRecord `json:"frag,omitempty"`
+}
+
+// FragRecord describes an IP fragment.
+type FragRecord struct {
+	ID     uint32 `json:"id"`
+	Offset int    `json:"offset"` // in bytes
+	More   bool   `json:"more"`
 }
 
 // Headers are the BTH and the extension headers of a RoCEv2 packet, the
@@ -47,6 +92,8 @@ type Headers struct {
 	DETH         *DETHRecord         `json:"deth,omitempty"`
 	AtomicETH    *AtomicETHRecord    `json:"atomic_eth,omitempty"`
 	AtomicAckETH *AtomicAckETHRecord `json:"atomic_ack_eth,omitempty"`
+	RDETH        *RDETHRecord        `json:"rdeth,omitempty"`
+	XRCETH       *XRCETHRecord       `json:"xrceth,omitempty"`
 }
 
 // RETHRecord is a RETH's fields.
@@ -84,6 +131,16 @@ type AtomicETHRecord struct {
 // AtomicAckETHRecord is an AtomicAckETH's field.
 type AtomicAckETHRecord struct {
 	Orig uint64 `json:"orig"`
+}
+
+// RDETHRecord is an RDETH's field (RD only).
+type RDETHRecord struct {
+	EEC uint32 `json:"eec"`
+}
+
+// XRCETHRecord is an XRCETH's field (XRC only).
+type XRCETHRecord struct {
+	SRQ uint32 `json:"srq"`
 }
 
 // ICRCBad reports whether the ICRC was checked and is wrong.
@@ -124,38 +181,61 @@ func headersOf(p *roce.Packet) *Headers {
 	if p.AtomicAckETH != nil {
 		b.AtomicAckETH = &AtomicAckETHRecord{Orig: p.AtomicAckETH.Orig()}
 	}
+	if p.RDETH != nil {
+		b.RDETH = &RDETHRecord{EEC: p.RDETH.EEC()}
+	}
+	if p.XRCETH != nil {
+		b.XRCETH = &XRCETHRecord{SRQ: p.XRCETH.SRQ()}
+	}
 	return b
 }
 
-// Text renders the record on one line, without a newline.
+// Text renders the record on one line, without a newline: the number, the
+// time of day (UTC), the endpoints, then what the packet is. What the link
+// and IP headers say beyond the addresses (VLAN tags, DSCP, the cooked
+// header) ends the line.
 func (r *Record) Text() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%5d ", r.N)
-	if r.Src != "" {
+	if t, err := time.Parse(time.RFC3339Nano, r.Time); err == nil {
+		sb.WriteString(t.Format("15:04:05.000000 "))
+	}
+	switch {
+	case r.Src != "":
 		fmt.Fprintf(&sb, "%s > %s ", r.Src, r.Dst)
+	case r.IP != nil:
+		fmt.Fprintf(&sb, "%s > %s ", r.IP.Src, r.IP.Dst)
 	}
 	if !r.RoCE {
 		sb.WriteString("not RoCEv2")
 		switch {
 		case r.Error != "":
 			sb.WriteString(": " + r.Error)
-		case r.notRoCE != "":
-			sb.WriteString(" (" + strings.TrimPrefix(r.notRoCE, "roce: ") + ")")
+		case r.NotRoCE != "":
+			sb.WriteString(" (" + r.NotRoCE + ")")
 		}
+		r.appendLink(&sb)
 		return sb.String()
 	}
 	if b := r.Headers; b != nil {
 		fmt.Fprintf(&sb, "%s qp=%#06x psn=%d", b.Opcode, b.DQPN, b.PSN)
+		ce := r.IP != nil && r.IP.ECN == roce.ECNCE
 		for _, fl := range []struct {
 			on   bool
 			name string
-		}{{b.SE, "SE"}, {b.MigReq, "M"}, {b.FECN, "FECN"}, {b.BECN, "BECN"}, {b.AckReq, "A"}, {r.ecnCE, "ECN-CE"}} {
+		}{{b.SE, "SE"}, {b.MigReq, "M"}, {b.FECN, "FECN"}, {b.BECN, "BECN"}, {b.AckReq, "A"}, {ce, "ECN-CE"}} {
 			if fl.on {
 				sb.WriteString(" " + fl.name)
 			}
 		}
 		if b.PKey != roce.DefaultPKey {
 			fmt.Fprintf(&sb, " pkey=%#04x", b.PKey)
+		}
+		if b.RDETH != nil {
+			fmt.Fprintf(&sb, " rdeth(eec=%#06x)", b.RDETH.EEC)
+		}
+		if b.XRCETH != nil {
+			fmt.Fprintf(&sb, " xrceth(srq=%#06x)", b.XRCETH.SRQ)
 		}
 		if b.RETH != nil {
 			fmt.Fprintf(&sb, " reth(va=%#x rkey=%#x len=%d)", b.RETH.VA, b.RETH.RKey, b.RETH.DMALen)
@@ -185,12 +265,15 @@ func (r *Record) Text() string {
 		if b.Pad != 0 {
 			fmt.Fprintf(&sb, " pad=%d", b.Pad)
 		}
-		if b.ICRCOK != nil {
+		switch {
+		case b.ICRCOK != nil:
 			verdict := "ok"
 			if !*b.ICRCOK {
 				verdict = "BAD"
 			}
 			fmt.Fprintf(&sb, " icrc=%#08x %s", *b.ICRC, verdict)
+		case b.ICRC != nil:
+			fmt.Fprintf(&sb, " icrc=%#08x (%s)", *b.ICRC, r.Note)
 		}
 	}
 	line := strings.TrimRight(sb.String(), " ")
@@ -200,5 +283,28 @@ func (r *Record) Text() string {
 	case r.Error != "" && (r.Headers == nil || r.ICRCOK == nil):
 		line += " MALFORMED: " + r.Error
 	}
-	return line
+	sb.Reset()
+	sb.WriteString(line)
+	r.appendLink(&sb)
+	return sb.String()
+}
+
+// appendLink writes what the link and IP headers say beyond the addresses,
+// where it differs from a plain untagged frame with DSCP 0.
+func (r *Record) appendLink(sb *strings.Builder) {
+	for _, v := range r.VLAN {
+		fmt.Fprintf(sb, " vlan=%d pcp=%d", v.ID, v.PCP)
+		if v.DEI {
+			sb.WriteString(" dei")
+		}
+	}
+	if r.IP != nil && r.IP.DSCP != 0 {
+		fmt.Fprintf(sb, " dscp=%d", r.IP.DSCP)
+	}
+	if c := r.Cooked; c != nil {
+		if c.IfIndex != 0 {
+			fmt.Fprintf(sb, " ifindex=%d", c.IfIndex)
+		}
+		sb.WriteString(" " + c.PacketType)
+	}
 }
