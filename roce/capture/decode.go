@@ -337,10 +337,12 @@ func (d *dissector) udp(off int) {
 		d.rec.Error = fmt.Sprintf("UDP truncated: the IP payload holds %d bytes, the header needs %d", payload, udpHdr)
 		return
 	}
+	if off+4 <= len(d.data) {
+		d.setPorts(off) // captured, even if the rest of the header is not
+	}
 	if !d.need(off+udpHdr, "UDP header") {
 		return
 	}
-	d.setPorts(off)
 	if port := binary.BigEndian.Uint16(d.data[off+2:]); port != roce.Port {
 		d.notRoCE("UDP port %d, not %d", port, roce.Port)
 		return
