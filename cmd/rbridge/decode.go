@@ -34,7 +34,7 @@ dma_len}, aeth{syndrome,msn}, imm, ieth{rkey}, deth{qkey,sqpn},
 atomic_eth{va,rkey,swap_add,compare}, atomic_ack_eth{orig}, rdeth{eec},
 xrceth{srq}, and error; then time (RFC 3339, UTC), cooked{ifindex,arphrd,
 pkttype}, vlan[{id,pcp,dei,tpid}] (outermost first), ip{version,src,dst,
-dscp,ecn,ttl,proto,df,flow_label,ext_headers,frag{id,offset,more}},
+dscp,ecn,ttl,proto,id,df,flow_label,ext_headers,frag{id,offset,more}},
 not_roce (why the packet is not RoCEv2) and note (what was not checked).
 src and dst are address:port, present once the UDP header decoded.
 icrc is the CRC-32 value; on the wire it is stored little-endian, so

@@ -166,14 +166,15 @@ func (d *dissector) ipv4(off int) {
 	ihl := int(b[0]&0xf) * 4
 	flags := binary.BigEndian.Uint16(b[6:])
 	df := flags&ipv4DF != 0
+	id := binary.BigEndian.Uint16(b[4:])
 	d.src, d.dst = netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
 	ip := &IPRecord{
 		Version: 4, Src: d.src.String(), Dst: d.dst.String(),
-		DSCP: b[1] >> 2, ECN: b[1] & 3, TTL: b[8], Proto: b[9], DF: &df,
+		DSCP: b[1] >> 2, ECN: b[1] & 3, TTL: b[8], Proto: b[9], ID: &id, DF: &df,
 	}
 	d.rec.IP = ip
 	if flags&(ipv4MF|ipv4Offset) != 0 {
-		ip.Frag = &FragRecord{ID: uint32(binary.BigEndian.Uint16(b[4:])), Offset: int(flags&ipv4Offset) * 8, More: flags&ipv4MF != 0}
+		ip.Frag = &FragRecord{ID: uint32(id), Offset: int(flags&ipv4Offset) * 8, More: flags&ipv4MF != 0}
 	}
 	total := int(binary.BigEndian.Uint16(b[2:]))
 	switch {

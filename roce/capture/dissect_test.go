@@ -144,7 +144,7 @@ func TestDecodeDissection(t *testing.T) {
 			name: "plain",
 			lt:   capture.LinkTypeEthernet, b: plain4,
 			text: "10.0.0.1:49152 > 10.0.0.2:4791 RC_SEND_ONLY qp=0x000012 psn=7 A len=5 pad=3 icrc=0xd699ed90 ok",
-			json: `{"roce": true, "ip": {"version": 4, "src": "10.0.0.1", "dst": "10.0.0.2", "dscp": 0, "ecn": 2, "ttl": 64, "proto": 17, "df": true}}`,
+			json: `{"roce": true, "ip": {"version": 4, "src": "10.0.0.1", "dst": "10.0.0.2", "dscp": 0, "ecn": 2, "ttl": 64, "proto": 17, "id": 4660, "df": true}}`,
 		},
 		{
 			name: "VLAN 42, priority 3",
@@ -163,7 +163,7 @@ func TestDecodeDissection(t *testing.T) {
 			name: "DSCP 26, ECN CE",
 			lt:   capture.LinkTypeEthernet, b: eth(ipv4(26<<2|3, 0x4000, nil, roce.Port, send)),
 			text: "10.0.0.1:49152 > 10.0.0.2:4791 RC_SEND_ONLY qp=0x000012 psn=7 A ECN-CE len=5 pad=3 icrc=0xd699ed90 ok dscp=26",
-			json: `{"ip": {"version": 4, "src": "10.0.0.1", "dst": "10.0.0.2", "dscp": 26, "ecn": 3, "ttl": 64, "proto": 17, "df": true}}`,
+			json: `{"ip": {"version": 4, "src": "10.0.0.1", "dst": "10.0.0.2", "dscp": 26, "ecn": 3, "ttl": 64, "proto": 17, "id": 4660, "df": true}}`,
 		},
 		{
 			name: "IPv4 options",
@@ -213,7 +213,7 @@ func TestDecodeDissection(t *testing.T) {
 			name: "IPv4 later fragment: no ports invented",
 			lt:   capture.LinkTypeEthernet, b: eth(laterFrag),
 			text: "10.0.0.1 > 10.0.0.2 not RoCEv2 (IPv4 fragment (ID 0x1234, offset 1480): not reassembled)",
-			json: `{"roce": false, "ip": {"version": 4, "src": "10.0.0.1", "dst": "10.0.0.2", "dscp": 0, "ecn": 0, "ttl": 64, "proto": 17, "df": false, "frag": {"id": 4660, "offset": 1480, "more": false}}}`,
+			json: `{"roce": false, "ip": {"version": 4, "src": "10.0.0.1", "dst": "10.0.0.2", "dscp": 0, "ecn": 0, "ttl": 64, "proto": 17, "id": 4660, "df": false, "frag": {"id": 4660, "offset": 1480, "more": false}}}`,
 		},
 		{
 			name: "UDP to another port",

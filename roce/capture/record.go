@@ -55,6 +55,7 @@ type IPRecord struct {
 	// Proto is the IPv4 protocol, or the IPv6 next header after the
 	// extension headers.
 	Proto      uint8       `json:"proto"`
+	ID         *uint16     `json:"id,omitempty"`         // IPv4 only: the identification, which the ICRC covers
 	DF         *bool       `json:"df,omitempty"`         // IPv4 only
 	FlowLabel  *uint32     `json:"flow_label,omitempty"` // IPv6 only
 	ExtHeaders []int       `json:"ext_headers,omitempty"`
