@@ -339,16 +339,17 @@ func (d *dissector) udp(off int) {
 		return
 	}
 	if off+4 <= len(d.data) {
-		d.setPorts(off) // captured, even if the rest of the header is not
+		// The ports, captured even if the rest of the header is not.
+		d.setPorts(off)
+		d.rec.RoCE = binary.BigEndian.Uint16(d.data[off+2:]) == roce.Port
 	}
 	if !d.need(off+udpHdr, "UDP header") {
 		return
 	}
-	if port := binary.BigEndian.Uint16(d.data[off+2:]); port != roce.Port {
-		d.notRoCE("UDP port %d, not %d", port, roce.Port)
+	if !d.rec.RoCE {
+		d.notRoCE("UDP port %d, not %d", binary.BigEndian.Uint16(d.data[off+2:]), roce.Port)
 		return
 	}
-	d.rec.RoCE = true
 	switch ulen := int(binary.BigEndian.Uint16(d.data[off+4:])); {
 	case ulen > payload:
 		d.rec.Error = fmt.Sprintf("UDP truncated: its length is %d bytes, the IP payload holds %d", ulen, payload)

@@ -246,7 +246,7 @@ func TestDecodeDissection(t *testing.T) {
 		{
 			name: "cut inside the UDP header",
 			lt:   capture.LinkTypeEthernet, b: plain4[:14+20+4], wire: len(plain4),
-			text: "10.0.0.1:49152 > 10.0.0.2:4791 not RoCEv2: the capture kept 38 of the packet's 66 bytes, cutting it inside the UDP header",
+			text: "10.0.0.1:49152 > 10.0.0.2:4791 CUT: the capture kept 38 of the packet's 66 bytes, cutting it inside the UDP header",
 		},
 		{
 			name: "cut inside the BTH",
