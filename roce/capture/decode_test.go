@@ -320,3 +320,25 @@ func readLine(r *bufio.Reader, d time.Duration) (string, error) {
 		return "", fmt.Errorf("no line after %v", d)
 	}
 }
+
+// BenchmarkDump decodes the sample capture to text and to JSON.
+func BenchmarkDump(b *testing.B) {
+	sample, err := os.ReadFile(samplePath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []struct {
+		name string
+		f    capture.Format
+	}{{"text", capture.Text}, {"json", capture.JSON}} {
+		b.Run(f.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(sample)))
+			for b.Loop() {
+				if _, err := capture.Dump(io.Discard, bytes.NewReader(sample), f.f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
