@@ -58,10 +58,11 @@ was read to the end, whatever its packets held.`,
 			if jsonOut {
 				format = capture.JSON
 			}
-			st, err := capture.Dump(cmd.OutOrStdout(), in, format)
-			if err != nil && st.Packets == 0 {
+			r, err := capture.NewReader(in)
+			if err != nil {
 				return fmt.Errorf("decode %s: %w", name, err)
 			}
+			st, err := capture.Dump(cmd.OutOrStdout(), r, format)
 			// A capture that ends in the middle still gets its summary,
 			// of the packets before the error that follows it.
 			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, st)

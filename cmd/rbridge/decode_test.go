@@ -145,6 +145,14 @@ func TestDecodeStdinAndErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "decode stdin: after packet 18: pcapng: the file ends inside a block") {
 		t.Errorf("cut capture: %v", err)
 	}
+	// Also when the cut is in the first packet; not when in the file header.
+	_, summary, err = run(t, pcapFile[:24+10], "decode", "-")
+	if want := "stdin: 0 packets: 0 RoCEv2, 0 other, 0 malformed, 0 bad ICRC, 0 cut by the capture\n"; summary != want || err == nil {
+		t.Errorf("capture cut in its first packet: summary %q, %v; want %q and an error", summary, err, want)
+	}
+	if _, summary, err = run(t, pcapFile[:20], "decode", "-"); summary != "" || err == nil {
+		t.Errorf("capture cut in its header: summary %q, %v; want none and an error", summary, err)
+	}
 }
 
 func TestVersion(t *testing.T) {

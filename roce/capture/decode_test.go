@@ -55,6 +55,15 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 	return recs
 }
 
+// dumpFrom runs Dump on the capture read from in.
+func dumpFrom(w io.Writer, in io.Reader, f capture.Format) (capture.Stats, error) {
+	r, err := capture.NewReader(in)
+	if err != nil {
+		return capture.Stats{}, err
+	}
+	return capture.Dump(w, r, f)
+}
+
 // dump runs Dump on the capture at path.
 func dump(t *testing.T, path string, f capture.Format) (string, capture.Stats) {
 	t.Helper()
@@ -64,7 +73,7 @@ func dump(t *testing.T, path string, f capture.Format) (string, capture.Stats) {
 	}
 	defer in.Close()
 	var out bytes.Buffer
-	st, err := capture.Dump(&out, in, f)
+	st, err := dumpFrom(&out, in, f)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -259,7 +268,7 @@ func TestDumpErrors(t *testing.T) {
 		{"pcapng cut in a block", sample[:len(sample)-100], "after packet 18: pcapng: the file ends inside a block"},
 		{"pcap cut in a packet", pcapFile[:len(pcapFile)-10], "after packet 37"},
 	} {
-		_, err := capture.Dump(&bytes.Buffer{}, bytes.NewReader(tc.in), capture.Text)
+		_, err := dumpFrom(&bytes.Buffer{}, bytes.NewReader(tc.in), capture.Text)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}
@@ -278,7 +287,7 @@ func TestDumpFollowsAPipe(t *testing.T) {
 		outR, outW := io.Pipe()
 		done := make(chan error, 1)
 		go func() {
-			_, err := capture.Dump(outW, inR, f)
+			_, err := dumpFrom(outW, inR, f)
 			outW.CloseWithError(err)
 			done <- err
 		}()
@@ -335,7 +344,7 @@ func BenchmarkDump(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(sample)))
 			for b.Loop() {
-				if _, err := capture.Dump(io.Discard, bytes.NewReader(sample), f.f); err != nil {
+				if _, err := dumpFrom(io.Discard, bytes.NewReader(sample), f.f); err != nil {
 					b.Fatal(err)
 				}
 			}

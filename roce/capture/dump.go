@@ -53,21 +53,18 @@ func (s Stats) String() string {
 		s.Packets, s.RoCE, s.Other, s.Malformed, s.BadICRC, s.Cut)
 }
 
-// Dump reads the capture in r and writes one record per packet to w in
-// format f. It returns what it counted, and an error when the capture could
-// not be read to its end (the counts are of the packets before it).
+// Dump reads the rest of the capture from r and writes one record per
+// packet to w in format f. It returns what it counted, and an error when the
+// capture could not be read to its end (the counts are of the packets
+// before it).
 //
 // Dump follows a live capture: it writes the records it holds whenever its
 // input has nothing more buffered, before it waits for more, so each line
 // appears as its packet arrives; a file is written in large writes.
-func Dump(w io.Writer, r io.Reader, f Format) (Stats, error) {
+func Dump(w io.Writer, r *Reader, f Format) (Stats, error) {
 	var st Stats
-	cr, err := NewReader(r)
-	if err != nil {
-		return st, err
-	}
 	bw := bufio.NewWriter(w)
-	err = dump(bw, cr, f, &st)
+	err := dump(bw, r, f, &st)
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
 	}

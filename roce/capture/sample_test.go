@@ -159,7 +159,7 @@ func TestSampleCapture(t *testing.T) {
 	}
 	defer f.Close()
 	var out bytes.Buffer
-	st, err := capture.Dump(&out, f, capture.Text)
+	st, err := dumpFrom(&out, f, capture.Text)
 	if err != nil {
 		t.Fatal(err)
 	}
