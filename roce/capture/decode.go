@@ -21,17 +21,22 @@ import (
 func Decode(n int, p Packet) *Record {
 	d := &dissector{data: p.Data, wire: max(p.Length, len(p.Data)), rec: &Record{N: n}}
 	if !p.Time.IsZero() {
-		d.rec.Time = p.Time.UTC().Format(time.RFC3339Nano)
+		d.rec.time = p.Time.UTC()
+		d.rec.Time = d.rec.time.Format(time.RFC3339Nano)
 	}
 	switch p.LinkType {
 	case LinkTypeEthernet:
 		if d.need(ethHdr, "Ethernet header") {
 			d.etherType(binary.BigEndian.Uint16(d.data[12:]), ethHdr)
 		}
-	case LinkTypeRaw, LinkTypeRawBSD, LinkTypeRawAlt, LinkTypeIPv4, LinkTypeIPv6:
+	case LinkTypeRaw, LinkTypeRawBSD, LinkTypeRawAlt:
 		if d.need(1, "IP header") {
-			d.ip(0, d.data[0]>>4)
+			d.ip(0, d.data[0]>>4) // either version
 		}
+	case LinkTypeIPv4:
+		d.ip(0, 4)
+	case LinkTypeIPv6:
+		d.ip(0, 6)
 	case LinkTypeLinuxSLL:
 		d.cooked(sllHdr, sllProto, "Linux cooked header")
 	case LinkTypeLinuxSLL2:
@@ -126,13 +131,14 @@ func (d *dissector) ip(off int, version uint8) {
 	if !d.need(off+1, "IP header") {
 		return
 	}
-	if v := d.data[off] >> 4; v != version || v != 4 && v != 6 {
-		d.notRoCE("IP version %d where the link layer says %d", v, version)
-		return
-	}
-	if version == 4 {
+	switch v := d.data[off] >> 4; {
+	case v != 4 && v != 6:
+		d.notRoCE("IP version %d", v)
+	case v != version:
+		d.notRoCE("IPv%d where the link layer says IPv%d", v, version)
+	case v == 4:
 		d.ipv4(off)
-	} else {
+	default:
 		d.ipv6(off)
 	}
 }

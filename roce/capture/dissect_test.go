@@ -221,6 +221,21 @@ func TestDecodeDissection(t *testing.T) {
 			text: "10.0.0.1:49152 > 10.0.0.2:53 not RoCEv2 (UDP port 53, not 4791)",
 		},
 		{
+			name: "raw IP of version 5",
+			lt:   capture.LinkTypeRaw, b: []byte{0x50, 0, 0, 20},
+			text: "not RoCEv2 (IP version 5)",
+		},
+		{
+			name: "IPv6 on the IPv4 link type",
+			lt:   capture.LinkTypeIPv4, b: ipv6(0, 17, nil, send),
+			text: "not RoCEv2 (IPv6 where the link layer says IPv4)",
+		},
+		{
+			name: "IPv6 under the IPv4 EtherType",
+			lt:   capture.LinkTypeEthernet, b: append(append(bytes.Clone(macs), 0x08, 0x00), ipv6(0, 17, nil, send)...),
+			text: "not RoCEv2 (IPv6 where the link layer says IPv4)",
+		},
+		{
 			name: "LLDP",
 			lt:   capture.LinkTypeEthernet, b: append(bytes.Clone(macs), 0x88, 0xcc, 2, 7, 4),
 			text: "not RoCEv2 (EtherType 0x88cc (LLDP))",

@@ -26,7 +26,8 @@ type Record struct {
 	NotRoCE string        `json:"not_roce,omitempty"`
 	Note    string        `json:"note,omitempty"` // something not checked, not an error
 
-	cut bool // the capture's snap length cut the packet
+	cut  bool      // the capture's snap length cut the packet
+	time time.Time // Time, for the text form
 }
 
 // CookedRecord is what a Linux cooked header says.
@@ -198,8 +199,8 @@ func headersOf(p *roce.Packet) *Headers {
 func (r *Record) Text() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%5d ", r.N)
-	if t, err := time.Parse(time.RFC3339Nano, r.Time); err == nil {
-		sb.WriteString(t.Format("15:04:05.000000 "))
+	if !r.time.IsZero() {
+		sb.WriteString(r.time.Format("15:04:05.000000 "))
 	}
 	switch {
 	case r.Src != "":
