@@ -536,7 +536,7 @@ func (id *CMID) Connect(p ConnParam) error {
 		return err
 	}
 	defer id.res.op.RUnlock()
-	if id.own {
+	if id.own && !p.NoMTUTrailer {
 		// Tell the peer min(route MTU, our port's active MTU).
 		local, _, err := id.portMTU()
 		if err != nil {
@@ -569,14 +569,16 @@ func (id *CMID) Accept(p ConnParam) error {
 	}
 	defer id.res.op.RUnlock()
 	if id.own {
-		if len(p.PrivateData) > MaxAcceptPrivateData {
-			return fmt.Errorf("rdma_accept: %d bytes of private data, at most %d", len(p.PrivateData), MaxAcceptPrivateData)
+		if limit := MaxAcceptPrivateData; len(p.PrivateData) > limit && !p.NoMTUTrailer || len(p.PrivateData) > cmREPPrivateData {
+			return fmt.Errorf("rdma_accept: %d bytes of private data, at most %d", len(p.PrivateData), limit)
 		}
 		if err := id.readyOwnQP(p.ResponderResources, p.InitiatorDepth); err != nil {
 			return fmt.Errorf("rdma_accept: %w", err)
 		}
 		// Tell the active end the MTU applied.
-		p.PrivateData, _ = withMTUTrailer(p.PrivateData, cmREPPrivateData, id.mtu)
+		if !p.NoMTUTrailer {
+			p.PrivateData, _ = withMTUTrailer(p.PrivateData, cmREPPrivateData, id.mtu)
+		}
 	}
 	var c C.struct_rdma_conn_param
 	defer id.connParam(&p, &c)()

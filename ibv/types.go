@@ -199,6 +199,11 @@ type ConnParam struct {
 	FlowControl        uint8
 	RetryCount         uint8
 	RNRRetryCount      uint8
+	// NoMTUTrailer sends PrivateData as given, without rbridge's MTU
+	// trailer (cmmtu.go): toward peers that are not rbridge, whose
+	// applications own every byte of it (a gateway passing private data
+	// through).
+	NoMTUTrailer bool
 }
 
 // CMEvent is one rdma_cm event, copied out of librdmacm (which is then

@@ -13,7 +13,7 @@ type recorder struct {
 }
 
 func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, format) }
-func (r *recorder) Cleanup(func())                   {}
+func (r *recorder) Cleanup(func())                    {}
 
 func TestErrorLevelFails(t *testing.T) {
 	r := &recorder{TB: t}

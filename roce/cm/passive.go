@@ -281,6 +281,14 @@ func (r *Request) Accept(ctx context.Context, opts AcceptOptions) (*Conn, error)
 // Reject refuses the request with a consumer-defined REJ carrying
 // privateData (up to REJPrivateDataLen bytes).
 func (r *Request) Reject(privateData []byte) error {
+	return r.RejectWith(RejectConsumerDefined, privateData)
+}
+
+// RejectWith refuses the request with a reason of the caller's choice: a
+// gateway passes on the reason its target gave (an application retrying
+// on "connection refused" must see that), or RejectTimeout when the target
+// did not answer.
+func (r *Request) RejectWith(reason RejectReason, privateData []byte) error {
 	if len(privateData) > REJPrivateDataLen {
 		return fmt.Errorf("cm: reject: %d bytes of private data exceed %d", len(privateData), REJPrivateDataLen)
 	}
@@ -290,7 +298,7 @@ func (r *Request) Reject(privateData []byte) error {
 	if r.c.state != stateReqRcvd {
 		return fmt.Errorf("cm: reject: request already answered or abandoned (%v)", r.c.state)
 	}
-	r.rejectLocked(RejectConsumerDefined, privateData)
+	r.rejectLocked(reason, privateData)
 	return nil
 }
 
