@@ -33,10 +33,11 @@ type UserspaceEndpoint struct {
 	wrs    []transport.SendWR
 	closed bool
 
-	abandon   context.CancelFunc // the QP left RTS (Abandon)
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	disconnect func() error
+	abandon    context.CancelFunc // the QP left RTS (Abandon)
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
 }
 
 var (
@@ -54,6 +55,9 @@ type UserspaceOptions struct {
 	MR *transport.MR
 	// MaxSend is the send queue's depth (default 256).
 	MaxSend int
+	// Disconnect, if set, ends the connection first on Close (roce/cm's
+	// DREQ).
+	Disconnect func() error
 }
 
 // NewUserspaceEndpoint creates the endpoint's QP (in RESET).
@@ -64,7 +68,7 @@ func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
 	if o.MaxSend <= 0 {
 		o.MaxSend = 256
 	}
-	e := &UserspaceEndpoint{mr: o.MR, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
+	e := &UserspaceEndpoint{mr: o.MR, disconnect: o.Disconnect, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
 		started: make(chan struct{}),
 		slots:   make([]*Op, o.MaxSend), free: make([]uint32, o.MaxSend)}
 	for i := range e.free {
@@ -86,6 +90,14 @@ func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
 
 // QP returns the endpoint's queue pair, to connect.
 func (e *UserspaceEndpoint) QP() *transport.QP { return e.qp }
+
+// SetDisconnect sets what Close calls first to end the connection (for a
+// connection made after the endpoint).
+func (e *UserspaceEndpoint) SetDisconnect(f func() error) {
+	e.mu.Lock()
+	e.disconnect = f
+	e.mu.Unlock()
+}
 
 // Start implements Endpoint.
 func (e *UserspaceEndpoint) Start(h Handler) error {
@@ -236,7 +248,11 @@ func (e *UserspaceEndpoint) Close() error {
 	e.closeOnce.Do(func() {
 		e.mu.Lock()
 		e.closed = true
+		d := e.disconnect
 		e.mu.Unlock()
+		if d != nil {
+			_ = d()
+		}
 		_ = e.qp.Close() // flushes every WQE into the CQ
 		e.cancel()
 		e.wg.Wait()

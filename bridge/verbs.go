@@ -266,6 +266,10 @@ func (e *VerbsEndpoint) Complete(tok transport.Token, c transport.Completion) er
 	return nil
 }
 
+// Fail reports that the connection ended outside the QP (rdma_cm's
+// DISCONNECTED, a fatal async event): the session ends.
+func (e *VerbsEndpoint) Fail(err error) { e.report(err) }
+
 func (e *VerbsEndpoint) report(err error) {
 	if h := e.h.Load(); h != nil {
 		(*h).Failed(fmt.Errorf("bridge: verbs QP %d: %w", e.qp.QPN(), err))

@@ -100,6 +100,15 @@ type Route struct {
 	errs []lineError
 }
 
+// Line is where the leg is defined in its file.
+func (l *Leg) Line() int { return l.line }
+
+// Line is where the route is defined in its file.
+func (r *Route) Line() int { return r.line }
+
+// File is the name the configuration was parsed under.
+func (c *Config) File() string { return c.file }
+
 // Allowed reports whether a client at addr may use the route.
 func (r *Route) Allowed(addr netip.Addr) bool {
 	if len(r.Allow) == 0 {

@@ -35,7 +35,7 @@ The gateway itself (run, status) is being built.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newBenchCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newBenchCommand())
 	return root
 }
 

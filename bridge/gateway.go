@@ -1,0 +1,335 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/roce/cm"
+)
+
+// A Gateway runs a configuration: it opens every leg, listens on every
+// route's listen address, and for each connection a client opens there it
+// connects to the route's target through the other leg, accepts the client
+// only once the target accepted (the target's private data and the
+// resources both ends allow reach the client), and joins the two with a
+// Session. A target that rejects gives the client a reject of the same
+// kind; one that does not answer, a timeout reject; a client outside the
+// route's allow list is rejected and logged.
+//
+// Concurrency: one goroutine per route accepts (routineAccept), one per
+// connection being set up connects it through (connect); sessions run on
+// their endpoints' goroutines. Gateway.mu guards the sessions.
+type Gateway struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	pool *Pool
+	legs map[string]leg
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields below
+	sessions map[*Session]*sessionInfo
+	closing  bool
+
+	stats GatewayStats
+}
+
+// GatewayStats counts a gateway's connections; updated atomically.
+type GatewayStats struct {
+	Accepted, Rejected, Refused, Failed, Ended atomic.Uint64
+}
+
+// GatewayOptions configures StartGateway.
+type GatewayOptions struct {
+	Config *config.Config
+	// Pool sizes the gateway's memory pool (default 64 MiB in 256 B to
+	// 64 KiB classes).
+	Pool PoolOptions
+	// ConnectTimeout bounds connecting to a target (default 30 s).
+	ConnectTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// sessionInfo is what the gateway knows of a session.
+type sessionInfo struct {
+	route          string
+	client, target netip.AddrPort
+	started        time.Time
+	in, out        conn
+}
+
+// connParams are what a connection request carries through the gateway.
+type connParams struct {
+	privateData        []byte
+	respRes, initDepth int
+}
+
+// rejected is a refusal to pass back to a client: the far side's reason
+// and private data, or a timeout.
+type rejected struct {
+	reason      cm.RejectReason
+	privateData []byte
+}
+
+func (r *rejected) Error() string { return fmt.Sprintf("rejected: %v", r.reason) }
+
+// A leg is one fabric the gateway sits on, as routes use it.
+type leg interface {
+	listen(addr netip.AddrPort) (listener, error)
+	// dial connects to a target; a refusal is a *rejected.
+	dial(ctx context.Context, to netip.AddrPort, p connParams) (conn, error)
+	close() error
+}
+
+type listener interface {
+	next(ctx context.Context) (incoming, error)
+	close() error
+}
+
+// incoming is a client's connection request, held until answered.
+type incoming interface {
+	remote() netip.AddrPort
+	params() connParams
+	accept(ctx context.Context, p connParams) (conn, error)
+	reject(r *rejected) error
+}
+
+// conn is an established connection on a leg.
+type conn interface {
+	endpoint() Endpoint
+	params() connParams // the peer's: a dial's REP
+	describe() string   // QPNs and MTU, for the logs
+	close() error       // disconnects and frees what endpoint does not
+}
+
+// StartGateway opens the legs and starts listening on every route.
+func StartGateway(o GatewayOptions) (*Gateway, error) {
+	if o.Config == nil {
+		return nil, errors.New("bridge: gateway: no config")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 30 * time.Second
+	}
+	pool, err := NewPool(o.Pool)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: gateway: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
+		sessions: map[*Session]*sessionInfo{}}
+	fail := func(err error) (*Gateway, error) {
+		g.Close(context.Background())
+		return nil, err
+	}
+	for i := range o.Config.Legs {
+		l := &o.Config.Legs[i]
+		var lg leg
+		switch l.Kind {
+		case config.KindUserspace:
+			lg, err = openUserspaceLeg(l, pool, o.Logger)
+		case config.KindVerbs:
+			lg, err = openVerbsLeg(l, pool, o.Logger)
+		default:
+			err = fmt.Errorf("kind %q", l.Kind)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("%s:%d: leg %q: %w", o.Config.File(), l.Line(), l.Name, err))
+		}
+		g.legs[l.Name] = lg
+		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
+	}
+	for i := range o.Config.Routes {
+		r := &o.Config.Routes[i]
+		ln, err := g.legs[r.Listen.Leg].listen(r.Listen.Addr)
+		if err != nil {
+			return fail(fmt.Errorf("%s:%d: route %q: listen on %v: %w", o.Config.File(), r.Line(), r.Name, r.Listen.Addr, err))
+		}
+		o.Logger.Info("route listening", "route", r.Name, "listen", r.Listen.Addr, "leg", r.Listen.Leg, "target", r.Target.Addr, "via", r.Target.Leg)
+		g.wg.Add(1)
+		go g.routineAccept(r, ln, o.ConnectTimeout)
+	}
+	return g, nil
+}
+
+// CheckLegs checks what only the machine can tell of a configuration: that
+// each userspace leg's interface exists (in its network namespace) and
+// holds the leg's address, and that an RDMA device holds each verbs leg's
+// address (on the device and port named, if named). Every problem is
+// reported with the file and line of its leg.
+func CheckLegs(cfg *config.Config) error {
+	var errs []error
+	for i := range cfg.Legs {
+		l := &cfg.Legs[i]
+		var err error
+		switch l.Kind {
+		case config.KindUserspace:
+			err = netns.Do(l.Netns, func() error {
+				ifi, err := net.InterfaceByName(l.Interface)
+				if err != nil {
+					return fmt.Errorf("interface %s: %w", l.Interface, err)
+				}
+				return hasAddr(ifi, l.IP)
+			})
+		case config.KindVerbs:
+			_, err = findGID(l)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: leg %q: %w", cfg.File(), l.Line(), l.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stats returns the gateway's counters.
+func (g *Gateway) Stats() *GatewayStats { return &g.stats }
+
+// Sessions returns how many sessions run.
+func (g *Gateway) Sessions() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.sessions)
+}
+
+// Pool returns the gateway's memory pool.
+func (g *Gateway) Pool() *Pool { return g.pool }
+
+// routineAccept takes the route's connection requests, one goroutine each.
+func (g *Gateway) routineAccept(r *config.Route, ln listener, timeout time.Duration) {
+	defer g.wg.Done()
+	defer ln.close()
+	for {
+		in, err := ln.next(g.ctx)
+		if err != nil {
+			if g.ctx.Err() == nil {
+				g.log.Error("route stopped accepting", "route", r.Name, "err", err)
+			}
+			return
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.connect(r, in, timeout)
+		}()
+	}
+}
+
+// connect connects a client's request through to the route's target.
+func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
+	client := in.remote()
+	log := g.log.With("route", r.Name, "client", client, "target", r.Target.Addr)
+	if !r.Allowed(client.Addr()) {
+		g.stats.Refused.Add(1)
+		log.Warn("client not allowed by the route: rejected")
+		_ = in.reject(&rejected{reason: cm.RejectConsumerDefined})
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, timeout)
+	defer cancel()
+	p := in.params()
+	out, err := g.legs[r.Target.Leg].dial(ctx, r.Target.Addr, p)
+	if err != nil {
+		var rj *rejected
+		if !errors.As(err, &rj) {
+			rj = &rejected{reason: cm.RejectTimeout}
+		}
+		g.stats.Rejected.Add(1)
+		log.Warn("target did not accept: client rejected with the same", "reason", rj.reason, "err", err)
+		_ = in.reject(rj)
+		return
+	}
+	tp := out.params()
+	// What both ends allow: the client may have as many READs outstanding
+	// here as the target takes, and take as many as the target issues.
+	cp := connParams{privateData: tp.privateData,
+		respRes: min(orOne(p.initDepth), orOne(tp.respRes)), initDepth: min(orOne(p.respRes), orOne(tp.initDepth))}
+	c, err := in.accept(ctx, cp)
+	if err != nil {
+		g.stats.Failed.Add(1)
+		log.Warn("accepting the client failed: target disconnected", "err", err)
+		_ = out.close()
+		return
+	}
+	s, err := NewSession(SessionOptions{A: c.endpoint(), B: out.endpoint(), Pool: g.pool, Logger: log})
+	if err != nil {
+		g.stats.Failed.Add(1)
+		log.Error("session", "err", err)
+		_ = c.close()
+		_ = out.close()
+		return
+	}
+	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out}
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		s.Close()
+		_ = c.close()
+		_ = out.close()
+		return
+	}
+	g.sessions[s] = info
+	g.mu.Unlock()
+	g.stats.Accepted.Add(1)
+	log.Info("session up", "client_side", c.describe(), "target_side", out.describe(),
+		"responder_resources", cp.respRes, "initiator_depth", cp.initDepth)
+	<-s.Done()
+	st := s.Stats()
+	log.Info("session ended", "why", s.Err(), "age", time.Since(info.started).Round(time.Millisecond),
+		"ops_to_target", st.Ops[0].Load(), "ops_to_client", st.Ops[1].Load(), "bytes_to_target", st.Bytes[0].Load(),
+		"bytes_to_client", st.Bytes[1].Load(), "failed", st.Failed[0].Load()+st.Failed[1].Load())
+	_ = c.close()
+	_ = out.close()
+	g.mu.Lock()
+	delete(g.sessions, s)
+	g.mu.Unlock()
+	g.stats.Ended.Add(1)
+}
+
+func orOne(n int) int { return max(n, 1) }
+
+// Close stops accepting, ends every session (their connections are
+// disconnected, ops in flight fail back), closes the legs and the pool. ctx
+// bounds the wait for sessions to end.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.mu.Lock()
+	g.closing = true
+	var ss []*Session
+	for s := range g.sessions {
+		ss = append(ss, s)
+	}
+	g.mu.Unlock()
+	g.cancel()
+	for _, s := range ss {
+		s.Close()
+	}
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("bridge: gateway: sessions still ending: %w", ctx.Err())
+	}
+	for name, l := range g.legs {
+		if cerr := l.close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("leg %q: %w", name, cerr))
+		}
+	}
+	if perr := g.pool.Close(); perr != nil {
+		err = errors.Join(err, perr)
+	}
+	return err
+}

@@ -1,0 +1,266 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+	"github.com/rbridge/rbridge/xdp"
+)
+
+// userspaceLeg is a leg on rbridge's own RoCEv2 transport: a device on the
+// interface's UDP socket or AF_XDP queue, and the IB CM on its QP 1, so
+// that unmodified rdma_cm applications connect to it and it to them.
+type userspaceLeg struct {
+	cfg  *config.Leg
+	log  *slog.Logger
+	pool *Pool
+	dev  *transport.Device
+	cm   *cm.Manager
+	pd   *transport.PD
+	mr   *transport.MR
+	prog *xdp.Program // AF_XDP: the classifier, which must know the leg's QPs
+	umem []byte
+}
+
+func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
+	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, pd: transport.NewPD()}
+	var conn roce.PacketConn
+	err := netns.Do(l.Netns, func() error {
+		ifi, err := net.InterfaceByName(l.Interface)
+		if err != nil {
+			return fmt.Errorf("interface %s: %w", l.Interface, err)
+		}
+		if err := hasAddr(ifi, l.IP); err != nil {
+			return err
+		}
+		local := netip.AddrPortFrom(l.IP, roce.Port)
+		switch l.IO {
+		case config.IOUDP:
+			conn, err = udpconn.Listen(udpconn.Options{Addr: local})
+			return err
+		case config.IOAFXDP:
+			if u.prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {
+				return err
+			}
+			if _, err := u.prog.Attach(ifi.Index); err != nil {
+				return err
+			}
+			arp, err := xdp.OpenProcARP() // this namespace's neighbours
+			if err != nil {
+				return err
+			}
+			if u.umem, err = unix.Mmap(-1, 0, 2048*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
+				return fmt.Errorf("map the AF_XDP UMEM: %w", err)
+			}
+			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: u.umem, LocalAddr: local, Neighbors: arp, Program: u.prog, Logger: log})
+			if err != nil {
+				return err
+			}
+			return u.prog.AddQP(1, xdp.QP{}) // the CM's MADs
+		}
+		return fmt.Errorf("io %q", l.IO)
+	})
+	if err != nil {
+		u.close()
+		return nil, fmt.Errorf("%s in network namespace %q: %w", l.Interface, l.Netns, err)
+	}
+	if u.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: log}); err != nil {
+		conn.Close()
+		u.close()
+		return nil, err
+	}
+	if u.cm, err = cm.New(cm.Options{Device: u.dev, Addr: l.IP, Logger: log}); err != nil {
+		u.close()
+		return nil, err
+	}
+	if u.mr, err = u.pd.RegisterMR(pool.Arena(), transport.AccessLocalWrite); err != nil {
+		u.close()
+		return nil, err
+	}
+	return u, nil
+}
+
+// hasAddr checks that the interface holds ip.
+func hasAddr(ifi *net.Interface, ip netip.Addr) error {
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", ifi.Name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if got, ok := netip.AddrFromSlice(n.IP); ok && got.Unmap() == ip {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("interface %s does not hold %v (it has %v)", ifi.Name, ip, addrs)
+}
+
+func (u *userspaceLeg) close() error {
+	var errs []error
+	if u.cm != nil {
+		errs = append(errs, u.cm.Close())
+	}
+	if u.dev != nil {
+		errs = append(errs, u.dev.Close())
+	}
+	if u.prog != nil {
+		errs = append(errs, u.prog.Close())
+	}
+	if u.umem != nil {
+		errs = append(errs, unix.Munmap(u.umem))
+		u.umem = nil
+	}
+	return errors.Join(errs...)
+}
+
+// endpoint makes an endpoint whose QP the classifier sends to this leg.
+func (u *userspaceLeg) endpoint() (*UserspaceEndpoint, error) {
+	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.dev, PD: u.pd, MR: u.mr})
+	if err != nil {
+		return nil, err
+	}
+	if u.prog != nil {
+		if err := u.prog.AddQP(ep.QP().QPN(), xdp.QP{}); err != nil {
+			ep.Close()
+			return nil, err
+		}
+	}
+	return ep, nil
+}
+
+func (u *userspaceLeg) forget(ep *UserspaceEndpoint) {
+	if u.prog != nil {
+		_ = u.prog.RemoveQP(ep.QP().QPN())
+	}
+}
+
+func (u *userspaceLeg) listen(addr netip.AddrPort) (listener, error) {
+	l, err := u.cm.Listen(addr.Port(), 64)
+	if err != nil {
+		return nil, err
+	}
+	return &userspaceListener{u: u, l: l}, nil
+}
+
+type userspaceListener struct {
+	u *userspaceLeg
+	l *cm.Listener
+}
+
+func (l *userspaceListener) next(ctx context.Context) (incoming, error) {
+	r, err := l.l.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &userspaceIncoming{u: l.u, r: r}, nil
+}
+
+func (l *userspaceListener) close() error { return l.l.Close() }
+
+type userspaceIncoming struct {
+	u *userspaceLeg
+	r *cm.Request
+}
+
+func (in *userspaceIncoming) remote() netip.AddrPort {
+	if in.r.HasIPCM {
+		return netip.AddrPortFrom(in.r.IPCM.Src, in.r.IPCM.SrcPort)
+	}
+	return netip.AddrPortFrom(in.r.Remote, 0)
+}
+
+func (in *userspaceIncoming) params() connParams {
+	return connParams{privateData: in.r.PrivateData, respRes: int(in.r.REQ.ResponderResources), initDepth: int(in.r.REQ.InitiatorDepth)}
+}
+
+func (in *userspaceIncoming) accept(ctx context.Context, p connParams) (conn, error) {
+	ep, err := in.u.endpoint()
+	if err != nil {
+		_ = in.r.RejectWith(cm.RejectNoResources, nil)
+		return nil, err
+	}
+	c, err := in.r.Accept(ctx, cm.AcceptOptions{QP: ep.QP(), PrivateData: p.privateData, ResponderResources: p.respRes, InitiatorDepth: p.initDepth})
+	if err != nil {
+		in.u.forget(ep)
+		ep.Close()
+		return nil, err
+	}
+	return in.u.conn(ep, c), nil
+}
+
+func (in *userspaceIncoming) reject(r *rejected) error {
+	pd := r.privateData
+	if len(pd) > cm.REJPrivateDataLen {
+		pd = pd[:cm.REJPrivateDataLen]
+	}
+	return in.r.RejectWith(r.reason, pd)
+}
+
+func (u *userspaceLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (conn, error) {
+	ep, err := u.endpoint()
+	if err != nil {
+		return nil, err
+	}
+	pd := p.privateData
+	if len(pd) > cm.REQIPCMPrivateDataLen {
+		pd = pd[:cm.REQIPCMPrivateDataLen] // the IP CM header takes its 36 bytes from the same 92
+	}
+	c, err := u.cm.Dial(ctx, to, cm.DialOptions{QP: ep.QP(), PrivateData: pd, ResponderResources: p.respRes, InitiatorDepth: p.initDepth})
+	if err != nil {
+		u.forget(ep)
+		ep.Close()
+		var rj *cm.RejectError
+		if errors.As(err, &rj) {
+			return nil, &rejected{reason: rj.Reason, privateData: rj.PrivateData}
+		}
+		return nil, err
+	}
+	return u.conn(ep, c), nil
+}
+
+// userspaceConn is an established connection of the userspace leg.
+type userspaceConn struct {
+	u  *userspaceLeg
+	ep *UserspaceEndpoint
+	c  *cm.Conn
+}
+
+func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
+	ep.SetDisconnect(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultDisconnectTimeout)
+		defer cancel()
+		return c.Disconnect(ctx)
+	})
+	return &userspaceConn{u: u, ep: ep, c: c}
+}
+
+func (c *userspaceConn) endpoint() Endpoint { return c.ep }
+
+func (c *userspaceConn) params() connParams {
+	a := c.ep.QP().Query()
+	return connParams{privateData: c.c.PrivateData(), respRes: a.MaxRdAtomic, initDepth: a.MaxDestRdAtomic}
+}
+
+func (c *userspaceConn) describe() string {
+	a := c.ep.QP().Query()
+	return fmt.Sprintf("userspace QP %#x <-> %v QP %#x, MTU %d", c.ep.QP().QPN(), c.c.RemoteAddr(), c.c.RemoteQPN(), a.PathMTU)
+}
+
+func (c *userspaceConn) close() error {
+	err := c.ep.Close() // disconnects first
+	c.u.forget(c.ep)
+	return err
+}

@@ -1,0 +1,415 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/roce/cm"
+)
+
+// defaultDisconnectTimeout bounds a disconnect's wait for the peer.
+const defaultDisconnectTimeout = 5 * time.Second
+
+// verbsLeg is a leg on a libibverbs device, connected through librdmacm:
+// an InfiniBand HCA, a RoCE HCA, rxe, or siw (two-sided operations only).
+type verbsLeg struct {
+	cfg  *config.Leg
+	log  *slog.Logger
+	pool *Pool
+
+	mu   sync.Mutex // guards devs
+	devs map[*ibv.Device]*verbsDevice
+}
+
+// verbsDevice is what the leg made on one device: a PD and the pool's MR
+// in it (local access only).
+type verbsDevice struct {
+	pd    *ibv.PD
+	mr    *ibv.MR
+	iwarp bool
+}
+
+func openVerbsLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
+	gid, err := findGID(l)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("verbs leg GID", "leg", l.Name, "device", gid.Device, "port", gid.Port, "index", gid.Index, "why", gid.Reason)
+	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, devs: map[*ibv.Device]*verbsDevice{}}, nil
+}
+
+// findGID finds the device, port and GID the leg's IP is on, checked
+// against the device and port the config names.
+func findGID(l *config.Leg) (ibv.GIDChoice, error) {
+	names, err := ibv.DeviceNames()
+	if err != nil {
+		return ibv.GIDChoice{}, err
+	}
+	var table []ibv.GIDEntry
+	for _, n := range names {
+		d, err := ibv.OpenDevice(n)
+		if err != nil {
+			return ibv.GIDChoice{}, err
+		}
+		t, err := d.GIDTable()
+		d.Close()
+		if err != nil {
+			return ibv.GIDChoice{}, fmt.Errorf("device %s: %w", n, err)
+		}
+		table = append(table, t...)
+	}
+	if len(names) == 0 {
+		return ibv.GIDChoice{}, fmt.Errorf("no RDMA device on this host holds %v: %w", l.IP, ibv.ErrNoGID)
+	}
+	return ibv.ChooseGID(table, ibv.GIDQuery{IP: l.IP, Device: l.Device, Port: l.Port})
+}
+
+func (v *verbsLeg) close() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var errs []error
+	for d, vd := range v.devs {
+		errs = append(errs, vd.mr.Close(), vd.pd.Close())
+		delete(v.devs, d)
+	}
+	return errors.Join(errs...)
+}
+
+// device returns the PD and MR on the device an id resolved to, made on
+// first use, and checks it against the leg's device and port.
+func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
+	dev, err := id.Device()
+	if err != nil {
+		return nil, nil, err
+	}
+	if v.cfg.Device != "" && dev.Name() != v.cfg.Device {
+		return nil, nil, fmt.Errorf("%v is on device %s, not the leg's %s", v.cfg.IP, dev.Name(), v.cfg.Device)
+	}
+	if v.cfg.Port != 0 && id.Port() != v.cfg.Port {
+		return nil, nil, fmt.Errorf("%v is on %s port %d, not the leg's port %d", v.cfg.IP, dev.Name(), id.Port(), v.cfg.Port)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vd := v.devs[dev]; vd != nil {
+		return dev, vd, nil
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, nil, err
+	}
+	mr, err := pd.RegMR(v.pool.Arena(), ibv.AccessLocalWrite)
+	if err != nil {
+		pd.Close()
+		return nil, nil, err
+	}
+	vd := &verbsDevice{pd: pd, mr: mr}
+	if info, err := dev.Info(); err == nil {
+		vd.iwarp = info.Transport == ibv.TransportIWARP
+	}
+	v.devs[dev] = vd
+	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp)
+	return dev, vd, nil
+}
+
+// endpoint makes the QP of a connection on id, and its endpoint (receives
+// posted) before the connection is established.
+func (v *verbsLeg) endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
+	dev, vd, err := v.device(id)
+	if err != nil {
+		return nil, err
+	}
+	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 256})
+	if err != nil {
+		return nil, err
+	}
+	qp, err := id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 64}})
+	if err != nil {
+		cq.Close()
+		return nil, err
+	}
+	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect})
+	if err != nil {
+		qp.Close()
+		cq.Close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+func (v *verbsLeg) listen(addr netip.AddrPort) (listener, error) {
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	id, err := ch.NewID(ibv.PortSpaceTCP)
+	if err == nil {
+		err = id.Bind(addr)
+	}
+	if err == nil {
+		err = id.Listen(64)
+	}
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	l := &verbsListener{v: v, ch: ch, id: id, reqs: make(chan ibv.CMEvent, 64), conns: map[*ibv.CMID]chan ibv.CMEvent{}, done: make(chan struct{})}
+	go l.routineEvents()
+	return l, nil
+}
+
+// verbsListener demultiplexes its event channel: connection requests to
+// next, the events of each connection to its own channel.
+type verbsListener struct {
+	v    *verbsLeg
+	ch   *ibv.EventChannel
+	id   *ibv.CMID
+	reqs chan ibv.CMEvent
+	done chan struct{}
+
+	mu    sync.Mutex // guards conns
+	conns map[*ibv.CMID]chan ibv.CMEvent
+}
+
+func (l *verbsListener) routineEvents() {
+	defer close(l.done)
+	for {
+		ev, err := l.ch.Next(context.Background())
+		if err != nil {
+			return // the channel was closed
+		}
+		if ev.Type == ibv.CMConnectRequest {
+			select {
+			case l.reqs <- ev:
+			default:
+				l.v.log.Warn("too many connection requests waiting: rejected", "from", ev.ID.RemoteAddr())
+				_ = ev.ID.Reject(nil)
+				ev.ID.Close()
+			}
+			continue
+		}
+		l.mu.Lock()
+		c := l.conns[ev.ID]
+		l.mu.Unlock()
+		if c != nil {
+			select {
+			case c <- ev:
+			default:
+			}
+		}
+	}
+}
+
+func (l *verbsListener) next(ctx context.Context) (incoming, error) {
+	select {
+	case ev := <-l.reqs:
+		events := make(chan ibv.CMEvent, 8)
+		l.mu.Lock()
+		l.conns[ev.ID] = events
+		l.mu.Unlock()
+		return &verbsIncoming{l: l, id: ev.ID, p: ev.Param, events: events}, nil
+	case <-l.done:
+		return nil, errors.New("rdma_cm listener closed")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *verbsListener) close() error {
+	err := l.ch.Close() // closes the listening id too, and ends routineEvents
+	<-l.done
+	return err
+}
+
+func (l *verbsListener) forget(id *ibv.CMID) {
+	l.mu.Lock()
+	delete(l.conns, id)
+	l.mu.Unlock()
+}
+
+type verbsIncoming struct {
+	l      *verbsListener
+	id     *ibv.CMID
+	p      ibv.ConnParam
+	events chan ibv.CMEvent
+}
+
+func (in *verbsIncoming) remote() netip.AddrPort { return in.id.RemoteAddr() }
+
+func (in *verbsIncoming) params() connParams {
+	return connParams{privateData: in.p.PrivateData, respRes: int(in.p.ResponderResources), initDepth: int(in.p.InitiatorDepth)}
+}
+
+func (in *verbsIncoming) accept(ctx context.Context, p connParams) (conn, error) {
+	ep, err := in.l.v.endpoint(in.id)
+	if err != nil {
+		_ = in.id.Reject(nil)
+		in.l.forget(in.id)
+		in.id.Close()
+		return nil, err
+	}
+	pd := p.privateData
+	if len(pd) > 196 {
+		pd = pd[:196] // what an IB CM REP carries
+	}
+	if err := in.id.Accept(ibv.ConnParam{PrivateData: pd, ResponderResources: uint8(min(p.respRes, 255)),
+		InitiatorDepth: uint8(min(p.initDepth, 255)), RNRRetryCount: 7, NoMTUTrailer: true}); err != nil {
+		ep.Close()
+		in.l.forget(in.id)
+		in.id.Close()
+		return nil, err
+	}
+	for {
+		select {
+		case ev := <-in.events:
+			if ev.Type == ibv.CMEstablished {
+				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p}
+				go c.watch(in.events)
+				return c, nil
+			}
+			ep.Close()
+			in.l.forget(in.id)
+			in.id.Close()
+			return nil, fmt.Errorf("accept: the client's connection ended in %v (status %d)", ev.Type, ev.Status)
+		case <-ctx.Done():
+			ep.Close()
+			in.l.forget(in.id)
+			in.id.Close()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (in *verbsIncoming) reject(r *rejected) error {
+	defer in.id.Close()
+	defer in.l.forget(in.id)
+	// librdmacm rejects with the consumer-defined reason only; the reason
+	// the target gave travels in the log.
+	return in.id.Reject(r.privateData)
+}
+
+func (v *verbsLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (conn, error) {
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (conn, error) {
+		ch.Close()
+		return nil, err
+	}
+	id, err := ch.NewID(ibv.PortSpaceTCP)
+	if err != nil {
+		return fail(err)
+	}
+	timeout := 5 * time.Second
+	if err := id.ResolveAddr(v.cfg.IP, to, timeout); err != nil {
+		return fail(err)
+	}
+	if _, err := ch.Expect(ctx, ibv.CMAddrResolved); err != nil {
+		return fail(fmt.Errorf("resolve %v: %w", to, err))
+	}
+	if err := id.ResolveRoute(timeout); err != nil {
+		return fail(err)
+	}
+	if _, err := ch.Expect(ctx, ibv.CMRouteResolved); err != nil {
+		return fail(fmt.Errorf("route to %v: %w", to, err))
+	}
+	ep, err := v.endpoint(id)
+	if err != nil {
+		return fail(err)
+	}
+	pd := p.privateData
+	if len(pd) > 56 {
+		pd = pd[:56] // what rdma_cm gives a REQ after its IP CM header
+	}
+	err = id.Connect(ibv.ConnParam{PrivateData: pd, ResponderResources: uint8(min(p.respRes, 255)), InitiatorDepth: uint8(min(p.initDepth, 255)),
+		RetryCount: 7, RNRRetryCount: 7, NoMTUTrailer: true})
+	if err != nil {
+		ep.Close()
+		return fail(err)
+	}
+	ev, err := ch.Next(ctx)
+	if err == nil && ev.Type != ibv.CMEstablished {
+		switch ev.Type {
+		case ibv.CMRejected:
+			err = &rejected{reason: cm.RejectReason(ev.Status), privateData: ev.Param.PrivateData}
+		case ibv.CMUnreachable:
+			err = &rejected{reason: cm.RejectTimeout}
+		default:
+			err = fmt.Errorf("connect to %v: %v (status %d): %w", to, ev.Type, ev.Status, ev.Err)
+		}
+	}
+	if err != nil {
+		ep.Close()
+		return fail(err)
+	}
+	events := make(chan ibv.CMEvent, 8)
+	c := &verbsConn{ep: ep, id: id, ch: ch, p: ev.Param}
+	go func() {
+		for {
+			ev, err := ch.Next(context.Background())
+			if err != nil {
+				close(events)
+				return
+			}
+			events <- ev
+		}
+	}()
+	go c.watch(events)
+	return c, nil
+}
+
+// verbsConn is an established rdma_cm connection of the verbs leg.
+type verbsConn struct {
+	ep     *VerbsEndpoint
+	id     *ibv.CMID
+	ch     *ibv.EventChannel // a dial's own channel; nil for an accepted one
+	p      ibv.ConnParam     // the peer's
+	forget func()
+	once   sync.Once
+}
+
+// watch ends the session when the peer disconnects.
+func (c *verbsConn) watch(events <-chan ibv.CMEvent) {
+	for ev := range events {
+		if ev.Type == ibv.CMDisconnected {
+			c.ep.Fail(errors.New("the peer disconnected"))
+			return
+		}
+	}
+}
+
+func (c *verbsConn) endpoint() Endpoint { return c.ep }
+
+func (c *verbsConn) params() connParams {
+	return connParams{privateData: c.p.PrivateData, respRes: int(c.p.ResponderResources), initDepth: int(c.p.InitiatorDepth)}
+}
+
+func (c *verbsConn) describe() string {
+	mtu := 0
+	if a, err := c.ep.qp.Query(); err == nil {
+		mtu = a.PathMTU.Bytes()
+	}
+	return fmt.Sprintf("verbs QP %d <-> %v, MTU %d", c.ep.qp.QPN(), c.id.RemoteAddr(), mtu)
+}
+
+func (c *verbsConn) close() error {
+	var err error
+	c.once.Do(func() {
+		err = c.ep.Close() // disconnects first
+		if c.forget != nil {
+			c.forget()
+		}
+		err = errors.Join(err, c.id.Close())
+		if c.ch != nil {
+			err = errors.Join(err, c.ch.Close())
+		}
+	})
+	return err
+}

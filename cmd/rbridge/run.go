@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
+)
+
+type runOptions struct {
+	config   string
+	check    bool
+	logLevel string
+	drain    time.Duration
+}
+
+func newRunCommand() *cobra.Command {
+	o := runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Run the gateway: legs and routes from a config file",
+		Long: `run starts the gateway the config file describes: it opens every leg (a verbs
+device, or rbridge's userspace RoCEv2 transport on an Ethernet interface),
+listens on every route's listen address for rdma_cm connections, and connects
+each client through to the route's target on the other leg. A client is
+accepted only once the target accepted; a target that rejects or does not
+answer gets the client a reject. On SIGINT or SIGTERM it stops accepting,
+ends every session (both connections disconnected), releases everything and
+exits 0.
+
+The file (YAML):
+
+  legs:
+    - name: ib
+      kind: verbs                 # a libibverbs device (IB HCA, RoCE HCA, rxe)
+      ip: 198.18.3.1              # the gateway's address on this fabric
+      device: rxe2                # optional, checked against ip
+    - name: roce
+      kind: userspace             # rbridge's own RoCEv2 transport
+      interface: vgw0
+      ip: 198.18.1.3
+      io: afxdp                   # afxdp (default) or udp
+      netns: user0                # optional
+  routes:
+    - name: storage
+      listen: {leg: roce, addr: "198.18.1.3:4420"}
+      target: {leg: ib, addr: "198.18.3.2:4420"}
+      allow: ["198.18.1.0/24"]    # optional; default any client
+
+A bad file is refused before anything starts, with its line and what is
+wrong; a leg whose interface or RDMA device is missing, with the leg's line.
+--check validates the file, looks for the interfaces and devices, and exits.
+
+What crosses: every RC operation whose requester is on a userspace leg, one-
+sided ones with the target's own address and rkey; from a verbs leg, the SEND
+family only (the HCA executes one-sided operations against the gateway's own
+memory, which refuses them with a remote access error). See the README.`,
+		Example: `  rbridge run --config /etc/rbridge/gateway.yaml
+  rbridge run --config gateway.yaml --check`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.config == "" {
+				return errors.New("--config FILE is required (rbridge demo runs the gateway without one)")
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return runGateway(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.config, "config", "", "the gateway's config file (YAML)")
+	f.BoolVar(&o.check, "check", false, "validate the config file and exit")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&o.drain, "drain", 10*time.Second, "on SIGINT/SIGTERM, how long sessions get to end")
+	return cmd
+}
+
+func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	cfg, err := config.Load(o.config)
+	if err != nil {
+		return err
+	}
+	if o.check {
+		if err := bridge.CheckLegs(cfg); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found)\n", o.config, len(cfg.Legs), len(cfg.Routes))
+		return nil
+	}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("gateway running", "config", o.config, "legs", len(cfg.Legs), "routes", len(cfg.Routes))
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	select {
+	case s := <-sig:
+		log.Info("stopping", "signal", s.String(), "sessions", g.Sessions())
+	case <-ctx.Done():
+		log.Info("stopping", "why", ctx.Err())
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
+	defer cancel()
+	if err := g.Close(dctx); err != nil {
+		return err
+	}
+	st := g.Stats()
+	log.Info("stopped", "sessions", st.Accepted.Load(), "rejected", st.Rejected.Load(), "refused", st.Refused.Load(), "failed", st.Failed.Load())
+	return nil
+}
