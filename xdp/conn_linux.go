@@ -456,7 +456,10 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	if m.SrcPort != 0 {
 		from = netip.AddrPortFrom(from.Addr(), m.SrcPort)
 	}
-	hl := roce.PutIPUDPHeaders(ip, from, m.Addr, m.Len(), m.ECN)
+	hl, err := roce.PutIPUDPHeaders(ip, from, m.Addr, m.Len(), m.ECN)
+	if err != nil {
+		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+	}
 	m.CopyTo(ip[hl:])
 	if err := roce.PutICRC(ip); err != nil {
 		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
