@@ -460,7 +460,9 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}
-	m.CopyTo(ip[hl:])
+	if _, err := m.CopyTo(ip[hl:]); err != nil {
+		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+	}
 	if err := roce.PutICRC(ip); err != nil {
 		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}

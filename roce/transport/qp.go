@@ -553,7 +553,7 @@ func (qp *QP) sendCNPLocked(to netip.AddrPort) {
 	dest := qp.attr.DestQPN
 	m := qp.newPacket(to)
 	m.Buf = m.Buf[:roce.CNPLen]
-	roce.EncodeCNP(m.Buf, dest)
+	_ = roce.EncodeCNP(m.Buf, dest) // the buffer holds MaxPacket bytes
 	m.N = len(m.Buf)
 	qp.dev.stats.TxCNPs.Add(1)
 }
