@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,17 @@ func (d *Device) Close() error {
 		d.wg.Wait()
 	})
 	return d.closeErr
+}
+
+// reachable checks that the device's conn can send to addr: an address of
+// the conn's own family (an IPv4-mapped IPv6 address counts as IPv4). A
+// conn without an address (a test's) reaches everything.
+func (d *Device) reachable(addr netip.AddrPort) error {
+	local := d.conn.LocalAddr().Addr().Unmap()
+	if !local.IsValid() || local.Is4() == addr.Addr().Unmap().Is4() {
+		return nil
+	}
+	return fmt.Errorf("%v is unreachable from the device's %v: %w", addr, d.conn.LocalAddr(), roce.ErrAddrFamily)
 }
 
 func (d *Device) lookupQP(qpn uint32) *QP {
