@@ -23,9 +23,14 @@ type Options struct {
 	// Addr is the local address: a specific IP (the ICRC covers it) and a
 	// port (0 means 4791).
 	Addr netip.AddrPort
-	// Batch is the most messages one system call moves (default 64).
+	// Batch is the most messages one system call moves (default 64, at most
+	// MaxBatch).
 	Batch int
 }
+
+// MaxBatch is the most messages recvmmsg and sendmmsg take in one call
+// (the kernel's UIO_MAXIOV).
+const MaxBatch = 1024
 
 // Stats counts what the conn did.
 type Stats struct {
@@ -104,6 +109,9 @@ func Listen(opts Options) (*Conn, error) {
 	a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 	if opts.Batch <= 0 {
 		opts.Batch = 64
+	}
+	if opts.Batch > MaxBatch {
+		return nil, fmt.Errorf("udpconn: listen on %v: batch of %d messages: the kernel moves at most %d in one call", a, opts.Batch, MaxBatch)
 	}
 	network := "udp4"
 	if a.Addr().Is6() {

@@ -49,6 +49,16 @@ func TestListenNeedsSpecificAddress(t *testing.T) {
 	}
 }
 
+func TestListenBatchTooLarge(t *testing.T) {
+	for _, n := range []int{udpconn.MaxBatch + 1, 1 << 40} {
+		c, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Batch: n})
+		if err == nil {
+			c.Close()
+			t.Errorf("batch of %d: no error", n)
+		}
+	}
+}
+
 func TestBatchRoundTrip(t *testing.T) {
 	for _, ip := range []string{"127.0.0.1", "::1"} {
 		t.Run(ip, func(t *testing.T) {
