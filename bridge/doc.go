@@ -5,6 +5,7 @@
 // backed arena, carved into refcounted size classes, registered once with
 // every protection domain and used as the AF_XDP UMEM).
 //
-// Built so far: the pool (pool.go). Routes, sessions and the relay are not
-// built yet.
+// Built so far: the pool (pool.go) and the arena it carves (arena.go),
+// which other users of large message memory map too (rbridge bench).
+// Routes, sessions and the relay are not built yet.
 package bridge

@@ -41,10 +41,8 @@ var ErrPoolExhausted = errors.New("pool exhausted")
 
 // Pool is a refcounted buffer pool over one arena.
 type Pool struct {
-	arena   []byte
-	huge    string // how the arena is backed, for logs and status
+	arena   *Arena
 	classes []*sizeClass
-	unmap   func() error
 	closed  atomic.Bool
 }
 
@@ -88,11 +86,12 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if share < opts.Classes[len(opts.Classes)-1] {
 		return nil, fmt.Errorf("bridge: pool of %d bytes cannot hold one %d-byte buffer per class", opts.Size, opts.Classes[len(opts.Classes)-1])
 	}
-	arena, huge, unmap, err := mapArena(opts.Size, opts.HugePages)
+	a, err := MapArena(opts.Size, ArenaOptions{HugePages: opts.HugePages})
 	if err != nil {
-		return nil, fmt.Errorf("bridge: pool arena of %d bytes: %w", opts.Size, err)
+		return nil, fmt.Errorf("bridge: pool: %w", err)
 	}
-	p := &Pool{arena: arena, huge: huge, unmap: unmap}
+	p := &Pool{arena: a}
+	arena := a.Bytes()
 	off := 0
 	for _, size := range opts.Classes {
 		n := share / size
@@ -108,10 +107,10 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 }
 
 // Arena returns the whole arena, for memory registration and as UMEM.
-func (p *Pool) Arena() []byte { return p.arena }
+func (p *Pool) Arena() []byte { return p.arena.Bytes() }
 
 // Backing says how the arena is backed: "hugetlb", "thp" or "4k".
-func (p *Pool) Backing() string { return p.huge }
+func (p *Pool) Backing() string { return p.arena.Backing() }
 
 // classFor returns the smallest class that holds n bytes.
 func (p *Pool) classFor(n int) (*sizeClass, error) {
@@ -233,5 +232,5 @@ func (p *Pool) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
-	return p.unmap()
+	return p.arena.Close()
 }
