@@ -39,6 +39,9 @@ type PoolOptions struct {
 // ErrPoolExhausted matches a Get that found its size class empty.
 var ErrPoolExhausted = errors.New("pool exhausted")
 
+// ErrPoolClosed matches a Get after Close: the arena is gone.
+var ErrPoolClosed = errors.New("pool closed")
+
 // Pool is a refcounted buffer pool over one arena.
 type Pool struct {
 	arena   *Arena
@@ -73,6 +76,9 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	}
 	if opts.Classes == nil {
 		opts.Classes = []int{256, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
+	}
+	if len(opts.Classes) == 0 {
+		return nil, fmt.Errorf("bridge: pool without size classes")
 	}
 	if !slices.IsSorted(opts.Classes) {
 		return nil, fmt.Errorf("bridge: pool classes %v are not ascending", opts.Classes)
@@ -114,6 +120,9 @@ func (p *Pool) Backing() string { return p.arena.Backing() }
 
 // classFor returns the smallest class that holds n bytes.
 func (p *Pool) classFor(n int) (*sizeClass, error) {
+	if p.closed.Load() {
+		return nil, fmt.Errorf("bridge: get a %d-byte buffer: %w", n, ErrPoolClosed)
+	}
 	for _, c := range p.classes {
 		if n <= c.size {
 			return c, nil
@@ -123,7 +132,8 @@ func (p *Pool) classFor(n int) (*sizeClass, error) {
 }
 
 // Get returns a buffer of at least n bytes with one reference, or an error
-// matching ErrPoolExhausted when its class is empty.
+// matching ErrPoolExhausted when its class is empty (ErrPoolClosed after
+// Close).
 func (p *Pool) Get(n int) (*Buf, error) {
 	c, err := p.classFor(n)
 	if err != nil {
@@ -221,16 +231,18 @@ func (p *Pool) Stats() []ClassStats {
 	return out
 }
 
-// Close unmaps the arena. Every buffer must have been released: Close
-// refuses otherwise, as the memory may still be in a NIC's hands.
+// Close unmaps the arena; later Gets fail with ErrPoolClosed. Every buffer
+// must have been released: Close refuses otherwise, as the memory may still
+// be in a NIC's hands. It is idempotent, and must not race with Get.
 func (p *Pool) Close() error {
+	if p.closed.Load() {
+		return nil
+	}
 	for _, s := range p.Stats() {
 		if s.Free != s.Total {
 			return fmt.Errorf("bridge: close pool: %d of %d %d-byte buffers still referenced", s.Total-s.Free, s.Total, s.Size)
 		}
 	}
-	if p.closed.Swap(true) {
-		return nil
-	}
+	p.closed.Store(true)
 	return p.arena.Close()
 }
