@@ -77,10 +77,19 @@ func (o *benchOptions) check() error {
 	default:
 		return fmt.Errorf("--mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
-	for _, a := range []string{o.addrA, o.addrB} {
-		if _, err := netip.ParseAddr(a); err != nil {
+	var addrs [2]netip.Addr
+	for i, a := range []string{o.addrA, o.addrB} {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
 			return fmt.Errorf("address %q: %w", a, err)
 		}
+		addrs[i] = ip.Unmap()
+	}
+	switch a, b := addrs[0], addrs[1]; {
+	case a.Is4() != b.Is4():
+		return fmt.Errorf("--from %s and --to %s: one is IPv4 and the other IPv6; both sides need addresses of one family", o.addrA, o.addrB)
+	case a == b:
+		return fmt.Errorf("--from and --to are both %s: the two sides need two addresses", o.addrA)
 	}
 	return nil
 }

@@ -48,3 +48,22 @@ func TestBenchBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchAddressFamilies: two addresses of different families, or one
+// address twice, are refused before anything is opened (one panicked in
+// the UDP conn, the other ran into "retry counter exceeded").
+func TestBenchAddressFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		from, to, want string
+	}{
+		{"127.0.0.1", "::1", "--from 127.0.0.1 and --to ::1: one is IPv4 and the other IPv6"},
+		{"::1", "127.0.0.2", "--from ::1 and --to 127.0.0.2: one is IPv4 and the other IPv6"},
+		{"::ffff:127.0.0.1", "::1", "one is IPv4 and the other IPv6"},
+		{"127.0.0.1", "::ffff:127.0.0.1", "--from and --to are both 127.0.0.1"},
+	} {
+		_, _, err := run(t, nil, "bench", "--from", tc.from, "--to", tc.to, "--duration", "100ms")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench --from %s --to %s: %v, want an error containing %q", tc.from, tc.to, err, tc.want)
+		}
+	}
+}
