@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
 )
@@ -22,6 +23,7 @@ type benchOptions struct {
 	duration          time.Duration
 	jsonOut           bool
 	addrA, addrB      string
+	port              int
 }
 
 func newBenchCommand() *cobra.Command {
@@ -33,13 +35,14 @@ func newBenchCommand() *cobra.Command {
 alternative, measured in the same run on the same machine:
 
   transport  RDMA WRITEs of --size bytes between two of rbridge's userspace RC
-             queue pairs over UDP sockets (RoCEv2 on port 4791), --window
+             queue pairs over UDP sockets (RoCEv2, on --port), --window
              messages outstanding; every message acknowledged end to end
   udp        the same bytes in --mtu-byte datagrams through plain UDP sockets,
              the same window, no reliability at all
 
 Both run on loopback between two addresses (127.0.0.1 and 127.0.0.2 by
-default, each on port 4791), for --duration each, the transport first. A
+default, each on --port, 4791 by default), for --duration each, the
+transport first. A
 line of progress goes to standard error every second. The gateway's own
 paths (InfiniBand to RoCEv2) will join this command as they are built.`,
 		Example: `  rbridge bench --size 65536 --duration 5s
@@ -60,6 +63,7 @@ paths (InfiniBand to RoCEv2) will join this command as they are built.`,
 	f.BoolVar(&o.jsonOut, "json", false, "one JSON object instead of text")
 	f.StringVar(&o.addrA, "from", "127.0.0.1", "local address of the sending side")
 	f.StringVar(&o.addrB, "to", "127.0.0.2", "local address of the receiving side")
+	f.IntVar(&o.port, "port", int(roce.Port), "UDP port of both sides, on each address")
 	return cmd
 }
 
@@ -71,6 +75,8 @@ func (o *benchOptions) check() error {
 		return fmt.Errorf("--window %d: want 1 to 1024", o.window)
 	case o.duration <= 0:
 		return fmt.Errorf("--duration %v: want a positive duration", o.duration)
+	case o.port < 1 || o.port > 65535:
+		return fmt.Errorf("--port %d: want 1 to 65535", o.port)
 	}
 	switch o.mtu {
 	case 256, 512, 1024, 2048, 4096:
@@ -171,7 +177,7 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 	open := func(ip string) (*side, error) {
 		s := &side{cq: transport.NewCQ(2 * o.window)}
 		var err error
-		if s.c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), 4791)}); err != nil {
+		if s.c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(o.port))}); err != nil {
 			return nil, err
 		}
 		if s.dev, err = transport.NewDevice(s.c, transport.DeviceOptions{Logger: quiet}); err != nil {
@@ -242,13 +248,13 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 }
 
 func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
-	rx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrB), 4791)))
+	rx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrB), uint16(o.port))))
 	if err != nil {
 		return benchResult{}, err
 	}
 	defer rx.Close()
 	_ = rx.SetReadBuffer(8 << 20)
-	tx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrA), 4791)))
+	tx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrA), uint16(o.port))))
 	if err != nil {
 		return benchResult{}, err
 	}

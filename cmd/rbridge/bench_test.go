@@ -2,12 +2,47 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
+// freePort asks the kernel for a UDP port that is free on every one of
+// addrs (bench binds the same port on both of its addresses).
+func freePort(t *testing.T, addrs ...string) string {
+	t.Helper()
+	for range 20 {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(addrs[0])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := c.LocalAddr().(*net.UDPAddr).Port
+		held, free := []*net.UDPConn{c}, true
+		for _, a := range addrs[1:] {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(a), Port: port})
+			if err != nil {
+				free = false
+				break
+			}
+			held = append(held, c)
+		}
+		for _, c := range held {
+			c.Close()
+		}
+		if free {
+			return strconv.Itoa(port)
+		}
+	}
+	t.Fatalf("no UDP port free on all of %v", addrs)
+	return ""
+}
+
 func TestBench(t *testing.T) {
-	out, progress, err := run(t, nil, "bench", "--duration", "1200ms", "--size", "1000", "--window", "8")
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	out, progress, err := run(t, nil, "bench", "--duration", "1200ms", "--size", "1000", "--window", "8", "--port", port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +54,7 @@ func TestBench(t *testing.T) {
 	if !strings.Contains(progress, "bench transport: ") || !strings.Contains(progress, "bench udp: ") {
 		t.Errorf("no progress lines: %q", progress)
 	}
-	out, _, err = run(t, nil, "bench", "--duration", "200ms", "--json", "--size", "64")
+	out, _, err = run(t, nil, "bench", "--duration", "200ms", "--json", "--size", "64", "--port", port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +77,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--window", "0"},
 		{"bench", "--duration", "-1s"},
 		{"bench", "--to", "not-an-ip"},
+		{"bench", "--port", "0"},
+		{"bench", "--port", "65536"},
 	} {
 		if _, _, err := run(t, nil, args...); err == nil {
 			t.Errorf("%v: no error", args)
@@ -65,5 +102,20 @@ func TestBenchAddressFamilies(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("bench --from %s --to %s: %v, want an error containing %q", tc.from, tc.to, err, tc.want)
 		}
+	}
+}
+
+// TestBenchPortInUse: --port chooses the port, and a port in use says so.
+func TestBenchPortInUse(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	p, _ := strconv.Atoi(port)
+	busy, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2"), Port: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, _, err = run(t, nil, "bench", "--duration", "100ms", "--port", port)
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "127.0.0.2:"+port) {
+		t.Errorf("bench on a port in use: %v, want EADDRINUSE naming 127.0.0.2:%s", err, port)
 	}
 }
