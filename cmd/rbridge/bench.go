@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
@@ -40,11 +41,20 @@ alternative, measured in the same run on the same machine:
   udp        the same bytes in --mtu-byte datagrams through plain UDP sockets,
              the same window, no reliability at all
 
-Both run on loopback between two addresses (127.0.0.1 and 127.0.0.2 by
-default, each on --port, 4791 by default), for --duration each, the
-transport first. A
-line of progress goes to standard error every second. The gateway's own
-paths (InfiniBand to RoCEv2) will join this command as they are built.`,
+Both run on loopback between two addresses of one family (127.0.0.1 and
+127.0.0.2 by default, each on --port, 4791 by default), for --duration
+each, the transport first. At the deadline the message on the wire may
+finish; the rest of the window is not waited for. A run too short for one
+message to complete is an error. A line of progress goes to standard error
+every second.
+
+Message memory is mapped outside the Go heap: eight messages per side, as
+many as fit in 64 MiB for larger ones, at least one. A 1 GiB --size takes
+1 GiB per side, and a size that the machine, the cgroup or ulimit -v cannot
+hold is refused with that limit.
+
+The gateway's own paths (InfiniBand to RoCEv2) will join this command as
+they are built.`,
 		Example: `  rbridge bench --size 65536 --duration 5s
   rbridge bench --json`,
 		Args: cobra.NoArgs,
@@ -115,10 +125,16 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 		ctx = context.Background()
 	}
 	tr, err := benchTransport(ctx, o, progress)
+	if err == nil {
+		err = tr.measured(o)
+	}
 	if err != nil {
 		return fmt.Errorf("bench transport: %w", err)
 	}
 	ud, err := benchUDP(ctx, o, progress)
+	if err == nil {
+		err = ud.measured(o)
+	}
 	if err != nil {
 		return fmt.Errorf("bench udp: %w", err)
 	}
@@ -164,28 +180,53 @@ func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func())
 	}
 }
 
+// benchSlots is how many message buffers each side of the transport
+// cycles through: eight, fewer when eight would pass benchSlotBudget.
+const (
+	benchSlots      = 8
+	benchSlotBudget = 64 << 20
+)
+
 func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	type side struct {
-		dev *transport.Device
-		qp  *transport.QP
-		mr  *transport.MR
-		cq  *transport.CQ
-		c   *udpconn.Conn
+		dev   *transport.Device
+		qp    *transport.QP
+		mr    *transport.MR
+		cq    *transport.CQ
+		c     *udpconn.Conn
+		arena *bridge.Arena
 	}
-	mem := max(o.size*8, 1<<20)
+	// Message memory comes from an mmap'd arena, not the Go heap: a 1 GiB
+	// message is 1 GiB per side, populated up front, and a size the machine
+	// cannot hold is refused with the limit it hit.
+	slots := min(benchSlots, max(1, benchSlotBudget/o.size))
+	var sides []*side
+	defer func() {
+		for _, s := range sides {
+			if s.dev != nil {
+				s.dev.Close()
+			} else if s.c != nil {
+				s.c.Close()
+			}
+			s.arena.Close() // after the device: its MR is over the arena
+		}
+	}()
 	open := func(ip string) (*side, error) {
-		s := &side{cq: transport.NewCQ(2 * o.window)}
-		var err error
+		a, err := bridge.MapArena(slots*o.size, bridge.ArenaOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("--size %d: message memory for %s: %w", o.size, ip, err)
+		}
+		s := &side{cq: transport.NewCQ(2 * o.window), arena: a}
+		sides = append(sides, s)
 		if s.c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(o.port))}); err != nil {
 			return nil, err
 		}
 		if s.dev, err = transport.NewDevice(s.c, transport.DeviceOptions{Logger: quiet}); err != nil {
-			s.c.Close()
 			return nil, err
 		}
 		pd := transport.NewPD()
-		if s.mr, err = pd.RegisterMR(make([]byte, mem), transport.AccessLocalWrite|transport.AccessRemoteWrite); err != nil {
+		if s.mr, err = pd.RegisterMR(a.Bytes(), transport.AccessLocalWrite|transport.AccessRemoteWrite); err != nil {
 			return nil, err
 		}
 		s.qp, err = s.dev.CreateQP(pd, transport.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: o.window})
@@ -195,12 +236,10 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer a.dev.Close()
 	b, err := open(o.addrB)
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer b.dev.Close()
 	for _, p := range [][2]*side{{a, b}, {b, a}} {
 		for _, attr := range []transport.QPAttr{
 			{State: transport.StateInit},
@@ -216,33 +255,45 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 	stop := ticker(progress, "transport", &done)
 	defer stop()
 	wcs := make([]transport.WC, 2*o.window)
-	deadline := time.Now().Add(o.duration)
+	poll := func() error {
+		n, err := a.cq.PollWait(ctx, wcs)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != transport.StatusSuccess {
+				return fmt.Errorf("work request %d: %v", wc.ID, wc.Status)
+			}
+		}
+		done.Add(uint64(n))
+		return nil
+	}
+	// Keep the window full until the deadline. Then the oldest message in
+	// flight may finish (the one on the wire), and the run stops: the rest
+	// of the window is flushed when the device closes, not waited for, so
+	// a window of large messages does not stretch the run by its length.
 	start := time.Now()
-	out := 0
-	for i := 0; ; i++ {
-		for out >= o.window || (out > 0 && !time.Now().Before(deadline)) {
-			n, err := a.cq.PollWait(ctx, wcs)
-			if err != nil {
+	deadline := start.Add(o.duration)
+	posted := uint64(0)
+	for time.Now().Before(deadline) {
+		if posted-done.Load() >= uint64(o.window) {
+			if err := poll(); err != nil {
 				return benchResult{}, err
 			}
-			for _, wc := range wcs[:n] {
-				if wc.Status != transport.StatusSuccess {
-					return benchResult{}, fmt.Errorf("work request %d: %v", wc.ID, wc.Status)
-				}
-			}
-			out -= n
-			done.Add(uint64(n))
+			continue
 		}
-		if !time.Now().Before(deadline) {
-			break
-		}
-		off := (i % 8) * o.size
-		err := a.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+		off := int(posted%uint64(slots)) * o.size
+		err := a.qp.PostSend(transport.SendWR{ID: posted, Opcode: transport.OpWrite, Signaled: true,
 			Local: transport.SGE{MR: a.mr, Offset: off, Length: o.size}, Remote: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
 		if err != nil {
 			return benchResult{}, err
 		}
-		out++
+		posted++
+	}
+	if posted > done.Load() {
+		if err := poll(); err != nil {
+			return benchResult{}, err
+		}
 	}
 	return result("transport", done.Load(), time.Since(start), o.size), nil
 }
@@ -299,6 +350,15 @@ func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchRes
 	r := result("udp", got.Load()/perMsg, el, o.size)
 	r.Lost = sent - got.Load()
 	return r, nil
+}
+
+// measured reports a run that moved no whole message: its rate (and the
+// ratio) would be zero or NaN, not a measurement.
+func (r benchResult) measured(o benchOptions) error {
+	if r.Messages > 0 {
+		return nil
+	}
+	return fmt.Errorf("no %d-byte message arrived whole in %.3gs: --duration %v is too short to measure", o.size, r.Seconds, o.duration)
 }
 
 func result(path string, n uint64, d time.Duration, size int) benchResult {

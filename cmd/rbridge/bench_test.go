@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,4 +120,69 @@ func TestBenchPortInUse(t *testing.T) {
 	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "127.0.0.2:"+port) {
 		t.Errorf("bench on a port in use: %v, want EADDRINUSE naming 127.0.0.2:%s", err, port)
 	}
+}
+
+// TestBenchTooShort: a run in which no message completes is an error that
+// says so, not a rate of zero or a ratio of NaN ("json: unsupported value:
+// NaN" before).
+func TestBenchTooShort(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	for _, js := range []string{"--json=false", "--json"} {
+		out, _, err := run(t, nil, "bench", "--duration", "1ns", js, "--port", port)
+		if err == nil || !strings.Contains(err.Error(), "--duration 1ns is too short to measure") || out != "" {
+			t.Errorf("bench --duration 1ns %s: %v, output %q; want an error saying the run is too short", js, err, out)
+		}
+	}
+}
+
+// TestBenchStopsAtDeadline: at the deadline the message on the wire may
+// finish, but the run does not wait out the window: 512 outstanding 8 MiB
+// WRITEs (4 GiB) kept a 300 ms run going for as long as they took, and
+// every one of them was counted.
+func TestBenchStopsAtDeadline(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	out, _, err := run(t, nil, "bench", "--size", "8388608", "--window", "512", "--duration", "300ms", "--json", "--port", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Results []struct {
+			Path     string
+			Messages uint64
+			Seconds  float64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Results) != 2 {
+		t.Fatalf("bench --json: %v in %q", err, out)
+	}
+	t.Logf("%+v", v.Results)
+	for _, r := range v.Results {
+		if r.Messages == 0 || r.Messages >= 512 {
+			t.Errorf("%s: %d messages in %.2fs: want some, and fewer than the window of 512 posted at once", r.Path, r.Messages, r.Seconds)
+		}
+	}
+}
+
+// TestBenchSizeOverLimit runs a 1 GiB bench under an address-space limit
+// (ulimit -v) too small for both sides' message memory: it is refused with
+// the limit named, where the Go heap used to end in "fatal error: out of
+// memory" and a stack trace. The test runs itself again under the limit.
+func TestBenchSizeOverLimit(t *testing.T) {
+	if port := os.Getenv("RBRIDGE_TEST_BENCH_PORT"); port != "" {
+		_, _, err := run(t, nil, "bench", "--size", "1073741824", "--duration", "1s", "--port", port)
+		for _, want := range []string{"--size 1073741824: message memory for 127.0.0.", "the address-space limit (ulimit -v) of ", "arena larger than the memory available"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("bench under ulimit -v: %v, want an error containing %q", err, want)
+			}
+		}
+		t.Log(err)
+		return
+	}
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -v 2500000 && exec "$0" -test.run='^TestBenchSizeOverLimit$' -test.v`, os.Args[0])
+	cmd.Env = append(os.Environ(), "RBRIDGE_TEST_BENCH_PORT="+freePort(t, "127.0.0.1", "127.0.0.2"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestBenchSizeOverLimit") {
+		t.Fatalf("under ulimit -v 2500000: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
