@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/internal/udpbaseline"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
@@ -39,7 +39,9 @@ alternative, measured in the same run on the same machine:
              queue pairs over UDP sockets (RoCEv2, on --port), --window
              messages outstanding; every message acknowledged end to end
   udp        the same bytes in --mtu-byte datagrams through plain UDP sockets,
-             the same window, no reliability at all
+             batched as the transport batches (sendmmsg and recvmmsg, 64 a
+             call), the same window (and at most 512 datagrams in flight,
+             as the transport's packets), no reliability at all
 
 Both run on loopback between two addresses of one family (127.0.0.1 and
 127.0.0.2 by default, each on --port, 4791 by default), for --duration
@@ -158,7 +160,7 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 
 // ticker reports progress once a second until stopped; stop returns once
 // the last line is written.
-func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func()) {
+func ticker(progress io.Writer, what string, count func() uint64) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -170,7 +172,7 @@ func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func())
 			case <-done:
 				return
 			case now := <-t.C:
-				fmt.Fprintf(progress, "bench %s: %d messages in %.0fs\n", what, count.Load(), now.Sub(start).Seconds())
+				fmt.Fprintf(progress, "bench %s: %d messages in %.0fs\n", what, count(), now.Sub(start).Seconds())
 			}
 		}
 	}()
@@ -252,7 +254,7 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		}
 	}
 	var done atomic.Uint64
-	stop := ticker(progress, "transport", &done)
+	stop := ticker(progress, "transport", done.Load)
 	defer stop()
 	wcs := make([]transport.WC, 2*o.window)
 	poll := func() error {
@@ -299,57 +301,41 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 }
 
 func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
-	rx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrB), uint16(o.port))))
+	f, err := udpbaseline.Open(udpbaseline.Options{
+		From: netip.AddrPortFrom(netip.MustParseAddr(o.addrA), uint16(o.port)),
+		To:   netip.AddrPortFrom(netip.MustParseAddr(o.addrB), uint16(o.port)),
+		Size: o.size, Datagram: o.mtu, Window: o.window,
+	})
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer rx.Close()
-	_ = rx.SetReadBuffer(8 << 20)
-	tx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrA), uint16(o.port))))
-	if err != nil {
-		return benchResult{}, err
-	}
-	defer tx.Close()
-	dst := rx.LocalAddr().(*net.UDPAddr).AddrPort()
-	dgram := min(o.size, o.mtu)
-	perMsg := uint64((o.size + dgram - 1) / dgram)
-	var got atomic.Uint64
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			if _, err := rx.Read(buf); err != nil {
-				return
-			}
-			got.Add(1)
-		}
-	}()
-	var msgs atomic.Uint64
-	stop := ticker(progress, "udp", &msgs)
+	defer f.Close()
+	perMsg := uint64((o.size + o.mtu - 1) / o.mtu)
+	stop := ticker(progress, "udp", func() uint64 { return f.Received() / perMsg })
 	defer stop()
-	payload := make([]byte, dgram)
-	deadline := time.Now().Add(o.duration)
+	// As many messages at a time as one system call's batch holds, so that
+	// small messages go out 64 to a sendmmsg as the transport's packets do;
+	// at the deadline the messages of the last call may finish.
+	chunk := max(1, 64/int(perMsg))
 	start := time.Now()
-	var sent uint64
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		for sent-got.Load() > uint64(o.window)*perMsg && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Microsecond)
+	for deadline := start.Add(o.duration); time.Now().Before(deadline); {
+		if err := f.Send(ctx, chunk); err != nil {
+			return benchResult{}, err
 		}
-		for range perMsg {
-			if _, err := tx.WriteToUDPAddrPort(payload, dst); err != nil {
-				return benchResult{}, err
-			}
-		}
-		sent += perMsg
-		msgs.Store(got.Load() / perMsg)
 	}
-	// Let what is in flight arrive; what never does is lost.
-	for end := time.Now().Add(200 * time.Millisecond); got.Load() < sent && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
+	// What is in flight may arrive; what never does is lost, and the wait
+	// for it is not counted.
+	r, err := f.Drain(ctx)
+	if err != nil {
+		return benchResult{}, err
 	}
-	el := time.Since(start)
-	r := result("udp", got.Load()/perMsg, el, o.size)
-	r.Lost = sent - got.Load()
-	return r, nil
+	el := r.End.Sub(start)
+	if el <= 0 {
+		el = time.Since(start)
+	}
+	res := result("udp", r.Messages, el, o.size)
+	res.Lost = r.Lost()
+	return res, nil
 }
 
 // measured reports a run that moved no whole message: its rate (and the
