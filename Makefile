@@ -29,8 +29,14 @@ deps-vm: ## install what the integration guest needs (only the missing packages)
 	@bash scripts/deps.sh $(DEBS_VM)
 	@kv=$$(bash scripts/vm-kernel.sh) && bash scripts/deps.sh linux-headers-$$kv
 
-build: ## build bin/rbridge
-	$(GO) build -o bin/rbridge ./cmd/rbridge
+# `rbridge version` and `rbridge --version` print what build stamps in.
+BIN     ?= bin/rbridge
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+build: ## build bin/rbridge (BIN=), stamped with git describe and the commit
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rbridge
 
 test: deps vet check-generate unit integration ## the whole suite: install what it needs, vet, generated code, unit, root and guest tests
 
