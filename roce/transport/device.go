@@ -94,7 +94,10 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 func (d *Device) Stats() *Stats { return &d.stats }
 
 // Close moves every QP to the error state (flushing its work requests),
-// stops the receive goroutine and closes the conn. It is idempotent.
+// stops the receive goroutine and closes the conn. Once it returns nothing
+// reads or writes the memory of the device's MRs any more (a send under way,
+// from a timer's retransmission or a post, has finished, and none starts),
+// so that memory may be unmapped. It is idempotent.
 func (d *Device) Close() error {
 	d.once.Do(func() {
 		close(d.closed)
@@ -108,6 +111,8 @@ func (d *Device) Close() error {
 			_ = qp.Close()
 		}
 		d.closeErr = d.conn.Close()
+		d.txMu.Lock() // wait out a send under way; later ones see closed
+		d.txMu.Unlock()
 		d.wg.Wait()
 	})
 	return d.closeErr
@@ -187,11 +192,16 @@ func (d *Device) routineReceive() {
 }
 
 // send writes the packets qp has queued, and the READ responses it still
-// owes, in bursts.
+// owes, in bursts; after Close it writes nothing.
 func (d *Device) send(qp *QP) {
 	d.txMu.Lock()
 	defer d.txMu.Unlock()
 	for {
+		select {
+		case <-d.closed:
+			return
+		default:
+		}
 		msgs := qp.takeTx()
 		if len(msgs) == 0 {
 			if !qp.moreResponses() {
