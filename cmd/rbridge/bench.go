@@ -205,13 +205,17 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 	slots := min(benchSlots, max(1, benchSlotBudget/o.size))
 	var sides []*side
 	defer func() {
+		// Both devices before either arena: once a device's Close returns
+		// nothing touches its MRs, and a side's MR is the peer's target.
 		for _, s := range sides {
 			if s.dev != nil {
 				s.dev.Close()
 			} else if s.c != nil {
 				s.c.Close()
 			}
-			s.arena.Close() // after the device: its MR is over the arena
+		}
+		for _, s := range sides {
+			s.arena.Close()
 		}
 	}()
 	open := func(ip string) (*side, error) {
