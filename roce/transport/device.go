@@ -14,7 +14,8 @@ import (
 
 // DeviceOptions configures a Device.
 type DeviceOptions struct {
-	// RxBatch is how many packets one read takes at most (default 32).
+	// RxBatch is how many packets one read takes at most (default 32, at
+	// most MaxRxBatch).
 	RxBatch int
 	// CNPInterval is the least time between two CNPs sent for one QP
 	// (DCQCN's notification point; default 50 microseconds).
@@ -29,6 +30,10 @@ type DeviceOptions struct {
 	// Logger receives the device's events (default slog.Default()).
 	Logger *slog.Logger
 }
+
+// MaxRxBatch is the largest DeviceOptions.RxBatch: each packet of a batch
+// has a MaxPacket buffer of its own.
+const MaxRxBatch = 1024
 
 // Stats counts a device's packets; all fields are updated atomically.
 type Stats struct {
@@ -70,6 +75,9 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	}
 	if opts.RxBatch <= 0 {
 		opts.RxBatch = 32
+	}
+	if opts.RxBatch > MaxRxBatch {
+		return nil, fmt.Errorf("transport: new device: a receive batch of %d packets, more than %d", opts.RxBatch, MaxRxBatch)
 	}
 	if opts.CNPInterval <= 0 {
 		opts.CNPInterval = 50 * time.Microsecond

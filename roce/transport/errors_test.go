@@ -226,7 +226,8 @@ func TestUD(t *testing.T) {
 // TestBadArguments: arguments the transport cannot act on are refused by
 // the call that takes them, with an error, never a panic later: a peer of
 // the other address family (the conn could not send to it), a UD path MTU
-// that is no MTU, an SGE whose end overflows.
+// that is no MTU, a receive batch too large to allocate, an SGE whose end
+// overflows.
 func TestBadArguments(t *testing.T) {
 	n := simnet.New(simnet.Options{})
 	a, b := newEnd(t, n, "10.0.0.1:4791"), newEnd(t, n, "10.0.0.2:4791")
@@ -265,6 +266,16 @@ func TestBadArguments(t *testing.T) {
 	if !errors.Is(err, roce.ErrAddrFamily) {
 		t.Errorf("UD send to %v from %v: %v, want ErrAddrFamily", v6, a.addr, err)
 	}
+
+	c, err := n.Listen(netip.MustParseAddrPort("10.0.0.3:4791"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := transport.NewDevice(c, transport.DeviceOptions{RxBatch: 1 << 40}); err == nil {
+		d.Close()
+		t.Errorf("a receive batch of 2^40 packets: no error")
+	}
+	c.Close()
 
 	connect(t, a, b, connOpts{retry: 7, rnrRetry: 7})
 	for _, l := range []transport.SGE{
