@@ -29,10 +29,11 @@ deps-vm: ## install what the integration guest needs (only the missing packages)
 	@bash scripts/deps.sh $(DEBS_VM)
 	@kv=$$(bash scripts/vm-kernel.sh) && bash scripts/deps.sh linux-headers-$$kv
 
-# `rbridge version` and `rbridge --version` print what build stamps in.
+# `rbridge version` and `rbridge --version` print what build stamps in; `make build
+# VERSION=v1.2.3` overrides git's (an environment variable does not).
 BIN     ?= bin/rbridge
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
-COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 build: ## build bin/rbridge (BIN=), stamped with git describe and the commit

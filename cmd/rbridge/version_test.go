@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -57,7 +58,17 @@ func TestMakeBuildStampsVersion(t *testing.T) {
 	}
 	describe, head := gitOut("describe", "--always", "--dirty"), gitOut("rev-parse", "HEAD")
 	bin := filepath.Join(t.TempDir(), "rbridge")
-	if out, err := exec.Command("make", "-C", root, "build", "BIN="+bin).CombinedOutput(); err != nil {
+	mk := exec.Command("make", "-C", root, "build", "BIN="+bin)
+	for _, kv := range os.Environ() {
+		// Not the variables of a make that runs this test: make test
+		// VERSION=x passes VERSION down, in MAKEFLAGS and the environment.
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "VERSION", "COMMIT":
+		default:
+			mk.Env = append(mk.Env, kv)
+		}
+	}
+	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("make build: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, "version").Output()
