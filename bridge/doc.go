@@ -5,7 +5,10 @@
 // backed arena, carved into refcounted size classes, registered once with
 // every protection domain and used as the AF_XDP UMEM).
 //
-// Built so far: the pool (pool.go); sessions and the relay (session.go)
-// between two Endpoints (endpoint.go), with the userspace RoCEv2 transport's
-// endpoint (userspace.go). The verbs endpoint and routes are not built yet.
+// Built so far: the pool (pool.go) and the arena it carves (arena.go),
+// which other users of large message memory map too (rbridge bench);
+// sessions and the relay (session.go) between two Endpoints (endpoint.go):
+// the userspace RoCEv2 transport's (userspace.go) and a verbs QP's
+// (verbs.go); the gateway (gateway.go) that runs a config's legs
+// (leg_userspace.go, leg_verbs.go) and routes.
 package bridge

@@ -40,12 +40,13 @@ type PoolOptions struct {
 // ErrPoolExhausted matches a Get that found its size class empty.
 var ErrPoolExhausted = errors.New("pool exhausted")
 
+// ErrPoolClosed matches a Get after Close: the arena is gone.
+var ErrPoolClosed = errors.New("pool closed")
+
 // Pool is a refcounted buffer pool over one arena.
 type Pool struct {
-	arena   []byte
-	huge    string // how the arena is backed, for logs and status
+	arena   *Arena
 	classes []*sizeClass
-	unmap   func() error
 	closed  atomic.Bool
 }
 
@@ -77,6 +78,9 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if opts.Classes == nil {
 		opts.Classes = []int{256, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
 	}
+	if len(opts.Classes) == 0 {
+		return nil, fmt.Errorf("bridge: pool without size classes")
+	}
 	if !slices.IsSorted(opts.Classes) {
 		return nil, fmt.Errorf("bridge: pool classes %v are not ascending", opts.Classes)
 	}
@@ -89,11 +93,12 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if share < opts.Classes[len(opts.Classes)-1] {
 		return nil, fmt.Errorf("bridge: pool of %d bytes cannot hold one %d-byte buffer per class", opts.Size, opts.Classes[len(opts.Classes)-1])
 	}
-	arena, huge, unmap, err := mapArena(opts.Size, opts.HugePages)
+	a, err := MapArena(opts.Size, ArenaOptions{HugePages: opts.HugePages})
 	if err != nil {
-		return nil, fmt.Errorf("bridge: pool arena of %d bytes: %w", opts.Size, err)
+		return nil, fmt.Errorf("bridge: pool: %w", err)
 	}
-	p := &Pool{arena: arena, huge: huge, unmap: unmap}
+	p := &Pool{arena: a}
+	arena := a.Bytes()
 	off := 0
 	for _, size := range opts.Classes {
 		n := share / size
@@ -109,13 +114,16 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 }
 
 // Arena returns the whole arena, for memory registration and as UMEM.
-func (p *Pool) Arena() []byte { return p.arena }
+func (p *Pool) Arena() []byte { return p.arena.Bytes() }
 
 // Backing says how the arena is backed: "hugetlb", "thp" or "4k".
-func (p *Pool) Backing() string { return p.huge }
+func (p *Pool) Backing() string { return p.arena.Backing() }
 
 // classFor returns the smallest class that holds n bytes.
 func (p *Pool) classFor(n int) (*sizeClass, error) {
+	if p.closed.Load() {
+		return nil, fmt.Errorf("bridge: get a %d-byte buffer: %w", n, ErrPoolClosed)
+	}
 	for _, c := range p.classes {
 		if n <= c.size {
 			return c, nil
@@ -125,7 +133,8 @@ func (p *Pool) classFor(n int) (*sizeClass, error) {
 }
 
 // Get returns a buffer of at least n bytes with one reference, or an error
-// matching ErrPoolExhausted when its class is empty.
+// matching ErrPoolExhausted when its class is empty (ErrPoolClosed after
+// Close).
 func (p *Pool) Get(n int) (*Buf, error) {
 	c, err := p.classFor(n)
 	if err != nil {
@@ -236,16 +245,18 @@ func (p *Pool) Stats() []ClassStats {
 	return out
 }
 
-// Close unmaps the arena. Every buffer must have been released: Close
-// refuses otherwise, as the memory may still be in a NIC's hands.
+// Close unmaps the arena; later Gets fail with ErrPoolClosed. Every buffer
+// must have been released: Close refuses otherwise, as the memory may still
+// be in a NIC's hands. It is idempotent, and must not race with Get.
 func (p *Pool) Close() error {
+	if p.closed.Load() {
+		return nil
+	}
 	for _, s := range p.Stats() {
 		if s.Free != s.Total {
 			return fmt.Errorf("bridge: close pool: %d of %d %d-byte buffers still referenced", s.Total-s.Free, s.Total, s.Size)
 		}
 	}
-	if p.closed.Swap(true) {
-		return nil
-	}
-	return p.unmap()
+	p.closed.Store(true)
+	return p.arena.Close()
 }

@@ -164,11 +164,33 @@ func TestPoolOptionErrors(t *testing.T) {
 		{Size: 1 << 20, Classes: []int{4096, 256}},
 		{Size: 1 << 20, Classes: []int{1000}},
 		{Size: 1000, Classes: []int{4096}},
+		{Size: 1 << 20, Classes: []int{}},
 	} {
 		if p, err := bridge.NewPool(o); err == nil {
 			p.Close()
 			t.Errorf("options %+v: no error", o)
 		}
+	}
+}
+
+// TestPoolClosed: after Close the arena is unmapped, and a Get says so
+// instead of handing out memory that is no longer there.
+func TestPoolClosed(t *testing.T) {
+	p, err := bridge.NewPool(bridge.PoolOptions{Size: 2 * 4096, Classes: []int{4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if b, err := p.Get(10); !errors.Is(err, bridge.ErrPoolClosed) {
+		t.Errorf("Get after Close = %v, %v; want ErrPoolClosed", b, err)
+	}
+	if b, err := p.GetWait(context.Background(), 10); !errors.Is(err, bridge.ErrPoolClosed) {
+		t.Errorf("GetWait after Close = %v, %v; want ErrPoolClosed", b, err)
 	}
 }
 

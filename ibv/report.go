@@ -2,7 +2,6 @@ package ibv
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,8 +21,8 @@ type ReportOptions struct {
 type DevicesReport struct {
 	Devices []DeviceInfo `json:"devices"`
 	Choices []IPChoice   `json:"gid_choices"`
-	// Note says, in one sentence, why there is nothing to report (no RDMA
-	// devices, no RDMA support in the kernel or in this build).
+	// Note says, in one sentence, why there is nothing to report: no RDMA
+	// devices (none, or no RDMA support in the kernel).
 	Note string `json:"note,omitempty"`
 }
 
@@ -43,21 +42,20 @@ type LocalAddr struct {
 
 // WriteDevicesReport queries the machine (QueryDevices, the local IP
 // addresses) and writes the `rbridge devices` report to w, as text or JSON.
-// A machine without RDMA devices, or a build without RDMA support, is not an
-// error: the report says so plainly. Only a failed query or write is.
+// A machine without RDMA devices is not an error: the report says so
+// plainly. A build without RDMA support cannot look, and says so with an
+// error matching ErrNotSupported, writing nothing; a failed query or write
+// is an error too.
 func WriteDevicesReport(w io.Writer, opts ReportOptions) error {
 	devs, err := QueryDevices()
-	if err != nil && !errors.Is(err, ErrNotSupported) {
+	if err != nil {
+		return fmt.Errorf("list RDMA devices: %w", err)
+	}
+	addrs, err := LocalAddrs()
+	if err != nil {
 		return err
 	}
-	addrs, aerr := LocalAddrs()
-	if aerr != nil {
-		return aerr
-	}
 	rep := BuildDevicesReport(devs, addrs)
-	if errors.Is(err, ErrNotSupported) {
-		rep.Note = "no RDMA devices: " + err.Error()
-	}
 	if opts.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

@@ -3,6 +3,7 @@
 package ibv_test
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -23,5 +24,18 @@ func TestStubNotSupported(t *testing.T) {
 	_, err := ibv.DeviceNames()
 	if err == nil || !contains(err.Error(), "without RDMA support") {
 		t.Errorf("DeviceNames: %v, want a plain reason", err)
+	}
+}
+
+// Without the binding the devices report cannot be made: WriteDevicesReport
+// says why, with ErrNotSupported, and writes nothing (rbridge devices exits
+// non-zero instead of printing a report of nothing).
+func TestWriteDevicesReportWithoutBinding(t *testing.T) {
+	for _, js := range []bool{false, true} {
+		var b bytes.Buffer
+		err := ibv.WriteDevicesReport(&b, ibv.ReportOptions{JSON: js})
+		if !errors.Is(err, ibv.ErrNotSupported) || !contains(err.Error(), "list RDMA devices: rbridge was built without RDMA support") || b.Len() != 0 {
+			t.Errorf("WriteDevicesReport(JSON %v) = %v, wrote %q; want ErrNotSupported and nothing written", js, err, b.String())
+		}
 	}
 }

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 )
 
@@ -71,15 +72,24 @@ func (m *Message) Sendable() bool {
 	return m.Payload == nil || (m.Hdr >= BTHLen && m.Hdr <= m.N-ICRCLen)
 }
 
-// CopyTo copies the transport packet m carries, its pieces put together,
-// to dst (at least Len bytes) and returns its length.
-func (m *Message) CopyTo(dst []byte) int {
+// CopyTo copies the bytes m carries, its pieces put together, to dst and
+// returns their length. It is an error, and nothing is copied, when N lies
+// outside Buf (or, with a Payload, Hdr outside Buf[:N]) or dst is shorter
+// than Len. It does not ask for a transport packet (Sendable does): a
+// simulated network carries any datagram.
+func (m *Message) CopyTo(dst []byte) (int, error) {
+	if m.N < 0 || m.N > len(m.Buf) || (m.Payload != nil && (m.Hdr < 0 || m.Hdr > m.N)) {
+		return 0, fmt.Errorf("roce: copy message: %d bytes (headers %d, payload %d) of a %d-byte buffer", m.N, m.Hdr, len(m.Payload), len(m.Buf))
+	}
+	if len(dst) < m.Len() {
+		return 0, truncated("copy of the message", m.Len(), len(dst))
+	}
 	if m.Payload == nil {
-		return copy(dst, m.Buf[:m.N])
+		return copy(dst, m.Buf[:m.N]), nil
 	}
 	n := copy(dst, m.Buf[:m.Hdr])
 	n += copy(dst[n:], m.Payload)
-	return n + copy(dst[n:], m.Buf[m.Hdr:m.N])
+	return n + copy(dst[n:], m.Buf[m.Hdr:m.N]), nil
 }
 
 // MaxPacket is the largest transport packet rbridge sends or accepts: a

@@ -27,6 +27,16 @@ var (
 	ErrNotRoCEv2 = errors.New("not a RoCEv2 packet")
 )
 
+// Argument errors: what a serializer returns when its caller's values
+// cannot make a packet.
+var (
+	// ErrAddrFamily means a packet's source and destination are not both
+	// IPv4 or both IPv6.
+	ErrAddrFamily = errors.New("source and destination address families differ")
+	// ErrNoAddr means an address is missing (the zero netip.Addr).
+	ErrNoAddr = errors.New("no address")
+)
+
 // HeaderError describes what is wrong with one header of a packet.
 type HeaderError struct {
 	Header string // "BTH", "RETH", ..., "packet"

@@ -48,7 +48,10 @@ func TestICRCWithHeadersGather(t *testing.T) {
 	g, hdr := roce.AppendPacketGather(nil, &f, len(payload))
 	for _, addrs := range [][2]string{{"10.0.0.1:49152", "10.0.0.2:4791"}, {"[2001:db8::1]:49152", "[2001:db8::2]:4791"}} {
 		ip := make([]byte, 48)
-		hl := roce.PutIPUDPHeaders(ip, netip.MustParseAddrPort(addrs[0]), netip.MustParseAddrPort(addrs[1]), len(whole), 0)
+		hl, err := roce.PutIPUDPHeaders(ip, netip.MustParseAddrPort(addrs[0]), netip.MustParseAddrPort(addrs[1]), len(whole), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		want, err := roce.ICRCWithHeaders(ip[:hl], whole)
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 )
 
@@ -18,18 +19,35 @@ func IPUDPLen(v6 bool) int {
 // RoCEv2 datagram of n transport bytes (BTH to ICRC) from src to dst, as
 // Linux writes them for a don't-fragment datagram: IPv4 with IP ID 0, DF,
 // TTL 64 and its header checksum, or IPv6 with hop limit 64; ECN in the
-// traffic class; the UDP checksum 0 (the ICRC protects the payload). Both
-// addresses must be of one family. It returns the headers' length.
-func PutIPUDPHeaders(b []byte, src, dst netip.AddrPort, n int, ecn uint8) int {
+// traffic class; the UDP checksum 0 (the ICRC protects the payload). It
+// returns the headers' length (IPUDPLen), or an error, with b untouched,
+// when the addresses are not valid, are not of one family (an IPv4-mapped
+// IPv6 address counts as IPv4; the error matches ErrAddrFamily), when b is
+// shorter than the headers, or when n does not fit the length fields.
+func PutIPUDPHeaders(b []byte, src, dst netip.AddrPort, n int, ecn uint8) (int, error) {
+	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
+	if !s.IsValid() || !d.IsValid() {
+		return 0, fmt.Errorf("roce: IP and UDP headers from %v to %v: %w", src, dst, ErrNoAddr)
+	}
+	if s.Is4() != d.Is4() {
+		return 0, fmt.Errorf("roce: IP and UDP headers from %v to %v: %w", src, dst, ErrAddrFamily)
+	}
+	hl := IPUDPLen(s.Is6())
+	if len(b) < hl {
+		return 0, truncated("IP and UDP headers", hl, len(b))
+	}
+	if n < 0 || n > maxIPPayload(s.Is6())-udpHdr {
+		return 0, &HeaderError{Header: "UDP length", Err: ErrBadLength, Value: uint64(n)}
+	}
 	var u []byte
-	if s := src.Addr().Unmap(); s.Is4() {
+	if s.Is4() {
 		h := b[:ipv4MinHdr]
 		h[0], h[1] = 0x45, ecn&3
 		binary.BigEndian.PutUint16(h[2:], uint16(ipv4MinHdr+udpHdr+n))
 		binary.BigEndian.PutUint32(h[4:], 0x00004000) // ID 0, DF
 		h[8], h[9] = 64, 17
 		h[10], h[11] = 0, 0
-		s4, d4 := s.As4(), dst.Addr().Unmap().As4()
+		s4, d4 := s.As4(), d.As4()
 		copy(h[12:16], s4[:])
 		copy(h[16:20], d4[:])
 		binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
@@ -39,7 +57,7 @@ func PutIPUDPHeaders(b []byte, src, dst netip.AddrPort, n int, ecn uint8) int {
 		binary.BigEndian.PutUint32(h[0:], 6<<28|uint32(ecn&3)<<20)
 		binary.BigEndian.PutUint16(h[4:], uint16(udpHdr+n))
 		h[6], h[7] = 17, 64
-		s16, d16 := src.Addr().As16(), dst.Addr().As16()
+		s16, d16 := s.As16(), d.As16()
 		copy(h[8:24], s16[:])
 		copy(h[24:40], d16[:])
 		u = b[ipv6Hdr:]
@@ -48,7 +66,16 @@ func PutIPUDPHeaders(b []byte, src, dst netip.AddrPort, n int, ecn uint8) int {
 	binary.BigEndian.PutUint16(u[2:], dst.Port())
 	binary.BigEndian.PutUint16(u[4:], uint16(udpHdr+n))
 	u[6], u[7] = 0, 0
-	return len(b) - len(u) + udpHdr
+	return hl, nil
+}
+
+// maxIPPayload is the most bytes behind the IP header: IPv4's total length
+// counts its header, IPv6's payload length does not.
+func maxIPPayload(v6 bool) int {
+	if v6 {
+		return 0xffff
+	}
+	return 0xffff - ipv4MinHdr
 }
 
 // ipv4Checksum returns the Internet checksum of an IPv4 header whose

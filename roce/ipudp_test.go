@@ -1,6 +1,8 @@
 package roce_test
 
 import (
+	"bytes"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -19,7 +21,10 @@ func TestPutIPUDPHeaders(t *testing.T) {
 		f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: roce.DefaultPKey, DestQP: 7, PSN: 9}}
 		transport := roce.AppendPacket(nil, &f, []byte("payload"))
 		b := filled(128)
-		hl := roce.PutIPUDPHeaders(b, src, dst, len(transport), roce.ECNCE)
+		hl, err := roce.PutIPUDPHeaders(b, src, dst, len(transport), roce.ECNCE)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
 		if hl != roce.IPUDPLen(src.Addr().Is6()) {
 			t.Fatalf("%s: header length %d", tc.src, hl)
 		}
@@ -56,6 +61,52 @@ func TestPutIPUDPHeaders(t *testing.T) {
 		}
 		if udp := p.Layer(layers.LayerTypeUDP).(*layers.UDP); int(udp.Length) != 8+len(transport) {
 			t.Errorf("%s: UDP length %d", tc.src, udp.Length)
+		}
+	}
+}
+
+// TestPutIPUDPHeadersBadArguments: arguments that cannot make the headers
+// are refused with an error, and the buffer is left as it was.
+func TestPutIPUDPHeadersBadArguments(t *testing.T) {
+	v4, v6 := netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("[::1]:4791")
+	mapped := netip.MustParseAddrPort("[::ffff:127.0.0.2]:4791")
+	for _, tc := range []struct {
+		name     string
+		src, dst netip.AddrPort
+		buf, n   int
+		want     error
+	}{
+		{"IPv4 to IPv6", v4, v6, 48, 100, roce.ErrAddrFamily},
+		{"IPv6 to IPv4", v6, v4, 48, 100, roce.ErrAddrFamily},
+		{"IPv6 to IPv4-mapped", v6, mapped, 48, 100, roce.ErrAddrFamily},
+		{"no destination", v4, netip.AddrPort{}, 48, 100, roce.ErrNoAddr},
+		{"no source", netip.AddrPort{}, v6, 48, 100, roce.ErrNoAddr},
+		{"IPv4 into 27 bytes", v4, v4, 27, 100, roce.ErrTruncated},
+		{"IPv6 into 47 bytes", v6, v6, 47, 100, roce.ErrTruncated},
+		{"IPv6 into nothing", v6, v6, 0, 100, roce.ErrTruncated},
+		{"negative length", v4, v4, 48, -1, roce.ErrBadLength},
+		{"IPv4 length past 65535", v4, v4, 48, 0xffff - 27, roce.ErrBadLength},
+		{"IPv6 length past 65535", v6, v6, 48, 0xffff - 7, roce.ErrBadLength},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := filled(tc.buf)
+			hl, err := roce.PutIPUDPHeaders(b, tc.src, tc.dst, tc.n, 0)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("PutIPUDPHeaders = %d, %v; want an error matching %v", hl, err, tc.want)
+			}
+			if !bytes.Equal(b, filled(tc.buf)) {
+				t.Errorf("the refused call wrote into the buffer: % x", b)
+			}
+		})
+	}
+	// The largest lengths that fit, and an IPv4-mapped destination of an
+	// IPv4 source, are accepted.
+	for _, tc := range []struct {
+		src, dst netip.AddrPort
+		n        int
+	}{{v4, v4, 0xffff - 28}, {v6, v6, 0xffff - 8}, {v4, mapped, 100}} {
+		if _, err := roce.PutIPUDPHeaders(filled(48), tc.src, tc.dst, tc.n, 0); err != nil {
+			t.Errorf("%v to %v, %d bytes: %v", tc.src, tc.dst, tc.n, err)
 		}
 	}
 }

@@ -216,7 +216,9 @@ func TestPayloadAlignment(t *testing.T) {
 
 func TestEncodeCNP(t *testing.T) {
 	b := filled(roce.CNPLen)
-	roce.EncodeCNP(b, 0x000abc)
+	if err := roce.EncodeCNP(b, 0x000abc); err != nil {
+		t.Fatal(err)
+	}
 	var p roce.Packet
 	if err := p.Decode(b); err != nil {
 		t.Fatal(err)
@@ -227,6 +229,19 @@ func TestEncodeCNP(t *testing.T) {
 	}
 	if !bytes.Equal(p.CNPReserved, make([]byte, 16)) {
 		t.Errorf("CNP reserved bytes %x, want zeros", p.CNPReserved)
+	}
+}
+
+// TestEncodeCNPShort: a buffer shorter than a CNP is refused untouched.
+func TestEncodeCNPShort(t *testing.T) {
+	for n := range roce.CNPLen {
+		b := filled(n)
+		if err := roce.EncodeCNP(b, 1); !errors.Is(err, roce.ErrTruncated) {
+			t.Errorf("EncodeCNP into %d bytes: %v, want ErrTruncated", n, err)
+		}
+		if !bytes.Equal(b, filled(n)) {
+			t.Errorf("EncodeCNP into %d bytes wrote % x", n, b)
+		}
 	}
 }
 

@@ -456,8 +456,13 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	if m.SrcPort != 0 {
 		from = netip.AddrPortFrom(from.Addr(), m.SrcPort)
 	}
-	hl := roce.PutIPUDPHeaders(ip, from, m.Addr, m.Len(), m.ECN)
-	m.CopyTo(ip[hl:])
+	hl, err := roce.PutIPUDPHeaders(ip, from, m.Addr, m.Len(), m.ECN)
+	if err != nil {
+		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+	}
+	if _, err := m.CopyTo(ip[hl:]); err != nil {
+		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+	}
 	if err := roce.PutICRC(ip); err != nil {
 		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}

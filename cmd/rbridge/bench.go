@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/internal/udpbaseline"
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
 )
@@ -22,6 +24,7 @@ type benchOptions struct {
 	duration          time.Duration
 	jsonOut           bool
 	addrA, addrB      string
+	port              int
 }
 
 func newBenchCommand() *cobra.Command {
@@ -33,15 +36,27 @@ func newBenchCommand() *cobra.Command {
 alternative, measured in the same run on the same machine:
 
   transport  RDMA WRITEs of --size bytes between two of rbridge's userspace RC
-             queue pairs over UDP sockets (RoCEv2 on port 4791), --window
+             queue pairs over UDP sockets (RoCEv2, on --port), --window
              messages outstanding; every message acknowledged end to end
   udp        the same bytes in --mtu-byte datagrams through plain UDP sockets,
-             the same window, no reliability at all
+             batched as the transport batches (sendmmsg and recvmmsg, 64 a
+             call), the same window (and at most 512 datagrams in flight,
+             as the transport's packets), no reliability at all
 
-Both run on loopback between two addresses (127.0.0.1 and 127.0.0.2 by
-default, each on port 4791), for --duration each, the transport first. A
-line of progress goes to standard error every second. The gateway's own
-paths (InfiniBand to RoCEv2) will join this command as they are built.`,
+Both run on loopback between two addresses of one family (127.0.0.1 and
+127.0.0.2 by default, each on --port, 4791 by default), for --duration
+each, the transport first. At the deadline the message on the wire may
+finish; the rest of the window is not waited for. A run too short for one
+message to complete is an error. A line of progress goes to standard error
+every second.
+
+Message memory is mapped outside the Go heap: eight messages per side, as
+many as fit in 64 MiB for larger ones, at least one. A 1 GiB --size takes
+1 GiB per side, and a size that the machine, the cgroup or ulimit -v cannot
+hold is refused with that limit.
+
+The gateway's own paths (InfiniBand to RoCEv2) will join this command as
+they are built.`,
 		Example: `  rbridge bench --size 65536 --duration 5s
   rbridge bench --json`,
 		Args: cobra.NoArgs,
@@ -60,6 +75,7 @@ paths (InfiniBand to RoCEv2) will join this command as they are built.`,
 	f.BoolVar(&o.jsonOut, "json", false, "one JSON object instead of text")
 	f.StringVar(&o.addrA, "from", "127.0.0.1", "local address of the sending side")
 	f.StringVar(&o.addrB, "to", "127.0.0.2", "local address of the receiving side")
+	f.IntVar(&o.port, "port", int(roce.Port), "UDP port of both sides, on each address")
 	return cmd
 }
 
@@ -71,16 +87,27 @@ func (o *benchOptions) check() error {
 		return fmt.Errorf("--window %d: want 1 to 1024", o.window)
 	case o.duration <= 0:
 		return fmt.Errorf("--duration %v: want a positive duration", o.duration)
+	case o.port < 1 || o.port > 65535:
+		return fmt.Errorf("--port %d: want 1 to 65535", o.port)
 	}
 	switch o.mtu {
 	case 256, 512, 1024, 2048, 4096:
 	default:
 		return fmt.Errorf("--mtu %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
-	for _, a := range []string{o.addrA, o.addrB} {
-		if _, err := netip.ParseAddr(a); err != nil {
+	var addrs [2]netip.Addr
+	for i, a := range []string{o.addrA, o.addrB} {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
 			return fmt.Errorf("address %q: %w", a, err)
 		}
+		addrs[i] = ip.Unmap()
+	}
+	switch a, b := addrs[0], addrs[1]; {
+	case a.Is4() != b.Is4():
+		return fmt.Errorf("--from %s and --to %s: one is IPv4 and the other IPv6; both sides need addresses of one family", o.addrA, o.addrB)
+	case a == b:
+		return fmt.Errorf("--from and --to are both %s: the two sides need two addresses", o.addrA)
 	}
 	return nil
 }
@@ -100,10 +127,16 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 		ctx = context.Background()
 	}
 	tr, err := benchTransport(ctx, o, progress)
+	if err == nil {
+		err = tr.measured(o)
+	}
 	if err != nil {
 		return fmt.Errorf("bench transport: %w", err)
 	}
 	ud, err := benchUDP(ctx, o, progress)
+	if err == nil {
+		err = ud.measured(o)
+	}
 	if err != nil {
 		return fmt.Errorf("bench udp: %w", err)
 	}
@@ -127,7 +160,7 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 
 // ticker reports progress once a second until stopped; stop returns once
 // the last line is written.
-func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func()) {
+func ticker(progress io.Writer, what string, count func() uint64) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -139,7 +172,7 @@ func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func())
 			case <-done:
 				return
 			case now := <-t.C:
-				fmt.Fprintf(progress, "bench %s: %d messages in %.0fs\n", what, count.Load(), now.Sub(start).Seconds())
+				fmt.Fprintf(progress, "bench %s: %d messages in %.0fs\n", what, count(), now.Sub(start).Seconds())
 			}
 		}
 	}()
@@ -149,28 +182,57 @@ func ticker(progress io.Writer, what string, count *atomic.Uint64) (stop func())
 	}
 }
 
+// benchSlots is how many message buffers each side of the transport
+// cycles through: eight, fewer when eight would pass benchSlotBudget.
+const (
+	benchSlots      = 8
+	benchSlotBudget = 64 << 20
+)
+
 func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	type side struct {
-		dev *transport.Device
-		qp  *transport.QP
-		mr  *transport.MR
-		cq  *transport.CQ
-		c   *udpconn.Conn
+		dev   *transport.Device
+		qp    *transport.QP
+		mr    *transport.MR
+		cq    *transport.CQ
+		c     *udpconn.Conn
+		arena *bridge.Arena
 	}
-	mem := max(o.size*8, 1<<20)
+	// Message memory comes from an mmap'd arena, not the Go heap: a 1 GiB
+	// message is 1 GiB per side, populated up front, and a size the machine
+	// cannot hold is refused with the limit it hit.
+	slots := min(benchSlots, max(1, benchSlotBudget/o.size))
+	var sides []*side
+	defer func() {
+		// Both devices before either arena: once a device's Close returns
+		// nothing touches its MRs, and a side's MR is the peer's target.
+		for _, s := range sides {
+			if s.dev != nil {
+				s.dev.Close()
+			} else if s.c != nil {
+				s.c.Close()
+			}
+		}
+		for _, s := range sides {
+			s.arena.Close()
+		}
+	}()
 	open := func(ip string) (*side, error) {
-		s := &side{cq: transport.NewCQ(2 * o.window)}
-		var err error
-		if s.c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), 4791)}); err != nil {
+		a, err := bridge.MapArena(slots*o.size, bridge.ArenaOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("--size %d: message memory for %s: %w", o.size, ip, err)
+		}
+		s := &side{cq: transport.NewCQ(2 * o.window), arena: a}
+		sides = append(sides, s)
+		if s.c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(o.port))}); err != nil {
 			return nil, err
 		}
 		if s.dev, err = transport.NewDevice(s.c, transport.DeviceOptions{Logger: quiet}); err != nil {
-			s.c.Close()
 			return nil, err
 		}
 		pd := transport.NewPD()
-		if s.mr, err = pd.RegisterMR(make([]byte, mem), transport.AccessLocalWrite|transport.AccessRemoteWrite); err != nil {
+		if s.mr, err = pd.RegisterMR(a.Bytes(), transport.AccessLocalWrite|transport.AccessRemoteWrite); err != nil {
 			return nil, err
 		}
 		s.qp, err = s.dev.CreateQP(pd, transport.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: o.window})
@@ -180,12 +242,10 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer a.dev.Close()
 	b, err := open(o.addrB)
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer b.dev.Close()
 	for _, p := range [][2]*side{{a, b}, {b, a}} {
 		for _, attr := range []transport.QPAttr{
 			{State: transport.StateInit},
@@ -198,92 +258,97 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		}
 	}
 	var done atomic.Uint64
-	stop := ticker(progress, "transport", &done)
+	stop := ticker(progress, "transport", done.Load)
 	defer stop()
 	wcs := make([]transport.WC, 2*o.window)
-	deadline := time.Now().Add(o.duration)
+	poll := func() error {
+		n, err := a.cq.PollWait(ctx, wcs)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != transport.StatusSuccess {
+				return fmt.Errorf("work request %d: %v", wc.ID, wc.Status)
+			}
+		}
+		done.Add(uint64(n))
+		return nil
+	}
+	// Keep the window full until the deadline. Then the oldest message in
+	// flight may finish (the one on the wire), and the run stops: the rest
+	// of the window is flushed when the device closes, not waited for, so
+	// a window of large messages does not stretch the run by its length.
 	start := time.Now()
-	out := 0
-	for i := 0; ; i++ {
-		for out >= o.window || (out > 0 && !time.Now().Before(deadline)) {
-			n, err := a.cq.PollWait(ctx, wcs)
-			if err != nil {
+	deadline := start.Add(o.duration)
+	posted := uint64(0)
+	for time.Now().Before(deadline) {
+		if posted-done.Load() >= uint64(o.window) {
+			if err := poll(); err != nil {
 				return benchResult{}, err
 			}
-			for _, wc := range wcs[:n] {
-				if wc.Status != transport.StatusSuccess {
-					return benchResult{}, fmt.Errorf("work request %d: %v", wc.ID, wc.Status)
-				}
-			}
-			out -= n
-			done.Add(uint64(n))
+			continue
 		}
-		if !time.Now().Before(deadline) {
-			break
-		}
-		off := (i % 8) * o.size
-		err := a.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+		off := int(posted%uint64(slots)) * o.size
+		err := a.qp.PostSend(transport.SendWR{ID: posted, Opcode: transport.OpWrite, Signaled: true,
 			Local: transport.SGE{MR: a.mr, Offset: off, Length: o.size}, Remote: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
 		if err != nil {
 			return benchResult{}, err
 		}
-		out++
+		posted++
+	}
+	if posted > done.Load() {
+		if err := poll(); err != nil {
+			return benchResult{}, err
+		}
 	}
 	return result("transport", done.Load(), time.Since(start), o.size), nil
 }
 
 func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
-	rx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrB), 4791)))
+	f, err := udpbaseline.Open(udpbaseline.Options{
+		From: netip.AddrPortFrom(netip.MustParseAddr(o.addrA), uint16(o.port)),
+		To:   netip.AddrPortFrom(netip.MustParseAddr(o.addrB), uint16(o.port)),
+		Size: o.size, Datagram: o.mtu, Window: o.window,
+	})
 	if err != nil {
 		return benchResult{}, err
 	}
-	defer rx.Close()
-	_ = rx.SetReadBuffer(8 << 20)
-	tx, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(o.addrA), 4791)))
-	if err != nil {
-		return benchResult{}, err
-	}
-	defer tx.Close()
-	dst := rx.LocalAddr().(*net.UDPAddr).AddrPort()
-	dgram := min(o.size, o.mtu)
-	perMsg := uint64((o.size + dgram - 1) / dgram)
-	var got atomic.Uint64
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			if _, err := rx.Read(buf); err != nil {
-				return
-			}
-			got.Add(1)
-		}
-	}()
-	var msgs atomic.Uint64
-	stop := ticker(progress, "udp", &msgs)
+	defer f.Close()
+	perMsg := uint64((o.size + o.mtu - 1) / o.mtu)
+	stop := ticker(progress, "udp", func() uint64 { return f.Received() / perMsg })
 	defer stop()
-	payload := make([]byte, dgram)
-	deadline := time.Now().Add(o.duration)
+	// As many messages at a time as one system call's batch holds, so that
+	// small messages go out 64 to a sendmmsg as the transport's packets do;
+	// at the deadline the messages of the last call may finish.
+	chunk := max(1, 64/int(perMsg))
 	start := time.Now()
-	var sent uint64
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		for sent-got.Load() > uint64(o.window)*perMsg && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Microsecond)
+	for deadline := start.Add(o.duration); time.Now().Before(deadline); {
+		if err := f.Send(ctx, chunk); err != nil {
+			return benchResult{}, err
 		}
-		for range perMsg {
-			if _, err := tx.WriteToUDPAddrPort(payload, dst); err != nil {
-				return benchResult{}, err
-			}
-		}
-		sent += perMsg
-		msgs.Store(got.Load() / perMsg)
 	}
-	// Let what is in flight arrive; what never does is lost.
-	for end := time.Now().Add(200 * time.Millisecond); got.Load() < sent && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
+	// What is in flight may arrive; what never does is lost, and the wait
+	// for it is not counted.
+	r, err := f.Drain(ctx)
+	if err != nil {
+		return benchResult{}, err
 	}
-	el := time.Since(start)
-	r := result("udp", got.Load()/perMsg, el, o.size)
-	r.Lost = sent - got.Load()
-	return r, nil
+	el := r.End.Sub(start)
+	if el <= 0 {
+		el = time.Since(start)
+	}
+	res := result("udp", r.Messages, el, o.size)
+	res.Lost = r.Lost()
+	return res, nil
+}
+
+// measured reports a run that moved no whole message: its rate (and the
+// ratio) would be zero or NaN, not a measurement.
+func (r benchResult) measured(o benchOptions) error {
+	if r.Messages > 0 {
+		return nil
+	}
+	return fmt.Errorf("no %d-byte message arrived whole in %.3gs: --duration %v is too short to measure", o.size, r.Seconds, o.duration)
 }
 
 func result(path string, n uint64, d time.Duration, size int) benchResult {

@@ -2,12 +2,49 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
+// freePort asks the kernel for a UDP port that is free on every one of
+// addrs (bench binds the same port on both of its addresses).
+func freePort(t *testing.T, addrs ...string) string {
+	t.Helper()
+	for range 20 {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(addrs[0])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := c.LocalAddr().(*net.UDPAddr).Port
+		held, free := []*net.UDPConn{c}, true
+		for _, a := range addrs[1:] {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(a), Port: port})
+			if err != nil {
+				free = false
+				break
+			}
+			held = append(held, c)
+		}
+		for _, c := range held {
+			c.Close()
+		}
+		if free {
+			return strconv.Itoa(port)
+		}
+	}
+	t.Fatalf("no UDP port free on all of %v", addrs)
+	return ""
+}
+
 func TestBench(t *testing.T) {
-	out, progress, err := run(t, nil, "bench", "--duration", "1200ms", "--size", "1000", "--window", "8")
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	out, progress, err := run(t, nil, "bench", "--duration", "1200ms", "--size", "1000", "--window", "8", "--port", port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +56,7 @@ func TestBench(t *testing.T) {
 	if !strings.Contains(progress, "bench transport: ") || !strings.Contains(progress, "bench udp: ") {
 		t.Errorf("no progress lines: %q", progress)
 	}
-	out, _, err = run(t, nil, "bench", "--duration", "200ms", "--json", "--size", "64")
+	out, _, err = run(t, nil, "bench", "--duration", "200ms", "--json", "--size", "64", "--port", port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,9 +79,116 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--window", "0"},
 		{"bench", "--duration", "-1s"},
 		{"bench", "--to", "not-an-ip"},
+		{"bench", "--port", "0"},
+		{"bench", "--port", "65536"},
 	} {
 		if _, _, err := run(t, nil, args...); err == nil {
 			t.Errorf("%v: no error", args)
 		}
 	}
+}
+
+// TestBenchAddressFamilies: two addresses of different families, or one
+// address twice, are refused before anything is opened (one panicked in
+// the UDP conn, the other ran into "retry counter exceeded").
+func TestBenchAddressFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		from, to, want string
+	}{
+		{"127.0.0.1", "::1", "--from 127.0.0.1 and --to ::1: one is IPv4 and the other IPv6"},
+		{"::1", "127.0.0.2", "--from ::1 and --to 127.0.0.2: one is IPv4 and the other IPv6"},
+		{"::ffff:127.0.0.1", "::1", "one is IPv4 and the other IPv6"},
+		{"127.0.0.1", "::ffff:127.0.0.1", "--from and --to are both 127.0.0.1"},
+	} {
+		_, _, err := run(t, nil, "bench", "--from", tc.from, "--to", tc.to, "--duration", "100ms")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("bench --from %s --to %s: %v, want an error containing %q", tc.from, tc.to, err, tc.want)
+		}
+	}
+}
+
+// TestBenchPortInUse: --port chooses the port, and a port in use says so.
+func TestBenchPortInUse(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	p, _ := strconv.Atoi(port)
+	busy, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2"), Port: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, _, err = run(t, nil, "bench", "--duration", "100ms", "--port", port)
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "127.0.0.2:"+port) {
+		t.Errorf("bench on a port in use: %v, want EADDRINUSE naming 127.0.0.2:%s", err, port)
+	}
+}
+
+// TestBenchTooShort: a run in which no message completes is an error that
+// says so, not a rate of zero or a ratio of NaN ("json: unsupported value:
+// NaN" before).
+func TestBenchTooShort(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	for _, js := range []string{"--json=false", "--json"} {
+		out, _, err := run(t, nil, "bench", "--duration", "1ns", js, "--port", port)
+		if err == nil || !strings.Contains(err.Error(), "--duration 1ns is too short to measure") || out != "" {
+			t.Errorf("bench --duration 1ns %s: %v, output %q; want an error saying the run is too short", js, err, out)
+		}
+	}
+}
+
+// TestBenchStopsAtDeadline: at the deadline the message on the wire may
+// finish, but the run does not wait out the window: 512 outstanding 8 MiB
+// WRITEs (4 GiB) kept a 300 ms run going for as long as they took, and
+// every one of them was counted.
+func TestBenchStopsAtDeadline(t *testing.T) {
+	port := freePort(t, "127.0.0.1", "127.0.0.2")
+	out, _, err := run(t, nil, "bench", "--size", "8388608", "--window", "512", "--duration", "300ms", "--json", "--port", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Results []struct {
+			Path     string
+			Messages uint64
+			Seconds  float64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Results) != 2 {
+		t.Fatalf("bench --json: %v in %q", err, out)
+	}
+	t.Logf("%+v", v.Results)
+	for _, r := range v.Results {
+		if r.Messages == 0 || r.Messages >= 512 {
+			t.Errorf("%s: %d messages in %.2fs: want some, and fewer than the window of 512 posted at once", r.Path, r.Messages, r.Seconds)
+		}
+	}
+}
+
+// TestBenchSizeOverLimit runs a 1 GiB bench under an address-space limit
+// (ulimit -v) too small for both sides' message memory: it is refused with
+// the limit named, where the Go heap used to end in "fatal error: out of
+// memory" and a stack trace. The test runs itself again under the limit.
+func TestBenchSizeOverLimit(t *testing.T) {
+	if port := os.Getenv("RBRIDGE_TEST_BENCH_PORT"); port != "" {
+		_, _, err := run(t, nil, "bench", "--size", "1073741824", "--duration", "1s", "--port", port)
+		for _, want := range []string{"--size 1073741824: message memory for 127.0.0.", "arena larger than the memory available"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("bench under ulimit -v: %v, want an error containing %q", err, want)
+			}
+		}
+		// The limit named is ulimit -v's, unless the machine or a cgroup
+		// leaves even less.
+		if err == nil || !(strings.Contains(err.Error(), "the address-space limit (ulimit -v) of ") ||
+			strings.Contains(err.Error(), "MemAvailable") || strings.Contains(err.Error(), "cgroup")) {
+			t.Errorf("bench under ulimit -v: %v names no limit", err)
+		}
+		t.Log(err)
+		return
+	}
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -v 2500000 && exec "$0" -test.run='^TestBenchSizeOverLimit$' -test.v`, os.Args[0])
+	cmd.Env = append(os.Environ(), "RBRIDGE_TEST_BENCH_PORT="+freePort(t, "127.0.0.1", "127.0.0.2"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestBenchSizeOverLimit") {
+		t.Fatalf("under ulimit -v 2500000: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }

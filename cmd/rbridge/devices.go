@@ -17,7 +17,7 @@ table (type and network device of each entry), then, for each local IP
 address, the RoCEv2 GID rbridge would choose and why.
 
 On a machine without RDMA devices it says so and exits 0. A build without cgo
-(CGO_ENABLED=0) cannot query devices and says that instead.`,
+(CGO_ENABLED=0) cannot query devices: it says why and exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return ibv.WriteDevicesReport(cmd.OutOrStdout(), ibv.ReportOptions{JSON: jsonOut})

@@ -5,14 +5,16 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
 
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); builds
-// without it report the module version or the VCS revision.
-var version = ""
+// version and commit are set at link time (make build: -ldflags "-X
+// main.version=$(git describe --always --dirty) -X main.commit=..."); builds
+// without them report the module version or the VCS revision.
+var version, commit = "", ""
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
@@ -34,7 +36,9 @@ transport against plain UDP (bench), and the build's version.
 The gateway itself (run, status) is being built.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 	}
+	root.SetVersionTemplate("rbridge {{.Version}}\n")
 	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newBenchCommand())
 	return root
 }
@@ -51,9 +55,16 @@ func newVersionCommand() *cobra.Command {
 	}
 }
 
+// buildVersion is what `rbridge version` and `rbridge --version` print
+// after "rbridge": the stamped version and commit, else what the Go build
+// recorded, and the Go version.
 func buildVersion() string {
 	if version != "" {
-		return version
+		v := version
+		if commit != "" {
+			v += " (commit " + commit + ")"
+		}
+		return v + " " + runtime.Version()
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

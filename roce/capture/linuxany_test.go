@@ -94,7 +94,10 @@ func sendRoCE(t *testing.T, addr string, tos int, op roce.Opcode) {
 	dst := netip.AddrPortFrom(ip, roce.Port)
 	tr := transport(op)
 	pkt := make([]byte, roce.IPUDPLen(ip.Is6()), roce.IPUDPLen(ip.Is6())+len(tr))
-	n := roce.PutIPUDPHeaders(pkt, src, dst, len(tr), 0)
+	n, err := roce.PutIPUDPHeaders(pkt, src, dst, len(tr), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pkt = append(pkt[:n], tr...)
 	if err := roce.PutICRC(pkt); err != nil {
 		t.Fatal(err)

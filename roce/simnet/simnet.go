@@ -306,7 +306,9 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 			from = netip.AddrPortFrom(from.Addr(), m.SrcPort) // as a NIC choosing the port would send
 		}
 		data := make([]byte, m.Len())
-		m.CopyTo(data)
+		if _, err := m.CopyTo(data); err != nil {
+			return i, fmt.Errorf("simnet: message %d: %w", i, err)
+		}
 		c.net.send(packet{from: from, to: m.Addr, data: data, ecn: m.ECN})
 	}
 	return len(msgs), nil

@@ -15,7 +15,8 @@ import (
 
 // DeviceOptions configures a Device.
 type DeviceOptions struct {
-	// RxBatch is how many packets one read takes at most (default 32).
+	// RxBatch is how many packets one read takes at most (default 32, at
+	// most MaxRxBatch).
 	RxBatch int
 	// CNPInterval is the least time between two CNPs sent for one QP
 	// (DCQCN's notification point; default 50 microseconds).
@@ -30,6 +31,10 @@ type DeviceOptions struct {
 	// Logger receives the device's events (default slog.Default()).
 	Logger *slog.Logger
 }
+
+// MaxRxBatch is the largest DeviceOptions.RxBatch: each packet of a batch
+// has a MaxPacket buffer of its own.
+const MaxRxBatch = 1024
 
 // Stats counts a device's packets; all fields are updated atomically.
 type Stats struct {
@@ -102,6 +107,9 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	if opts.RxBatch <= 0 {
 		opts.RxBatch = 32
 	}
+	if opts.RxBatch > MaxRxBatch {
+		return nil, fmt.Errorf("transport: new device: a receive batch of %d packets, more than %d", opts.RxBatch, MaxRxBatch)
+	}
 	if opts.CNPInterval <= 0 {
 		opts.CNPInterval = 50 * time.Microsecond
 	}
@@ -129,7 +137,10 @@ func (d *Device) Stats() *Stats { return &d.stats }
 func (d *Device) LocalAddr() netip.AddrPort { return d.conn.LocalAddr() }
 
 // Close moves every QP to the error state (flushing its work requests),
-// stops the receive goroutine and closes the conn. It is idempotent.
+// stops the receive goroutine and closes the conn. Once it returns nothing
+// reads or writes the memory of the device's MRs any more (a send under way,
+// from a timer's retransmission or a post, has finished, and none starts),
+// so that memory may be unmapped. It is idempotent.
 func (d *Device) Close() error {
 	d.once.Do(func() {
 		close(d.closed)
@@ -143,6 +154,8 @@ func (d *Device) Close() error {
 			_ = qp.Close()
 		}
 		d.closeErr = d.conn.Close()
+		d.txMu.Lock() // wait out a send under way; later ones see closed
+		d.txMu.Unlock()
 		d.wg.Wait()
 	})
 	return d.closeErr
@@ -174,6 +187,17 @@ func (d *Device) event(ev AsyncEvent) {
 		d.stats.EventsLost.Add(1)
 		d.log.Error("async event queue full: event lost", "event", ev.Type.String(), "qp", ev.QPN)
 	}
+}
+
+// reachable checks that the device's conn can send to addr: an address of
+// the conn's own family (an IPv4-mapped IPv6 address counts as IPv4). A
+// conn without an address (a test's) reaches everything.
+func (d *Device) reachable(addr netip.AddrPort) error {
+	local := d.conn.LocalAddr().Addr().Unmap()
+	if !local.IsValid() || local.Is4() == addr.Addr().Unmap().Is4() {
+		return nil
+	}
+	return fmt.Errorf("%v is unreachable from the device's %v: %w", addr, d.conn.LocalAddr(), roce.ErrAddrFamily)
 }
 
 func (d *Device) lookupQP(qpn uint32) *QP {
@@ -242,11 +266,16 @@ func (d *Device) routineReceive() {
 }
 
 // send writes the packets qp has queued, and the READ responses it still
-// owes, in bursts.
+// owes, in bursts; after Close it writes nothing.
 func (d *Device) send(qp *QP) {
 	d.txMu.Lock()
 	defer d.txMu.Unlock()
 	for {
+		select {
+		case <-d.closed:
+			return
+		default:
+		}
 		msgs := qp.takeTx()
 		if len(msgs) == 0 {
 			if !qp.moreResponses() {

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -220,6 +221,76 @@ func TestUD(t *testing.T) {
 	}
 	if err := a.qp.PostSend(transport.SendWR{Opcode: transport.OpSend, Local: sge(a, 0, 2000), UD: dest}); err == nil {
 		t.Errorf("UD message larger than the MTU: no error")
+	}
+}
+
+// TestBadArguments: arguments the transport cannot act on are refused by
+// the call that takes them, with an error, never a panic later: a peer of
+// the other address family (the conn could not send to it), a UD path MTU
+// that is no MTU, a receive batch too large to allocate, an SGE whose end
+// overflows.
+func TestBadArguments(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	a, b := newEnd(t, n, "10.0.0.1:4791"), newEnd(t, n, "10.0.0.2:4791")
+	v6 := netip.MustParseAddrPort("[fd00::2]:4791")
+
+	rc, err := a.dev.CreateQP(a.pd, transport.QPInitAttr{SendCQ: a.scq, RecvCQ: a.rcq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+		t.Fatal(err)
+	}
+	err = rc.Modify(transport.QPAttr{State: transport.StateRTR, DestQPN: 0x11, Remote: v6, PathMTU: 1024})
+	if !errors.Is(err, roce.ErrAddrFamily) || rc.State() != transport.StateInit {
+		t.Errorf("RTR to %v from %v: %v, state %v; want ErrAddrFamily, INIT", v6, a.addr, err, rc.State())
+	}
+
+	ud, err := a.dev.CreateQP(a.pd, transport.QPInitAttr{Type: transport.UD, SendCQ: a.scq, RecvCQ: a.rcq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ud.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mtu := range []int{-1, 100, 1500, 8192} {
+		if err := ud.Modify(transport.QPAttr{State: transport.StateRTR, PathMTU: mtu}); err == nil {
+			t.Errorf("UD RTR with path MTU %d: no error", mtu)
+		}
+	}
+	for _, st := range []transport.QPAttr{{State: transport.StateRTR}, {State: transport.StateRTS}} {
+		if err := ud.Modify(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = ud.PostSend(transport.SendWR{Opcode: transport.OpSend, Local: sge(a, 0, 8), UD: &transport.UDDest{Addr: v6, QPN: 0x11}})
+	if !errors.Is(err, roce.ErrAddrFamily) {
+		t.Errorf("UD send to %v from %v: %v, want ErrAddrFamily", v6, a.addr, err)
+	}
+
+	c, err := n.Listen(netip.MustParseAddrPort("10.0.0.3:4791"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := transport.NewDevice(c, transport.DeviceOptions{RxBatch: 1 << 40}); err == nil {
+		d.Close()
+		t.Errorf("a receive batch of 2^40 packets: no error")
+	}
+	c.Close()
+
+	connect(t, a, b, connOpts{retry: 7, rnrRetry: 7})
+	for _, l := range []transport.SGE{
+		{MR: a.mr, Offset: 1, Length: math.MaxInt},
+		{MR: a.mr, Offset: math.MaxInt, Length: 1},
+		{MR: a.mr, Offset: memSize, Length: 1},
+		{MR: a.mr, Offset: -1, Length: 1},
+	} {
+		if err := a.qp.PostSend(transport.SendWR{Opcode: transport.OpWrite, Local: l, Remote: addr(b, 0), RKey: b.mr.RKey()}); err == nil {
+			t.Errorf("send from SGE %+v: no error", l)
+		}
+		if err := a.qp.PostRecv(transport.RecvWR{Local: l}); err == nil {
+			t.Errorf("receive into SGE %+v: no error", l)
+		}
 	}
 }
 

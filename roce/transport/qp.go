@@ -235,6 +235,9 @@ func (qp *QP) modifyLocked(a QPAttr) error {
 			if !a.Remote.IsValid() {
 				return bad("no remote address")
 			}
+			if err := qp.dev.reachable(a.Remote); err != nil {
+				return fmt.Errorf("transport: modify QP %#x %v->%v: %w", qp.qpn, from, a.State, err)
+			}
 			if a.DestQPN > roce.PSNMask || a.RQPSN > roce.PSNMask {
 				return bad("destination QPN and PSN are 24-bit")
 			}
@@ -244,6 +247,11 @@ func (qp *QP) modifyLocked(a QPAttr) error {
 			qp.attr.MinRNRTimer, qp.attr.MaxDestRdAtomic = a.MinRNRTimer&0x1f, a.MaxDestRdAtomic
 			qp.resp.init(roce.PSN(a.RQPSN))
 		} else {
+			switch a.PathMTU {
+			case 0, 256, 512, 1024, 2048, 4096:
+			default:
+				return bad(fmt.Sprintf("path MTU %d is not 256, 512, 1024, 2048 or 4096 (0 for 4096)", a.PathMTU))
+			}
 			qp.mtu = a.PathMTU
 			if qp.mtu == 0 {
 				qp.mtu = 4096
@@ -421,6 +429,9 @@ func (qp *QP) checkSendWR(wr *SendWR) error {
 			return fmt.Errorf("UD send without a destination")
 		case wr.Local.Length > qp.mtu:
 			return fmt.Errorf("UD message of %d bytes exceeds the MTU %d", wr.Local.Length, qp.mtu)
+		}
+		if err := qp.dev.reachable(wr.UD.Addr); err != nil {
+			return fmt.Errorf("UD send: %w", err)
 		}
 		return nil
 	}
@@ -609,7 +620,7 @@ func (qp *QP) sendCNPLocked(to netip.AddrPort) {
 	dest := qp.attr.DestQPN
 	m := qp.newPacket(to)
 	m.Buf = m.Buf[:roce.CNPLen]
-	roce.EncodeCNP(m.Buf, dest)
+	_ = roce.EncodeCNP(m.Buf, dest) // the buffer holds MaxPacket bytes
 	m.N = len(m.Buf)
 	qp.dev.stats.TxCNPs.Add(1)
 }

@@ -133,7 +133,7 @@ func (s SGE) bytes() ([]byte, error) {
 	if s.MR == nil {
 		return nil, fmt.Errorf("SGE of %d bytes without an MR", s.Length)
 	}
-	if s.Offset < 0 || s.Length < 0 || s.Offset+s.Length > len(s.MR.buf) {
+	if s.Offset < 0 || s.Length < 0 || s.Offset > len(s.MR.buf) || s.Length > len(s.MR.buf)-s.Offset {
 		return nil, fmt.Errorf("SGE [%d, +%d) outside MR of %d bytes", s.Offset, s.Length, len(s.MR.buf))
 	}
 	return s.MR.buf[s.Offset : s.Offset+s.Length], nil

@@ -23,9 +23,14 @@ type Options struct {
 	// Addr is the local address: a specific IP (the ICRC covers it) and a
 	// port (0 means 4791).
 	Addr netip.AddrPort
-	// Batch is the most messages one system call moves (default 64).
+	// Batch is the most messages one system call moves (default 64, at most
+	// MaxBatch).
 	Batch int
 }
+
+// MaxBatch is the most messages recvmmsg and sendmmsg take in one call
+// (the kernel's UIO_MAXIOV).
+const MaxBatch = 1024
 
 // Stats counts what the conn did.
 type Stats struct {
@@ -104,6 +109,9 @@ func Listen(opts Options) (*Conn, error) {
 	a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 	if opts.Batch <= 0 {
 		opts.Batch = 64
+	}
+	if opts.Batch > MaxBatch {
+		return nil, fmt.Errorf("udpconn: listen on %v: batch of %d messages: the kernel moves at most %d in one call", a, opts.Batch, MaxBatch)
 	}
 	network := "udp4"
 	if a.Addr().Is6() {
@@ -208,8 +216,11 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 			continue
 		}
 		if c.v6 {
-			hl := roce.PutIPUDPHeaders(b.hdr[:], m.Addr, c.local, m.N, 0)
-			crc, err := roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
+			hl, err := roce.PutIPUDPHeaders(b.hdr[:], m.Addr, c.local, m.N, 0)
+			var crc uint32
+			if err == nil {
+				crc, err = roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
+			}
 			if err != nil || crc != binary.LittleEndian.Uint32(m.Buf[m.N-4:m.N]) {
 				c.stats.RxBadICRC.Add(1)
 				continue
@@ -224,69 +235,93 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 	return out, nil
 }
 
-// WriteBatch fills each packet's ICRC and sends the batch.
+// WriteBatch fills each packet's ICRC and sends the batch. A message that
+// cannot be sent (no RoCEv2 packet, a destination of the other address
+// family) ends the batch: the ones before it are sent, and the error names
+// it.
 func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 	b := &c.wr
 	sent := 0
 	for sent < len(msgs) {
 		n := min(len(msgs)-sent, c.batch)
+		var bad error
 		for i := range n {
-			m := &msgs[sent+i]
-			if !m.Sendable() {
-				return sent, fmt.Errorf("udpconn: message %d of %d bytes (headers %d, payload %d) is no RoCEv2 packet", sent+i, m.N, m.Hdr, len(m.Payload))
+			if err := c.prepareWrite(i, &msgs[sent+i]); err != nil {
+				n, bad = i, fmt.Errorf("udpconn: message %d: %w", sent+i, err)
+				break
 			}
-			hl := roce.PutIPUDPHeaders(b.hdr[:], c.local, m.Addr, m.Len(), m.ECN)
-			iov := b.iovs[3*i : 3*i+3]
-			niov := 1
-			var crc uint32
-			var err error
-			if m.Payload != nil {
-				crc, err = roce.ICRCWithHeadersGather(b.hdr[:hl], m.Buf[:m.Hdr], m.Payload, m.Buf[m.Hdr:m.N])
-				iov[0] = unix.Iovec{Base: &m.Buf[0]}
-				iov[0].SetLen(m.Hdr)
-				if len(m.Payload) > 0 {
-					iov[niov] = unix.Iovec{Base: &m.Payload[0]}
-					iov[niov].SetLen(len(m.Payload))
-					niov++
-				}
-				iov[niov] = unix.Iovec{Base: &m.Buf[m.Hdr]}
-				iov[niov].SetLen(m.N - m.Hdr)
-				niov++
-			} else {
-				crc, err = roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
-				iov[0] = unix.Iovec{Base: &m.Buf[0]}
-				iov[0].SetLen(m.N)
-			}
+		}
+		if n > 0 {
+			b.count = n
+			err := c.rc.Write(b.call)
+			done, errno := b.done, b.errno
 			if err != nil {
-				return sent, fmt.Errorf("udpconn: ICRC of message %d: %w", sent+i, err)
+				if errors.Is(err, net.ErrClosed) {
+					return sent, roce.ErrConnClosed
+				}
+				return sent, fmt.Errorf("udpconn: sendmmsg: %w", err)
 			}
-			binary.LittleEndian.PutUint32(m.Buf[m.N-4:m.N], crc)
-			nl := addrPortToSockaddr(&b.names[i], m.Addr, c.v6)
-			h := &b.hdrs[i].hdr
-			*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: nl, Iov: &iov[0]}
-			h.SetIovlen(niov)
-			if m.ECN != 0 {
-				cl := putECN(b.ctl[i], m.ECN&3, c.v6)
-				h.Control = &b.ctl[i][0]
-				h.SetControllen(cl)
+			if errno != 0 {
+				return sent, fmt.Errorf("udpconn: sendmmsg to %v: %w", msgs[sent].Addr, errno)
+			}
+			c.stats.TxPackets.Add(uint64(done))
+			sent += done
+			if done < n {
+				continue // the rest of this batch again, the bad one last
 			}
 		}
-		b.count = n
-		err := c.rc.Write(b.call)
-		done, errno := b.done, b.errno
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return sent, roce.ErrConnClosed
-			}
-			return sent, fmt.Errorf("udpconn: sendmmsg: %w", err)
+		if bad != nil {
+			return sent, bad
 		}
-		if errno != 0 {
-			return sent, fmt.Errorf("udpconn: sendmmsg to %v: %w", msgs[sent].Addr, errno)
-		}
-		c.stats.TxPackets.Add(uint64(done))
-		sent += done
 	}
 	return sent, nil
+}
+
+// prepareWrite fills the write batch's slot i with m: its ICRC, over the
+// headers the kernel will write, its iovecs, address and ECN.
+func (c *Conn) prepareWrite(i int, m *roce.Message) error {
+	b := &c.wr
+	if !m.Sendable() {
+		return fmt.Errorf("%d bytes (headers %d, payload %d) are no RoCEv2 packet", m.N, m.Hdr, len(m.Payload))
+	}
+	hl, err := roce.PutIPUDPHeaders(b.hdr[:], c.local, m.Addr, m.Len(), m.ECN)
+	if err != nil {
+		return err
+	}
+	iov := b.iovs[3*i : 3*i+3]
+	niov := 1
+	var crc uint32
+	if m.Payload != nil {
+		crc, err = roce.ICRCWithHeadersGather(b.hdr[:hl], m.Buf[:m.Hdr], m.Payload, m.Buf[m.Hdr:m.N])
+		iov[0] = unix.Iovec{Base: &m.Buf[0]}
+		iov[0].SetLen(m.Hdr)
+		if len(m.Payload) > 0 {
+			iov[niov] = unix.Iovec{Base: &m.Payload[0]}
+			iov[niov].SetLen(len(m.Payload))
+			niov++
+		}
+		iov[niov] = unix.Iovec{Base: &m.Buf[m.Hdr]}
+		iov[niov].SetLen(m.N - m.Hdr)
+		niov++
+	} else {
+		crc, err = roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
+		iov[0] = unix.Iovec{Base: &m.Buf[0]}
+		iov[0].SetLen(m.N)
+	}
+	if err != nil {
+		return fmt.Errorf("ICRC: %w", err)
+	}
+	binary.LittleEndian.PutUint32(m.Buf[m.N-4:m.N], crc)
+	nl := addrPortToSockaddr(&b.names[i], m.Addr, c.v6)
+	h := &b.hdrs[i].hdr
+	*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: nl, Iov: &iov[0]}
+	h.SetIovlen(niov)
+	if m.ECN != 0 {
+		cl := putECN(b.ctl[i], m.ECN&3, c.v6)
+		h.Control = &b.ctl[i][0]
+		h.SetControllen(cl)
+	}
+	return nil
 }
 
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {

@@ -19,6 +19,9 @@ type Options struct {
 	Batch int
 }
 
+// MaxBatch is the most messages one system call moves.
+const MaxBatch = 1024
+
 // Stats counts what the conn did.
 type Stats struct {
 	RxPackets, TxPackets, RxBadICRC, RxTruncated atomic.Uint64

@@ -49,6 +49,16 @@ func TestListenNeedsSpecificAddress(t *testing.T) {
 	}
 }
 
+func TestListenBatchTooLarge(t *testing.T) {
+	for _, n := range []int{udpconn.MaxBatch + 1, 1 << 40} {
+		c, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Batch: n})
+		if err == nil {
+			c.Close()
+			t.Errorf("batch of %d: no error", n)
+		}
+	}
+}
+
 func TestBatchRoundTrip(t *testing.T) {
 	for _, ip := range []string{"127.0.0.1", "::1"} {
 		t.Run(ip, func(t *testing.T) {
@@ -87,6 +97,34 @@ func TestBatchRoundTrip(t *testing.T) {
 					}
 					got++
 				}
+			}
+		})
+	}
+}
+
+// TestWriteBatchBadDestination: a destination the conn cannot reach from
+// its address (the other family, or none) is an error, not a panic, and
+// the messages before it in the batch are sent.
+func TestWriteBatchBadDestination(t *testing.T) {
+	for _, tc := range []struct {
+		local string
+		to    netip.AddrPort
+		want  error
+	}{
+		{"127.0.0.1", netip.MustParseAddrPort("[::1]:4791"), roce.ErrAddrFamily},
+		{"::1", netip.MustParseAddrPort("127.0.0.2:4791"), roce.ErrAddrFamily},
+		{"127.0.0.1", netip.AddrPort{}, roce.ErrNoAddr},
+	} {
+		t.Run(tc.local+" to "+tc.to.String(), func(t *testing.T) {
+			a, b := listen(t, tc.local), listen(t, tc.local)
+			p, q := packet(roce.RCSendOnly, 1, []byte("sent")), packet(roce.RCSendOnly, 2, []byte("refused"))
+			msgs := []roce.Message{{Buf: p, N: len(p), Addr: b.LocalAddr()}, {Buf: q, N: len(q), Addr: tc.to}, {Buf: p, N: len(p), Addr: b.LocalAddr()}}
+			if n, err := a.WriteBatch(msgs); !errors.Is(err, tc.want) || n != 1 {
+				t.Fatalf("WriteBatch = %d, %v; want 1 and an error matching %v", n, err, tc.want)
+			}
+			in := []roce.Message{{Buf: make([]byte, roce.MaxPacket)}}
+			if n, err := b.ReadBatch(in); err != nil || n != 1 || in[0].N != len(p) || in[0].Addr != a.LocalAddr() {
+				t.Fatalf("ReadBatch = %d, %v: %+v", n, err, in[0])
 			}
 		})
 	}
