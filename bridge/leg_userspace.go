@@ -103,6 +103,9 @@ func hasAddr(ifi *net.Interface, ip netip.Addr) error {
 			if got, ok := netip.AddrFromSlice(n.IP); ok && got.Unmap() == ip {
 				return nil
 			}
+			if ifi.Flags&net.FlagLoopback != 0 && n.Contains(ip.AsSlice()) {
+				return nil // every address of a loopback prefix is local (127.0.0.0/8)
+			}
 		}
 	}
 	return fmt.Errorf("interface %s does not hold %v (it has %v)", ifi.Name, ip, addrs)

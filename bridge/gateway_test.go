@@ -1,0 +1,234 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+)
+
+// The gateway on the host: two userspace legs on loopback, a client and a
+// target that are rdma_cm peers of rbridge's own transport and CM. The
+// RoCEv2 port (4791) is the protocol's, so each side takes an address of
+// its own in 127.0.10.0/24 rather than a free port.
+
+// cmApp is an application: a transport device with the IB CM, and memory.
+type cmApp struct {
+	dev *transport.Device
+	cm  *cm.Manager
+	pd  *transport.PD
+	mr  *transport.MR
+	mem []byte
+	cq  *transport.CQ
+	ip  netip.Addr
+}
+
+func newCMApp(t *testing.T, ip string) *cmApp {
+	t.Helper()
+	a := &cmApp{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024)}
+	c, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.dev, err = transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.dev.Close() })
+	if a.cm, err = cm.New(cm.Options{Device: a.dev, Addr: a.ip, Logger: testlog.New(t), RetryTimeout: 50 * time.Millisecond, MaxRetries: 3}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.cm.Close() })
+	if a.mr, err = a.pd.RegisterMR(a.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead|transport.AccessRemoteAtomic); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *cmApp) qp(t *testing.T) *transport.QP {
+	t.Helper()
+	qp, err := a.dev.CreateQP(a.pd, transport.QPInitAttr{Type: transport.RC, SendCQ: a.cq, RecvCQ: a.cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qp
+}
+
+func gatewayConfig(t *testing.T, allow string) *config.Config {
+	t.Helper()
+	y := `legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7471"}
+    target: {leg: b, addr: "127.0.10.4:7471"}
+` + allow
+	c, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func startGateway(t *testing.T, cfg *config.Config) *bridge.Gateway {
+	t.Helper()
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: testlog.New(t), ConnectTimeout: 2 * time.Second,
+		Pool: bridge.PoolOptions{Size: 8 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			t.Errorf("gateway close: %v", err)
+		}
+	})
+	return g
+}
+
+func TestGatewayConnectsThrough(t *testing.T) {
+	client, target := newCMApp(t, "127.0.10.3"), newCMApp(t, "127.0.10.4")
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, gatewayConfig(t, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	for round := range 3 { // connections opened and closed again
+		accepted := make(chan *cm.Conn, 1)
+		tqp := target.qp(t)
+		go func() {
+			r, err := ln.Next(ctx)
+			if err != nil {
+				t.Error(err)
+				accepted <- nil
+				return
+			}
+			// The client's private data, unchanged.
+			if want := fmt.Sprintf("hello %d", round); !bytes.HasPrefix(r.PrivateData, []byte(want)) {
+				t.Errorf("the target got private data %q, want %q first", r.PrivateData, want)
+			}
+			if err := tqp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+				t.Error(err)
+			}
+			if err := tqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: target.mr, Offset: 0, Length: 4096}},
+				transport.RecvWR{ID: 2, Local: transport.SGE{MR: target.mr, Offset: 4096, Length: 4096}}); err != nil {
+				t.Error(err)
+			}
+			c, err := r.Accept(ctx, cm.AcceptOptions{QP: tqp, PrivateData: []byte(fmt.Sprintf("world %d", round))})
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}()
+		cqp := client.qp(t)
+		cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: cqp, PrivateData: []byte(fmt.Sprintf("hello %d", round))})
+		if err != nil {
+			t.Fatalf("round %d: dial through the gateway: %v", round, err)
+		}
+		tc := <-accepted
+		if tc == nil {
+			t.FailNow()
+		}
+		if want := fmt.Sprintf("world %d", round); !bytes.HasPrefix(cc.PrivateData(), []byte(want)) {
+			t.Errorf("the client got private data %q, want %q first", cc.PrivateData(), want)
+		}
+		// A SEND and a one-sided WRITE cross.
+		copy(client.mem, "through the gateway")
+		if err := cqp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Local: transport.SGE{MR: client.mr, Length: 19}, Signaled: true},
+			transport.SendWR{ID: 2, Opcode: transport.OpWriteWithImm, Imm: 5, Local: transport.SGE{MR: client.mr, Length: 19}, Remote: target.mr.Addr() + 8192, RKey: target.mr.RKey(), Signaled: true}); err != nil {
+			t.Fatal(err)
+		}
+		wcs := make([]transport.WC, 4)
+		for _, w := range []struct {
+			cq *transport.CQ
+			n  int
+		}{{client.cq, 2}, {target.cq, 2}} { // the SEND and the WRITE; the target's receives (which order its reads)
+			for got := 0; got < w.n; {
+				k, err := w.cq.PollWait(ctx, wcs[:w.n-got])
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				for _, wc := range wcs[:k] {
+					if wc.Status != transport.StatusSuccess {
+						t.Fatalf("round %d: completion %+v: %v", round, wc, wc.Status)
+					}
+				}
+				got += k
+			}
+		}
+		if string(target.mem[:19]) != "through the gateway" || string(target.mem[8192:8192+19]) != "through the gateway" {
+			t.Fatalf("round %d: the target holds %q and %q", round, target.mem[:19], target.mem[8192:8192+19])
+		}
+		if n := g.Sessions(); n != 1 {
+			t.Errorf("round %d: %d sessions, want 1", round, n)
+		}
+		// The client disconnects: the target's connection ends too.
+		if err := cc.Disconnect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-tc.Done():
+		case <-ctx.Done():
+			t.Fatalf("round %d: the target's connection outlived the client's", round)
+		}
+		waitUntil(t, "the session gone", func() bool { return g.Sessions() == 0 })
+	}
+	if s := g.Stats(); s.Accepted.Load() != 3 || s.Ended.Load() != 3 {
+		t.Errorf("gateway counted %d accepted, %d ended; want 3 and 3", s.Accepted.Load(), s.Ended.Load())
+	}
+}
+
+func TestGatewayPassesRejectsOn(t *testing.T) {
+	client := newCMApp(t, "127.0.10.3")
+	newCMApp(t, "127.0.10.4") // the target's host: nothing listens on the port
+	startGateway(t, gatewayConfig(t, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: client.qp(t)})
+	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
+		t.Fatalf("dial to a target with no listener: %v, want the target's reject (invalid service ID)", err)
+	}
+}
+
+func TestGatewayTimesOutASilentTarget(t *testing.T) {
+	client := newCMApp(t, "127.0.10.3") // nothing at all at the target's address
+	startGateway(t, gatewayConfig(t, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: client.qp(t)})
+	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectTimeout}) {
+		t.Fatalf("dial to a target that does not answer: %v, want a timeout reject", err)
+	}
+}
+
+func TestGatewayRefusesClientsOutsideAllow(t *testing.T) {
+	client, target := newCMApp(t, "127.0.10.3"), newCMApp(t, "127.0.10.4")
+	if _, err := target.cm.Listen(7471, 8); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, gatewayConfig(t, "    allow: [127.0.10.99/32]\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: client.qp(t)})
+	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectConsumerDefined}) {
+		t.Fatalf("a client outside allow: %v, want a reject", err)
+	}
+	if g.Stats().Refused.Load() != 1 {
+		t.Errorf("refused %d, want 1", g.Stats().Refused.Load())
+	}
+}
