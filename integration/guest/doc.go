@@ -34,6 +34,7 @@
 //	RBRIDGE_IB_PEER_DEVICE=rxe3      the IB fabric's application device
 //	RBRIDGE_IB_PEER_NETDEV=veth5     its netdev
 //	RBRIDGE_IB_PEER_IP=198.18.3.2    its IPv4 address
+//	RBRIDGE_BINARY=/tests/bin/rbridge the rbridge command built from this tree (see [Rbridge])
 //
 // The user namespace variables are the same in both passes: a userspace
 // RoCEv2 endpoint talks to kernel rxe, whichever device the pass is about.

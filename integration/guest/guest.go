@@ -79,6 +79,24 @@ func IB(t testing.TB) IBFabric {
 	return f
 }
 
+// Rbridge returns the path of the rbridge command in the guest, built from
+// this tree (cmd/rbridge) for tests that run the gateway as users do. On the
+// host it skips the test; in the guest a missing binary fails it.
+func Rbridge(t testing.TB) string {
+	t.Helper()
+	if !InGuest() {
+		t.Skip(SkipReason)
+	}
+	p := os.Getenv("RBRIDGE_BINARY")
+	if p == "" {
+		t.Fatal("guest: environment variable RBRIDGE_BINARY is not set")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("guest: the rbridge binary is missing: %v", err)
+	}
+	return p
+}
+
 func ibFromEnv(get func(string) string) (IBFabric, error) {
 	e := env{get: get}
 	f := IBFabric{

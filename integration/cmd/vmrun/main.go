@@ -124,8 +124,15 @@ func vmrun(ctx context.Context, o options) (int, error) {
 	if err := harness.BuildTest2JSON(root, test2json); err != nil {
 		return 1, err
 	}
+	rbridge := ""
+	if len(pkgs) > 0 {
+		rbridge = filepath.Join(rundir, "rbridge")
+		if err := harness.BuildRbridge(root, rbridge, os.Stdout); err != nil {
+			return 1, err
+		}
+	}
 	initrd := filepath.Join(rundir, "initrd.img")
-	if err := writeInitrd(initrd, img, pkgs, test2json, harness.RunConfig{
+	if err := writeInitrd(initrd, img, pkgs, test2json, rbridge, harness.RunConfig{
 		Run: o.run, Bench: o.bench, BenchTime: o.benchTime, Count: o.count, TestTimeout: o.testTimeout.String(), Baseline: o.baseline,
 	}); err != nil {
 		return 1, err
@@ -226,7 +233,7 @@ func report(c *harness.Console, pkgs []*harness.TestPackage, o options, bootErr 
 	return failed
 }
 
-func writeInitrd(path string, img *harness.Image, pkgs []*harness.TestPackage, test2json string, cfg harness.RunConfig) error {
+func writeInitrd(path string, img *harness.Image, pkgs []*harness.TestPackage, test2json, rbridge string, cfg harness.RunConfig) error {
 	// The kernel unpacks concatenated archives in order: the cached base, then
 	// this run's overlay (after padding the base to 4 bytes).
 	base, err := os.ReadFile(img.Initrd)
@@ -238,7 +245,7 @@ func writeInitrd(path string, img *harness.Image, pkgs []*harness.TestPackage, t
 	for buf.Len()%4 != 0 {
 		buf.WriteByte(0)
 	}
-	if err := harness.WriteOverlay(&buf, img, pkgs, test2json, cfg); err != nil {
+	if err := harness.WriteOverlay(&buf, img, pkgs, test2json, rbridge, cfg); err != nil {
 		return fmt.Errorf("write the test overlay: %w", err)
 	}
 	return os.WriteFile(path, buf.Bytes(), 0o644)

@@ -118,6 +118,19 @@ func BuildTest2JSON(root, out string) error {
 	return nil
 }
 
+// BuildRbridge builds the rbridge command for the guest (cgo included: the
+// guest has the host's libraries), which tests run as users do:
+// /tests/bin/rbridge, named by RBRIDGE_BINARY (guest.Rbridge).
+func BuildRbridge(root, out string, log io.Writer) error {
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/rbridge")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/rbridge: %w", err)
+	}
+	return nil
+}
+
 // RunConfig is what the guest's init reads from /tests/config.
 type RunConfig struct {
 	Run         string // -test.run regexp, empty for all
@@ -151,8 +164,9 @@ func (c RunConfig) script() string {
 // the base image: /tests/config, /tests/manifest, /tests/test2json, each
 // package's binary as /tests/<id>/test with its testdata under
 // /tests/<id>/src (the binary's working directory), and the shared libraries
-// the binaries load that the base image lacks.
-func WriteOverlay(w io.Writer, img *Image, pkgs []*TestPackage, test2json string, cfg RunConfig) error {
+// the binaries load that the base image lacks; rbridge, when not empty,
+// goes to /tests/bin/rbridge.
+func WriteOverlay(w io.Writer, img *Image, pkgs []*TestPackage, test2json, rbridge string, cfg RunConfig) error {
 	cw := NewCPIOWriter(w)
 	var manifest strings.Builder
 	for _, p := range pkgs {
@@ -168,6 +182,21 @@ func WriteOverlay(w io.Writer, img *Image, pkgs []*TestPackage, test2json string
 		return err
 	}
 	libs := map[string]bool{}
+	if rbridge != "" {
+		if err := cw.Dir("tests/bin"); err != nil {
+			return err
+		}
+		if err := addHostFile(cw, "tests/bin/rbridge", rbridge); err != nil {
+			return err
+		}
+		needed, err := sharedLibs(rbridge)
+		if err != nil {
+			return err
+		}
+		for _, l := range needed {
+			libs[l] = true
+		}
+	}
 	for _, p := range pkgs {
 		if err := addHostFile(cw, "tests/"+p.ID+"/test", p.Binary); err != nil {
 			return err

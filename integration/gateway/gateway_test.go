@@ -1,0 +1,203 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/integration/guest"
+)
+
+// syncBuffer collects a process's output for several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// gatewayConfig is the guest's gateway: the userspace leg in user0, the
+// verbs leg on rxe2, a route each way.
+func gatewayConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
+	return fmt.Sprintf(`legs:
+  - name: roce
+    kind: userspace
+    interface: %s
+    ip: %v
+    io: %s
+    netns: %s
+  - name: ib
+    kind: verbs
+    ip: %v
+    device: %s
+routes:
+  - name: to-ib                     # RoCE clients reach the IB side's servers
+    listen: {leg: roce, addr: "%v:18515"}
+    target: {leg: ib, addr: "%v:18515"}
+  - name: to-roce                   # IB clients reach the RoCE side's servers
+    listen: {leg: ib, addr: "%v:7174"}
+    target: {leg: roce, addr: "%v:7174"}
+`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ib.PeerIP, ib.GatewayIP, ns.PeerIP)
+}
+
+// startGateway runs `rbridge run` with cfg until the test ends, then stops
+// it with SIGTERM and checks that it exits 0.
+func startGateway(t *testing.T, cfg string) *syncBuffer {
+	t.Helper()
+	bin := guest.Rbridge(t)
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "run", "--config", path, "--check").CombinedOutput(); err != nil {
+		t.Fatalf("rbridge run --check: %v\n%s", err, out)
+	}
+	out := &syncBuffer{}
+	cmd := exec.Command(bin, "run", "--config", path, "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("rbridge run ended with %v after SIGTERM", err)
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("rbridge run did not stop within 30 s of SIGTERM")
+		}
+		t.Logf("rbridge run:\n%s", out.String())
+	})
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "gateway running"); {
+		select {
+		case err := <-exited:
+			t.Fatalf("rbridge run exited: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rbridge run did not start within 30 s:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return out
+}
+
+// waitListen waits until an rdma_cm listener of the named program exists.
+func waitListen(t *testing.T, comm string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, _ := exec.Command("rdma", "resource", "show", "cm_id").CombinedOutput()
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "state LISTEN") && strings.Contains(l, "comm "+comm) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never listened:\n%s", comm, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// pair runs an unmodified tool's server and client; both must exit 0.
+func pair(t *testing.T, tool string, server, client []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // TCG is slow
+	defer cancel()
+	var sout, cout bytes.Buffer
+	s := exec.CommandContext(ctx, tool, server...)
+	s.Stdout, s.Stderr = &sout, &sout
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitListen(t, tool)
+	c := exec.CommandContext(ctx, tool, client...)
+	c.Stdout, c.Stderr = &cout, &cout
+	cerr := c.Run()
+	serrc := make(chan error, 1)
+	go func() { serrc <- s.Wait() }()
+	var serr error
+	select {
+	case serr = <-serrc:
+	case <-time.After(20 * time.Second):
+		s.Process.Kill()
+		serr = fmt.Errorf("the server did not end within 20 s of the client")
+	}
+	if cerr != nil || serr != nil {
+		t.Fatalf("%s %v through rbridge: client %v, server %v\nclient:\n%s\nserver:\n%s", tool, client, cerr, serr, cout.String(), sout.String())
+	}
+	return cout.String()
+}
+
+func TestGuestRunPerftest(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) {
+			logs := startGateway(t, gatewayConfig(io, ns, ib))
+			for _, tc := range []struct {
+				tool string
+				args []string
+			}{
+				{"ib_send_bw", []string{"-s", "4096", "-n", "200"}},
+				{"ib_write_bw", []string{"-s", "65536", "-n", "100"}},
+				{"ib_read_bw", []string{"-s", "65536", "-n", "100"}},
+				{"ib_send_lat", []string{"-s", "2", "-n", "200"}},
+				{"ib_write_lat", []string{"-s", "64", "-n", "200"}},
+				{"ib_read_lat", []string{"-s", "64", "-n", "200"}},
+				{"ib_atomic_bw", []string{"-n", "100"}},
+			} {
+				t.Run(tc.tool, func(t *testing.T) {
+					server := append([]string{"-R", "-d", ib.PeerDevice, "-p", "18515"}, tc.args...)
+					client := append(append([]string{"-R", "-d", ns.PeerDevice, "-p", "18515"}, tc.args...), ns.IP.String())
+					out := pair(t, tc.tool, server, client)
+					t.Logf("%s through rbridge:\n%s", tc.tool, lastLines(out, 4))
+				})
+			}
+			if !strings.Contains(logs.String(), "session up") {
+				t.Errorf("rbridge logged no session")
+			}
+		})
+	}
+}
+
+func TestGuestRunRping(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	startGateway(t, gatewayConfig("udp", ns, ib))
+	// The server on the RoCE side issues the one-sided operations (it READs
+	// the client's buffer and WRITEs back): they pass through to the IB side.
+	out := pair(t, "rping", []string{"-s", "-a", ns.PeerIP.String(), "-p", "7174", "-C", "10", "-v"},
+		[]string{"-c", "-I", ib.PeerIP.String(), "-a", ib.GatewayIP.String(), "-p", "7174", "-C", "10", "-v"})
+	if n := strings.Count(out, "ping data:"); n != 10 {
+		t.Errorf("the rping client printed %d verified pings, want 10:\n%s", n, out)
+	}
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(len(l)-n, 0):], "\n")
+}
