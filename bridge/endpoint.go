@@ -91,5 +91,9 @@ func (o *Op) Bytes() []byte {
 	return o.Buf.B()[o.Off : o.Off+o.Len]
 }
 
+// ErrPeerDisconnected matches the end of a session because a peer
+// disconnected (a DREQ, rdma_cm's DISCONNECTED): how sessions normally end.
+var ErrPeerDisconnected = errors.New("the peer disconnected")
+
 // ErrEndpointFailed matches posts on an endpoint whose connection failed.
 var ErrEndpointFailed = errors.New("endpoint failed")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -246,6 +247,16 @@ func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultDisconnectTimeout)
 		defer cancel()
 		return c.Disconnect(ctx)
+	})
+	ep.SetPeerGone(func() bool {
+		// A DREQ releases the connection before the QP's error reaches
+		// the endpoint; a transport error leaves it established.
+		select {
+		case <-c.Done():
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
 	})
 	return &userspaceConn{u: u, ep: ep, c: c}
 }

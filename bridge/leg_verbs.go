@@ -379,7 +379,7 @@ type verbsConn struct {
 func (c *verbsConn) watch(events <-chan ibv.CMEvent) {
 	for ev := range events {
 		if ev.Type == ibv.CMDisconnected {
-			c.ep.Fail(errors.New("the peer disconnected"))
+			c.ep.Fail(ErrPeerDisconnected)
 			return
 		}
 	}

@@ -168,7 +168,11 @@ func (s *Session) fail(err error) {
 }
 
 func (s *Session) teardown(err error) {
-	if !errors.Is(err, ErrSessionClosed) {
+	switch {
+	case errors.Is(err, ErrSessionClosed):
+	case errors.Is(err, ErrPeerDisconnected):
+		s.log.Info("a peer disconnected: the other connection is disconnected too", "why", err)
+	default:
 		s.log.Warn("session failed: both connections are torn down", "err", err)
 	}
 	for _, r := range []*relay{&s.ab, &s.ba} {

@@ -34,6 +34,7 @@ type UserspaceEndpoint struct {
 	closed bool
 
 	disconnect func() error
+	peerGone   func() bool        // reports a peer's disconnect (roce/cm)
 	abandon    context.CancelFunc // the QP left RTS (Abandon)
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -199,7 +200,7 @@ func (e *UserspaceEndpoint) routineCompletions(ctx, abandoned context.Context) {
 				return
 			}
 			if waitCtx == abandoned && abandoned.Err() != nil {
-				e.report(errors.New("the userspace QP left RTS"))
+				e.report(e.leftRTS())
 				waitCtx = ctx
 				continue
 			}
@@ -211,6 +212,26 @@ func (e *UserspaceEndpoint) routineCompletions(ctx, abandoned context.Context) {
 		}
 		e.done(wcs[:n])
 	}
+}
+
+// leftRTS says why the QP left RTS: the peer's disconnect when the
+// connection's owner says so (PeerGone), else a QP error.
+func (e *UserspaceEndpoint) leftRTS() error {
+	e.mu.Lock()
+	gone := e.peerGone
+	e.mu.Unlock()
+	if gone != nil && gone() {
+		return ErrPeerDisconnected
+	}
+	return errors.New("the userspace QP left RTS (a transport error)")
+}
+
+// SetPeerGone sets how the endpoint tells a peer's disconnect (the QP
+// leaves RTS for it too) from a QP error.
+func (e *UserspaceEndpoint) SetPeerGone(f func() bool) {
+	e.mu.Lock()
+	e.peerGone = f
+	e.mu.Unlock()
 }
 
 // done hands completions to the session.
