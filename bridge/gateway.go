@@ -53,8 +53,8 @@ type GatewayStats struct {
 // GatewayOptions configures StartGateway.
 type GatewayOptions struct {
 	Config *config.Config
-	// Pool sizes the gateway's memory pool (default 64 MiB in 256 B to
-	// 64 KiB classes).
+	// Pool sizes the gateway's memory pool (default 128 MiB in classes of
+	// 256 B, 4 KiB and 64 KiB).
 	Pool PoolOptions
 	// ConnectTimeout bounds connecting to a target (default 30 s).
 	ConnectTimeout time.Duration
@@ -123,6 +123,12 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 30 * time.Second
+	}
+	if o.Pool.Size == 0 {
+		o.Pool.Size = 128 << 20
+	}
+	if o.Pool.Classes == nil {
+		o.Pool.Classes = []int{256, 4 << 10, 64 << 10}
 	}
 	pool, err := NewPool(o.Pool)
 	if err != nil {
@@ -202,6 +208,26 @@ func (g *Gateway) Sessions() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.sessions)
+}
+
+// LogState logs every session's state at info level: each direction's
+// queue and what is posted, and each userspace QP's responder (rbridge run
+// does it on SIGUSR1).
+func (g *Gateway) LogState() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.log.Info("gateway state", "sessions", len(g.sessions), "pool", g.pool.Stats())
+	for s, info := range g.sessions {
+		st := s.State()
+		attrs := []any{"route", info.route, "client", info.client, "age", time.Since(info.started).Round(time.Millisecond),
+			"to_target", st[0], "to_client", st[1]}
+		for side, c := range map[string]conn{"client_side": info.in, "target_side": info.out} {
+			if u, ok := c.(*userspaceConn); ok {
+				attrs = append(attrs, side+"_responder", u.ep.QP().Responder(), side+"_device", u.u.dev.Stats().Snapshot())
+			}
+		}
+		g.log.Info("session state", attrs...)
+	}
 }
 
 // Pool returns the gateway's memory pool.

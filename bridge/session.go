@@ -145,6 +145,23 @@ func (s *Session) Err() error {
 	}
 }
 
+// RelayState is a snapshot of one direction of a session.
+type RelayState struct {
+	Queued, Posted, RdAtomic int  // ops waiting, posted on the far endpoint, READs/atomics among them
+	Assembling               bool // a SEND or WRITE chunk is open
+}
+
+// State returns a snapshot of both directions (0: A to B, 1: B to A).
+func (s *Session) State() [2]RelayState {
+	var out [2]RelayState
+	for i, r := range []*relay{&s.ab, &s.ba} {
+		r.mu.Lock()
+		out[i] = RelayState{Queued: len(r.queue) - r.qhead, Posted: r.posted, RdAtomic: r.rdAtomic, Assembling: r.msg != nil}
+		r.mu.Unlock()
+	}
+	return out
+}
+
 // ErrSessionClosed is the end of a session that Close ended.
 var ErrSessionClosed = errors.New("session closed")
 

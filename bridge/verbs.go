@@ -81,8 +81,8 @@ type VerbsOptions struct {
 	MR   *ibv.MR
 	Pool *Pool
 	// RecvSize is the largest SEND the peer may send (default 64 KiB; a
-	// pool class must hold it). RecvDepth receives stay posted (default:
-	// the QP's receive queue).
+	// pool class must hold it). RecvDepth receives stay posted (default
+	// 16, at most the QP's receive queue): the credit of the peer's SENDs.
 	RecvSize  int
 	RecvDepth int
 	// Disconnect, if set, ends the connection first on Close (rdma_cm).
@@ -103,9 +103,10 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		o.RecvSize = 64 << 10
 	}
 	cp := o.QP.Cap()
-	if o.RecvDepth <= 0 || o.RecvDepth > int(cp.MaxRecvWR) {
-		o.RecvDepth = int(cp.MaxRecvWR)
+	if o.RecvDepth <= 0 {
+		o.RecvDepth = 16
 	}
+	o.RecvDepth = min(o.RecvDepth, int(cp.MaxRecvWR))
 	if _, err := o.Pool.classFor(o.RecvSize); err != nil {
 		return nil, fmt.Errorf("bridge: verbs endpoint: receive size: %w", err)
 	}

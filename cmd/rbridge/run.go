@@ -34,7 +34,8 @@ device, or rbridge's userspace RoCEv2 transport on an Ethernet interface),
 listens on every route's listen address for rdma_cm connections, and connects
 each client through to the route's target on the other leg. A client is
 accepted only once the target accepted; a target that rejects or does not
-answer gets the client a reject. On SIGINT or SIGTERM it stops accepting,
+answer gets the client a reject. SIGUSR1 logs every session's state. On
+SIGINT or SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.
 
@@ -110,13 +111,22 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	}
 	log.Info("gateway running", "config", o.config, "legs", len(cfg.Legs), "routes", len(cfg.Routes))
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sig)
-	select {
-	case s := <-sig:
-		log.Info("stopping", "signal", s.String(), "sessions", g.Sessions())
-	case <-ctx.Done():
-		log.Info("stopping", "why", ctx.Err())
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGUSR1 {
+				g.LogState()
+				continue
+			}
+			log.Info("stopping", "signal", s.String(), "sessions", g.Sessions())
+			break wait
+		case <-ctx.Done():
+			log.Info("stopping", "why", ctx.Err())
+			break wait
+		}
 	}
 	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
 	defer cancel()

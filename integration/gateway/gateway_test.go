@@ -61,6 +61,12 @@ routes:
 // startGateway runs `rbridge run` with cfg until the test ends, then stops
 // it with SIGTERM and checks that it exits 0.
 func startGateway(t *testing.T, cfg string) *syncBuffer {
+	logs, _ := startGatewayProcess(t, cfg)
+	return logs
+}
+
+// startGatewayProcess is startGateway that also returns the process.
+func startGatewayProcess(t *testing.T, cfg string) (*syncBuffer, *os.Process) {
 	t.Helper()
 	bin := guest.Rbridge(t)
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
@@ -102,7 +108,7 @@ func startGateway(t *testing.T, cfg string) *syncBuffer {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return out
+	return out, cmd.Process
 }
 
 // waitListen waits until an rdma_cm listener of the named program exists.
@@ -125,7 +131,7 @@ func waitListen(t *testing.T, comm string) {
 // pair runs an unmodified tool's server and client; both must exit 0.
 func pair(t *testing.T, tool string, server, client []string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // TCG is slow
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second) // TCG is slow
 	defer cancel()
 	var sout, cout bytes.Buffer
 	s := exec.CommandContext(ctx, tool, server...)
@@ -221,8 +227,14 @@ func waitSessionsEnded(t *testing.T, logs *syncBuffer) {
 // user0's wire).
 func TestGuestRunWithLoss(t *testing.T) {
 	guest.RequireKind(t, "rxe")
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) { runWithLoss(t, io) })
+	}
+}
+
+func runWithLoss(t *testing.T, io string) {
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	logs := startGateway(t, gatewayConfig("afxdp", ns, ib))
+	logs, proc := startGatewayProcess(t, gatewayConfig(io, ns, ib))
 	if out, err := exec.Command("/usr/sbin/modprobe", "sch_netem").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe sch_netem: %v\n%s", err, out)
 	}
@@ -242,6 +254,14 @@ func TestGuestRunWithLoss(t *testing.T) {
 		exec.Command("/usr/sbin/tc", "qdisc", "del", "dev", "vuser0", "root").Run()
 		exec.Command("/usr/sbin/ip", "netns", "exec", ns.Name, "/usr/sbin/tc", "qdisc", "del", "dev", ns.Netdev, "root").Run()
 	})
+	// Should a tool stall, the gateway's state goes to its log first.
+	stall := time.AfterFunc(60*time.Second, func() {
+		proc.Signal(syscall.SIGUSR1)
+		qps, _ := exec.Command("rdma", "-d", "resource", "show", "qp").CombinedOutput()
+		cnt, _ := exec.Command("sh", "-c", "cd /sys/class/infiniband/"+ns.PeerDevice+"/ports/1/hw_counters && grep . *").CombinedOutput()
+		t.Logf("stalled? kernel QPs:\n%s\n%s counters:\n%s", qps, ns.PeerDevice, cnt)
+	})
+	defer stall.Stop()
 	for _, tool := range []string{"ib_write_bw", "ib_read_bw"} {
 		args := []string{"-s", "65536", "-n", "50"}
 		pair(t, tool, append([]string{"-R", "-d", ib.PeerDevice, "-p", "18515"}, args...),

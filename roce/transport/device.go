@@ -50,6 +50,22 @@ type Stats struct {
 	EventsLost                    atomic.Uint64 // async events nobody took before the queue filled
 }
 
+// StatsSnapshot is Stats read at one moment, as plain values.
+type StatsSnapshot struct {
+	RxPackets, TxPackets, RxMalformed, RxUnknownQP, RxDuplicate, RxOutOfSequence uint64
+	TxNAKs, TxRNRNAKs, Retransmit, Timeouts, TailProbes                          uint64
+	RxCNPs, TxCNPs, RxECNCE, UDDropped, CQOverflows, EventsLost                  uint64
+}
+
+// Snapshot reads every counter.
+func (s *Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxMalformed: s.RxMalformed.Load(),
+		RxUnknownQP: s.RxUnknownQP.Load(), RxDuplicate: s.RxDuplicate.Load(), RxOutOfSequence: s.RxOutOfSequence.Load(),
+		TxNAKs: s.TxNAKs.Load(), TxRNRNAKs: s.TxRNRNAKs.Load(), Retransmit: s.Retransmit.Load(), Timeouts: s.Timeouts.Load(),
+		TailProbes: s.TailProbes.Load(), RxCNPs: s.RxCNPs.Load(), TxCNPs: s.TxCNPs.Load(), RxECNCE: s.RxECNCE.Load(),
+		UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load()}
+}
+
 // AsyncEventType is the kind of an asynchronous event.
 type AsyncEventType uint8
 

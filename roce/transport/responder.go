@@ -129,6 +129,26 @@ type atomicResult struct {
 	valid bool
 }
 
+// ResponderState is a snapshot of a QP's responder, for status and for
+// finding out why a connection stalls.
+type ResponderState struct {
+	EPSN, Frontier uint32 // the next PSN expected; the first not completed
+	Pending        int    // requests at the target, not passed by the frontier
+	RdAtomic       int    // READs and atomics among them
+	WaitingNAK     string // the NAK held for the frontier: "", "sequence", "rnr", "fatal"
+	NAKSent        bool   // the sequence NAK for EPSN went out
+	ReadsQueued    int    // READ responses still to send
+}
+
+// Responder returns a snapshot of the QP's responder.
+func (qp *QP) Responder() ResponderState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	s := &qp.resp
+	return ResponderState{EPSN: uint32(s.epsn), Frontier: uint32(s.frontier()), Pending: s.pending.n, RdAtomic: s.rdAtomic,
+		WaitingNAK: [...]string{"", "sequence", "rnr", "fatal"}[s.wait], NAKSent: s.nakSent, ReadsQueued: len(s.reads)}
+}
+
 // maxBurst bounds the READ responses queued at once; the rest follow as the
 // device sends them.
 const maxBurst = 64
@@ -252,7 +272,17 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 		if reply.Lease != nil {
 			reply.Lease.Release()
 		}
-		s.wait = nakRNR
+		// An RNR NAK says "no receive WQE" and is defined for what
+		// consumes one: a SEND's first packet, a WRITE_WITH_IMM's last.
+		// Requesters resume other messages after one badly (rxe takes the
+		// refused PSN as acknowledged), so for the rest the refusal is a
+		// sequence NAK for the PSN: "send again from here", once the
+		// frontier reaches it, when what was pending has freed its credit.
+		if (kind == roce.KindSend && first) || r.Op == OpWriteWithImm {
+			s.wait = nakRNR
+		} else if !s.nakSent {
+			s.wait = nakSeq
+		}
 		qp.nakAtFrontierLocked()
 		return
 	}

@@ -333,6 +333,37 @@ func TestTargetRNROnlyWhenIdle(t *testing.T) {
 	w.expect(ack(0), rnr(1))
 }
 
+// A WRITE, READ or atomic the target has no credit for is not RNR NAKed
+// (an RNR NAK means "no receive WQE", and rxe resumes other messages after
+// one as if the PSN had been acknowledged): the requester is told to send
+// again from that PSN, once nothing before it is pending.
+func TestTargetNoCreditForWriteIsASequenceNAK(t *testing.T) {
+	w := newWire(t, 0)
+	credit := true
+	w.target.reply = func(r *transport.Request) transport.Reply {
+		if !credit {
+			return transport.Reply{Result: transport.NoCredit}
+		}
+		return transport.Reply{Result: transport.Pending}
+	}
+	w.sendOnly(0, "a")
+	w.waitOffered(1)
+	credit = false
+	w.send(roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCRDMAWriteOnly, PSN: at(1), AckReq: true},
+		RETH: roce.RETHFields{VA: 0x1000, RKey: 0x55, DMALen: 8}}, make([]byte, 8))
+	w.waitOffered(2)
+	w.quiet("a NAK for PSN 1 would acknowledge pending PSN 0")
+	w.complete(0, transport.Completion{})
+	w.expect(ack(0), nak(1, roce.NAKPSNSequenceError))
+	// Sent again, with credit now: taken.
+	credit = true
+	w.send(roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCRDMAWriteOnly, PSN: at(1), AckReq: true},
+		RETH: roce.RETHFields{VA: 0x1000, RKey: 0x55, DMALen: 8}}, make([]byte, 8))
+	w.waitOffered(3)
+	w.complete(1, transport.Completion{})
+	w.expect(ack(1))
+}
+
 func TestTargetRead(t *testing.T) {
 	w := newWire(t, 0)
 	data := make([]byte, 600) // three responses at MTU 256
