@@ -9,6 +9,8 @@ import (
 	"github.com/rbridge/rbridge/roce/transport"
 )
 
+// TestSessionManyLongWritesWithLoss keeps 128 64 KiB WRITEs in flight through a
+// session at 5% loss, as perftest's ib_write_bw does.
 func TestSessionManyLongWritesWithLoss(t *testing.T) {
 	r := newRig(t, rigOpts{net: simnet.Options{Loss: 0.05, Seed: 11}, delay: 100 * time.Microsecond, poolSize: 64 << 20})
 	const n, window, size = 300, 128, 65536
