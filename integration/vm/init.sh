@@ -260,12 +260,21 @@ base() {
 		attempt $tool "$@"
 		rc=$crc
 		[ "$rc" != 0 ] || rc=$src
-		# Calibration failed: a side gave up, or the client printed inf/nan figures.
-		grep -q "Can't produce a report" /tmp/client.out /tmp/server.out 2>/dev/null ||
-			grep -qiE "(^|[[:space:]])-?(inf|nan)([[:space:]]|$)" /tmp/client.out || break
+		# Calibration failed: a side gave up, or the client printed inf/nan
+		# figures; or the client's connect found no listener yet (REJ reason
+		# 8), which the server's per-device listeners, set up under TCG, can
+		# lose to: perftest then crashes in its error path.
+		why=
+		if grep -q "Can't produce a report" /tmp/client.out /tmp/server.out 2>/dev/null ||
+			grep -qiE "(^|[[:space:]])-?(inf|nan)([[:space:]]|$)" /tmp/client.out; then
+			why="perftest could not calibrate its clock under TCG (r^2 < 0.9)"
+		elif grep -q "RDMA_CM_EVENT_REJECTED; error: 8" /tmp/client.out 2>/dev/null; then
+			why="the client connected before the server's listener was up (REJ: invalid service ID)"
+		fi
+		[ -n "$why" ] || break
 		[ $try -le 4 ] || break
 		try=$((try + 1))
-		echo "@@RB BASE RETRY $tool $kind: perftest could not calibrate its clock under TCG (r^2 < 0.9)"
+		echo "@@RB BASE RETRY $tool $kind: $why"
 	done
 	[ "$rc" = 0 ] || RC=1
 	echo "@@RB BASE END $tool $kind rc=$rc elapsed_ms=$((t1 - t0)) iters=$ITERS"

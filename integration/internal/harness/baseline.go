@@ -18,7 +18,7 @@ type Figure struct {
 	RC        int    // exit status of the pair (client, else server)
 	ElapsedMS int    // client wall time, connection setup included
 	Iters     int    // iterations asked for
-	Retries   int    // runs retried because perftest could not calibrate its clock
+	Retries   int    // runs retried: perftest could not calibrate its clock, or its client beat the server's listener
 	Columns   map[string]string
 	Output    []string // the client's output, shown when the pair failed
 }
@@ -132,7 +132,7 @@ func (f *Figure) note() string {
 	if f.Retries == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" [retried %dx: perftest clock calibration]", f.Retries)
+	return fmt.Sprintf(" [retried %dx: see the console]", f.Retries)
 }
 
 // BaselineTable renders the figures as the aligned text table printed at the
