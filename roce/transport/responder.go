@@ -49,6 +49,11 @@ type responder struct {
 	ackPending bool
 	ackPSN     roce.PSN
 
+	// The PSNs of the last packets that arrived out of sequence (a ring),
+	// and of the last duplicates: what a stalled requester resends.
+	lateRing [8]uint32
+	lateN    int
+
 	reads   []*readResp // READ responses still to send, oldest first
 	atomics [16]atomicResult
 	atomicN int
@@ -132,12 +137,13 @@ type atomicResult struct {
 // ResponderState is a snapshot of a QP's responder, for status and for
 // finding out why a connection stalls.
 type ResponderState struct {
-	EPSN, Frontier uint32 // the next PSN expected; the first not completed
-	Pending        int    // requests at the target, not passed by the frontier
-	RdAtomic       int    // READs and atomics among them
-	WaitingNAK     string // the NAK held for the frontier: "", "sequence", "rnr", "fatal"
-	NAKSent        bool   // the sequence NAK for EPSN went out
-	ReadsQueued    int    // READ responses still to send
+	EPSN, Frontier uint32   // the next PSN expected; the first not completed
+	Pending        int      // requests at the target, not passed by the frontier
+	RdAtomic       int      // READs and atomics among them
+	WaitingNAK     string   // the NAK held for the frontier: "", "sequence", "rnr", "fatal"
+	NAKSent        bool     // the sequence NAK for EPSN went out
+	ReadsQueued    int      // READ responses still to send
+	OutOfSequence  []uint32 // the PSNs of the last packets that came out of sequence, oldest first
 }
 
 // Responder returns a snapshot of the QP's responder.
@@ -146,7 +152,16 @@ func (qp *QP) Responder() ResponderState {
 	defer qp.mu.Unlock()
 	s := &qp.resp
 	return ResponderState{EPSN: uint32(s.epsn), Frontier: uint32(s.frontier()), Pending: s.pending.n, RdAtomic: s.rdAtomic,
-		WaitingNAK: [...]string{"", "sequence", "rnr", "fatal"}[s.wait], NAKSent: s.nakSent, ReadsQueued: len(s.reads)}
+		WaitingNAK: [...]string{"", "sequence", "rnr", "fatal"}[s.wait], NAKSent: s.nakSent, ReadsQueued: len(s.reads),
+		OutOfSequence: s.lateLocked()}
+}
+
+func (s *responder) lateLocked() []uint32 {
+	var out []uint32
+	for i := max(s.lateN-len(s.lateRing), 0); i < s.lateN; i++ {
+		out = append(out, s.lateRing[i%len(s.lateRing)])
+	}
+	return out
 }
 
 // maxBurst bounds the READ responses queued at once; the rest follow as the
@@ -185,6 +200,8 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 		return
 	case d > 0:
 		qp.dev.stats.RxOutOfSequence.Add(1)
+		s.lateRing[s.lateN%len(s.lateRing)] = uint32(psn)
+		s.lateN++
 		if !s.nakSent && s.wait == nakNone {
 			s.wait = nakSeq
 			qp.nakAtFrontierLocked()
