@@ -48,6 +48,10 @@ type responder struct {
 
 	ackPending bool
 	ackPSN     roce.PSN
+	// acked is the last PSN an ACK (or READ response, atomic ACK) said
+	// was done; ackedSet once one went out.
+	acked    roce.PSN
+	ackedSet bool
 
 	// The PSNs of the last packets that arrived out of sequence (a ring),
 	// and of the last duplicates: what a stalled requester resends.
@@ -462,6 +466,13 @@ func (qp *QP) nakAtFrontierLocked() {
 	case nakSeq:
 		s.wait, s.nakSent = nakNone, true
 		qp.flushAckLocked()
+		// An ACK of everything before the NAK, if none said so yet: a
+		// requester that already goes back N (rxe) takes a sequence NAK
+		// only after an ACK of progress, and would otherwise wait out
+		// its whole timeout, once per loss.
+		if prev := s.epsn.Add(-1); s.ackedSet && s.acked != prev || !s.ackedSet && s.msn > 0 {
+			qp.sendAckLocked(prev, roce.ACKSyndrome(roce.CreditsInvalid))
+		}
 		qp.sendAckLocked(s.epsn, roce.NAKSyndrome(roce.NAKPSNSequenceError))
 	case nakRNR:
 		s.wait = nakNone
@@ -565,6 +576,9 @@ func (qp *QP) respondLocked() {
 		qp.queue(qp.attr.Remote, &f, payload)
 		r.k++
 		if last {
+			if p := r.psn.Add(r.k - 1); !s.ackedSet || s.acked.Before(p) {
+				s.acked, s.ackedSet = p, true
+			}
 			if r.lease != nil {
 				qp.txLeases = append(qp.txLeases, r.lease) // released once sent
 			}
@@ -611,6 +625,9 @@ func (qp *QP) abandonLocked() {
 }
 
 func (qp *QP) sendAtomicAckLocked(psn roce.PSN, orig uint64) {
+	if !qp.resp.ackedSet || qp.resp.acked.Before(psn) {
+		qp.resp.acked, qp.resp.ackedSet = psn, true
+	}
 	var f roce.PacketFields
 	f.BTH = roce.BTHFields{Opcode: roce.RCAtomicAcknowledge, PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(psn)}
 	f.AETH = roce.AETHFields{Syndrome: roce.ACKSyndrome(roce.CreditsInvalid), MSN: qp.resp.msn}
@@ -622,6 +639,8 @@ func (qp *QP) sendAtomicAckLocked(psn roce.PSN, orig uint64) {
 func (qp *QP) sendAckLocked(psn roce.PSN, syn roce.Syndrome) {
 	if syn.Type() != roce.AckTypeACK {
 		qp.dev.stats.TxNAKs.Add(1)
+	} else {
+		qp.resp.acked, qp.resp.ackedSet = psn, true
 	}
 	var f roce.PacketFields
 	f.BTH = roce.BTHFields{Opcode: roce.RCAcknowledge, PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(psn)}
