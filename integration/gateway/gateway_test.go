@@ -194,7 +194,7 @@ func TestGuestRunPerftest(t *testing.T) {
 				{"ib_read_lat", []string{"-s", "64", "-n", "200"}},
 				{"ib_atomic_bw", []string{"-n", "100"}},
 				{"ib_write_bw", []string{"-s", "1048576", "-n", "20", "-q", "2"}}, // two connections at once
-				{"ib_send_bw", []string{"-s", "1024", "-n", "100", "-q", "8"}}, // eight connections at once
+				{"ib_send_bw", []string{"-s", "1024", "-n", "100", "-q", "8"}},    // eight connections at once
 			} {
 				t.Run(tc.tool, func(t *testing.T) {
 					server := append([]string{"-R", "-d", ib.PeerDevice, "-p", "18515"}, tc.args...)
