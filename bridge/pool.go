@@ -58,7 +58,7 @@ type sizeClass struct {
 	free  []int32    // indices of free buffers (a stack)
 	ready chan struct{}
 
-	gets, exhausted atomic.Uint64
+	gets, exhausted, overreleased atomic.Uint64
 }
 
 // Buf is a buffer of the pool. Its memory is B(); it stays valid while a
@@ -207,14 +207,17 @@ func (b *Buf) Within(p []byte) (int, bool) {
 func (b *Buf) Ref() { b.refs.Add(1) }
 
 // Release drops a reference; the last one returns the buffer to its class.
-// Releasing more references than were taken is a bug and panics, naming
-// the buffer, rather than handing the memory out twice.
+// Releasing more references than were taken is a bug: it is counted
+// (ClassStats.Overreleased) and otherwise ignored, so the memory is never
+// handed out twice.
 func (b *Buf) Release() {
 	switch r := b.refs.Add(-1); {
 	case r > 0:
 		return
 	case r < 0:
-		panic(fmt.Sprintf("bridge: buffer at offset %d released more often than referenced", b.off))
+		b.refs.Add(1)
+		b.class.overreleased.Add(1)
+		return
 	}
 	c := b.class
 	i := int32((b.off - c.bufs[0].off) / c.size)
@@ -231,6 +234,7 @@ func (b *Buf) Release() {
 type ClassStats struct {
 	Size, Total, Free int
 	Gets, Exhausted   uint64 // Gets asked; times a class was found empty
+	Overreleased      uint64 // Releases of a buffer nobody held (bugs, counted)
 }
 
 // Stats returns every class's counters.
@@ -240,7 +244,7 @@ func (p *Pool) Stats() []ClassStats {
 		c.mu.Lock()
 		free := len(c.free)
 		c.mu.Unlock()
-		out[i] = ClassStats{Size: c.size, Total: len(c.bufs), Free: free, Gets: c.gets.Load(), Exhausted: c.exhausted.Load()}
+		out[i] = ClassStats{Size: c.size, Total: len(c.bufs), Free: free, Gets: c.gets.Load(), Exhausted: c.exhausted.Load(), Overreleased: c.overreleased.Load()}
 	}
 	return out
 }

@@ -160,6 +160,10 @@ func AppendPacketGather(b []byte, f *PacketFields, payloadLen int) (out []byte, 
 // payload (all of it, or nothing for a gathered send), then the pad and the
 // ICRC space, zeroed; it returns the buffer and the end of the headers.
 func appendPacket(b []byte, f *PacketFields, payloadLen int, payload []byte) ([]byte, int) {
+	if f == nil {
+		f = &PacketFields{} // nil is the zero value, as for options
+	}
+	payloadLen = max(payloadLen, 0)
 	op := f.BTH.Opcode
 	if !op.HasPayload() {
 		payloadLen, payload = 0, nil

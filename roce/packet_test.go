@@ -254,3 +254,16 @@ func TestAppendPacketDoesNotAllocate(t *testing.T) {
 		t.Errorf("AppendPacket allocates %.1f times per call, want 0", allocs)
 	}
 }
+
+// Bad arguments to the serializers are not panics: a nil PacketFields is
+// the zero value, a negative payload length none.
+func TestAppendPacketBadArguments(t *testing.T) {
+	b := roce.AppendPacket(nil, nil, []byte("abcd"))
+	var p roce.Packet
+	if err := p.Decode(b); err != nil || p.Opcode() != roce.RCSendFirst || string(p.Payload) != "abcd" {
+		t.Fatalf("AppendPacket(nil fields) = %x: %v %v %q", b, err, p.Opcode(), p.Payload)
+	}
+	if out, hdr := roce.AppendPacketGather(nil, &roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly}}, -5); hdr != roce.BTHLen || len(out) != roce.BTHLen+roce.ICRCLen {
+		t.Fatalf("a negative payload length gave %d bytes, headers %d", len(out), hdr)
+	}
+}

@@ -12,6 +12,10 @@ import (
 // an EventCQError (Device.AsyncEvent), as verbs does.
 var ErrCQOverflow = errors.New("completion queue overflow")
 
+// MaxCQDepth is the deepest CQ NewCQ makes (verbs devices have such a
+// limit too, ibv_device_attr.max_cqe).
+const MaxCQDepth = 1 << 17
+
 // CQ is a completion queue of fixed depth.
 type CQ struct {
 	mu       sync.Mutex // guards the fields below
@@ -23,10 +27,9 @@ type CQ struct {
 }
 
 // NewCQ returns a completion queue that holds depth completions.
+// A depth below 1 is 1 and one above MaxCQDepth is MaxCQDepth.
 func NewCQ(depth int) *CQ {
-	if depth < 1 {
-		depth = 1
-	}
+	depth = min(max(depth, 1), MaxCQDepth)
 	return &CQ{ring: make([]WC, depth), notify: make(chan struct{}, 1)}
 }
 

@@ -396,3 +396,12 @@ func TestCQOverflowIsAnError(t *testing.T) {
 		t.Errorf("no CQ overflow counted")
 	}
 }
+
+func TestNewCQDepthBounds(t *testing.T) {
+	for _, depth := range []int{-1, 0, 1 << 40} {
+		cq := transport.NewCQ(depth) // must not panic (make of a huge ring)
+		if cq == nil {
+			t.Fatalf("NewCQ(%d) = nil", depth)
+		}
+	}
+}
