@@ -24,8 +24,7 @@ type UserspaceEndpoint struct {
 	scq *transport.CQ
 	rcq *transport.CQ
 
-	h       atomic.Pointer[Handler]
-	started chan struct{}
+	h atomic.Pointer[Handler]
 
 	mu     sync.Mutex // guards slots, free, wrs
 	slots  []*Op      // by work request ID
@@ -70,8 +69,7 @@ func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
 		o.MaxSend = 256
 	}
 	e := &UserspaceEndpoint{mr: o.MR, disconnect: o.Disconnect, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
-		started: make(chan struct{}),
-		slots:   make([]*Op, o.MaxSend), free: make([]uint32, o.MaxSend)}
+		slots: make([]*Op, o.MaxSend), free: make([]uint32, o.MaxSend)}
 	for i := range e.free {
 		e.free[i] = uint32(o.MaxSend - 1 - i)
 	}
@@ -108,7 +106,6 @@ func (e *UserspaceEndpoint) Start(h Handler) error {
 	if !e.h.CompareAndSwap(nil, &h) {
 		return errors.New("bridge: userspace endpoint started twice")
 	}
-	close(e.started)
 	return nil
 }
 
