@@ -26,9 +26,8 @@ type UserspaceEndpoint struct {
 
 	h atomic.Pointer[Handler]
 
-	mu     sync.Mutex // guards slots, free, wrs
-	slots  []*Op      // by work request ID
-	free   []uint32   // free slot IDs
+	mu     sync.Mutex // guards slots, wrs, closed
+	slots  opSlots    // the ops posted, by work request ID
 	wrs    []transport.SendWR
 	closed bool
 
@@ -69,10 +68,7 @@ func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
 		o.MaxSend = 256
 	}
 	e := &UserspaceEndpoint{mr: o.MR, disconnect: o.Disconnect, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
-		slots: make([]*Op, o.MaxSend), free: make([]uint32, o.MaxSend)}
-	for i := range e.free {
-		e.free[i] = uint32(o.MaxSend - 1 - i)
-	}
+		slots: newOpSlots(o.MaxSend)}
 	qp, err := o.Device.CreateQP(o.PD, transport.QPInitAttr{Type: transport.RC, SendCQ: e.scq, RecvCQ: e.rcq,
 		MaxSendWR: o.MaxSend, MaxRecvWR: 1, Target: e})
 	if err != nil {
@@ -116,7 +112,7 @@ func (e *UserspaceEndpoint) Limits() Limits {
 	if rd <= 0 {
 		rd = 16
 	}
-	return Limits{MaxSend: len(e.slots), MaxRdAtomic: rd, MTU: a.PathMTU}
+	return Limits{MaxSend: e.slots.size(), MaxRdAtomic: rd, MTU: a.PathMTU}
 }
 
 // Request implements transport.Target: the session's, once started.
@@ -153,15 +149,13 @@ func (e *UserspaceEndpoint) Post(ops []*Op) (int, error) {
 		e.mu.Unlock()
 		return 0, fmt.Errorf("bridge: post on QP %#x: %w", e.qp.QPN(), ErrEndpointFailed)
 	}
-	if len(ops) > len(e.free) {
+	if len(ops) > e.slots.available() {
 		e.mu.Unlock()
-		return 0, fmt.Errorf("bridge: post %d ops on QP %#x: %d slots free", len(ops), e.qp.QPN(), len(e.free))
+		return 0, fmt.Errorf("bridge: post %d ops on QP %#x: %d slots free", len(ops), e.qp.QPN(), e.slots.available())
 	}
 	e.wrs = e.wrs[:0]
 	for _, op := range ops {
-		id := e.free[len(e.free)-1]
-		e.free = e.free[:len(e.free)-1]
-		e.slots[id] = op
+		id := e.slots.take(op)
 		wr := transport.SendWR{ID: uint64(id), Opcode: op.Opcode, Remote: op.Remote, RKey: op.RKey, Imm: op.Imm,
 			InvRKey: op.InvRKey, Compare: op.Compare, SwapAdd: op.SwapAdd, Signaled: true}
 		if op.Len > 0 {
@@ -172,8 +166,7 @@ func (e *UserspaceEndpoint) Post(ops []*Op) (int, error) {
 	err := e.qp.PostSend(e.wrs...)
 	if err != nil {
 		for _, wr := range e.wrs {
-			e.slots[wr.ID] = nil
-			e.free = append(e.free, uint32(wr.ID))
+			e.slots.done(wr.ID)
 		}
 	}
 	clear(e.wrs)
@@ -235,11 +228,7 @@ func (e *UserspaceEndpoint) SetPeerGone(f func() bool) {
 func (e *UserspaceEndpoint) done(wcs []transport.WC) {
 	for _, wc := range wcs {
 		e.mu.Lock()
-		op := e.slots[wc.ID]
-		e.slots[wc.ID] = nil
-		if op != nil {
-			e.free = append(e.free, uint32(wc.ID))
-		}
+		op := e.slots.done(wc.ID)
 		e.mu.Unlock()
 		if op == nil {
 			continue

@@ -38,9 +38,8 @@ type VerbsEndpoint struct {
 	h atomic.Pointer[Handler]
 
 	mu        sync.Mutex // guards the fields below
-	slots     []*Op      // send work requests by ID
-	free      []uint32
-	sges      []ibv.SGE // one per send slot
+	slots     opSlots    // send work requests by ID
+	sges      []ibv.SGE  // one per send slot
 	wrs       []ibv.SendWR
 	recvBufs  []*Buf // by receive ID; nil when the slot is free
 	recvFree  []uint32
@@ -111,11 +110,8 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		return nil, fmt.Errorf("bridge: verbs endpoint: receive size: %w", err)
 	}
 	e := &VerbsEndpoint{qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
-		slots: make([]*Op, cp.MaxSendWR), free: make([]uint32, cp.MaxSendWR), sges: make([]ibv.SGE, cp.MaxSendWR),
+		slots: newOpSlots(int(cp.MaxSendWR)), sges: make([]ibv.SGE, cp.MaxSendWR),
 		recvBufs: make([]*Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
-	for i := range e.free {
-		e.free[i] = uint32(len(e.free) - 1 - i)
-	}
 	for i := range e.recvFree {
 		e.recvFree[i] = uint32(len(e.recvFree) - 1 - i)
 	}
@@ -146,7 +142,7 @@ func (e *VerbsEndpoint) Start(h Handler) error {
 
 // Limits implements Endpoint.
 func (e *VerbsEndpoint) Limits() Limits {
-	l := Limits{MaxSend: len(e.slots), MaxRdAtomic: 1, MTU: 1024}
+	l := Limits{MaxSend: e.slots.size(), MaxRdAtomic: 1, MTU: 1024}
 	if a, err := e.qp.Query(); err == nil {
 		l.MaxRdAtomic = max(int(a.MaxRdAtomic), 1)
 		if a.PathMTU.Valid() {
@@ -200,8 +196,8 @@ func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
 	if e.closing {
 		return 0, fmt.Errorf("bridge: post on verbs QP %d: %w", e.qp.QPN(), ErrEndpointFailed)
 	}
-	if len(ops) > len(e.free) {
-		return 0, fmt.Errorf("bridge: post %d ops on verbs QP %d: %d slots free", len(ops), e.qp.QPN(), len(e.free))
+	if len(ops) > e.slots.available() {
+		return 0, fmt.Errorf("bridge: post %d ops on verbs QP %d: %d slots free", len(ops), e.qp.QPN(), e.slots.available())
 	}
 	e.wrs = e.wrs[:0]
 	for _, op := range ops {
@@ -209,9 +205,7 @@ func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
 		if !ok || e.iwarp && op.Opcode != transport.OpSend && op.Opcode != transport.OpWrite && op.Opcode != transport.OpRead && op.Opcode != transport.OpSendWithInv {
 			break // refused below, with the ops after it
 		}
-		id := e.free[len(e.free)-1]
-		e.free = e.free[:len(e.free)-1]
-		e.slots[id] = op
+		id := e.slots.take(op)
 		wr := ibv.SendWR{ID: uint64(id), Op: vop, Flags: ibv.SendSignaled, RemoteAddr: op.Remote, RKey: op.RKey, Imm: op.Imm}
 		switch op.Opcode {
 		case transport.OpSendWithInv:
@@ -229,8 +223,7 @@ func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
 	}
 	n, err := e.qp.PostSend(e.wrs)
 	for _, w := range e.wrs[n:] {
-		e.slots[w.ID] = nil
-		e.free = append(e.free, uint32(w.ID))
+		e.slots.done(w.ID)
 	}
 	clear(e.wrs)
 	if err == nil && n < len(ops) {
@@ -304,11 +297,7 @@ func (e *VerbsEndpoint) handle(h Handler, wcs []ibv.WorkCompletion) {
 			continue
 		}
 		e.mu.Lock()
-		op := e.slots[wc.ID]
-		e.slots[wc.ID] = nil
-		if op != nil {
-			e.free = append(e.free, uint32(wc.ID))
-		}
+		op := e.slots.done(wc.ID)
 		e.mu.Unlock()
 		if op == nil {
 			continue
@@ -389,11 +378,10 @@ func (e *VerbsEndpoint) Close() error {
 		h := e.h.Load()
 		e.mu.Lock()
 		var lost []*Op
-		for id, op := range e.slots {
-			if op != nil {
+		for id := range e.slots.size() {
+			if op := e.slots.done(uint64(id)); op != nil {
 				op.Status = transport.StatusWRFlushErr
 				lost = append(lost, op)
-				e.slots[id] = nil
 			}
 		}
 		e.mu.Unlock()
@@ -412,7 +400,7 @@ func (e *VerbsEndpoint) Close() error {
 func (e *VerbsEndpoint) outstanding() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.slots) - len(e.free) + e.posted
+	return e.slots.size() - e.slots.available() + e.posted
 }
 
 // releaseRecvs returns every receive buffer to the pool.
