@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/rbridge/rbridge/internal/netns"
 )
 
 // SkipReason is the reason a test that needs the guest gives when it skips on the host.
@@ -14,9 +16,6 @@ const SkipReason = "needs the qemu guest with rxe and siw: run `make integration
 
 // sysClassInfiniband is where the kernel lists RDMA devices.
 var sysClassInfiniband = "/sys/class/infiniband"
-
-// runNetns is where `ip netns add` puts named network namespaces.
-var runNetns = "/run/netns"
 
 // Dev describes the device pass a test runs in: the RDMA device under test
 // and its peer at the other end of a veth wire.
@@ -235,6 +234,6 @@ func netnsFromEnv(get func(string) string) (Netns, error) {
 		PeerIP:     e.addr("RBRIDGE_USER_PEER_IP"),
 		PrefixLen:  e.prefixLen("RBRIDGE_PREFIX_LEN"),
 	}
-	n.Path = filepath.Join(runNetns, n.Name)
+	n.Path = netns.Path(n.Name)
 	return n, e.err
 }
