@@ -57,6 +57,30 @@ type Message struct {
 	// Reads never set it.
 	Payload []byte
 	Hdr     int
+	// Lent is set on a read by a FrameLender's ReadBatchLent: Buf[:N] lies
+	// in the conn's receive frame Frame (not in memory the caller gave),
+	// which stays the caller's until it hands Frame to ReturnFrames.
+	Lent  bool
+	Frame uint64
+}
+
+// A FrameLender is a PacketConn that can lend the memory packets landed in
+// instead of copying them out (an AF_XDP socket whose UMEM frames come from
+// the caller's pool): a consumer that keeps a packet's payload past the
+// read takes a reference to the frame rather than a copy.
+type FrameLender interface {
+	PacketConn
+	// LendsFrames reports whether ReadBatchLent lends: the conn was made
+	// with frames to replace those it lends.
+	LendsFrames() bool
+	// ReadBatchLent is ReadBatch that leaves each packet where it
+	// landed: msgs[i].Buf is set to it (the caller's Buf is not used),
+	// with Lent and Frame set. Every frame returned must be handed back
+	// through ReturnFrames once the caller is done with it.
+	ReadBatchLent(msgs []Message) (int, error)
+	// ReturnFrames hands frames lent by ReadBatchLent back. It is called
+	// from the goroutine that reads; it may be called after Close.
+	ReturnFrames(frames []uint64)
 }
 
 // Len is the length of the transport packet m carries, Payload included.

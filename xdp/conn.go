@@ -46,14 +46,22 @@ type ConnOptions struct {
 	Queue int
 	// UMEM is the memory frames live in, supplied by the caller (rbridge's
 	// pool arena): page-aligned (from mmap, never the Go heap), a multiple
-	// of FrameSize, at least 4 frames. Half the frames receive, half send.
-	// The Conn does not free it; it must outlive the Conn.
+	// of FrameSize, at least 4 frames. Without Frames, half the frames
+	// receive and half send. The Conn does not free it; it must outlive
+	// the Conn.
 	UMEM []byte
+	// Frames, if set, owns the UMEM's frames: the Conn takes the frames it
+	// receives into and sends from there, and lends received frames to the
+	// caller (ReadBatchLent), replacing each on the fill ring with a fresh
+	// one, so a frame may stay lent for as long as the caller needs it.
+	// Close gives every frame the Conn holds back.
+	Frames FrameAllocator
 	// FrameSize is the size of a UMEM frame: 2048 or 4096 (the default).
 	// It bounds the largest frame sent or received.
 	FrameSize int
 	// RingSize is the number of entries of each ring, a power of two; 0
-	// means the number of receive frames, at most 2048.
+	// means the number of receive frames, at most 2048 (with Frames: 512,
+	// and the Conn holds RingSize frames for each direction).
 	RingSize int
 	// Mode chooses copy or zero-copy; the default tries zero-copy first.
 	Mode BindMode
@@ -71,6 +79,16 @@ type ConnOptions struct {
 	Logger *slog.Logger
 }
 
+// A FrameAllocator owns the frames of a UMEM (rbridge's pool). It is
+// called from the goroutines that read and write the Conn, and from Close.
+type FrameAllocator interface {
+	// AllocFrame returns the UMEM offset of a free frame, a multiple of
+	// the frame size, or false when none is free.
+	AllocFrame() (uint64, bool)
+	// FreeFrame gives back a frame AllocFrame returned.
+	FreeFrame(off uint64)
+}
+
 // ConnStats are an AF_XDP Conn's counters.
 type ConnStats struct {
 	Received    uint64 // transport packets handed to ReadBatch's caller
@@ -79,4 +97,6 @@ type ConnStats struct {
 	BadICRC     uint64 // received RoCEv2 packets whose ICRC is wrong: dropped
 	TooLong     uint64 // received packets longer than the caller's buffer: dropped
 	RXRingDrops uint64 // frames the kernel dropped: RX ring full or no free receive frame
+	Lent        uint64 // received frames lent to the caller (ReadBatchLent)
+	FillShort   uint64 // times the Frames had no frame to refill the fill ring with
 }

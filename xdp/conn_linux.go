@@ -29,9 +29,13 @@ import (
 // Ethernet, IP and UDP headers, fills their ICRC and puts them on the
 // transmit ring.
 //
-// The UMEM is split in two: receive frames cycle between the fill and RX
-// rings (ReadBatch returns each to the fill ring once copied out), transmit
-// frames between txFree, the TX ring and the completion ring.
+// Without Frames the UMEM is split in two: receive frames cycle between the
+// fill and RX rings (ReadBatch returns each to the fill ring once copied
+// out), transmit frames between txFree, the TX ring and the completion
+// ring. With Frames, the Conn takes RingSize frames for each direction from
+// the allocator; a frame ReadBatchLent lends leaves the Conn (it comes back
+// to the allocator through ReturnFrames) and the fill ring is topped up
+// with fresh ones.
 type Conn struct {
 	file      *os.File // the socket; closing it unblocks ReadBatch
 	raw       syscall.RawConn
@@ -43,6 +47,8 @@ type Conn struct {
 	localMAC  [6]byte
 	neighbors Neighbors
 	log       *slog.Logger
+	frames    FrameAllocator // nil: the Conn's own split of the UMEM
+	nRX       int            // frames the fill and RX rings should hold
 
 	// closeMu is held for reading by ReadBatch and WriteBatch while they
 	// touch the rings, and for writing by Close while it unmaps them.
@@ -51,13 +57,16 @@ type Conn struct {
 	fill, comp, rx, tx *ring
 	frame              roce.Frame // ReadBatch's decoder
 	txFree             []uint64   // WriteBatch's free transmit frames
+	txAll              []uint64   // with frames: every transmit frame taken
+	rxHeld             int        // with frames: frames in the fill and RX rings
 	macs               map[netip.Addr][6]byte
 	received, sent     atomic.Uint64
 	badFrames, badICRC atomic.Uint64
 	tooLong            atomic.Uint64
+	lent, fillShort    atomic.Uint64
 }
 
-var _ roce.PacketConn = (*Conn)(nil)
+var _ roce.FrameLender = (*Conn)(nil)
 
 const (
 	ethHdrLen = 14
@@ -78,6 +87,7 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 		local:     opts.LocalAddr,
 		neighbors: opts.Neighbors,
 		log:       opts.Logger,
+		frames:    opts.Frames,
 		macs:      make(map[netip.Addr][6]byte),
 	}
 	if c.frameSize == 0 {
@@ -103,11 +113,14 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 	ringSize := opts.RingSize
 	if ringSize == 0 {
 		ringSize = 2048
+		if c.frames != nil {
+			ringSize = 512
+		}
 		for ringSize > frames/2 {
 			ringSize /= 2
 		}
 	}
-	nRX := min(ringSize, frames/2)
+	c.nRX = min(ringSize, frames/2)
 
 	var fd int
 	var err error
@@ -135,13 +148,29 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 	}
 	c.log.Info("xdp: AF_XDP socket bound", "ifindex", opts.Ifindex, "queue", opts.Queue, "mode", c.mode)
 
-	// Receive frames go to the fill ring; the rest transmit.
-	for i := range nRX {
-		c.fill.addrs[i] = uint64(i * c.frameSize)
-	}
-	c.fill.submit(uint32(nRX))
-	for i := nRX; i < frames; i++ {
-		c.txFree = append(c.txFree, uint64(i*c.frameSize))
+	if c.frames == nil {
+		// Receive frames go to the fill ring; the rest transmit.
+		for i := range c.nRX {
+			c.fill.addrs[i] = uint64(i * c.frameSize)
+		}
+		c.fill.submit(uint32(c.nRX))
+		for i := c.nRX; i < frames; i++ {
+			c.txFree = append(c.txFree, uint64(i*c.frameSize))
+		}
+	} else {
+		for range ringSize {
+			off, ok := c.frames.AllocFrame()
+			if !ok {
+				break
+			}
+			c.txAll = append(c.txAll, off)
+		}
+		c.txFree = append(c.txFree, c.txAll...)
+		c.refill()
+		if len(c.txAll) < ringSize || c.rxHeld < c.nRX {
+			c.teardown(fd)
+			return nil, fmt.Errorf("xdp: AF_XDP socket on ifindex %d queue %d: the frame allocator has fewer than %d free frames", opts.Ifindex, opts.Queue, ringSize+c.nRX)
+		}
 	}
 
 	if err := unix.SetNonblock(fd, true); err != nil {
@@ -151,6 +180,7 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 	c.file = os.NewFile(uintptr(fd), "xsk")
 	if c.raw, err = c.file.SyscallConn(); err != nil {
 		c.file.Close()
+		c.freeFrames()
 		c.unmap()
 		return nil, fmt.Errorf("xdp: AF_XDP socket: %w", err)
 	}
@@ -246,6 +276,7 @@ func setsockopt(fd, name int, p unsafe.Pointer, size uintptr) error {
 
 func (c *Conn) teardown(fd int) {
 	unix.Close(fd)
+	c.freeFrames()
 	c.unmap()
 }
 
@@ -273,13 +304,20 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
+	return c.read(msgs, false)
+}
+
+func (c *Conn) read(msgs []roce.Message, lend bool) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
 	c.closeMu.RLock()
 	defer c.closeMu.RUnlock()
 	for {
 		if c.closed.Load() {
 			return 0, roce.ErrConnClosed
 		}
-		if n := c.receive(msgs); n > 0 {
+		if n := c.receive(msgs, lend); n > 0 {
 			return n, nil
 		}
 		// The netpoller resets readiness before the callback looks at the
@@ -294,29 +332,59 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 	}
 }
 
-// receive takes up to len(msgs) frames off the RX ring, returns each frame
-// to the fill ring and returns how many messages it filled.
-func (c *Conn) receive(msgs []roce.Message) int {
+// receive takes up to len(msgs) frames off the RX ring and returns how
+// many messages it filled. Copying (lend false), it returns each frame to
+// the fill ring; lending, a frame delivered leaves with its message, one
+// dropped goes back to the fill ring, and the fill ring is topped up from
+// the allocator.
+func (c *Conn) receive(msgs []roce.Message, lend bool) int {
 	avail := c.rx.available()
 	filled := 0
-	var used uint32
+	var used, refilled uint32
 	for used < avail && filled < len(msgs) {
 		d := c.rx.descs[(c.rx.local+used)&c.rx.mask]
 		used++
-		if c.deliver(c.umem[d.Addr:d.Addr+uint64(d.Len)], &msgs[filled]) {
+		frame := d.Addr &^ uint64(c.frameSize-1)
+		m := &msgs[filled]
+		if c.deliver(c.umem[d.Addr:d.Addr+uint64(d.Len)], m, lend) {
 			filled++
+			if lend {
+				m.Lent, m.Frame = true, frame
+				continue
+			}
 		}
-		c.fill.addrs[(c.fill.local+used-1)&c.fill.mask] = d.Addr &^ uint64(c.frameSize-1)
+		c.fill.addrs[(c.fill.local+refilled)&c.fill.mask] = frame
+		refilled++
 	}
 	if used > 0 {
 		c.rx.release(used)
-		c.fill.submit(used)
+		c.fill.submit(refilled)
 		c.received.Add(uint64(filled))
+		if lend {
+			c.rxHeld -= int(used - refilled)
+			c.lent.Add(uint64(used - refilled))
+			c.refill()
+		}
 	}
 	return filled
 }
 
-func (c *Conn) deliver(frame []byte, m *roce.Message) bool {
+// refill tops the fill ring up to nRX frames from the allocator.
+func (c *Conn) refill() {
+	n := uint32(0)
+	for ; c.rxHeld < c.nRX; c.rxHeld++ {
+		off, ok := c.frames.AllocFrame()
+		if !ok {
+			c.fillShort.Add(1)
+			break
+		}
+		c.fill.addrs[(c.fill.local+n)&c.fill.mask] = off
+		n++
+	}
+	c.fill.submit(n)
+}
+
+func (c *Conn) deliver(frame []byte, m *roce.Message, lend bool) bool {
 	f := &c.frame
 	if err := f.DecodeEthernet(frame); err != nil {
 		c.badFrames.Add(1)
@@ -327,15 +395,66 @@ func (c *Conn) deliver(frame []byte, m *roce.Message) bool {
 		return false
 	}
 	p := f.UDPPayload()
-	if cap(m.Buf) < len(p) {
+	switch {
+	case lend:
+		m.Buf, m.N = p[:len(p):len(p)], len(p)
+	case cap(m.Buf) < len(p):
 		c.tooLong.Add(1)
 		return false
+	default:
+		m.N = copy(m.Buf[:cap(m.Buf)], p)
+		m.Lent = false
 	}
-	m.N = copy(m.Buf[:cap(m.Buf)], p)
 	m.Addr = f.Src
 	m.ECN = f.ECN
 	m.ICRCChecked = true
 	return true
+}
+
+// LendsFrames implements roce.FrameLender: a Conn made with Frames lends.
+func (c *Conn) LendsFrames() bool { return c.frames != nil }
+
+// ReadBatchLent implements roce.FrameLender: ReadBatch that leaves each
+// packet in its frame and lends the frame (a Conn without Frames refuses,
+// with an error matching ErrNotSupported).
+func (c *Conn) ReadBatchLent(msgs []roce.Message) (int, error) {
+	if c.frames == nil {
+		return 0, fmt.Errorf("%w: lending frames of a Conn made without Frames", ErrNotSupported)
+	}
+	return c.read(msgs, true)
+}
+
+// ReturnFrames implements roce.FrameLender: the frames go back to the
+// allocator.
+func (c *Conn) ReturnFrames(frames []uint64) {
+	for _, f := range frames {
+		c.frames.FreeFrame(f)
+	}
+}
+
+// freeFrames gives the allocator every frame the Conn holds: those on the
+// fill and RX rings (the socket is closed: the kernel no longer uses them)
+// and every transmit frame.
+func (c *Conn) freeFrames() {
+	if c.frames == nil {
+		return
+	}
+	if c.fill != nil {
+		for i := atomic.LoadUint32(c.fill.consumer); i != c.fill.local; i++ {
+			c.frames.FreeFrame(c.fill.addrs[i&c.fill.mask])
+			c.rxHeld--
+		}
+	}
+	if c.rx != nil {
+		for i := c.rx.local; i != atomic.LoadUint32(c.rx.producer); i++ {
+			c.frames.FreeFrame(c.rx.descs[i&c.rx.mask].Addr &^ uint64(c.frameSize-1))
+			c.rxHeld--
+		}
+	}
+	for _, f := range c.txAll {
+		c.frames.FreeFrame(f)
+	}
+	c.txAll, c.txFree = nil, nil
 }
 
 // txStall bounds how long WriteBatch waits for a free transmit frame.
@@ -495,6 +614,8 @@ func (c *Conn) Stats() (ConnStats, error) {
 		BadFrames: c.badFrames.Load(),
 		BadICRC:   c.badICRC.Load(),
 		TooLong:   c.tooLong.Load(),
+		Lent:      c.lent.Load(),
+		FillShort: c.fillShort.Load(),
 	}
 	var xs unix.XDPStatistics
 	var serr error
@@ -521,5 +642,6 @@ func (c *Conn) Close() error {
 	err := c.file.Close()
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
+	c.freeFrames()
 	return errors.Join(err, c.unmap())
 }

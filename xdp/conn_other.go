@@ -14,7 +14,7 @@ import (
 // here with ErrNotSupported.
 type Conn struct{}
 
-var _ roce.PacketConn = (*Conn)(nil)
+var _ roce.FrameLender = (*Conn)(nil)
 
 // NewConn returns an error matching ErrNotSupported: AF_XDP is Linux only.
 func NewConn(opts ConnOptions) (*Conn, error) {
@@ -38,3 +38,12 @@ func (c *Conn) Stats() (ConnStats, error) { return ConnStats{}, ErrNotSupported 
 
 // Close implements roce.PacketConn.
 func (c *Conn) Close() error { return nil }
+
+// LendsFrames implements roce.FrameLender.
+func (c *Conn) LendsFrames() bool { return false }
+
+// ReadBatchLent implements roce.FrameLender.
+func (c *Conn) ReadBatchLent([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
+// ReturnFrames implements roce.FrameLender.
+func (c *Conn) ReturnFrames([]uint64) {}

@@ -26,6 +26,8 @@ type side struct {
 	conn  *xdp.Conn
 	qpn   uint32
 	peers xdp.Neighbors
+	// frames, if set before start, owns the Conn's UMEM (ConnOptions.Frames).
+	frames *testFrames
 }
 
 const testTimeout = 5 * time.Second
@@ -42,6 +44,14 @@ func umem(tb testing.TB, size int) []byte {
 
 // start loads and attaches the classifier and opens the Conn, in s.ns.
 func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts xdp.Options) {
+	tb.Helper()
+	if err := s.tryStart(tb, remoteQPN, mode, opts); err != nil {
+		tb.Fatalf("%s: %v", s.ifc, err)
+	}
+}
+
+// tryStart is start that returns NewConn's error.
+func (s *side) tryStart(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts xdp.Options) error {
 	tb.Helper()
 	s.prog = loadProgram(tb, opts)
 	var err error
@@ -61,7 +71,7 @@ func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts xd
 			return
 		}
 		tb.Logf("%s: classifier attached in %v mode", s.ifc, m)
-		s.conn, err = xdp.NewConn(xdp.ConnOptions{
+		o := xdp.ConnOptions{
 			Ifindex:   ifi.Index,
 			UMEM:      umem(tb, 8192*4096), // 2048-entry rings: the receive benchmark's bursts fit
 			LocalAddr: s.addr,
@@ -69,10 +79,15 @@ func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts xd
 			Program:   s.prog,
 			Mode:      mode,
 			Logger:    testLogger(tb),
-		})
+		}
+		if s.frames != nil {
+			s.frames.init(o.UMEM, 4096)
+			o.Frames = s.frames
+		}
+		s.conn, err = xdp.NewConn(o)
 	})
 	if err != nil {
-		tb.Fatalf("%s: %v", s.ifc, err)
+		return err
 	}
 	tb.Logf("%s: AF_XDP socket in %v mode", s.ifc, s.conn.Mode())
 	tb.Cleanup(func() {
@@ -80,9 +95,7 @@ func (s *side) start(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts xd
 			tb.Errorf("%s: Conn.Close: %v", s.ifc, err)
 		}
 	})
-	if err := s.prog.AddQP(s.qpn, xdp.QP{RemoteQPN: remoteQPN}); err != nil {
-		tb.Fatal(err)
-	}
+	return s.prog.AddQP(s.qpn, xdp.QP{RemoteQPN: remoteQPN})
 }
 
 // setup builds two namespaces joined by a veth pair with the classifier
@@ -94,13 +107,19 @@ func setup(tb testing.TB, tag string, mode xdp.BindMode, xmode xdp.Mode) (a, b *
 
 // setupWith is setup with the classifiers loaded with opts.
 func setupWith(tb testing.TB, tag string, mode xdp.BindMode, opts xdp.Options) (a, b *side) {
+	a, b = &side{}, &side{}
+	setupSides(tb, tag, a, b, mode, opts)
+	return a, b
+}
+
+// setupSides is setupWith for sides the caller made (with frames).
+func setupSides(tb testing.TB, tag string, a, b *side, mode xdp.BindMode, opts xdp.Options) {
 	nsA, nsB := newNetns(tb, nsName(tag+"a")), newNetns(tb, nsName(tag+"b"))
 	ifA, ifB := vethPair(tb, nsA, nsB, "10.99.0.1/24", "10.99.0.2/24", "02:00:00:00:99:0a", "02:00:00:00:99:0b")
-	a = &side{ns: nsA, ifc: ifA, addr: netip.MustParseAddrPort("10.99.0.1:4791"), qpn: 0x11}
-	b = &side{ns: nsB, ifc: ifB, addr: netip.MustParseAddrPort("10.99.0.2:4791"), qpn: 0x22}
+	a.ns, a.ifc, a.addr, a.qpn = nsA, ifA, netip.MustParseAddrPort("10.99.0.1:4791"), 0x11
+	b.ns, b.ifc, b.addr, b.qpn = nsB, ifB, netip.MustParseAddrPort("10.99.0.2:4791"), 0x22
 	a.start(tb, b.qpn, mode, opts)
 	b.start(tb, a.qpn, mode, opts)
-	return a, b
 }
 
 // readN reads until n messages arrived or the timeout passed, then closes
