@@ -228,13 +228,27 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 func (d *Device) routineReceive() {
 	defer d.wg.Done()
 	msgs := make([]roce.Message, d.opts.RxBatch)
-	for i := range msgs {
-		msgs[i].Buf = make([]byte, roce.MaxPacket)
+	// A conn that lends its frames (AF_XDP over the pool) leaves packets
+	// where they landed; they go back after the batch, and a target that
+	// keeps a payload holds the frame's memory itself (Request.Frame).
+	fl, lend := d.conn.(roce.FrameLender)
+	lend = lend && fl.LendsFrames()
+	var frames []uint64
+	if !lend {
+		for i := range msgs {
+			msgs[i].Buf = make([]byte, roce.MaxPacket)
+		}
 	}
 	touched := make(map[*QP]struct{})
 	var pkt roce.Packet
 	for {
-		n, err := d.conn.ReadBatch(msgs)
+		var n int
+		var err error
+		if lend {
+			n, err = fl.ReadBatchLent(msgs)
+		} else {
+			n, err = d.conn.ReadBatch(msgs)
+		}
 		if err != nil {
 			select {
 			case <-d.closed:
@@ -277,6 +291,13 @@ func (d *Device) routineReceive() {
 			d.send(qp)
 			qp.signalCQs()
 			delete(touched, qp)
+		}
+		if lend {
+			frames = frames[:0]
+			for i := range n {
+				frames = append(frames, msgs[i].Frame)
+			}
+			fl.ReturnFrames(frames)
 		}
 	}
 }

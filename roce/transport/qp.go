@@ -132,8 +132,9 @@ type QP struct {
 	// for this QP: completions pushed then wake the CQ's waiter once, after
 	// the batch (Device.routineReceive), not one wake per completion.
 	inRx, cqPending bool
-	cc              *dcqcn      // DCQCN reaction point, when ECN is on
-	pacer           *time.Timer // wakes the pump when the rate allows the next packet
+	rxMsg           *roce.Message // the message being handled (inRx): its frame
+	cc              *dcqcn        // DCQCN reaction point, when ECN is on
+	pacer           *time.Timer   // wakes the pump when the rate allows the next packet
 }
 
 // CreateQP creates a queue pair in the RESET state.
@@ -574,8 +575,8 @@ func (qp *QP) signalCQs() {
 func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	qp.inRx = true
-	defer func() { qp.inRx = false }()
+	qp.inRx, qp.rxMsg = true, m
+	defer func() { qp.inRx, qp.rxMsg = false, nil }()
 	op := p.Opcode()
 	if op == roce.CNP {
 		qp.req.onCNP(qp)

@@ -229,6 +229,9 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 	first := pos == roce.PositionFirst || pos == roce.PositionOnly
 	last := pos == roce.PositionLast || pos == roce.PositionOnly
 	r := Request{Token: Token{psn: psn, gen: s.gen}, PSN: psn, First: first, Last: last}
+	if m := qp.rxMsg; m != nil && m.Lent {
+		r.Lent, r.Frame = true, m.Frame
+	}
 	npk := 1
 	switch kind {
 	case roce.KindSend, roce.KindWrite:

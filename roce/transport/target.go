@@ -80,6 +80,14 @@ type Request struct {
 	// Dup marks a READ asked for again after it completed (its response
 	// was lost): serve it again, it changes nothing in PSN order.
 	Dup bool
+	// Lent says Payload lies in a receive frame the device's conn lent
+	// (roce.FrameLender: AF_XDP over the caller's pool), named by Frame
+	// (its offset in the UMEM): a target that keeps the payload past the
+	// call may take a reference on that frame from the pool it belongs
+	// to instead of copying. The device hands the frame back after the
+	// batch.
+	Lent  bool
+	Frame uint64
 }
 
 // Token names a request the target completes later.
