@@ -59,13 +59,20 @@ type Limits struct {
 	MaxSend     int // work requests posted and not completed
 	MaxRdAtomic int // READs and atomics outstanding (the peer's responder resources)
 	MTU         int // path MTU
+	// MaxSGE is how many pieces of memory one op may gather (Op.Frags);
+	// 0 or 1: an op's bytes lie in one buffer.
+	MaxSGE int
 }
 
 // Op is one work request a session posts on an endpoint.
 type Op struct {
 	Opcode   transport.Opcode
 	Buf      *Buf // the local bytes: sent, written, read into, or the atomic's 8
-	Off, Len int  // the span of Buf
+	Off, Len int  // the span of Buf (or, with Frags, their total length)
+	// Frags, when not empty (Buf nil), are the bytes of a SEND or WRITE
+	// gathered from where they were received (AF_XDP frames), in order:
+	// at most the endpoint's Limits.MaxSGE.
+	Frags []Frag
 	Remote   uint64
 	RKey     uint32
 	Imm      uint32
@@ -83,7 +90,13 @@ type Op struct {
 	next  *Op // free list
 }
 
-// Bytes returns the op's local bytes.
+// Frag is a span of a pool buffer.
+type Frag struct {
+	Buf      *Buf
+	Off, Len int
+}
+
+// Bytes returns the op's local bytes (nil for gathered ones: see Frags).
 func (o *Op) Bytes() []byte {
 	if o.Buf == nil {
 		return nil

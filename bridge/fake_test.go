@@ -40,6 +40,7 @@ type fakeLeg struct {
 	nextID   uint32
 	inDone   []transport.Status
 	failures int
+	gathered int // ops executed from gathered frags
 }
 
 // farExec is what the far side did with an op.
@@ -169,6 +170,19 @@ func (f *fakeLeg) execute(op *bridge.Op) bool {
 		return fail(f.failAs)
 	}
 	local := op.Bytes()
+	if len(op.Frags) > 0 {
+		if len(op.Frags) > max(f.lim.MaxSGE, 1) {
+			return fail(transport.StatusLocLenErr) // the session gathered more than the leg allows
+		}
+		f.gathered++
+		local = nil
+		for _, fr := range op.Frags {
+			local = append(local, fr.Buf.B()[fr.Off:fr.Off+fr.Len]...)
+		}
+		if len(local) != op.Len {
+			return fail(transport.StatusLocLenErr)
+		}
+	}
 	span := func(n int) []byte {
 		if op.RKey != f.rkey || op.Remote < f.base || op.Remote-f.base+uint64(n) > uint64(len(f.mem)) {
 			return nil

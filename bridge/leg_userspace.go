@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/roce"
@@ -32,8 +30,13 @@ type userspaceLeg struct {
 	pd   *transport.PD
 	mr   *transport.MR
 	prog *xdp.Program // AF_XDP: the classifier, which must know the leg's QPs
-	umem []byte
+	// frames are the pool's buffers the AF_XDP socket receives into (nil
+	// over UDP).
+	frames *Frames
 }
+
+// frameSize is the AF_XDP frame: a pool class of the page size.
+const frameSize = 4096
 
 func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
 	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, pd: transport.NewPD()}
@@ -62,10 +65,15 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 			if err != nil {
 				return err
 			}
-			if u.umem, err = unix.Mmap(-1, 0, 2048*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
-				return fmt.Errorf("map the AF_XDP UMEM: %w", err)
+			// The pool is the UMEM: received frames are pool buffers that
+			// a session relays from where they landed.
+			if u.frames, err = pool.Frames(frameSize); err != nil {
+				return err
 			}
-			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: u.umem, LocalAddr: local, Neighbors: arp, Program: u.prog, Logger: log})
+			umem := pool.Arena()
+			umem = umem[:len(umem)&^(frameSize-1)]
+			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
+				LocalAddr: local, Neighbors: arp, Program: u.prog, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -123,16 +131,12 @@ func (u *userspaceLeg) close() error {
 	if u.prog != nil {
 		errs = append(errs, u.prog.Close())
 	}
-	if u.umem != nil {
-		errs = append(errs, unix.Munmap(u.umem))
-		u.umem = nil
-	}
 	return errors.Join(errs...)
 }
 
 // endpoint makes an endpoint whose QP the classifier sends to this leg.
 func (u *userspaceLeg) endpoint() (*UserspaceEndpoint, error) {
-	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.dev, PD: u.pd, MR: u.mr})
+	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.dev, PD: u.pd, MR: u.mr, Frames: u.frames})
 	if err != nil {
 		return nil, err
 	}

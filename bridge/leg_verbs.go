@@ -34,6 +34,9 @@ type verbsDevice struct {
 	pd    *ibv.PD
 	mr    *ibv.MR
 	iwarp bool
+	// maxSGE is the SGEs a send work request gathers: a relayed message
+	// from the frames it arrived in.
+	maxSGE int
 }
 
 func openVerbsLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
@@ -109,14 +112,19 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 		pd.Close()
 		return nil, nil, err
 	}
-	vd := &verbsDevice{pd: pd, mr: mr}
+	vd := &verbsDevice{pd: pd, mr: mr, maxSGE: 1}
 	if info, err := dev.Info(); err == nil {
 		vd.iwarp = info.Transport == ibv.TransportIWARP
+		vd.maxSGE = min(max(info.Attr.MaxSGE, 1), maxRelaySGE)
 	}
 	v.devs[dev] = vd
-	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp)
+	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE)
 	return dev, vd, nil
 }
+
+// maxRelaySGE bounds the pieces a relayed op gathers: a 64 KiB chunk of
+// 4 KiB frames.
+const maxRelaySGE = 16
 
 // endpoint makes the QP of a connection on id, and its endpoint (receives
 // posted) before the connection is established.
@@ -129,7 +137,7 @@ func (v *verbsLeg) endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	qp, err := id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 64}})
+	qp, err := id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 64, MaxSendSGE: uint32(vd.maxSGE)}})
 	if err != nil {
 		cq.Close()
 		return nil, err

@@ -89,7 +89,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 			return nil, fmt.Errorf("bridge: pool class %d is not a power of two", c)
 		}
 	}
-	share := opts.Size / len(opts.Classes)
+	share := opts.Size / len(opts.Classes) &^ (classAlign - 1)
 	if share < opts.Classes[len(opts.Classes)-1] {
 		return nil, fmt.Errorf("bridge: pool of %d bytes cannot hold one %d-byte buffer per class", opts.Size, opts.Classes[len(opts.Classes)-1])
 	}
@@ -101,6 +101,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	arena := a.Bytes()
 	off := 0
 	for _, size := range opts.Classes {
+		off = (off + classAlign - 1) &^ (classAlign - 1) // frames: page-aligned
 		n := share / size
 		c := &sizeClass{size: size, bufs: make([]Buf, n), free: make([]int32, n), ready: make(chan struct{}, 1)}
 		for i := range n {
@@ -113,8 +114,78 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	return p, nil
 }
 
+// classAlign is where each class starts: on a page, so that buffers of a
+// class of 4 KiB or more are AF_XDP frames.
+const classAlign = 4096
+
 // Arena returns the whole arena, for memory registration and as UMEM.
 func (p *Pool) Arena() []byte { return p.arena.Bytes() }
+
+// BufAt returns the buffer at offset off of the arena, if a buffer starts
+// there.
+func (p *Pool) BufAt(off uint64) (*Buf, bool) {
+	for _, c := range p.classes {
+		if len(c.bufs) == 0 {
+			continue
+		}
+		start := uint64(c.bufs[0].off)
+		if off < start {
+			break
+		}
+		if i := (off - start) / uint64(c.size); i < uint64(len(c.bufs)) && (off-start)%uint64(c.size) == 0 {
+			return &c.bufs[i], true
+		}
+	}
+	return nil, false
+}
+
+// Frames returns the pool's buffers of exactly size bytes as the frames of
+// an AF_XDP UMEM over the arena (xdp.ConnOptions.Frames): a frame is a
+// buffer with one reference, so a frame lent to a session and referenced
+// by it returns to the pool only when both let go.
+func (p *Pool) Frames(size int) (*Frames, error) {
+	for _, c := range p.classes {
+		if c.size == size {
+			return &Frames{p: p, c: c}, nil
+		}
+	}
+	return nil, fmt.Errorf("bridge: the pool has no class of %d-byte buffers for AF_XDP frames", size)
+}
+
+// Frames is a pool's size class serving as AF_XDP frames.
+type Frames struct {
+	p *Pool
+	c *sizeClass
+}
+
+// AllocFrame implements xdp.FrameAllocator.
+func (f *Frames) AllocFrame() (uint64, bool) {
+	b := f.c.take()
+	if b == nil {
+		f.c.exhausted.Add(1)
+		return 0, false
+	}
+	f.c.gets.Add(1)
+	return uint64(b.off), true
+}
+
+// FreeFrame implements xdp.FrameAllocator: it drops the frame's reference.
+func (f *Frames) FreeFrame(off uint64) {
+	if b, ok := f.p.BufAt(off); ok && b.class == f.c {
+		b.Release()
+		return
+	}
+	f.c.overreleased.Add(1) // not a frame of the class: a bug, counted
+}
+
+// Buf returns the buffer of a frame.
+func (f *Frames) Buf(off uint64) (*Buf, bool) {
+	b, ok := f.p.BufAt(off)
+	if !ok || b.class != f.c {
+		return nil, false
+	}
+	return b, true
+}
 
 // Backing says how the arena is backed: "hugetlb", "thp" or "4k".
 func (p *Pool) Backing() string { return p.arena.Backing() }

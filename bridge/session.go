@@ -244,9 +244,9 @@ func (r *relay) request(q *transport.Request, buf *Buf) transport.Reply {
 				return r.lendLocked(q, buf, off)
 			}
 		}
-		return r.sendLocked(q)
+		return r.sendLocked(q, buf)
 	case transport.OpWrite, transport.OpWriteWithImm:
-		return r.writeLocked(q)
+		return r.writeLocked(q, buf)
 	case transport.OpRead:
 		op, reply, ok := r.opLocked(q, int(q.Length))
 		if !ok {
@@ -312,39 +312,47 @@ func (r *relay) lendLocked(q *transport.Request, buf *Buf, off int) transport.Re
 }
 
 // sendLocked assembles a SEND; it is posted when its last packet came.
-func (r *relay) sendLocked(q *transport.Request) transport.Reply {
+// Packets lent from received frames are gathered where they lie while the
+// far endpoint takes that many pieces; past that, the message is copied
+// together.
+func (r *relay) sendLocked(q *transport.Request, buf *Buf) transport.Reply {
+	foff, lend := r.lendable(q, buf)
 	op := r.msg
 	if q.First {
 		if op != nil { // cannot happen: the responder checks message order
 			r.releaseLocked(op)
-		}
-		n := len(q.Payload)
-		if !q.Last {
-			n = max(16*n, 4096) // more packets follow: room to grow
-		}
-		var reply transport.Reply
-		var ok bool
-		if op, reply, ok = r.opLocked(q, n); !ok {
 			r.msg = nil
-			return reply
+		}
+		if lend && !q.Last {
+			op = r.newOpLocked()
+		} else {
+			n := len(q.Payload)
+			if !q.Last {
+				n = max(16*n, 4096) // more packets follow: room to grow
+			}
+			var reply transport.Reply
+			var ok bool
+			if op, reply, ok = r.opLocked(q, n); !ok {
+				return reply
+			}
 		}
 		r.msg = op
 	} else if op == nil {
 		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
 	}
-	if end := op.Len + len(q.Payload); op.Buf == nil && end > 0 || op.Buf != nil && end > len(op.Buf.B()) {
-		b, reply, ok := r.getLocked(max(2*end, 4096))
-		if !ok {
-			return reply // the packet comes again; what is assembled stays
+	switch {
+	case lend && op.Buf == nil && len(op.Frags) < r.lim.MaxSGE:
+		buf.Ref()
+		op.Frags = append(op.Frags, Frag{Buf: buf, Off: foff, Len: len(q.Payload)})
+		op.Len += len(q.Payload)
+	case len(q.Payload) > 0:
+		if end := op.Len + len(q.Payload); op.Buf == nil || end > len(op.Buf.B()) {
+			b, reply, ok := r.getLocked(max(2*end, 4096))
+			if !ok {
+				return reply // the packet comes again; what is assembled stays
+			}
+			r.gatherLocked(op, b)
 		}
-		copy(b.B(), op.Bytes())
-		r.s.stats.Copied[r.dir].Add(uint64(op.Len))
-		if op.Buf != nil {
-			op.Buf.Release()
-		}
-		op.Buf, op.Off = b, 0
-	}
-	if len(q.Payload) > 0 {
 		copy(op.Buf.B()[op.Off+op.Len:], q.Payload)
 		op.Len += len(q.Payload)
 		r.s.stats.Copied[r.dir].Add(uint64(len(q.Payload)))
@@ -358,25 +366,72 @@ func (r *relay) sendLocked(q *transport.Request) transport.Reply {
 	return transport.Reply{Result: transport.Pending}
 }
 
-// writeLocked adds a WRITE packet to the open chunk, or opens one.
-func (r *relay) writeLocked(q *transport.Request) transport.Reply {
+// gatherLocked moves op's bytes (in its buffer or its frags) into b, which
+// becomes its buffer.
+func (r *relay) gatherLocked(op *Op, b *Buf) {
+	if op.Buf != nil {
+		copy(b.B(), op.Bytes())
+		op.Buf.Release()
+	} else {
+		n := 0
+		for i, f := range op.Frags {
+			n += copy(b.B()[n:], f.Buf.B()[f.Off:f.Off+f.Len])
+			f.Buf.Release()
+			op.Frags[i] = Frag{}
+		}
+		op.Frags = op.Frags[:0]
+	}
+	r.s.stats.Copied[r.dir].Add(uint64(op.Len))
+	op.Buf, op.Off = b, 0
+}
+
+// lendable says whether q's payload can be relayed from where it was
+// received: it lies in buf (a lent frame) and the far endpoint gathers.
+func (r *relay) lendable(q *transport.Request, buf *Buf) (int, bool) {
+	if buf == nil || r.lim.MaxSGE < 2 || len(q.Payload) == 0 {
+		return 0, false
+	}
+	return buf.Within(q.Payload)
+}
+
+// writeLocked adds a WRITE packet to the open chunk, or opens one. A
+// chunk is gathered from the frames the packets were received in when
+// they are lent (up to the far endpoint's MaxSGE pieces), else copied into
+// a pool buffer.
+func (r *relay) writeLocked(q *transport.Request, buf *Buf) transport.Reply {
+	foff, lend := r.lendable(q, buf)
 	op := r.msg
+	if op != nil && !q.First && (op.Buf == nil) != lend && op.Len > 0 {
+		r.msg = nil // a chunk is one kind of memory: the packet opens another
+		r.enqueueLocked(op)
+		op = nil
+	}
 	join := op != nil && !q.First
 	if !join {
 		if op != nil {
 			r.enqueueLocked(op) // cannot happen: a message ends with its last packet
 		}
-		n := min(int(q.Length)-q.Offset, r.s.maxChunk)
-		var reply transport.Reply
-		var ok bool
-		if op, reply, ok = r.opLocked(q, n); !ok {
-			r.msg = nil
-			return reply
+		if lend {
+			op = r.newOpLocked()
+			op.Remote, op.RKey, op.tok = q.VA, q.RKey, q.Token
+		} else {
+			n := min(int(q.Length)-q.Offset, r.s.maxChunk)
+			var reply transport.Reply
+			var ok bool
+			if op, reply, ok = r.opLocked(q, n); !ok {
+				r.msg = nil
+				return reply
+			}
 		}
 		op.Opcode = transport.OpWrite
 		r.msg = op
 	}
-	if len(q.Payload) > 0 {
+	switch {
+	case lend:
+		buf.Ref()
+		op.Frags = append(op.Frags, Frag{Buf: buf, Off: foff, Len: len(q.Payload)})
+		op.Len += len(q.Payload)
+	case len(q.Payload) > 0:
 		copy(op.Buf.B()[op.Off+op.Len:], q.Payload)
 		op.Len += len(q.Payload)
 		r.s.stats.Copied[r.dir].Add(uint64(len(q.Payload)))
@@ -386,7 +441,8 @@ func (r *relay) writeLocked(q *transport.Request) transport.Reply {
 		op.Opcode, op.Imm = q.Op, q.Imm
 		r.msg = nil
 		r.enqueueLocked(op)
-	case op.Buf == nil || op.Len+r.fromMTU > len(op.Buf.B()):
+	case lend && (len(op.Frags) >= r.lim.MaxSGE || op.Len+r.fromMTU > r.s.maxChunk),
+		!lend && (op.Buf == nil || op.Len+r.fromMTU > len(op.Buf.B())):
 		r.msg = nil // full: the next packet opens a chunk
 		r.enqueueLocked(op)
 	}
@@ -511,20 +567,25 @@ func (r *relay) newOpLocked() *Op {
 		return &Op{relay: r}
 	}
 	r.free = op.next
-	*op = Op{relay: r}
+	*op = Op{relay: r, Frags: op.Frags[:0]}
 	return op
 }
 
-// releaseLocked returns op's buffer to the pool and op to the free list.
+// releaseLocked returns op's buffers to the pool and op to the free list.
 func (r *relay) releaseLocked(op *Op) {
 	if op.Buf != nil {
 		op.Buf.Release()
 		op.Buf = nil
 	}
+	for i, f := range op.Frags {
+		f.Buf.Release()
+		op.Frags[i] = Frag{}
+	}
 	r.freeLocked(op)
 }
 
+// freeLocked puts op on the free list, keeping its Frags' array.
 func (r *relay) freeLocked(op *Op) {
-	*op = Op{relay: r, next: r.free}
+	*op = Op{relay: r, next: r.free, Frags: op.Frags[:0]}
 	r.free = op
 }

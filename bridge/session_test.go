@@ -13,6 +13,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -34,6 +35,7 @@ type rig struct {
 	scq     *transport.CQ
 	rcq     *transport.CQ
 	clients *transport.Device
+	lender  *lendingConn // with rigOpts.lend
 }
 
 type rigOpts struct {
@@ -42,6 +44,8 @@ type rigOpts struct {
 	failAt   int // the op (1-based) whose WRITE the far side fails
 	failAs   transport.Status
 	poolSize int
+	lend     bool // the gateway's conn lends pool frames (lendingConn)
+	maxSGE   int  // the far leg's Limits.MaxSGE
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -57,6 +61,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	r.far = newFakeLeg(uint64(o.failAt)+1, 4<<20, o.delay)
+	r.far.lim.MaxSGE = o.maxSGE
 	if o.failAt > 0 {
 		r.far.failOn, r.far.failAs = r.far.base+uint64(o.failAt-1)*4096, o.failAs
 	}
@@ -66,7 +71,15 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := transport.NewDevice(gc, transport.DeviceOptions{Logger: testlog.New(t)})
+	var gconn roce.PacketConn = gc
+	var frames *bridge.Frames
+	if o.lend {
+		if r.lender, err = newLendingConn(gc, r.pool); err != nil {
+			t.Fatal(err)
+		}
+		gconn, frames = r.lender, r.lender.frames
+	}
+	gw, err := transport.NewDevice(gconn, transport.DeviceOptions{Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +96,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.near, err = bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: gw, PD: gpd, MR: pmr})
+	r.near, err = bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: gw, PD: gpd, MR: pmr, Frames: frames})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,11 @@ import (
 // Create it, connect its QP (QP()) as any transport QP is connected (by
 // roce/cm, or by hand), then give it to NewSession.
 type UserspaceEndpoint struct {
-	qp  *transport.QP
-	mr  *transport.MR // the pool's arena in the QP's PD
-	scq *transport.CQ
-	rcq *transport.CQ
+	qp     *transport.QP
+	mr     *transport.MR // the pool's arena in the QP's PD
+	frames *Frames       // the device's AF_XDP frames, or nil
+	scq    *transport.CQ
+	rcq    *transport.CQ
 
 	h atomic.Pointer[Handler]
 
@@ -52,6 +53,10 @@ type UserspaceOptions struct {
 	// MR is the pool's arena registered in PD (local write access is
 	// enough: peers never address it).
 	MR *transport.MR
+	// Frames, when the device's conn is AF_XDP over the pool, are the
+	// pool's frames it receives into: a request's payload in one is lent
+	// to the session, which relays it from there.
+	Frames *Frames
 	// MaxSend is the send queue's depth (default 256).
 	MaxSend int
 	// Disconnect, if set, ends the connection first on Close (roce/cm's
@@ -67,7 +72,7 @@ func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
 	if o.MaxSend <= 0 {
 		o.MaxSend = 256
 	}
-	e := &UserspaceEndpoint{mr: o.MR, disconnect: o.Disconnect, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
+	e := &UserspaceEndpoint{mr: o.MR, frames: o.Frames, disconnect: o.Disconnect, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
 		slots: newOpSlots(o.MaxSend)}
 	qp, err := o.Device.CreateQP(o.PD, transport.QPInitAttr{Type: transport.RC, SendCQ: e.scq, RecvCQ: e.rcq,
 		MaxSendWR: o.MaxSend, MaxRecvWR: 1, Target: e})
@@ -121,7 +126,11 @@ func (e *UserspaceEndpoint) Request(r *transport.Request) transport.Reply {
 	if h == nil {
 		return transport.Reply{Result: transport.NoCredit}
 	}
-	return (*h).Request(r, nil)
+	var buf *Buf
+	if r.Lent && e.frames != nil {
+		buf, _ = e.frames.Buf(r.Frame)
+	}
+	return (*h).Request(r, buf)
 }
 
 // Flush implements transport.Flusher.
@@ -154,6 +163,12 @@ func (e *UserspaceEndpoint) Post(ops []*Op) (int, error) {
 		return 0, fmt.Errorf("bridge: post %d ops on QP %#x: %d slots free", len(ops), e.qp.QPN(), e.slots.available())
 	}
 	e.wrs = e.wrs[:0]
+	for _, op := range ops {
+		if len(op.Frags) > 0 { // Limits.MaxSGE is 1: the session never gathers for it
+			e.mu.Unlock()
+			return 0, fmt.Errorf("bridge: post on QP %#x: a %v gathered from %d pieces (the transport takes one)", e.qp.QPN(), op.Opcode, len(op.Frags))
+		}
+	}
 	for _, op := range ops {
 		id := e.slots.take(op)
 		wr := transport.SendWR{ID: uint64(id), Opcode: op.Opcode, Remote: op.Remote, RKey: op.RKey, Imm: op.Imm,

@@ -34,12 +34,13 @@ type VerbsEndpoint struct {
 	recvSize   int
 	disconnect func() error
 	iwarp      bool
+	maxSGE     int // SGEs per send work request (the QP's cap)
 
 	h atomic.Pointer[Handler]
 
 	mu        sync.Mutex // guards the fields below
 	slots     opSlots    // send work requests by ID
-	sges      []ibv.SGE  // one per send slot
+	sges      []ibv.SGE  // maxSGE per send slot
 	wrs       []ibv.SendWR
 	recvBufs  []*Buf // by receive ID; nil when the slot is free
 	recvFree  []uint32
@@ -110,7 +111,7 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		return nil, fmt.Errorf("bridge: verbs endpoint: receive size: %w", err)
 	}
 	e := &VerbsEndpoint{qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
-		slots: newOpSlots(int(cp.MaxSendWR)), sges: make([]ibv.SGE, cp.MaxSendWR),
+		slots: newOpSlots(int(cp.MaxSendWR)), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
 		recvBufs: make([]*Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
 	for i := range e.recvFree {
 		e.recvFree[i] = uint32(len(e.recvFree) - 1 - i)
@@ -142,7 +143,7 @@ func (e *VerbsEndpoint) Start(h Handler) error {
 
 // Limits implements Endpoint.
 func (e *VerbsEndpoint) Limits() Limits {
-	l := Limits{MaxSend: e.slots.size(), MaxRdAtomic: 1, MTU: 1024}
+	l := Limits{MaxSend: e.slots.size(), MaxRdAtomic: 1, MTU: 1024, MaxSGE: e.maxSGE}
 	if a, err := e.qp.Query(); err == nil {
 		l.MaxRdAtomic = max(int(a.MaxRdAtomic), 1)
 		if a.PathMTU.Valid() {
@@ -200,10 +201,15 @@ func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
 		return 0, fmt.Errorf("bridge: post %d ops on verbs QP %d: %d slots free", len(ops), e.qp.QPN(), e.slots.available())
 	}
 	e.wrs = e.wrs[:0]
+	var refused error
 	for _, op := range ops {
 		vop, ok := verbsOpcode(op.Opcode)
 		if !ok || e.iwarp && op.Opcode != transport.OpSend && op.Opcode != transport.OpWrite && op.Opcode != transport.OpRead && op.Opcode != transport.OpSendWithInv {
 			break // refused below, with the ops after it
+		}
+		if len(op.Frags) > e.maxSGE {
+			refused = fmt.Errorf("bridge: verbs QP %d: %v gathered from %d pieces, the QP takes %d", e.qp.QPN(), op.Opcode, len(op.Frags), e.maxSGE)
+			break
 		}
 		id := e.slots.take(op)
 		wr := ibv.SendWR{ID: uint64(id), Op: vop, Flags: ibv.SendSignaled, RemoteAddr: op.Remote, RKey: op.RKey, Imm: op.Imm}
@@ -215,9 +221,16 @@ func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
 		case transport.OpCompareSwap:
 			wr.CompareAdd, wr.Swap = op.Compare, op.SwapAdd
 		}
-		if op.Len > 0 {
-			e.sges[id] = ibv.SGE{Addr: e.mr.Addr() + uint64(op.Buf.Offset()+op.Off), Length: uint32(op.Len), LKey: e.mr.LKey()}
-			wr.SGEs = e.sges[id : id+1]
+		sges := e.sges[int(id)*e.maxSGE : (int(id)+1)*e.maxSGE]
+		switch {
+		case len(op.Frags) > 0:
+			for i, f := range op.Frags {
+				sges[i] = ibv.SGE{Addr: e.mr.Addr() + uint64(f.Buf.Offset()+f.Off), Length: uint32(f.Len), LKey: e.mr.LKey()}
+			}
+			wr.SGEs = sges[:len(op.Frags)]
+		case op.Len > 0:
+			sges[0] = ibv.SGE{Addr: e.mr.Addr() + uint64(op.Buf.Offset()+op.Off), Length: uint32(op.Len), LKey: e.mr.LKey()}
+			wr.SGEs = sges[:1]
 		}
 		e.wrs = append(e.wrs, wr)
 	}
@@ -227,7 +240,10 @@ func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
 	}
 	clear(e.wrs)
 	if err == nil && n < len(ops) {
-		err = fmt.Errorf("bridge: verbs QP %d cannot post %v: %w", e.qp.QPN(), ops[n].Opcode, ErrNotSupported)
+		err = refused
+		if err == nil {
+			err = fmt.Errorf("bridge: verbs QP %d cannot post %v: %w", e.qp.QPN(), ops[n].Opcode, ErrNotSupported)
+		}
 	}
 	return n, err
 }
