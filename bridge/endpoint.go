@@ -72,13 +72,13 @@ type Op struct {
 	// Frags, when not empty (Buf nil), are the bytes of a SEND or WRITE
 	// gathered from where they were received (AF_XDP frames), in order:
 	// at most the endpoint's Limits.MaxSGE.
-	Frags []Frag
-	Remote   uint64
-	RKey     uint32
-	Imm      uint32
-	InvRKey  uint32
-	Compare  uint64
-	SwapAdd  uint64
+	Frags   []Frag
+	Remote  uint64
+	RKey    uint32
+	Imm     uint32
+	InvRKey uint32
+	Compare uint64
+	SwapAdd uint64
 
 	// Set by the endpoint before Done.
 	Status transport.Status

@@ -109,4 +109,3 @@ func TestSessionRelaysFromLentFrames(t *testing.T) {
 		})
 	}
 }
-
