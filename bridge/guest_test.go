@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"
@@ -96,6 +94,7 @@ type gw struct {
 	sess   *bridge.Session
 	client *app
 	target *app
+	io     string
 }
 
 func newGateway(t *testing.T) *gw { return newGatewayOver(t, "udp") }
@@ -107,9 +106,9 @@ func newGatewayOver(t *testing.T, io string) *gw {
 	guest.RequireKind(t, "rxe")
 	ns := guest.UserNetns(t)
 	ib := guest.IB(t)
-	g := &gw{}
+	g := &gw{io: io}
 	var err error
-	g.pool, err = bridge.NewPool(bridge.PoolOptions{Size: 16 << 20, Classes: []int{256, 4 << 10, 64 << 10}})
+	g.pool, err = bridge.NewPool(bridge.PoolOptions{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}})
 	check(t, err)
 	g.client = openApp(t, ns.PeerDevice, ns.PeerIP)
 	g.target = openApp(t, ib.PeerDevice, ib.PeerIP)
@@ -117,6 +116,7 @@ func newGatewayOver(t *testing.T, io string) *gw {
 	// The userspace leg, in user0, toward the client.
 	var conn roce.PacketConn
 	var prog *xdp.Program
+	var frames *bridge.Frames
 	switch io {
 	case "udp":
 		check(t, ns.Do(func() (err error) {
@@ -124,7 +124,7 @@ func newGatewayOver(t *testing.T, io string) *gw {
 			return err
 		}))
 	case "afxdp":
-		conn, prog = afxdpConn(t, ns)
+		conn, prog, frames = afxdpConn(t, ns, g.pool)
 	default:
 		t.Fatalf("packet I/O %q", io)
 	}
@@ -134,7 +134,7 @@ func newGatewayOver(t *testing.T, io string) *gw {
 	tpd := transport.NewPD()
 	tmr, err := tpd.RegisterMR(g.pool.Arena(), transport.AccessLocalWrite)
 	check(t, err)
-	g.near, err = bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: tdev, PD: tpd, MR: tmr})
+	g.near, err = bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: tdev, PD: tpd, MR: tmr, Frames: frames})
 	check(t, err)
 	const cPSN, nPSN = 0x100, 0xfffff0
 	connectKernel(t, g.client.qp, g.client.gid, g.near.QP().QPN(), ns.IP, cPSN, nPSN, 14, 7)
@@ -165,7 +165,7 @@ func newGatewayOver(t *testing.T, io string) *gw {
 	check(t, err)
 	vcq, err := vdev.NewCQ(ibv.CQOptions{Entries: 512})
 	check(t, err)
-	g.vqp, err = vpd.NewQP(ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: vcq, RecvCQ: vcq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 64}})
+	g.vqp, err = vpd.NewQP(ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: vcq, RecvCQ: vcq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 64, MaxSendSGE: 16}})
 	check(t, err)
 	g.vmr, err = vpd.RegMR(g.pool.Arena(), ibv.AccessLocalWrite)
 	check(t, err)
@@ -179,6 +179,7 @@ func newGatewayOver(t *testing.T, io string) *gw {
 	check(t, err)
 	t.Cleanup(func() {
 		_ = g.sess.Close()
+		tdev.Close() // its AF_XDP socket gives its frames back to the pool
 		if err := g.pool.Close(); err != nil {
 			t.Errorf("after the session: %v", err)
 		}
@@ -298,11 +299,14 @@ func exerciseGateway(t *testing.T, g *gw) {
 	if st.Copied[1].Load() != 0 {
 		t.Errorf("%d bytes copied relaying the target's SEND: it is relayed from its receive buffer", st.Copied[1].Load())
 	}
+	if g.io == "afxdp" && st.Copied[0].Load() != 0 {
+		t.Errorf("%d of %d bytes copied relaying the client's ops over AF_XDP: they go out from the frames they arrived in", st.Copied[0].Load(), st.Bytes[0].Load())
+	}
 }
 
 // afxdpConn attaches the classifier to user0's veth and opens an AF_XDP
 // conn on it for the userspace leg.
-func afxdpConn(t *testing.T, ns guest.Netns) (roce.PacketConn, *xdp.Program) {
+func afxdpConn(t *testing.T, ns guest.Netns, pool *bridge.Pool) (roce.PacketConn, *xdp.Program, *bridge.Frames) {
 	t.Helper()
 	p, err := xdp.Load(xdp.Options{Logger: testlog.New(t)})
 	check(t, err)
@@ -311,9 +315,10 @@ func afxdpConn(t *testing.T, ns guest.Netns) (roce.PacketConn, *xdp.Program) {
 	check(t, err)
 	hw, err := net.ParseMAC(strings.TrimSpace(string(mac)))
 	check(t, err)
-	umem, err := unix.Mmap(-1, 0, 1024*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	frames, err := pool.Frames(4096)
 	check(t, err)
-	t.Cleanup(func() { unix.Munmap(umem) })
+	umem := pool.Arena()
+	umem = umem[:len(umem)&^4095]
 	var c *xdp.Conn
 	check(t, ns.Do(func() error {
 		ifi, err := net.InterfaceByName(ns.Netdev)
@@ -323,11 +328,11 @@ func afxdpConn(t *testing.T, ns guest.Netns) (roce.PacketConn, *xdp.Program) {
 		if _, err := p.Attach(ifi.Index); err != nil {
 			return err
 		}
-		c, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, LocalAddr: netip.AddrPortFrom(ns.IP, roce.Port),
+		c, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, Frames: frames, LocalAddr: netip.AddrPortFrom(ns.IP, roce.Port),
 			Neighbors: xdp.StaticNeighbors{ns.PeerIP: hw}, Program: p, Logger: testlog.New(t)})
 		return err
 	}))
-	return c, p
+	return c, p, frames
 }
 
 func TestGuestGatewayEveryOpcode(t *testing.T) {
