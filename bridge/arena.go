@@ -1,80 +1,27 @@
 package bridge
 
 import (
-	"errors"
 	"fmt"
-	"sync"
+
+	"github.com/rbridge/rbridge/internal/arena"
 )
 
+// Arena is memory outside the Go heap, mapped and populated up front (see
+// internal/arena): the pool carves one.
+type Arena = arena.Arena
+
 // ArenaOptions configures MapArena.
-type ArenaOptions struct {
-	// HugePages asks for explicit huge pages (MAP_HUGETLB); without them,
-	// or when none are reserved, the arena asks for transparent huge pages.
-	HugePages bool
-}
+type ArenaOptions = arena.Options
 
 // ErrArenaTooLarge matches a MapArena refused because the memory is not
-// there: the arena is populated when it is mapped, so asking for more than
-// the machine, the cgroup or the address-space limit leaves would end in
-// the OOM killer or a fault, not in an error.
-var ErrArenaTooLarge = errors.New("arena larger than the memory available")
+// there (MemAvailable, the cgroup's limit, RLIMIT_AS: the error names it).
+var ErrArenaTooLarge = arena.ErrTooLarge
 
-// Arena is memory outside the Go heap, mapped and populated up front: the
-// garbage collector never moves or scans it, so it may be registered with a
-// NIC, used as an AF_XDP UMEM, or hold messages of any size without
-// growing the heap. The pool carves one; rbridge bench takes its message
-// memory from one.
-type Arena struct {
-	mem     []byte
-	backing string
-	unmap   func() error
-
-	once     sync.Once
-	closeErr error
-}
-
-// MapArena maps and populates size bytes. It refuses, with an error
-// matching ErrArenaTooLarge that names the limit, a size above what the
-// process may still populate (Linux: MemAvailable, the cgroup's memory
-// limit, RLIMIT_AS).
+// MapArena maps and populates size bytes.
 func MapArena(size int, opts ArenaOptions) (*Arena, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("bridge: map arena of %d bytes: want a positive size", size)
-	}
-	mem, backing, unmap, err := mapArena(size, opts.HugePages)
+	a, err := arena.Map(size, opts)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: map arena of %s: %w", formatBytes(uint64(size)), err)
+		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	return &Arena{mem: mem, backing: backing, unmap: unmap}, nil
-}
-
-// Bytes returns the arena's memory; it is invalid after Close.
-func (a *Arena) Bytes() []byte { return a.mem }
-
-// Backing says how the arena is backed: "hugetlb", "thp" or "4k" (or
-// "heap" where mmap is not available).
-func (a *Arena) Backing() string { return a.backing }
-
-// Close unmaps the arena; it is idempotent.
-func (a *Arena) Close() error {
-	a.once.Do(func() {
-		a.closeErr = a.unmap()
-		a.mem = nil
-	})
-	return a.closeErr
-}
-
-// formatBytes writes n in the largest binary unit that keeps it at 1 or
-// more: "512 B", "1.5 GiB".
-func formatBytes(n uint64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/1024, 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, units[i])
+	return a, nil
 }

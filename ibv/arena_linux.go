@@ -7,57 +7,43 @@ import (
 	"sync"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/rbridge/rbridge/internal/arena"
 )
 
 // ArenaOptions configure MapArena.
 type ArenaOptions struct {
 	// HugePages asks for explicit huge pages (MAP_HUGETLB) and falls back to
-	// transparent huge pages (madvise MADV_HUGEPAGE) when none are reserved.
+	// transparent huge pages when none are reserved.
 	HugePages bool
 }
 
-// Arena is memory outside the Go heap (an anonymous private mmap) for MRs:
-// the garbage collector never moves or frees it, so the device may use it
-// for as long as an MR over it lives.
+// Arena is memory outside the Go heap (rbridge's one arena mapping,
+// internal/arena) for MRs: the garbage collector never moves or frees it,
+// so the device may use it for as long as an MR over it lives. MRs
+// registered over it are closed with it.
 type Arena struct {
-	res  resource
-	mem  []byte
-	huge bool
+	res resource
+	a   *arena.Arena
+	mem []byte
 }
 
-// MapArena maps size bytes (rounded up to the page size).
+// MapArena maps and populates size bytes; it refuses a size the machine,
+// the cgroup or the address space cannot hold, naming the limit.
 func MapArena(size int, opts ArenaOptions) (*Arena, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("map arena: size %d", size)
-	}
 	a := &Arena{}
 	err := a.res.create(kindArena, nil, func() (func() error, error) {
-		const prot = unix.PROT_READ | unix.PROT_WRITE
-		const flags = unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_POPULATE
-		var err error
-		if opts.HugePages {
-			const huge = 2 << 20
-			if a.mem, err = unix.Mmap(-1, 0, (size+huge-1)/huge*huge, prot, flags|unix.MAP_HUGETLB); err == nil {
-				a.huge = true
-			}
+		m, err := arena.Map(size, arena.Options{HugePages: opts.HugePages})
+		if err != nil {
+			return nil, err
 		}
-		if a.mem == nil {
-			pg := unix.Getpagesize()
-			if a.mem, err = unix.Mmap(-1, 0, (size+pg-1)/pg*pg, prot, flags); err != nil {
-				return nil, fmt.Errorf("mmap %d bytes: %w", size, err)
-			}
-			if opts.HugePages {
-				unix.Madvise(a.mem, unix.MADV_HUGEPAGE) // best effort: THP
-			}
-		}
+		a.a, a.mem = m, m.Bytes()
 		arenasMu.Lock()
 		arenas[a] = struct{}{}
 		arenasMu.Unlock()
 		return a.free, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("map arena: %w", err)
+		return nil, fmt.Errorf("ibv: %w", err)
 	}
 	return a, nil
 }
@@ -85,19 +71,15 @@ func (a *Arena) free() error {
 	arenasMu.Lock()
 	delete(arenas, a)
 	arenasMu.Unlock()
-	err := unix.Munmap(a.mem)
 	a.mem = nil
-	if err != nil {
-		return fmt.Errorf("munmap arena: %w", err)
-	}
-	return nil
+	return a.a.Close()
 }
 
 // Bytes is the arena's memory; it is invalid after Close.
 func (a *Arena) Bytes() []byte { return a.mem }
 
 // HugePages reports whether the arena got explicit huge pages.
-func (a *Arena) HugePages() bool { return a.huge }
+func (a *Arena) HugePages() bool { return a.a != nil && a.a.Backing() == "hugetlb" }
 
 // Close unmaps the arena, after closing the MRs registered over it.
 func (a *Arena) Close() error {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package bridge
+package arena
 
 import (
 	"errors"
@@ -88,10 +88,10 @@ func TestTightestAndDescribe(t *testing.T) {
 // TestMapArenaTooLarge: more than this machine can populate is refused
 // with the limit named, before the mapping.
 func TestMapArenaTooLarge(t *testing.T) {
-	_, err := MapArena(1<<50, ArenaOptions{})
-	if !errors.Is(err, ErrArenaTooLarge) ||
+	_, err := Map(1<<50, Options{})
+	if !errors.Is(err, ErrTooLarge) ||
 		!(strings.Contains(err.Error(), "MemAvailable") || strings.Contains(err.Error(), "cgroup") || strings.Contains(err.Error(), "ulimit -v")) {
-		t.Fatalf("MapArena(1 PiB): %v, want ErrArenaTooLarge naming the limit", err)
+		t.Fatalf("Map(1 PiB): %v, want ErrTooLarge naming the limit", err)
 	}
 	t.Log(err)
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package bridge
+package arena
 
 // mapArena falls back to the Go heap where mmap is not available: fine for
 // tests, not for registration with a NIC.

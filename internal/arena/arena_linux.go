@@ -1,6 +1,6 @@
 //go:build linux
 
-package bridge
+package arena
 
 import (
 	"errors"
@@ -33,7 +33,7 @@ func mapArena(size int, huge bool) ([]byte, string, func() error, error) {
 	pg := uint64(unix.Getpagesize())
 	need := (uint64(size) + pg - 1) / pg * pg
 	if l, ok := tightest(memoryLimits(os.DirFS("/"), as.Cur, pg)); ok && need > l.avail {
-		return nil, "", nil, fmt.Errorf("%s: %w", l.describe(), ErrArenaTooLarge)
+		return nil, "", nil, fmt.Errorf("%s: %w", l.describe(), ErrTooLarge)
 	}
 	b, err := unix.Mmap(-1, 0, size, prot, flags)
 	if err != nil {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package bridge
+package arena
 
 import (
 	"bufio"
@@ -22,9 +22,9 @@ type memLimit struct {
 
 func (l memLimit) describe() string {
 	if l.limit == 0 {
-		return fmt.Sprintf("%s is %s", l.what, formatBytes(l.avail))
+		return fmt.Sprintf("%s is %s", l.what, FormatBytes(l.avail))
 	}
-	return fmt.Sprintf("%s of %s leaves %s", l.what, formatBytes(l.limit), formatBytes(l.avail))
+	return fmt.Sprintf("%s of %s leaves %s", l.what, FormatBytes(l.limit), FormatBytes(l.avail))
 }
 
 // tightest returns the limit that leaves the least, if there is one.

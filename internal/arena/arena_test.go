@@ -1,13 +1,13 @@
-package bridge_test
+package arena_test
 
 import (
 	"testing"
 
-	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/internal/arena"
 )
 
-func TestMapArena(t *testing.T) {
-	a, err := bridge.MapArena(3<<20+1, bridge.ArenaOptions{})
+func TestMap(t *testing.T) {
+	a, err := arena.Map(3<<20+1, arena.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,8 +27,8 @@ func TestMapArena(t *testing.T) {
 		t.Errorf("Bytes after Close: %d bytes", len(a.Bytes()))
 	}
 	for _, n := range []int{0, -1} {
-		if _, err := bridge.MapArena(n, bridge.ArenaOptions{}); err == nil {
-			t.Errorf("MapArena(%d): no error", n)
+		if _, err := arena.Map(n, arena.Options{}); err == nil {
+			t.Errorf("Map(%d): no error", n)
 		}
 	}
 }
