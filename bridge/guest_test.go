@@ -49,7 +49,7 @@ type app struct {
 	ip    netip.Addr
 }
 
-func openApp(t *testing.T, device string, ip netip.Addr) *app {
+func openApp(t testing.TB, device string, ip netip.Addr) *app {
 	t.Helper()
 	a := &app{ip: ip}
 	var err error
@@ -73,7 +73,7 @@ func openApp(t *testing.T, device string, ip netip.Addr) *app {
 }
 
 // connectKernel moves a kernel QP to RTS toward a peer QP at ip.
-func connectKernel(t *testing.T, q *ibv.QP, gid ibv.GIDChoice, peerQPN uint32, peerIP netip.Addr, sq, rq uint32, timeout, retry uint8) {
+func connectKernel(t testing.TB, q *ibv.QP, gid ibv.GIDChoice, peerQPN uint32, peerIP netip.Addr, sq, rq uint32, timeout, retry uint8) {
 	t.Helper()
 	dgid, err := ibv.ParseGID("::ffff:" + peerIP.String())
 	check(t, err)
@@ -101,7 +101,7 @@ func newGateway(t *testing.T) *gw { return newGatewayOver(t, "udp") }
 
 // newGatewayOver builds the gateway with its userspace leg's packets on a
 // UDP socket ("udp") or on AF_XDP behind the classifier ("afxdp").
-func newGatewayOver(t *testing.T, io string) *gw {
+func newGatewayOver(t testing.TB, io string) *gw {
 	t.Helper()
 	guest.RequireKind(t, "rxe")
 	ns := guest.UserNetns(t)
@@ -189,7 +189,7 @@ func newGatewayOver(t *testing.T, io string) *gw {
 	return g
 }
 
-func waitWCs(t *testing.T, cq *ibv.CQ, n int) []ibv.WorkCompletion {
+func waitWCs(t testing.TB, cq *ibv.CQ, n int) []ibv.WorkCompletion {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // TCG is slow
 	defer cancel()
@@ -306,7 +306,7 @@ func exerciseGateway(t *testing.T, g *gw) {
 
 // afxdpConn attaches the classifier to user0's veth and opens an AF_XDP
 // conn on it for the userspace leg.
-func afxdpConn(t *testing.T, ns guest.Netns, pool *bridge.Pool) (roce.PacketConn, *xdp.Program, *bridge.Frames) {
+func afxdpConn(t testing.TB, ns guest.Netns, pool *bridge.Pool) (roce.PacketConn, *xdp.Program, *bridge.Frames) {
 	t.Helper()
 	p, err := xdp.Load(xdp.Options{Logger: testlog.New(t)})
 	check(t, err)

@@ -2,12 +2,8 @@ package interop_test
 
 import (
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"
@@ -102,7 +98,7 @@ func BenchmarkGuestWrite(b *testing.B) {
 func windowLoop(b *testing.B, size int, add func(i, off int), post, wait func() int) {
 	out, queued := 0, 0
 	b.SetBytes(int64(size))
-	cpu := readCPUTimes(b)
+	cpu := guest.ReadCPUTimes(b)
 	for i := 0; b.Loop(); i++ {
 		add(i, (i%8)*size)
 		if queued++; out+queued < window {
@@ -116,7 +112,7 @@ func windowLoop(b *testing.B, size int, add func(i, off int), post, wait func() 
 	for out > 0 {
 		out -= wait()
 	}
-	reportCPU(b, cpu)
+	guest.ReportCPU(b, cpu)
 }
 
 // guestConfigs are the transport's configurations in BenchmarkGuestWrite:
@@ -142,48 +138,6 @@ var guestConfigs = []struct {
 	{"afxdp-gomaxprocs1", true, 0, 1},
 	{"afxdp-generic", true, xdp.ModeGeneric, 0},
 	{"afxdp-generic-gomaxprocs1", true, xdp.ModeGeneric, 1},
-}
-
-// cpuTimes is the guest's CPU time by kind, from /proc/stat, in clock
-// ticks: the machine-wide cost of a benchmark, both ends and the kernel's
-// work included.
-type cpuTimes struct{ busy, softirq, idle uint64 }
-
-func readCPUTimes(b *testing.B) cpuTimes {
-	data, err := os.ReadFile("/proc/stat")
-	check(b, err)
-	line, _, _ := strings.Cut(string(data), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-	if len(f) < 8 || f[0] != "cpu" {
-		b.Fatalf("/proc/stat: unexpected first line %q", line)
-	}
-	var t cpuTimes
-	for i, s := range f[1:] {
-		v, err := strconv.ParseUint(s, 10, 64)
-		check(b, err)
-		switch i {
-		case 3, 4: // idle, iowait
-			t.idle += v
-		case 6:
-			t.softirq += v
-			t.busy += v
-		default:
-			t.busy += v
-		}
-	}
-	return t
-}
-
-// reportCPU reports the guest's CPU time per operation since start, and the
-// share of it in softirq (the kernel's packet processing).
-func reportCPU(b *testing.B, start cpuTimes) {
-	end := readCPUTimes(b)
-	const tick = 10 * time.Millisecond // USER_HZ 100
-	busy := time.Duration(end.busy-start.busy) * tick
-	b.ReportMetric(float64(busy.Microseconds())/float64(b.N), "cpu-us/op")
-	if end.busy > start.busy {
-		b.ReportMetric(float64(end.softirq-start.softirq)/float64(end.busy-start.busy), "softirq-share")
-	}
 }
 
 // writeLoop posts RDMA WRITEs of size bytes from the transport into the
