@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +24,15 @@ import (
 // The gateway on the host: two userspace legs on loopback, a client and a
 // target that are rdma_cm peers of rbridge's own transport and CM. The
 // RoCEv2 port (4791) is the protocol's, so each side takes an address of
-// its own in 127.0.10.0/24 rather than a free port.
+// its own on loopback rather than a free port: in a /24 of 127/8 that this
+// process picks (loNet), so that test processes running at once do not
+// collide.
+
+// loNet is this process's /24 on loopback, "127.x.y.".
+var loNet = fmt.Sprintf("127.%d.%d.", 1+(os.Getpid()>>8)%250, os.Getpid()%256)
+
+// lo is host n of loNet, with an optional ":port".
+func lo(host string) string { return loNet + host }
 
 // cmApp is an application: a transport device with the IB CM, and memory.
 type cmApp struct {
@@ -79,7 +89,7 @@ routes:
     listen: {leg: a, addr: "127.0.10.1:7471"}
     target: {leg: b, addr: "127.0.10.4:7471"}
 ` + allow
-	c, err := config.Parse("gw.yaml", []byte(y))
+	c, err := config.Parse("gw.yaml", []byte(strings.ReplaceAll(y, "127.0.10.", loNet)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +114,7 @@ func startGateway(t *testing.T, cfg *config.Config) *bridge.Gateway {
 }
 
 func TestGatewayConnectsThrough(t *testing.T) {
-	client, target := newCMApp(t, "127.0.10.3"), newCMApp(t, "127.0.10.4")
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
 	ln, err := target.cm.Listen(7471, 8)
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +151,7 @@ func TestGatewayConnectsThrough(t *testing.T) {
 			accepted <- c
 		}()
 		cqp := client.qp(t)
-		cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: cqp, PrivateData: []byte(fmt.Sprintf("hello %d", round))})
+		cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: cqp, PrivateData: []byte(fmt.Sprintf("hello %d", round))})
 		if err != nil {
 			t.Fatalf("round %d: dial through the gateway: %v", round, err)
 		}
@@ -199,37 +209,37 @@ func TestGatewayConnectsThrough(t *testing.T) {
 }
 
 func TestGatewayPassesRejectsOn(t *testing.T) {
-	client := newCMApp(t, "127.0.10.3")
-	newCMApp(t, "127.0.10.4") // the target's host: nothing listens on the port
+	client := newCMApp(t, lo("3"))
+	newCMApp(t, lo("4")) // the target's host: nothing listens on the port
 	startGateway(t, gatewayConfig(t, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: client.qp(t)})
+	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
 	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
 		t.Fatalf("dial to a target with no listener: %v, want the target's reject (invalid service ID)", err)
 	}
 }
 
 func TestGatewayTimesOutASilentTarget(t *testing.T) {
-	client := newCMApp(t, "127.0.10.3") // nothing at all at the target's address
+	client := newCMApp(t, lo("3")) // nothing at all at the target's address
 	startGateway(t, gatewayConfig(t, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: client.qp(t)})
+	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
 	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectTimeout}) {
 		t.Fatalf("dial to a target that does not answer: %v, want a timeout reject", err)
 	}
 }
 
 func TestGatewayRefusesClientsOutsideAllow(t *testing.T) {
-	client, target := newCMApp(t, "127.0.10.3"), newCMApp(t, "127.0.10.4")
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
 	if _, err := target.cm.Listen(7471, 8); err != nil {
 		t.Fatal(err)
 	}
 	g := startGateway(t, gatewayConfig(t, "    allow: [127.0.10.99/32]\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort("127.0.10.1:7471"), cm.DialOptions{QP: client.qp(t)})
+	_, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
 	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectConsumerDefined}) {
 		t.Fatalf("a client outside allow: %v, want a reject", err)
 	}

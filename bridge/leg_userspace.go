@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
@@ -33,6 +34,11 @@ type userspaceLeg struct {
 	// frames are the pool's buffers the AF_XDP socket receives into (nil
 	// over UDP).
 	frames *Frames
+	// mtu is the largest path MTU the leg carries, and why (the
+	// interface's MTU, the AF_XDP frame): what its Dials ask for, and the
+	// most its listeners accept.
+	mtu    int
+	mtuWhy string
 }
 
 // frameSize is the AF_XDP frame: a pool class of the page size.
@@ -49,6 +55,7 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 		if err := hasAddr(ifi, l.IP); err != nil {
 			return err
 		}
+		u.mtu, u.mtuWhy = legMTU(ifi, l.IO)
 		local := netip.AddrPortFrom(l.IP, roce.Port)
 		switch l.IO {
 		case config.IOUDP:
@@ -90,7 +97,12 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 		u.close()
 		return nil, err
 	}
-	if u.cm, err = cm.New(cm.Options{Device: u.dev, Addr: l.IP, Logger: log}); err != nil {
+	if u.mtu == 0 {
+		u.close()
+		return nil, fmt.Errorf("%s: %s: too small for RoCE", l.Interface, u.mtuWhy)
+	}
+	log.Info("userspace leg path MTU", "leg", l.Name, "mtu", u.mtu, "why", u.mtuWhy)
+	if u.cm, err = cm.New(cm.Options{Device: u.dev, Addr: l.IP, Logger: log, MaxPathMTU: u.mtu}); err != nil {
 		u.close()
 		return nil, err
 	}
@@ -99,6 +111,27 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 		return nil, err
 	}
 	return u, nil
+}
+
+// afxdpMaxMTU is the largest path MTU over AF_XDP: a packet and its
+// Ethernet, IP and UDP headers fit a 4 KiB frame only up to 2048 (the
+// kernel keeps 256 bytes of headroom in each).
+const afxdpMaxMTU = 2048
+
+// legMTU is the path MTU a userspace leg on ifi carries: the largest IB MTU
+// whose packets fit the interface's MTU once RoCEv2's headers are taken off
+// (as the kernel's rdma_cm computes it for a RoCE port, iboe_get_mtu), and
+// over AF_XDP at most what a frame holds.
+func legMTU(ifi *net.Interface, io string) (int, string) {
+	mtu := ibv.MTUForNetdev(ifi.MTU).Bytes()
+	why := fmt.Sprintf("interface %s MTU %d carries RoCE MTU %d", ifi.Name, ifi.MTU, mtu)
+	if ifi.Flags&net.FlagLoopback != 0 {
+		mtu, why = 4096, fmt.Sprintf("interface %s is loopback", ifi.Name)
+	}
+	if io == config.IOAFXDP && mtu > afxdpMaxMTU {
+		mtu, why = afxdpMaxMTU, why+fmt.Sprintf(", AF_XDP's 4 KiB frames %d", afxdpMaxMTU)
+	}
+	return mtu, why
 }
 
 // hasAddr checks that the interface holds ip.
@@ -206,7 +239,9 @@ func (in *userspaceIncoming) accept(ctx context.Context, p connParams) (conn, er
 		ep.Close()
 		return nil, err
 	}
-	return in.u.conn(ep, c), nil
+	uc := in.u.conn(ep, c)
+	uc.mtuWhy = fmt.Sprintf("the client's REQ (the leg takes up to %d: %s)", in.u.mtu, in.u.mtuWhy)
+	return uc, nil
 }
 
 func (in *userspaceIncoming) reject(r *rejected) error {
@@ -226,7 +261,7 @@ func (u *userspaceLeg) dial(ctx context.Context, to netip.AddrPort, p connParams
 	if len(pd) > cm.REQIPCMPrivateDataLen {
 		pd = pd[:cm.REQIPCMPrivateDataLen] // the IP CM header takes its 36 bytes from the same 92
 	}
-	c, err := u.cm.Dial(ctx, to, cm.DialOptions{QP: ep.QP(), PrivateData: pd, ResponderResources: p.respRes, InitiatorDepth: p.initDepth})
+	c, err := u.cm.Dial(ctx, to, cm.DialOptions{QP: ep.QP(), PrivateData: pd, ResponderResources: p.respRes, InitiatorDepth: p.initDepth, PathMTU: u.mtu})
 	if err != nil {
 		u.forget(ep)
 		ep.Close()
@@ -236,14 +271,21 @@ func (u *userspaceLeg) dial(ctx context.Context, to netip.AddrPort, p connParams
 		}
 		return nil, err
 	}
-	return u.conn(ep, c), nil
+	uc := u.conn(ep, c)
+	if got := ep.QP().Query().PathMTU; got < u.mtu {
+		uc.mtuWhy = fmt.Sprintf("asked %d (%s); the target's REP lowered it to its port's", u.mtu, u.mtuWhy)
+	} else {
+		uc.mtuWhy = fmt.Sprintf("asked %d: %s", u.mtu, u.mtuWhy)
+	}
+	return uc, nil
 }
 
 // userspaceConn is an established connection of the userspace leg.
 type userspaceConn struct {
-	u  *userspaceLeg
-	ep *UserspaceEndpoint
-	c  *cm.Conn
+	u      *userspaceLeg
+	ep     *UserspaceEndpoint
+	c      *cm.Conn
+	mtuWhy string // how the path MTU was chosen, for the logs
 }
 
 func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
@@ -274,7 +316,7 @@ func (c *userspaceConn) params() connParams {
 
 func (c *userspaceConn) describe() string {
 	a := c.ep.QP().Query()
-	return fmt.Sprintf("userspace QP %#x <-> %v QP %#x, MTU %d", c.ep.QP().QPN(), c.c.RemoteAddr(), c.c.RemoteQPN(), a.PathMTU)
+	return fmt.Sprintf("userspace QP %#x <-> %v QP %#x, MTU %d: %s", c.ep.QP().QPN(), c.c.RemoteAddr(), c.c.RemoteQPN(), a.PathMTU, c.mtuWhy)
 }
 
 func (c *userspaceConn) close() error {

@@ -277,7 +277,7 @@ func (in *verbsIncoming) accept(ctx context.Context, p connParams) (conn, error)
 		select {
 		case ev := <-in.events:
 			if ev.Type == ibv.CMEstablished {
-				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p}
+				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p, passive: true}
 				go c.watch(in.events)
 				return c, nil
 			}
@@ -375,12 +375,13 @@ func (v *verbsLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (c
 
 // verbsConn is an established rdma_cm connection of the verbs leg.
 type verbsConn struct {
-	ep     *VerbsEndpoint
-	id     *ibv.CMID
-	ch     *ibv.EventChannel // a dial's own channel; nil for an accepted one
-	p      ibv.ConnParam     // the peer's
-	forget func()
-	once   sync.Once
+	ep      *VerbsEndpoint
+	id      *ibv.CMID
+	ch      *ibv.EventChannel // a dial's own channel; nil for an accepted one
+	p       ibv.ConnParam     // the peer's
+	passive bool              // accepted (the client's REQ), not dialled
+	forget  func()
+	once    sync.Once
 }
 
 // watch ends the session when the peer disconnects.
@@ -404,7 +405,23 @@ func (c *verbsConn) describe() string {
 	if a, err := c.ep.qp.Query(); err == nil {
 		mtu = a.PathMTU.Bytes()
 	}
-	return fmt.Sprintf("verbs QP %d <-> %v, MTU %d", c.ep.qp.QPN(), c.id.RemoteAddr(), mtu)
+	return fmt.Sprintf("verbs QP %d <-> %v, MTU %d: %s", c.ep.qp.QPN(), c.id.RemoteAddr(), mtu, c.mtuWhy())
+}
+
+// mtuWhy says where rdma_cm's path MTU came from: the port's active MTU
+// (a RoCE port's follows its netdev's MTU), and for an accepted
+// connection the client's REQ too (the smaller of the two).
+func (c *verbsConn) mtuWhy() string {
+	port := "the port's active MTU"
+	if dev, err := c.id.Device(); err == nil {
+		if pi, err := dev.QueryPort(c.id.Port()); err == nil {
+			port = fmt.Sprintf("%s port %d's active MTU %d", dev.Name(), c.id.Port(), pi.ActiveMTU.Bytes())
+		}
+	}
+	if c.passive {
+		return "the smaller of the client's REQ and " + port
+	}
+	return port + ", as rdma_cm asks in the REQ"
 }
 
 func (c *verbsConn) close() error {
