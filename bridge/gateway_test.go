@@ -247,3 +247,51 @@ func TestGatewayRefusesClientsOutsideAllow(t *testing.T) {
 		t.Errorf("refused %d, want 1", g.Stats().Refused.Load())
 	}
 }
+
+// TestGatewayHoldsAClientWhileTheTargetIsSlow: a target that takes longer
+// to accept than the client's CM waits for an answer (its REQ retries
+// would run out) still gets the client: the gateway answers the client's
+// repeated REQs with an MRA, which tells it to wait the gateway's service
+// timeout, and accepts it once the target accepted.
+func TestGatewayHoldsAClientWhileTheTargetIsSlow(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4")) // client: 50 ms per try, 3 retries
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startGateway(t, gatewayConfig(t, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const slow = 800 * time.Millisecond // four times what the client's retries last
+	accepted := make(chan error, 1)
+	tqp := target.qp(t)
+	go func() {
+		r, err := ln.Next(ctx)
+		if err != nil {
+			accepted <- err
+			return
+		}
+		time.Sleep(slow)
+		if err := tqp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+			accepted <- err
+			return
+		}
+		_, err = r.Accept(ctx, cm.AcceptOptions{QP: tqp})
+		accepted <- err
+	}()
+	start := time.Now()
+	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
+	if err != nil {
+		t.Fatalf("dial through the gateway to a target that accepts after %v: %v", slow, err)
+	}
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < slow {
+		t.Fatalf("connected after %v, before the target accepted (%v)", took, slow)
+	}
+	if st := client.cm.Stats(); st.Retransmits == 0 {
+		t.Errorf("the client never sent its REQ again (stats %+v): the MRA was not needed, the test proved nothing", st)
+	}
+	_ = cc.Disconnect(ctx)
+}
