@@ -257,7 +257,9 @@ base() {
 	echo "@@RB BASE BEGIN $tool $kind"
 	try=1
 	while :; do
+		[ -z "$GW_PID" ] || gw0=$(cpu_ticks $GW_PID)
 		attempt $tool "$@"
+		[ -z "$GW_PID" ] || gw1=$(cpu_ticks $GW_PID)
 		rc=$crc
 		[ "$rc" != 0 ] || rc=$src
 		# Calibration failed: a side gave up, or the client printed inf/nan
@@ -277,7 +279,52 @@ base() {
 		echo "@@RB BASE RETRY $tool $kind: $why"
 	done
 	[ "$rc" = 0 ] || RC=1
-	echo "@@RB BASE END $tool $kind rc=$rc elapsed_ms=$((t1 - t0)) iters=$ITERS"
+	gw=
+	[ -z "$GW_PID" ] || gw=" gateway_cpu_ticks=$((gw1 - gw0))"
+	echo "@@RB BASE END $tool $kind rc=$rc elapsed_ms=$((t1 - t0)) iters=$ITERS$gw"
+}
+
+# cpu_ticks <pid>: the process's user and system time in clock ticks.
+cpu_ticks() {
+	awk '{print $14 + $15}' /proc/$1/stat 2>/dev/null || echo 0
+}
+
+# gateway_start: runs rbridge run between the RoCE side and the IB fabric
+# (the userspace leg in user0 over AF_XDP, the verbs leg on rxe2) with a
+# route from 198.18.1.3:18515 to rxe3's 198.18.3.2:18515; GW_PID is its pid.
+gateway_start() {
+	cat >/tmp/gateway.yaml <<-EOF
+	legs:
+	  - {name: roce, kind: userspace, interface: vuser1, ip: 198.18.1.3, io: afxdp, netns: user0}
+	  - {name: ib, kind: verbs, ip: 198.18.3.1, device: rxe2}
+	routes:
+	  - name: to-ib
+	    listen: {leg: roce, addr: "198.18.1.3:18515"}
+	    target: {leg: ib, addr: "198.18.3.2:18515"}
+	EOF
+	/tests/bin/rbridge run --config /tmp/gateway.yaml >/tmp/gateway.log 2>&1 &
+	GW_PID=$!
+	i=0
+	until grep -q "gateway running" /tmp/gateway.log; do
+		i=$((i + 1))
+		if [ $i -gt 600 ] || ! kill -0 $GW_PID 2>/dev/null; then
+			echo "rbridge run did not start:"
+			cat /tmp/gateway.log
+			kill $GW_PID 2>/dev/null
+			GW_PID=
+			return 1
+		fi
+		sleep 0.1
+	done
+}
+
+# gateway_stop: SIGTERM, and the exit status must be 0.
+gateway_stop() {
+	kill -TERM $GW_PID
+	wait $GW_PID
+	rc=$?
+	[ $rc = 0 ] || { echo "rbridge run exited $rc after SIGTERM:"; tail -20 /tmp/gateway.log; RC=1; }
+	GW_PID=
 }
 
 if [ "${BASELINE:-1}" = 1 ]; then
@@ -297,6 +344,19 @@ if [ "${BASELINE:-1}" = 1 ]; then
 		ITERS=$RPING_COUNT
 		base rping $kind -s -a $sip -C $RPING_COUNT -S 64 -- -c -a $sip -C $RPING_COUNT -S 64
 	done
+	# Through the gateway, same run: client on rxe1, server on rxe3.
+	if [ -x /tests/bin/rbridge ] && gateway_start; then
+		ITERS=$BW_ITERS
+		for tool in ib_send_bw ib_write_bw ib_read_bw; do
+			base $tool rbridge-afxdp -R -d rxe3 -n $BW_ITERS -- -R -d rxe1 -n $BW_ITERS 198.18.1.3
+		done
+		ITERS=$LAT_ITERS
+		base ib_send_lat rbridge-afxdp -R -d rxe3 -n $LAT_ITERS -- -R -d rxe1 -n $LAT_ITERS 198.18.1.3
+		gateway_stop
+	else
+		echo "baseline: rbridge run between the fabrics could not start (is /tests/bin/rbridge there?): its pairs are missing"
+		RC=1
+	fi
 fi
 
 # The device passes. Variables documented in integration/guest/doc.go.

@@ -11,14 +11,18 @@ import (
 )
 
 // Figure is one baseline measurement: an unmodified perftest or rping pair
-// between two devices of one kind in the guest.
+// between two devices of one kind in the guest, or the same tool through
+// rbridge run.
 type Figure struct {
 	Tool      string // ib_send_bw, ib_write_bw, ib_read_bw, ib_send_lat or rping
-	Kind      string // rxe or siw
+	Kind      string // rxe or siw; rbridge-<io> for a pair through the gateway
 	RC        int    // exit status of the pair (client, else server)
 	ElapsedMS int    // client wall time, connection setup included
 	Iters     int    // iterations asked for
 	Retries   int    // runs retried: perftest could not calibrate its clock, or its client beat the server's listener
+	// GatewayCPUTicks is rbridge run's CPU time (user and system, in
+	// clock ticks of 10 ms) during a pair through it; -1 for a direct pair.
+	GatewayCPUTicks int
 	Columns   map[string]string
 	Output    []string // the client's output, shown when the pair failed
 }
@@ -127,6 +131,15 @@ func (f *Figure) Result() string {
 
 func (f *Figure) wall() string { return fmt.Sprintf("%.1f s", float64(f.ElapsedMS)/1000) }
 
+// gatewayCPU is the gateway's CPU time per iteration, or "-" for a direct
+// pair.
+func (f *Figure) gatewayCPU() string {
+	if f.GatewayCPUTicks < 0 || f.Iters <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f us/op", float64(f.GatewayCPUTicks)*10000/float64(f.Iters))
+}
+
 // note says what the reader must know beside the figure.
 func (f *Figure) note() string {
 	if f.Retries == 0 {
@@ -140,9 +153,9 @@ func (f *Figure) note() string {
 func BaselineTable(figs []*Figure) string {
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "BASELINE\tover\tbytes\titers\twall\tresult")
+	fmt.Fprintln(tw, "BASELINE\tover\tbytes\titers\twall\tgateway CPU\tresult")
 	for _, f := range figs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s%s\n", f.Tool, f.Kind, f.Size(), f.Iters, f.wall(), f.Result(), f.note())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s%s\n", f.Tool, f.Kind, f.Size(), f.Iters, f.wall(), f.gatewayCPU(), f.Result(), f.note())
 	}
 	tw.Flush()
 	return b.String()
@@ -160,7 +173,13 @@ func BaselineMarkdown(figs []*Figure, kernel, hostLoad string) string {
 	b.WriteString("Unmodified perftest (`-R`, rdma_cm) and rping between two devices of the same kind in\n" +
 		"the integration guest, written by `make baseline-docs`. The guest runs under qemu TCG\n" +
 		"(no KVM), roughly 100x slower than native: these figures are the reference that the\n" +
-		"gateway's paths are compared against in the same guest, not absolute speeds.\n")
+		"gateway's paths are compared against in the same guest, not absolute speeds.\n" +
+		"The rows over rbridge-afxdp are the same tools in the same run through `rbridge run`:\n" +
+		"the client on rxe1 (the RoCE side), the server on rxe3 (the IB fabric, which the\n" +
+		"RoCE side reaches only through the gateway), the gateway's userspace leg in user0 over\n" +
+		"AF_XDP and its verbs leg on rxe2: two hops where the rxe rows have one. Gateway CPU is\n" +
+		"rbridge run's own CPU time (user and system) per iteration, from /proc/<pid>/stat;\n" +
+		"the kernel's rxe work on its verbs leg runs in softirq and is not all in it.\n")
 	if kernel != "" {
 		fmt.Fprintf(&b, "Guest kernel %s; rxe0 -> rxe1 and siw0 -> siw1 over veth.\n", kernel)
 	}
@@ -171,10 +190,10 @@ func BaselineMarkdown(figs []*Figure, kernel, hostLoad string) string {
 	b.WriteString("A pair marked \"retried\" failed its first run because perftest could not calibrate\n" +
 		"its cycle counter under TCG (\"Can't produce a report\" or inf figures); the figure is\n" +
 		"from the run that calibrated.\n")
-	b.WriteString("\n| test | over | bytes | iterations | client wall | result |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | --- |\n")
+	b.WriteString("\n| test | over | bytes | iterations | client wall | gateway CPU | result |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | --- |\n")
 	for _, f := range figs {
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s%s |\n", f.Tool, f.Kind, f.Size(), f.Iters, f.wall(), f.Result(), f.note())
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s%s |\n", f.Tool, f.Kind, f.Size(), f.Iters, f.wall(), f.gatewayCPU(), f.Result(), f.note())
 	}
 	return b.String()
 }

@@ -126,6 +126,7 @@ func (c *Console) baseMarker(f []string) {
 		c.fig.RC = attrInt(f[3:], "rc", -1)
 		c.fig.ElapsedMS = attrInt(f[3:], "elapsed_ms", 0)
 		c.fig.Iters = attrInt(f[3:], "iters", 0)
+		c.fig.GatewayCPUTicks = attrInt(f[3:], "gateway_cpu_ticks", -1)
 		if c.fig.Tool != "rping" {
 			c.fig.Columns = parsePerftest(c.fig.Output)
 		}

@@ -117,8 +117,25 @@ func TestConsoleBaselineRetry(t *testing.T) {
 		t.Errorf("figure OK %v retries %d elapsed %d iters %d, want OK after 1 retry, 2850 ms, 1000 iterations",
 			f.OK(), f.Retries, f.ElapsedMS, f.Iters)
 	}
-	if got, want := BaselineTable(c.Figures), "BASELINE    over  bytes  iters  wall   result\n"+
-		"ib_send_bw  rxe   65536  1000   2.9 s  30.08 MB/sec average (peak 30.47), 0.000481 Mpps [retried 1x: see the console]\n"; got != want {
+	if got, want := BaselineTable(c.Figures), "BASELINE    over  bytes  iters  wall   gateway CPU  result\n"+
+		"ib_send_bw  rxe   65536  1000   2.9 s  -            30.08 MB/sec average (peak 30.47), 0.000481 Mpps [retried 1x: see the console]\n"; got != want {
+		t.Errorf("BaselineTable:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A pair through rbridge run carries the gateway's CPU time: per iteration
+// in the table.
+func TestConsoleBaselineThroughGateway(t *testing.T) {
+	c := &Console{}
+	feed(c, "@@RB BASE BEGIN ib_write_bw rbridge-afxdp\n"+
+		" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"+
+		" 65536      1000             12.47              12.08  		   0.000191\n"+
+		"@@RB BASE END ib_write_bw rbridge-afxdp rc=0 elapsed_ms=5600 iters=1000 gateway_cpu_ticks=250\n")
+	if len(c.Figures) != 1 || c.Figures[0].GatewayCPUTicks != 250 {
+		t.Fatalf("figures %+v, want one with 250 gateway CPU ticks", c.Figures)
+	}
+	if got, want := BaselineTable(c.Figures), "BASELINE     over           bytes  iters  wall   gateway CPU  result\n"+
+		"ib_write_bw  rbridge-afxdp  65536  1000   5.6 s  2500 us/op   12.08 MB/sec average (peak 12.47), 0.000191 Mpps\n"; got != want {
 		t.Errorf("BaselineTable:\n%s\nwant:\n%s", got, want)
 	}
 }
