@@ -291,8 +291,10 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	}
 	s, err := NewSession(SessionOptions{A: c.endpoint(), B: out.endpoint(), Pool: g.pool, Logger: log})
 	if err != nil {
+		// Both connections are up, so this is one of them ending before
+		// the session started (a peer that disconnected at once).
 		g.stats.Failed.Add(1)
-		log.Error("session", "err", err)
+		log.Warn("the session could not start: both connections are closed", "err", err)
 		_ = c.close()
 		_ = out.close()
 		return

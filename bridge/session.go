@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -19,6 +20,12 @@ import (
 // failure on the far side reaches the requester as the matching NAK (a bad
 // rkey or bounds as a remote access error, otherwise a remote operational
 // error), and ends the session.
+//
+// An endpoint that acknowledges what it receives before the session relays
+// it (a verbs QP: the HCA ACKs a SEND as it lands) is drained when its
+// connection ends, by a disconnect or an error: what it received before
+// goes on to the other side before the session ends (bounded by
+// drainTimeout), so a peer that sends and then disconnects loses nothing.
 //
 //	endpoint A                        session                         endpoint B
 //	requests ──► relay ab: Request ─► queue ─► Flush/pump ─► Post ──► B's peer
@@ -53,7 +60,25 @@ type Session struct {
 	failing atomic.Bool
 	done    chan struct{}
 	err     error // why the session ended; set before done closes
+
+	drainMu  sync.Mutex // guards gone, goneErr
+	gone     Endpoint   // the drained endpoint whose connection ended
+	goneErr  error      // why, the peer's disconnect preferred
+	draining bool
 }
+
+// A drainer is an endpoint that acknowledged what it received before the
+// session relayed it (the verbs endpoint): when its connection ends, the
+// session relays what it received before ending.
+type drainer interface {
+	// Drained is closed once every request the endpoint received has
+	// been handed to the session (its QP's receives flushed).
+	Drained() <-chan struct{}
+}
+
+// drainTimeout bounds how long a session whose endpoint's connection
+// ended keeps relaying what that endpoint had received.
+const drainTimeout = 5 * time.Second
 
 // SessionOptions configures NewSession.
 type SessionOptions struct {
@@ -122,7 +147,7 @@ func NewSession(o SessionOptions) (*Session, error) {
 		return nil, fmt.Errorf("bridge: new session: start A: %w", err)
 	}
 	if err := o.B.Start(side{s: s, in: &s.ba}); err != nil {
-		s.fail(fmt.Errorf("start B: %w", err))
+		s.fail(nil, fmt.Errorf("start B: %w", err))
 		return nil, fmt.Errorf("bridge: new session: start B: %w", err)
 	}
 	return s, nil
@@ -155,9 +180,7 @@ type RelayState struct {
 func (s *Session) State() [2]RelayState {
 	var out [2]RelayState
 	for i, r := range []*relay{&s.ab, &s.ba} {
-		r.mu.Lock()
-		out[i] = RelayState{Queued: len(r.queue) - r.qhead, Posted: r.posted, RdAtomic: r.rdAtomic, Assembling: r.msg != nil}
-		r.mu.Unlock()
+		out[i] = r.state()
 	}
 	return out
 }
@@ -169,19 +192,91 @@ var ErrSessionClosed = errors.New("session closed")
 // closed, ops in flight completed with errors and every buffer is back in
 // the pool.
 func (s *Session) Close() error {
-	s.fail(ErrSessionClosed)
+	s.fail(nil, ErrSessionClosed)
 	<-s.done
 	return nil
 }
 
-// fail ends the session once; callers after the first return at once (an
-// endpoint's Close reports its flushed ops, which fail again). The
-// teardown runs on a goroutine of its own: fail is called from endpoints'
-// goroutines that closing an endpoint waits for.
-func (s *Session) fail(err error) {
+// fail ends the session because of ep (nil: the session itself, or
+// both); callers after the first return at once (an endpoint's Close
+// reports its flushed ops, which fail again). When ep is a drainer, the
+// session first relays what ep received (drain), and only a failure of
+// the other side cuts that short. The teardown runs on a goroutine of its
+// own: fail is called from endpoints' goroutines that closing an endpoint
+// waits for.
+func (s *Session) fail(ep Endpoint, err error) {
+	s.drainMu.Lock()
+	switch {
+	case s.draining && ep == s.gone:
+		if errors.Is(err, ErrPeerDisconnected) {
+			s.goneErr = err // the disconnect is why: its flushed ops follow it, or came first
+		}
+		s.drainMu.Unlock()
+		return
+	case s.draining:
+		// The other side failed too: nothing more can be relayed.
+		s.drainMu.Unlock()
+		s.log.Warn("the other side failed while relaying what a disconnected peer had sent", "err", err)
+	default:
+		if d, ok := ep.(drainer); ok && !errors.Is(err, ErrSessionClosed) && !s.failing.Load() {
+			s.draining, s.gone, s.goneErr = true, ep, err
+			s.drainMu.Unlock()
+			go s.drain(d)
+			return
+		}
+		s.drainMu.Unlock()
+	}
 	if s.failing.CompareAndSwap(false, true) {
 		go s.teardown(err)
 	}
+}
+
+// drain waits until the ended endpoint handed over all it received and
+// the relay from it is idle (everything posted on the other side and
+// completed there), at most drainTimeout, then tears the session down.
+func (s *Session) drain(d drainer) {
+	r := &s.ab
+	if s.gone == s.b {
+		r = &s.ba
+	}
+	deadline := time.NewTimer(drainTimeout)
+	defer deadline.Stop()
+	select {
+	case <-d.Drained():
+	case <-deadline.C:
+	}
+	r.flush() // an open WRITE chunk goes too
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !r.idle() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			s.log.Warn("what a disconnected peer had sent was not all relayed in time: the rest fails", "timeout", drainTimeout, "state", r.state())
+			goto out
+		}
+	}
+out:
+	s.drainMu.Lock()
+	err := s.goneErr
+	s.drainMu.Unlock()
+	if s.failing.CompareAndSwap(false, true) {
+		s.teardown(err)
+	}
+}
+
+// idle reports whether the relay holds nothing: no op queued, assembling
+// or posted.
+func (r *relay) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.qhead == len(r.queue) && r.posted == 0 && r.msg == nil
+}
+
+func (r *relay) state() RelayState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return RelayState{Queued: len(r.queue) - r.qhead, Posted: r.posted, RdAtomic: r.rdAtomic, Assembling: r.msg != nil}
 }
 
 func (s *Session) teardown(err error) {
@@ -228,7 +323,7 @@ type side struct {
 func (h side) Request(r *transport.Request, buf *Buf) transport.Reply { return h.in.request(r, buf) }
 func (h side) Flush()                                                 { h.in.flush() }
 func (h side) Done(op *Op)                                            { op.relay.done(op) }
-func (h side) Failed(err error)                                       { h.s.fail(err) }
+func (h side) Failed(err error)                                       { h.s.fail(h.in.from, err) }
 
 // request takes a request arriving on r.from. It runs under r.from's lock.
 func (r *relay) request(q *transport.Request, buf *Buf) transport.Reply {
@@ -511,7 +606,7 @@ func (r *relay) pumpLocked() []*Op {
 		}
 		k, err := r.to.Post(r.batch[:n])
 		if err != nil {
-			r.s.fail(fmt.Errorf("post on the far endpoint: %w", err))
+			r.s.fail(r.to, fmt.Errorf("post on the far endpoint: %w", err))
 			failed := append([]*Op(nil), r.batch[k:n]...)
 			clear(r.batch[:n])
 			return failed
@@ -544,14 +639,14 @@ func (r *relay) done(op *Op) {
 		c.Orig = op.Orig
 	}
 	if err := r.from.Complete(op.tok, c); err != nil && !errors.Is(err, transport.ErrStaleToken) {
-		r.s.fail(fmt.Errorf("complete a relayed %v: %w", op.Opcode, err))
+		r.s.fail(r.from, fmt.Errorf("complete a relayed %v: %w", op.Opcode, err))
 	}
 	status, opcode := op.Status, op.Opcode
 	r.mu.Lock()
 	r.releaseLocked(op) // op is another's from here
 	r.mu.Unlock()
 	if status != transport.StatusSuccess {
-		r.s.fail(fmt.Errorf("the far side failed a relayed %v: %v", opcode, status))
+		r.s.fail(r.to, fmt.Errorf("the far side failed a relayed %v: %v", opcode, status))
 		return
 	}
 	r.pump()

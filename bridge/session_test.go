@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -36,6 +37,7 @@ type rig struct {
 	rcq     *transport.CQ
 	clients *transport.Device
 	lender  *lendingConn // with rigOpts.lend
+	drainer *drainingLeg // with rigOpts.drains: the far leg as the session has it
 }
 
 type rigOpts struct {
@@ -45,6 +47,7 @@ type rigOpts struct {
 	failAs   transport.Status
 	poolSize int
 	lend     bool // the gateway's conn lends pool frames (lendingConn)
+	drains   bool // the far leg is drained when its connection ends (as a verbs leg)
 	maxSGE   int  // the far leg's Limits.MaxSGE
 }
 
@@ -124,7 +127,12 @@ func newRig(t *testing.T, o rigOpts) *rig {
 			}
 		}
 	}
-	r.sess, err = bridge.NewSession(bridge.SessionOptions{A: r.near, B: r.far, Pool: r.pool, Logger: testlog.New(t)})
+	var far bridge.Endpoint = r.far
+	if o.drains {
+		r.drainer = &drainingLeg{fakeLeg: r.far, drained: make(chan struct{})}
+		far = r.drainer
+	}
+	r.sess, err = bridge.NewSession(bridge.SessionOptions{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,5 +536,65 @@ func TestSessionRelaysFarSends(t *testing.T) {
 	}
 	if got := r.sess.Stats().Copied[1].Load(); got != uint64(copied) {
 		t.Errorf("%d payload bytes copied, want %d: only the SENDs not in pool buffers", got, copied)
+	}
+}
+
+// drainingLeg is the fake far leg as the session sees a verbs endpoint:
+// what it received was acknowledged already, so when its connection ends
+// the session relays it before ending.
+type drainingLeg struct {
+	*fakeLeg
+	drained chan struct{}
+}
+
+func (d *drainingLeg) Drained() <-chan struct{} { return d.drained }
+
+// TestSessionDeliversWhatAPeerSentBeforeItDisconnected: a far peer whose
+// SENDs its HCA acknowledged, and which then disconnects at once, loses
+// none of them: the session relays every one to the client (over a lossy
+// network, so they are still in flight at the disconnect) and only then
+// ends, as a disconnect. Without the drain, 16 of the 40 arrive.
+func TestSessionDeliversWhatAPeerSentBeforeItDisconnected(t *testing.T) {
+	r := newRig(t, rigOpts{net: simnet.Options{Loss: 0.05, Seed: 8}, drains: true})
+	const n = 40
+	for i := range n {
+		if err := r.client.PostRecv(transport.RecvWR{ID: uint64(i), Local: transport.SGE{MR: r.cmr, Offset: i * 8192, Length: 8192}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if reply := r.far.send(r.pool, bytes.Repeat([]byte{byte(i)}, 1000+i*100), uint32(i), false); reply.Result != transport.Pending {
+			t.Fatalf("far SEND %d: reply %v", i, reply.Result)
+		}
+	}
+	// The peer disconnects; its receive queue flushed, nothing more comes.
+	close(r.drainer.drained)
+	r.far.handler().Failed(fmt.Errorf("the far QP: %w", bridge.ErrPeerDisconnected))
+	got := make([]transport.WC, 0, n)
+	wcs := make([]transport.WC, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(got) < n {
+		k, err := r.rcq.PollWait(ctx, wcs)
+		if err != nil {
+			t.Fatalf("%d of %d SENDs sent before the disconnect reached the client: %v", len(got), n, err)
+		}
+		got = append(got, wcs[:k]...)
+	}
+	for i, wc := range got {
+		if wc.ID != uint64(i) || wc.Status != transport.StatusSuccess || wc.ByteLen != 1000+i*100 || r.cmem[i*8192] != byte(i) {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+	}
+	select {
+	case <-r.sess.Done():
+	case <-ctx.Done():
+		t.Fatal("the session did not end after relaying what the disconnected peer sent")
+	}
+	if err := r.sess.Err(); !errors.Is(err, bridge.ErrPeerDisconnected) {
+		t.Errorf("the session ended with %v, want the peer's disconnect", err)
+	}
+	if r.net.Stats().Lost.Load() == 0 {
+		t.Error("the network lost nothing: the SENDs were never in flight at the disconnect, the test proved nothing")
 	}
 }

@@ -48,6 +48,8 @@ type VerbsEndpoint struct {
 	rwrs      []ibv.RecvWR
 	posted    int // receives posted
 	closing   bool
+	drained   chan struct{} // closed once the receive queue flushed (drainOnce)
+	drainOnce sync.Once
 	stats     VerbsStats
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -110,7 +112,7 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 	if _, err := o.Pool.classFor(o.RecvSize); err != nil {
 		return nil, fmt.Errorf("bridge: verbs endpoint: receive size: %w", err)
 	}
-	e := &VerbsEndpoint{qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
+	e := &VerbsEndpoint{drained: make(chan struct{}), qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
 		slots: newOpSlots(int(cp.MaxSendWR)), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
 		recvBufs: make([]*Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
 	for i := range e.recvFree {
@@ -278,7 +280,23 @@ func (e *VerbsEndpoint) Complete(tok transport.Token, c transport.Completion) er
 
 // Fail reports that the connection ended outside the QP (rdma_cm's
 // DISCONNECTED, a fatal async event): the session ends.
-func (e *VerbsEndpoint) Fail(err error) { e.report(err) }
+func (e *VerbsEndpoint) Fail(err error) {
+	e.mu.Lock()
+	none := e.posted == 0
+	e.mu.Unlock()
+	if none { // no receive to flush: nothing more will arrive
+		e.markDrained()
+	}
+	e.report(err)
+}
+
+// Drained implements the session's drainer: it is closed once the QP's
+// receive queue flushed (its connection ended), so every SEND the HCA
+// acknowledged has been handed to the session, which relays them before
+// it ends.
+func (e *VerbsEndpoint) Drained() <-chan struct{} { return e.drained }
+
+func (e *VerbsEndpoint) markDrained() { e.drainOnce.Do(func() { close(e.drained) }) }
 
 func (e *VerbsEndpoint) report(err error) {
 	if h := e.h.Load(); h != nil {
@@ -340,6 +358,9 @@ func (e *VerbsEndpoint) received(h Handler, wc *ibv.WorkCompletion) {
 	e.mu.Unlock()
 	if wc.Status != ibv.WCSuccess || closing {
 		b.Release()
+		// The QP is in the error state: every receive that completed
+		// before this one has been handed over.
+		e.markDrained()
 		if !closing {
 			e.report(fmt.Errorf("receive: %v", wc.Status))
 		}
@@ -375,6 +396,7 @@ func (e *VerbsEndpoint) Close() error {
 		e.mu.Lock()
 		e.closing = true
 		e.mu.Unlock()
+		defer e.markDrained()
 		if e.disconnect != nil {
 			_ = e.disconnect()
 		}
