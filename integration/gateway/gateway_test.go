@@ -55,7 +55,10 @@ routes:
   - name: to-roce                   # IB clients reach the RoCE side's servers
     listen: {leg: ib, addr: "%v:7174"}
     target: {leg: roce, addr: "%v:7174"}
-`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ib.PeerIP, ib.GatewayIP, ns.PeerIP)
+  - name: to-roce-any               # a server that binds every address (perftest) listens on another port
+    listen: {leg: ib, addr: "%v:7175"}
+    target: {leg: roce, addr: "%v:7176"}
+`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ib.PeerIP, ib.GatewayIP, ns.PeerIP, ib.GatewayIP, ns.PeerIP)
 }
 
 // startGateway runs `rbridge run` with cfg until the test ends, then stops
@@ -186,6 +189,7 @@ func TestGuestRunPerftest(t *testing.T) {
 				args []string
 			}{
 				{"ib_send_bw", []string{"-s", "4096", "-n", "200"}},
+				{"ib_send_bw", []string{"-s", "65536", "-n", "100"}}, // longer than 16 frames: gathered, then copied together
 				{"ib_write_bw", []string{"-s", "65536", "-n", "100"}},
 				{"ib_read_bw", []string{"-s", "65536", "-n", "100"}},
 				{"ib_send_lat", []string{"-s", "2", "-n", "200"}},
@@ -201,6 +205,27 @@ func TestGuestRunPerftest(t *testing.T) {
 					client := append(append([]string{"-R", "-d", ns.PeerDevice, "-p", "18515"}, tc.args...), ns.IP.String())
 					out := pair(t, tc.tool, server, client)
 					t.Logf("%s through rbridge:\n%s", tc.tool, lastLines(out, 4))
+				})
+			}
+			// The other way: the client on the IB fabric (rxe3), the server
+			// on the RoCE side (rxe1), through a route listening on the
+			// verbs leg. Two-sided only: a one-sided test's client would
+			// address the gateway's memory on the verbs leg (see the README).
+			// perftest's server binds every address of its port, which in
+			// this one kernel would collide with the gateway's listener on
+			// the same port: the route listens on 7175 and targets 7176.
+			for _, tc := range []struct {
+				tool string
+				args []string
+			}{
+				{"ib_send_bw", []string{"-s", "4096", "-n", "200"}},
+				{"ib_send_lat", []string{"-s", "2", "-n", "200"}},
+			} {
+				t.Run(tc.tool+"-from-ib", func(t *testing.T) {
+					server := append([]string{"-R", "-d", ns.PeerDevice, "-p", "7176"}, tc.args...)
+					client := append(append([]string{"-R", "-d", ib.PeerDevice, "--source_ip", ib.PeerIP.String(), "-p", "7175"}, tc.args...), ib.GatewayIP.String())
+					out := pair(t, tc.tool, server, client)
+					t.Logf("%s from the IB side through rbridge:\n%s", tc.tool, lastLines(out, 4))
 				})
 			}
 			// Every session that came up ended: nothing left behind.

@@ -202,6 +202,7 @@ spawn() {
 		wait $!
 		echo $? >/tmp/$name.rc
 	) &
+	eval "${name}_job=\$!"
 }
 
 # attempt <tool> <server args> -- <client args>: runs one server/client pair.
@@ -218,7 +219,7 @@ attempt() {
 		echo "server never listened:"
 		cat /tmp/server.out
 		kill "$(cat /tmp/server.pid)" 2>/dev/null
-		wait
+		wait $server_job
 		crc=1 src=1
 		return
 	fi
@@ -235,7 +236,7 @@ attempt() {
 		fi
 		sleep 0.1
 	done
-	wait
+	wait $client_job $server_job # not every child: rbridge run stays up across pairs
 	t1=$(uptime_ms)
 	awk 1 /tmp/client.out # ends the last line
 	crc=$(cat /tmp/client.rc) src=$(cat /tmp/server.rc)
@@ -278,6 +279,10 @@ base() {
 		try=$((try + 1))
 		echo "@@RB BASE RETRY $tool $kind: $why"
 	done
+	if [ "$rc" != 0 ] && [ -n "$GW_PID" ]; then
+		echo "rbridge run's log:"
+		tail -40 /tmp/gateway.log
+	fi
 	[ "$rc" = 0 ] || RC=1
 	gw=
 	[ -z "$GW_PID" ] || gw=" gateway_cpu_ticks=$((gw1 - gw0))"
@@ -302,6 +307,7 @@ gateway_start() {
 	    listen: {leg: roce, addr: "198.18.1.3:18515"}
 	    target: {leg: ib, addr: "198.18.3.2:18515"}
 	EOF
+	: >/tmp/gateway.log
 	/tests/bin/rbridge run --config /tmp/gateway.yaml >/tmp/gateway.log 2>&1 &
 	GW_PID=$!
 	i=0
