@@ -214,9 +214,12 @@ func (s *Session) fail(ep Endpoint, err error) {
 		s.drainMu.Unlock()
 		return
 	case s.draining:
-		// The other side failed too: nothing more can be relayed.
+		// The other side ended too: nothing more can be relayed. Both
+		// peers disconnecting is how a session normally ends.
 		s.drainMu.Unlock()
-		s.log.Warn("the other side failed while relaying what a disconnected peer had sent", "err", err)
+		if !errors.Is(err, ErrPeerDisconnected) {
+			s.log.Warn("the other side failed while relaying what a disconnected peer had sent", "err", err)
+		}
 	default:
 		if d, ok := ep.(drainer); ok && !errors.Is(err, ErrSessionClosed) && !s.failing.Load() {
 			s.draining, s.gone, s.goneErr = true, ep, err
