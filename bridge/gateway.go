@@ -125,7 +125,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		o.ConnectTimeout = 30 * time.Second
 	}
 	if o.Pool.Size == 0 {
-		o.Pool.Size = 128 << 20
+		o.Pool.Size = DefaultPoolSize
 	}
 	if o.Pool.Classes == nil {
 		o.Pool.Classes = []int{256, 4 << 10, 64 << 10}

@@ -62,7 +62,7 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 			if err != nil {
 				return err
 			}
-			if u.umem, err = unix.Mmap(-1, 0, 2048*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
+			if u.umem, err = unix.Mmap(-1, 0, AFXDPUMEMSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
 				return fmt.Errorf("map the AF_XDP UMEM: %w", err)
 			}
 			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: u.umem, LocalAddr: local, Neighbors: arp, Program: u.prog, Logger: log})
