@@ -27,4 +27,8 @@
 //	memory.go    hugepages, RLIMIT_MEMLOCK against the pool
 //	xdp.go       the driver's XDP mode, a kernel RoCE device on the userspace leg's interface
 //	counters.go  hw_counters and port counters rising
+//
+// and beside them: doctor.go (Run, the targets, sysfs reading), report.go
+// (the table and JSON), dcb.go (the dcbnl request and its reply's parser),
+// system_linux.go (the host's System: netlink, ethtool, setns).
 package doctor

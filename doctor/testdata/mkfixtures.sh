@@ -135,6 +135,10 @@ sysctl good all 0 0
 sysctl good eth0 2 0
 sysctl good eth1 0 0
 proc good 128 unlimited 0000000000000000 "always [madvise] never"
+# mlx5_2: an InfiniBand port, its GID from the subnet manager's prefix
+w good/sys/class/infiniband/mlx5_2/node_type "1: CA"
+port good mlx5_2 1 "4: ACTIVE" InfiniBand
+gid good mlx5_2 1 0 "fe80:0000:0000:0000:0c42:a103:0065:9a10" "IB/RoCE v1" ""
 
 # bad: each check's failure.
 mlx5 bad 1000 "1: DOWN" v1
@@ -156,6 +160,9 @@ sysctl bad all 1 0
 sysctl bad eth0 1 0
 sysctl bad eth1 1 0
 proc bad 0 65536 0000000000000000 "always madvise [never]"
+# mlx5_2: an InfiniBand port no subnet manager configured (no GID)
+w bad/sys/class/infiniband/mlx5_2/node_type "1: CA"
+port bad mlx5_2 1 "2: INIT" InfiniBand
 
 # rxe-good and rxe-bad: the integration guest as captured (Linux 6.1, rxe
 # on veth pairs and a bridge, siw beside them): rxe GIDs are all RoCE v2,
