@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,6 +68,31 @@ func TestDoctorRefusesBadInput(t *testing.T) {
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want exit status 2 with %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestDoctorExitStatusFromMain: the process's exit status is the doctor's
+// (2 for errors found, with nothing on standard error; 2 with the reason
+// for a file it could not use), through main.
+func TestDoctorExitStatusFromMain(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"doctor", "--root", "../../doctor/testdata/bad", "--interval", "0"}, 2, ""},
+		{[]string{"doctor", "--config", "/nonexistent.yaml"}, 2, "rbridge: config: open /nonexistent.yaml: no such file or directory\n"},
+		{[]string{"doctor", "--no-such-flag"}, 1, "rbridge: unknown flag: --no-such-flag\n"},
+	} {
+		cmd := exec.Command(os.Args[0], tc.args...)
+		cmd.Env = append(os.Environ(), "RBRIDGE_TEST_AS_MAIN=1")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != tc.code || stderr.String() != tc.stderr {
+			t.Errorf("rbridge %v: %v, stderr %q; want exit status %d, stderr %q", tc.args, err, stderr.String(), tc.code, tc.stderr)
 		}
 	}
 }
