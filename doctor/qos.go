@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 
 	"github.com/prometheus/procfs/sysfs"
 )
@@ -85,12 +86,14 @@ func (h *host) checkECN(t netTarget, prio int) {
 		return
 	}
 	np, rp := e.RoceNpEcn.Ecn[uint8(prio)], e.RoceRpEcn.Ecn[uint8(prio)]
-	var off []string
+	var off, fixes []string
 	if !np {
 		off = append(off, "roce_np (CNPs for ECN-CE packets)")
+		fixes = append(fixes, fmt.Sprintf("echo 1 > /sys/class/net/%s/ecn/roce_np/enable/%d", t.name, prio))
 	}
 	if !rp {
 		off = append(off, "roce_rp (slowing down on CNPs)")
+		fixes = append(fixes, fmt.Sprintf("echo 1 > /sys/class/net/%s/ecn/roce_rp/enable/%d", t.name, prio))
 	}
 	if len(off) == 0 {
 		h.finding("ecn", t.name, t.leg, OK, fmt.Sprintf("ECN for RoCE on for priority %d (roce_np and roce_rp)", prio), "")
@@ -98,7 +101,7 @@ func (h *host) checkECN(t netTarget, prio int) {
 	}
 	h.finding("ecn", t.name, t.leg, Warn,
 		fmt.Sprintf("ECN for RoCE off for priority %d: %s; DCQCN cannot work", prio, joinAnd(off)),
-		fmt.Sprintf("echo 1 > /sys/class/net/%s/ecn/roce_np/enable/%d; echo 1 > /sys/class/net/%s/ecn/roce_rp/enable/%d", t.name, prio, t.name, prio))
+		strings.Join(fixes, "; "))
 }
 
 func joinAnd(ss []string) string {
