@@ -77,7 +77,9 @@ type Options struct {
 	// Config names the legs to check. Without one every RDMA device and
 	// network interface found is checked.
 	Config *config.Config
-	// System answers what files do not show; nil is the running host's.
+	// System answers what files do not show; nil is the running host's
+	// when Root is "/", and none (every question unanswered) for another
+	// root, a captured tree, which the host's answers would not describe.
 	System System
 	// RoCEPriority is the 802.1p priority RoCE traffic uses and RoCEDSCP
 	// the DSCP that maps to it, taken as given (DefaultRoCEPriority and
@@ -110,6 +112,16 @@ type System interface {
 	// Driver returns the interface's driver, as ethtool -i names it.
 	Driver(ifname string) (string, error)
 }
+
+// treeSystem is the System of a captured tree: no network namespaces, and
+// no dcbnl or ethtool answers.
+type treeSystem struct{}
+
+var errCapturedTree = errors.New("a captured tree holds no netlink or ethtool answers")
+
+func (treeSystem) InNetns(_ string, fn func() error) error { return fn() }
+func (treeSystem) DCB(string) (DCB, error)                 { return DCB{}, errCapturedTree }
+func (treeSystem) Driver(string) (string, error)           { return "", errCapturedTree }
 
 // ErrNotExposed is matched by errors that mean "this driver does not
 // expose that setting".
@@ -184,6 +196,9 @@ func Run(o Options) (*Report, error) {
 	}
 	if o.System == nil {
 		o.System = hostSystem{}
+		if filepath.Clean(o.Root) != "/" {
+			o.System = treeSystem{} // a captured tree: the host's answers are not its
+		}
 	}
 	h := &host{o: o, fsys: os.DirFS(o.Root), sys: o.System, rep: &Report{}, unseen: map[string]bool{}, gidTables: map[string][]gidEntry{}}
 	nets, rdmas := h.targets()

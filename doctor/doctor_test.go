@@ -343,3 +343,17 @@ func TestOutput(t *testing.T) {
 		t.Errorf("JSON: worst %q, %d findings; want error, %d", got.Worst, len(got.Findings), len(r.Findings))
 	}
 }
+
+// TestCapturedTreeAsksNotTheHost: with a root other than "/" and no
+// System, the dcbnl question is not put to the running host, whose
+// interfaces the tree does not describe.
+func TestCapturedTreeAsksNotTheHost(t *testing.T) {
+	r, err := doctor.Run(doctor.Options{Root: "testdata/good", Interval: -1, RoCEPriority: 3, RoCEDSCP: 26})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := find(r, "pfc", "eth0")
+	if len(fs) != 1 || fs[0].Severity != doctor.Warn || !strings.Contains(fs[0].Message, "a captured tree holds no netlink or ethtool answers") {
+		t.Errorf("pfc on a captured tree's eth0:\n%s", dump(fs))
+	}
+}
