@@ -9,7 +9,8 @@ BENCHTIME ?= 1s
 DEBS_ORACLES := python3-scapy tshark
 DEBS_CGO     := gcc libibverbs-dev librdmacm-dev
 DEBS_BPF     := clang llvm libbpf-dev
-DEBS         := $(DEBS_ORACLES) $(DEBS_CGO) $(DEBS_BPF)
+DEBS_UNIT    := systemd
+DEBS         := $(DEBS_ORACLES) $(DEBS_CGO) $(DEBS_BPF) $(DEBS_UNIT)
 # The integration guest: qemu, Debian's kernel, the RDMA userland copied into its
 # initramfs, and what builds siw.ko (Debian's kernel ships no siw). `make deps-vm`
 # adds linux-headers-<version> for the kernel that linux-image-amd64 installed.
@@ -17,7 +18,7 @@ DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibver
                 ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
                 cpio linux-source-6.1 xz-utils gcc make
 
-.PHONY: help deps deps-vm integration baseline-docs build test unit nocgo bench generate check-generate fmt vet
+.PHONY: help deps deps-vm integration baseline-docs build install test unit nocgo bench generate check-generate fmt vet
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -38,6 +39,23 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 build: ## build bin/rbridge (BIN=), stamped with git describe and the commit
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rbridge
+
+# `make install` (root): the binary, the systemd unit with its paths filled in,
+# and the example config (as rbridge.yaml.example, and as rbridge.yaml when
+# there is none yet). PREFIX, BINDIR, UNITDIR, SYSCONFDIR and DESTDIR as usual.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= /etc
+DESTDIR    ?=
+
+install: build ## install bin/rbridge, dist/rbridge.service and dist/rbridge.yaml (PREFIX=, DESTDIR=, ...)
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/rbridge
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/rbridge
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' dist/rbridge.service > $(DESTDIR)$(UNITDIR)/rbridge.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/rbridge.service
+	install -m 0644 dist/rbridge.yaml $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml.example
+	test -e $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml || install -m 0644 dist/rbridge.yaml $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml
 
 test: deps vet check-generate unit nocgo integration ## the whole suite: install what it needs, vet, generated code, unit, no-cgo, root and guest tests
 

@@ -4,17 +4,20 @@ go 1.26.0
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/google/go-cmp v0.7.0
 	github.com/google/gopacket v1.1.19
+	github.com/prometheus/procfs v0.23.0
 	github.com/spf13/cobra v1.10.2
-	golang.org/x/net v0.48.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/net v0.48.0
 	golang.org/x/sys v0.50.0
 )
 
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go

@@ -41,6 +41,7 @@ type Gateway struct {
 	mu       sync.Mutex // guards the fields below
 	sessions map[*Session]*sessionInfo
 	closing  bool
+	stopped  map[string]error // routes whose accept loop ended on its own, and why
 
 	stats GatewayStats
 }
@@ -125,7 +126,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		o.ConnectTimeout = 30 * time.Second
 	}
 	if o.Pool.Size == 0 {
-		o.Pool.Size = 128 << 20
+		o.Pool.Size = DefaultPoolSize
 	}
 	if o.Pool.Classes == nil {
 		o.Pool.Classes = []int{256, 4 << 10, 64 << 10}
@@ -136,7 +137,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}}
+		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -230,6 +231,25 @@ func (g *Gateway) LogState() {
 	}
 }
 
+// Health is nil while the gateway serves every route: each route's accept
+// loop still runs, and the gateway's lock, which every session's start and
+// end takes, can be had (a deadlock there blocks Health itself). rbridge
+// run feeds systemd's watchdog only while it is nil.
+func (g *Gateway) Health() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing {
+		return errors.New("bridge: gateway: closing")
+	}
+	var errs []error
+	for i := range g.cfg.Routes {
+		if err, ok := g.stopped[g.cfg.Routes[i].Name]; ok {
+			errs = append(errs, fmt.Errorf("bridge: gateway: route %q stopped accepting: %w", g.cfg.Routes[i].Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Pool returns the gateway's memory pool.
 func (g *Gateway) Pool() *Pool { return g.pool }
 
@@ -242,6 +262,9 @@ func (g *Gateway) routineAccept(r *config.Route, ln listener, timeout time.Durat
 		if err != nil {
 			if g.ctx.Err() == nil {
 				g.log.Error("route stopped accepting", "route", r.Name, "err", err)
+				g.mu.Lock()
+				g.stopped[r.Name] = err
+				g.mu.Unlock()
 			}
 			return
 		}

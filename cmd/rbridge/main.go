@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -18,10 +19,33 @@ var version, commit = "", ""
 
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintln(os.Stderr, "rbridge:", ee.err)
+			}
+			os.Exit(ee.code)
+		}
 		fmt.Fprintln(os.Stderr, "rbridge:", err)
 		os.Exit(1)
 	}
 }
+
+// exitError ends the command with an exit status of its own (doctor: 1 for
+// warnings, 2 for errors) instead of 1, printing err first if there is one.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
+func (e *exitError) Unwrap() error { return e.err }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -30,16 +54,17 @@ func newRootCommand() *cobra.Command {
 		Long: `rbridge joins an InfiniBand island to a RoCEv2 fleet: applications on either
 side use plain verbs and rdma_cm and reach the other side through the gateway.
 
-Available now: decoding RoCEv2 captures (decode), listing RDMA devices and
-the GID rbridge would choose (devices), measuring the userspace RoCEv2
-transport against plain UDP (bench), and the build's version.
-The gateway itself (run, status) is being built.`,
+Available now: the gateway (run), checking the host and both fabrics for
+what RDMA needs (doctor), decoding RoCEv2 captures (decode), listing RDMA
+devices and the GID rbridge would choose (devices), measuring the userspace
+RoCEv2 transport against plain UDP (bench), and the build's version.
+Its status command is being built.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion(),
 	}
 	root.SetVersionTemplate("rbridge {{.Version}}\n")
-	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newBenchCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand())
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/rbridge/rbridge/bridge"
@@ -38,6 +39,12 @@ answer gets the client a reject. SIGUSR1 logs every session's state. On
 SIGINT or SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.
+
+Under systemd (dist/rbridge.service, Type=notify) it sends READY=1 once
+every leg is open and every route listens, STOPPING=1 when it starts to
+stop, and, when the unit sets WatchdogSec, WATCHDOG=1 at half that interval
+for as long as the gateway's health check passes (every route's accept loop
+alive, the session table not stuck): a stuck gateway is restarted.
 
 The file (YAML):
 
@@ -109,10 +116,22 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info("gateway running", "config", o.config, "legs", len(cfg.Legs), "routes", len(cfg.Routes))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sig)
+	// Every leg is open and every route listens: ready (under systemd,
+	// Type=notify), and the watchdog fed from the gateway's health.
+	log.Info("gateway running", "config", o.config, "legs", len(cfg.Legs), "routes", len(cfg.Routes))
+	notify := func(state string) { sdNotify(log, state) }
+	notify(fmt.Sprintf("READY=1\nSTATUS=gateway running: %d legs, %d routes", len(cfg.Legs), len(cfg.Routes)))
+	wctx, stopWatchdog := context.WithCancel(context.Background())
+	defer stopWatchdog()
+	if interval, err := daemon.SdWatchdogEnabled(false); err != nil {
+		log.Warn("systemd watchdog", "err", err)
+	} else if interval > 0 {
+		log.Info("systemd watchdog on", "interval", interval)
+		go routineWatchdog(wctx, interval, g.Health, notify, log)
+	}
 wait:
 	for {
 		select {
@@ -128,6 +147,8 @@ wait:
 			break wait
 		}
 	}
+	stopWatchdog()
+	notify(fmt.Sprintf("STOPPING=1\nSTATUS=stopping: %d sessions draining", g.Sessions()))
 	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
 	defer cancel()
 	if err := g.Close(dctx); err != nil {
