@@ -379,6 +379,14 @@ func (g *Gateway) Close(ctx context.Context) error {
 			err = errors.Join(err, fmt.Errorf("leg %q: %w", name, cerr))
 		}
 	}
+	// A buffer may come back a moment after its session ended (a lease
+	// released by a device's goroutine): give them until ctx ends, at
+	// most a second, before calling what is left a leak.
+	wait, stop := context.WithTimeout(ctx, time.Second)
+	defer stop()
+	for !g.pool.allFree() && wait.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if perr := g.pool.Close(); perr != nil {
 		err = errors.Join(err, perr)
 	}

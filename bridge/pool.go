@@ -320,6 +320,16 @@ func (p *Pool) Stats() []ClassStats {
 	return out
 }
 
+// allFree reports whether every buffer is back in its class.
+func (p *Pool) allFree() bool {
+	for _, s := range p.Stats() {
+		if s.Free != s.Total {
+			return false
+		}
+	}
+	return true
+}
+
 // Close unmaps the arena; later Gets fail with ErrPoolClosed. Every buffer
 // must have been released: Close refuses otherwise, as the memory may still
 // be in a NIC's hands. It is idempotent, and must not race with Get.
