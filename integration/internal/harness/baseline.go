@@ -178,8 +178,9 @@ func BaselineMarkdown(figs []*Figure, kernel, hostLoad string) string {
 		"the client on rxe1 (the RoCE side), the server on rxe3 (the IB fabric, which the\n" +
 		"RoCE side reaches only through the gateway), the gateway's userspace leg in user0 over\n" +
 		"AF_XDP and its verbs leg on rxe2: two hops where the rxe rows have one. Gateway CPU is\n" +
-		"rbridge run's own CPU time (user and system) per iteration, from /proc/<pid>/stat;\n" +
-		"the kernel's rxe work on its verbs leg runs in softirq and is not all in it.\n")
+		"rbridge run's own CPU time (user and system) per iteration, from /proc/<pid>/stat: it\n" +
+		"holds the kernel work its system calls do (rxe2's requester runs in the poster's\n" +
+		"context, a veth transmit can run the receiving side's stack), not the softirq work.\n")
 	if kernel != "" {
 		fmt.Fprintf(&b, "Guest kernel %s; rxe0 -> rxe1 and siw0 -> siw1 over veth.\n", kernel)
 	}
