@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/roce/cm"
 )
@@ -211,13 +213,53 @@ func (g *Gateway) Sessions() int {
 	return len(g.sessions)
 }
 
-// LogState logs every session's state at info level: each direction's
-// queue and what is posted, and each userspace QP's responder (rbridge run
-// does it on SIGUSR1).
+// GatewayState counts what a gateway holds at one moment: what must come
+// back to its idle values once every connection ended (nothing leaked).
+type GatewayState struct {
+	Sessions   int
+	Goroutines int // the whole process's (runtime.NumGoroutine)
+	// PoolInUse is how many pool buffers are held, over every class.
+	PoolInUse int
+	// UserspaceQPs and UserspaceCMConns count over every userspace leg:
+	// its device's QPs (QP 1 among them) and its CM's connections.
+	UserspaceQPs, UserspaceCMConns int
+	// VerbsQPs, VerbsCQs, VerbsCMIDs and VerbsEventChannels are the
+	// process's open objects of package ibv (ibv.LiveObjects): every
+	// verbs leg's, and nothing else in rbridge run makes them.
+	VerbsQPs, VerbsCQs, VerbsCMIDs, VerbsEventChannels int64
+}
+
+// State counts what the gateway holds now.
+func (g *Gateway) State() GatewayState {
+	st := GatewayState{Goroutines: runtime.NumGoroutine()}
+	g.mu.Lock()
+	st.Sessions = len(g.sessions)
+	g.mu.Unlock()
+	for _, c := range g.pool.Stats() {
+		st.PoolInUse += c.Total - c.Free
+	}
+	for _, l := range g.legs {
+		if u, ok := l.(*userspaceLeg); ok {
+			st.UserspaceQPs += u.dev.NumQPs()
+			st.UserspaceCMConns += u.cm.NumConns()
+		}
+	}
+	v := ibv.LiveObjects()
+	st.VerbsQPs, st.VerbsCQs, st.VerbsCMIDs, st.VerbsEventChannels = v["QP"], v["CQ"], v["CMID"], v["EventChannel"]
+	return st
+}
+
+// LogState logs the gateway's State and every session's state at info
+// level: each direction's queue and what is posted, and each userspace
+// QP's responder (rbridge run does it on SIGUSR1).
 func (g *Gateway) LogState() {
+	st := g.State()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.log.Info("gateway state", "sessions", len(g.sessions), "pool", g.pool.Stats())
+	g.log.Info("gateway state", "sessions", st.Sessions, "goroutines", st.Goroutines, "pool_in_use", st.PoolInUse,
+		slog.Group("userspace", "qps", st.UserspaceQPs, "cm_conns", st.UserspaceCMConns),
+		slog.Group("verbs", "qps", st.VerbsQPs, "cqs", st.VerbsCQs, "cm_ids", st.VerbsCMIDs, "event_channels", st.VerbsEventChannels),
+		"pool", g.pool.Stats())
 	for s, info := range g.sessions {
 		st := s.State()
 		attrs := []any{"route", info.route, "client", info.client, "age", time.Since(info.started).Round(time.Millisecond),

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -122,6 +123,10 @@ func TestGatewayConnectsThrough(t *testing.T) {
 	g := startGateway(t, gatewayConfig(t, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	idle := g.State()
+	if idle.Sessions != 0 || idle.PoolInUse != 0 || idle.UserspaceQPs != 2 || idle.UserspaceCMConns != 0 {
+		t.Errorf("an idle gateway's state: %+v, want no session, no pool buffer held, two QPs (each leg's QP 1), no CM connection", idle)
+	}
 
 	for round := range 3 { // connections opened and closed again
 		accepted := make(chan *cm.Conn, 1)
@@ -202,9 +207,29 @@ func TestGatewayConnectsThrough(t *testing.T) {
 			t.Fatalf("round %d: the target's connection outlived the client's", round)
 		}
 		waitUntil(t, "the session gone", func() bool { return g.Sessions() == 0 })
+		if round == 0 {
+			time.Sleep(50 * time.Millisecond) // what started with the gateway has
+			idle = g.State()                  // the state after one session, warm
+		}
 	}
 	if s := g.Stats(); s.Accepted.Load() != 3 || s.Ended.Load() != 3 {
 		t.Errorf("gateway counted %d accepted, %d ended; want 3 and 3", s.Accepted.Load(), s.Ended.Load())
+	}
+	// Everything the later sessions held is back: the state is the one
+	// after the first (goroutines: at most as many as then).
+	var st bridge.GatewayState
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st = g.State()
+		back := st.Goroutines <= idle.Goroutines
+		st.Goroutines = idle.Goroutines
+		if back && st == idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			var b bytes.Buffer
+			pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Fatalf("after two more sessions, the gateway holds %+v, idle it held %+v\n%s", g.State(), idle, b.String())
+		}
 	}
 }
 

@@ -202,15 +202,15 @@ func (l *verbsListener) routineEvents() {
 			}
 			continue
 		}
+		// Sent under the lock: forget closes the channel.
 		l.mu.Lock()
-		c := l.conns[ev.ID]
-		l.mu.Unlock()
-		if c != nil {
+		if c := l.conns[ev.ID]; c != nil {
 			select {
 			case c <- ev:
 			default:
 			}
 		}
+		l.mu.Unlock()
 	}
 }
 
@@ -235,9 +235,15 @@ func (l *verbsListener) close() error {
 	return err
 }
 
+// forget stops passing id's events on and closes its channel, which ends
+// the watch of its connection: a connection the gateway disconnects first
+// gets its DISCONNECTED event after it was forgotten, or never.
 func (l *verbsListener) forget(id *ibv.CMID) {
 	l.mu.Lock()
-	delete(l.conns, id)
+	if c := l.conns[id]; c != nil {
+		close(c)
+		delete(l.conns, id)
+	}
 	l.mu.Unlock()
 }
 

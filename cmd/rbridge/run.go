@@ -35,7 +35,9 @@ device, or rbridge's userspace RoCEv2 transport on an Ethernet interface),
 listens on every route's listen address for rdma_cm connections, and connects
 each client through to the route's target on the other leg. A client is
 accepted only once the target accepted; a target that rejects or does not
-answer gets the client a reject. SIGUSR1 logs every session's state. On
+answer gets the client a reject. SIGUSR1 logs the gateway's state (its
+sessions, goroutines, pool buffers in use, userspace and verbs QPs: after
+every connection ended, what it held idle) and every session's. On
 SIGINT or SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.

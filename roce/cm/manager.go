@@ -181,6 +181,14 @@ func (m *Manager) Stats() Stats {
 	return m.stats
 }
 
+// NumConns returns how many connections the manager holds: being set up,
+// established or being torn down.
+func (m *Manager) NumConns() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.conns)
+}
+
 // Close stops the manager: pending handshakes fail, established
 // connections' QPs are left as they are (their peers are not told), and
 // QP 1 is closed. It is idempotent.

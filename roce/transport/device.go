@@ -149,6 +149,14 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 // Stats returns the device's counters.
 func (d *Device) Stats() *Stats { return &d.stats }
 
+// NumQPs returns how many QPs the device has (QP 1 among them): created
+// and not yet destroyed.
+func (d *Device) NumQPs() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.qps)
+}
+
 // LocalAddr returns the address of the device's packet conn.
 func (d *Device) LocalAddr() netip.AddrPort { return d.conn.LocalAddr() }
 

@@ -1,0 +1,213 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/integration/guest"
+)
+
+// cmEnd is one application end of an rdma_cm connection on a kernel
+// device: its channel, id, QP and 64 KiB of registered memory.
+type cmEnd struct {
+	ch *ibv.EventChannel
+	id *ibv.CMID
+	cq *ibv.CQ
+	qp *ibv.QP
+	mr *ibv.MR
+}
+
+// setup makes the end's QP on id; its cleanups run at the test's end (t is
+// used for nothing else: setup may run on any goroutine).
+func (e *cmEnd) setup(t *testing.T, id *ibv.CMID) error {
+	e.id = id
+	dev, err := id.Device()
+	if err != nil {
+		return err
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { pd.Close() })
+	if e.cq, err = dev.NewCQ(ibv.CQOptions{Entries: 64}); err != nil {
+		return err
+	}
+	t.Cleanup(func() { e.cq.Close() })
+	if e.qp, err = id.CreateQP(pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return err
+	}
+	arena, err := ibv.MapArena(64<<10, ibv.ArenaOptions{})
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { arena.Close() })
+	e.mr, err = pd.RegMR(arena.Bytes(), ibv.AccessLocalWrite)
+	return err
+}
+
+// TestGuestRunSendThenDisconnect: an IB-side application SENDs and, once
+// its HCA reported them complete (the gateway's HCA acknowledged them),
+// disconnects at once, as perftest does at its end. Every SEND must reach
+// the RoCE-side application before the disconnect does: the IB side was
+// told they arrived, so the gateway may not drop them. (It fails today:
+// the verbs leg ends the session on the DISCONNECTED event at once, and
+// the session's teardown drops what it has not yet delivered, sometimes
+// before the receive completions were even polled. perftest's closing
+// handshake hits the same when its IB-side end leaves first: its other end
+// waits for the last message forever.)
+func TestGuestRunSendThenDisconnect(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	const port, sends, rounds = 7182, 4, 20
+	cfg := gatewayConfig("udp", ns, ib) + fmt.Sprintf(`  - name: drain-to-roce
+    listen: {leg: ib, addr: "%v:%d"}
+    target: {leg: roce, addr: "%v:%d"}
+`, ib.GatewayIP, port, ns.PeerIP, port)
+	startGateway(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// The RoCE-side application: a listener on the kernel's rxe1.
+	tch, err := ibv.NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tch.Close() })
+	lid, err := tch.NewID(ibv.PortSpaceTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lid.Bind(netip.AddrPortFrom(ns.PeerIP, port)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lid.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+
+	lost := 0
+	for round := range rounds {
+		// The target accepts what the gateway dials, with receives posted.
+		accepted := make(chan *cmEnd, 1)
+		go func() {
+			defer close(accepted)
+			req, err := tch.Expect(ctx, ibv.CMConnectRequest)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tgt := &cmEnd{ch: tch}
+			if err := tgt.setup(t, req.ID); err != nil {
+				t.Error(err)
+				return
+			}
+			var wrs []ibv.RecvWR
+			for i := range 8 {
+				wrs = append(wrs, ibv.RecvWR{ID: uint64(i), SGEs: []ibv.SGE{tgt.mr.SGE(i*1024, 1024)}})
+			}
+			if _, err := tgt.qp.PostRecv(wrs); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := req.ID.Accept(ibv.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := tch.Expect(ctx, ibv.CMEstablished); err != nil {
+				t.Error(err)
+				return
+			}
+			accepted <- tgt
+		}()
+
+		// The IB-side application connects through the gateway.
+		cli := &cmEnd{}
+		if cli.ch, err = ibv.NewEventChannel(); err != nil {
+			t.Fatal(err)
+		}
+		id, err := cli.ch.NewID(ibv.PortSpaceTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := id.ResolveAddr(ib.PeerIP, netip.AddrPortFrom(ib.GatewayIP, port), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.ch.Expect(ctx, ibv.CMAddrResolved); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.ResolveRoute(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.ch.Expect(ctx, ibv.CMRouteResolved); err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.setup(t, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.Connect(ibv.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.ch.Expect(ctx, ibv.CMEstablished); err != nil {
+			t.Fatalf("round %d: connect through the gateway: %v", round, err)
+		}
+		tgt := <-accepted
+		if tgt == nil {
+			t.FailNow()
+		}
+
+		var wrs []ibv.SendWR
+		for i := range sends {
+			copy(cli.mr.Bytes()[i*64:], fmt.Sprintf("round %d send %d", round, i))
+			wrs = append(wrs, ibv.SendWR{ID: uint64(i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(i*64, 64)}})
+		}
+		if _, err := cli.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		wcs := make([]ibv.WorkCompletion, 16)
+		for done := 0; done < sends; {
+			n, err := cli.cq.Wait(ctx, wcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != ibv.WCSuccess {
+					t.Fatalf("round %d: the IB side's SEND %d: %v", round, wc.ID, wc.Status)
+				}
+			}
+			done += n
+		}
+		// Acknowledged: the IB side leaves at once.
+		if err := id.Disconnect(); err != nil {
+			t.Fatal(err)
+		}
+
+		got := 0
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	receive:
+		for got < sends {
+			n, err := tgt.cq.Wait(wctx, wcs)
+			if err != nil {
+				break // what did not come within 5 s is lost
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != ibv.WCSuccess {
+					break receive // flushed: the connection is down
+				}
+				got++
+			}
+		}
+		wcancel()
+		if got != sends {
+			lost += sends - got
+			t.Errorf("round %d: the RoCE side received %d of the %d SENDs the IB side's HCA completed before it disconnected", round, got, sends)
+		}
+		cli.ch.Close()
+		tgt.id.Close()
+	}
+	t.Logf("%d rounds of %d SENDs then a disconnect: %d SENDs lost", rounds, sends, lost)
+}
