@@ -104,7 +104,11 @@ type Device struct {
 	qps     map[uint32]*QP
 	nextQPN uint32
 
-	txMu sync.Mutex // serializes conn.WriteBatch
+	// txMu serializes conn.WriteBatch. Lock order: txMu before QP.mu
+	// (send holds txMu while it takes a QP's packets under QP.mu); never
+	// take txMu while holding a QP.mu: code under QP.mu queues packets in
+	// QP.tx and calls send after unlocking.
+	txMu sync.Mutex
 
 	closed   chan struct{}
 	closeErr error

@@ -110,7 +110,11 @@ type QP struct {
 	maxSQ  int
 	maxRQ  int
 
-	mu     sync.Mutex // guards everything below
+	// mu guards everything below; functions named ...Locked must be
+	// called with it held. Lock order: Device.txMu before mu (Device.send
+	// takes a QP's packets under mu while it holds txMu), so nothing under
+	// mu calls Device.send: it queues packets in tx and sends after Unlock.
+	mu     sync.Mutex
 	state  QPState
 	attr   QPAttr
 	mtu    int
@@ -324,12 +328,12 @@ func (qp *QP) flushLocked() {
 	}
 	qp.req.sq = qp.req.sq[:0]
 	for _, r := range qp.rq {
-		qp.pushRecv(WC{ID: r.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
+		qp.pushRecvLocked(WC{ID: r.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
 	}
 	qp.rq = qp.rq[:0]
 }
 
-func (qp *QP) pushRecv(wc WC) {
+func (qp *QP) pushRecvLocked(wc WC) {
 	if !qp.pushLocked(qp.recvCQ, wc) {
 		qp.cqOverflowLocked("receive", wc)
 	}
@@ -369,7 +373,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 	}
 	if qp.state == StateError {
 		for _, wr := range wrs {
-			qp.pushRecv(WC{ID: wr.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
+			qp.pushRecvLocked(WC{ID: wr.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
 		}
 		return nil
 	}
@@ -401,7 +405,7 @@ func (qp *QP) postSendLocked(wrs []SendWR) error {
 		return fmt.Errorf("transport: post send on QP %#x: send queue full (%d)", qp.qpn, qp.maxSQ)
 	}
 	for i := range wrs {
-		if err := qp.checkSendWR(&wrs[i]); err != nil {
+		if err := qp.checkSendWRLocked(&wrs[i]); err != nil {
 			return fmt.Errorf("transport: post send %d on QP %#x: %w", wrs[i].ID, qp.qpn, err)
 		}
 	}
@@ -417,7 +421,7 @@ func (qp *QP) postSendLocked(wrs []SendWR) error {
 	return nil
 }
 
-func (qp *QP) checkSendWR(wr *SendWR) error {
+func (qp *QP) checkSendWRLocked(wr *SendWR) error {
 	if _, err := wr.Local.bytes(); err != nil {
 		return err
 	}
@@ -475,8 +479,8 @@ func (qp *QP) completeSendLocked(w *sendWQE) {
 
 // packet buffers -------------------------------------------------------
 
-// newPacket returns a message with a free buffer, addressed to the peer.
-func (qp *QP) newPacket(to netip.AddrPort) *roce.Message {
+// newPacketLocked returns a message with a free buffer, addressed to the peer.
+func (qp *QP) newPacketLocked(to netip.AddrPort) *roce.Message {
 	var buf []byte
 	if n := len(qp.txBuf); n > 0 {
 		buf = qp.txBuf[n-1][:0]
@@ -498,9 +502,9 @@ func (qp *QP) newPacket(to netip.AddrPort) *roce.Message {
 // cheaper than a gather.
 const gatherMin = 256
 
-// queue builds a transport packet into a new message for the peer.
-func (qp *QP) queue(to netip.AddrPort, f *roce.PacketFields, payload []byte) {
-	m := qp.newPacket(to)
+// queueLocked builds a transport packet into a new message for the peer.
+func (qp *QP) queueLocked(to netip.AddrPort, f *roce.PacketFields, payload []byte) {
+	m := qp.newPacketLocked(to)
 	if len(payload) >= gatherMin && f.BTH.Opcode.HasPayload() {
 		m.Buf, m.Hdr = roce.AppendPacketGather(m.Buf, f, len(payload))
 		m.Payload = payload
@@ -604,7 +608,7 @@ func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 		if op.IsRequest() {
 			qp.handleRequestLocked(p)
 		} else if qp.state == StateRTS {
-			qp.handleResponse(p)
+			qp.handleResponseLocked(p)
 		}
 	}
 }
@@ -618,7 +622,7 @@ func (qp *QP) sendCNPLocked(to netip.AddrPort) {
 	}
 	qp.lastCNP = now
 	dest := qp.attr.DestQPN
-	m := qp.newPacket(to)
+	m := qp.newPacketLocked(to)
 	m.Buf = m.Buf[:roce.CNPLen]
 	_ = roce.EncodeCNP(m.Buf, dest) // the buffer holds MaxPacket bytes
 	m.N = len(m.Buf)

@@ -149,7 +149,7 @@ func (qp *QP) pumpLocked() {
 		if r.probe && r.probeSent {
 			return
 		}
-		if !qp.paceLocked(qp.packetLen(w, r.k)) {
+		if !qp.paceLocked(qp.packetLenLocked(w, r.k)) {
 			return
 		}
 		if r.psn != w.first.Add(r.k) {
@@ -237,7 +237,7 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 	if r := &qp.req; f.BTH.AckReq && !r.rttPending && !r.retrying && !r.tlpResend {
 		r.rttPSN, r.rttSent, r.rttPending = roce.PSN(f.BTH.PSN), time.Now(), true
 	}
-	qp.queue(qp.attr.Remote, &f, payload)
+	qp.queueLocked(qp.attr.Remote, &f, payload)
 }
 
 func pick(first, last bool, fst, mid, lst, only roce.Opcode) roce.Opcode {
@@ -252,8 +252,8 @@ func pick(first, last bool, fst, mid, lst, only roce.Opcode) roce.Opcode {
 	return mid
 }
 
-// handleResponse processes an ACK, NAK, read response or atomic ACK.
-func (qp *QP) handleResponse(p *roce.Packet) {
+// handleResponseLocked processes an ACK, NAK, read response or atomic ACK.
+func (qp *QP) handleResponseLocked(p *roce.Packet) {
 	r := &qp.req
 	psn := roce.PSN(p.BTH.PSN())
 	// A response for a PSN never sent is bogus: ignore it.
@@ -742,8 +742,8 @@ func (r *requester) onCNP(qp *QP) {
 	}
 }
 
-// packetLen estimates the wire size of packet k of w, for pacing.
-func (qp *QP) packetLen(w *sendWQE, k int) int {
+// packetLenLocked estimates the wire size of packet k of w, for pacing.
+func (qp *QP) packetLenLocked(w *sendWQE, k int) int {
 	const headers = 14 + 20 + 8 + roce.BTHLen + roce.RETHLen + roce.ICRCLen
 	if w.isReadOrAtomic() {
 		return headers + roce.AtomicETHLen
