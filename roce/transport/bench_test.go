@@ -59,6 +59,12 @@ func BenchmarkGoodputLoss(b *testing.B) {
 			b.ReportMetric(float64(a.dev.Stats().Timeouts.Load())/float64(b.N), "timeouts/msg")
 			b.ReportMetric(float64(a.dev.Stats().TailProbes.Load())/float64(b.N), "probes/msg")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/msg")
+			// Packets sent per message: 16 without loss, more for each
+			// packet resent.
+			b.ReportMetric(float64(a.dev.Stats().TxPackets.Load())/float64(b.N), "packets/msg")
+			// Packets the simulated network dropped for a full receive
+			// queue, beyond the random loss asked for.
+			b.ReportMetric(float64(net.Stats().Overflow.Load()), "overflows")
 		})
 	}
 }
