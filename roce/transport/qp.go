@@ -114,18 +114,19 @@ type QP struct {
 	// called with it held. Lock order: Device.txMu before mu (Device.send
 	// takes a QP's packets under mu while it holds txMu), so nothing under
 	// mu calls Device.send: it queues packets in tx and sends after Unlock.
-	mu     sync.Mutex
-	state  QPState
-	attr   QPAttr
-	mtu    int
-	req    requester
-	resp   responder
-	rq     []RecvWR
-	timer  *time.Timer
-	tx     []roce.Message // packets built under mu, sent by Device.send
-	spare  []roce.Message
-	txBuf  [][]byte // free packet buffers
-	target Target   // executes arriving requests (the responder's hook)
+	mu      sync.Mutex
+	state   QPState
+	attr    QPAttr
+	mtu     int
+	req     requester
+	resp    responder
+	rq      []RecvWR
+	timer   *time.Timer    // the recovery machine's deadlines (armTimerLocked)
+	timerAt time.Time      // when timer fires; zero when it is not armed
+	tx      []roce.Message // packets built under mu, sent by Device.send
+	spare   []roce.Message
+	txBuf   [][]byte // free packet buffers
+	target  Target   // executes arriving requests (the responder's hook)
 	// Leases of READ data whose responses are queued in tx (txLeases) or
 	// being written by Device.send (sentLeases): released once sent.
 	txLeases, sentLeases []Lease
@@ -278,7 +279,7 @@ func (qp *QP) modifyLocked(a QPAttr) error {
 		if qp.attr.MaxRdAtomic <= 0 {
 			qp.attr.MaxRdAtomic = 16
 		}
-		qp.req.init(roce.PSN(a.SQPSN), qp.attr.RetryCnt, qp.attr.RNRRetry)
+		qp.req.init(roce.PSN(a.SQPSN), ackTimeout(qp.attr.Timeout), qp.attr.RetryCnt, qp.attr.RNRRetry)
 		qp.cc = nil
 		if a.ECN && qp.typ == RC {
 			qp.cc = newDCQCN(qp.dev.opts.DCQCN, time.Now())
@@ -311,6 +312,7 @@ func (qp *QP) toErrorLocked() {
 	qp.state = StateError
 	if qp.timer != nil {
 		qp.timer.Stop()
+		qp.timerAt = time.Time{}
 	}
 	if qp.pacer != nil {
 		qp.pacer.Stop()
@@ -417,7 +419,7 @@ func (qp *QP) postSendLocked(wrs []SendWR) error {
 		qp.sendUDLocked()
 		return nil
 	}
-	qp.pumpLocked()
+	qp.pumpLocked(time.Now())
 	return nil
 }
 
@@ -582,7 +584,7 @@ func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 	defer func() { qp.inRx = false }()
 	op := p.Opcode()
 	if op == roce.CNP {
-		qp.req.onCNP(qp)
+		qp.onCNPLocked()
 		return
 	}
 	if m.ECN == roce.ECNCE && !qp.dev.opts.NoCNP {
@@ -674,7 +676,7 @@ func (qp *QP) paceLocked(n int) bool {
 
 func (qp *QP) onPace() {
 	qp.mu.Lock()
-	qp.pumpLocked()
+	qp.pumpLocked(time.Now())
 	qp.mu.Unlock()
 	qp.dev.send(qp)
 }
