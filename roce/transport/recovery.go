@@ -65,7 +65,15 @@ import (
 // tailProbe; rnrDeadline replaces both in rnrWait.
 // deadline returns the earliest; the QP keeps one timer on it.
 //
-// At most window packets are unacknowledged (defaultMaxWindow).
+// Flow control (the flow-control half of IRN, SIGCOMM'18): at most window
+// packets are unacknowledged. go-back-N resends everything after a loss
+// that was in flight, so what a loss costs is bounded by the window. The
+// window starts at maxWindow, halves on each loss (a sequence NAK or an
+// ACK timeout: a tail-loss probe is no proof of one), never below the
+// estimated bandwidth-delay product (the smoothed delivery rate times the
+// least round trip, at least minWindow), and grows back by one packet per
+// window of packets acknowledged. A packet asks for an ACK at least every
+// quarter window, so that the acknowledgements keep the window open.
 type recovery struct {
 	state recState
 
@@ -92,13 +100,17 @@ type recovery struct {
 	rereadSet bool
 
 	// Round trips, sampled from one ACK-requesting packet at a time that
-	// was never sent before (Karn): rttPSN, sent at rttSent.
+	// was never sent before (Karn): rttPSN, sent at rttSent when una was
+	// rttUna.
 	srtt, minRTT time.Duration
 	rttPSN       roce.PSN
+	rttUna       roce.PSN
 	rttSent      time.Time
 	rttPending   bool
+	rate         float64 // the smoothed delivery rate, packets per second
 
-	window int // packets unacknowledged at most
+	window, maxWindow int
+	growth            int // packets acknowledged since the window last grew
 }
 
 // recState is the recovery machine's state.
@@ -153,8 +165,14 @@ type recOutcome struct {
 	cause  recCause
 }
 
-// defaultMaxWindow is how many packets are unacknowledged at most.
-const defaultMaxWindow = 512
+// Window bounds, in packets. defaultMaxWindow is what the requester kept
+// in flight before it had a window; minWindow is the least a loss leaves,
+// whatever was measured: smaller windows cost more in round trips waited
+// than they save in packets resent (docs/performance.md).
+const (
+	defaultMaxWindow = 512
+	minWindow        = 32
+)
 
 // minProbeTimeout is the least time before a tail-loss probe: below it a
 // Go scheduler's hiccup or a busy receiver would trigger probes for
@@ -165,7 +183,7 @@ const minProbeTimeout = time.Millisecond
 func (m *recovery) init(psn roce.PSN, timeout time.Duration, retry, rnr uint8) {
 	*m = recovery{una: psn, nxt: psn, last: psn.Add(-1), lastAckReq: psn.Add(-1), timeout: timeout,
 		retryCnt: retry, rnrRetry: rnr, retries: retry, rnrRetries: rnr,
-		window: defaultMaxWindow}
+		window: defaultMaxWindow, maxWindow: defaultMaxWindow}
 }
 
 // outstanding reports whether packets await acknowledgement.
@@ -187,8 +205,9 @@ func (m *recovery) maySend(psn roce.PSN) bool {
 }
 
 // ackInterval is how many packets go between two ACK requests of a long
-// message: rxe's RXE_MAX_PKT_PER_ACK.
-func (m *recovery) ackInterval() int { return ackEvery }
+// message: rxe's RXE_MAX_PKT_PER_ACK, fewer when the window is small so
+// that an ACK always comes back before the window closes.
+func (m *recovery) ackInterval() int { return max(1, min(ackEvery, m.window/4)) }
 
 // wantAck reports whether a packet at psn asks for an ACK beyond the last
 // packet of each message: always in probe, and every ackInterval packets.
@@ -213,7 +232,7 @@ func (m *recovery) onSent(now time.Time, p sent) {
 	if p.ackReq {
 		m.lastAckReq = p.last
 		if fresh && !m.rttPending && m.state == recNormal {
-			m.rttPSN, m.rttSent, m.rttPending = p.last, now, true
+			m.rttPSN, m.rttUna, m.rttSent, m.rttPending = p.last, m.una, now, true
 		}
 	}
 	if m.state == recProbe {
@@ -233,6 +252,7 @@ func (m *recovery) onAck(now time.Time, psn roce.PSN) recOutcome {
 	if !m.una.Before(n) || m.nxt.Before(n) {
 		return recOutcome{} // no progress, or a PSN never sent
 	}
+	acked := int(n.Sub(m.una))
 	m.una = n
 	m.retries, m.rnrRetries = m.retryCnt, m.rnrRetry
 	if m.rereadSet && m.rereadPSN.Before(n) {
@@ -240,8 +260,9 @@ func (m *recovery) onAck(now time.Time, psn roce.PSN) recOutcome {
 	}
 	if m.rttPending && !psn.Before(m.rttPSN) {
 		m.rttPending = false
-		m.sampleRTT(now.Sub(m.rttSent))
+		m.sampleRTT(now.Sub(m.rttSent), int(n.Sub(m.rttUna)))
 	}
+	m.grow(acked)
 	var out recOutcome
 	switch m.state {
 	case recProbe:
@@ -288,6 +309,7 @@ func (m *recovery) onNAK(psn roce.PSN, code uint8) recOutcome {
 	m.retries--
 	m.state = recGoBackN
 	m.rttPending = false // an ACK could now answer either copy (Karn)
+	m.shrink()
 	return recOutcome{act: actResend, psn: psn, cause: causeNAK}
 }
 
@@ -352,6 +374,7 @@ func (m *recovery) onTimer(now time.Time) recOutcome {
 			return recOutcome{act: actFail, psn: m.una, status: StatusRetryExcErr, cause: causeTimeout}
 		}
 		m.retries--
+		m.shrink()
 		m.startProbe()
 		return recOutcome{act: actResend, psn: m.una, cause: causeTimeout}
 	case !m.tlpDeadline.IsZero() && !now.Before(m.tlpDeadline):
@@ -406,16 +429,51 @@ func (m *recovery) probeTimeout() time.Duration {
 	return max(2*m.srtt, minProbeTimeout)
 }
 
-// sampleRTT folds a round trip d into srtt (RFC 6298's 1/8 gain) and
-// minRTT.
-func (m *recovery) sampleRTT(d time.Duration) {
+// sampleRTT folds a round trip d, over which delivered packets were
+// acknowledged, into srtt and the delivery rate (both with RFC 6298's 1/8
+// gain) and minRTT. A smoothed rate, not the fastest sample: one burst of
+// coalesced ACKs would otherwise inflate the bandwidth-delay product, and
+// with it what every later loss costs.
+func (m *recovery) sampleRTT(d time.Duration, delivered int) {
 	if d <= 0 {
 		d = time.Nanosecond
 	}
 	if m.srtt == 0 {
 		m.srtt, m.minRTT = d, d
+	} else {
+		m.srtt += (d - m.srtt) / 8
+		m.minRTT = min(m.minRTT, d)
+	}
+	r := float64(delivered) / d.Seconds()
+	if m.rate == 0 {
+		m.rate = r
+	} else {
+		m.rate += (r - m.rate) / 8
+	}
+}
+
+// bdp is the estimated bandwidth-delay product in packets: the delivery
+// rate times the least round trip, within [minWindow, maxWindow].
+func (m *recovery) bdp() int {
+	b := int(m.rate * m.minRTT.Seconds())
+	return max(minWindow, min(b, m.maxWindow))
+}
+
+// shrink halves the window for a loss, not below the bandwidth-delay
+// product.
+func (m *recovery) shrink() {
+	m.window = max(m.window/2, m.bdp())
+	m.growth = 0
+}
+
+// grow opens the window by one packet per window of packets acknowledged.
+func (m *recovery) grow(acked int) {
+	if m.window >= m.maxWindow {
 		return
 	}
-	m.srtt += (d - m.srtt) / 8
-	m.minRTT = min(m.minRTT, d)
+	m.growth += acked
+	for m.growth >= m.window && m.window < m.maxWindow {
+		m.growth -= m.window
+		m.window++
+	}
 }

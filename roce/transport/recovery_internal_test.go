@@ -282,8 +282,77 @@ func TestRecoveryTransitions(t *testing.T) {
 	}
 }
 
+// TestRecoveryWindow checks the flow control: at most window packets
+// unacknowledged, halved by a loss but not below the bandwidth-delay
+// product, grown back by one packet per window acknowledged.
+func TestRecoveryWindow(t *testing.T) {
+	var m recovery
+	m.init(wrapPSN, recTimeout, 7, 7)
+	if m.window != defaultMaxWindow {
+		t.Fatalf("initial window %d, want %d", m.window, defaultMaxWindow)
+	}
+	if !m.maySend(wrapPSN.Add(defaultMaxWindow-1)) || m.maySend(wrapPSN.Add(defaultMaxWindow)) {
+		t.Errorf("maySend: the window of %d from una %#x is wrong", defaultMaxWindow, wrapPSN)
+	}
+	// A round trip of 100 us over which 100 packets were acknowledged: a
+	// rate of 1e6 packets/s and a bandwidth-delay product of 100 packets.
+	send(0, wrapPSN, 100)(&m)
+	ack(100*time.Microsecond, wrapPSN.Add(99))(&m)
+	if got := m.bdp(); got != 100 {
+		t.Fatalf("bdp %d packets (rate %.0f/s, min RTT %v), want 100", got, m.rate, m.minRTT)
+	}
+	p := wrapPSN.Add(100)
+	var want []int
+	var got []int
+	for range 4 {
+		send(time.Millisecond, p, 10)(&m)
+		nak(time.Millisecond, p, roce.NAKPSNSequenceError)(&m)
+		got = append(got, m.window)
+		ack(time.Millisecond, p.Add(9))(&m) // the go-back-N went through
+		p = p.Add(10)
+	}
+	want = []int{256, 128, 100, 100}
+	if !equalInts(got, want) {
+		t.Errorf("window after each loss %v, want %v", got, want)
+	}
+	if !m.maySend(m.una.Add(99)) || m.maySend(m.una.Add(100)) {
+		t.Errorf("maySend: the window of 100 from una %#x is wrong", m.una)
+	}
+	// A timeout is a loss too: the window stays at the floor.
+	send(2*time.Millisecond, p, 1)(&m)
+	m.onTimer(at(2*time.Millisecond + recTimeout))
+	ack(3*time.Millisecond+recTimeout, p)(&m)
+	p = p.Add(1)
+	if m.window != 100 {
+		t.Errorf("window after a timeout %d, want 100 (the bandwidth-delay product)", m.window)
+	}
+	// 100 packets acknowledged (at the same rate) open it by one.
+	d := 4*time.Millisecond + recTimeout
+	send(d, p, 100)(&m)
+	ack(d+100*time.Microsecond, p.Add(99))(&m)
+	if m.window != 101 {
+		t.Errorf("window after 100 packets acknowledged %d, want 101 (bdp %d)", m.window, m.bdp())
+	}
+}
+
+// TestRecoveryBDPFloor checks that the window never shrinks below
+// minWindow, whatever was measured.
+func TestRecoveryBDPFloor(t *testing.T) {
+	var m recovery
+	m.init(0, recTimeout, 7, 7)
+	for i := range 20 {
+		p := roce.PSN(i * 4)
+		send(0, p, 4)(&m)
+		nak(0, p.Add(1), roce.NAKPSNSequenceError)(&m)
+		ack(0, p.Add(3))(&m)
+	}
+	if m.window != minWindow {
+		t.Errorf("window after 20 losses %d, want minWindow %d", m.window, minWindow)
+	}
+}
+
 // TestRecoveryAckRequests checks when packets ask for an ACK beyond the
-// last of each message: every ackEvery packets, and in probe.
+// last of each message: every ackInterval packets, and in probe.
 func TestRecoveryAckRequests(t *testing.T) {
 	var m recovery
 	m.init(wrapPSN, recTimeout, 7, 7)
@@ -298,6 +367,10 @@ func TestRecoveryAckRequests(t *testing.T) {
 	}
 	if want := []int{63, 127}; !equalInts(asked, want) {
 		t.Errorf("at window %d packets %v asked for an ACK, want %v", m.window, asked, want)
+	}
+	m.window = 32
+	if got := m.ackInterval(); got != 8 {
+		t.Errorf("ackInterval at window 32: %d, want 8", got)
 	}
 	m.onTimer(at(recTimeout))
 	if m.state != recProbe || !m.wantAck(m.una) {

@@ -145,7 +145,8 @@ func (qp *QP) pumpLocked(now time.Time) {
 
 // ackEvery is how many packets of a long message go between two ACK
 // requests at most: rxe's RXE_MAX_PKT_PER_ACK. Fewer ACKs cost the
-// responder and the requester less (recovery.ackInterval).
+// responder and the requester less; the recovery machine asks more often
+// when its window is small (recovery.ackInterval).
 const ackEvery = 64
 
 // buildRequestLocked queues packet k of w, asking for an ACK if it ends a
