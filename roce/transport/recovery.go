@@ -21,16 +21,16 @@ import (
 //	┌────────┐ ────────────────────────────────────────────► ┌─────────┐
 //	│        │ ◄─────────────────── progress ─────────────── │ goBackN │ (a NAK for una:
 //	│        │                                               └─────────┘  a straggler, ignored)
-//	│        │  probe due: the newest packet again, ACK asked     │ probe due
+//	│        │  probe due: the newest packet again, ACK asked     │
 //	│        │ ────────────────────────────────────────────► ┌───────────┐
 //	│        │ ◄─────────────────── progress ─────────────── │ tailProbe │
 //	│        │                                               └───────────┘
-//	│        │                                                    │ probe due again:
+//	│        │                                                    │ probe due (from either):
 //	│ normal │  ACK timeout (from normal, goBackN, tailProbe):    │ no retry spent
 //	│        │  retry_cnt--                                       ▼
-//	│        │ ────────────────────────────────────────────► ┌───────┐ ◄─┐
-//	│        │ ◄──── progress: go back N from the answer ─── │ probe │ ──┘ ACK timeout: retry_cnt--
-//	│        │                                               └───────┘
+//	│        │ ────────────────────────────────────────────► ┌───────┐ ◄─┐ ACK timeout: retry_cnt--;
+//	│        │ ◄──── progress: go back N from the answer ─── │ probe │ ──┘ probe due: again, the
+//	│        │                                               └───────┘     probe time doubling
 //	│        │  RNR NAK (from any state): rnr_retry--, unless 7
 //	│        │ ────────────────────────────────────────────► ┌─────────┐
 //	│        │ ◄────── RNR timer: resend from its PSN ────── │ rnrWait │
@@ -44,7 +44,9 @@ import (
 // the probe drew out: it goes back N as from normal. The tail-loss probe exists because a lost
 // last packet of a burst, a lost NAK or a lost retransmission leaves the
 // responder silent (after a NAK it drops everything until the PSN it
-// NAKed), which would otherwise wait out the whole ACK timeout.
+// NAKed), which would otherwise wait out the whole ACK timeout; from
+// goBackN it goes straight to probe, since a responder that NAKed answers
+// nothing but the PSN it wants.
 //
 // Failures end the machine from any state: retry_cnt exhausted (a sequence
 // NAK or an ACK timeout with no retry left) fails with StatusRetryExcErr at
@@ -61,8 +63,8 @@ import (
 // Deadlines: the ACK timeout (ackDeadline) runs while packets are
 // unacknowledged and restarts on progress; the tail-loss probe
 // (tlpDeadline) is due a probe time (twice the smoothed round trip, at
-// least minProbeTimeout) after the last progress, in normal, goBackN and
-// tailProbe; rnrDeadline replaces both in rnrWait.
+// least minProbeTimeout) after the last progress or probe, doubling for
+// each probe unanswered in probe; rnrDeadline replaces both in rnrWait.
 // deadline returns the earliest; the QP keeps one timer on it.
 //
 // Flow control (the flow-control half of IRN, SIGCOMM'18): at most window
@@ -95,6 +97,7 @@ type recovery struct {
 	ackDeadline, tlpDeadline, rnrDeadline time.Time
 	rnrPSN                                roce.PSN // where to resume after rnrWait
 	probeSent                             bool     // probe: the probe packet went
+	probes                                uint8    // probe: probes resent without an answer
 
 	rereadPSN roce.PSN // readGap: the PSN last asked for again
 	rereadSet bool
@@ -177,7 +180,7 @@ const (
 // minProbeTimeout is the least time before a tail-loss probe: below it a
 // Go scheduler's hiccup or a busy receiver would trigger probes for
 // packets that were not lost.
-const minProbeTimeout = time.Millisecond
+const minProbeTimeout = 250 * time.Microsecond
 
 // init readies the machine for a QP entering RTS with first PSN psn.
 func (m *recovery) init(psn roce.PSN, timeout time.Duration, retry, rnr uint8) {
@@ -375,12 +378,12 @@ func (m *recovery) onTimer(now time.Time) recOutcome {
 		}
 		m.retries--
 		m.shrink()
-		m.startProbe()
+		m.startProbe(now)
 		return recOutcome{act: actResend, psn: m.una, cause: causeTimeout}
 	case !m.tlpDeadline.IsZero() && !now.Before(m.tlpDeadline):
 		m.tlpDeadline = time.Time{}
 		switch m.state {
-		case recNormal, recGoBackN:
+		case recNormal:
 			if m.lastPlain && !m.last.Before(m.una) && m.last.Before(m.nxt) {
 				// Stage 1: the newest packet again, and keep sending.
 				m.state = recTailProbe
@@ -389,9 +392,18 @@ func (m *recovery) onTimer(now time.Time) recOutcome {
 				return recOutcome{act: actTailProbe, psn: m.last, cause: causeTailProbe}
 			}
 			fallthrough
-		case recTailProbe:
-			// Stage 2: the timeout's recovery, early, without a retry.
-			m.startProbe()
+		case recTailProbe, recGoBackN:
+			// Stage 2: the timeout's recovery, early, without a retry. A
+			// go-back-N that stalled starts here: the responder that NAKed
+			// keeps silent until the PSN it NAKed arrives, so resending
+			// the newest packet would draw nothing.
+			m.startProbe(now)
+			return recOutcome{act: actResend, psn: m.una, cause: causeTailProbe}
+		case recProbe:
+			// The probe or its answer was lost: probe again, backing off.
+			m.probeSent = false
+			m.probes++
+			m.armReprobe(now)
 			return recOutcome{act: actResend, psn: m.una, cause: causeTailProbe}
 		}
 	}
@@ -400,10 +412,27 @@ func (m *recovery) onTimer(now time.Time) recOutcome {
 
 // startProbe enters probe: only the oldest unacknowledged packet goes,
 // asking for an ACK, until an answer.
-func (m *recovery) startProbe() {
-	m.state, m.probeSent = recProbe, false
+func (m *recovery) startProbe(now time.Time) {
+	m.state, m.probeSent, m.probes = recProbe, false, 0
 	m.rttPending = false
+	m.armReprobe(now)
+}
+
+// maxReprobes bounds the probes resent between two ACK timeouts.
+const maxReprobes = 8
+
+// armReprobe sets when an unanswered probe goes again: a probe time after
+// it, doubling with each one unanswered, as long as that comes before the
+// ACK timeout.
+func (m *recovery) armReprobe(now time.Time) {
 	m.tlpDeadline = time.Time{}
+	pto := m.probeTimeout()
+	if pto == 0 || m.probes >= maxReprobes {
+		return
+	}
+	if t := now.Add(pto << m.probes); m.ackDeadline.IsZero() || t.Before(m.ackDeadline) {
+		m.tlpDeadline = t
+	}
 }
 
 // restartDeadlines moves the ACK timeout a timeout ahead of now, and the
@@ -414,7 +443,11 @@ func (m *recovery) restartDeadlines(now time.Time) {
 		return
 	}
 	m.ackDeadline = now.Add(m.timeout)
-	if pto := m.probeTimeout(); pto > 0 && pto < m.timeout/2 && m.state != recProbe {
+	if m.state == recProbe {
+		m.armReprobe(now)
+		return
+	}
+	if pto := m.probeTimeout(); pto > 0 && pto < m.timeout/2 {
 		m.tlpDeadline = now.Add(pto)
 	}
 }
