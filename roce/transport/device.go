@@ -43,7 +43,7 @@ type Stats struct {
 	RxDuplicate, RxOutOfSequence  atomic.Uint64
 	TxNAKs, TxRNRNAKs, Retransmit atomic.Uint64
 	Timeouts                      atomic.Uint64
-	TailProbes                    atomic.Uint64 // tail-loss probes sent (either stage) before the ACK timeout
+	TailProbes                    atomic.Uint64 // tail-loss probes sent (either stage, and probes resent unanswered) before the ACK timeout
 	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
 	UDDropped                     atomic.Uint64
 	CQOverflows                   atomic.Uint64 // completions that found their CQ full

@@ -508,7 +508,9 @@ func (qp *QP) armTimerLocked(now time.Time) {
 
 // onTimer runs when a deadline may have passed: it hands the time to the
 // recovery machine (an ACK timeout, a tail-loss probe, the end of an RNR
-// wait) and sends what that asks for.
+// wait) and sends what that asks for. Progress moves the deadlines later
+// without resetting the timer (armTimerLocked), so it often finds nothing
+// due yet: then it only points the timer at the deadline as it now is.
 func (qp *QP) onTimer() {
 	qp.mu.Lock()
 	qp.timerAt = time.Time{}
@@ -517,10 +519,18 @@ func (qp *QP) onTimer() {
 		return
 	}
 	now := time.Now()
+	if d := qp.req.rec.deadline(); d.IsZero() || now.Before(d) {
+		qp.armTimerLocked(now)
+		qp.mu.Unlock()
+		return
+	}
 	qp.applyLocked(qp.req.rec.onTimer(now))
 	qp.pumpLocked(now)
+	send := len(qp.tx) > 0 || len(qp.txLeases) > 0
 	qp.mu.Unlock()
-	qp.dev.send(qp)
+	if send {
+		qp.dev.send(qp)
+	}
 }
 
 // onCNPLocked cuts the QP's rate for a congestion notification (DCQCN's
