@@ -97,6 +97,7 @@ type recovery struct {
 	ackDeadline, tlpDeadline, rnrDeadline time.Time
 	rnrPSN                                roce.PSN // where to resume after rnrWait
 	probeSent                             bool     // probe: the probe packet went
+	probeAt                               roce.PSN // probe: the PSN probed (una when it began)
 	probes                                uint8    // probe: probes resent without an answer
 
 	rereadPSN roce.PSN // readGap: the PSN last asked for again
@@ -269,7 +270,17 @@ func (m *recovery) onAck(now time.Time, psn roce.PSN) recOutcome {
 	var out recOutcome
 	switch m.state {
 	case recProbe:
-		out = recOutcome{act: actResend, psn: n, cause: causeProbeReply}
+		// The responder was stuck at the PSN probed (the answer
+		// acknowledges just it): go back N from there. It was further:
+		// the acknowledgements were only late, and so, likely, is what
+		// followed; resume after the newest packet sent. If some of that
+		// was lost too, the responder NAKs the next packet, or stays
+		// silent and the tail-loss probe comes back to it.
+		to := n
+		if n != m.probeAt.Next() {
+			to = m.nxt
+		}
+		out = recOutcome{act: actResend, psn: to, cause: causeProbeReply}
 		m.state = recNormal
 	case recGoBackN, recTailProbe:
 		m.state = recNormal
@@ -413,7 +424,7 @@ func (m *recovery) onTimer(now time.Time) recOutcome {
 // startProbe enters probe: only the oldest unacknowledged packet goes,
 // asking for an ACK, until an answer.
 func (m *recovery) startProbe(now time.Time) {
-	m.state, m.probeSent, m.probes = recProbe, false, 0
+	m.state, m.probeSent, m.probes, m.probeAt = recProbe, false, 0, m.una
 	m.rttPending = false
 	m.armReprobe(now)
 }
