@@ -29,7 +29,7 @@ import (
 //	│ normal │  ACK timeout (from normal, goBackN, tailProbe):    │ no retry spent
 //	│        │  retry_cnt--                                       ▼
 //	│        │ ────────────────────────────────────────────► ┌───────┐ ◄─┐ ACK timeout: retry_cnt--;
-//	│        │ ◄──── progress: go back N from the answer ─── │ probe │ ──┘ probe due: again, the
+//	│        │ ◄──── progress: where the answer says ─────── │ probe │ ──┘ probe due: again, the
 //	│        │                                               └───────┘     probe time doubling
 //	│        │  RNR NAK (from any state): rnr_retry--, unless 7
 //	│        │ ────────────────────────────────────────────► ┌─────────┐
@@ -40,13 +40,16 @@ import (
 // (goBackN from the NAK's PSN on; tailProbe has resent the newest packet
 // once and keeps sending); probe sends only the oldest unacknowledged
 // packet, asking for an ACK, until an answer says where the responder
-// stands; rnrWait sends nothing. A sequence NAK in tailProbe is the gap
-// the probe drew out: it goes back N as from normal. The tail-loss probe exists because a lost
-// last packet of a burst, a lost NAK or a lost retransmission leaves the
-// responder silent (after a NAK it drops everything until the PSN it
-// NAKed), which would otherwise wait out the whole ACK timeout; from
-// goBackN it goes straight to probe, since a responder that NAKed answers
-// nothing but the PSN it wants.
+// stands (an answer for just the PSN probed: go back N from after it; one
+// for more, so the ACKs were only late: resume after the newest packet
+// sent); rnrWait sends nothing. A sequence NAK in tailProbe is the gap the
+// probe drew out: it goes back N as from normal.
+//
+// The tail-loss probe exists because a lost last packet of a burst, a lost
+// NAK or a lost retransmission leaves the responder silent (after a NAK it
+// drops everything until the PSN it NAKed), which would otherwise wait out
+// the whole ACK timeout. From goBackN it goes straight to probe, since a
+// responder that NAKed answers nothing but the PSN it wants.
 //
 // Failures end the machine from any state: retry_cnt exhausted (a sequence
 // NAK or an ACK timeout with no retry left) fails with StatusRetryExcErr at
