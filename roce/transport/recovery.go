@@ -196,9 +196,6 @@ func (m *recovery) init(psn roce.PSN, timeout time.Duration, retry, rnr uint8) {
 // outstanding reports whether packets await acknowledgement.
 func (m *recovery) outstanding() bool { return m.una != m.nxt }
 
-// inflight is how many PSNs are sent and not acknowledged.
-func (m *recovery) inflight() int { return int(m.nxt.Sub(m.una)) }
-
 // maySend reports whether a packet at psn may go now: within the window,
 // one probe packet in probe, none in rnrWait.
 func (m *recovery) maySend(psn roce.PSN) bool {
@@ -301,14 +298,7 @@ func (m *recovery) onNAK(psn roce.PSN, code uint8) recOutcome {
 		return recOutcome{} // for a PSN never sent
 	}
 	if code != roce.NAKPSNSequenceError {
-		status := StatusRemOpErr
-		switch code {
-		case roce.NAKInvalidRequest:
-			status = StatusRemInvReqErr
-		case roce.NAKRemoteAccessError:
-			status = StatusRemAccessErr
-		}
-		return recOutcome{act: actFail, psn: psn, status: status, cause: causeFatal}
+		return recOutcome{act: actFail, psn: psn, status: NAKStatus(code), cause: causeFatal}
 	}
 	if psn.Before(m.una) {
 		return recOutcome{} // older than an acknowledgement already taken
