@@ -261,7 +261,7 @@ func (qp *QP) handleResponseLocked(p *roce.Packet) {
 		r.rdAtomic--
 		qp.ackUpToLocked(now, psn)
 	}
-	qp.completeHeadLocked(now)
+	qp.completeHeadLocked()
 	qp.pumpLocked(now)
 }
 
@@ -447,7 +447,7 @@ func (qp *QP) rewindLocked(psn roce.PSN) {
 }
 
 // completeHeadLocked completes finished WQEs in order.
-func (qp *QP) completeHeadLocked(now time.Time) {
+func (qp *QP) completeHeadLocked() {
 	r := &qp.req
 	for len(r.sq) > 0 {
 		w := r.sq[0]
