@@ -90,6 +90,10 @@ func fail(psn roce.PSN, s Status, cause recCause) recOutcome {
 	return recOutcome{act: actFail, psn: psn, status: s, cause: cause}
 }
 
+// TestRecoveryTransitions has one row per transition of the diagram in
+// recovery.go (and per special case: stale and bogus PSNs, stragglers,
+// READs and atomics, the counters), each from a fresh machine whose first
+// PSN is two before the 24-bit wrap, so every row's PSNs cross it.
 func TestRecoveryTransitions(t *testing.T) {
 	ms := time.Millisecond
 	pto := minProbeTimeout // the probe time after withRTT
@@ -100,7 +104,7 @@ func TestRecoveryTransitions(t *testing.T) {
 		want          recOutcome // the last step's answer
 		state         recState
 		una, nxt      roce.PSN
-		retries, rnrs int // -1: not checked
+		retries, rnrs int // retry_cnt and rnr_retry left
 	}{
 		{name: "normal: an ACK of progress", retry: 7, rnr: 7,
 			steps: []step{send(0, wrapPSN, 4), ack(ms, wrapPSN.Add(1))},
@@ -280,10 +284,10 @@ func TestRecoveryTransitions(t *testing.T) {
 			if m.una != tt.una || m.nxt != tt.nxt {
 				t.Errorf("una %#x nxt %#x, want %#x %#x", m.una, m.nxt, tt.una, tt.nxt)
 			}
-			if tt.retries >= 0 && int(m.retries) != tt.retries {
+			if int(m.retries) != tt.retries {
 				t.Errorf("retries left %d, want %d", m.retries, tt.retries)
 			}
-			if tt.rnrs >= 0 && int(m.rnrRetries) != tt.rnrs {
+			if int(m.rnrRetries) != tt.rnrs {
 				t.Errorf("RNR retries left %d, want %d", m.rnrRetries, tt.rnrs)
 			}
 		})
