@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 )
 
@@ -250,8 +251,9 @@ func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
 	return n, err
 }
 
-// ErrNotSupported matches an operation an endpoint's device cannot do.
-var ErrNotSupported = errors.New("not supported by the device")
+// ErrNotSupported matches an operation an endpoint's device cannot do:
+// roce.ErrNotSupported, the project's one sentinel.
+var ErrNotSupported = roce.ErrNotSupported
 
 // Complete implements Endpoint: the session finished relaying a received
 // SEND. Its receive buffer goes back and another receive is posted.

@@ -1,11 +1,16 @@
 package ibv
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/rbridge/rbridge/roce"
+)
 
 // ErrNotSupported is matched (errors.Is) by every error that means "this build
 // or this machine cannot do RDMA": a build without cgo or without libibverbs
 // and librdmacm (tag noibverbs), or an operation the device does not offer.
-var ErrNotSupported = errors.New("not supported")
+// It is roce.ErrNotSupported, the project's one sentinel.
+var ErrNotSupported = roce.ErrNotSupported
 
 // ErrClosed is returned by operations on an object after its Close, or after
 // the Close of an object it depends on (a QP after its PD, CQ or cm_id).

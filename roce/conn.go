@@ -122,3 +122,9 @@ const MaxPacket = 4096 + BTHLen + RETHLen + ImmDtLen + ICRCLen + 4
 
 // ErrConnClosed is returned by a PacketConn's methods after Close.
 var ErrConnClosed = errors.New("roce: packet conn closed")
+
+// ErrNotSupported is the project's one sentinel for a feature this build,
+// platform, kernel or device lacks. Every package's ErrNotSupported is this
+// value (ibv, xdp, roce/udpconn, roce/transport, bridge), so errors.Is
+// matches it whichever package's name a caller uses.
+var ErrNotSupported = errors.New("not supported")

@@ -1,11 +1,12 @@
 package xdp
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+
+	"github.com/rbridge/rbridge/roce"
 )
 
 // BindMode says how an AF_XDP socket moves frames.
@@ -34,8 +35,8 @@ func (m BindMode) String() string {
 }
 
 // ErrNotSupported matches errors for features this kernel, driver or
-// platform lacks.
-var ErrNotSupported = errors.New("xdp: not supported")
+// platform lacks: roce.ErrNotSupported, the project's one sentinel.
+var ErrNotSupported = roce.ErrNotSupported
 
 // ConnOptions configures an AF_XDP Conn.
 type ConnOptions struct {

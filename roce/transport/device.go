@@ -43,7 +43,7 @@ type Stats struct {
 	RxDuplicate, RxOutOfSequence  atomic.Uint64
 	TxNAKs, TxRNRNAKs, Retransmit atomic.Uint64
 	Timeouts                      atomic.Uint64
-	TailProbes                    atomic.Uint64 // tail-loss probes sent (either stage) before the ACK timeout
+	TailProbes                    atomic.Uint64 // tail-loss probes sent (either stage, and probes resent unanswered) before the ACK timeout
 	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
 	UDDropped                     atomic.Uint64
 	CQOverflows                   atomic.Uint64 // completions that found their CQ full
@@ -104,7 +104,11 @@ type Device struct {
 	qps     map[uint32]*QP
 	nextQPN uint32
 
-	txMu sync.Mutex // serializes conn.WriteBatch
+	// txMu serializes conn.WriteBatch. Lock order: txMu before QP.mu
+	// (send holds txMu while it takes a QP's packets under QP.mu); never
+	// take txMu while holding a QP.mu: code under QP.mu queues packets in
+	// QP.tx and calls send after unlocking.
+	txMu sync.Mutex
 
 	closed   chan struct{}
 	closeErr error

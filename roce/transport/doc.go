@@ -13,7 +13,10 @@
 // numbers them with 24-bit PSNs, asks for acknowledgements, retransmits
 // go-back-N on a timeout or a PSN-sequence-error NAK, probes for a lost tail
 // after twice the measured round trip instead of waiting out the ACK
-// timeout, waits out RNR NAKs, and limits outstanding READs and atomics) and a responder (it checks PSNs,
+// timeout, waits out RNR NAKs, caps what it has in flight by a window that
+// shrinks on loss, and limits outstanding READs and atomics; the recovery
+// and its timers are one state machine, recovery.go, with its transitions
+// drawn there) and a responder (it checks PSNs,
 // re-acknowledges duplicates, re-executes duplicate READs, replays atomic
 // results, checks rkeys, bounds and access rights, consumes receive WQEs,
 // coalesces ACKs and NAKs with the IBTA syndromes).
@@ -28,7 +31,9 @@
 //
 // Concurrency: each QP has one mutex that guards all of its state; the
 // Device's receive goroutine (routineReceive) takes it for each packet, the
-// retransmission timer, the posting methods and QP.Complete take it too.
+// retransmission timer, the posting methods and QP.Complete take it too;
+// functions named ...Locked run with it held. Lock order: Device.txMu
+// before QP.mu.
 // Target.Request and Target.Abandon run under it and must not block or call
 // the QP. Packets are built under the lock into per-QP buffers and written
 // after it is released.

@@ -36,7 +36,7 @@ func (t *localTarget) Request(r *Request) Reply {
 
 func (t *localTarget) Abandon() {
 	if t.cur != nil {
-		t.qp.pushRecv(WC{ID: t.cur.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: t.qp.qpn})
+		t.qp.pushRecvLocked(WC{ID: t.cur.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: t.qp.qpn})
 		t.cur = nil
 	}
 	t.wmr = nil
@@ -54,7 +54,7 @@ func (t *localTarget) send(r *Request) Reply {
 	}
 	buf, _ := t.cur.Local.bytes()
 	if t.curOff+len(r.Payload) > len(buf) {
-		qp.pushRecv(WC{ID: t.cur.ID, Status: StatusLocLenErr, Opcode: OpRecv, QPN: qp.qpn})
+		qp.pushRecvLocked(WC{ID: t.cur.ID, Status: StatusLocLenErr, Opcode: OpRecv, QPN: qp.qpn})
 		t.cur = nil
 		return Reply{Result: Failed, Status: StatusRemInvReqErr}
 	}
@@ -67,7 +67,7 @@ func (t *localTarget) send(r *Request) Reply {
 		case OpSendWithInv:
 			wc.InvRKey, wc.HasInv = r.InvRKey, true
 		}
-		qp.pushRecv(wc)
+		qp.pushRecvLocked(wc)
 		t.cur = nil
 	}
 	return Reply{}
@@ -105,7 +105,7 @@ func (t *localTarget) write(r *Request) Reply {
 		if r.Op == OpWriteWithImm {
 			wr := qp.rq[0]
 			qp.rq = qp.rq[1:]
-			qp.pushRecv(WC{ID: wr.ID, Opcode: OpRecvWriteWithImm, ByteLen: int(r.Length), Imm: r.Imm, HasImm: true, QPN: qp.qpn})
+			qp.pushRecvLocked(WC{ID: wr.ID, Opcode: OpRecvWriteWithImm, ByteLen: int(r.Length), Imm: r.Imm, HasImm: true, QPN: qp.qpn})
 		}
 	}
 	return Reply{}

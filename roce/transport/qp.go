@@ -110,18 +110,23 @@ type QP struct {
 	maxSQ  int
 	maxRQ  int
 
-	mu     sync.Mutex // guards everything below
-	state  QPState
-	attr   QPAttr
-	mtu    int
-	req    requester
-	resp   responder
-	rq     []RecvWR
-	timer  *time.Timer
-	tx     []roce.Message // packets built under mu, sent by Device.send
-	spare  []roce.Message
-	txBuf  [][]byte // free packet buffers
-	target Target   // executes arriving requests (the responder's hook)
+	// mu guards everything below; functions named ...Locked must be
+	// called with it held. Lock order: Device.txMu before mu (Device.send
+	// takes a QP's packets under mu while it holds txMu), so nothing under
+	// mu calls Device.send: it queues packets in tx and sends after Unlock.
+	mu      sync.Mutex
+	state   QPState
+	attr    QPAttr
+	mtu     int
+	req     requester
+	resp    responder
+	rq      []RecvWR
+	timer   *time.Timer    // the recovery machine's deadlines (armTimerLocked)
+	timerAt time.Time      // when timer fires; zero when it is not armed
+	tx      []roce.Message // packets built under mu, sent by Device.send
+	spare   []roce.Message
+	txBuf   [][]byte // free packet buffers
+	target  Target   // executes arriving requests (the responder's hook)
 	// Leases of READ data whose responses are queued in tx (txLeases) or
 	// being written by Device.send (sentLeases): released once sent.
 	txLeases, sentLeases []Lease
@@ -275,7 +280,7 @@ func (qp *QP) modifyLocked(a QPAttr) error {
 		if qp.attr.MaxRdAtomic <= 0 {
 			qp.attr.MaxRdAtomic = 16
 		}
-		qp.req.init(roce.PSN(a.SQPSN), qp.attr.RetryCnt, qp.attr.RNRRetry)
+		qp.req.init(roce.PSN(a.SQPSN), ackTimeout(qp.attr.Timeout), qp.attr.RetryCnt, qp.attr.RNRRetry)
 		qp.cc = nil
 		if a.ECN && qp.typ == RC {
 			qp.cc = newDCQCN(qp.dev.opts.DCQCN, time.Now())
@@ -308,6 +313,7 @@ func (qp *QP) toErrorLocked() {
 	qp.state = StateError
 	if qp.timer != nil {
 		qp.timer.Stop()
+		qp.timerAt = time.Time{}
 	}
 	if qp.pacer != nil {
 		qp.pacer.Stop()
@@ -325,12 +331,12 @@ func (qp *QP) flushLocked() {
 	}
 	qp.req.sq = qp.req.sq[:0]
 	for _, r := range qp.rq {
-		qp.pushRecv(WC{ID: r.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
+		qp.pushRecvLocked(WC{ID: r.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
 	}
 	qp.rq = qp.rq[:0]
 }
 
-func (qp *QP) pushRecv(wc WC) {
+func (qp *QP) pushRecvLocked(wc WC) {
 	if !qp.pushLocked(qp.recvCQ, wc) {
 		qp.cqOverflowLocked("receive", wc)
 	}
@@ -370,7 +376,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 	}
 	if qp.state == StateError {
 		for _, wr := range wrs {
-			qp.pushRecv(WC{ID: wr.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
+			qp.pushRecvLocked(WC{ID: wr.ID, Status: StatusWRFlushErr, Opcode: OpRecv, QPN: qp.qpn})
 		}
 		return nil
 	}
@@ -402,7 +408,7 @@ func (qp *QP) postSendLocked(wrs []SendWR) error {
 		return fmt.Errorf("transport: post send on QP %#x: send queue full (%d)", qp.qpn, qp.maxSQ)
 	}
 	for i := range wrs {
-		if err := qp.checkSendWR(&wrs[i]); err != nil {
+		if err := qp.checkSendWRLocked(&wrs[i]); err != nil {
 			return fmt.Errorf("transport: post send %d on QP %#x: %w", wrs[i].ID, qp.qpn, err)
 		}
 	}
@@ -414,11 +420,11 @@ func (qp *QP) postSendLocked(wrs []SendWR) error {
 		qp.sendUDLocked()
 		return nil
 	}
-	qp.pumpLocked()
+	qp.pumpLocked(time.Now())
 	return nil
 }
 
-func (qp *QP) checkSendWR(wr *SendWR) error {
+func (qp *QP) checkSendWRLocked(wr *SendWR) error {
 	if _, err := wr.Local.bytes(); err != nil {
 		return err
 	}
@@ -476,8 +482,8 @@ func (qp *QP) completeSendLocked(w *sendWQE) {
 
 // packet buffers -------------------------------------------------------
 
-// newPacket returns a message with a free buffer, addressed to the peer.
-func (qp *QP) newPacket(to netip.AddrPort) *roce.Message {
+// newPacketLocked returns a message with a free buffer, addressed to the peer.
+func (qp *QP) newPacketLocked(to netip.AddrPort) *roce.Message {
 	var buf []byte
 	if n := len(qp.txBuf); n > 0 {
 		buf = qp.txBuf[n-1][:0]
@@ -499,9 +505,9 @@ func (qp *QP) newPacket(to netip.AddrPort) *roce.Message {
 // cheaper than a gather.
 const gatherMin = 256
 
-// queue builds a transport packet into a new message for the peer.
-func (qp *QP) queue(to netip.AddrPort, f *roce.PacketFields, payload []byte) {
-	m := qp.newPacket(to)
+// queueLocked builds a transport packet into a new message for the peer.
+func (qp *QP) queueLocked(to netip.AddrPort, f *roce.PacketFields, payload []byte) {
+	m := qp.newPacketLocked(to)
 	if len(payload) >= gatherMin && f.BTH.Opcode.HasPayload() {
 		m.Buf, m.Hdr = roce.AppendPacketGather(m.Buf, f, len(payload))
 		m.Payload = payload
@@ -579,7 +585,7 @@ func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 	defer func() { qp.inRx, qp.rxMsg = false, nil }()
 	op := p.Opcode()
 	if op == roce.CNP {
-		qp.req.onCNP(qp)
+		qp.onCNPLocked()
 		return
 	}
 	if m.ECN == roce.ECNCE && !qp.dev.opts.NoCNP {
@@ -605,7 +611,7 @@ func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 		if op.IsRequest() {
 			qp.handleRequestLocked(p)
 		} else if qp.state == StateRTS {
-			qp.handleResponse(p)
+			qp.handleResponseLocked(p)
 		}
 	}
 }
@@ -619,7 +625,7 @@ func (qp *QP) sendCNPLocked(to netip.AddrPort) {
 	}
 	qp.lastCNP = now
 	dest := qp.attr.DestQPN
-	m := qp.newPacket(to)
+	m := qp.newPacketLocked(to)
 	m.Buf = m.Buf[:roce.CNPLen]
 	_ = roce.EncodeCNP(m.Buf, dest) // the buffer holds MaxPacket bytes
 	m.N = len(m.Buf)
@@ -671,7 +677,7 @@ func (qp *QP) paceLocked(n int) bool {
 
 func (qp *QP) onPace() {
 	qp.mu.Lock()
-	qp.pumpLocked()
+	qp.pumpLocked(time.Now())
 	qp.mu.Unlock()
 	qp.dev.send(qp)
 }

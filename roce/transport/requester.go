@@ -20,8 +20,6 @@ type sendWQE struct {
 	acked   bool     // SEND and WRITE: every packet acknowledged
 	done    bool     // READ and atomics: the whole response arrived
 	resp    roce.PSN // READ: next response PSN expected
-	resent  roce.PSN // READ: the response PSN a re-request last asked from
-	resentK bool
 }
 
 func (w *sendWQE) isReadOrAtomic() bool {
@@ -38,44 +36,24 @@ func (w *sendWQE) contains(psn roce.PSN) bool {
 }
 
 // requester is the send side of an RC QP; its fields are guarded by QP.mu.
+//
+// PSN bookkeeping: a WQE takes its PSNs [first, last] when it starts
+// (fresh is the PSN the next one takes); psn is the PSN of the next packet
+// sent, which a go-back-N moves back (rewindLocked), and next and k say
+// which WQE and which of its packets that is. What is acknowledged, what
+// is outstanding and what may go is the recovery machine's (rec): the
+// oldest unacknowledged PSN is rec.una.
 type requester struct {
 	sq    []*sendWQE
 	next  int      // index in sq of the WQE the next packet comes from
 	k     int      // index of the next packet within it
 	psn   roce.PSN // PSN of the next packet to send
 	fresh roce.PSN // PSN the next WQE to start takes
-	// unacked is the oldest PSN not acknowledged; fresh when all are.
-	unacked roce.PSN
 
-	retries, rnrRetries uint8 // remaining
-	retryCnt, rnrRetry  uint8 // configured
-	rdAtomic            int   // READs and atomics started and not done
-	deadline            time.Time
-	retrying            bool // a go-back-N is under way: no new one until progress
-	// probe is set by a timeout: send only the oldest unacknowledged packet,
-	// asking for an ACK, until the peer answers; then go back N. It keeps a
-	// timeout from resending a whole window into the same loss, round after
-	// round.
-	probe       bool
-	probeSent   bool
-	rnrWait     bool
-	rnrPSN      roce.PSN
-	maxInflight int // packets sent and not acknowledged, at most
-	cnps        uint64
-	free        []*sendWQE // recycled WQEs
-
-	// The tail-loss probe. srtt is the smoothed round trip, sampled from
-	// one ACK-requesting packet at a time (rttPSN, sent at rttSent; none
-	// while a retransmission is under way). tlpDeadline is when the next
-	// probe is due if no acknowledgement came; tlpStage says how far the
-	// probing went since the last one (tailProbeLocked).
-	srtt        time.Duration
-	rttPSN      roce.PSN
-	rttSent     time.Time
-	rttPending  bool
-	tlpDeadline time.Time
-	tlpStage    uint8
-	tlpResend   bool // set while the resent newest packet is built: it asks for an ACK
+	rec      recovery
+	rdAtomic int // READs and atomics started and not done
+	cnps     uint64
+	free     []*sendWQE // recycled WQEs
 }
 
 // newWQE returns a WQE for wr, recycled when one is free.
@@ -92,9 +70,9 @@ func (r *requester) newWQE(wr SendWR, data []byte) *sendWQE {
 	return w
 }
 
-func (r *requester) init(psn roce.PSN, retry, rnr uint8) {
-	*r = requester{psn: psn, fresh: psn, unacked: psn, retries: retry, rnrRetries: rnr,
-		retryCnt: retry, rnrRetry: rnr, maxInflight: 512, sq: r.sq[:0], free: r.free}
+func (r *requester) init(psn roce.PSN, timeout time.Duration, retry, rnr uint8) {
+	*r = requester{psn: psn, fresh: psn, sq: r.sq[:0], free: r.free}
+	r.rec.init(psn, timeout, retry, rnr)
 }
 
 // npkts returns how many PSNs a WQE takes at path MTU mtu.
@@ -107,17 +85,18 @@ func npkts(w *sendWQE, mtu int) int {
 	return max(n, 1)
 }
 
-// pumpLocked sends new and retransmitted packets while the window allows.
-func (qp *QP) pumpLocked() {
+// pumpLocked sends new and retransmitted packets while the recovery
+// machine's window (and DCQCN's rate) allows.
+func (qp *QP) pumpLocked(now time.Time) {
 	r := &qp.req
-	for qp.state == StateRTS && !r.rnrWait && r.next < len(r.sq) {
+	for qp.state == StateRTS && r.next < len(r.sq) {
 		w := r.sq[r.next]
 		if !w.started {
 			if w.isReadOrAtomic() && r.rdAtomic >= qp.attr.MaxRdAtomic {
-				return
+				break
 			}
 			if w.wr.Fence && r.rdAtomic > 0 {
-				return
+				break
 			}
 			w.started = true
 			w.npkts = npkts(w, qp.mtu)
@@ -143,20 +122,11 @@ func (qp *QP) pumpLocked() {
 			r.psn = w.last.Next()
 			continue
 		}
-		if int(r.psn.Sub(r.unacked)) >= r.maxInflight {
-			return
+		r.psn = w.first.Add(r.k)
+		if !r.rec.maySend(r.psn) || !qp.paceLocked(qp.packetLenLocked(w, r.k)) {
+			break
 		}
-		if r.probe && r.probeSent {
-			return
-		}
-		if !qp.paceLocked(qp.packetLen(w, r.k)) {
-			return
-		}
-		if r.psn != w.first.Add(r.k) {
-			r.psn = w.first.Add(r.k)
-		}
-		qp.buildRequestLocked(w, r.k)
-		r.probeSent = r.probe
+		qp.buildRequestLocked(now, w, r.k, false)
 		if w.isReadOrAtomic() {
 			r.psn = w.last.Next()
 			r.next++
@@ -169,20 +139,24 @@ func (qp *QP) pumpLocked() {
 				r.k = 0
 			}
 		}
-		qp.armTimerLocked()
 	}
+	qp.armTimerLocked(now)
 }
 
 // ackEvery is how many packets of a long message go between two ACK
-// requests: rxe's RXE_MAX_PKT_PER_ACK. Fewer ACKs cost the responder and the
-// requester less; 64 is well inside the requester's window (maxInflight).
+// requests at most: rxe's RXE_MAX_PKT_PER_ACK. Fewer ACKs cost the
+// responder and the requester less; the recovery machine asks more often
+// when its window is small (recovery.ackInterval).
 const ackEvery = 64
 
-// buildRequestLocked queues packet k of w.
-func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
+// buildRequestLocked queues packet k of w, asking for an ACK if it ends a
+// message, if the recovery machine wants one, or if forceAck (a tail-loss
+// probe), and tells the machine it went.
+func (qp *QP) buildRequestLocked(now time.Time, w *sendWQE, k int, forceAck bool) {
 	mtu := qp.mtu
 	var f roce.PacketFields
-	f.BTH = roce.BTHFields{PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(w.first.Add(k))}
+	psn := w.first.Add(k)
+	f.BTH = roce.BTHFields{PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(psn)}
 	lastPkt := k == w.npkts-1
 	first := k == 0
 	var payload []byte
@@ -190,6 +164,7 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 		payload = w.data[k*mtu : min((k+1)*mtu, len(w.data))]
 	}
 	wr := &w.wr
+	s := sent{first: psn, last: psn, plain: !w.isReadOrAtomic()}
 	switch wr.Opcode {
 	case OpSend, OpSendWithImm, OpSendWithInv:
 		f.BTH.Opcode = pick(first, lastPkt, roce.RCSendFirst, roce.RCSendMiddle, roce.RCSendLast, roce.RCSendOnly)
@@ -217,11 +192,14 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 			f.RETH = roce.RETHFields{VA: wr.Remote, RKey: wr.RKey, DMALen: uint32(len(w.data))}
 		}
 	case OpRead:
-		off := w.resp.Sub(w.first) // resume where the responses stopped
+		// Resume where the responses stopped: the request takes the PSNs
+		// of the responses still expected, w.resp to w.last.
+		off := w.resp.Sub(w.first)
 		f.BTH.Opcode = roce.RCRDMAReadRequest
 		f.BTH.PSN = uint32(w.resp)
 		rest := max(len(w.data)-int(off)*mtu, 0)
 		f.RETH = roce.RETHFields{VA: wr.Remote + uint64(off)*uint64(mtu), RKey: wr.RKey, DMALen: uint32(rest)}
+		s.first, s.last = w.resp, w.last
 		lastPkt = true
 	case OpCompareSwap, OpFetchAdd:
 		f.BTH.Opcode = roce.RCCompareSwap
@@ -231,13 +209,10 @@ func (qp *QP) buildRequestLocked(w *sendWQE, k int) {
 		f.AtomicETH = roce.AtomicETHFields{VA: wr.Remote, RKey: wr.RKey, SwapAdd: wr.SwapAdd, Compare: wr.Compare}
 		lastPkt = true
 	}
-	// Ask for an ACK at the end of each message, every ackEvery packets
-	// within one, and on a timeout's probe.
-	f.BTH.AckReq = lastPkt || k%ackEvery == ackEvery-1 || qp.req.probe || qp.req.tlpResend
-	if r := &qp.req; f.BTH.AckReq && !r.rttPending && !r.retrying && !r.tlpResend {
-		r.rttPSN, r.rttSent, r.rttPending = roce.PSN(f.BTH.PSN), time.Now(), true
-	}
-	qp.queue(qp.attr.Remote, &f, payload)
+	f.BTH.AckReq = lastPkt || forceAck || qp.req.rec.wantAck(psn)
+	s.ackReq = f.BTH.AckReq
+	qp.queueLocked(qp.attr.Remote, &f, payload)
+	qp.req.rec.onSent(now, s)
 }
 
 func pick(first, last bool, fst, mid, lst, only roce.Opcode) roce.Opcode {
@@ -252,29 +227,30 @@ func pick(first, last bool, fst, mid, lst, only roce.Opcode) roce.Opcode {
 	return mid
 }
 
-// handleResponse processes an ACK, NAK, read response or atomic ACK.
-func (qp *QP) handleResponse(p *roce.Packet) {
+// handleResponseLocked processes an ACK, NAK, read response or atomic ACK.
+func (qp *QP) handleResponseLocked(p *roce.Packet) {
 	r := &qp.req
 	psn := roce.PSN(p.BTH.PSN())
 	// A response for a PSN never sent is bogus: ignore it.
 	if !psn.Before(r.fresh) {
 		return
 	}
+	now := time.Now()
 	switch op := p.Opcode(); op.Kind() {
 	case roce.KindAck:
 		syn := p.AETH.Syndrome()
 		switch syn.Type() {
 		case roce.AckTypeACK:
-			qp.ackUpToLocked(psn)
+			qp.ackUpToLocked(now, psn)
 		case roce.AckTypeRNRNAK:
-			qp.ackUpToLocked(psn.Add(-1))
-			qp.onRNRLocked(psn, syn.Value())
+			qp.ackUpToLocked(now, psn.Add(-1))
+			qp.applyLocked(r.rec.onRNR(now, psn, syn.Value()))
 		case roce.AckTypeNAK:
-			qp.ackUpToLocked(psn.Add(-1))
-			qp.onNAKLocked(psn, syn.Value())
+			qp.ackUpToLocked(now, psn.Add(-1))
+			qp.applyLocked(r.rec.onNAK(psn, syn.Value()))
 		}
 	case roce.KindReadResponse:
-		qp.onReadResponseLocked(p, psn)
+		qp.onReadResponseLocked(now, p, psn)
 	case roce.KindAtomicAck:
 		w := r.find(psn)
 		if w == nil || w.done || (w.wr.Opcode != OpCompareSwap && w.wr.Opcode != OpFetchAdd) {
@@ -283,10 +259,10 @@ func (qp *QP) handleResponse(p *roce.Packet) {
 		binary.LittleEndian.PutUint64(w.data, p.AtomicAckETH.Orig())
 		w.done = true
 		r.rdAtomic--
-		qp.ackUpToLocked(psn)
+		qp.ackUpToLocked(now, psn)
 	}
 	qp.completeHeadLocked()
-	qp.pumpLocked()
+	qp.pumpLocked(now)
 }
 
 // find returns the started WQE whose PSN range holds psn.
@@ -302,85 +278,56 @@ func (r *requester) find(psn roce.PSN) *sendWQE {
 	return nil
 }
 
-// ackUpToLocked takes an acknowledgement of every PSN up to psn.
-func (qp *QP) ackUpToLocked(psn roce.PSN) {
+// ackUpToLocked takes an acknowledgement of every PSN up to psn. SENDs and
+// WRITEs wholly below it are acknowledged. A READ or atomic is
+// acknowledged by its own response only: one done extends the
+// acknowledgement over its PSNs; at one not done the acknowledgement stops
+// before its first missing response, and if the responder is past that
+// (psn reaches it) the response went missing and the READ is asked again.
+// The recovery machine learns how far the acknowledgement reaches.
+func (qp *QP) ackUpToLocked(now time.Time, psn roce.PSN) {
 	r := &qp.req
-	if psn.Before(r.unacked.Add(-1)) {
-		return // older than what is known to be acknowledged
-	}
+	upTo := psn // the last PSN acknowledged
 	for _, w := range r.sq {
-		if !w.started || psn.Before(w.first) {
+		if !w.started || upTo.Before(w.first) {
 			break
 		}
 		if w.isReadOrAtomic() {
 			if w.done {
-				// Its response acknowledged its PSNs.
-				if psn.Before(w.last) {
-					psn = w.last
+				if upTo.Before(w.last) {
+					upTo = w.last
 				}
 				continue
 			}
-			// The responder is past this READ or atomic but its response
-			// did not (all) arrive: ask again. What is acknowledged stops
-			// where its responses stop.
-			if !psn.Before(w.resp) {
-				qp.rereadLocked(w)
-				psn = w.resp.Add(-1)
+			if !upTo.Before(w.resp) {
+				qp.applyLocked(r.rec.readGap(w.resp))
+				upTo = w.resp.Add(-1)
 			}
 			break
 		}
-		if psn.Before(w.last) {
+		if upTo.Before(w.last) {
 			break
 		}
 		w.acked = true
 	}
-	qp.progressLocked(psn)
+	qp.applyLocked(r.rec.onAck(now, upTo))
 }
 
-// progressLocked notes that the peer acknowledged up to psn.
-func (qp *QP) progressLocked(psn roce.PSN) {
-	r := &qp.req
-	if n := psn.Next(); r.unacked.Before(n) {
-		r.unacked = n
-		r.retries, r.rnrRetries = r.retryCnt, r.rnrRetry
-		r.retrying = false
-		r.tlpStage = 0
-		if r.rttPending && !psn.Before(r.rttPSN) {
-			r.rttPending = false
-			r.sampleRTT(time.Since(r.rttSent))
-		}
-		if r.probe {
-			// The probe's answer says where the responder stands: go back
-			// to there, not past what it already has.
-			r.probe = false
-			qp.rewindLocked(n)
-		}
-		qp.restartTimerLocked()
-	}
-}
-
-// rereadLocked re-requests the rest of a READ (or an atomic) whose response
-// went missing, once per response PSN.
-func (qp *QP) rereadLocked(w *sendWQE) {
-	if w.resentK && w.resent == w.resp {
-		return // asked already; the timer covers a lost re-request
-	}
-	w.resent, w.resentK = w.resp, true
-	qp.rewindLocked(w.resp)
-}
-
-func (qp *QP) onReadResponseLocked(p *roce.Packet, psn roce.PSN) {
+// onReadResponseLocked places a READ response in order: one past the next
+// expected means responses went missing (asked again), one before it is a
+// duplicate.
+func (qp *QP) onReadResponseLocked(now time.Time, p *roce.Packet, psn roce.PSN) {
 	r := &qp.req
 	w := r.find(psn)
 	if w == nil || w.wr.Opcode != OpRead || w.done {
 		return // a duplicate or stale response
 	}
-	qp.ackUpToLocked(w.first.Add(-1))
+	qp.ackUpToLocked(now, w.first.Add(-1)) // a response acknowledges what came before its READ
 	switch {
 	case psn.Before(w.resp):
 		return // a duplicate
 	case w.resp.Before(psn):
-		qp.rereadLocked(w) // responses went missing
+		qp.applyLocked(r.rec.readGap(w.resp))
 		return
 	}
 	off := int(psn.Sub(w.first)) * qp.mtu
@@ -398,51 +345,35 @@ func (qp *QP) onReadResponseLocked(p *roce.Packet, psn roce.PSN) {
 		w.done = true
 		r.rdAtomic--
 	}
-	qp.ackUpToLocked(psn)
+	qp.ackUpToLocked(now, psn)
 }
 
-// onNAKLocked handles a NAK for psn.
-func (qp *QP) onNAKLocked(psn roce.PSN, code uint8) {
-	r := &qp.req
-	if code == roce.NAKPSNSequenceError {
-		// One retry sequence at a time: the NAKs that the retransmission's
-		// stragglers provoke do not start another (as the kernel's rxe).
-		if r.retrying {
-			return
+// applyLocked does what the recovery machine answered, and counts it.
+func (qp *QP) applyLocked(out recOutcome) {
+	st := &qp.dev.stats
+	switch out.act {
+	case actNone:
+		return
+	case actFail:
+		qp.failAtLocked(out.psn, out.status)
+		return
+	case actTailProbe:
+		st.TailProbes.Add(1)
+		if w := qp.req.find(out.psn); w != nil && !w.isReadOrAtomic() {
+			qp.buildRequestLocked(time.Now(), w, int(out.psn.Sub(w.first)), true)
 		}
-		if r.retries == 0 {
-			qp.failAtLocked(psn, StatusRetryExcErr)
-			return
-		}
-		r.retries--
-		r.retrying = true
-		qp.dev.stats.Retransmit.Add(1)
-		qp.rewindLocked(psn)
 		return
 	}
-	status := StatusRemOpErr
-	switch code {
-	case roce.NAKInvalidRequest:
-		status = StatusRemInvReqErr
-	case roce.NAKRemoteAccessError:
-		status = StatusRemAccessErr
+	switch out.cause {
+	case causeNAK:
+		st.Retransmit.Add(1)
+	case causeTimeout:
+		st.Timeouts.Add(1)
+		st.Retransmit.Add(1)
+	case causeTailProbe:
+		st.TailProbes.Add(1)
 	}
-	qp.failAtLocked(psn, status)
-}
-
-// onRNRLocked waits out an RNR NAK's timer, then resends from psn.
-func (qp *QP) onRNRLocked(psn roce.PSN, timer uint8) {
-	r := &qp.req
-	if r.rnrRetry != 7 {
-		if r.rnrRetries == 0 {
-			qp.failAtLocked(psn, StatusRNRRetryExcErr)
-			return
-		}
-		r.rnrRetries--
-	}
-	r.rnrWait, r.rnrPSN = true, psn
-	r.deadline = time.Now().Add(rnrDelay(timer))
-	qp.startTimerLocked(time.Until(r.deadline))
+	qp.rewindLocked(out.psn)
 }
 
 // failAtLocked completes the WQE holding psn with status and enters ERR.
@@ -479,12 +410,14 @@ func (qp *QP) failLocked(w *sendWQE) {
 	qp.toErrorLocked()
 }
 
-// rewindLocked makes psn the next PSN sent (go-back-N).
+// rewindLocked makes psn the next PSN sent (go-back-N): the WQE holding it
+// and the packet within it, a READ from its first response not received.
+// A PSN before the head WQE means the head (everything before it
+// completed); one past every started WQE means the first unstarted one.
 func (qp *QP) rewindLocked(psn roce.PSN) {
 	r := &qp.req
-	r.rttPending = false // an ACK could now answer either copy (Karn)
 	if len(r.sq) > 0 && r.sq[0].started && psn.Before(r.sq[0].first) {
-		psn = r.sq[0].first // everything before the head has completed
+		psn = r.sq[0].first
 	}
 	for i, w := range r.sq {
 		if !w.started {
@@ -492,18 +425,17 @@ func (qp *QP) rewindLocked(psn roce.PSN) {
 		}
 		if w.contains(psn) {
 			r.next = i
-			if w.wr.Opcode == OpRead {
-				psn = w.resp
+			switch {
+			case w.wr.Opcode == OpRead:
+				r.k, r.psn = 0, w.resp
+			case w.isReadOrAtomic():
+				r.k, r.psn = 0, w.first
+			default:
+				r.k, r.psn = int(psn.Sub(w.first)), psn
 			}
-			r.k = int(psn.Sub(w.first))
-			if w.isReadOrAtomic() {
-				r.k = 0
-			}
-			r.psn = psn
 			return
 		}
 	}
-	// Nothing outstanding holds psn: resume with the first unstarted WQE.
 	r.next = len(r.sq)
 	for i, w := range r.sq {
 		if !w.started {
@@ -534,23 +466,9 @@ func (qp *QP) completeHeadLocked() {
 		}
 		r.free = append(r.free, w)
 	}
-	// Every PSN before the head WQE is acknowledged: its WQEs completed.
 	if len(r.sq) == 0 {
 		r.sq = r.sq[:0:cap(r.sq)] // reuse the backing array from its start
-		r.unacked = r.fresh
-		if !r.rnrWait {
-			// Nothing outstanding: the next packet sent starts the
-			// timers afresh (armTimerLocked), not from this ACK's time.
-			r.deadline, r.tlpDeadline = time.Time{}, time.Time{}
-		}
-	} else if h := r.sq[0]; h.started && r.unacked.Before(h.first) {
-		r.unacked = h.first
 	}
-}
-
-// outstandingLocked reports whether packets await acknowledgement.
-func (r *requester) outstanding() bool {
-	return len(r.sq) > 0 && r.sq[0].started
 }
 
 // timers ---------------------------------------------------------------
@@ -571,179 +489,61 @@ func rnrDelay(code uint8) time.Duration {
 	return time.Duration(us[code&31] * float64(time.Microsecond))
 }
 
-// armTimerLocked starts the retransmission timer if it is not running.
-func (qp *QP) armTimerLocked() {
-	if qp.req.deadline.IsZero() {
-		qp.restartTimerLocked()
-	}
-}
-
-// restartTimerLocked moves the retransmission deadline a timeout ahead,
-// and the tail-loss probe's deadline a probe time ahead.
-func (qp *QP) restartTimerLocked() {
-	r := &qp.req
-	if r.rnrWait {
+// armTimerLocked points the QP's one timer at the recovery machine's next
+// deadline. A deadline that moved later is left to the timer's next
+// firing (onTimer arms it again), so that progress does not reset the
+// timer on every ACK.
+func (qp *QP) armTimerLocked(now time.Time) {
+	d := qp.req.rec.deadline()
+	if d.IsZero() || (!qp.timerAt.IsZero() && !d.Before(qp.timerAt)) {
 		return
 	}
-	t := ackTimeout(qp.attr.Timeout)
-	if t == 0 || !r.outstanding() {
-		r.deadline, r.tlpDeadline = time.Time{}, time.Time{}
+	qp.timerAt = d
+	if qp.timer == nil {
+		qp.timer = time.AfterFunc(d.Sub(now), qp.onTimer)
+		return
+	}
+	qp.timer.Reset(d.Sub(now))
+}
+
+// onTimer runs when a deadline may have passed: it hands the time to the
+// recovery machine (an ACK timeout, a tail-loss probe, the end of an RNR
+// wait) and sends what that asks for. Progress moves the deadlines later
+// without resetting the timer (armTimerLocked), so it often finds nothing
+// due yet: then it only points the timer at the deadline as it now is.
+func (qp *QP) onTimer() {
+	qp.mu.Lock()
+	qp.timerAt = time.Time{}
+	if qp.state != StateRTS {
+		qp.mu.Unlock()
 		return
 	}
 	now := time.Now()
-	r.deadline = now.Add(t)
-	r.tlpDeadline = time.Time{}
-	if pto := r.probeTimeout(); pto > 0 && pto < t/2 && r.tlpStage < 2 {
-		r.tlpDeadline = now.Add(pto)
-		t = pto
-	}
-	qp.startTimerLocked(t)
-}
-
-// minProbeTimeout is the least time before a tail-loss probe: below it a
-// Go scheduler's hiccup or a busy receiver would trigger probes for
-// packets that were not lost.
-const minProbeTimeout = time.Millisecond
-
-// probeTimeout is how long after the last acknowledgement the newest
-// packet is resent as a tail-loss probe: twice the smoothed round trip, at
-// least minProbeTimeout; 0 before the first round trip was measured.
-func (r *requester) probeTimeout() time.Duration {
-	if r.srtt == 0 {
-		return 0
-	}
-	return max(2*r.srtt, minProbeTimeout)
-}
-
-// sampleRTT folds a measured round trip into srtt (RFC 6298's 1/8 gain).
-func (r *requester) sampleRTT(d time.Duration) {
-	if r.srtt == 0 {
-		r.srtt = d
-		return
-	}
-	r.srtt += (d - r.srtt) / 8
-}
-
-// tailProbeLocked probes for a lost tail when the acknowledgements stopped
-// for a probe time: a lost last packet of a burst (or the NAK of a loss,
-// after which the responder drops what follows in silence) otherwise waits
-// out the whole local ACK timeout, since nothing makes the responder speak.
-// In two stages, the cheap one first:
-//  1. resend the newest packet sent, asking for an ACK, and keep sending:
-//     if it was lost, this fills it; if an earlier one was, the responder
-//     NAKs the gap; if nothing was (the ACKs were only slow), it answers
-//     the duplicate with an ACK.
-//  2. a probe time later, still nothing: the timeout's own recovery, early:
-//     send only the oldest unacknowledged packet, asking for an ACK, and go
-//     back N from where the answer says the responder stands (this also
-//     gets past a lost NAK).
-//
-// The ACK timeout keeps running and retry_cnt is not spent. It reports
-// whether it queued a packet.
-func (qp *QP) tailProbeLocked() bool {
-	r := &qp.req
-	r.tlpDeadline = time.Time{}
-	if r.probe || r.rnrWait || !r.outstanding() || r.tlpStage >= 2 {
-		return false
-	}
-	if r.tlpStage == 0 {
-		if last := r.psn.Add(-1); !last.Before(r.unacked) {
-			if w := r.find(last); w != nil && !w.isReadOrAtomic() {
-				r.tlpStage = 1
-				r.tlpResend = true
-				qp.buildRequestLocked(w, int(last.Sub(w.first)))
-				r.tlpResend = false
-				r.tlpDeadline = time.Now().Add(r.probeTimeout())
-				qp.dev.stats.TailProbes.Add(1)
-				return true
-			}
-		}
-	}
-	r.tlpStage = 2
-	qp.dev.stats.TailProbes.Add(1)
-	qp.probeLocked()
-	qp.pumpLocked()
-	return true
-}
-
-// probeLocked starts the recovery a timeout (or a tail-loss probe's second
-// stage) begins with: resend only the oldest unacknowledged packet, asking
-// for an ACK, until the peer answers (progressLocked then goes back N from
-// where the answer says the responder stands).
-func (qp *QP) probeLocked() {
-	r := &qp.req
-	r.retrying = true
-	r.probe, r.probeSent = true, false
-	qp.rewindLocked(r.unacked)
-}
-
-func (qp *QP) startTimerLocked(d time.Duration) {
-	if qp.timer == nil {
-		qp.timer = time.AfterFunc(d, qp.onTimer)
-		return
-	}
-	qp.timer.Reset(d)
-}
-
-// onTimer runs when the deadline may have passed: it retransmits after a
-// timeout or an RNR wait.
-func (qp *QP) onTimer() {
-	qp.mu.Lock()
-	r := &qp.req
-	if qp.state != StateRTS || r.deadline.IsZero() {
+	if d := qp.req.rec.deadline(); d.IsZero() || now.Before(d) {
+		qp.armTimerLocked(now)
 		qp.mu.Unlock()
 		return
 	}
-	if left := time.Until(r.deadline); left > 0 {
-		sent := false
-		if !r.tlpDeadline.IsZero() && !time.Now().Before(r.tlpDeadline) {
-			sent = qp.tailProbeLocked() // may set the next probe's deadline
-		}
-		if !r.tlpDeadline.IsZero() {
-			left = min(left, time.Until(r.tlpDeadline))
-		}
-		qp.timer.Reset(left)
-		qp.mu.Unlock()
-		if sent {
-			qp.dev.send(qp)
-		}
-		return
-	}
-	r.tlpDeadline = time.Time{}
-	r.deadline = time.Time{}
-	switch {
-	case r.rnrWait:
-		r.rnrWait = false
-		qp.rewindLocked(r.rnrPSN)
-	case r.outstanding():
-		if r.retries == 0 {
-			qp.failAtLocked(r.unacked, StatusRetryExcErr)
-			qp.mu.Unlock()
-			qp.dev.send(qp)
-			return
-		}
-		r.retries--
-		qp.dev.stats.Timeouts.Add(1)
-		qp.dev.stats.Retransmit.Add(1)
-		qp.probeLocked()
-	}
-	qp.pumpLocked()
-	qp.armTimerLocked()
+	qp.applyLocked(qp.req.rec.onTimer(now))
+	qp.pumpLocked(now)
+	send := len(qp.tx) > 0 || len(qp.txLeases) > 0
 	qp.mu.Unlock()
-	qp.dev.send(qp)
+	if send {
+		qp.dev.send(qp)
+	}
 }
 
-// onCNP cuts the QP's rate for a congestion notification (DCQCN's
+// onCNPLocked cuts the QP's rate for a congestion notification (DCQCN's
 // reaction point); without ECN it is only counted.
-func (r *requester) onCNP(qp *QP) {
-	r.cnps++
+func (qp *QP) onCNPLocked() {
+	qp.req.cnps++
 	if qp.cc != nil {
 		qp.cc.onCNP(time.Now())
 	}
 }
 
-// packetLen estimates the wire size of packet k of w, for pacing.
-func (qp *QP) packetLen(w *sendWQE, k int) int {
+// packetLenLocked estimates the wire size of packet k of w, for pacing.
+func (qp *QP) packetLenLocked(w *sendWQE, k int) int {
 	const headers = 14 + 20 + 8 + roce.BTHLen + roce.RETHLen + roce.ICRCLen
 	if w.isReadOrAtomic() {
 		return headers + roce.AtomicETHLen

@@ -283,7 +283,7 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 		qp.malformedLocked(roce.NAKInvalidRequest)
 		return
 	}
-	if (kind == roce.KindReadRequest || kind == roce.KindAtomic) && s.rdAtomic >= qp.maxDestRdAtomic() {
+	if (kind == roce.KindReadRequest || kind == roce.KindAtomic) && s.rdAtomic >= qp.maxDestRdAtomicLocked() {
 		// The requester exceeded the responder resources it was given.
 		qp.malformedLocked(roce.NAKInvalidRequest)
 		return
@@ -337,9 +337,9 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 	qp.advanceLocked()
 }
 
-// maxDestRdAtomic is how many READs and atomics the responder takes at
+// maxDestRdAtomicLocked is how many READs and atomics the responder takes at
 // once: the responder resources the connection negotiated.
-func (qp *QP) maxDestRdAtomic() int {
+func (qp *QP) maxDestRdAtomicLocked() int {
 	if qp.attr.MaxDestRdAtomic > 0 {
 		return qp.attr.MaxDestRdAtomic
 	}
@@ -536,7 +536,7 @@ func (qp *QP) serveReadAgainLocked(p *roce.Packet, psn, front roce.PSN) {
 			return
 		}
 	}
-	if len(s.replays) >= qp.maxDestRdAtomic() {
+	if len(s.replays) >= qp.maxDestRdAtomicLocked() {
 		return // the requester's timer asks again
 	}
 	r := Request{Token: Token{psn: psn, gen: s.gen, dup: true}, Op: OpRead, PSN: psn, First: true, Last: true,
@@ -576,7 +576,7 @@ func (qp *QP) respondLocked() {
 				roce.RCRDMAReadResponseLast, roce.RCRDMAReadResponseOnly)}
 		f.AETH = roce.AETHFields{Syndrome: roce.ACKSyndrome(roce.CreditsInvalid), MSN: r.msn}
 		payload := r.data[min(r.k*qp.mtu, len(r.data)):min((r.k+1)*qp.mtu, len(r.data))]
-		qp.queue(qp.attr.Remote, &f, payload)
+		qp.queueLocked(qp.attr.Remote, &f, payload)
 		r.k++
 		if last {
 			if p := r.psn.Add(r.k - 1); !s.ackedSet || s.acked.Before(p) {
@@ -635,7 +635,7 @@ func (qp *QP) sendAtomicAckLocked(psn roce.PSN, orig uint64) {
 	f.BTH = roce.BTHFields{Opcode: roce.RCAtomicAcknowledge, PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(psn)}
 	f.AETH = roce.AETHFields{Syndrome: roce.ACKSyndrome(roce.CreditsInvalid), MSN: qp.resp.msn}
 	f.AtomicAckETH.Orig = orig
-	qp.queue(qp.attr.Remote, &f, nil)
+	qp.queueLocked(qp.attr.Remote, &f, nil)
 }
 
 // sendAckLocked queues an ACK or NAK for psn.
@@ -648,7 +648,7 @@ func (qp *QP) sendAckLocked(psn roce.PSN, syn roce.Syndrome) {
 	var f roce.PacketFields
 	f.BTH = roce.BTHFields{Opcode: roce.RCAcknowledge, PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(psn)}
 	f.AETH = roce.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	qp.queue(qp.attr.Remote, &f, nil)
+	qp.queueLocked(qp.attr.Remote, &f, nil)
 }
 
 // flushAckLocked sends the ACK coalesced over the last batch.

@@ -182,7 +182,7 @@ func (qp *QP) Complete(tok Token, c Completion) error {
 
 // NAKCode returns the NAK code a responder sends for a failure the
 // requester sees as s: the one table between completion statuses and NAK
-// syndromes (IBTA 9.7.5.2.4, and the requester's side in onNAKLocked).
+// syndromes (IBTA 9.7.5.2.4, and the requester's side in recovery.onNAK).
 func NAKCode(s Status) uint8 {
 	switch s {
 	case StatusRemAccessErr, StatusLocProtErr, StatusLocAccessErr:

@@ -17,7 +17,7 @@ func (qp *QP) sendUDLocked() {
 		}
 		f.BTH.SE = w.wr.Signaled
 		f.DETH = roce.DETHFields{QKey: w.wr.UD.QKey, SrcQP: qp.qpn}
-		qp.queue(w.wr.UD.Addr, &f, w.data)
+		qp.queueLocked(w.wr.UD.Addr, &f, w.data)
 		r.fresh = r.fresh.Next()
 		qp.completeSendLocked(w)
 	}
@@ -45,5 +45,5 @@ func (qp *QP) receiveUDLocked(p *roce.Packet, m *roce.Message) {
 	if p.ImmDt != nil {
 		wc.Imm, wc.HasImm = p.ImmDt.Imm(), true
 	}
-	qp.pushRecv(wc)
+	qp.pushRecvLocked(wc)
 }

@@ -1,11 +1,12 @@
 package transport
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"unsafe"
+
+	"github.com/rbridge/rbridge/roce"
 )
 
 // Access is the set of rights a memory region grants (IBV_ACCESS_*).
@@ -19,8 +20,9 @@ const (
 	AccessRemoteAtomic
 )
 
-// ErrNotSupported matches operations this transport does not implement.
-var ErrNotSupported = errors.New("not supported")
+// ErrNotSupported matches operations this transport does not implement:
+// roce.ErrNotSupported, the project's one sentinel.
+var ErrNotSupported = roce.ErrNotSupported
 
 // MR is a registered memory region. The buffer must stay valid (and, for
 // memory shared with hardware, pinned) until Deregister.

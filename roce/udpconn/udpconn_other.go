@@ -3,15 +3,17 @@
 package udpconn
 
 import (
-	"errors"
+	"fmt"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/rbridge/rbridge/roce"
 )
 
-// ErrNotSupported is returned on platforms without recvmmsg and sendmmsg.
-var ErrNotSupported = errors.New("udpconn: not supported on this platform")
+// ErrNotSupported is matched by Listen's error on platforms without recvmmsg
+// and sendmmsg: roce.ErrNotSupported, the project's one sentinel.
+var ErrNotSupported = roce.ErrNotSupported
 
 // Options configures a Conn.
 type Options struct {
@@ -31,4 +33,6 @@ type Stats struct {
 type Conn struct{ roce.PacketConn }
 
 // Listen returns ErrNotSupported outside Linux.
-func Listen(Options) (*Conn, error) { return nil, ErrNotSupported }
+func Listen(o Options) (*Conn, error) {
+	return nil, fmt.Errorf("udpconn: listen on %v: recvmmsg and sendmmsg on %s: %w", o.Addr, runtime.GOOS, ErrNotSupported)
+}
