@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strings"
 	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 

@@ -108,7 +108,8 @@ func (l *lockedBuffer) String() string {
 // and STOPPING=1 on SIGTERM, after which it exits 0.
 func TestRunNotifiesSystemd(t *testing.T) {
 	// 127.0.13.0/24: addresses of this test's own, so packages tested in
-	// parallel (bridge uses 127.0.10.0/24) do not take its RoCEv2 port.
+	// parallel (bridge takes a /24 of its own per process) do not take its
+	// RoCEv2 port.
 	cfg := filepath.Join(t.TempDir(), "gw.yaml")
 	if err := os.WriteFile(cfg, []byte(`legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.13.1, io: udp}
@@ -156,7 +157,11 @@ routes:
 			t.Errorf("binding %s:4791: %v, want EADDRINUSE", ip, err)
 		}
 	}
-	// The route listened before READY: its line is logged before.
+	// The route listened before READY: its line is logged before. The
+	// log comes through a pipe, READY through the socket: wait for it.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "gateway running") && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if l := logs.String(); !strings.Contains(l, "route listening") || strings.Index(l, "route listening") > strings.Index(l, "gateway running") {
 		t.Errorf("the route was not listening before READY:\n%s", l)
 	}

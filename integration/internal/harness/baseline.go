@@ -23,8 +23,8 @@ type Figure struct {
 	// GatewayCPUTicks is rbridge run's CPU time (user and system, in
 	// clock ticks of 10 ms) during a pair through it; -1 for a direct pair.
 	GatewayCPUTicks int
-	Columns   map[string]string
-	Output    []string // the client's output, shown when the pair failed
+	Columns         map[string]string
+	Output          []string // the client's output, shown when the pair failed
 }
 
 // OK reports whether the pair exited 0 and, for perftest, printed finite,
