@@ -350,7 +350,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	c, err := in.accept(ctx, cp)
 	if err != nil {
 		g.stats.Failed.Add(1)
-		log.Warn("accepting the client failed: target disconnected", "err", err)
+		log.Warn("accepting the client failed: the target's connection is closed", "err", err)
 		_ = out.close()
 		return
 	}

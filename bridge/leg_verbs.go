@@ -282,8 +282,18 @@ func (in *verbsIncoming) accept(ctx context.Context, p connParams) (conn, error)
 	for {
 		select {
 		case ev := <-in.events:
-			if ev.Type == ibv.CMEstablished {
+			switch ev.Type {
+			case ibv.CMEstablished:
 				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p, passive: true}
+				go c.watch(in.events)
+				return c, nil
+			case ibv.CMDisconnected:
+				// The client connected and left before its ESTABLISHED
+				// reached us (it sent at once and disconnected): what it
+				// sent is on the CQ, acknowledged by the HCA. The session
+				// relays it to the target, then ends.
+				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p, passive: true}
+				ep.Fail(ErrPeerDisconnected) // told to the session when it starts
 				go c.watch(in.events)
 				return c, nil
 			}

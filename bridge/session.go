@@ -150,6 +150,11 @@ func NewSession(o SessionOptions) (*Session, error) {
 		s.fail(nil, fmt.Errorf("start B: %w", err))
 		return nil, fmt.Errorf("bridge: new session: start B: %w", err)
 	}
+	for _, ep := range []Endpoint{o.A, o.B} {
+		if e, ok := ep.(interface{ startFailed() }); ok {
+			e.startFailed()
+		}
+	}
 	return s, nil
 }
 

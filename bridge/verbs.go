@@ -49,6 +49,7 @@ type VerbsEndpoint struct {
 	rwrs      []ibv.RecvWR
 	posted    int // receives posted
 	closing   bool
+	early     error         // a failure reported before Start
 	drained   chan struct{} // closed once the receive queue flushed (drainOnce)
 	drainOnce sync.Once
 	stats     VerbsStats
@@ -142,6 +143,18 @@ func (e *VerbsEndpoint) Start(h Handler) error {
 	e.wg.Add(1)
 	go e.routineCompletions(ctx)
 	return nil
+}
+
+// startFailed tells the session, once both its endpoints started, of a
+// failure reported before (a client that disconnected before its
+// connection was handed over).
+func (e *VerbsEndpoint) startFailed() {
+	e.mu.Lock()
+	early := e.early
+	e.mu.Unlock()
+	if h := e.h.Load(); h != nil && early != nil {
+		(*h).Failed(early)
+	}
 }
 
 // Limits implements Endpoint.
@@ -301,9 +314,16 @@ func (e *VerbsEndpoint) Drained() <-chan struct{} { return e.drained }
 func (e *VerbsEndpoint) markDrained() { e.drainOnce.Do(func() { close(e.drained) }) }
 
 func (e *VerbsEndpoint) report(err error) {
+	err = fmt.Errorf("bridge: verbs QP %d: %w", e.qp.QPN(), err)
 	if h := e.h.Load(); h != nil {
-		(*h).Failed(fmt.Errorf("bridge: verbs QP %d: %w", e.qp.QPN(), err))
+		(*h).Failed(err)
+		return
 	}
+	e.mu.Lock()
+	if e.early == nil {
+		e.early = err // the session hears of it when it starts
+	}
+	e.mu.Unlock()
 }
 
 // routineCompletions hands received SENDs to the session and reports
