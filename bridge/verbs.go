@@ -383,7 +383,17 @@ func (e *VerbsEndpoint) received(h Handler, wc *ibv.WorkCompletion) {
 		// The QP is in the error state: every receive that completed
 		// before this one has been handed over.
 		e.markDrained()
-		if !closing {
+		switch {
+		case closing:
+		case wc.Status == ibv.WCWRFlushErr:
+			// The QP entered the error state with nothing of ours
+			// failing first: a peer's disconnect (reported as such on
+			// its own), a transport error, or the peer's one-sided
+			// operation on the gateway's memory, which peers cannot
+			// address (their RDMA READ, WRITE or atomic fails with a
+			// remote access error and the QP leaves RTS).
+			e.report(fmt.Errorf("the QP left RTS with receives posted (%v): the peer disconnected, a transport error, or the peer's one-sided operation on gateway memory, which it cannot address", wc.Status))
+		default:
 			e.report(fmt.Errorf("receive: %v", wc.Status))
 		}
 		return
