@@ -43,7 +43,9 @@ type Gateway struct {
 	mu       sync.Mutex // guards the fields below
 	sessions map[*Session]*sessionInfo
 	closing  bool
-	stopped  map[string]error // routes whose accept loop ended on its own, and why
+	stopped  map[string]error     // routes whose accept loop ended on its own, and why
+	routes   map[string]*routeRun // the routes accepting, by name
+	timeout  time.Duration        // ConnectTimeout
 
 	stats GatewayStats
 }
@@ -139,7 +141,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}}
+		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -162,16 +164,35 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
 	}
 	for i := range o.Config.Routes {
-		r := &o.Config.Routes[i]
-		ln, err := g.legs[r.Listen.Leg].listen(r.Listen.Addr)
-		if err != nil {
-			return fail(fmt.Errorf("%s:%d: route %q: listen on %v: %w", o.Config.File(), r.Line(), r.Name, r.Listen.Addr, err))
+		if err := g.startRoute(o.Config, &o.Config.Routes[i]); err != nil {
+			return fail(err)
 		}
-		o.Logger.Info("route listening", "route", r.Name, "listen", r.Listen.Addr, "leg", r.Listen.Leg, "target", r.Target.Addr, "via", r.Target.Leg)
-		g.wg.Add(1)
-		go g.routineAccept(r, ln, o.ConnectTimeout)
 	}
 	return g, nil
+}
+
+// routeRun is a route's accept loop.
+type routeRun struct {
+	r      *config.Route
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the loop ended and its listener closed
+}
+
+// startRoute listens on r's address and starts its accept loop.
+func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
+	ln, err := g.legs[r.Listen.Leg].listen(r.Listen.Addr)
+	if err != nil {
+		return fmt.Errorf("%s:%d: route %q: listen on %v: %w", c.File(), r.Line(), r.Name, r.Listen.Addr, err)
+	}
+	g.log.Info("route listening", "route", r.Name, "listen", r.Listen.Addr, "leg", r.Listen.Leg, "target", r.Target.Addr, "via", r.Target.Leg)
+	ctx, cancel := context.WithCancel(g.ctx)
+	run := &routeRun{r: r, cancel: cancel, done: make(chan struct{})}
+	g.mu.Lock()
+	g.routes[r.Name] = run
+	g.mu.Unlock()
+	g.wg.Add(1)
+	go g.routineAccept(ctx, run, ln)
+	return nil
 }
 
 // CheckLegs checks what only the machine can tell of a configuration: that
@@ -284,10 +305,8 @@ func (g *Gateway) Health() error {
 		return errors.New("bridge: gateway: closing")
 	}
 	var errs []error
-	for i := range g.cfg.Routes {
-		if err, ok := g.stopped[g.cfg.Routes[i].Name]; ok {
-			errs = append(errs, fmt.Errorf("bridge: gateway: route %q stopped accepting: %w", g.cfg.Routes[i].Name, err))
-		}
+	for name, err := range g.stopped {
+		errs = append(errs, fmt.Errorf("bridge: gateway: route %q stopped accepting: %w", name, err))
 	}
 	return errors.Join(errs...)
 }
@@ -296,13 +315,17 @@ func (g *Gateway) Health() error {
 func (g *Gateway) Pool() *Pool { return g.pool }
 
 // routineAccept takes the route's connection requests, one goroutine each.
-func (g *Gateway) routineAccept(r *config.Route, ln listener, timeout time.Duration) {
+// It ends with the gateway, or when a reload removes the route (ctx);
+// sessions it started go on until they end.
+func (g *Gateway) routineAccept(ctx context.Context, run *routeRun, ln listener) {
 	defer g.wg.Done()
+	defer close(run.done)
 	defer ln.close()
+	r, timeout := run.r, g.timeout
 	for {
-		in, err := ln.next(g.ctx)
+		in, err := ln.next(ctx)
 		if err != nil {
-			if g.ctx.Err() == nil {
+			if ctx.Err() == nil {
 				g.log.Error("route stopped accepting", "route", r.Name, "err", err)
 				g.mu.Lock()
 				g.stopped[r.Name] = err

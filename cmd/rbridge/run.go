@@ -37,8 +37,13 @@ each client through to the route's target on the other leg. A client is
 accepted only once the target accepted; a target that rejects or does not
 answer gets the client a reject. SIGUSR1 logs the gateway's state (its
 sessions, goroutines, pool buffers in use, userspace and verbs QPs: after
-every connection ended, what it held idle) and every session's. On
-SIGINT or SIGTERM it stops accepting,
+every connection ended, what it held idle) and every session's. SIGHUP
+re-reads the file: routes added start listening, routes removed stop
+accepting while their sessions go on until they end, changed routes are
+restarted the same way, unchanged ones and their sessions are not touched;
+a file that does not parse, or whose legs differ (legs are opened once:
+restart for them), is refused and the running routes stay. On SIGINT or
+SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.
 
@@ -97,6 +102,24 @@ memory, which refuses them with a remote access error). See the README.`,
 	return cmd
 }
 
+// reload re-reads the config file and applies its routes (SIGHUP); a bad
+// file leaves the running gateway as it is.
+func reload(g *bridge.Gateway, path string, log *slog.Logger, notify func(string)) {
+	notify("RELOADING=1")
+	defer notify("READY=1")
+	cfg, err := config.Load(path)
+	if err != nil {
+		log.Error("reload refused: the running routes stay", "config", path, "err", err)
+		return
+	}
+	res, err := g.Reload(cfg)
+	if err != nil {
+		log.Error("reload", "config", path, "applied", res.String(), "err", err)
+		return
+	}
+	log.Info("reloaded", "config", path, "routes", res.String())
+}
+
 func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -119,7 +142,7 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		return err
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGHUP)
 	defer signal.Stop(sig)
 	// Every leg is open and every route listens: ready (under systemd,
 	// Type=notify), and the watchdog fed from the gateway's health.
@@ -138,8 +161,12 @@ wait:
 	for {
 		select {
 		case s := <-sig:
-			if s == syscall.SIGUSR1 {
+			switch s {
+			case syscall.SIGUSR1:
 				g.LogState()
+				continue
+			case syscall.SIGHUP:
+				reload(g, o.config, log, notify)
 				continue
 			}
 			log.Info("stopping", "signal", s.String(), "sessions", g.Sessions())

@@ -1,0 +1,156 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/rbridge/rbridge/bridge/config"
+)
+
+// ReloadResult says what a reload changed.
+type ReloadResult struct {
+	Added, Removed, Changed, Unchanged []string // route names
+}
+
+func (r ReloadResult) String() string {
+	part := func(what string, names []string) string {
+		if len(names) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%s %s", what, strings.Join(names, ", "))
+	}
+	var parts []string
+	for _, p := range []string{part("added", r.Added), part("removed", r.Removed), part("changed", r.Changed), part("unchanged", r.Unchanged)} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return "no routes"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ErrLegsChanged matches a reload refused because its legs differ from
+// the running ones: legs are opened once, a change of them needs a
+// restart.
+var ErrLegsChanged = errors.New("legs changed: restart rbridge to apply them")
+
+// Reload applies cfg's routes to the running gateway: a route that is new
+// starts listening; a route that is gone stops accepting, and its sessions
+// go on until they end (drained, not cut); a route whose listen, target or
+// allow changed is stopped and started again with the new ones (its
+// sessions go on too); an unchanged route is not touched. cfg's legs must
+// be the running ones (ErrLegsChanged otherwise: nothing is applied). A
+// route that cannot listen is reported; the routes before it are applied.
+func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
+	var res ReloadResult
+	if cfg == nil {
+		return res, errors.New("bridge: reload: no config")
+	}
+	if d := legsDiff(g.cfg.Legs, cfg.Legs); d != "" {
+		return res, fmt.Errorf("bridge: reload %s: %s: %w", cfg.File(), d, ErrLegsChanged)
+	}
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		return res, errors.New("bridge: reload: the gateway is closing")
+	}
+	old := map[string]*routeRun{}
+	dead := map[string]bool{} // accept loops that ended on their own: started again
+	for name, run := range g.routes {
+		old[name] = run
+		_, dead[name] = g.stopped[name]
+	}
+	g.mu.Unlock()
+
+	next := map[string]*config.Route{}
+	for i := range cfg.Routes {
+		next[cfg.Routes[i].Name] = &cfg.Routes[i]
+	}
+	// Stop what is gone or changed first: a changed route may listen on
+	// the address it held.
+	var stop []*routeRun
+	for name, run := range old {
+		r, ok := next[name]
+		switch {
+		case !ok:
+			res.Removed = append(res.Removed, name)
+		case !sameRoute(run.r, r) || dead[name]:
+			res.Changed = append(res.Changed, name)
+		default:
+			res.Unchanged = append(res.Unchanged, name)
+			continue
+		}
+		stop = append(stop, run)
+	}
+	for _, run := range stop {
+		run.cancel()
+		<-run.done
+		g.mu.Lock()
+		delete(g.routes, run.r.Name)
+		delete(g.stopped, run.r.Name)
+		g.mu.Unlock()
+		g.log.Info("route stopped accepting: its sessions go on until they end", "route", run.r.Name, "listen", run.r.Listen.Addr)
+	}
+	var errs []error
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if _, ok := old[r.Name]; !ok {
+			res.Added = append(res.Added, r.Name)
+		} else if !slices.Contains(res.Changed, r.Name) {
+			continue
+		}
+		if err := g.startRoute(cfg, r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, l := range [][]string{res.Added, res.Removed, res.Changed, res.Unchanged} {
+		slices.Sort(l)
+	}
+	g.mu.Lock()
+	g.cfg = cfg
+	g.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return res, fmt.Errorf("bridge: reload %s: %w", cfg.File(), err)
+	}
+	return res, nil
+}
+
+// sameRoute reports whether two routes listen, target and allow alike.
+func sameRoute(a, b *config.Route) bool {
+	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
+		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow)
+}
+
+// legsDiff says how two leg lists differ ("" when they are alike).
+func legsDiff(running, next []config.Leg) string {
+	key := func(l config.Leg) string {
+		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns)
+	}
+	have, want := map[string]string{}, map[string]string{}
+	for _, l := range running {
+		have[l.Name] = key(l)
+	}
+	for _, l := range next {
+		want[l.Name] = key(l)
+	}
+	var d []string
+	for name, k := range want {
+		switch h, ok := have[name]; {
+		case !ok:
+			d = append(d, fmt.Sprintf("leg %q added", name))
+		case h != k:
+			d = append(d, fmt.Sprintf("leg %q changed", name))
+		}
+	}
+	for name := range have {
+		if _, ok := want[name]; !ok {
+			d = append(d, fmt.Sprintf("leg %q removed", name))
+		}
+	}
+	slices.Sort(d)
+	return strings.Join(d, ", ")
+}

@@ -1,0 +1,144 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+func parseConfig(t *testing.T, y string) *config.Config {
+	t.Helper()
+	c, err := config.Parse("gw.yaml", []byte(strings.ReplaceAll(y, "127.0.10.", loNet)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+const reloadLegs = `legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
+routes:
+`
+
+// through connects client to the target's listener ln through the
+// gateway's route at addr; the target's QP has two receives posted.
+func through(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener, addr string) (*cm.Conn, *transport.QP, error) {
+	t.Helper()
+	tqp := target.qp(t)
+	accepted := make(chan error, 1)
+	go func() {
+		r, err := ln.Next(ctx)
+		if err == nil {
+			if err = tqp.Modify(transport.QPAttr{State: transport.StateInit}); err == nil {
+				err = tqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: target.mr, Length: 4096}},
+					transport.RecvWR{ID: 2, Local: transport.SGE{MR: target.mr, Offset: 4096, Length: 4096}})
+			}
+			if err == nil {
+				_, err = r.Accept(ctx, cm.AcceptOptions{QP: tqp})
+			}
+		}
+		accepted <- err
+	}()
+	cqp := client.qp(t)
+	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo(addr)), cm.DialOptions{QP: cqp})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	return cc, cqp, nil
+}
+
+// sendThrough SENDs msg on cqp and waits for it at the target.
+func sendThrough(t *testing.T, ctx context.Context, client, target *cmApp, cqp *transport.QP, msg string) {
+	t.Helper()
+	copy(client.mem, msg)
+	if err := cqp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Local: transport.SGE{MR: client.mr, Length: len(msg)}, Signaled: true}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]transport.WC, 1)
+	for _, cq := range []*transport.CQ{client.cq, target.cq} {
+		if _, err := cq.PollWait(ctx, wcs); err != nil || wcs[0].Status != transport.StatusSuccess {
+			t.Fatalf("SEND %q: %v %v", msg, err, wcs[0].Status)
+		}
+	}
+}
+
+// TestGatewayReload: a reload starts a route that is new, stops one that
+// is gone (it refuses new clients) and leaves the unchanged one and its
+// session alone; one whose legs differ is refused whole.
+func TestGatewayReload(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: parseConfig(t, reloadLegs+`
+  - {name: kept, listen: {leg: a, addr: "127.0.10.1:7481"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+  - {name: gone, listen: {leg: a, addr: "127.0.10.1:7482"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+`), Logger: testlog.New(t), ConnectTimeout: 2 * time.Second, Pool: bridge.PoolOptions{Size: 8 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			t.Errorf("gateway close: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cc, cqp, err := through(t, ctx, client, target, ln, "1:7481")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendThrough(t, ctx, client, target, cqp, "before the reload")
+
+	res, err := g.Reload(parseConfig(t, reloadLegs+`
+  - {name: kept, listen: {leg: a, addr: "127.0.10.1:7481"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+  - {name: new, listen: {leg: a, addr: "127.0.10.1:7483"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res.String(), "added new; removed gone; unchanged kept"; got != want {
+		t.Errorf("reload: %q, want %q", got, want)
+	}
+	// The unchanged route's session was not touched.
+	sendThrough(t, ctx, client, target, cqp, "after the reload")
+	if n := g.Sessions(); n != 1 {
+		t.Errorf("%d sessions after the reload, want the one", n)
+	}
+	// The new route accepts; the removed one is gone.
+	nc, _, err := through(t, ctx, newCMApp(t, lo("5")), target, ln, "1:7483")
+	if err != nil {
+		t.Fatalf("dial the added route: %v", err)
+	}
+	if _, err := newCMApp(t, lo("6")).cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7482")), cm.DialOptions{QP: client.qp(t)}); !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
+		t.Errorf("dial the removed route: %v, want a reject (nothing listens)", err)
+	}
+	// Legs are opened once: a reload that changes them is refused whole.
+	_, err = g.Reload(parseConfig(t, strings.Replace(reloadLegs, "io: udp}\n  - {name: b", "io: udp}\n  - {name: c, kind: userspace, interface: lo, ip: 127.0.10.9, io: udp}\n  - {name: b", 1)+`
+  - {name: kept, listen: {leg: a, addr: "127.0.10.1:7481"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+`))
+	if !errors.Is(err, bridge.ErrLegsChanged) || !strings.Contains(err.Error(), `leg "c" added`) {
+		t.Errorf("reload with a leg added: %v, want ErrLegsChanged naming it", err)
+	}
+	if n := g.Sessions(); n != 2 {
+		t.Errorf("%d sessions after the refused reload, want 2", n)
+	}
+	_ = cc.Disconnect(ctx)
+	_ = nc.Disconnect(ctx)
+}
