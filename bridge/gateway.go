@@ -53,6 +53,17 @@ type GatewayStats struct {
 	Accepted, Rejected, Refused, Failed, Ended atomic.Uint64
 }
 
+// GatewayStatsSnapshot is GatewayStats read at one moment, as plain values.
+type GatewayStatsSnapshot struct {
+	Accepted, Rejected, Refused, Failed, Ended uint64
+}
+
+// Snapshot reads every counter.
+func (s *GatewayStats) Snapshot() GatewayStatsSnapshot {
+	return GatewayStatsSnapshot{Accepted: s.Accepted.Load(), Rejected: s.Rejected.Load(), Refused: s.Refused.Load(),
+		Failed: s.Failed.Load(), Ended: s.Ended.Load()}
+}
+
 // GatewayOptions configures StartGateway.
 type GatewayOptions struct {
 	Config *config.Config
@@ -379,10 +390,10 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	log.Info("session up", "client_side", c.describe(), "target_side", out.describe(),
 		"responder_resources", cp.respRes, "initiator_depth", cp.initDepth)
 	<-s.Done()
-	st := s.Stats()
+	st := s.Stats().Snapshot()
 	log.Info("session ended", "why", s.Err(), "age", time.Since(info.started).Round(time.Millisecond),
-		"ops_to_target", st.Ops[0].Load(), "ops_to_client", st.Ops[1].Load(), "bytes_to_target", st.Bytes[0].Load(),
-		"bytes_to_client", st.Bytes[1].Load(), "failed", st.Failed[0].Load()+st.Failed[1].Load())
+		"ops_to_target", st.Ops[0], "ops_to_client", st.Ops[1], "bytes_to_target", st.Bytes[0],
+		"bytes_to_client", st.Bytes[1], "failed", st.Failed[0]+st.Failed[1])
 	_ = c.close()
 	_ = out.close()
 	g.mu.Lock()

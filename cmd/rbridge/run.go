@@ -156,7 +156,7 @@ wait:
 	if err := g.Close(dctx); err != nil {
 		return err
 	}
-	st := g.Stats()
-	log.Info("stopped", "sessions", st.Accepted.Load(), "rejected", st.Rejected.Load(), "refused", st.Refused.Load(), "failed", st.Failed.Load())
+	st := g.Stats().Snapshot()
+	log.Info("stopped", "sessions", st.Accepted, "rejected", st.Rejected, "refused", st.Refused, "failed", st.Failed)
 	return nil
 }
