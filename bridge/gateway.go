@@ -35,6 +35,8 @@ type Gateway struct {
 	log  *slog.Logger
 	pool *Pool
 	legs map[string]leg
+	// legStatus describes each leg as opened (for Status).
+	legStatus map[string]LegStatus
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -44,8 +46,13 @@ type Gateway struct {
 	sessions map[*Session]*sessionInfo
 	closing  bool
 	stopped  map[string]error // routes whose accept loop ended on its own, and why
+	// ended sums, per route, the counters of its sessions that ended (a
+	// session's own are added in when it leaves sessions, so a route's
+	// totals never go back).
+	ended map[string]*SessionStatsSnapshot
 
-	stats GatewayStats
+	stats  GatewayStats
+	routes map[string]*GatewayStats // per route; the map is not changed after StartGateway
 }
 
 // GatewayStats counts a gateway's connections; updated atomically.
@@ -81,6 +88,7 @@ type sessionInfo struct {
 	client, target netip.AddrPort
 	started        time.Time
 	in, out        conn
+	desc           [2]string // in's and out's describe(), as they came up
 }
 
 // connParams are what a connection request carries through the gateway.
@@ -150,7 +158,12 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}}
+		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, ended: map[string]*SessionStatsSnapshot{},
+		routes: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{}}
+	for i := range o.Config.Routes {
+		g.routes[o.Config.Routes[i].Name] = &GatewayStats{}
+		g.ended[o.Config.Routes[i].Name] = &SessionStatsSnapshot{}
+	}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -170,6 +183,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			return fail(fmt.Errorf("%s:%d: leg %q: %w", o.Config.File(), l.Line(), l.Name, err))
 		}
 		g.legs[l.Name] = lg
+		g.legStatus[l.Name] = legStatus(l, lg)
 		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
 	}
 	for i := range o.Config.Routes {
@@ -333,8 +347,10 @@ func (g *Gateway) routineAccept(r *config.Route, ln listener, timeout time.Durat
 func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	client := in.remote()
 	log := g.log.With("route", r.Name, "client", client, "target", r.Target.Addr)
+	rs := g.routes[r.Name]
 	if !r.Allowed(client.Addr()) {
 		g.stats.Refused.Add(1)
+		rs.Refused.Add(1)
 		log.Warn("client not allowed by the route: rejected")
 		_ = in.reject(&rejected{reason: cm.RejectConsumerDefined})
 		return
@@ -349,6 +365,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 			rj = &rejected{reason: cm.RejectTimeout}
 		}
 		g.stats.Rejected.Add(1)
+		rs.Rejected.Add(1)
 		log.Warn("target did not accept: client rejected with the same", "reason", rj.reason, "err", err)
 		_ = in.reject(rj)
 		return
@@ -361,6 +378,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	c, err := in.accept(ctx, cp)
 	if err != nil {
 		g.stats.Failed.Add(1)
+		rs.Failed.Add(1)
 		log.Warn("accepting the client failed: target disconnected", "err", err)
 		_ = out.close()
 		return
@@ -370,12 +388,14 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 		// Both connections are up, so this is one of them ending before
 		// the session started (a peer that disconnected at once).
 		g.stats.Failed.Add(1)
+		rs.Failed.Add(1)
 		log.Warn("the session could not start: both connections are closed", "err", err)
 		_ = c.close()
 		_ = out.close()
 		return
 	}
-	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out}
+	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out,
+		desc: [2]string{c.describe(), out.describe()}}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -387,7 +407,8 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	g.sessions[s] = info
 	g.mu.Unlock()
 	g.stats.Accepted.Add(1)
-	log.Info("session up", "client_side", c.describe(), "target_side", out.describe(),
+	rs.Accepted.Add(1)
+	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1],
 		"responder_resources", cp.respRes, "initiator_depth", cp.initDepth)
 	<-s.Done()
 	st := s.Stats().Snapshot()
@@ -398,8 +419,10 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	_ = out.close()
 	g.mu.Lock()
 	delete(g.sessions, s)
+	g.ended[r.Name].add(s.Stats().Snapshot())
 	g.mu.Unlock()
 	g.stats.Ended.Add(1)
+	rs.Ended.Add(1)
 }
 
 func orOne(n int) int { return max(n, 1) }
