@@ -37,7 +37,10 @@ each client through to the route's target on the other leg. A client is
 accepted only once the target accepted; a target that rejects or does not
 answer gets the client a reject. SIGUSR1 logs the gateway's state (its
 sessions, goroutines, pool buffers in use, userspace and verbs QPs: after
-every connection ended, what it held idle) and every session's. On
+every connection ended, what it held idle) and every session's. The admin
+server (admin.listen, 127.0.0.1:9479 by default) serves Prometheus metrics
+on /metrics and the legs, routes and sessions as JSON on /status (what
+rbridge status prints); it serves while sessions drain. On
 SIGINT or SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.
@@ -66,6 +69,8 @@ The file (YAML):
       listen: {leg: roce, addr: "198.18.1.3:4420"}
       target: {leg: ib, addr: "198.18.3.2:4420"}
       allow: ["198.18.1.0/24"]    # optional; default any client
+  admin:
+    listen: "127.0.0.1:9479"      # optional: /metrics and /status; this is the default, "" for none
 
 A bad file is refused before anything starts, with its line and what is
 wrong; a leg whose interface or RDMA device is missing, with the leg's line.
@@ -117,6 +122,15 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log})
 	if err != nil {
 		return err
+	}
+	if cfg.Admin.Listen != "" {
+		admin, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: cfg.Admin.Listen, Logger: log})
+		if err != nil {
+			g.Close(context.Background())
+			return fmt.Errorf("%s:%d: admin: listen %s: %w", cfg.File(), cfg.Admin.Line(), cfg.Admin.Listen, err)
+		}
+		// It serves while the gateway drains, and stops after.
+		defer admin.Close(context.Background())
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
