@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -193,6 +194,15 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 	cc, tc := sessionThrough(t, ctx, client, target, ln)
 	during, b := scrape(t, base)
 	promtool(t, b)
+	// The collector describes every metric it collects, consistently (a
+	// pedantic registry checks each collected metric against Describe).
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(bridge.NewCollector(g)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("pedantic gather: %v", err)
+	}
 	if err := cc.Disconnect(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +229,6 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 		{`rbridge_route_payload_bytes_total{direction="to_target",route="r"}`, 0, 2 * n, 2 * n},
 		{`rbridge_route_payload_bytes_total{direction="to_client",route="r"}`, 0, 0, 0},
 		{`rbridge_route_operations_failed_total{direction="to_target",route="r"}`, 0, 0, 0},
-		{`rbridge_pool_buffers_in_use{class_bytes="65536"}`, 0, 0, 0},
 	} {
 		got := [3]float64{-1, -1, -1}
 		for i, m := range []map[string]float64{before, during, after} {
@@ -237,6 +246,12 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 		`rbridge_cm_rx_mads_total{leg="a"}`, `rbridge_cm_tx_mads_total{leg="b"}`, `rbridge_udp_rx_packets_total{leg="a"}`} {
 		if after[name] <= before[name] {
 			t.Errorf("%s did not move: %v before, %v after", name, before[name], after[name])
+		}
+	}
+	// The pool's classes (the gateway's default sizes), each with buffers.
+	for _, size := range []string{"256", "4096", "65536"} {
+		if after[`rbridge_pool_buffers{class_bytes="`+size+`"}`] <= 0 {
+			t.Errorf("pool class %s: no rbridge_pool_buffers", size)
 		}
 	}
 	if after[`rbridge_leg_path_mtu_bytes{leg="a"}`] != 4096 {
