@@ -6,7 +6,8 @@ BENCH   ?= .
 BENCHTIME ?= 1s
 
 # Debian packages the tests need, by purpose. `make deps` installs the missing ones.
-DEBS_ORACLES := python3-scapy tshark
+# (prometheus is there for promtool, which lints a /metrics scrape.)
+DEBS_ORACLES := python3-scapy tshark prometheus
 DEBS_CGO     := gcc libibverbs-dev librdmacm-dev
 DEBS_BPF     := clang llvm libbpf-dev
 DEBS_UNIT    := systemd

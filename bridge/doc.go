@@ -10,5 +10,7 @@
 // sessions and the relay (session.go) between two Endpoints (endpoint.go):
 // the userspace RoCEv2 transport's (userspace.go) and a verbs QP's
 // (verbs.go); the gateway (gateway.go) that runs a config's legs
-// (leg_userspace.go, leg_verbs.go) and routes.
+// (leg_userspace.go, leg_verbs.go) and routes; its admin server (admin.go)
+// with the Prometheus collector that reads every counter's Snapshot at
+// scrape time (metrics.go) and the gateway's Status (gateway_status.go).
 package bridge

@@ -35,6 +35,8 @@ type Gateway struct {
 	log  *slog.Logger
 	pool *Pool
 	legs map[string]leg
+	// legStatus describes each leg as opened (for Status).
+	legStatus map[string]LegStatus
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -46,6 +48,13 @@ type Gateway struct {
 	stopped  map[string]error     // routes whose accept loop ended on its own, and why
 	routes   map[string]*routeRun // the routes accepting, by name
 	timeout  time.Duration        // ConnectTimeout
+	// ended sums, per route, the counters of its sessions that ended (a
+	// session's own are added in when it leaves sessions, so a route's
+	// totals never go back); routeStats counts each route's connections.
+	// A route's entries are made when it starts and kept when a reload
+	// removes it (its totals stay).
+	ended      map[string]*SessionStatsSnapshot
+	routeStats map[string]*GatewayStats
 
 	stats GatewayStats
 }
@@ -53,6 +62,17 @@ type Gateway struct {
 // GatewayStats counts a gateway's connections; updated atomically.
 type GatewayStats struct {
 	Accepted, Rejected, Refused, Failed, Ended atomic.Uint64
+}
+
+// GatewayStatsSnapshot is GatewayStats read at one moment, as plain values.
+type GatewayStatsSnapshot struct {
+	Accepted, Rejected, Refused, Failed, Ended uint64
+}
+
+// Snapshot reads every counter.
+func (s *GatewayStats) Snapshot() GatewayStatsSnapshot {
+	return GatewayStatsSnapshot{Accepted: s.Accepted.Load(), Rejected: s.Rejected.Load(), Refused: s.Refused.Load(),
+		Failed: s.Failed.Load(), Ended: s.Ended.Load()}
 }
 
 // GatewayOptions configures StartGateway.
@@ -72,6 +92,7 @@ type sessionInfo struct {
 	client, target netip.AddrPort
 	started        time.Time
 	in, out        conn
+	desc           [2]string // in's and out's describe(), as they came up
 }
 
 // connParams are what a connection request carries through the gateway.
@@ -141,7 +162,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout}
+		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout,
+		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -161,6 +183,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			return fail(fmt.Errorf("%s:%d: leg %q: %w", o.Config.File(), l.Line(), l.Name, err))
 		}
 		g.legs[l.Name] = lg
+		g.legStatus[l.Name] = legStatus(l, lg)
 		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
 	}
 	for i := range o.Config.Routes {
@@ -189,6 +212,10 @@ func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 	run := &routeRun{r: r, cancel: cancel, done: make(chan struct{})}
 	g.mu.Lock()
 	g.routes[r.Name] = run
+	if g.routeStats[r.Name] == nil {
+		g.routeStats[r.Name] = &GatewayStats{}
+		g.ended[r.Name] = &SessionStatsSnapshot{}
+	}
 	g.mu.Unlock()
 	g.wg.Add(1)
 	go g.routineAccept(ctx, run, ln)
@@ -345,8 +372,12 @@ func (g *Gateway) routineAccept(ctx context.Context, run *routeRun, ln listener)
 func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	client := in.remote()
 	log := g.log.With("route", r.Name, "client", client, "target", r.Target.Addr)
+	g.mu.Lock()
+	rs := g.routeStats[r.Name]
+	g.mu.Unlock()
 	if !r.Allowed(client.Addr()) {
 		g.stats.Refused.Add(1)
+		rs.Refused.Add(1)
 		log.Warn("client not allowed by the route: rejected")
 		_ = in.reject(&rejected{reason: cm.RejectConsumerDefined})
 		return
@@ -361,6 +392,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 			rj = &rejected{reason: cm.RejectTimeout}
 		}
 		g.stats.Rejected.Add(1)
+		rs.Rejected.Add(1)
 		log.Warn("target did not accept: client rejected with the same", "reason", rj.reason, "err", err)
 		_ = in.reject(rj)
 		return
@@ -373,6 +405,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	c, err := in.accept(ctx, cp)
 	if err != nil {
 		g.stats.Failed.Add(1)
+		rs.Failed.Add(1)
 		log.Warn("accepting the client failed: the target's connection is closed", "err", err)
 		_ = out.close()
 		return
@@ -382,12 +415,14 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 		// Both connections are up, so this is one of them ending before
 		// the session started (a peer that disconnected at once).
 		g.stats.Failed.Add(1)
+		rs.Failed.Add(1)
 		log.Warn("the session could not start: both connections are closed", "err", err)
 		_ = c.close()
 		_ = out.close()
 		return
 	}
-	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out}
+	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out,
+		desc: [2]string{c.describe(), out.describe()}}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -399,19 +434,22 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	g.sessions[s] = info
 	g.mu.Unlock()
 	g.stats.Accepted.Add(1)
-	log.Info("session up", "client_side", c.describe(), "target_side", out.describe(),
+	rs.Accepted.Add(1)
+	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1],
 		"responder_resources", cp.respRes, "initiator_depth", cp.initDepth)
 	<-s.Done()
-	st := s.Stats()
+	st := s.Stats().Snapshot()
 	log.Info("session ended", "why", s.Err(), "age", time.Since(info.started).Round(time.Millisecond),
-		"ops_to_target", st.Ops[0].Load(), "ops_to_client", st.Ops[1].Load(), "bytes_to_target", st.Bytes[0].Load(),
-		"bytes_to_client", st.Bytes[1].Load(), "failed", st.Failed[0].Load()+st.Failed[1].Load())
+		"ops_to_target", st.Ops[0], "ops_to_client", st.Ops[1], "bytes_to_target", st.Bytes[0],
+		"bytes_to_client", st.Bytes[1], "failed", st.Failed[0]+st.Failed[1])
 	_ = c.close()
 	_ = out.close()
 	g.mu.Lock()
 	delete(g.sessions, s)
+	g.ended[r.Name].add(s.Stats().Snapshot())
 	g.mu.Unlock()
 	g.stats.Ended.Add(1)
+	rs.Ended.Add(1)
 }
 
 func orOne(n int) int { return max(n, 1) }

@@ -39,6 +39,9 @@ type userspaceLeg struct {
 	// most its listeners accept.
 	mtu    int
 	mtuWhy string
+	// pconn is the device's packet I/O (a *udpconn.Conn or *xdp.Conn),
+	// for its counters.
+	pconn roce.PacketConn
 }
 
 // frameSize is the AF_XDP frame: a pool class of the page size.
@@ -97,6 +100,7 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 		u.close()
 		return nil, err
 	}
+	u.pconn = conn
 	if u.mtu == 0 {
 		u.close()
 		return nil, fmt.Errorf("%s: %s: too small for RoCE", l.Interface, u.mtuWhy)

@@ -308,7 +308,8 @@ type ClassStats struct {
 	Overreleased      uint64 // Releases of a buffer nobody held (bugs, counted)
 }
 
-// Stats returns every class's counters.
+// Stats returns every class's counters, read at one moment (the pool's
+// form of a Snapshot: a value per class).
 func (p *Pool) Stats() []ClassStats {
 	out := make([]ClassStats, len(p.classes))
 	for i, c := range p.classes {

@@ -101,6 +101,33 @@ type SessionStats struct {
 	NoCredit           [2]atomic.Uint64 // requests refused for an empty pool (RNR)
 }
 
+// SessionStatsSnapshot is SessionStats read at one moment, as plain
+// values, indexed by direction like SessionStats.
+type SessionStatsSnapshot struct {
+	Ops, Bytes, Copied, Failed, NoCredit [2]uint64
+}
+
+// Snapshot reads every counter.
+func (s *SessionStats) Snapshot() SessionStatsSnapshot {
+	var out SessionStatsSnapshot
+	for d := range 2 {
+		out.Ops[d], out.Bytes[d], out.Copied[d] = s.Ops[d].Load(), s.Bytes[d].Load(), s.Copied[d].Load()
+		out.Failed[d], out.NoCredit[d] = s.Failed[d].Load(), s.NoCredit[d].Load()
+	}
+	return out
+}
+
+// add adds o's counts to s.
+func (s *SessionStatsSnapshot) add(o SessionStatsSnapshot) {
+	for d := range 2 {
+		s.Ops[d] += o.Ops[d]
+		s.Bytes[d] += o.Bytes[d]
+		s.Copied[d] += o.Copied[d]
+		s.Failed[d] += o.Failed[d]
+		s.NoCredit[d] += o.NoCredit[d]
+	}
+}
+
 // relay moves the requests arriving on from to to.
 type relay struct {
 	s        *Session

@@ -69,6 +69,16 @@ type VerbsStats struct {
 	RecvStarved atomic.Uint64
 }
 
+// VerbsStatsSnapshot is VerbsStats read at one moment, as plain values.
+type VerbsStatsSnapshot struct {
+	LostAcked, RecvStarved uint64
+}
+
+// Snapshot reads every counter.
+func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
+	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load()}
+}
+
 var _ Endpoint = (*VerbsEndpoint)(nil)
 
 // recvBit marks the work request IDs of receives.

@@ -20,6 +20,8 @@
 //	    listen: {leg: ib, addr: "198.18.3.1:4420"}    # where clients connect (rdma_cm address and port)
 //	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
+//	admin:
+//	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
 // The keys are a contract (other tools write the file): they are extended,
 // never renamed. Parse refuses a bad file before anything starts, naming
@@ -44,6 +46,7 @@ import (
 type Config struct {
 	Legs   []Leg   `yaml:"legs"`
 	Routes []Route `yaml:"routes"`
+	Admin  Admin   `yaml:"admin"`
 
 	file string
 }
@@ -79,6 +82,30 @@ type Leg struct {
 	line int
 	errs []lineError
 }
+
+// DefaultAdminListen is where the admin server listens when the file has
+// no admin key: local only.
+const DefaultAdminListen = "127.0.0.1:9479"
+
+// Admin is the admin HTTP server (metrics and status).
+type Admin struct {
+	// Listen is its address, an IP and a port ("127.0.0.1:9479"; port 0
+	// lets the kernel pick); empty: no admin server. Without the key it
+	// is DefaultAdminListen.
+	Listen string `yaml:"listen"`
+
+	line   int
+	given  bool // the file has admin.listen
+	errs   []lineError
+	listen netip.AddrPort
+}
+
+// Line is where the admin key is in its file (0 when it is not).
+func (a *Admin) Line() int { return a.line }
+
+// Addr is the parsed Listen address; it is not valid when the admin
+// server is off.
+func (a *Admin) Addr() netip.AddrPort { return a.listen }
 
 // Endpoint is where a route listens or connects.
 type Endpoint struct {
@@ -205,7 +232,7 @@ func yamlError(file, msg string) *Error {
 		fmt.Sscan(m[1], &line)
 		text := m[2]
 		if u := unknownField.FindStringSubmatch(text); u != nil {
-			text = fmt.Sprintf("unknown key %q (known: legs, routes)", u[1])
+			text = fmt.Sprintf("unknown key %q (known: legs, routes, admin)", u[1])
 		}
 		return &Error{File: file, Line: line, Msg: text}
 	}
@@ -292,6 +319,19 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "port", "leg", &l.Port, &errs)
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
 	l.errs = errs
+	return nil
+}
+
+// UnmarshalYAML decodes the admin server's settings from their node.
+func (a *Admin) UnmarshalYAML(n *yaml.Node) error {
+	a.line = n.Line
+	vals, errs := mapping(n, "admin", "listen")
+	if v := vals["listen"]; v != nil {
+		a.given = true
+		a.line = v.Line
+		scalar(vals, "listen", "admin", &a.Listen, &errs)
+	}
+	a.errs = errs
 	return nil
 }
 
@@ -463,6 +503,18 @@ func (c *Config) validate() Errors {
 		}
 		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
+		}
+	}
+	keep(c.Admin.errs)
+	if !c.Admin.given && len(c.Admin.errs) == 0 {
+		c.Admin.Listen = DefaultAdminListen
+	}
+	if c.Admin.Listen != "" {
+		ap, err := netip.ParseAddrPort(c.Admin.Listen)
+		if err != nil {
+			bad(c.Admin.line, "admin: listen %q: want an IP address and a port, as %q, or \"\" for no admin server", c.Admin.Listen, DefaultAdminListen)
+		} else {
+			c.Admin.listen = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		}
 	}
 	return es

@@ -67,6 +67,29 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+func TestParseAdmin(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra string
+		listen      string
+		addr        netip.AddrPort
+	}{
+		{"absent: local by default", "", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen)},
+		{"given", "admin:\n  listen: \"[::1]:9500\"\n", "[::1]:9500", netip.MustParseAddrPort("[::1]:9500")},
+		{"any port", "admin: {listen: \"127.0.0.1:0\"}\n", "127.0.0.1:0", netip.MustParseAddrPort("127.0.0.1:0")},
+		{"off", "admin: {listen: \"\"}\n", "", netip.AddrPort{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := config.Parse("gw.yaml", []byte(good+tc.extra))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Admin.Listen != tc.listen || c.Admin.Addr() != tc.addr {
+				t.Errorf("admin listen %q (%v), want %q (%v)", c.Admin.Listen, c.Admin.Addr(), tc.listen, tc.addr)
+			}
+		})
+	}
+}
+
 func TestParseBad(t *testing.T) {
 	base := func(legs, routes string) string { return "legs:\n" + legs + "routes:\n" + routes }
 	ib := "  - name: ib\n    kind: verbs\n    ip: 198.18.3.1\n"
@@ -81,7 +104,7 @@ func TestParseBad(t *testing.T) {
 	}{
 		{"empty", "", []string{"gw.yaml: the file is empty"}},
 		{"not yaml", "legs: [", []string{"gw.yaml:1:"}},
-		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes)`}},
+		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, admin)`}},
 		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg: unknown key "colour"`}},
 		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: endpoint: unknown key "port"`}},
 		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs or userspace`}},
@@ -98,6 +121,9 @@ func TestParseBad(t *testing.T) {
 		{"two routes on one listen", base(ib+roce, ok+strings.Replace(ok, "name: r", "name: s", 1)), []string{`gw.yaml:14: route "s": listen addr 198.18.3.1:1 is route "r"'s already`}},
 		{"bad allow", base(ib+roce, ok+"    allow: [198.18.3.0/33]\n"), []string{`gw.yaml:13: route: allow "198.18.3.0/33"`}},
 		{"no routes", base(ib+roce, ""), []string{"gw.yaml: no routes"}},
+		{"admin listen without port", base(ib+roce, ok) + "admin:\n  listen: 127.0.0.1\n", []string{`gw.yaml:14: admin: listen "127.0.0.1": want an IP address and a port`}},
+		{"admin listen a host name", base(ib+roce, ok) + "admin: {listen: \"localhost:9479\"}\n", []string{`gw.yaml:13: admin: listen "localhost:9479"`}},
+		{"unknown admin key", base(ib+roce, ok) + "admin:\n  port: 9479\n", []string{`gw.yaml:14: admin: unknown key "port" (known: listen)`}},
 		{"target is the gateway", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.3:1"}`)), []string{`gw.yaml:12: route "r": target addr 198.18.1.3:1 is the gateway's own address`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

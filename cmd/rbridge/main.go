@@ -54,17 +54,17 @@ func newRootCommand() *cobra.Command {
 		Long: `rbridge joins an InfiniBand island to a RoCEv2 fleet: applications on either
 side use plain verbs and rdma_cm and reach the other side through the gateway.
 
-Available now: the gateway (run), checking the host and both fabrics for
-what RDMA needs (doctor), decoding RoCEv2 captures (decode), listing RDMA
-devices and the GID rbridge would choose (devices), measuring the userspace
-RoCEv2 transport against plain UDP (bench), and the build's version.
-Its status command is being built.`,
+Available now: the gateway (run), a running gateway's legs, routes and
+sessions (status), checking the host and both fabrics for what RDMA needs
+(doctor), decoding RoCEv2 captures (decode), listing RDMA devices and the
+GID rbridge would choose (devices), measuring the userspace RoCEv2 transport
+against plain UDP (bench), and the build's version.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion(),
 	}
 	root.SetVersionTemplate("rbridge {{.Version}}\n")
-	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand(), newStatusCommand())
 	return root
 }
 

@@ -16,7 +16,8 @@ import (
 func TestRunReloadsOnSIGHUP(t *testing.T) {
 	// 127.0.16.0/24: this test's own, so parallel packages do not take
 	// its RoCEv2 ports.
-	const legs = `legs:
+	const legs = `admin: {listen: "127.0.0.1:0"}
+legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.16.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.16.2, io: udp}
 routes:

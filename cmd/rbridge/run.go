@@ -42,8 +42,11 @@ re-reads the file: routes added start listening, routes removed stop
 accepting while their sessions go on until they end, changed routes are
 restarted the same way, unchanged ones and their sessions are not touched;
 a file that does not parse, or whose legs differ (legs are opened once:
-restart for them), is refused and the running routes stay. On SIGINT or
-SIGTERM it stops accepting,
+restart for them), is refused and the running routes stay. The admin
+server (admin.listen, 127.0.0.1:9479 by default) serves Prometheus metrics
+on /metrics and the legs, routes and sessions as JSON on /status (what
+rbridge status prints); it serves while sessions drain. On
+SIGINT or SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.
 
@@ -71,6 +74,8 @@ The file (YAML):
       listen: {leg: roce, addr: "198.18.1.3:4420"}
       target: {leg: ib, addr: "198.18.3.2:4420"}
       allow: ["198.18.1.0/24"]    # optional; default any client
+  admin:
+    listen: "127.0.0.1:9479"      # optional: /metrics and /status; this is the default, "" for none
 
 A bad file is refused before anything starts, with its line and what is
 wrong; a leg whose interface or RDMA device is missing, with the leg's line.
@@ -141,6 +146,15 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Admin.Listen != "" {
+		admin, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: cfg.Admin.Listen, Logger: log})
+		if err != nil {
+			g.Close(context.Background())
+			return fmt.Errorf("%s:%d: admin: listen %s: %w", cfg.File(), cfg.Admin.Line(), cfg.Admin.Listen, err)
+		}
+		// It serves while the gateway drains, and stops after.
+		defer admin.Close(context.Background())
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGHUP)
 	defer signal.Stop(sig)
@@ -183,7 +197,7 @@ wait:
 	if err := g.Close(dctx); err != nil {
 		return err
 	}
-	st := g.Stats()
-	log.Info("stopped", "sessions", st.Accepted.Load(), "rejected", st.Rejected.Load(), "refused", st.Refused.Load(), "failed", st.Failed.Load())
+	st := g.Stats().Snapshot()
+	log.Info("stopped", "sessions", st.Accepted, "rejected", st.Rejected, "refused", st.Refused, "failed", st.Failed)
 	return nil
 }

@@ -37,7 +37,8 @@ func (s *syncBuffer) String() string {
 // gatewayConfig is the guest's gateway: the userspace leg in user0, the
 // verbs leg on rxe2, a route each way.
 func gatewayConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
-	return fmt.Sprintf(`legs:
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}    # tests bind no fixed port
+legs:
   - name: roce
     kind: userspace
     interface: %s

@@ -136,17 +136,17 @@ func (m *Manager) onREPLocked(r REP, peer netip.Addr) {
 	f := r.Fields()
 	c := m.conns[f.RemoteCommID]
 	if c == nil || !c.active {
-		m.stats.RxUnknown++
+		m.stats.RxUnknown.Add(1)
 		return
 	}
 	if c.state == stateEstablished && c.remoteID == f.LocalCommID {
 		// Our RTU was lost: the peer resends its REP.
-		m.stats.Duplicates++
+		m.stats.Duplicates.Add(1)
 		m.send(c.peer, c.mad)
 		return
 	}
 	if c.state != stateReqSent {
-		m.stats.RxUnknown++
+		m.stats.RxUnknown.Add(1)
 		return
 	}
 	c.stopTimerLocked()

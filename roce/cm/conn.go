@@ -166,12 +166,12 @@ func (c *Conn) onTimeoutLocked() {
 	m := c.m
 	if c.retriesLeft > 0 {
 		c.retriesLeft--
-		m.stats.Retransmits++
+		m.stats.Retransmits.Add(1)
 		m.send(c.peer, c.mad)
 		c.resetTimerLocked(c.timeout)
 		return
 	}
-	m.stats.Timeouts++
+	m.stats.Timeouts.Add(1)
 	switch c.state {
 	case stateReqSent, stateRepSent:
 		c.rejectTimeoutLocked()
@@ -267,7 +267,7 @@ func (m *Manager) onRTULocked(r RTU) {
 	f := r.Fields()
 	c := m.conns[f.RemoteCommID]
 	if c == nil || c.remoteID != f.LocalCommID || c.state != stateRepSent {
-		m.stats.RxUnknown++
+		m.stats.RxUnknown.Add(1)
 		return
 	}
 	c.stopTimerLocked()
@@ -278,7 +278,7 @@ func (m *Manager) onMRALocked(r MRA) {
 	f := r.Fields()
 	c := m.conns[f.RemoteCommID]
 	if c == nil {
-		m.stats.RxUnknown++
+		m.stats.RxUnknown.Add(1)
 		return
 	}
 	if (c.state == stateRepSent && f.MessageMRAed == MessageREP) || (c.state == stateReqSent && f.MessageMRAed == MessageREQ) {
@@ -292,7 +292,7 @@ func (m *Manager) onREJLocked(r REJ) {
 	f := r.Fields()
 	c := m.conns[f.RemoteCommID]
 	if c == nil || (c.remoteID != 0 && c.remoteID != f.LocalCommID) {
-		m.stats.RxUnknown++
+		m.stats.RxUnknown.Add(1)
 		return
 	}
 	var err error = &RejectError{Reason: f.Reason, PrivateData: append([]byte(nil), f.PrivateData...)}
@@ -332,7 +332,7 @@ func (m *Manager) onDREPLocked(r DREP) {
 	f := r.Fields()
 	c := m.conns[f.RemoteCommID]
 	if c == nil || c.remoteID != f.LocalCommID || c.state != stateDreqSent {
-		m.stats.RxUnknown++
+		m.stats.RxUnknown.Add(1)
 		return
 	}
 	c.finishLocked(nil)

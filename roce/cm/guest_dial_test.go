@@ -178,10 +178,10 @@ func TestGuestDialKernel(t *testing.T) {
 	if st := cc.QP().State(); st != transport.StateError {
 		t.Errorf("transport QP after the kernel's DREQ: %v, want ERR", st)
 	}
-	if st := s.cm.Stats(); st.Timeouts != 0 {
+	if st := s.cm.Stats().Snapshot(); st.Timeouts != 0 {
 		t.Errorf("CM stats %+v: a message went unanswered", st)
 	}
-	t.Logf("CM stats: %+v", s.cm.Stats())
+	t.Logf("CM stats: %+v", s.cm.Stats().Snapshot())
 }
 
 // TestGuestDialNoListener: a Dial to a port of rxe1's address where

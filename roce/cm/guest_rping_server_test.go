@@ -69,10 +69,10 @@ func TestGuestRpingServer(t *testing.T) {
 	if n := strings.Count(out.String(), "server ping data: rdma-ping-"); n != count {
 		t.Errorf("rping printed %d ping lines, want %d", n, count)
 	}
-	if st := s.cm.Stats(); st.Timeouts != 0 {
+	if st := s.cm.Stats().Snapshot(); st.Timeouts != 0 {
 		t.Errorf("CM stats %+v: a message went unanswered", st)
 	}
-	t.Logf("CM stats: %+v", s.cm.Stats())
+	t.Logf("CM stats: %+v", s.cm.Stats().Snapshot())
 }
 
 // runRpingClient dials the rping server at to (retrying while it is not

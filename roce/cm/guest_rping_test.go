@@ -60,7 +60,7 @@ func TestGuestRping(t *testing.T) {
 	if n := strings.Count(out.String(), "ping data: rdma-ping-"); n != count {
 		t.Errorf("rping printed %d ping lines, want %d", n, count)
 	}
-	t.Logf("CM stats: %+v", s.cm.Stats())
+	t.Logf("CM stats: %+v", s.cm.Stats().Snapshot())
 }
 
 // serveRping accepts one rping client and serves it until it disconnects;

@@ -315,7 +315,7 @@ func TestGuestRDMACMClient(t *testing.T) {
 	if st := sc.QP().State(); st != transport.StateError {
 		t.Errorf("transport QP after DREQ: %v, want ERR", st)
 	}
-	t.Logf("CM stats: %+v", s.cm.Stats())
+	t.Logf("CM stats: %+v", s.cm.Stats().Snapshot())
 }
 
 // TestGuestTransportDisconnects: the transport side sends the DREQ; the
@@ -334,7 +334,7 @@ func TestGuestTransportDisconnects(t *testing.T) {
 	// with rdma_disconnect (or destroys the id).
 	check(t, c.id.Disconnect())
 	check(t, <-done)
-	if st := s.cm.Stats(); st.Timeouts != 0 {
+	if st := s.cm.Stats().Snapshot(); st.Timeouts != 0 {
 		t.Errorf("CM stats %+v: the DREQ went unanswered", st)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/roce"
@@ -80,11 +81,23 @@ type Manager struct {
 	wg   sync.WaitGroup
 }
 
-// Stats counts a manager's MADs; fields are updated under the manager's
-// lock and read with Manager.Stats.
+// Stats counts a manager's MADs; every field is updated atomically.
 type Stats struct {
+	RxMADs, TxMADs, RxMalformed, RxUnknown, Retransmits atomic.Uint64
+	Duplicates, Rejects, Timeouts                       atomic.Uint64
+}
+
+// StatsSnapshot is Stats read at one moment, as plain values.
+type StatsSnapshot struct {
 	RxMADs, TxMADs, RxMalformed, RxUnknown, Retransmits uint64
 	Duplicates, Rejects, Timeouts                       uint64
+}
+
+// Snapshot reads every counter.
+func (s *Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{RxMADs: s.RxMADs.Load(), TxMADs: s.TxMADs.Load(), RxMalformed: s.RxMalformed.Load(),
+		RxUnknown: s.RxUnknown.Load(), Retransmits: s.Retransmits.Load(), Duplicates: s.Duplicates.Load(),
+		Rejects: s.Rejects.Load(), Timeouts: s.Timeouts.Load()}
 }
 
 type remoteKey struct {
@@ -174,12 +187,8 @@ func New(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// Stats returns a snapshot of the manager's counters.
-func (m *Manager) Stats() Stats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.stats
-}
+// Stats returns the manager's counters.
+func (m *Manager) Stats() *Stats { return &m.stats }
 
 // NumConns returns how many connections the manager holds: being set up,
 // established or being torn down.
@@ -265,7 +274,7 @@ func (m *Manager) send(peer netip.Addr, mad []byte) {
 		m.log.Warn("send MAD", "to", peer, "err", err)
 		return
 	}
-	m.stats.TxMADs++ // callers hold m.mu
+	m.stats.TxMADs.Add(1) // callers hold m.mu
 	// UD sends complete at once; errors (a flushed send at Close) are
 	// dropped here so the queue never fills.
 	var wcs [8]transport.WC
@@ -319,13 +328,13 @@ func (m *Manager) retryTimeout(t uint8) time.Duration {
 func (m *Manager) handle(mad []byte, src netip.AddrPort) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.stats.RxMADs++
+	m.stats.RxMADs.Add(1)
 	if m.closed {
 		return
 	}
 	h, data, err := ParseCM(mad)
 	if err != nil {
-		m.stats.RxMalformed++
+		m.stats.RxMalformed.Add(1)
 		m.log.Debug("drop MAD", "from", src, "err", err)
 		return
 	}
@@ -347,7 +356,7 @@ func (m *Manager) handle(mad []byte, src netip.AddrPort) {
 	case AttrDREP:
 		m.onDREPLocked(DREP(data))
 	default:
-		m.stats.RxUnknown++
+		m.stats.RxUnknown.Add(1)
 		m.log.Debug("ignore CM MAD", "attr", h.AttrID(), "from", src)
 	}
 }
@@ -355,7 +364,7 @@ func (m *Manager) handle(mad []byte, src netip.AddrPort) {
 // rejectLocked sends a REJ for a message of a connection this side has no
 // state for.
 func (m *Manager) rejectLocked(peer netip.Addr, tid uint64, remoteID uint32, msg Message, reason RejectReason) {
-	m.stats.Rejects++
+	m.stats.Rejects.Add(1)
 	h := CMHeader(AttrREJ, tid)
 	mad := AppendCM(nil, &h, func(d []byte) {
 		REJ(d).Encode(&REJFields{RemoteCommID: remoteID, MessageRejected: msg, Reason: reason})

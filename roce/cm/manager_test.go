@@ -255,10 +255,10 @@ func TestLostRTU(t *testing.T) {
 	if dropped.Load() < 3 {
 		t.Errorf("%d RTUs seen, want the 2 dropped and one more", dropped.Load())
 	}
-	if s := srv.cm.Stats(); s.Retransmits < 2 {
+	if s := srv.cm.Stats().Snapshot(); s.Retransmits < 2 {
 		t.Errorf("server stats %+v: want at least 2 REP retransmissions", s)
 	}
-	if s := cli.cm.Stats(); s.Duplicates < 2 {
+	if s := cli.cm.Stats().Snapshot(); s.Duplicates < 2 {
 		t.Errorf("client stats %+v: want at least 2 duplicate REPs", s)
 	}
 }

@@ -114,7 +114,7 @@ func (m *Manager) onREQLocked(tid uint64, mad []byte, r REQ, peer netip.Addr) {
 	key := remoteKey{guid: f.LocalCAGUID, id: f.LocalCommID}
 	if c := m.remote[key]; c != nil {
 		// A retransmitted REQ: our answer was lost or is late.
-		m.stats.Duplicates++
+		m.stats.Duplicates.Add(1)
 		switch c.state {
 		case stateReqRcvd:
 			h := CMHeader(AttrMRA, c.tid)
@@ -305,7 +305,7 @@ func (r *Request) RejectWith(reason RejectReason, privateData []byte) error {
 func (r *Request) rejectLocked(reason RejectReason, privateData []byte) {
 	c := r.c
 	m := c.m
-	m.stats.Rejects++
+	m.stats.Rejects.Add(1)
 	h := CMHeader(AttrREJ, c.tid)
 	m.send(c.peer, AppendCM(nil, &h, func(d []byte) {
 		REJ(d).Encode(&REJFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, MessageRejected: MessageREQ,

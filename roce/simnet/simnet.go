@@ -56,6 +56,17 @@ type Stats struct {
 	Sent, Delivered, Lost, Duplicated, Reordered, Marked, Overflow, NoRoute atomic.Uint64
 }
 
+// StatsSnapshot is Stats read at one moment, as plain values.
+type StatsSnapshot struct {
+	Sent, Delivered, Lost, Duplicated, Reordered, Marked, Overflow, NoRoute uint64
+}
+
+// Snapshot reads every counter.
+func (s *Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{Sent: s.Sent.Load(), Delivered: s.Delivered.Load(), Lost: s.Lost.Load(), Duplicated: s.Duplicated.Load(),
+		Reordered: s.Reordered.Load(), Marked: s.Marked.Load(), Overflow: s.Overflow.Load(), NoRoute: s.NoRoute.Load()}
+}
+
 type packet struct {
 	from, to netip.AddrPort
 	data     []byte

@@ -29,6 +29,16 @@ type Stats struct {
 	RxPackets, TxPackets, RxBadICRC, RxTruncated atomic.Uint64
 }
 
+// StatsSnapshot is Stats read at one moment, as plain values.
+type StatsSnapshot struct {
+	RxPackets, TxPackets, RxBadICRC, RxTruncated uint64
+}
+
+// Snapshot reads every counter.
+func (s *Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load()}
+}
+
 // Conn is a RoCEv2 UDP socket; Linux only.
 type Conn struct{ roce.PacketConn }
 

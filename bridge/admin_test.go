@@ -1,0 +1,327 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// The admin server on a gateway with one session that carried a SEND and
+// a WRITE of 19 bytes each: /metrics counts exactly them (and keeps
+// counting them once the session ended), passes promtool, and /status
+// lists the session while it runs.
+
+const payload = "through the gateway" // 19 bytes
+
+func startAdmin(t *testing.T, g *bridge.Gateway) string {
+	t.Helper()
+	a, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: "127.0.0.1:0", Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(context.Background()); err != nil {
+			t.Errorf("admin close: %v", err)
+		}
+	})
+	return "http://" + a.Addr().String()
+}
+
+// sessionThrough connects the client through the gateway to the target
+// and sends a SEND and a WRITE_WITH_IMM of payload; it returns both ends'
+// connections once everything completed.
+func sessionThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener) (cc, tc *cm.Conn) {
+	t.Helper()
+	accepted := make(chan *cm.Conn, 1)
+	tqp := target.qp(t)
+	go func() {
+		r, err := ln.Next(ctx)
+		if err != nil {
+			t.Error(err)
+			accepted <- nil
+			return
+		}
+		if err := tqp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+			t.Error(err)
+		}
+		if err := tqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: target.mr, Offset: 0, Length: 4096}},
+			transport.RecvWR{ID: 2, Local: transport.SGE{MR: target.mr, Offset: 4096, Length: 4096}}); err != nil {
+			t.Error(err)
+		}
+		c, err := r.Accept(ctx, cm.AcceptOptions{QP: tqp})
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	cqp := client.qp(t)
+	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: cqp})
+	if err != nil {
+		t.Fatalf("dial through the gateway: %v", err)
+	}
+	if tc = <-accepted; tc == nil {
+		t.FailNow()
+	}
+	copy(client.mem, payload)
+	if err := cqp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Local: transport.SGE{MR: client.mr, Length: len(payload)}, Signaled: true},
+		transport.SendWR{ID: 2, Opcode: transport.OpWriteWithImm, Imm: 5, Local: transport.SGE{MR: client.mr, Length: len(payload)}, Remote: target.mr.Addr() + 8192, RKey: target.mr.RKey(), Signaled: true}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]transport.WC, 2)
+	for _, cq := range []*transport.CQ{client.cq, target.cq} {
+		for got := 0; got < 2; {
+			k, err := cq.PollWait(ctx, wcs[:2-got])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wc := range wcs[:k] {
+				if wc.Status != transport.StatusSuccess {
+					t.Fatalf("completion %+v: %v", wc, wc.Status)
+				}
+			}
+			got += k
+		}
+	}
+	if string(target.mem[:len(payload)]) != payload || string(target.mem[8192:8192+len(payload)]) != payload {
+		t.Fatalf("the target holds %q and %q", target.mem[:len(payload)], target.mem[8192:8192+len(payload)])
+	}
+	return cc, tc
+}
+
+func get(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return b
+}
+
+// scrape reads /metrics: every sample of the rbridge_ families, keyed by
+// name and labels as `name{k="v",...}`.
+func scrape(t *testing.T, base string) (map[string]float64, []byte) {
+	t.Helper()
+	b := get(t, base+"/metrics")
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v\n%s", err, b)
+	}
+	out := map[string]float64{}
+	for name, mf := range mfs {
+		if !strings.HasPrefix(name, "rbridge_") {
+			continue
+		}
+		for _, m := range mf.Metric {
+			var ls []string
+			for _, l := range m.Label {
+				ls = append(ls, l.GetName()+"="+`"`+l.GetValue()+`"`)
+			}
+			out[name+"{"+strings.Join(ls, ",")+"}"] = value(mf.GetType(), m)
+		}
+	}
+	return out, b
+}
+
+func value(typ dto.MetricType, m *dto.Metric) float64 {
+	switch typ {
+	case dto.MetricType_COUNTER:
+		return m.GetCounter().GetValue()
+	case dto.MetricType_GAUGE:
+		return m.GetGauge().GetValue()
+	}
+	return -1
+}
+
+// promtool checks a scrape with Prometheus's own linter.
+func promtool(t *testing.T, scrape []byte) {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		msg := "oracle promtool unavailable (" + err.Error() + "): run `make deps` (Debian package prometheus)"
+		if os.Getenv("RBRIDGE_REQUIRE_ORACLES") == "1" {
+			t.Fatal(msg)
+		}
+		t.Log(msg + ": the scrape is not linted")
+		return
+	}
+	cmd := exec.Command(p, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(scrape)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func TestAdminMetricsCountTraffic(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, gatewayConfig(t, ""))
+	base := startAdmin(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	before, _ := scrape(t, base)
+	cc, tc := sessionThrough(t, ctx, client, target, ln)
+	during, b := scrape(t, base)
+	promtool(t, b)
+	// The collector describes every metric it collects, consistently (a
+	// pedantic registry checks each collected metric against Describe).
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(bridge.NewCollector(g)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("pedantic gather: %v", err)
+	}
+	if err := cc.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-tc.Done()
+	waitUntil(t, "the session gone", func() bool { return g.Sessions() == 0 })
+	after, b := scrape(t, base)
+	promtool(t, b)
+
+	// What moved, by exactly the traffic: one session, two operations of
+	// 19 bytes to the target, nothing back.
+	const n = float64(len(payload))
+	for _, tc := range []struct {
+		name                  string
+		before, during, after float64
+	}{
+		{`rbridge_route_sessions_open{route="r"}`, 0, 1, 0},
+		{`rbridge_route_sessions_total{route="r"}`, 0, 1, 1},
+		{`rbridge_route_sessions_ended_total{route="r"}`, 0, 0, 1},
+		{`rbridge_route_sessions_rejected_total{route="r"}`, 0, 0, 0},
+		{`rbridge_route_sessions_refused_total{route="r"}`, 0, 0, 0},
+		{`rbridge_route_sessions_failed_total{route="r"}`, 0, 0, 0},
+		{`rbridge_route_operations_total{direction="to_target",route="r"}`, 0, 2, 2},
+		{`rbridge_route_operations_total{direction="to_client",route="r"}`, 0, 0, 0},
+		{`rbridge_route_payload_bytes_total{direction="to_target",route="r"}`, 0, 2 * n, 2 * n},
+		{`rbridge_route_payload_bytes_total{direction="to_client",route="r"}`, 0, 0, 0},
+		{`rbridge_route_operations_failed_total{direction="to_target",route="r"}`, 0, 0, 0},
+	} {
+		got := [3]float64{-1, -1, -1}
+		for i, m := range []map[string]float64{before, during, after} {
+			if v, ok := m[tc.name]; ok {
+				got[i] = v
+			}
+		}
+		if d := cmp.Diff([3]float64{tc.before, tc.during, tc.after}, got); d != "" {
+			t.Errorf("%s before, during and after the session (-want +got):\n%s", tc.name, d)
+		}
+	}
+	// Every leg's transport and CM counted the packets and MADs: the
+	// client's leg a received the SEND's and WRITE's packets.
+	for _, name := range []string{`rbridge_transport_rx_packets_total{leg="a"}`, `rbridge_transport_tx_packets_total{leg="b"}`,
+		`rbridge_cm_rx_mads_total{leg="a"}`, `rbridge_cm_tx_mads_total{leg="b"}`, `rbridge_udp_rx_packets_total{leg="a"}`} {
+		if after[name] <= before[name] {
+			t.Errorf("%s did not move: %v before, %v after", name, before[name], after[name])
+		}
+	}
+	// The pool's classes (the gateway's default sizes), each with buffers.
+	for _, size := range []string{"256", "4096", "65536"} {
+		if after[`rbridge_pool_buffers{class_bytes="`+size+`"}`] <= 0 {
+			t.Errorf("pool class %s: no rbridge_pool_buffers", size)
+		}
+	}
+	if after[`rbridge_leg_path_mtu_bytes{leg="a"}`] != 4096 {
+		t.Errorf("leg a's path MTU %v, want 4096 (loopback)", after[`rbridge_leg_path_mtu_bytes{leg="a"}`])
+	}
+	// No label carries a client or a QPN.
+	for name := range after {
+		if strings.Contains(name, loNet) {
+			t.Errorf("metric %s has an address for a label", name)
+		}
+	}
+}
+
+func TestAdminStatus(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, gatewayConfig(t, ""))
+	base := startAdmin(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cc, tc := sessionThrough(t, ctx, client, target, ln)
+
+	var st bridge.Status
+	if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[0].Kind != "userspace" || st.Legs[0].IP != lo("1") ||
+		st.Legs[0].Interface != "lo" || st.Legs[0].IO != "udp" || st.Legs[0].MTU != 4096 || !strings.Contains(st.Legs[0].MTUWhy, "loopback") {
+		t.Errorf("legs %+v", st.Legs)
+	}
+	wantRoutes := []bridge.RouteStatus{{Name: "r", ListenLeg: "a", Listen: lo("1:7471"), TargetLeg: "b", Target: lo("4:7471"), Sessions: 1}}
+	if d := cmp.Diff(wantRoutes, st.Routes); d != "" {
+		t.Errorf("routes (-want +got):\n%s", d)
+	}
+	if len(st.Sessions) != 1 {
+		t.Fatalf("sessions %+v, want one", st.Sessions)
+	}
+	s := st.Sessions[0]
+	if s.Route != "r" || !strings.HasPrefix(s.Client, lo("3:")) || s.Target != lo("4:7471") || s.AgeSeconds <= 0 || s.AgeSeconds > 20 {
+		t.Errorf("session %+v", s)
+	}
+	for side, d := range map[string]string{"client": s.ClientSide, "target": s.TargetSide} {
+		if !strings.Contains(d, "QP 0x") || !strings.Contains(d, ", MTU ") {
+			t.Errorf("the %s side is described %q: want its QPNs and MTU", side, d)
+		}
+	}
+	if d := cmp.Diff(bridge.DirectionStatus{Ops: 2, Bytes: 2 * uint64(len(payload))}, s.ToTarget, cmpCopied); d != "" {
+		t.Errorf("to target (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(bridge.DirectionStatus{}, s.ToClient); d != "" {
+		t.Errorf("to client (-want +got):\n%s", d)
+	}
+
+	if err := cc.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-tc.Done()
+	waitUntil(t, "the session gone", func() bool { return g.Sessions() == 0 })
+	st = bridge.Status{}
+	if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Sessions) != 0 || st.Routes[0].Sessions != 0 {
+		t.Errorf("after the session ended: sessions %+v, routes %+v", st.Sessions, st.Routes)
+	}
+}
+
+// cmpCopied ignores how much of the payload the relay copied (that
+// depends on how packets arrived, not on the traffic).
+var cmpCopied = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Copied" }, cmp.Ignore())

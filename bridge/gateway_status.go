@@ -1,0 +1,145 @@
+package bridge
+
+import (
+	"sort"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+)
+
+// Status is what a gateway runs, at one moment: its legs, its routes and
+// every session, with the numbers Prometheus must not carry as labels
+// (clients, QPNs). The admin server serves it as JSON on /status.
+type Status struct {
+	Legs     []LegStatus     `json:"legs"`
+	Routes   []RouteStatus   `json:"routes"`
+	Sessions []SessionStatus `json:"sessions"`
+}
+
+// LegStatus describes one leg.
+type LegStatus struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	IP   string `json:"ip"`
+	// Userspace legs: the interface, its network namespace, the packet
+	// I/O, and the largest path MTU the leg carries and why.
+	Interface string `json:"interface,omitempty"`
+	Netns     string `json:"netns,omitempty"`
+	IO        string `json:"io,omitempty"`
+	MTU       int    `json:"mtu,omitempty"`
+	MTUWhy    string `json:"mtu_why,omitempty"`
+	// Verbs legs: the device, port and GID the leg's address chose, and
+	// why (each session's MTU is in its side's description).
+	Device   string `json:"device,omitempty"`
+	Port     int    `json:"port,omitempty"`
+	GIDIndex int    `json:"gid_index,omitempty"`
+	GID      string `json:"gid,omitempty"`
+	GIDWhy   string `json:"gid_why,omitempty"`
+}
+
+// RouteStatus describes one route.
+type RouteStatus struct {
+	Name      string   `json:"name"`
+	ListenLeg string   `json:"listen_leg"`
+	Listen    string   `json:"listen"`
+	TargetLeg string   `json:"target_leg"`
+	Target    string   `json:"target"`
+	Allow     []string `json:"allow,omitempty"`
+	Sessions  int      `json:"sessions"` // running now
+	// Stopped is why the route's accept loop ended, when it did.
+	Stopped string `json:"stopped,omitempty"`
+}
+
+// SessionStatus describes one running session.
+type SessionStatus struct {
+	Route  string `json:"route"`
+	Client string `json:"client"`
+	Target string `json:"target"`
+	// ClientSide and TargetSide describe the two connections: the QPNs,
+	// the path MTU and how it was chosen.
+	ClientSide string          `json:"client_side"`
+	TargetSide string          `json:"target_side"`
+	Started    time.Time       `json:"started"`
+	AgeSeconds float64         `json:"age_seconds"`
+	ToTarget   DirectionStatus `json:"to_target"` // the client's requests
+	ToClient   DirectionStatus `json:"to_client"` // the target's requests
+}
+
+// DirectionStatus is one direction of a session: its counters and its
+// relay's state.
+type DirectionStatus struct {
+	Ops      uint64 `json:"ops"`
+	Bytes    uint64 `json:"bytes"`
+	Copied   uint64 `json:"copied_bytes"`
+	Failed   uint64 `json:"failed"`
+	NoCredit uint64 `json:"no_credit"`
+	Queued   int    `json:"queued"`
+	Posted   int    `json:"posted"`
+}
+
+// legStatus is what the gateway knows of a leg once open.
+func legStatus(l *config.Leg, lg leg) LegStatus {
+	st := LegStatus{Name: l.Name, Kind: l.Kind, IP: l.IP.String(), Interface: l.Interface, Netns: l.Netns, IO: l.IO, Device: l.Device, Port: l.Port}
+	switch lg := lg.(type) {
+	case *userspaceLeg:
+		st.MTU, st.MTUWhy = lg.mtu, lg.mtuWhy
+	case *verbsLeg:
+		// The choice openVerbsLeg made and logged, made again: it is the
+		// GID table's, so the same while the table is.
+		if gid, err := findGID(l); err == nil {
+			st.Device, st.Port, st.GIDIndex, st.GID, st.GIDWhy = gid.Device, gid.Port, gid.Index, gid.GID.String(), gid.Reason
+		} else {
+			st.GIDWhy = err.Error()
+		}
+	}
+	return st
+}
+
+// Status returns what the gateway runs now. Sessions are sorted by route,
+// then age (oldest first).
+func (g *Gateway) Status() Status {
+	g.mu.Lock()
+	cfg := g.cfg // a reload replaces it
+	g.mu.Unlock()
+	st := Status{Legs: make([]LegStatus, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{}}
+	for i := range cfg.Legs {
+		st.Legs = append(st.Legs, g.legStatus[cfg.Legs[i].Name])
+	}
+	now := time.Now()
+	g.mu.Lock()
+	open := map[string]int{}
+	for s, info := range g.sessions {
+		open[info.route]++
+		ss := s.Stats().Snapshot()
+		rs := s.State()
+		dir := func(d int) DirectionStatus {
+			return DirectionStatus{Ops: ss.Ops[d], Bytes: ss.Bytes[d], Copied: ss.Copied[d], Failed: ss.Failed[d], NoCredit: ss.NoCredit[d],
+				Queued: rs[d].Queued, Posted: rs[d].Posted}
+		}
+		st.Sessions = append(st.Sessions, SessionStatus{Route: info.route, Client: info.client.String(), Target: info.target.String(),
+			ClientSide: info.desc[0], TargetSide: info.desc[1], Started: info.started, AgeSeconds: now.Sub(info.started).Seconds(),
+			ToTarget: dir(0), ToClient: dir(1)})
+	}
+	stopped := map[string]string{}
+	for name, err := range g.stopped {
+		stopped[name] = err.Error()
+	}
+	g.mu.Unlock()
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		rs := RouteStatus{Name: r.Name, ListenLeg: r.Listen.Leg, Listen: r.Listen.Addr.String(), TargetLeg: r.Target.Leg, Target: r.Target.Addr.String(),
+			Sessions: open[r.Name], Stopped: stopped[r.Name]}
+		for _, p := range r.Allow {
+			rs.Allow = append(rs.Allow, p.String())
+		}
+		st.Routes = append(st.Routes, rs)
+	}
+	sort.Slice(st.Sessions, func(i, j int) bool {
+		a, b := &st.Sessions[i], &st.Sessions[j]
+		if a.Route != b.Route {
+			return a.Route < b.Route
+		}
+		return a.Started.Before(b.Started)
+	})
+	return st
+}

@@ -1,0 +1,307 @@
+package bridge
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+	"github.com/rbridge/rbridge/xdp"
+)
+
+// The gateway's Prometheus metrics are read from its Snapshots at scrape
+// time by one collector (NewCollector): nothing is counted twice. Labels
+// have bounded values only: leg and route (from the config), direction
+// (to_target, to_client; rx, tx) and a pool class's size. Per-QPN and
+// per-client numbers belong in Status.
+
+// directions names a session's directions: 0 is the client's requests to
+// the target (A to B), 1 the target's to the client.
+var directions = [2]string{"to_target", "to_client"}
+
+// A counter is one Prometheus metric read from a snapshot of type S.
+type counter[S any] struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	val  func(*S) uint64
+}
+
+func newCounters[S any](prefix string, labels []string, rows []counterRow[S]) []counter[S] {
+	out := make([]counter[S], len(rows))
+	for i, r := range rows {
+		out[i] = counter[S]{desc: prometheus.NewDesc(prefix+r.name, r.help, labels, nil), kind: prometheus.CounterValue, val: r.val}
+	}
+	return out
+}
+
+type counterRow[S any] struct {
+	name, help string
+	val        func(*S) uint64
+}
+
+// The route counters, from the route's GatewayStats.
+var routeCounters = newCounters("rbridge_route_", []string{"route"}, []counterRow[GatewayStatsSnapshot]{
+	{"sessions_total", "Sessions the route started (both connections up, relaying).", func(s *GatewayStatsSnapshot) uint64 { return s.Accepted }},
+	{"sessions_ended_total", "Sessions of the route that ended.", func(s *GatewayStatsSnapshot) uint64 { return s.Ended }},
+	{"sessions_rejected_total", "Clients rejected because the target rejected or did not answer.", func(s *GatewayStatsSnapshot) uint64 { return s.Rejected }},
+	{"sessions_refused_total", "Clients rejected because the route's allow list does not hold them.", func(s *GatewayStatsSnapshot) uint64 { return s.Refused }},
+	{"sessions_failed_total", "Connections that failed after the target accepted (the client's accept, or the session's start).", func(s *GatewayStatsSnapshot) uint64 { return s.Failed }},
+})
+
+// directionRow is a route counter per direction, from its sessions'
+// SessionStats.
+type directionRow struct {
+	desc *prometheus.Desc
+	val  func(*SessionStatsSnapshot) *[2]uint64
+}
+
+var directionRows = func() []directionRow {
+	labels := []string{"route", "direction"}
+	rows := []struct {
+		name, help string
+		val        func(*SessionStatsSnapshot) *[2]uint64
+	}{
+		{"operations_total", "Operations relayed and completed by the far side (SENDs, WRITEs, READs, atomics).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Ops }},
+		{"payload_bytes_total", "Payload bytes of the operations relayed.", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Bytes }},
+		{"copied_bytes_total", "Payload bytes the gateway copied while relaying (the rest crossed in the buffers it arrived in).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Copied }},
+		{"operations_failed_total", "Operations the far side failed (each ends its session).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Failed }},
+		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.NoCredit }},
+	}
+	out := make([]directionRow, len(rows))
+	for i, r := range rows {
+		out[i] = directionRow{desc: prometheus.NewDesc("rbridge_route_"+r.name, r.help, labels, nil), val: r.val}
+	}
+	return out
+}()
+
+var (
+	descSessionsOpen = prometheus.NewDesc("rbridge_route_sessions_open", "Sessions of the route running now.", []string{"route"}, nil)
+	descLegMTU       = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
+	descPoolBuffers  = prometheus.NewDesc("rbridge_pool_buffers", "Buffers of a pool class.", []string{"class_bytes"}, nil)
+	descPoolInUse    = prometheus.NewDesc("rbridge_pool_buffers_in_use", "Buffers of a pool class held now (payloads in flight, posted receives, AF_XDP frames).", []string{"class_bytes"}, nil)
+	descPoolGets     = prometheus.NewDesc("rbridge_pool_gets_total", "Buffers asked of a pool class.", []string{"class_bytes"}, nil)
+	descPoolEmpty    = prometheus.NewDesc("rbridge_pool_exhausted_total", "Times a pool class was found empty.", []string{"class_bytes"}, nil)
+	descPoolOver     = prometheus.NewDesc("rbridge_pool_overreleased_total", "Releases of a buffer nobody held (bugs, counted and ignored).", []string{"class_bytes"}, nil)
+)
+
+var legLabels = []string{"leg"}
+
+// The userspace transport device's counters.
+var transportCounters = newCounters("rbridge_transport_", legLabels, []counterRow[transport.StatsSnapshot]{
+	{"rx_packets_total", "Packets the userspace device received.", func(s *transport.StatsSnapshot) uint64 { return s.RxPackets }},
+	{"tx_packets_total", "Packets the userspace device sent.", func(s *transport.StatsSnapshot) uint64 { return s.TxPackets }},
+	{"rx_malformed_total", "Received packets dropped as malformed.", func(s *transport.StatsSnapshot) uint64 { return s.RxMalformed }},
+	{"rx_unknown_qp_total", "Received packets for a QP the device does not have.", func(s *transport.StatsSnapshot) uint64 { return s.RxUnknownQP }},
+	{"rx_duplicate_total", "Received duplicate requests (answered again).", func(s *transport.StatsSnapshot) uint64 { return s.RxDuplicate }},
+	{"rx_out_of_sequence_total", "Received packets out of sequence.", func(s *transport.StatsSnapshot) uint64 { return s.RxOutOfSequence }},
+	{"tx_naks_total", "NAKs sent (sequence errors and error NAKs).", func(s *transport.StatsSnapshot) uint64 { return s.TxNAKs }},
+	{"tx_rnr_naks_total", "RNR NAKs sent.", func(s *transport.StatsSnapshot) uint64 { return s.TxRNRNAKs }},
+	{"retransmits_total", "Packets retransmitted.", func(s *transport.StatsSnapshot) uint64 { return s.Retransmit }},
+	{"timeouts_total", "ACK timeouts.", func(s *transport.StatsSnapshot) uint64 { return s.Timeouts }},
+	{"tail_probes_total", "Tail-loss probes sent before the ACK timeout.", func(s *transport.StatsSnapshot) uint64 { return s.TailProbes }},
+	{"rx_cnps_total", "Congestion notification packets received (handled by the DCQCN reaction point).", func(s *transport.StatsSnapshot) uint64 { return s.RxCNPs }},
+	{"tx_cnps_total", "Congestion notification packets sent.", func(s *transport.StatsSnapshot) uint64 { return s.TxCNPs }},
+	{"rx_ecn_ce_total", "Received packets marked ECN Congestion Experienced.", func(s *transport.StatsSnapshot) uint64 { return s.RxECNCE }},
+	{"ud_dropped_total", "UD datagrams dropped (no receive posted).", func(s *transport.StatsSnapshot) uint64 { return s.UDDropped }},
+	{"cq_overflows_total", "Completions that found their CQ full.", func(s *transport.StatsSnapshot) uint64 { return s.CQOverflows }},
+	{"events_lost_total", "Asynchronous events nobody took before the queue filled.", func(s *transport.StatsSnapshot) uint64 { return s.EventsLost }},
+})
+
+// The userspace leg's IB CM counters.
+var cmCounters = newCounters("rbridge_cm_", legLabels, []counterRow[cm.StatsSnapshot]{
+	{"rx_mads_total", "CM MADs received.", func(s *cm.StatsSnapshot) uint64 { return s.RxMADs }},
+	{"tx_mads_total", "CM MADs sent.", func(s *cm.StatsSnapshot) uint64 { return s.TxMADs }},
+	{"rx_malformed_total", "CM MADs dropped as malformed.", func(s *cm.StatsSnapshot) uint64 { return s.RxMalformed }},
+	{"rx_unknown_total", "CM MADs for no connection the manager knows.", func(s *cm.StatsSnapshot) uint64 { return s.RxUnknown }},
+	{"retransmits_total", "CM MADs retransmitted.", func(s *cm.StatsSnapshot) uint64 { return s.Retransmits }},
+	{"duplicates_total", "Duplicate CM MADs received.", func(s *cm.StatsSnapshot) uint64 { return s.Duplicates }},
+	{"rejects_total", "REJs sent.", func(s *cm.StatsSnapshot) uint64 { return s.Rejects }},
+	{"timeouts_total", "CM handshakes that timed out.", func(s *cm.StatsSnapshot) uint64 { return s.Timeouts }},
+})
+
+// The UDP socket's counters (a userspace leg with io: udp).
+var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.StatsSnapshot]{
+	{"rx_packets_total", "RoCEv2 datagrams received.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxPackets }},
+	{"tx_packets_total", "RoCEv2 datagrams sent.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxPackets }},
+	{"rx_bad_icrc_total", "Received datagrams whose ICRC is wrong: dropped.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxBadICRC }},
+	{"rx_truncated_total", "Received datagrams longer than the buffer: dropped.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxTruncated }},
+})
+
+// The AF_XDP socket's counters (a userspace leg with io: afxdp).
+var xdpCounters = newCounters("rbridge_xdp_", legLabels, []counterRow[xdp.ConnStats]{
+	{"rx_packets_total", "Transport packets received on the AF_XDP socket.", func(s *xdp.ConnStats) uint64 { return s.Received }},
+	{"tx_packets_total", "Transport packets put on the transmit ring.", func(s *xdp.ConnStats) uint64 { return s.Sent }},
+	{"rx_bad_frames_total", "Received frames that are not well-formed RoCEv2: dropped.", func(s *xdp.ConnStats) uint64 { return s.BadFrames }},
+	{"rx_bad_icrc_total", "Received RoCEv2 packets whose ICRC is wrong: dropped.", func(s *xdp.ConnStats) uint64 { return s.BadICRC }},
+	{"rx_too_long_total", "Received packets longer than the buffer: dropped.", func(s *xdp.ConnStats) uint64 { return s.TooLong }},
+	{"rx_ring_drops_total", "Frames the kernel dropped: RX ring full or no free receive frame.", func(s *xdp.ConnStats) uint64 { return s.RXRingDrops }},
+	{"rx_lent_total", "Received frames lent to the relay (no copy).", func(s *xdp.ConnStats) uint64 { return s.Lent }},
+	{"fill_short_total", "Times no frame was free to refill the fill ring with.", func(s *xdp.ConnStats) uint64 { return s.FillShort }},
+})
+
+// metricsSnapshot is what a scrape reads of a gateway, at one moment.
+type metricsSnapshot struct {
+	routes []routeMetrics
+	legs   []legMetrics
+	pool   []ClassStats
+}
+
+type routeMetrics struct {
+	name     string
+	open     int
+	gw       GatewayStatsSnapshot
+	sessions SessionStatsSnapshot // ended sessions' and running ones'
+}
+
+type legMetrics struct {
+	name      string
+	mtu       int // userspace legs
+	transport *transport.StatsSnapshot
+	cm        *cm.StatsSnapshot
+	udp       *udpconn.StatsSnapshot
+	xdp       *xdp.ConnStats
+}
+
+// metrics reads the gateway's counters.
+func (g *Gateway) metrics() metricsSnapshot {
+	var m metricsSnapshot
+	idx := map[string]int{}
+	g.mu.Lock()
+	// Every route that ever ran: a route a reload removed keeps its
+	// totals, and its sessions may still run.
+	names := make([]string, 0, len(g.ended))
+	for name := range g.ended {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	stats := make([]*GatewayStats, 0, len(names))
+	for _, name := range names {
+		idx[name] = len(m.routes)
+		m.routes = append(m.routes, routeMetrics{name: name, sessions: *g.ended[name]})
+		stats = append(stats, g.routeStats[name])
+	}
+	for s, info := range g.sessions {
+		i, ok := idx[info.route]
+		if !ok {
+			continue // cannot happen: a route's entries are made before it accepts
+		}
+		r := &m.routes[i]
+		r.open++
+		r.sessions.add(s.Stats().Snapshot())
+	}
+	cfg := g.cfg
+	g.mu.Unlock()
+	// The route's GatewayStats after its sessions: a session counted
+	// above has been accepted.
+	for i := range m.routes {
+		m.routes[i].gw = stats[i].Snapshot()
+	}
+	for i := range cfg.Legs {
+		name := cfg.Legs[i].Name
+		lm := legMetrics{name: name}
+		if u, ok := g.legs[name].(*userspaceLeg); ok {
+			lm.mtu = u.mtu
+			t, c := u.dev.Stats().Snapshot(), u.cm.Stats().Snapshot()
+			lm.transport, lm.cm = &t, &c
+			switch pc := u.pconn.(type) {
+			case *udpconn.Conn:
+				s := pc.Stats().Snapshot()
+				lm.udp = &s
+			case *xdp.Conn:
+				// Without the kernel's ring counters the socket's own
+				// still count: the error only leaves RXRingDrops zero.
+				s, _ := pc.Stats()
+				lm.xdp = &s
+			}
+		}
+		m.legs = append(m.legs, lm)
+	}
+	m.pool = g.pool.Stats()
+	return m
+}
+
+// collector is the gateway's prometheus.Collector.
+type collector struct{ g *Gateway }
+
+var _ prometheus.Collector = collector{}
+
+// NewCollector returns the Prometheus collector of the gateway's metrics
+// (rbridge_route_*, rbridge_pool_*, and per userspace leg
+// rbridge_transport_*, rbridge_cm_*, rbridge_udp_* or rbridge_xdp_*); it
+// reads the gateway's counters when scraped.
+func NewCollector(g *Gateway) prometheus.Collector { return collector{g: g} }
+
+// Describe implements prometheus.Collector.
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range routeCounters {
+		ch <- c.desc
+	}
+	for _, r := range directionRows {
+		ch <- r.desc
+	}
+	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
+		ch <- d
+	}
+	describe(ch, transportCounters)
+	describe(ch, cmCounters)
+	describe(ch, udpCounters)
+	describe(ch, xdpCounters)
+}
+
+func describe[S any](ch chan<- *prometheus.Desc, cs []counter[S]) {
+	for _, c := range cs {
+		ch <- c.desc
+	}
+}
+
+func collect[S any](ch chan<- prometheus.Metric, cs []counter[S], s *S, labels ...string) {
+	for _, c := range cs {
+		ch <- prometheus.MustNewConstMetric(c.desc, c.kind, float64(c.val(s)), labels...)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.g.metrics()
+	for i := range m.routes {
+		r := &m.routes[i]
+		ch <- prometheus.MustNewConstMetric(descSessionsOpen, prometheus.GaugeValue, float64(r.open), r.name)
+		collect(ch, routeCounters, &r.gw, r.name)
+		for _, row := range directionRows {
+			v := row.val(&r.sessions)
+			for d, dir := range directions {
+				ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d]), r.name, dir)
+			}
+		}
+	}
+	sort.Slice(m.pool, func(i, j int) bool { return m.pool[i].Size < m.pool[j].Size })
+	for _, p := range m.pool {
+		size := strconv.Itoa(p.Size)
+		ch <- prometheus.MustNewConstMetric(descPoolBuffers, prometheus.GaugeValue, float64(p.Total), size)
+		ch <- prometheus.MustNewConstMetric(descPoolInUse, prometheus.GaugeValue, float64(p.Total-p.Free), size)
+		ch <- prometheus.MustNewConstMetric(descPoolGets, prometheus.CounterValue, float64(p.Gets), size)
+		ch <- prometheus.MustNewConstMetric(descPoolEmpty, prometheus.CounterValue, float64(p.Exhausted), size)
+		ch <- prometheus.MustNewConstMetric(descPoolOver, prometheus.CounterValue, float64(p.Overreleased), size)
+	}
+	for _, l := range m.legs {
+		if l.mtu > 0 {
+			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.mtu), l.name)
+		}
+		if l.transport != nil {
+			collect(ch, transportCounters, l.transport, l.name)
+		}
+		if l.cm != nil {
+			collect(ch, cmCounters, l.cm, l.name)
+		}
+		if l.udp != nil {
+			collect(ch, udpCounters, l.udp, l.name)
+		}
+		if l.xdp != nil {
+			collect(ch, xdpCounters, l.xdp, l.name)
+		}
+	}
+}

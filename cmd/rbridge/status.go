@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
+)
+
+type statusOptions struct {
+	admin   string
+	json    bool
+	timeout time.Duration
+}
+
+func newStatusCommand() *cobra.Command {
+	o := statusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status [--admin ADDR] [--json]",
+		Short: "Show a running gateway's legs, routes and sessions",
+		Long: `status asks a running gateway (rbridge run) for what it runs, on its admin
+server's /status, and prints it as tables:
+
+  legs      name, kind, address, the interface (userspace) or the device, port
+            and GID (verbs), and the path MTU with why
+  routes    listen and target address with their legs, sessions running, the
+            clients allowed, and why the route stopped accepting if it did
+  sessions  every session: route, client, target, age, operations and bytes
+            each way, what waits in each direction's queue, and both
+            connections (QPNs, path MTU and how it was chosen)
+
+--json prints /status's JSON as the gateway sent it. The admin server's
+address is the config's admin.listen (127.0.0.1:9479 unless the file says
+otherwise); the same server has Prometheus metrics on /metrics.
+
+The exit status is 0 when the gateway answered, 1 when it could not be
+reached (not running, no admin server, another address) or answered with an
+error, 2 for bad usage.`,
+		Example: `  rbridge status
+  rbridge status --admin 127.0.0.1:9500 --json | jq '.sessions | length'`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return &exitError{code: 2, err: fmt.Errorf("status takes no arguments, got %q", args)}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := netip.ParseAddrPort(o.admin); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("--admin %q: want an IP address and a port, as %q", o.admin, config.DefaultAdminListen)}
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			body, err := fetchStatus(ctx, o.admin, o.timeout)
+			if err != nil {
+				return &exitError{code: 1, err: err}
+			}
+			if o.json {
+				_, err := cmd.OutOrStdout().Write(body)
+				return err
+			}
+			var st bridge.Status
+			if err := json.Unmarshal(body, &st); err != nil {
+				return &exitError{code: 1, err: fmt.Errorf("status from %s: %w", o.admin, err)}
+			}
+			return writeStatusTable(cmd.OutOrStdout(), &st)
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
+	f := cmd.Flags()
+	f.StringVar(&o.admin, "admin", config.DefaultAdminListen, "the gateway's admin server (the config's admin.listen)")
+	f.BoolVar(&o.json, "json", false, "print the JSON the gateway sent instead of tables")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the gateway's answer")
+	return cmd
+}
+
+// fetchStatus gets /status from the admin server at addr.
+func fetchStatus(ctx context.Context, addr string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := "http://" + addr + "/status"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("status: reading GET %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status: GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// writeStatusTable prints a gateway's status as three tables.
+func writeStatusTable(w io.Writer, st *bridge.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LEG\tKIND\tIP\tON\tMTU\tWHY")
+	for _, l := range st.Legs {
+		on, mtu, why := "", "-", l.MTUWhy
+		switch l.Kind {
+		case config.KindUserspace:
+			on = l.Interface + " (" + l.IO + ")"
+			if l.Netns != "" {
+				on += " in netns " + l.Netns
+			}
+			mtu = fmt.Sprint(l.MTU)
+		case config.KindVerbs:
+			on = fmt.Sprintf("%s port %d GID %d %s", l.Device, l.Port, l.GIDIndex, l.GID)
+			why = l.GIDWhy
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, l.IP, on, mtu, why)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "ROUTE\tLISTEN\tTARGET\tSESSIONS\tALLOW\tSTATE")
+	for _, r := range st.Routes {
+		allow, state := "any", "accepting"
+		if len(r.Allow) > 0 {
+			allow = strings.Join(r.Allow, ",")
+		}
+		if r.Stopped != "" {
+			state = "stopped: " + r.Stopped
+		}
+		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t%d\t%s\t%s\n", r.Name, r.ListenLeg, r.Listen, r.TargetLeg, r.Target, r.Sessions, allow, state)
+	}
+	fmt.Fprintln(tw)
+	if len(st.Sessions) == 0 {
+		fmt.Fprintln(tw, "no sessions")
+		return tw.Flush()
+	}
+	// OPS>T and BYTES>T: the client's requests to the target; OPS<T and
+	// BYTES<T: the target's to the client; QUEUED: waiting each way.
+	fmt.Fprintln(tw, "#\tROUTE\tCLIENT\tTARGET\tAGE\tOPS>T\tBYTES>T\tOPS<T\tBYTES<T\tFAILED\tQUEUED")
+	for i, s := range st.Sessions {
+		age := time.Duration(s.AgeSeconds * float64(time.Second)).Round(time.Second)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d/%d\n", i+1, s.Route, s.Client, s.Target, age,
+			s.ToTarget.Ops, s.ToTarget.Bytes, s.ToClient.Ops, s.ToClient.Bytes, s.ToTarget.Failed+s.ToClient.Failed,
+			s.ToTarget.Queued, s.ToClient.Queued)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for i, s := range st.Sessions {
+		if _, err := fmt.Fprintf(w, "#%d client side: %s\n#%d target side: %s\n", i+1, s.ClientSide, i+1, s.TargetSide); err != nil {
+			return err
+		}
+	}
+	return nil
+}

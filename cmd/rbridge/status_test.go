@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rbridge/rbridge/bridge"
+)
+
+// TestStatusTable: the tables of a gateway with a userspace and a verbs
+// leg, two routes (one stopped) and one session.
+func TestStatusTable(t *testing.T) {
+	st := &bridge.Status{
+		Legs: []bridge.LegStatus{
+			{Name: "roce", Kind: "userspace", IP: "10.20.0.1", Interface: "eth1", IO: "afxdp", MTU: 2048, MTUWhy: "interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048"},
+			{Name: "ib", Kind: "verbs", IP: "10.10.0.1", Device: "mlx5_0", Port: 1, GIDIndex: 3, GID: "::ffff:10.10.0.1", GIDWhy: "RoCEv2 GID of 10.10.0.1"},
+		},
+		Routes: []bridge.RouteStatus{
+			{Name: "storage", ListenLeg: "roce", Listen: "10.20.0.1:4420", TargetLeg: "ib", Target: "10.10.0.2:4420", Allow: []string{"10.20.0.0/16"}, Sessions: 1},
+			{Name: "inference", ListenLeg: "ib", Listen: "10.10.0.1:18515", TargetLeg: "roce", Target: "10.20.0.7:18515", Stopped: "listener closed"},
+		},
+		Sessions: []bridge.SessionStatus{{Route: "storage", Client: "10.20.0.9:50000", Target: "10.10.0.2:4420",
+			ClientSide: "userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ",
+			TargetSide: "verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU",
+			AgeSeconds: 61.4, ToTarget: bridge.DirectionStatus{Ops: 2, Bytes: 38, Queued: 1}, ToClient: bridge.DirectionStatus{Ops: 1, Bytes: 4096, Failed: 1}}},
+	}
+	var b bytes.Buffer
+	if err := writeStatusTable(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	want := `LEG   KIND       IP         ON                                    MTU   WHY
+roce  userspace  10.20.0.1  eth1 (afxdp)                          2048  interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048
+ib    verbs      10.10.0.1  mlx5_0 port 1 GID 3 ::ffff:10.10.0.1  -     RoCEv2 GID of 10.10.0.1
+
+ROUTE      LISTEN               TARGET                SESSIONS  ALLOW         STATE
+storage    roce 10.20.0.1:4420  ib 10.10.0.2:4420     1         10.20.0.0/16  accepting
+inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  0         any           stopped: listener closed
+
+#  ROUTE    CLIENT           TARGET          AGE   OPS>T  BYTES>T  OPS<T  BYTES<T  FAILED  QUEUED
+1  storage  10.20.0.9:50000  10.10.0.2:4420  1m1s  2      38       1      4096     1       1/0
+
+#1 client side: userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ
+#1 target side: verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU
+`
+	if d := cmp.Diff(want, b.String()); d != "" {
+		t.Errorf("table (-want +got):\n%s\ngot:\n%s", d, b.String())
+	}
+	b.Reset()
+	if err := writeStatusTable(&b, &bridge.Status{}); err != nil || !strings.HasSuffix(b.String(), "\nno sessions\n") {
+		t.Errorf("no sessions: %v:\n%s", err, b.String())
+	}
+}
+
+// TestStatusExitStatus: bad usage is 2, a gateway that is not there 1.
+func TestStatusExitStatus(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"status", "--admin", gone}, 1, "cannot reach the gateway's admin server"},
+		{[]string{"status", "--admin", "localhost"}, 2, `--admin "localhost": want an IP address and a port`},
+		{[]string{"status", "--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
+		{[]string{"status", "extra"}, 2, "status takes no arguments"},
+	} {
+		_, _, err := run(t, nil, tc.args...)
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != tc.code || ee.err == nil || !strings.Contains(ee.err.Error(), tc.want) {
+			t.Errorf("rbridge %v: %v, want exit status %d with %q", tc.args, err, tc.code, tc.want)
+		}
+	}
+}
+
+// TestStatusOfRun runs `rbridge run` (two userspace legs over loopback on
+// 127.0.14.0/24, this test's own, and the admin server on a port the
+// kernel picks) and reads it with rbridge status, as JSON and as tables.
+func TestStatusOfRun(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.14.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.14.2, io: udp}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.14.1:7471"}
+    target: {leg: b, addr: "127.0.14.4:7471"}
+admin: {listen: "127.0.0.1:0"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "run", "--config", cfg)
+	cmd.Env = append(os.Environ(), "RBRIDGE_TEST_AS_MAIN=1")
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-exited
+		}
+		t.Logf("rbridge run:\n%s", logs.String())
+	}()
+	listening := regexp.MustCompile(`msg="admin server listening" addr=(127\.0\.0\.1:\d+)`)
+	var admin string
+	for deadline := time.Now().Add(30 * time.Second); admin == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(logs.String()); m != nil {
+			admin = m[1]
+		}
+	}
+	if admin == "" {
+		t.Fatal("rbridge run did not log its admin server's address")
+	}
+
+	out, _, err := run(t, nil, "status", "--admin", admin, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st bridge.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status --json: %v:\n%s", err, out)
+	}
+	if len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[1].IP != "127.0.14.2" || st.Legs[1].MTU != 4096 ||
+		len(st.Routes) != 1 || st.Routes[0].Listen != "127.0.14.1:7471" || len(st.Sessions) != 0 {
+		t.Errorf("status of rbridge run: %+v", st)
+	}
+	out, _, err = run(t, nil, "status", "--admin", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"a    userspace  127.0.14.1  lo (udp)  4096  interface lo is loopback", "r      a 127.0.14.1:7471  b 127.0.14.4:7471  0", "no sessions"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("rbridge run after SIGTERM: %v, want exit status 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rbridge run did not exit within 30 s of SIGTERM")
+	}
+	if _, _, err := run(t, nil, "status", "--admin", admin); err == nil {
+		t.Error("status after rbridge run exited: no error, want exit status 1")
+	}
+}
