@@ -72,8 +72,13 @@ func startGateway(t *testing.T, cfg string) *syncBuffer {
 // startGatewayProcess is startGateway that also returns the process.
 func startGatewayProcess(t *testing.T, cfg string) (*syncBuffer, *os.Process) {
 	t.Helper()
+	return startGatewayAt(t, filepath.Join(t.TempDir(), "gateway.yaml"), cfg)
+}
+
+// startGatewayAt is startGatewayProcess with the config file at path.
+func startGatewayAt(t *testing.T, path, cfg string) (*syncBuffer, *os.Process) {
+	t.Helper()
 	bin := guest.Rbridge(t)
-	path := filepath.Join(t.TempDir(), "gateway.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
