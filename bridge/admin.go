@@ -63,6 +63,19 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 			o.Logger.Warn("admin server: writing /status", "err", err)
 		}
 	})
+	// /healthz is the gateway's health check (Gateway.Health: every
+	// route's accept loop alive, the session table not stuck, not
+	// closing): 200 "ok", else 503 with why. The systemd watchdog feeds on
+	// the same check; Kubernetes probes it (deploy/kubernetes).
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := o.Gateway.Health(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: admin server: %w", err)
@@ -70,7 +83,7 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 	a := &AdminServer{ln: ln, done: make(chan struct{}),
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
 	go a.routineServe(o.Logger)
-	o.Logger.Info("admin server listening", "addr", ln.Addr().String(), "endpoints", "/metrics /status")
+	o.Logger.Info("admin server listening", "addr", ln.Addr().String(), "endpoints", "/metrics /status /healthz")
 	return a, nil
 }
 

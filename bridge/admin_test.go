@@ -325,3 +325,27 @@ func TestAdminStatus(t *testing.T) {
 // cmpCopied ignores how much of the payload the relay copied (that
 // depends on how packets arrived, not on the traffic).
 var cmpCopied = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Copied" }, cmp.Ignore())
+
+// TestAdminHealthz: /healthz is 200 while the gateway serves and 503,
+// saying why, once it is closing.
+func TestAdminHealthz(t *testing.T) {
+	g := startGateway(t, gatewayConfig(t, ""))
+	base := startAdmin(t, g)
+	if b := get(t, base+"/healthz"); string(b) != "ok\n" {
+		t.Errorf("/healthz of a serving gateway: %q", b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "closing") {
+		t.Errorf("/healthz of a closed gateway: %d %q, want 503 saying it is closing", resp.StatusCode, b)
+	}
+}
