@@ -329,6 +329,7 @@ var cmpCopied = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() 
 // TestAdminHealthz: /healthz is 200 while the gateway serves and 503,
 // saying why, once it is closing.
 func TestAdminHealthz(t *testing.T) {
+	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest, where rxe owns UDP 4791)
 	g := startGateway(t, gatewayConfig(t, ""))
 	base := startAdmin(t, g)
 	if b := get(t, base+"/healthz"); string(b) != "ok\n" {

@@ -381,7 +381,7 @@ pass() {
 		# test2json runs the binary and prints its events as JSON lines, ending
 		# with the package's pass or fail (exit status included).
 		(cd /tests/$id/src && exec /tests/test2json -t -p "$pkg" /tests/$id/test -test.v=test2json \
-			-test.count="${COUNT:-1}" -test.timeout="${TEST_TIMEOUT:-8m}" -test.run="$RUN" \
+			-test.count="${COUNT:-1}" -test.timeout="${TEST_TIMEOUT:-15m}" -test.run="$RUN" \
 			-test.bench="${BENCH:-}" -test.benchtime="${BENCHTIME:-1s}" -test.benchmem) </dev/null 2>&1
 		rc=$?
 		[ $rc -eq 0 ] || RC=1
