@@ -99,7 +99,9 @@ func TestGuestRunReverseRping(t *testing.T) {
 			t.Logf("the IB-side server (%v):\n%s", serr, lastLines(sout, 6))
 			// The failure is the one the README names: a remote access
 			// error at the one-sided requester (IBV_WC_REM_ACCESS_ERR = 10).
-			if serr == nil || !strings.Contains(sout, "status 10") {
+			// rping's exit status is its own race: when the disconnect's
+			// event comes first it exits 0 after printing the failure.
+			if !strings.Contains(sout, "cq completion failed status 10") {
 				t.Errorf("the IB-side server ended with %v, want a remote access error completion (status 10):\n%s", serr, sout)
 			}
 			ended := waitLog(t, logs, `msg="session ended"`)
