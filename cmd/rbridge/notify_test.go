@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -124,22 +123,8 @@ admin: {listen: "127.0.0.1:0"}
 	}
 	sock := listenNotify(t)
 	const watchdog = 200 * time.Millisecond
-	cmd := exec.Command(os.Args[0], "run", "--config", cfg, "--log-level", "debug")
-	cmd.Env = append(os.Environ(), "RBRIDGE_TEST_AS_MAIN=1", "NOTIFY_SOCKET="+sock.path, "WATCHDOG_USEC=200000")
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-		t.Logf("rbridge run:\n%s", logs.String())
-	}()
+	p := startRun(t, []string{"NOTIFY_SOCKET=" + sock.path, "WATCHDOG_USEC=200000"}, "run", "--config", cfg, "--log-level", "debug")
+	cmd, logs, exited := p.cmd, p.logs, p.exited
 
 	ready, before := sock.next(t, "READY=1", 30*time.Second)
 	if len(before) != 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -32,22 +31,8 @@ routes:
 	write(legs + `  - {name: first, listen: {leg: a, addr: "127.0.16.1:7471"}, target: {leg: b, addr: "127.0.16.4:7471"}}
 `)
 	sock := listenNotify(t)
-	cmd := exec.Command(os.Args[0], "run", "--config", cfg)
-	cmd.Env = append(os.Environ(), "RBRIDGE_TEST_AS_MAIN=1", "NOTIFY_SOCKET="+sock.path)
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-		t.Logf("rbridge run:\n%s", logs.String())
-	}()
+	p := startRun(t, []string{"NOTIFY_SOCKET=" + sock.path}, "run", "--config", cfg)
+	cmd, logs, exited := p.cmd, p.logs, p.exited
 	sock.next(t, "READY=1", 30*time.Second)
 	waitLog := func(what string) {
 		t.Helper()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -105,22 +104,8 @@ admin: {listen: "127.0.0.1:0"}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "run", "--config", cfg)
-	cmd.Env = append(os.Environ(), "RBRIDGE_TEST_AS_MAIN=1")
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-		t.Logf("rbridge run:\n%s", logs.String())
-	}()
+	p := startRun(t, nil, "run", "--config", cfg)
+	cmd, logs, exited := p.cmd, p.logs, p.exited
 	listening := regexp.MustCompile(`msg="admin server listening" addr=(127\.0\.0\.1:\d+)`)
 	var admin string
 	for deadline := time.Now().Add(30 * time.Second); admin == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
