@@ -46,10 +46,10 @@ func startAdmin(t *testing.T, g *bridge.Gateway) string {
 	return "http://" + a.Addr().String()
 }
 
-// sessionThrough connects the client through the gateway to the target
-// and sends a SEND and a WRITE_WITH_IMM of payload; it returns both ends'
-// connections once everything completed.
-func sessionThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener) (cc, tc *cm.Conn) {
+// dialThrough connects client through the gateway's route at addr ("host
+// of loNet:port") to target's listener ln; the target's QP has two
+// 4 KiB receives posted.
+func dialThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener, addr string) (cc, tc *cm.Conn, cqp *transport.QP) {
 	t.Helper()
 	accepted := make(chan *cm.Conn, 1)
 	tqp := target.qp(t)
@@ -73,14 +73,23 @@ func sessionThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln
 		}
 		accepted <- c
 	}()
-	cqp := client.qp(t)
-	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: cqp})
+	cqp = client.qp(t)
+	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo(addr)), cm.DialOptions{QP: cqp})
 	if err != nil {
 		t.Fatalf("dial through the gateway: %v", err)
 	}
 	if tc = <-accepted; tc == nil {
 		t.FailNow()
 	}
+	return cc, tc, cqp
+}
+
+// sessionThrough connects the client through the gateway to the target
+// and sends a SEND and a WRITE_WITH_IMM of payload; it returns both ends'
+// connections once everything completed.
+func sessionThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener) (cc, tc *cm.Conn) {
+	t.Helper()
+	cc, tc, cqp := dialThrough(t, ctx, client, target, ln, "1:7471")
 	copy(client.mem, payload)
 	if err := cqp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Local: transport.SGE{MR: client.mr, Length: len(payload)}, Signaled: true},
 		transport.SendWR{ID: 2, Opcode: transport.OpWriteWithImm, Imm: 5, Local: transport.SGE{MR: client.mr, Length: len(payload)}, Remote: target.mr.Addr() + 8192, RKey: target.mr.RKey(), Signaled: true}); err != nil {

@@ -125,16 +125,21 @@ func (p *Pool) Arena() []byte { return p.arena.Bytes() }
 // there.
 func (p *Pool) BufAt(off uint64) (*Buf, bool) {
 	for _, c := range p.classes {
-		if len(c.bufs) == 0 {
-			continue
+		if b, ok := c.bufAt(off); ok {
+			return b, true
 		}
-		start := uint64(c.bufs[0].off)
-		if off < start {
-			break
-		}
-		if i := (off - start) / uint64(c.size); i < uint64(len(c.bufs)) && (off-start)%uint64(c.size) == 0 {
-			return &c.bufs[i], true
-		}
+	}
+	return nil, false
+}
+
+// bufAt returns the class's buffer that starts at arena offset off.
+func (c *sizeClass) bufAt(off uint64) (*Buf, bool) {
+	if len(c.bufs) == 0 || off < uint64(c.bufs[0].off) {
+		return nil, false
+	}
+	d := off - uint64(c.bufs[0].off)
+	if i := d / uint64(c.size); i < uint64(len(c.bufs)) && d%uint64(c.size) == 0 {
+		return &c.bufs[i], true
 	}
 	return nil, false
 }
@@ -146,7 +151,7 @@ func (p *Pool) BufAt(off uint64) (*Buf, bool) {
 func (p *Pool) Frames(size int) (*Frames, error) {
 	for _, c := range p.classes {
 		if c.size == size {
-			return &Frames{p: p, c: c}, nil
+			return &Frames{c: c}, nil
 		}
 	}
 	return nil, fmt.Errorf("bridge: the pool has no class of %d-byte buffers for AF_XDP frames", size)
@@ -154,7 +159,6 @@ func (p *Pool) Frames(size int) (*Frames, error) {
 
 // Frames is a pool's size class serving as AF_XDP frames.
 type Frames struct {
-	p *Pool
 	c *sizeClass
 }
 
@@ -171,21 +175,16 @@ func (f *Frames) AllocFrame() (uint64, bool) {
 
 // FreeFrame implements xdp.FrameAllocator: it drops the frame's reference.
 func (f *Frames) FreeFrame(off uint64) {
-	if b, ok := f.p.BufAt(off); ok && b.class == f.c {
+	if b, ok := f.c.bufAt(off); ok {
 		b.Release()
 		return
 	}
 	f.c.overreleased.Add(1) // not a frame of the class: a bug, counted
 }
 
-// Buf returns the buffer of a frame.
-func (f *Frames) Buf(off uint64) (*Buf, bool) {
-	b, ok := f.p.BufAt(off)
-	if !ok || b.class != f.c {
-		return nil, false
-	}
-	return b, true
-}
+// Buf returns the buffer of a frame (once per received packet: one
+// division, no search over the classes).
+func (f *Frames) Buf(off uint64) (*Buf, bool) { return f.c.bufAt(off) }
 
 // Backing says how the arena is backed: "hugetlb", "thp" or "4k".
 func (p *Pool) Backing() string { return p.arena.Backing() }

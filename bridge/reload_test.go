@@ -30,36 +30,6 @@ const reloadLegs = `legs:
 routes:
 `
 
-// through connects client to the target's listener ln through the
-// gateway's route at addr; the target's QP has two receives posted.
-func through(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener, addr string) (*cm.Conn, *transport.QP, error) {
-	t.Helper()
-	tqp := target.qp(t)
-	accepted := make(chan error, 1)
-	go func() {
-		r, err := ln.Next(ctx)
-		if err == nil {
-			if err = tqp.Modify(transport.QPAttr{State: transport.StateInit}); err == nil {
-				err = tqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: target.mr, Length: 4096}},
-					transport.RecvWR{ID: 2, Local: transport.SGE{MR: target.mr, Offset: 4096, Length: 4096}})
-			}
-			if err == nil {
-				_, err = r.Accept(ctx, cm.AcceptOptions{QP: tqp})
-			}
-		}
-		accepted <- err
-	}()
-	cqp := client.qp(t)
-	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo(addr)), cm.DialOptions{QP: cqp})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := <-accepted; err != nil {
-		t.Fatal(err)
-	}
-	return cc, cqp, nil
-}
-
 // sendThrough SENDs msg on cqp and waits for it at the target.
 func sendThrough(t *testing.T, ctx context.Context, client, target *cmApp, cqp *transport.QP, msg string) {
 	t.Helper()
@@ -100,10 +70,7 @@ func TestGatewayReload(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cc, cqp, err := through(t, ctx, client, target, ln, "1:7481")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc, _, cqp := dialThrough(t, ctx, client, target, ln, "1:7481")
 	sendThrough(t, ctx, client, target, cqp, "before the reload")
 
 	res, err := g.Reload(parseConfig(t, reloadLegs+`
@@ -122,10 +89,7 @@ func TestGatewayReload(t *testing.T) {
 		t.Errorf("%d sessions after the reload, want the one", n)
 	}
 	// The new route accepts; the removed one is gone.
-	nc, _, err := through(t, ctx, newCMApp(t, lo("5")), target, ln, "1:7483")
-	if err != nil {
-		t.Fatalf("dial the added route: %v", err)
-	}
+	nc, _, _ := dialThrough(t, ctx, newCMApp(t, lo("5")), target, ln, "1:7483") // the added route accepts
 	if _, err := newCMApp(t, lo("6")).cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7482")), cm.DialOptions{QP: client.qp(t)}); !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
 		t.Errorf("dial the removed route: %v, want a reject (nothing listens)", err)
 	}

@@ -281,17 +281,9 @@ func (s *Session) drain(d drainer) {
 	case <-deadline.C:
 	}
 	r.flush() // an open WRITE chunk goes too
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !r.idle() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			s.log.Warn("what a disconnected peer had sent was not all relayed in time: the rest fails", "timeout", drainTimeout, "state", r.state())
-			goto out
-		}
+	if !r.waitIdle(deadline.C) {
+		s.log.Warn("what a disconnected peer had sent was not all relayed in time: the rest fails", "timeout", drainTimeout, "state", r.state())
 	}
-out:
 	s.drainMu.Lock()
 	err := s.goneErr
 	s.drainMu.Unlock()
@@ -300,12 +292,22 @@ out:
 	}
 }
 
-// idle reports whether the relay holds nothing: no op queued, assembling
-// or posted.
-func (r *relay) idle() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.qhead == len(r.queue) && r.posted == 0 && r.msg == nil
+// waitIdle waits until the relay holds nothing (no op queued, assembling
+// or posted), or deadline fires; it reports whether it went idle.
+func (r *relay) waitIdle(deadline <-chan time.Time) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st := r.state()
+		if st.Queued == 0 && st.Posted == 0 && !st.Assembling {
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return false
+		}
+	}
 }
 
 func (r *relay) state() RelayState {

@@ -148,6 +148,24 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	return r
 }
 
+// receives waits (20 s at most) for n completions on the client's receive
+// CQ; what names them when they do not come.
+func (r *rig) receives(n int, what string) []transport.WC {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make([]transport.WC, 0, n)
+	wcs := make([]transport.WC, 64)
+	for len(got) < n {
+		k, err := r.rcq.PollWait(ctx, wcs)
+		if err != nil {
+			r.t.Fatalf("%d of %d %s: %v", len(got), n, what, err)
+		}
+		got = append(got, wcs[:k]...)
+	}
+	return got
+}
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !cond(); {
@@ -506,17 +524,7 @@ func TestSessionRelaysFarSends(t *testing.T) {
 			t.Fatalf("far SEND %d: reply %v", i, reply.Result)
 		}
 	}
-	got := make([]transport.WC, 0, n)
-	wcs := make([]transport.WC, 64)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for len(got) < n {
-		k, err := r.rcq.PollWait(ctx, wcs)
-		if err != nil {
-			t.Fatalf("%d of %d receives: %v", len(got), n, err)
-		}
-		got = append(got, wcs[:k]...)
-	}
+	got := r.receives(n, "receives")
 	for i, wc := range got {
 		want := bytes.Repeat([]byte{byte(i)}, 100+i*97)
 		if wc.ID != uint64(i) || wc.Status != transport.StatusSuccess || wc.ByteLen != len(want) ||
@@ -570,17 +578,9 @@ func TestSessionDeliversWhatAPeerSentBeforeItDisconnected(t *testing.T) {
 	// The peer disconnects; its receive queue flushed, nothing more comes.
 	close(r.drainer.drained)
 	r.far.handler().Failed(fmt.Errorf("the far QP: %w", bridge.ErrPeerDisconnected))
-	got := make([]transport.WC, 0, n)
-	wcs := make([]transport.WC, 64)
+	got := r.receives(n, "SENDs sent before the disconnect reached the client")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for len(got) < n {
-		k, err := r.rcq.PollWait(ctx, wcs)
-		if err != nil {
-			t.Fatalf("%d of %d SENDs sent before the disconnect reached the client: %v", len(got), n, err)
-		}
-		got = append(got, wcs[:k]...)
-	}
 	for i, wc := range got {
 		if wc.ID != uint64(i) || wc.Status != transport.StatusSuccess || wc.ByteLen != 1000+i*100 || r.cmem[i*8192] != byte(i) {
 			t.Fatalf("receive %d: %+v", i, wc)
