@@ -37,6 +37,10 @@ type Gateway struct {
 	legs map[string]leg
 	// legStatus describes each leg as opened (for Status).
 	legStatus map[string]LegStatus
+	// sysRoot is where sysfs is mounted ("/sys"); nics are the verbs
+	// legs' ports whose counters /metrics exports, by leg name.
+	sysRoot string
+	nics    map[string]*nicPort
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -186,12 +190,32 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		g.legStatus[l.Name] = legStatus(l, lg)
 		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
 	}
+	g.openNICs("/sys")
 	for i := range o.Config.Routes {
 		if err := g.startRoute(o.Config, &o.Config.Routes[i]); err != nil {
 			return fail(err)
 		}
 	}
 	return g, nil
+}
+
+// openNICs finds the counters of every verbs leg's port in the sysfs at
+// root. A port whose counters cannot be read has none on /metrics (said
+// in the log): the gateway runs all the same.
+func (g *Gateway) openNICs(root string) {
+	g.sysRoot, g.nics = root, map[string]*nicPort{}
+	for name, l := range g.legs {
+		v, ok := l.(*verbsLeg)
+		if !ok {
+			continue
+		}
+		n, err := newNICPort(root, name, v.gid.Device, v.gid.Port)
+		if err != nil {
+			g.log.Warn("verbs leg: the NIC's port counters are unreadable: /metrics goes without them", "leg", name, "err", err)
+			continue
+		}
+		g.nics[name] = n
+	}
 }
 
 // routeRun is a route's accept loop.

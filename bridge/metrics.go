@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rbridge/rbridge/internal/portcounters"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
@@ -16,8 +17,9 @@ import (
 // The gateway's Prometheus metrics are read from its Snapshots at scrape
 // time by one collector (NewCollector): nothing is counted twice. Labels
 // have bounded values only: leg and route (from the config), direction
-// (to_target, to_client; rx, tx) and a pool class's size. Per-QPN and
-// per-client numbers belong in Status.
+// (to_target, to_client; rx, tx), a pool class's size, and a verbs leg's
+// device and port (the one its address chose). Per-QPN and per-client
+// numbers belong in Status.
 
 // directions names a session's directions: 0 is the client's requests to
 // the target (A to B), 1 the target's to the client.
@@ -159,7 +161,9 @@ type routeMetrics struct {
 
 type legMetrics struct {
 	name      string
-	mtu       int // userspace legs
+	mtu       int      // userspace legs
+	nic       *nicPort // verbs legs whose port counters were found
+	port      *portcounters.Port
 	transport *transport.StatsSnapshot
 	cm        *cm.StatsSnapshot
 	udp       *udpconn.StatsSnapshot
@@ -218,6 +222,13 @@ func (g *Gateway) metrics() metricsSnapshot {
 				lm.xdp = &s
 			}
 		}
+		if n := g.nics[name]; n != nil {
+			// A port unreadable now (the device went away) has no
+			// samples this scrape.
+			if p, err := portcounters.Read(g.sysRoot, n.device, n.port); err == nil {
+				lm.nic, lm.port = n, &p
+			}
+		}
 		m.legs = append(m.legs, lm)
 	}
 	m.pool = g.pool.Stats()
@@ -230,13 +241,19 @@ type collector struct{ g *Gateway }
 var _ prometheus.Collector = collector{}
 
 // NewCollector returns the Prometheus collector of the gateway's metrics
-// (rbridge_route_*, rbridge_pool_*, and per userspace leg
-// rbridge_transport_*, rbridge_cm_*, rbridge_udp_* or rbridge_xdp_*); it
-// reads the gateway's counters when scraped.
+// (rbridge_route_*, rbridge_pool_*, per userspace leg
+// rbridge_transport_*, rbridge_cm_*, rbridge_udp_* or rbridge_xdp_*, and
+// per verbs leg its port's rbridge_nic_*); it reads the gateway's counters
+// when scraped.
 func NewCollector(g *Gateway) prometheus.Collector { return collector{g: g} }
 
 // Describe implements prometheus.Collector.
-func (collector) Describe(ch chan<- *prometheus.Desc) {
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, n := range c.g.nics {
+		for _, d := range n.descs {
+			ch <- d
+		}
+	}
 	for _, c := range routeCounters {
 		ch <- c.desc
 	}
@@ -302,6 +319,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.xdp != nil {
 			collect(ch, xdpCounters, l.xdp, l.name)
+		}
+		if l.nic != nil {
+			l.nic.collect(ch, l.port)
 		}
 	}
 }
