@@ -233,10 +233,16 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 		{`rbridge_route_sessions_rejected_total{route="r"}`, 0, 0, 0},
 		{`rbridge_route_sessions_refused_total{route="r"}`, 0, 0, 0},
 		{`rbridge_route_sessions_failed_total{route="r"}`, 0, 0, 0},
-		{`rbridge_route_operations_total{direction="to_target",route="r"}`, 0, 2, 2},
-		{`rbridge_route_operations_total{direction="to_client",route="r"}`, 0, 0, 0},
-		{`rbridge_route_payload_bytes_total{direction="to_target",route="r"}`, 0, 2 * n, 2 * n},
-		{`rbridge_route_payload_bytes_total{direction="to_client",route="r"}`, 0, 0, 0},
+		// By opcode: the WRITE_WITH_IMM is one, not a WRITE as well.
+		{`rbridge_route_operations_total{direction="to_target",opcode="send",route="r"}`, 0, 1, 1},
+		{`rbridge_route_operations_total{direction="to_target",opcode="write_with_imm",route="r"}`, 0, 1, 1},
+		{`rbridge_route_operations_total{direction="to_target",opcode="write",route="r"}`, 0, 0, 0},
+		{`rbridge_route_operations_total{direction="to_target",opcode="read",route="r"}`, 0, 0, 0},
+		{`rbridge_route_operations_total{direction="to_client",opcode="send",route="r"}`, 0, 0, 0},
+		{`rbridge_route_payload_bytes_total{direction="to_target",opcode="send",route="r"}`, 0, n, n},
+		{`rbridge_route_payload_bytes_total{direction="to_target",opcode="write_with_imm",route="r"}`, 0, n, n},
+		{`rbridge_route_payload_bytes_total{direction="to_target",opcode="write",route="r"}`, 0, 0, 0},
+		{`rbridge_route_payload_bytes_total{direction="to_client",opcode="send",route="r"}`, 0, 0, 0},
 		{`rbridge_route_operations_failed_total{direction="to_target",route="r"}`, 0, 0, 0},
 	} {
 		got := [3]float64{-1, -1, -1}
@@ -247,6 +253,18 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 		}
 		if d := cmp.Diff([3]float64{tc.before, tc.during, tc.after}, got); d != "" {
 			t.Errorf("%s before, during and after the session (-want +got):\n%s", tc.name, d)
+		}
+	}
+	// Every opcode of each direction has its sample: 8 of each family.
+	for _, fam := range []string{"rbridge_route_operations_total", "rbridge_route_payload_bytes_total"} {
+		k := 0
+		for name := range after {
+			if strings.HasPrefix(name, fam+"{") {
+				k++
+			}
+		}
+		if k != 16 {
+			t.Errorf("%d samples of %s, want 8 opcodes each way", k, fam)
 		}
 	}
 	// Every leg's transport and CM counted the packets and MADs: the
@@ -310,7 +328,7 @@ func TestAdminStatus(t *testing.T) {
 			t.Errorf("the %s side is described %q: want its QPNs and MTU", side, d)
 		}
 	}
-	if d := cmp.Diff(bridge.DirectionStatus{Ops: 2, Bytes: 2 * uint64(len(payload))}, s.ToTarget, cmpCopied); d != "" {
+	if d := cmp.Diff(bridge.DirectionStatus{Ops: 2, Bytes: 2 * uint64(len(payload)), OpsByOpcode: map[string]uint64{"send": 1, "write_with_imm": 1}}, s.ToTarget, cmpCopied); d != "" {
 		t.Errorf("to target (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff(bridge.DirectionStatus{}, s.ToClient); d != "" {

@@ -464,8 +464,8 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	<-s.Done()
 	st := s.Stats().Snapshot()
 	log.Info("session ended", "why", s.Err(), "age", time.Since(info.started).Round(time.Millisecond),
-		"ops_to_target", st.Ops[0], "ops_to_client", st.Ops[1], "bytes_to_target", st.Bytes[0],
-		"bytes_to_client", st.Bytes[1], "failed", st.Failed[0]+st.Failed[1])
+		"ops_to_target", st.TotalOps(0), "ops_to_client", st.TotalOps(1), "bytes_to_target", st.TotalBytes(0),
+		"bytes_to_client", st.TotalBytes(1), "failed", st.Failed[0]+st.Failed[1])
 	_ = c.close()
 	_ = out.close()
 	g.mu.Lock()

@@ -68,13 +68,16 @@ type SessionStatus struct {
 // DirectionStatus is one direction of a session: its counters and its
 // relay's state.
 type DirectionStatus struct {
-	Ops      uint64 `json:"ops"`
-	Bytes    uint64 `json:"bytes"`
-	Copied   uint64 `json:"copied_bytes"`
-	Failed   uint64 `json:"failed"`
-	NoCredit uint64 `json:"no_credit"`
-	Queued   int    `json:"queued"`
-	Posted   int    `json:"posted"`
+	Ops   uint64 `json:"ops"`
+	Bytes uint64 `json:"bytes"`
+	// OpsByOpcode counts Ops by opcode (as the metrics' opcode label
+	// names them), those with any.
+	OpsByOpcode map[string]uint64 `json:"ops_by_opcode,omitempty"`
+	Copied      uint64            `json:"copied_bytes"`
+	Failed      uint64            `json:"failed"`
+	NoCredit    uint64            `json:"no_credit"`
+	Queued      int               `json:"queued"`
+	Posted      int               `json:"posted"`
 }
 
 // legStatus is what the gateway knows of a leg once open.
@@ -113,8 +116,17 @@ func (g *Gateway) Status() Status {
 		ss := s.Stats().Snapshot()
 		rs := s.State()
 		dir := func(d int) DirectionStatus {
-			return DirectionStatus{Ops: ss.Ops[d], Bytes: ss.Bytes[d], Copied: ss.Copied[d], Failed: ss.Failed[d], NoCredit: ss.NoCredit[d],
+			ds := DirectionStatus{Ops: ss.TotalOps(d), Bytes: ss.TotalBytes(d), Copied: ss.Copied[d], Failed: ss.Failed[d], NoCredit: ss.NoCredit[d],
 				Queued: rs[d].Queued, Posted: rs[d].Posted}
+			for o, n := range ss.Ops[d] {
+				if n > 0 {
+					if ds.OpsByOpcode == nil {
+						ds.OpsByOpcode = map[string]uint64{}
+					}
+					ds.OpsByOpcode[opcodes[o].name] = n
+				}
+			}
+			return ds
 		}
 		st.Sessions = append(st.Sessions, SessionStatus{Route: info.route, Client: info.client.String(), Target: info.target.String(),
 			ClientSide: info.desc[0], TargetSide: info.desc[1], Started: info.started, AgeSeconds: now.Sub(info.started).Seconds(),

@@ -26,6 +26,9 @@ type verbsLeg struct {
 	// gid is the device, port and GID the leg's address chose when it
 	// opened (its port's counters and state are read there).
 	gid ibv.GIDChoice
+	// stats counts what the leg's endpoints could not relay, over all of
+	// them.
+	stats VerbsStats
 
 	mu   sync.Mutex // guards devs
 	devs map[*ibv.Device]*verbsDevice
@@ -145,7 +148,7 @@ func (v *verbsLeg) endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 		cq.Close()
 		return nil, err
 	}
-	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect})
+	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats})
 	if err != nil {
 		qp.Close()
 		cq.Close()

@@ -17,7 +17,9 @@ import (
 // The gateway's Prometheus metrics are read from its Snapshots at scrape
 // time by one collector (NewCollector): nothing is counted twice. Labels
 // have bounded values only: leg and route (from the config), direction
-// (to_target, to_client; rx, tx), a pool class's size, and a verbs leg's
+// (to_target, to_client; rx, tx), a send opcode (send, send_with_imm,
+// send_with_inv, write, write_with_imm, read, compare_swap, fetch_add), a
+// pool class's size, and a verbs leg's
 // device and port (the one its address chose). Per-QPN and per-client
 // numbers belong in Status.
 
@@ -67,8 +69,6 @@ var directionRows = func() []directionRow {
 		name, help string
 		val        func(*SessionStatsSnapshot) *[2]uint64
 	}{
-		{"operations_total", "Operations relayed and completed by the far side (SENDs, WRITEs, READs, atomics).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Ops }},
-		{"payload_bytes_total", "Payload bytes of the operations relayed.", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Bytes }},
 		{"copied_bytes_total", "Payload bytes the gateway copied while relaying (the rest crossed in the buffers it arrived in).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Copied }},
 		{"operations_failed_total", "Operations the far side failed (each ends its session).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Failed }},
 		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.NoCredit }},
@@ -79,6 +79,21 @@ var directionRows = func() []directionRow {
 	}
 	return out
 }()
+
+// opcodeRow is a route counter per direction and opcode.
+type opcodeRow struct {
+	desc *prometheus.Desc
+	val  func(*SessionStatsSnapshot) *[2][numOpcodes]uint64
+}
+
+var opcodeRows = []opcodeRow{
+	{prometheus.NewDesc("rbridge_route_operations_total",
+		"Operations relayed toward the far side, by opcode: a message once, when its last packet arrived (a WRITE posted in chunks as it arrives counts once); a READ or atomic as it arrived. Failures are rbridge_route_operations_failed_total.",
+		[]string{"route", "direction", "opcode"}, nil), func(s *SessionStatsSnapshot) *[2][numOpcodes]uint64 { return &s.Ops }},
+	{prometheus.NewDesc("rbridge_route_payload_bytes_total",
+		"Payload bytes of the operations relayed, by opcode: a SEND's or WRITE's payload, the length a READ reads, an atomic's 8.",
+		[]string{"route", "direction", "opcode"}, nil), func(s *SessionStatsSnapshot) *[2][numOpcodes]uint64 { return &s.Bytes }},
+}
 
 var (
 	descSessionsOpen = prometheus.NewDesc("rbridge_route_sessions_open", "Sessions of the route running now.", []string{"route"}, nil)
@@ -145,6 +160,12 @@ var xdpCounters = newCounters("rbridge_xdp_", legLabels, []counterRow[xdp.ConnSt
 	{"fill_short_total", "Times no frame was free to refill the fill ring with.", func(s *xdp.ConnStats) uint64 { return s.FillShort }},
 })
 
+// The verbs endpoints' counters, over every connection of a verbs leg.
+var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsStatsSnapshot]{
+	{"lost_acked_total", "SENDs the HCA acknowledged to the peer that the far side then failed: each ended its session with an error on both connections (a verbs leg acknowledges on arrival, before relaying).", func(s *VerbsStatsSnapshot) uint64 { return s.LostAcked }},
+	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
+})
+
 // metricsSnapshot is what a scrape reads of a gateway, at one moment.
 type metricsSnapshot struct {
 	routes []routeMetrics
@@ -164,6 +185,7 @@ type legMetrics struct {
 	mtu       int      // userspace legs
 	nic       *nicPort // verbs legs whose port counters were found
 	port      *portcounters.Port
+	verbs     *VerbsStatsSnapshot
 	transport *transport.StatsSnapshot
 	cm        *cm.StatsSnapshot
 	udp       *udpconn.StatsSnapshot
@@ -222,6 +244,10 @@ func (g *Gateway) metrics() metricsSnapshot {
 				lm.xdp = &s
 			}
 		}
+		if v, ok := g.legs[name].(*verbsLeg); ok {
+			s := v.stats.Snapshot()
+			lm.verbs = &s
+		}
 		if n := g.nics[name]; n != nil {
 			// A port unreadable now (the device went away) has no
 			// samples this scrape.
@@ -243,8 +269,8 @@ var _ prometheus.Collector = collector{}
 // NewCollector returns the Prometheus collector of the gateway's metrics
 // (rbridge_route_*, rbridge_pool_*, per userspace leg
 // rbridge_transport_*, rbridge_cm_*, rbridge_udp_* or rbridge_xdp_*, and
-// per verbs leg its port's rbridge_nic_*); it reads the gateway's counters
-// when scraped.
+// per verbs leg rbridge_verbs_* and its port's rbridge_nic_*); it reads
+// the gateway's counters when scraped.
 func NewCollector(g *Gateway) prometheus.Collector { return collector{g: g} }
 
 // Describe implements prometheus.Collector.
@@ -260,6 +286,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, r := range directionRows {
 		ch <- r.desc
 	}
+	for _, r := range opcodeRows {
+		ch <- r.desc
+	}
 	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
 		ch <- d
 	}
@@ -267,6 +296,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, cmCounters)
 	describe(ch, udpCounters)
 	describe(ch, xdpCounters)
+	describe(ch, verbsCounters)
 }
 
 func describe[S any](ch chan<- *prometheus.Desc, cs []counter[S]) {
@@ -294,6 +324,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d]), r.name, dir)
 			}
 		}
+		for _, row := range opcodeRows {
+			v := row.val(&r.sessions)
+			for d, dir := range directions {
+				for o := range numOpcodes {
+					ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d][o]), r.name, dir, opcodes[o].name)
+				}
+			}
+		}
 	}
 	sort.Slice(m.pool, func(i, j int) bool { return m.pool[i].Size < m.pool[j].Size })
 	for _, p := range m.pool {
@@ -319,6 +357,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.xdp != nil {
 			collect(ch, xdpCounters, l.xdp, l.name)
+		}
+		if l.verbs != nil {
+			collect(ch, verbsCounters, l.verbs, l.name)
 		}
 		if l.nic != nil {
 			l.nic.collect(ch, l.port)

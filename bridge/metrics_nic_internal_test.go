@@ -225,3 +225,33 @@ func TestNICMetricName(t *testing.T) {
 func portcountersCounter(dir, name string, bytes bool) portcounters.Counter {
 	return portcounters.Counter{Dir: dir, Name: name, Bytes: bytes}
 }
+
+// TestMetricsVerbsLeg: what a verbs leg's endpoints could not relay is
+// counted per leg, over its connections.
+func TestMetricsVerbsLeg(t *testing.T) {
+	g := verbsGateway(t, map[string]string{"ib": "mlx5_9/1"})
+	g.openNICs(sysTree(t, nil))
+	v := g.legs["ib"].(*verbsLeg)
+	v.stats.LostAcked.Add(2)
+	v.stats.RecvStarved.Add(5)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(NewCollector(g)); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "rbridge_verbs_") {
+			for _, m := range mf.Metric {
+				got[mf.GetName()+"{"+m.Label[0].GetValue()+"}"] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{"rbridge_verbs_lost_acked_total{ib}": 2, "rbridge_verbs_recv_starved_total{ib}": 5}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("verbs leg counters (-want +got):\n%s", d)
+	}
+}
