@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -376,4 +379,124 @@ func TestAdminHealthz(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "closing") {
 		t.Errorf("/healthz of a closed gateway: %d %q, want 503 saying it is closing", resp.StatusCode, b)
 	}
+}
+
+// markingConn marks every ECN-capable packet it reads Congestion
+// Experienced, as a congested switch before the reader would.
+type markingConn struct {
+	roce.PacketConn
+	marked atomic.Uint64
+}
+
+func (c *markingConn) ReadBatch(msgs []roce.Message) (int, error) {
+	n, err := c.PacketConn.ReadBatch(msgs)
+	for i := range n {
+		if ecn := msgs[i].ECN; ecn == 1 || ecn == 2 { // ECT(1), ECT(0)
+			msgs[i].ECN = roce.ECNCE
+			c.marked.Add(1)
+		}
+	}
+	return n, err
+}
+
+// TestAdminDCQCN: on a leg with ecn: true the gateway's QPs send
+// ECN-capable packets; a target whose network marks them answers with
+// CNPs, and the gateway's QP toward it cuts its rate: /metrics counts the
+// cuts and the rate-limited QP on that leg (none on the leg without ecn),
+// /status shows the session's target side held below line rate while the
+// marked traffic lasts.
+func TestAdminDCQCN(t *testing.T) {
+	var mark *markingConn
+	client := newCMApp(t, lo("3"))
+	target := newCMAppOver(t, lo("4"), func(c roce.PacketConn) roce.PacketConn { mark = &markingConn{PacketConn: c}; return mark })
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := gatewayConfig(t, "")
+	for i := range cfg.Legs {
+		cfg.Legs[i].ECN = cfg.Legs[i].Name == "b"
+	}
+	g := startGateway(t, cfg)
+	base := startAdmin(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	before, _ := scrape(t, base)
+	cc, tc, cqp := dialThrough(t, ctx, client, target, ln, "1:7471")
+	// WRITEs to the target until the test ends: a congested flow (every
+	// packet marked) that keeps DCQCN cutting.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		wcs := make([]transport.WC, 16)
+		for i := uint64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := cqp.PostSend(transport.SendWR{ID: i, Opcode: transport.OpWrite, Local: transport.SGE{MR: client.mr, Length: 16 << 10},
+				Remote: target.mr.Addr() + 8192, RKey: target.mr.RKey(), Signaled: true}); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := client.cq.PollWait(ctx, wcs[:1]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-stopped
+		_ = cc.Disconnect(ctx)
+		<-tc.Done()
+	}()
+	var during map[string]float64
+	waitUntil(t, "leg b's QP rate-limited on /metrics", func() bool {
+		m, b := scrape(t, base)
+		if m[`rbridge_transport_dcqcn_rate_limited_qps{leg="b"}`] != 1 {
+			return false
+		}
+		promtool(t, b)
+		during = m
+		return true
+	})
+	if mark.marked.Load() == 0 {
+		t.Fatal("the target marked no packet: the test proved nothing")
+	}
+	for _, m := range []struct {
+		name           string
+		before, during float64 // during: at least
+	}{
+		{`rbridge_transport_dcqcn_rate_limited_qps{leg="a"}`, 0, 0},
+		{`rbridge_transport_dcqcn_rate_cuts_total{leg="a"}`, 0, 0},
+		{`rbridge_transport_dcqcn_rate_cuts_total{leg="b"}`, 0, 1},
+		{`rbridge_transport_rx_cnps_total{leg="b"}`, 0, 1},
+	} {
+		if before[m.name] != m.before || during[m.name] < m.during || m.during == 0 && during[m.name] != 0 {
+			t.Errorf("%s: %v before the session, %v during; want %v, then %v", m.name, before[m.name], during[m.name], m.before, m.during)
+		}
+	}
+	var last string
+	waitUntil(t, "the target side held below line rate on /status", func() bool {
+		var st bridge.Status
+		if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Sessions) != 1 {
+			t.Fatalf("sessions %+v", st.Sessions)
+		}
+		s := st.Sessions[0]
+		if s.ClientSideDCQCN != nil {
+			t.Fatalf("the client side, on leg a without ecn, has DCQCN: %+v", *s.ClientSideDCQCN)
+		}
+		d := s.TargetSideDCQCN
+		if d == nil {
+			t.Fatal("the target side, on leg b with ecn, has no DCQCN")
+		}
+		last = fmt.Sprintf("%+v", *d)
+		return d.Limited && d.CNPs > 0 && d.Cuts > 0 && d.RateBytesPerSecond > 0 && d.RateBytesPerSecond < 25e9/8
+	})
+	t.Logf("target side: %s", last)
 }

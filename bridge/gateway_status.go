@@ -63,6 +63,33 @@ type SessionStatus struct {
 	AgeSeconds float64         `json:"age_seconds"`
 	ToTarget   DirectionStatus `json:"to_target"` // the client's requests
 	ToClient   DirectionStatus `json:"to_client"` // the target's requests
+	// ClientSideDCQCN and TargetSideDCQCN are a side's congestion control
+	// when it is on a userspace leg with ecn: true.
+	ClientSideDCQCN *DCQCNStatus `json:"client_side_dcqcn,omitempty"`
+	TargetSideDCQCN *DCQCNStatus `json:"target_side_dcqcn,omitempty"`
+}
+
+// DCQCNStatus is a userspace QP's DCQCN reaction point.
+type DCQCNStatus struct {
+	// RateBytesPerSecond is the rate the QP may send at now.
+	RateBytesPerSecond float64 `json:"rate_bytes_per_second"`
+	// Limited says CNPs hold it below its line rate.
+	Limited bool   `json:"limited"`
+	CNPs    uint64 `json:"cnps"` // CNPs the QP received
+	Cuts    uint64 `json:"cuts"` // rate cuts they caused
+}
+
+// dcqcnStatus is c's DCQCN, when it has one.
+func dcqcnStatus(c conn) *DCQCNStatus {
+	u, ok := c.(*userspaceConn)
+	if !ok {
+		return nil
+	}
+	st := u.ep.QP().Stats()
+	if st.Rate == 0 { // no DCQCN: the leg has no ecn
+		return nil
+	}
+	return &DCQCNStatus{RateBytesPerSecond: st.Rate / 8, Limited: st.Limited, CNPs: st.CNPs, Cuts: st.Cuts}
 }
 
 // DirectionStatus is one direction of a session: its counters and its
@@ -111,7 +138,9 @@ func (g *Gateway) Status() Status {
 	now := time.Now()
 	g.mu.Lock()
 	open := map[string]int{}
+	var sides [][2]conn // each session's, in st.Sessions' order: asked after the lock
 	for s, info := range g.sessions {
+		sides = append(sides, [2]conn{info.in, info.out})
 		open[info.route]++
 		ss := s.Stats().Snapshot()
 		rs := s.State()
@@ -137,6 +166,9 @@ func (g *Gateway) Status() Status {
 		stopped[name] = err.Error()
 	}
 	g.mu.Unlock()
+	for i, c := range sides {
+		st.Sessions[i].ClientSideDCQCN, st.Sessions[i].TargetSideDCQCN = dcqcnStatus(c[0]), dcqcnStatus(c[1])
+	}
 	for i := range cfg.Routes {
 		r := &cfg.Routes[i]
 		rs := RouteStatus{Name: r.Name, ListenLeg: r.Listen.Leg, Listen: r.Listen.Addr.String(), TargetLeg: r.Target.Leg, Target: r.Target.Addr.String(),

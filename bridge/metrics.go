@@ -97,12 +97,18 @@ var opcodeRows = []opcodeRow{
 
 var (
 	descSessionsOpen = prometheus.NewDesc("rbridge_route_sessions_open", "Sessions of the route running now.", []string{"route"}, nil)
-	descLegMTU       = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
-	descPoolBuffers  = prometheus.NewDesc("rbridge_pool_buffers", "Buffers of a pool class.", []string{"class_bytes"}, nil)
-	descPoolInUse    = prometheus.NewDesc("rbridge_pool_buffers_in_use", "Buffers of a pool class held now (payloads in flight, posted receives, AF_XDP frames).", []string{"class_bytes"}, nil)
-	descPoolGets     = prometheus.NewDesc("rbridge_pool_gets_total", "Buffers asked of a pool class.", []string{"class_bytes"}, nil)
-	descPoolEmpty    = prometheus.NewDesc("rbridge_pool_exhausted_total", "Times a pool class was found empty.", []string{"class_bytes"}, nil)
-	descPoolOver     = prometheus.NewDesc("rbridge_pool_overreleased_total", "Releases of a buffer nobody held (bugs, counted and ignored).", []string{"class_bytes"}, nil)
+	// A count rather than the lowest rate among the QPs: it adds up
+	// across legs and gateways, means the same however many QPs come and
+	// go, and is 0 when nothing is throttled, a threshold an alert can
+	// hold; each session's QPs' rates are in /status.
+	descRateLimited = prometheus.NewDesc("rbridge_transport_dcqcn_rate_limited_qps",
+		"The leg's QPs DCQCN holds below their line rate now, after CNPs (each session's rate is in /status).", []string{"leg"}, nil)
+	descLegMTU      = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
+	descPoolBuffers = prometheus.NewDesc("rbridge_pool_buffers", "Buffers of a pool class.", []string{"class_bytes"}, nil)
+	descPoolInUse   = prometheus.NewDesc("rbridge_pool_buffers_in_use", "Buffers of a pool class held now (payloads in flight, posted receives, AF_XDP frames).", []string{"class_bytes"}, nil)
+	descPoolGets    = prometheus.NewDesc("rbridge_pool_gets_total", "Buffers asked of a pool class.", []string{"class_bytes"}, nil)
+	descPoolEmpty   = prometheus.NewDesc("rbridge_pool_exhausted_total", "Times a pool class was found empty.", []string{"class_bytes"}, nil)
+	descPoolOver    = prometheus.NewDesc("rbridge_pool_overreleased_total", "Releases of a buffer nobody held (bugs, counted and ignored).", []string{"class_bytes"}, nil)
 )
 
 var legLabels = []string{"leg"}
@@ -123,6 +129,7 @@ var transportCounters = newCounters("rbridge_transport_", legLabels, []counterRo
 	{"rx_cnps_total", "Congestion notification packets received (handled by the DCQCN reaction point).", func(s *transport.StatsSnapshot) uint64 { return s.RxCNPs }},
 	{"tx_cnps_total", "Congestion notification packets sent.", func(s *transport.StatsSnapshot) uint64 { return s.TxCNPs }},
 	{"rx_ecn_ce_total", "Received packets marked ECN Congestion Experienced.", func(s *transport.StatsSnapshot) uint64 { return s.RxECNCE }},
+	{"dcqcn_rate_cuts_total", "Rate cuts DCQCN made on the leg's QPs for the CNPs they received (at most one per QP per 4 us; only on a leg with ecn: true, whose QPs react to CNPs).", func(s *transport.StatsSnapshot) uint64 { return s.RateCuts }},
 	{"ud_dropped_total", "UD datagrams dropped (no receive posted).", func(s *transport.StatsSnapshot) uint64 { return s.UDDropped }},
 	{"cq_overflows_total", "Completions that found their CQ full.", func(s *transport.StatsSnapshot) uint64 { return s.CQOverflows }},
 	{"events_lost_total", "Asynchronous events nobody took before the queue filled.", func(s *transport.StatsSnapshot) uint64 { return s.EventsLost }},
@@ -183,6 +190,7 @@ type routeMetrics struct {
 type legMetrics struct {
 	name      string
 	mtu       int      // userspace legs
+	limited   int      // userspace legs: QPs DCQCN holds below line rate
 	nic       *nicPort // verbs legs whose port counters were found
 	port      *portcounters.Port
 	verbs     *VerbsStatsSnapshot
@@ -230,7 +238,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 		name := cfg.Legs[i].Name
 		lm := legMetrics{name: name}
 		if u, ok := g.legs[name].(*userspaceLeg); ok {
-			lm.mtu = u.mtu
+			lm.mtu, lm.limited = u.mtu, u.dev.RateLimitedQPs()
 			t, c := u.dev.Stats().Snapshot(), u.cm.Stats().Snapshot()
 			lm.transport, lm.cm = &t, &c
 			switch pc := u.pconn.(type) {
@@ -289,7 +297,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, r := range opcodeRows {
 		ch <- r.desc
 	}
-	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
+	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
 		ch <- d
 	}
 	describe(ch, transportCounters)
@@ -348,6 +356,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.transport != nil {
 			collect(ch, transportCounters, l.transport, l.name)
+			ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.GaugeValue, float64(l.limited), l.name)
 		}
 		if l.cm != nil {
 			collect(ch, cmCounters, l.cm, l.name)

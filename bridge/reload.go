@@ -128,7 +128,7 @@ func sameRoute(a, b *config.Route) bool {
 // legsDiff says how two leg lists differ ("" when they are alike).
 func legsDiff(running, next []config.Leg) string {
 	key := func(l config.Leg) string {
-		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns)
+		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%v", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns, l.ECN)
 	}
 	have, want := map[string]string{}, map[string]string{}
 	for _, l := range running {

@@ -78,6 +78,11 @@ type Leg struct {
 	Interface string `yaml:"interface"`
 	IO        string `yaml:"io"`
 	Netns     string `yaml:"netns"`
+	// ECN (userspace) makes the leg's RC QPs send ECN-capable packets and
+	// cut their rate on CNPs (DCQCN's reaction point), as a RoCE NIC with
+	// DCQCN on does. Without it they ignore CNPs (counted). Either way
+	// the leg answers ECN-CE marked packets with CNPs.
+	ECN bool `yaml:"ecn"`
 
 	line int
 	errs []lineError
@@ -309,7 +314,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 // UnmarshalYAML decodes a leg from its node.
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
-	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns")
+	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -317,6 +322,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 		scalar(vals, k.key, "leg", k.dst, &errs)
 	}
 	scalar(vals, "port", "leg", &l.Port, &errs)
+	scalar(vals, "ecn", "leg", &l.ECN, &errs)
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
 	l.errs = errs
 	return nil
@@ -419,6 +425,9 @@ func (c *Config) validate() Errors {
 		case KindVerbs:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" {
 				bad(l.line, "leg %q: interface, io and netns are for userspace legs; a verbs leg is found by its ip (or device)", l.Name)
+			}
+			if l.ECN {
+				bad(l.line, "leg %q: ecn is for userspace legs; a verbs leg's NIC runs its own congestion control", l.Name)
 			}
 			if l.Port < 0 || l.Port > 255 {
 				bad(l.line, "leg %q: port %d: want 1 to 255", l.Name, l.Port)

@@ -69,6 +69,8 @@ The file (YAML):
       ip: 198.18.1.3
       io: afxdp                   # afxdp (default) or udp
       netns: user0                # optional
+      ecn: true                   # optional: send ECN-capable and cut the rate on
+                                  # CNPs (DCQCN), as a RoCE NIC with DCQCN on does
   routes:
     - name: storage
       listen: {leg: roce, addr: "198.18.1.3:4420"}

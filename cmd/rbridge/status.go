@@ -159,9 +159,22 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 	}
 	fmt.Fprintln(w)
 	for i, s := range st.Sessions {
-		if _, err := fmt.Fprintf(w, "#%d client side: %s\n#%d target side: %s\n", i+1, s.ClientSide, i+1, s.TargetSide); err != nil {
+		if _, err := fmt.Fprintf(w, "#%d client side: %s%s\n#%d target side: %s%s\n", i+1, s.ClientSide, dcqcnNote(s.ClientSideDCQCN),
+			i+1, s.TargetSide, dcqcnNote(s.TargetSideDCQCN)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// dcqcnNote says a userspace side's DCQCN rate, when it has DCQCN.
+func dcqcnNote(d *bridge.DCQCNStatus) string {
+	if d == nil {
+		return ""
+	}
+	state := "at line rate"
+	if d.Limited {
+		state = fmt.Sprintf("cut %d times by %d CNPs", d.Cuts, d.CNPs)
+	}
+	return fmt.Sprintf("; DCQCN %.4g Gb/s, %s", d.RateBytesPerSecond*8/1e9, state)
 }

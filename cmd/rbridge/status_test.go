@@ -31,9 +31,10 @@ func TestStatusTable(t *testing.T) {
 			{Name: "inference", ListenLeg: "ib", Listen: "10.10.0.1:18515", TargetLeg: "roce", Target: "10.20.0.7:18515", Stopped: "listener closed"},
 		},
 		Sessions: []bridge.SessionStatus{{Route: "storage", Client: "10.20.0.9:50000", Target: "10.10.0.2:4420",
-			ClientSide: "userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ",
-			TargetSide: "verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU",
-			AgeSeconds: 61.4, ToTarget: bridge.DirectionStatus{Ops: 2, Bytes: 38, Queued: 1}, ToClient: bridge.DirectionStatus{Ops: 1, Bytes: 4096, Failed: 1}}},
+			ClientSide:      "userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ",
+			TargetSide:      "verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU",
+			ClientSideDCQCN: &bridge.DCQCNStatus{RateBytesPerSecond: 12.5e9 / 8, Limited: true, CNPs: 5, Cuts: 3},
+			AgeSeconds:      61.4, ToTarget: bridge.DirectionStatus{Ops: 2, Bytes: 38, Queued: 1}, ToClient: bridge.DirectionStatus{Ops: 1, Bytes: 4096, Failed: 1}}},
 	}
 	var b bytes.Buffer
 	if err := writeStatusTable(&b, st); err != nil {
@@ -50,7 +51,7 @@ inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  0         any           st
 #  ROUTE    CLIENT           TARGET          AGE   OPS>T  BYTES>T  OPS<T  BYTES<T  FAILED  QUEUED
 1  storage  10.20.0.9:50000  10.10.0.2:4420  1m1s  2      38       1      4096     1       1/0
 
-#1 client side: userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ
+#1 client side: userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ; DCQCN 12.5 Gb/s, cut 3 times by 5 CNPs
 #1 target side: verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU
 `
 	if d := cmp.Diff(want, b.String()); d != "" {

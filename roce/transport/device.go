@@ -45,6 +45,7 @@ type Stats struct {
 	Timeouts                      atomic.Uint64
 	TailProbes                    atomic.Uint64 // tail-loss probes sent (either stage, and probes resent unanswered) before the ACK timeout
 	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
+	RateCuts                      atomic.Uint64 // DCQCN rate cuts the CNPs caused (at most one per QP per ReducePeriod)
 	UDDropped                     atomic.Uint64
 	CQOverflows                   atomic.Uint64 // completions that found their CQ full
 	EventsLost                    atomic.Uint64 // async events nobody took before the queue filled
@@ -54,7 +55,7 @@ type Stats struct {
 type StatsSnapshot struct {
 	RxPackets, TxPackets, RxMalformed, RxUnknownQP, RxDuplicate, RxOutOfSequence uint64
 	TxNAKs, TxRNRNAKs, Retransmit, Timeouts, TailProbes                          uint64
-	RxCNPs, TxCNPs, RxECNCE, UDDropped, CQOverflows, EventsLost                  uint64
+	RxCNPs, TxCNPs, RxECNCE, RateCuts, UDDropped, CQOverflows, EventsLost        uint64
 }
 
 // Snapshot reads every counter.
@@ -63,7 +64,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		RxUnknownQP: s.RxUnknownQP.Load(), RxDuplicate: s.RxDuplicate.Load(), RxOutOfSequence: s.RxOutOfSequence.Load(),
 		TxNAKs: s.TxNAKs.Load(), TxRNRNAKs: s.TxRNRNAKs.Load(), Retransmit: s.Retransmit.Load(), Timeouts: s.Timeouts.Load(),
 		TailProbes: s.TailProbes.Load(), RxCNPs: s.RxCNPs.Load(), TxCNPs: s.TxCNPs.Load(), RxECNCE: s.RxECNCE.Load(),
-		UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load()}
+		RateCuts: s.RateCuts.Load(), UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load()}
 }
 
 // AsyncEventType is the kind of an asynchronous event.
@@ -159,6 +160,24 @@ func (d *Device) NumQPs() int {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return len(d.qps)
+}
+
+// RateLimitedQPs returns how many of the device's QPs DCQCN holds below
+// their line rate now (QPStats.Limited).
+func (d *Device) RateLimitedQPs() int {
+	d.mu.RLock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.mu.RUnlock()
+	n := 0
+	for _, qp := range qps {
+		if qp.Stats().Limited {
+			n++
+		}
+	}
+	return n
 }
 
 // LocalAddr returns the address of the device's packet conn.
