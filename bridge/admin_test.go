@@ -284,6 +284,11 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 			t.Errorf("pool class %s: no rbridge_pool_buffers", size)
 		}
 	}
+	for _, leg := range []string{"a", "b"} {
+		if v, ok := after[`rbridge_leg_up{leg="`+leg+`"}`]; !ok || v != 1 {
+			t.Errorf("rbridge_leg_up{leg=%q} = %v (present %v), want 1: lo is up", leg, v, ok)
+		}
+	}
 	if after[`rbridge_leg_path_mtu_bytes{leg="a"}`] != 4096 {
 		t.Errorf("leg a's path MTU %v, want 4096 (loopback)", after[`rbridge_leg_path_mtu_bytes{leg="a"}`])
 	}
@@ -314,6 +319,16 @@ func TestAdminStatus(t *testing.T) {
 	if len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[0].Kind != "userspace" || st.Legs[0].IP != lo("1") ||
 		st.Legs[0].Interface != "lo" || st.Legs[0].IO != "udp" || st.Legs[0].MTU != 4096 || !strings.Contains(st.Legs[0].MTUWhy, "loopback") {
 		t.Errorf("legs %+v", st.Legs)
+	}
+	// Loopback's operational state is "unknown", which the kernel counts
+	// as up.
+	for _, l := range st.Legs {
+		if l.State != "unknown" || !l.Up {
+			t.Errorf("leg %s on lo: state %q, up %v; want unknown, up", l.Name, l.State, l.Up)
+		}
+	}
+	if st.State != bridge.StateRunning {
+		t.Errorf("gateway state %q, want running", st.State)
 	}
 	wantRoutes := []bridge.RouteStatus{{Name: "r", ListenLeg: "a", Listen: lo("1:7471"), TargetLeg: "b", Target: lo("4:7471"), Sessions: 1}}
 	if d := cmp.Diff(wantRoutes, st.Routes); d != "" {
@@ -349,6 +364,62 @@ func TestAdminStatus(t *testing.T) {
 	}
 	if len(st.Sessions) != 0 || st.Routes[0].Sessions != 0 {
 		t.Errorf("after the session ended: sessions %+v, routes %+v", st.Sessions, st.Routes)
+	}
+}
+
+// TestAdminStatusWhileDraining: while Close ends the sessions, /status
+// says the gateway is draining (here a client that vanished keeps its
+// session's disconnect waiting for an answer), and /healthz fails; the
+// admin server answers throughout.
+func TestAdminStatusWhileDraining(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: gatewayConfig(t, ""), Logger: testlog.New(t), ConnectTimeout: 2 * time.Second,
+		Pool: bridge.PoolOptions{Size: 8 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startAdmin(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, tc := sessionThrough(t, ctx, client, target, ln)
+	state := func() bridge.RunState {
+		var st bridge.Status
+		if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.State
+	}
+	if s := state(); s != bridge.StateRunning {
+		t.Fatalf("before: %q", s)
+	}
+	client.cm.Close()
+	client.dev.Close() // the client is gone: no DREP will answer the gateway's DREQ
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close(ctx) }()
+	waitUntil(t, "/status saying draining", func() bool { return state() == bridge.StateDraining })
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/healthz while draining: %d, want 503", resp.StatusCode)
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close ended (%v) at once: the vanished client's disconnect did not wait", err)
+	default:
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	<-tc.Done()
+	if s := state(); s != bridge.StateStopped {
+		t.Errorf("after Close: %q, want stopped", s)
 	}
 }
 

@@ -46,12 +46,18 @@ type Gateway struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex // guards the fields below
-	sessions map[*Session]*sessionInfo
-	closing  bool
-	stopped  map[string]error     // routes whose accept loop ended on its own, and why
-	routes   map[string]*routeRun // the routes accepting, by name
-	timeout  time.Duration        // ConnectTimeout
+	// reloadMu serializes Reload (SIGHUP and the admin server's /reload
+	// may ask at once).
+	reloadMu sync.Mutex
+
+	mu        sync.Mutex // guards the fields below
+	sessions  map[*Session]*sessionInfo
+	closing   bool                 // Close began: draining
+	closed    bool                 // Close ended
+	reloading bool                 // a Reload runs
+	stopped   map[string]error     // routes whose accept loop ended on its own, and why
+	routes    map[string]*routeRun // the routes accepting, by name
+	timeout   time.Duration        // ConnectTimeout
 	// ended sums, per route, the counters of its sessions that ended (a
 	// session's own are added in when it leaves sessions, so a route's
 	// totals never go back); routeStats counts each route's connections.
@@ -345,6 +351,38 @@ func (g *Gateway) LogState() {
 	}
 }
 
+// RunState is what a gateway is doing, as Status shows it.
+type RunState string
+
+// A gateway runs from StartGateway; a Reload makes it reloading while it
+// applies a file; Close makes it draining (it accepts nothing more, its
+// sessions are being ended) and then stopped.
+const (
+	StateRunning   RunState = "running"
+	StateReloading RunState = "reloading"
+	StateDraining  RunState = "draining"
+	StateStopped   RunState = "stopped"
+)
+
+// RunState says what the gateway is doing now.
+func (g *Gateway) RunState() RunState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runStateLocked()
+}
+
+func (g *Gateway) runStateLocked() RunState {
+	switch {
+	case g.closed:
+		return StateStopped
+	case g.closing:
+		return StateDraining
+	case g.reloading:
+		return StateReloading
+	}
+	return StateRunning
+}
+
 // Health is nil while the gateway serves every route: each route's accept
 // loop still runs, and the gateway's lock, which every session's start and
 // end takes, can be had (a deadlock there blocks Health itself). rbridge
@@ -517,5 +555,8 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if perr := g.pool.Close(); perr != nil {
 		err = errors.Join(err, perr)
 	}
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 	return err
 }

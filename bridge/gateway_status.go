@@ -5,12 +5,16 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/internal/portcounters"
 )
 
 // Status is what a gateway runs, at one moment: its legs, its routes and
 // every session, with the numbers Prometheus must not carry as labels
 // (clients, QPNs). The admin server serves it as JSON on /status.
 type Status struct {
+	// State is what the gateway is doing: running, reloading, draining
+	// (SIGTERM: it accepts nothing more and ends its sessions) or stopped.
+	State    RunState        `json:"state"`
 	Legs     []LegStatus     `json:"legs"`
 	Routes   []RouteStatus   `json:"routes"`
 	Sessions []SessionStatus `json:"sessions"`
@@ -21,6 +25,13 @@ type LegStatus struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
 	IP   string `json:"ip"`
+	// State is the link's: a verbs leg's port state (ACTIVE, DOWN, INIT,
+	// ... as sysfs names it), a userspace leg's interface's operational
+	// state (up, down, lowerlayerdown, unknown, ...); "unreadable: why"
+	// when it cannot be read. Up says it carries traffic (ACTIVE; up, or
+	// unknown as loopback's is, which the kernel counts as up).
+	State string `json:"state"`
+	Up    bool   `json:"up"`
 	// Userspace legs: the interface, its network namespace, the packet
 	// I/O, and the largest path MTU the leg carries and why.
 	Interface string `json:"interface,omitempty"`
@@ -133,7 +144,9 @@ func (g *Gateway) Status() Status {
 	g.mu.Unlock()
 	st := Status{Legs: make([]LegStatus, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{}}
 	for i := range cfg.Legs {
-		st.Legs = append(st.Legs, g.legStatus[cfg.Legs[i].Name])
+		ls := g.legStatus[cfg.Legs[i].Name]
+		ls.State, ls.Up, _ = g.linkState(ls.Name)
+		st.Legs = append(st.Legs, ls)
 	}
 	now := time.Now()
 	g.mu.Lock()
@@ -165,6 +178,7 @@ func (g *Gateway) Status() Status {
 	for name, err := range g.stopped {
 		stopped[name] = err.Error()
 	}
+	st.State = g.runStateLocked()
 	g.mu.Unlock()
 	for i, c := range sides {
 		st.Sessions[i].ClientSideDCQCN, st.Sessions[i].TargetSideDCQCN = dcqcnStatus(c[0]), dcqcnStatus(c[1])
@@ -186,4 +200,28 @@ func (g *Gateway) Status() Status {
 		return a.Started.Before(b.Started)
 	})
 	return st
+}
+
+// linkState reads leg name's link: its state and whether it is up, and a
+// verbs leg's port as read (nil for userspace legs, or when unreadable).
+func (g *Gateway) linkState(name string) (string, bool, *portcounters.Port) {
+	switch l := g.legs[name].(type) {
+	case *verbsLeg:
+		root := g.sysRoot
+		if root == "" {
+			root = "/sys"
+		}
+		p, err := portcounters.Read(root, l.gid.Device, l.gid.Port)
+		if err != nil {
+			return "unreadable: " + err.Error(), false, nil
+		}
+		return p.State, p.Active(), &p
+	case *userspaceLeg:
+		s, err := operState(l.cfg.Netns, l.cfg.Interface)
+		if err != nil {
+			return "unreadable: " + err.Error(), false, nil
+		}
+		return s, s == "up" || s == "unknown", nil
+	}
+	return "unknown leg", false, nil
 }

@@ -103,6 +103,8 @@ var (
 	// hold; each session's QPs' rates are in /status.
 	descRateLimited = prometheus.NewDesc("rbridge_transport_dcqcn_rate_limited_qps",
 		"The leg's QPs DCQCN holds below their line rate now, after CNPs (each session's rate is in /status).", []string{"leg"}, nil)
+	descLegUp = prometheus.NewDesc("rbridge_leg_up",
+		"1 while the leg's link carries traffic (a verbs leg's port ACTIVE; a userspace leg's interface operationally up, or unknown as loopback's is), else 0; /status names the state.", []string{"leg"}, nil)
 	descLegMTU      = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
 	descPoolBuffers = prometheus.NewDesc("rbridge_pool_buffers", "Buffers of a pool class.", []string{"class_bytes"}, nil)
 	descPoolInUse   = prometheus.NewDesc("rbridge_pool_buffers_in_use", "Buffers of a pool class held now (payloads in flight, posted receives, AF_XDP frames).", []string{"class_bytes"}, nil)
@@ -189,8 +191,10 @@ type routeMetrics struct {
 
 type legMetrics struct {
 	name      string
-	mtu       int      // userspace legs
-	limited   int      // userspace legs: QPs DCQCN holds below line rate
+	mtu       int    // userspace legs
+	limited   int    // userspace legs: QPs DCQCN holds below line rate
+	state     string // the link's state (LegStatus.State)
+	up        bool
 	nic       *nicPort // verbs legs whose port counters were found
 	port      *portcounters.Port
 	verbs     *VerbsStatsSnapshot
@@ -256,12 +260,13 @@ func (g *Gateway) metrics() metricsSnapshot {
 			s := v.stats.Snapshot()
 			lm.verbs = &s
 		}
-		if n := g.nics[name]; n != nil {
-			// A port unreadable now (the device went away) has no
-			// samples this scrape.
-			if p, err := portcounters.Read(g.sysRoot, n.device, n.port); err == nil {
-				lm.nic, lm.port = n, &p
-			}
+		// A verbs leg's port is read once for its state and counters; a
+		// port unreadable now (the device went away) is down and has no
+		// counters this scrape.
+		var p *portcounters.Port
+		lm.state, lm.up, p = g.linkState(name)
+		if n := g.nics[name]; n != nil && p != nil {
+			lm.nic, lm.port = n, p
 		}
 		m.legs = append(m.legs, lm)
 	}
@@ -297,7 +302,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, r := range opcodeRows {
 		ch <- r.desc
 	}
-	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
+	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegUp, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
 		ch <- d
 	}
 	describe(ch, transportCounters)
@@ -351,6 +356,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPoolOver, prometheus.CounterValue, float64(p.Overreleased), size)
 	}
 	for _, l := range m.legs {
+		up := 0.0
+		if l.up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLegUp, prometheus.GaugeValue, up, l.name)
 		if l.mtu > 0 {
 			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.mtu), l.name)
 		}

@@ -44,8 +44,12 @@ routes:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pool.Close() })
-	return &Gateway{cfg: cfg, log: testlog.New(t), pool: pool, legs: legs, sessions: map[*Session]*sessionInfo{},
-		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}}
+	status := map[string]LegStatus{}
+	for name := range legs {
+		status[name] = LegStatus{Name: name, Kind: config.KindVerbs}
+	}
+	return &Gateway{cfg: cfg, log: testlog.New(t), pool: pool, legs: legs, legStatus: status, sessions: map[*Session]*sessionInfo{},
+		stopped: map[string]error{}, ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}}
 }
 
 func first(m map[string]string) string {
@@ -253,5 +257,79 @@ func TestMetricsVerbsLeg(t *testing.T) {
 	want := map[string]float64{"rbridge_verbs_lost_acked_total{ib}": 2, "rbridge_verbs_recv_starved_total{ib}": 5}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("verbs leg counters (-want +got):\n%s", d)
+	}
+}
+
+// TestLegLinkState: a verbs leg's link is its port's state, up while
+// ACTIVE, on /status and as rbridge_leg_up.
+func TestLegLinkState(t *testing.T) {
+	g := verbsGateway(t, map[string]string{"ib": "mlx5_0/1"})
+	root := sysTree(t, nil)
+	g.openNICs(root)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(NewCollector(g)); err != nil {
+		t.Fatal(err)
+	}
+	up := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "rbridge_leg_up" {
+				for _, m := range mf.Metric {
+					if m.Label[0].GetValue() == "ib" {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatal("no rbridge_leg_up{leg=ib}")
+		return -1
+	}
+	leg := func() LegStatus {
+		t.Helper()
+		for _, l := range g.Status().Legs {
+			if l.Name == "ib" {
+				return l
+			}
+		}
+		t.Fatal("no leg ib in the status")
+		return LegStatus{}
+	}
+	if l := leg(); l.State != "ACTIVE" || !l.Up || up() != 1 {
+		t.Errorf("an ACTIVE port: state %q, up %v, rbridge_leg_up %v", l.State, l.Up, up())
+	}
+	if err := os.WriteFile(filepath.Join(root, "class/infiniband/mlx5_0/ports/1/state"), []byte("1: DOWN\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l := leg(); l.State != "DOWN" || l.Up || up() != 0 {
+		t.Errorf("a DOWN port: state %q, up %v, rbridge_leg_up %v", l.State, l.Up, up())
+	}
+	if err := os.RemoveAll(filepath.Join(root, "class/infiniband/mlx5_0")); err != nil {
+		t.Fatal(err)
+	}
+	if l := leg(); !strings.HasPrefix(l.State, "unreadable: ") || l.Up || up() != 0 {
+		t.Errorf("a port gone: state %q, up %v, rbridge_leg_up %v", l.State, l.Up, up())
+	}
+}
+
+// TestRunState: what Status says the gateway is doing.
+func TestRunState(t *testing.T) {
+	g := verbsGateway(t, map[string]string{"ib": "mlx5_0/1"})
+	for _, tc := range []struct {
+		reloading, closing, closed bool
+		want                       RunState
+	}{
+		{false, false, false, StateRunning},
+		{true, false, false, StateReloading},
+		{true, true, false, StateDraining},
+		{false, true, true, StateStopped},
+	} {
+		g.reloading, g.closing, g.closed = tc.reloading, tc.closing, tc.closed
+		if got := g.Status().State; got != tc.want {
+			t.Errorf("reloading %v closing %v closed %v: %q, want %q", tc.reloading, tc.closing, tc.closed, got, tc.want)
+		}
 	}
 }

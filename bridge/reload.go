@@ -50,7 +50,12 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	if cfg == nil {
 		return res, errors.New("bridge: reload: no config")
 	}
-	if d := legsDiff(g.cfg.Legs, cfg.Legs); d != "" {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	g.mu.Lock()
+	running := g.cfg
+	g.mu.Unlock()
+	if d := legsDiff(running.Legs, cfg.Legs); d != "" {
 		return res, fmt.Errorf("bridge: reload %s: %s: %w", cfg.File(), d, ErrLegsChanged)
 	}
 	g.mu.Lock()
@@ -58,6 +63,12 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 		g.mu.Unlock()
 		return res, errors.New("bridge: reload: the gateway is closing")
 	}
+	g.reloading = true
+	defer func() {
+		g.mu.Lock()
+		g.reloading = false
+		g.mu.Unlock()
+	}()
 	old := map[string]*routeRun{}
 	dead := map[string]bool{} // accept loops that ended on their own: started again
 	for name, run := range g.routes {

@@ -44,8 +44,10 @@ restarted the same way, unchanged ones and their sessions are not touched;
 a file that does not parse, or whose legs differ (legs are opened once:
 restart for them), is refused and the running routes stay. The admin
 server (admin.listen, 127.0.0.1:9479 by default) serves Prometheus metrics
-on /metrics and the legs, routes and sessions as JSON on /status (what
-rbridge status prints); it serves while sessions drain. On
+on /metrics, and on /status as JSON (what rbridge status prints) the
+gateway's state (running, reloading, draining, stopped), the legs with
+their link state, the routes and the sessions; it serves while sessions
+drain, and /status says draining then. On
 SIGINT or SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.

@@ -31,13 +31,18 @@ func newStatusCommand() *cobra.Command {
 		Long: `status asks a running gateway (rbridge run) for what it runs, on its admin
 server's /status, and prints it as tables:
 
-  legs      name, kind, address, the interface (userspace) or the device, port
-            and GID (verbs), and the path MTU with why
+  gateway   what it is doing: running, reloading, draining (after SIGTERM: it
+            accepts nothing more and ends its sessions) or stopped
+  legs      name, kind, address, the link's state (a verbs leg's port state,
+            a userspace leg's interface's operational state; "(down)" when
+            it carries no traffic), the interface (userspace) or the device,
+            port and GID (verbs), and the path MTU with why
   routes    listen and target address with their legs, sessions running, the
             clients allowed, and why the route stopped accepting if it did
   sessions  every session: route, client, target, age, operations and bytes
             each way, what waits in each direction's queue, and both
-            connections (QPNs, path MTU and how it was chosen)
+            connections (QPNs, path MTU and how it was chosen; a userspace
+            side with DCQCN, its rate)
 
 --json prints /status's JSON as the gateway sent it. The admin server's
 address is the config's admin.listen (127.0.0.1:9479 unless the file says
@@ -109,10 +114,14 @@ func fetchStatus(ctx context.Context, addr string, timeout time.Duration) ([]byt
 	return body, nil
 }
 
-// writeStatusTable prints a gateway's status as three tables.
+// writeStatusTable prints a gateway's status: its state, then three
+// tables.
 func writeStatusTable(w io.Writer, st *bridge.Status) error {
+	if st.State != "" {
+		fmt.Fprintf(w, "gateway %s\n\n", st.State)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LEG\tKIND\tIP\tON\tMTU\tWHY")
+	fmt.Fprintln(tw, "LEG\tKIND\tIP\tLINK\tON\tMTU\tWHY")
 	for _, l := range st.Legs {
 		on, mtu, why := "", "-", l.MTUWhy
 		switch l.Kind {
@@ -126,7 +135,11 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 			on = fmt.Sprintf("%s port %d GID %d %s", l.Device, l.Port, l.GIDIndex, l.GID)
 			why = l.GIDWhy
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, l.IP, on, mtu, why)
+		link := l.State
+		if !l.Up {
+			link += " (down)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, l.IP, link, on, mtu, why)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "ROUTE\tLISTEN\tTARGET\tSESSIONS\tALLOW\tSTATE")

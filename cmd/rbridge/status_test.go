@@ -22,9 +22,10 @@ import (
 // leg, two routes (one stopped) and one session.
 func TestStatusTable(t *testing.T) {
 	st := &bridge.Status{
+		State: bridge.StateDraining,
 		Legs: []bridge.LegStatus{
-			{Name: "roce", Kind: "userspace", IP: "10.20.0.1", Interface: "eth1", IO: "afxdp", MTU: 2048, MTUWhy: "interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048"},
-			{Name: "ib", Kind: "verbs", IP: "10.10.0.1", Device: "mlx5_0", Port: 1, GIDIndex: 3, GID: "::ffff:10.10.0.1", GIDWhy: "RoCEv2 GID of 10.10.0.1"},
+			{Name: "roce", Kind: "userspace", IP: "10.20.0.1", State: "up", Up: true, Interface: "eth1", IO: "afxdp", MTU: 2048, MTUWhy: "interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048"},
+			{Name: "ib", Kind: "verbs", IP: "10.10.0.1", State: "DOWN", Device: "mlx5_0", Port: 1, GIDIndex: 3, GID: "::ffff:10.10.0.1", GIDWhy: "RoCEv2 GID of 10.10.0.1"},
 		},
 		Routes: []bridge.RouteStatus{
 			{Name: "storage", ListenLeg: "roce", Listen: "10.20.0.1:4420", TargetLeg: "ib", Target: "10.10.0.2:4420", Allow: []string{"10.20.0.0/16"}, Sessions: 1},
@@ -40,9 +41,11 @@ func TestStatusTable(t *testing.T) {
 	if err := writeStatusTable(&b, st); err != nil {
 		t.Fatal(err)
 	}
-	want := `LEG   KIND       IP         ON                                    MTU   WHY
-roce  userspace  10.20.0.1  eth1 (afxdp)                          2048  interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048
-ib    verbs      10.10.0.1  mlx5_0 port 1 GID 3 ::ffff:10.10.0.1  -     RoCEv2 GID of 10.10.0.1
+	want := `gateway draining
+
+LEG   KIND       IP         LINK         ON                                    MTU   WHY
+roce  userspace  10.20.0.1  up           eth1 (afxdp)                          2048  interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048
+ib    verbs      10.10.0.1  DOWN (down)  mlx5_0 port 1 GID 3 ::ffff:10.10.0.1  -     RoCEv2 GID of 10.10.0.1
 
 ROUTE      LISTEN               TARGET                SESSIONS  ALLOW         STATE
 storage    roce 10.20.0.1:4420  ib 10.10.0.2:4420     1         10.20.0.0/16  accepting
@@ -126,7 +129,7 @@ admin: {listen: "127.0.0.1:0"}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v:\n%s", err, out)
 	}
-	if len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[1].IP != "127.0.14.2" || st.Legs[1].MTU != 4096 ||
+	if st.State != bridge.StateRunning || len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[1].IP != "127.0.14.2" || st.Legs[1].MTU != 4096 || !st.Legs[0].Up ||
 		len(st.Routes) != 1 || st.Routes[0].Listen != "127.0.14.1:7471" || len(st.Sessions) != 0 {
 		t.Errorf("status of rbridge run: %+v", st)
 	}
@@ -134,7 +137,7 @@ admin: {listen: "127.0.0.1:0"}
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"a    userspace  127.0.14.1  lo (udp)  4096  interface lo is loopback", "r      a 127.0.14.1:7471  b 127.0.14.4:7471  0", "no sessions"} {
+	for _, want := range []string{"gateway running\n", "a    userspace  127.0.14.1  unknown  lo (udp)  4096  interface lo is loopback", "r      a 127.0.14.1:7471  b 127.0.14.4:7471  0", "no sessions"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}

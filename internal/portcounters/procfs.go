@@ -1,3 +1,5 @@
+//go:build linux
+
 package portcounters
 
 import "github.com/prometheus/procfs/sysfs"
