@@ -64,8 +64,8 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 		}
 	})
 	// /healthz is the gateway's health check (Gateway.Health: every
-	// route's accept loop alive, the session table not stuck, not
-	// closing): 200 "ok", else 503 with why. The systemd watchdog feeds on
+	// route's accept loop alive, every userspace leg's receive loop
+	// coming round, the session table not stuck, not closing): 200 "ok", else 503 with why. The systemd watchdog feeds on
 	// the same check; Kubernetes probes it (deploy/kubernetes).
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -58,6 +58,7 @@ type Gateway struct {
 	stopped   map[string]error     // routes whose accept loop ended on its own, and why
 	routes    map[string]*routeRun // the routes accepting, by name
 	timeout   time.Duration        // ConnectTimeout
+	stall     time.Duration        // StallAfter
 	// ended sums, per route, the counters of its sessions that ended (a
 	// session's own are added in when it leaves sessions, so a route's
 	// totals never go back); routeStats counts each route's connections.
@@ -93,7 +94,11 @@ type GatewayOptions struct {
 	Pool PoolOptions
 	// ConnectTimeout bounds connecting to a target (default 30 s).
 	ConnectTimeout time.Duration
-	Logger         *slog.Logger
+	// StallAfter is how long a userspace leg's receive loop may go
+	// without coming round before Health calls it stuck (default 5 s;
+	// an idle loop comes round every second).
+	StallAfter time.Duration
+	Logger     *slog.Logger
 }
 
 // sessionInfo is what the gateway knows of a session.
@@ -160,6 +165,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 30 * time.Second
 	}
+	if o.StallAfter <= 0 {
+		o.StallAfter = 5 * time.Second
+	}
 	if o.Pool.Size == 0 {
 		o.Pool.Size = DefaultPoolSize
 	}
@@ -172,7 +180,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout,
+		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
@@ -384,16 +392,28 @@ func (g *Gateway) runStateLocked() RunState {
 }
 
 // Health is nil while the gateway serves every route: each route's accept
-// loop still runs, and the gateway's lock, which every session's start and
-// end takes, can be had (a deadlock there blocks Health itself). rbridge
-// run feeds systemd's watchdog only while it is nil.
+// loop still runs, each userspace leg's receive loop comes round (it does
+// at least every second while idle; one stuck in a QP, a session or a send
+// for StallAfter is named), and the gateway's lock, which every session's
+// start and end takes, can be had (a deadlock there blocks Health itself).
+// rbridge run feeds systemd's watchdog only while it is nil.
 func (g *Gateway) Health() error {
+	now := time.Now()
+	var errs []error
+	for name, l := range g.legs {
+		u, ok := l.(*userspaceLeg)
+		if !ok || u.dev == nil {
+			continue
+		}
+		if last, wakes := u.dev.ReceiveHeartbeat(); wakes && now.Sub(last) > g.stall {
+			errs = append(errs, fmt.Errorf("bridge: gateway: leg %q: the receive loop has not come round for %v: stuck", name, now.Sub(last).Round(time.Millisecond)))
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closing {
 		return errors.New("bridge: gateway: closing")
 	}
-	var errs []error
 	for name, err := range g.stopped {
 		errs = append(errs, fmt.Errorf("bridge: gateway: route %q stopped accepting: %w", name, err))
 	}

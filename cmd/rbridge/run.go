@@ -56,7 +56,8 @@ Under systemd (dist/rbridge.service, Type=notify) it sends READY=1 once
 every leg is open and every route listens, STOPPING=1 when it starts to
 stop, and, when the unit sets WatchdogSec, WATCHDOG=1 at half that interval
 for as long as the gateway's health check passes (every route's accept loop
-alive, the session table not stuck): a stuck gateway is restarted.
+alive, every userspace leg's receive loop coming round at least every 5 s,
+the session table not stuck): a stuck gateway is restarted.
 
 The file (YAML):
 

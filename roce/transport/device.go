@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,11 @@ type DeviceOptions struct {
 	// DCQCN configures the reaction point of QPs that send ECN-capable
 	// packets (QPAttr.ECN); zero fields take the published defaults.
 	DCQCN DCQCNConfig
+	// IdleWake is how long the receive goroutine waits for packets at
+	// most before it goes round its loop anyway (default 1 s), when the
+	// conn can stop waiting (roce.ReadDeadliner): its heartbeat
+	// (ReceiveHeartbeat) then ages only when the loop is stuck.
+	IdleWake time.Duration
 	// Logger receives the device's events (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -118,6 +124,10 @@ type Device struct {
 
 	stats  Stats
 	events chan AsyncEvent
+	// beat is when routineReceive last went round its loop (UnixNano);
+	// wakes says the loop wakes while idle (its conn's read deadline).
+	beat  atomic.Int64
+	wakes atomic.Bool
 }
 
 // NewDevice starts a device on conn. Close stops it and closes conn.
@@ -137,6 +147,9 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.IdleWake <= 0 {
+		opts.IdleWake = time.Second
+	}
 	d := &Device{
 		conn:    conn,
 		opts:    opts,
@@ -146,9 +159,21 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 		closed:  make(chan struct{}),
 		events:  make(chan AsyncEvent, asyncEventQueue),
 	}
+	d.beat.Store(time.Now().UnixNano())
+	_, wakes := conn.(roce.ReadDeadliner)
+	d.wakes.Store(wakes)
 	d.wg.Add(1)
 	go d.routineReceive()
 	return d, nil
+}
+
+// ReceiveHeartbeat returns when the receive goroutine last went round its
+// loop (a batch handed to its QPs and their packets sent, or a wait for
+// packets that timed out), and whether the conn wakes it while nothing
+// arrives (a roce.ReadDeadliner: at least every IdleWake). Only then does
+// an old heartbeat mean a stuck loop, and not a quiet link.
+func (d *Device) ReceiveHeartbeat() (last time.Time, wakes bool) {
+	return time.Unix(0, d.beat.Load()), d.wakes.Load()
 }
 
 // Stats returns the device's counters.
@@ -272,7 +297,22 @@ func (d *Device) routineReceive() {
 	}
 	touched := make(map[*QP]struct{})
 	var pkt roce.Packet
+	// A conn that can stop waiting gets a deadline IdleWake ahead, set
+	// again once half of it passed: the loop wakes while nothing arrives,
+	// and a deadline never falls due before a read begins.
+	dl, wakes := d.conn.(roce.ReadDeadliner)
+	var renew time.Time
 	for {
+		now := time.Now()
+		d.beat.Store(now.UnixNano())
+		if wakes && !now.Before(renew) {
+			if err := dl.SetReadDeadline(now.Add(d.opts.IdleWake)); err != nil {
+				d.log.Warn("receive: set the conn's read deadline: the loop waits without one", "err", err)
+				wakes = false
+				d.wakes.Store(false)
+			}
+			renew = now.Add(d.opts.IdleWake / 2)
+		}
 		var n int
 		var err error
 		if lend {
@@ -288,6 +328,10 @@ func (d *Device) routineReceive() {
 			}
 			if errors.Is(err, roce.ErrConnClosed) {
 				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				renew = time.Time{} // idle: the loop went round
+				continue
 			}
 			d.log.Warn("read packets", "err", err)
 			time.Sleep(time.Millisecond)
