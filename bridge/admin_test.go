@@ -571,3 +571,65 @@ func TestAdminDCQCN(t *testing.T) {
 	})
 	t.Logf("target side: %s", last)
 }
+
+// TestAdminReload: POST /reload answers the reload's report (a gateway
+// whose file is gone refuses, 422, and says why), refuses a browser's
+// cross-origin request and other methods, and is not there without
+// AdminOptions.Reload.
+func TestAdminReload(t *testing.T) {
+	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest)
+	g := startGateway(t, gatewayConfig(t, ""))
+	a, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: "127.0.0.1:0", Logger: testlog.New(t), Reload: g.ReloadConfigFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	base := "http://" + a.Addr().String()
+	post := func(h http.Header) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+"/reload", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = h
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	code, b := post(http.Header{})
+	var rep bridge.ReloadReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("/reload: %d %s: %v", code, b, err)
+	}
+	// The gateway's config came from gw.yaml, which no file holds.
+	if code != http.StatusUnprocessableEntity || rep.Outcome != bridge.ReloadRefused || rep.Config != "gw.yaml" || !strings.Contains(rep.Error, "gw.yaml") {
+		t.Errorf("/reload of a file that is gone: %d %+v; want 422, refused, why", code, rep)
+	}
+	if st := g.Status(); len(st.Routes) != 1 || st.Routes[0].Name != "r" {
+		t.Errorf("routes after a refused reload: %+v", st.Routes)
+	}
+	if code, b := post(http.Header{"Origin": {"http://example.com"}}); code != http.StatusForbidden {
+		t.Errorf("/reload from a page of another site: %d %s, want 403", code, b)
+	}
+	resp, err := http.Get(base + "/reload")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /reload: %d, want 405", resp.StatusCode)
+	}
+	plain := startAdmin(t, g) // no Reload
+	resp, err = http.Post(plain+"/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /reload without AdminOptions.Reload: %d, want 404", resp.StatusCode)
+	}
+}

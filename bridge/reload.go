@@ -165,3 +165,62 @@ func legsDiff(running, next []config.Leg) string {
 	slices.Sort(d)
 	return strings.Join(d, ", ")
 }
+
+// Outcomes of a reload, as ReloadReport names them.
+const (
+	// ReloadApplied: the file's routes run now.
+	ReloadApplied = "applied"
+	// ReloadRefused: nothing changed (the file does not parse, its legs
+	// differ, the gateway is closing): the running routes stay.
+	ReloadRefused = "refused"
+	// ReloadPartial: the routes were applied up to one that could not
+	// listen (Error says which); the others run.
+	ReloadPartial = "partial"
+)
+
+// ReloadReport is what a reload of the gateway's config file did: what the
+// admin server's POST /reload answers and rbridge reload prints.
+type ReloadReport struct {
+	Config  string `json:"config"`  // the file re-read: the one the gateway started with
+	Outcome string `json:"outcome"` // ReloadApplied, ReloadRefused or ReloadPartial
+	// The routes, by what the reload did with them (none when refused).
+	Added     []string `json:"added"`
+	Removed   []string `json:"removed"`
+	Changed   []string `json:"changed"`
+	Unchanged []string `json:"unchanged"`
+	// Error is why the reload was refused or stopped part way.
+	Error string `json:"error,omitempty"`
+}
+
+// Routes says what happened to the routes ("added a; removed b; ...").
+func (r *ReloadReport) Routes() string {
+	return ReloadResult{Added: r.Added, Removed: r.Removed, Changed: r.Changed, Unchanged: r.Unchanged}.String()
+}
+
+// ReloadConfigFile re-reads the config file the gateway started with
+// (Config.File) and applies it with Reload; a file that does not load is
+// refused.
+func (g *Gateway) ReloadConfigFile() ReloadReport {
+	g.mu.Lock()
+	path := g.cfg.File()
+	g.mu.Unlock()
+	rep := ReloadReport{Config: path, Outcome: ReloadRefused, Added: []string{}, Removed: []string{}, Changed: []string{}, Unchanged: []string{}}
+	cfg, err := config.Load(path)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	res, err := g.Reload(cfg)
+	for _, p := range []struct{ dst, src *[]string }{{&rep.Added, &res.Added}, {&rep.Removed, &res.Removed}, {&rep.Changed, &res.Changed}, {&rep.Unchanged, &res.Unchanged}} {
+		*p.dst = append(*p.dst, *p.src...)
+	}
+	switch {
+	case err == nil:
+		rep.Outcome = ReloadApplied
+	case len(res.Added)+len(res.Removed)+len(res.Changed)+len(res.Unchanged) > 0:
+		rep.Outcome, rep.Error = ReloadPartial, err.Error()
+	default:
+		rep.Error = err.Error()
+	}
+	return rep
+}
