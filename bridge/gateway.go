@@ -15,6 +15,7 @@ import (
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/ipoib/tunnel"
 	"github.com/rbridge/rbridge/roce/cm"
 )
 
@@ -99,6 +100,8 @@ type sessionInfo struct {
 type connParams struct {
 	privateData        []byte
 	respRes, initDepth int
+	// client is who connects, for a leg that carries it on (quic).
+	client netip.AddrPort
 }
 
 // rejected is a refusal to pass back to a client: the far side's reason
@@ -176,6 +179,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			lg, err = openUserspaceLeg(l, pool, o.Logger)
 		case config.KindVerbs:
 			lg, err = openVerbsLeg(l, pool, o.Logger)
+		case config.KindQUIC:
+			lg, err = openQUICLeg(l, pool, o.Logger)
 		default:
 			err = fmt.Errorf("kind %q", l.Kind)
 		}
@@ -243,6 +248,8 @@ func CheckLegs(cfg *config.Config) error {
 			})
 		case config.KindVerbs:
 			_, err = findGID(l)
+		case config.KindQUIC:
+			_, err = tunnel.LoadCredentials(l.Cert, l.Key, l.CA, l.PeerName)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s:%d: leg %q: %w", cfg.File(), l.Line(), l.Name, err))
@@ -385,6 +392,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
 	p := in.params()
+	p.client = client
 	out, err := g.legs[r.Target.Leg].dial(ctx, r.Target.Addr, p)
 	if err != nil {
 		var rj *rejected

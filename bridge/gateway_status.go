@@ -35,6 +35,13 @@ type LegStatus struct {
 	GIDIndex int    `json:"gid_index,omitempty"`
 	GID      string `json:"gid,omitempty"`
 	GIDWhy   string `json:"gid_why,omitempty"`
+	// Quic legs: where the leg accepts the peer gateway and where it
+	// connects to it, and how many connections to it are up.
+	Listen    string `json:"listen,omitempty"`
+	Peer      string `json:"peer,omitempty"`
+	PeerConns *int   `json:"peer_connections,omitempty"`
+	// PeerRefused counts the peer certificates the leg refused.
+	PeerRefused uint64 `json:"peer_refused,omitempty"`
 }
 
 // RouteStatus describes one route.
@@ -83,6 +90,8 @@ func legStatus(l *config.Leg, lg leg) LegStatus {
 	switch lg := lg.(type) {
 	case *userspaceLeg:
 		st.MTU, st.MTUWhy = lg.mtu, lg.mtuWhy
+	case *quicLeg:
+		st.Listen, st.Peer = l.Listen, l.Peer
 	case *verbsLeg:
 		// The choice openVerbsLeg made and logged, made again: it is the
 		// GID table's, so the same while the table is.
@@ -103,7 +112,12 @@ func (g *Gateway) Status() Status {
 	g.mu.Unlock()
 	st := Status{Legs: make([]LegStatus, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{}}
 	for i := range cfg.Legs {
-		st.Legs = append(st.Legs, g.legStatus[cfg.Legs[i].Name])
+		ls := g.legStatus[cfg.Legs[i].Name]
+		if q, ok := g.legs[ls.Name].(*quicLeg); ok {
+			n := q.peerConns()
+			ls.PeerConns, ls.PeerRefused = &n, q.refused.Load()
+		}
+		st.Legs = append(st.Legs, ls)
 	}
 	now := time.Now()
 	g.mu.Lock()

@@ -107,7 +107,7 @@ func TestParseBad(t *testing.T) {
 		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, admin)`}},
 		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg: unknown key "colour"`}},
 		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: endpoint: unknown key "port"`}},
-		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs or userspace`}},
+		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs, userspace or quic`}},
 		{"bad ip", base("  - name: ib\n    kind: verbs\n    ip: 198.18.3.x\n"+roce, ok), []string{`gw.yaml:4: leg: ip "198.18.3.x"`}},
 		{"no ip", base("  - name: ib\n    kind: verbs\n"+roce, ok), []string{`gw.yaml:2: leg "ib": no ip`}},
 		{"userspace without interface", base(ib+"  - name: roce\n    kind: userspace\n    ip: 198.18.1.3\n", ok), []string{`gw.yaml:5: leg "roce": a userspace leg needs the interface`}},
@@ -125,6 +125,17 @@ func TestParseBad(t *testing.T) {
 		{"admin listen a host name", base(ib+roce, ok) + "admin: {listen: \"localhost:9479\"}\n", []string{`gw.yaml:13: admin: listen "localhost:9479"`}},
 		{"unknown admin key", base(ib+roce, ok) + "admin:\n  port: 9479\n", []string{`gw.yaml:14: admin: unknown key "port" (known: listen)`}},
 		{"target is the gateway", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.3:1"}`)), []string{`gw.yaml:12: route "r": target addr 198.18.1.3:1 is the gateway's own address`}},
+		{"quic without listen or peer", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": a quic leg needs listen (accept the peer gateway) or peer`}},
+		{"quic without tls files", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": a quic leg needs cert (PEM)`, `needs key`, `needs ca`}},
+		{"quic bad peer", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: 10.0.0.2\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": peer "10.0.0.2": want an IP address and a port`}},
+		{"quic listen not the leg's", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    listen: \"10.0.0.9:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": listen 10.0.0.9:7471 is not the leg's address (10.0.0.1)`}},
+		{"quic with interface", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    interface: eth0\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": interface, io, netns, device and port are not for quic legs`}},
+		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca and peer_name are for quic legs`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tc.file))
@@ -158,4 +169,46 @@ func itoa(i int) string {
 		return d[i : i+1]
 	}
 	return itoa(i/10) + d[i%10:i%10+1]
+}
+
+// TestParseQUIC reads a quic leg and the routes that cross it: their
+// addresses name the far end, not this gateway.
+func TestParseQUIC(t *testing.T) {
+	const file = `legs:
+  - name: roce
+    kind: userspace
+    interface: vgw0
+    ip: 198.18.1.3
+  - name: gw-b
+    kind: quic
+    ip: 10.0.0.1
+    listen: "10.0.0.1:7471"
+    peer: "10.0.0.2:7471"
+    cert: /etc/rbridge/a.crt
+    key: /etc/rbridge/a.key
+    ca: /etc/rbridge/ca.crt
+    peer_name: gw-b
+routes:
+  - name: out
+    listen: {leg: roce, addr: "198.18.1.3:4420"}
+    target: {leg: gw-b, addr: "198.18.9.2:4420"}
+  - name: in
+    listen: {leg: gw-b, addr: "198.18.1.2:7000"}
+    target: {leg: roce, addr: "198.18.1.2:7000"}
+`
+	c, err := config.Parse("gw.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := c.Leg("gw-b")
+	if !ok {
+		t.Fatal("no leg gw-b")
+	}
+	if l.Kind != config.KindQUIC || l.ListenAddr() != netip.MustParseAddrPort("10.0.0.1:7471") || l.PeerAddr() != netip.MustParseAddrPort("10.0.0.2:7471") ||
+		l.Cert != "/etc/rbridge/a.crt" || l.Key != "/etc/rbridge/a.key" || l.CA != "/etc/rbridge/ca.crt" || l.PeerName != "gw-b" {
+		t.Errorf("leg %+v", l)
+	}
+	if c.Routes[1].Listen.Addr != netip.MustParseAddrPort("198.18.1.2:7000") {
+		t.Errorf("route in listens on %v", c.Routes[1].Listen.Addr)
+	}
 }

@@ -106,7 +106,7 @@ func frames(t testing.TB) []struct {
 	}
 	payload := bytes.Repeat([]byte{0xA5, 0x5A, 0x01}, 700)
 	open := tunnel.OpenFields{Client: netip.MustParseAddrPort("198.18.1.2:40000"), Target: netip.MustParseAddrPort("[2001:db8::7]:4420"),
-		RespRes: 16, InitDepth: 4, PrivateData: []byte("hello target")}
+		RespRes: 16, InitDepth: 4, MaxOps: 256, PrivateData: []byte("hello target")}
 	acc := tunnel.AcceptFields{RespRes: 8, InitDepth: 2, MaxOps: 128, PrivateData: []byte{1, 2, 3}}
 	rej := tunnel.RejectFields{Reason: 28, PrivateData: []byte("go away")}
 	send := tunnel.OpFields{Opcode: transport.OpSendWithImm, ID: 0xFFFFFFFE, Imm: 0xDEADBEEF, Length: uint32(len(payload))}
@@ -230,7 +230,7 @@ func TestFrameBad(t *testing.T) {
 		{"failure with data", "with 2 bytes of data", append(comp(func(b []byte) { b[8+4] = 2; b[7] = 18 }), 0, 0)},
 		{"close code", "code 2", append(hdr(6, 4), 2, 0, 0, 0)},
 		{"close reason not utf-8", "not UTF-8", append(hdr(6, 6), 0, 0, 0, 0, 0xff, 0xfe)},
-		{"open without target", "target [::]:0 is not an address", append(hdr(1, 40), make([]byte, 40)...)},
+		{"open without target", "target [::]:0 is not an address", append(hdr(1, 44), make([]byte, 44)...)},
 		{"accept window 0", "a window of 0", append(hdr(2, 8), make([]byte, 8)...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,10 +255,14 @@ func TestFrameAppendRefuses(t *testing.T) {
 		f    func() ([]byte, error)
 	}{
 		{"open private data", func() ([]byte, error) {
-			f := tunnel.OpenFields{Target: netip.MustParseAddrPort("10.0.0.1:1"), PrivateData: big}
+			f := tunnel.OpenFields{Target: netip.MustParseAddrPort("10.0.0.1:1"), MaxOps: 1, PrivateData: big}
 			return f.Append(nil)
 		}},
-		{"open no target", func() ([]byte, error) { f := tunnel.OpenFields{}; return f.Append(nil) }},
+		{"open no target", func() ([]byte, error) { f := tunnel.OpenFields{MaxOps: 1}; return f.Append(nil) }},
+		{"open no window", func() ([]byte, error) {
+			f := tunnel.OpenFields{Target: netip.MustParseAddrPort("10.0.0.1:1")}
+			return f.Append(nil)
+		}},
 		{"accept private data", func() ([]byte, error) { f := tunnel.AcceptFields{MaxOps: 1, PrivateData: big}; return f.Append(nil) }},
 		{"accept no window", func() ([]byte, error) { f := tunnel.AcceptFields{}; return f.Append(nil) }},
 		{"reject private data", func() ([]byte, error) { f := tunnel.RejectFields{PrivateData: big}; return f.Append(nil) }},
@@ -320,7 +324,7 @@ func TestFrameAppendsAfter(t *testing.T) {
 			t.Fatalf("%s: prefix disturbed", f.name)
 		}
 	}
-	open := tunnel.OpenFields{Target: netip.MustParseAddrPort("10.1.2.3:9")}
+	open := tunnel.OpenFields{Target: netip.MustParseAddrPort("10.1.2.3:9"), MaxOps: 2}
 	b := bytes.Repeat([]byte{0xFF}, 100)[:3]
 	b, err := open.Append(b)
 	if err != nil {

@@ -21,12 +21,15 @@ import (
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	| Resp. resources |  Init. depth  |       Reserved (zero)       |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                 Operations taken in flight                    |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|             Private data (0 to MaxPrivateData bytes)          |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
 // Responder resources and initiator depth are the client's, as its
 // connection request gave them (the READs and atomics it takes and
-// issues at once); the target's come back in Accept.
+// issues at once); the target's come back in Accept. Operations taken in
+// flight is the opener's window for the Ops the other side sends it.
 type Open []byte
 
 const (
@@ -34,7 +37,8 @@ const (
 	openTarget   = 18
 	openRespRes  = 36
 	openInitDep  = 37
-	openLen      = 40
+	openMaxOps   = 40
+	openLen      = 44
 	acceptResp   = 0
 	acceptInit   = 1
 	acceptMaxOps = 4
@@ -49,7 +53,10 @@ const (
 type OpenFields struct {
 	Client, Target     netip.AddrPort
 	RespRes, InitDepth uint8
-	PrivateData        []byte
+	// MaxOps is how many Ops the opener takes before their Completions
+	// (at least 1).
+	MaxOps      uint32
+	PrivateData []byte
 }
 
 func putAddrPort(b []byte, a netip.AddrPort) {
@@ -71,7 +78,7 @@ func (o Open) Target() netip.AddrPort { return addrPort(o[openTarget:]) }
 // Fields returns the frame's fields; PrivateData aliases o.
 func (o Open) Fields() OpenFields {
 	return OpenFields{Client: o.Client(), Target: o.Target(), RespRes: o[openRespRes], InitDepth: o[openInitDep],
-		PrivateData: o[openLen:]}
+		MaxOps: binary.BigEndian.Uint32(o[openMaxOps:]), PrivateData: o[openLen:]}
 }
 
 // Append appends the whole Open frame, header included.
@@ -82,6 +89,9 @@ func (f *OpenFields) Append(b []byte) ([]byte, error) {
 	if !f.Target.IsValid() {
 		return b, malformed("Open frame: no target address")
 	}
+	if f.MaxOps == 0 {
+		return b, malformed("Open frame: a window of 0 operations")
+	}
 	b = appendHeader(b, TypeOpen, openLen+len(f.PrivateData))
 	body := len(b)
 	b = append(b, make([]byte, openLen)...)
@@ -90,6 +100,7 @@ func (f *OpenFields) Append(b []byte) ([]byte, error) {
 	}
 	putAddrPort(b[body+openTarget:], f.Target)
 	b[body+openRespRes], b[body+openInitDep] = f.RespRes, f.InitDepth
+	binary.BigEndian.PutUint32(b[body+openMaxOps:], f.MaxOps)
 	return append(b, f.PrivateData...), nil
 }
 
@@ -101,6 +112,9 @@ func ParseOpen(body []byte) (Open, error) {
 	o := Open(body)
 	if !o.Target().Addr().IsValid() || o.Target().Port() == 0 || o.Target().Addr().IsUnspecified() {
 		return nil, malformed("Open frame: target %v is not an address and port", o.Target())
+	}
+	if o.Fields().MaxOps == 0 {
+		return nil, malformed("Open frame: a window of 0 operations")
 	}
 	return o, nil
 }

@@ -22,6 +22,10 @@ type Credentials struct {
 	// peerName, when set, must be a name (DNS SAN) of the peer's
 	// certificate, as well as its being signed by the CA.
 	peerName string
+	// OnRefused, when set, is told of every peer certificate refused
+	// (an unknown CA, expired, the wrong name): the handshake fails, and
+	// the gateway logs and counts why.
+	OnRefused func(error)
 }
 
 // LoadCredentials reads a PEM certificate (chain) with its key and a PEM
@@ -66,17 +70,34 @@ func (c *Credentials) Expires() time.Time {
 	return c.cert.Leaf.NotAfter
 }
 
-// verify checks the peer's name, when one is configured (the chain was
-// checked against the CA by crypto/tls).
-func (c *Credentials) verify(cs tls.ConnectionState) error {
-	if c.peerName == "" {
-		return nil
+// verify checks the peer's certificate: its chain to the CA (valid now,
+// for usage), and its name when one is configured. crypto/tls leaves the
+// chain to it (InsecureSkipVerify on the client, RequireAnyClientCert on
+// the server) so that every refusal passes through here and OnRefused.
+func (c *Credentials) verify(cs tls.ConnectionState, usage x509.ExtKeyUsage, dnsName string) error {
+	err := c.check(cs, usage, dnsName)
+	if err != nil && c.OnRefused != nil {
+		c.OnRefused(err)
 	}
+	return err
+}
+
+func (c *Credentials) check(cs tls.ConnectionState, usage x509.ExtKeyUsage, dnsName string) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("tunnel: the peer sent no certificate")
 	}
-	if err := cs.PeerCertificates[0].VerifyHostname(c.peerName); err != nil {
-		return fmt.Errorf("tunnel: the peer's certificate does not name %q: %w", c.peerName, err)
+	leaf := cs.PeerCertificates[0]
+	inter := x509.NewCertPool()
+	for _, ic := range cs.PeerCertificates[1:] {
+		inter.AddCert(ic)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: c.ca, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}, DNSName: dnsName}); err != nil {
+		return fmt.Errorf("tunnel: peer certificate %q refused: %w", leaf.Subject.String(), err)
+	}
+	if c.peerName != "" && c.peerName != dnsName {
+		if err := leaf.VerifyHostname(c.peerName); err != nil {
+			return fmt.Errorf("tunnel: peer certificate %q does not name %q: %w", leaf.Subject.String(), c.peerName, err)
+		}
 	}
 	return nil
 }
@@ -85,12 +106,13 @@ func (c *Credentials) verify(cs tls.ConnectionState) error {
 // requires a client certificate signed by the CA.
 func (c *Credentials) ServerConfig() *tls.Config {
 	return &tls.Config{
-		MinVersion:       tls.VersionTLS13,
-		Certificates:     []tls.Certificate{c.cert},
-		ClientAuth:       tls.RequireAndVerifyClientCert,
-		ClientCAs:        c.ca,
-		NextProtos:       []string{ALPN},
-		VerifyConnection: c.verify,
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{c.cert},
+		ClientAuth:   tls.RequireAnyClientCert, // verified against the CA in verify
+		NextProtos:   []string{ALPN},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return c.verify(cs, x509.ExtKeyUsageClientAuth, "")
+		},
 	}
 }
 
@@ -99,12 +121,14 @@ func (c *Credentials) ServerConfig() *tls.Config {
 // names that).
 func (c *Credentials) ClientConfig(serverName string) *tls.Config {
 	return &tls.Config{
-		MinVersion:       tls.VersionTLS13,
-		Certificates:     []tls.Certificate{c.cert},
-		RootCAs:          c.ca,
-		ServerName:       serverName,
-		NextProtos:       []string{ALPN},
-		VerifyConnection: c.verify,
+		MinVersion:         tls.VersionTLS13,
+		Certificates:       []tls.Certificate{c.cert},
+		ServerName:         serverName,
+		InsecureSkipVerify: true, // verified against the CA, for serverName, in verify
+		NextProtos:         []string{ALPN},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return c.verify(cs, x509.ExtKeyUsageServerAuth, serverName)
+		},
 	}
 }
 
