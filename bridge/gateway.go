@@ -56,6 +56,11 @@ type Gateway struct {
 	// removes it (its totals stay).
 	ended      map[string]*SessionStatsSnapshot
 	routeStats map[string]*GatewayStats
+	// fallbacks is each route's choice between target and fallback (for
+	// routes with one), kept across reloads like routeStats.
+	fallbacks map[string]*fallbackState
+
+	fallbackAfter, fallbackRetry time.Duration
 
 	stats GatewayStats
 }
@@ -63,17 +68,21 @@ type Gateway struct {
 // GatewayStats counts a gateway's connections; updated atomically.
 type GatewayStats struct {
 	Accepted, Rejected, Refused, Failed, Ended atomic.Uint64
+	// Fallbacks counts a route's switches to its fallback; FellBack the
+	// connections made through it.
+	Fallbacks, FellBack atomic.Uint64
 }
 
 // GatewayStatsSnapshot is GatewayStats read at one moment, as plain values.
 type GatewayStatsSnapshot struct {
 	Accepted, Rejected, Refused, Failed, Ended uint64
+	Fallbacks, FellBack                        uint64
 }
 
 // Snapshot reads every counter.
 func (s *GatewayStats) Snapshot() GatewayStatsSnapshot {
 	return GatewayStatsSnapshot{Accepted: s.Accepted.Load(), Rejected: s.Rejected.Load(), Refused: s.Refused.Load(),
-		Failed: s.Failed.Load(), Ended: s.Ended.Load()}
+		Failed: s.Failed.Load(), Ended: s.Ended.Load(), Fallbacks: s.Fallbacks.Load(), FellBack: s.FellBack.Load()}
 }
 
 // GatewayOptions configures StartGateway.
@@ -84,7 +93,13 @@ type GatewayOptions struct {
 	Pool PoolOptions
 	// ConnectTimeout bounds connecting to a target (default 30 s).
 	ConnectTimeout time.Duration
-	Logger         *slog.Logger
+	// FallbackAfter is how long a route with a fallback waits for its
+	// target to answer before it connects through the fallback
+	// (DefaultFallbackAfter); FallbackRetry is how often, while on the
+	// fallback, a new session tries the target again
+	// (DefaultFallbackRetry).
+	FallbackAfter, FallbackRetry time.Duration
+	Logger                       *slog.Logger
 }
 
 // sessionInfo is what the gateway knows of a session.
@@ -94,6 +109,7 @@ type sessionInfo struct {
 	started        time.Time
 	in, out        conn
 	desc           [2]string // in's and out's describe(), as they came up
+	fallback       bool      // connected through the route's fallback
 }
 
 // connParams are what a connection request carries through the gateway.
@@ -153,6 +169,12 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 30 * time.Second
 	}
+	if o.FallbackAfter <= 0 {
+		o.FallbackAfter = DefaultFallbackAfter
+	}
+	if o.FallbackRetry <= 0 {
+		o.FallbackRetry = DefaultFallbackRetry
+	}
 	if o.Pool.Size == 0 {
 		o.Pool.Size = DefaultPoolSize
 	}
@@ -166,7 +188,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
 		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout,
-		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{}}
+		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
+		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -220,6 +243,9 @@ func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 	if g.routeStats[r.Name] == nil {
 		g.routeStats[r.Name] = &GatewayStats{}
 		g.ended[r.Name] = &SessionStatsSnapshot{}
+	}
+	if g.fallbacks[r.Name] == nil {
+		g.fallbacks[r.Name] = &fallbackState{}
 	}
 	g.mu.Unlock()
 	g.wg.Add(1)
@@ -393,7 +419,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	defer cancel()
 	p := in.params()
 	p.client = client
-	out, err := g.legs[r.Target.Leg].dial(ctx, r.Target.Addr, p)
+	out, fellBack, err := g.dialTarget(ctx, r, p, log, rs)
 	if err != nil {
 		var rj *rejected
 		if !errors.As(err, &rj) {
@@ -430,7 +456,10 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 		return
 	}
 	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out,
-		desc: [2]string{c.describe(), out.describe()}}
+		desc: [2]string{c.describe(), out.describe()}, fallback: fellBack}
+	if fellBack {
+		info.target = r.Fallback.Addr
+	}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -443,7 +472,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	g.mu.Unlock()
 	g.stats.Accepted.Add(1)
 	rs.Accepted.Add(1)
-	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1],
+	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1], "through_fallback", fellBack,
 		"responder_resources", cp.respRes, "initiator_depth", cp.initDepth)
 	<-s.Done()
 	st := s.Stats().Snapshot()

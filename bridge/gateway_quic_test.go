@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,4 +219,94 @@ func TestGatewayQUICRefusesUntrustedPeer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGatewayFallsBackThroughAPeer: a route whose target does not answer
+// connects new clients through its fallback (a peer gateway over the quic
+// leg), counted and shown; once the target answers, new sessions go to
+// it again, while the session on the fallback runs on undisturbed.
+func TestGatewayFallsBackThroughAPeer(t *testing.T) {
+	files, caFile := tunnelFiles(t, "gw-a", "gw-b")
+	client, far := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	farLn, err := far.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := bridge.GatewayOptions{FallbackAfter: 300 * time.Millisecond, FallbackRetry: 500 * time.Millisecond}
+	ga := startGatewayWith(t, parseConfig(t, `legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
+  - {name: q, kind: quic, ip: 127.0.10.5, peer: "127.0.10.6:7400", cert: `+files["gw-a"][0]+`, key: `+files["gw-a"][1]+`, ca: `+caFile+`}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7471"}
+    target: {leg: b, addr: "127.0.10.9:7471"}
+    fallback: {leg: q, addr: "127.0.10.4:7471"}
+`), opts)
+	startGateway(t, parseConfig(t, `legs:
+  - {name: q, kind: quic, ip: 127.0.10.6, listen: "127.0.10.6:7400", cert: `+files["gw-b"][0]+`, key: `+files["gw-b"][1]+`, ca: `+caFile+`}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.10.7, io: udp}
+routes:
+  - {name: in, listen: {leg: q, addr: "127.0.10.4:7471"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+`))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// The target at .9 does not exist: the client gets through the peer.
+	_, tc, cqp := dialThrough(t, ctx, client, far, farLn, "1:7471")
+	sessionOps(t, ctx, client, far, cqp)
+	st := ga.Status()
+	fb := st.Routes[0].Fallback
+	if fb == nil || !fb.Active || !strings.Contains(fb.Why, "127.0.10.9:7471") && !strings.Contains(fb.Why, lo("9:7471")) {
+		t.Fatalf("route status %+v: want its fallback active, naming the target that did not answer", st.Routes[0])
+	}
+	if len(st.Sessions) != 1 || !st.Sessions[0].Fallback || st.Sessions[0].Target != lo("4:7471") {
+		t.Errorf("sessions %+v: want one through the fallback to %s", st.Sessions, lo("4:7471"))
+	}
+	// A second client while the target is still away: the fallback again,
+	// one switch counted.
+	_, _, cqp2 := dialThrough(t, ctx, client, far, farLn, "1:7471")
+	sessionOps(t, ctx, client, far, cqp2)
+	if s := ga.Stats().Snapshot(); s.Fallbacks != 1 || s.FellBack != 2 {
+		t.Errorf("fallbacks %d, sessions through the fallback %d; want 1 and 2", s.Fallbacks, s.FellBack)
+	}
+
+	// The target comes back: after the retry interval a new client
+	// connects to it, and the route says it is off the fallback.
+	near := newCMApp(t, lo("9"))
+	nearLn, err := near.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	cc3, _, cqp3 := dialThrough(t, ctx, client, near, nearLn, "1:7471")
+	sessionOps(t, ctx, client, near, cqp3)
+	st = ga.Status()
+	if fb := st.Routes[0].Fallback; fb == nil || fb.Active {
+		t.Errorf("route status %+v: want its fallback inactive once the target answered", st.Routes[0])
+	}
+	onTarget := 0
+	for _, s := range st.Sessions {
+		if !s.Fallback && s.Target == lo("9:7471") {
+			onTarget++
+		}
+	}
+	if len(st.Sessions) != 3 || onTarget != 1 {
+		t.Errorf("sessions %+v: want three, one on the route's own target", st.Sessions)
+	}
+	// The sessions on the fallback were not moved: they still work.
+	if err := tc.QP().PostRecv(transport.RecvWR{ID: 3, Local: transport.SGE{MR: far.mr, Offset: 0, Length: 4096}},
+		transport.RecvWR{ID: 4, Local: transport.SGE{MR: far.mr, Offset: 4096, Length: 4096}}); err != nil {
+		t.Fatal(err)
+	}
+	sessionOps(t, ctx, client, far, cqp)
+	if s := ga.Stats().Snapshot(); s.Fallbacks != 1 || s.FellBack != 2 {
+		t.Errorf("after the target came back: fallbacks %d, through the fallback %d; want 1 and 2", s.Fallbacks, s.FellBack)
+	}
+	// The session to the target that came last ends before that target
+	// does (its CM would not answer the gateway's DREQ after the test).
+	if err := cc3.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the session on the route's own target ended", func() bool { return ga.Sessions() == 2 })
 }

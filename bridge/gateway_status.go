@@ -55,6 +55,9 @@ type RouteStatus struct {
 	Sessions  int      `json:"sessions"` // running now
 	// Stopped is why the route's accept loop ended, when it did.
 	Stopped string `json:"stopped,omitempty"`
+	// Fallback is the route's fallback, when it has one, and whether new
+	// sessions go there now.
+	Fallback *FallbackStatus `json:"fallback,omitempty"`
 }
 
 // SessionStatus describes one running session.
@@ -70,6 +73,8 @@ type SessionStatus struct {
 	AgeSeconds float64         `json:"age_seconds"`
 	ToTarget   DirectionStatus `json:"to_target"` // the client's requests
 	ToClient   DirectionStatus `json:"to_client"` // the target's requests
+	// Fallback says the session goes through the route's fallback.
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // DirectionStatus is one direction of a session: its counters and its
@@ -132,17 +137,24 @@ func (g *Gateway) Status() Status {
 		}
 		st.Sessions = append(st.Sessions, SessionStatus{Route: info.route, Client: info.client.String(), Target: info.target.String(),
 			ClientSide: info.desc[0], TargetSide: info.desc[1], Started: info.started, AgeSeconds: now.Sub(info.started).Seconds(),
-			ToTarget: dir(0), ToClient: dir(1)})
+			ToTarget: dir(0), ToClient: dir(1), Fallback: info.fallback})
 	}
 	stopped := map[string]string{}
 	for name, err := range g.stopped {
 		stopped[name] = err.Error()
+	}
+	fallbacks := map[string]*fallbackState{}
+	for name, f := range g.fallbacks {
+		fallbacks[name] = f
 	}
 	g.mu.Unlock()
 	for i := range cfg.Routes {
 		r := &cfg.Routes[i]
 		rs := RouteStatus{Name: r.Name, ListenLeg: r.Listen.Leg, Listen: r.Listen.Addr.String(), TargetLeg: r.Target.Leg, Target: r.Target.Addr.String(),
 			Sessions: open[r.Name], Stopped: stopped[r.Name]}
+		if f := fallbacks[r.Name]; f != nil && r.Fallback.Leg != "" {
+			rs.Fallback = f.status(r)
+		}
 		for _, p := range r.Allow {
 			rs.Allow = append(rs.Allow, p.String())
 		}

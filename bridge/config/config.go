@@ -29,6 +29,7 @@
 //	    listen: {leg: ib, addr: "198.18.3.1:4420"}    # where clients connect (rdma_cm address and port)
 //	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
+//	    fallback: {leg: gw-b, addr: "198.18.1.2:4420"} # optional: when the target cannot be reached here, through gw-b
 //	  - name: far-storage                             # a target behind another gateway
 //	    listen: {leg: roce, addr: "198.18.1.3:4421"}
 //	    target: {leg: gw-b, addr: "198.18.9.2:4420"}  # gw-b's route listening on leg gw-a for this address
@@ -156,6 +157,9 @@ type Route struct {
 	Listen Endpoint       `yaml:"listen"`
 	Target Endpoint       `yaml:"target"`
 	Allow  []netip.Prefix `yaml:"allow"`
+	// Fallback, when its Leg is set, is the target through a peer gateway
+	// (a quic leg) that new sessions use while Target cannot be reached.
+	Fallback Endpoint `yaml:"fallback"`
 
 	line int
 	errs []lineError
@@ -384,9 +388,9 @@ func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
 // UnmarshalYAML decodes a route from its node.
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	r.line = n.Line
-	vals, errs := mapping(n, "route", "name", "listen", "target", "allow")
+	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback")
 	scalar(vals, "name", "route", &r.Name, &errs)
-	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
+	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target, "fallback": &r.Fallback} {
 		if v := vals[key]; v != nil {
 			_ = e.UnmarshalYAML(v)
 		}
@@ -494,6 +498,7 @@ func (c *Config) validate() Errors {
 		keep(r.errs)
 		keep(r.Listen.errs)
 		keep(r.Target.errs)
+		keep(r.Fallback.errs)
 		switch {
 		case r.Name == "":
 			bad(r.line, "route without a name")
@@ -545,6 +550,9 @@ func (c *Config) validate() Errors {
 		if ends[0] != nil && ends[0] == ends[1] {
 			bad(r.line, "route %q: listen and target are both on leg %q: a route crosses from one leg to the other", r.Name, ends[0].Name)
 		}
+		if r.Fallback.line != 0 && len(r.Fallback.errs) == 0 {
+			c.validateFallback(r, ends[0], bad)
+		}
 		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP && ends[1].Kind != KindQUIC {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
 		}
@@ -593,5 +601,28 @@ func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
 		if f.v == "" {
 			bad(l.line, "leg %q: a quic leg needs %s (PEM): the tunnel is mutual TLS", l.Name, f.key)
 		}
+	}
+}
+
+// validateFallback checks a route's fallback: a target on a quic leg (a
+// peer gateway) other than the legs the route listens and connects on.
+func (c *Config) validateFallback(r *Route, listen *Leg, bad func(int, string, ...any)) {
+	f := &r.Fallback
+	l, ok := c.Leg(f.Leg)
+	switch {
+	case f.Leg == "":
+		bad(f.line, "route %q: fallback has no leg", r.Name)
+	case !ok:
+		bad(f.line, "route %q: fallback leg %q does not exist", r.Name, f.Leg)
+	case l.Kind != KindQUIC:
+		bad(f.line, "route %q: fallback leg %q is a %s leg: a fallback goes through a peer gateway (a quic leg)", r.Name, f.Leg, l.Kind)
+	case f.Leg == r.Target.Leg:
+		bad(f.line, "route %q: fallback leg %q is the route's target leg already", r.Name, f.Leg)
+	case listen != nil && f.Leg == listen.Name:
+		bad(f.line, "route %q: fallback leg %q is the leg the route listens on", r.Name, f.Leg)
+	case !f.Addr.IsValid() || f.Addr.Port() == 0:
+		bad(f.line, "route %q: fallback addr %v: want an IP address and a port, as \"198.18.1.2:4420\"", r.Name, f.Addr)
+	default:
+		f.Addr = netip.AddrPortFrom(f.Addr.Addr().Unmap(), f.Addr.Port())
 	}
 }

@@ -135,6 +135,11 @@ func TestParseBad(t *testing.T) {
 			[]string{`gw.yaml:5: leg "gw": listen 10.0.0.9:7471 is not the leg's address (10.0.0.1)`}},
 		{"quic with interface", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    interface: eth0\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
 			[]string{`gw.yaml:5: leg "gw": interface, io, netns, device and port are not for quic legs`}},
+		{"fallback on a verbs leg", base(ib+roce, ok+"    fallback: {leg: ib, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "ib" is a verbs leg: a fallback goes through a peer gateway`}},
+		{"fallback leg missing", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "gw" does not exist`}},
+		{"fallback without leg", base(ib+roce, ok+"    fallback: {addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback has no leg`}},
+		{"fallback without addr", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", ok+"    fallback: {leg: gw}\n"),
+			[]string{`route "r": fallback addr invalid AddrPort: want an IP address and a port`}},
 		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca and peer_name are for quic legs`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,6 +184,10 @@ func TestParseQUIC(t *testing.T) {
     kind: userspace
     interface: vgw0
     ip: 198.18.1.3
+  - name: roce2
+    kind: userspace
+    interface: vgw1
+    ip: 198.18.2.3
   - name: gw-b
     kind: quic
     ip: 10.0.0.1
@@ -192,6 +201,10 @@ routes:
   - name: out
     listen: {leg: roce, addr: "198.18.1.3:4420"}
     target: {leg: gw-b, addr: "198.18.9.2:4420"}
+  - name: near
+    listen: {leg: roce, addr: "198.18.1.3:4421"}
+    target: {leg: roce2, addr: "198.18.2.2:4421"}
+    fallback: {leg: gw-b, addr: "198.18.2.2:4421"}
   - name: in
     listen: {leg: gw-b, addr: "198.18.1.2:7000"}
     target: {leg: roce, addr: "198.18.1.2:7000"}
@@ -208,7 +221,13 @@ routes:
 		l.Cert != "/etc/rbridge/a.crt" || l.Key != "/etc/rbridge/a.key" || l.CA != "/etc/rbridge/ca.crt" || l.PeerName != "gw-b" {
 		t.Errorf("leg %+v", l)
 	}
-	if c.Routes[1].Listen.Addr != netip.MustParseAddrPort("198.18.1.2:7000") {
-		t.Errorf("route in listens on %v", c.Routes[1].Listen.Addr)
+	if c.Routes[2].Listen.Addr != netip.MustParseAddrPort("198.18.1.2:7000") {
+		t.Errorf("route in listens on %v", c.Routes[2].Listen.Addr)
+	}
+	if f := c.Routes[1].Fallback; f.Leg != "gw-b" || f.Addr != netip.MustParseAddrPort("198.18.2.2:4421") {
+		t.Errorf("route near's fallback %+v", f)
+	}
+	if f := c.Routes[0].Fallback; f.Leg != "" {
+		t.Errorf("route out has a fallback %+v", f)
 	}
 }
