@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -234,7 +233,7 @@ func (q *quicLeg) routineStreams(c *quic.Conn) {
 func (q *quicLeg) routineOpen(str *quic.Stream) {
 	defer q.wg.Done()
 	_ = str.SetReadDeadline(time.Now().Add(quicOpenTimeout))
-	body, err := readWholeOf(str, tunnel.TypeOpen)
+	_, body, err := tunnel.ReadMessage(str, tunnel.TypeOpen)
 	if err != nil {
 		q.log.Warn("a session from the peer gateway without a good Open: refused", "err", err)
 		str.CancelRead(0)
@@ -242,7 +241,7 @@ func (q *quicLeg) routineOpen(str *quic.Stream) {
 		return
 	}
 	_ = str.SetReadDeadline(time.Time{})
-	o, err := tunnel.ParseOpen(body[1:])
+	o, err := tunnel.ParseOpen(body)
 	if err != nil {
 		q.log.Warn("a session from the peer gateway without a good Open: refused", "err", err)
 		str.CancelRead(0)
@@ -267,29 +266,6 @@ func (q *quicLeg) routineOpen(str *quic.Stream) {
 	case <-q.ctx.Done():
 		_ = in.reject(&rejected{reason: cm.RejectTimeout})
 	}
-}
-
-// readWholeOf reads one frame whose type is among types, whole, and
-// returns its type's byte followed by its body.
-func readWholeOf(r io.Reader, types ...tunnel.Type) ([]byte, error) {
-	buf := make([]byte, tunnel.HeaderLen+tunnel.MaxFixedLen)
-	t, fixed, rest, err := tunnel.ReadFrame(r, buf)
-	if err != nil {
-		return nil, err
-	}
-	ok := false
-	for _, w := range types {
-		ok = ok || t == w
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w: a %v frame, want %v", tunnel.ErrFrame, t, types)
-	}
-	body := make([]byte, len(fixed)+rest)
-	copy(body, fixed)
-	if _, err := io.ReadFull(r, body[len(fixed):]); err != nil {
-		return nil, fmt.Errorf("read a %v frame: %w", t, err)
-	}
-	return append([]byte{byte(t)}, body...), nil
 }
 
 func (q *quicLeg) listen(addr netip.AddrPort) (listener, error) {
@@ -354,14 +330,14 @@ func (q *quicLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (co
 		_ = str.SetReadDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = str.SetReadDeadline(time.Now()) })
-	body, err := readWholeOf(str, tunnel.TypeAccept, tunnel.TypeReject)
+	typ, body, err := tunnel.ReadMessage(str, tunnel.TypeAccept, tunnel.TypeReject)
 	stop()
 	if err != nil {
 		return fail(fmt.Errorf("quic leg %q: the peer gateway's answer for %v: %w", q.name, to, err))
 	}
 	_ = str.SetReadDeadline(time.Time{})
-	if tunnel.Type(body[0]) == tunnel.TypeReject {
-		rj, err := tunnel.ParseReject(body[1:])
+	if typ == tunnel.TypeReject {
+		rj, err := tunnel.ParseReject(body)
 		if err != nil {
 			return fail(fmt.Errorf("quic leg %q: %w", q.name, err))
 		}
@@ -370,7 +346,7 @@ func (q *quicLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (co
 		str.CancelRead(0)
 		return nil, &rejected{reason: cm.RejectReason(f.Reason), privateData: append([]byte(nil), f.PrivateData...)}
 	}
-	a, err := tunnel.ParseAccept(body[1:])
+	a, err := tunnel.ParseAccept(body)
 	if err != nil {
 		return fail(fmt.Errorf("quic leg %q: %w", q.name, err))
 	}

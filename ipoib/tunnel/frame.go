@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // Header precedes every frame.
@@ -165,4 +166,28 @@ func ReadFrame(r io.Reader, buf []byte) (Type, []byte, int, error) {
 		return 0, nil, 0, fmt.Errorf("tunnel: %v frame cut short: %w", t, err)
 	}
 	return t, fixed, n - len(fixed), nil
+}
+
+// ReadMessage reads one whole frame whose type is among types (the
+// connection-management frames: Open, Accept, Reject, Close; an Op's
+// payload is for the caller to read where it goes) and returns its type
+// and body. Another type is an ErrFrame.
+func ReadMessage(r io.Reader, types ...Type) (Type, []byte, error) {
+	buf := make([]byte, HeaderLen+MaxFixedLen)
+	t, fixed, rest, err := ReadFrame(r, buf)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !slices.Contains(types, t) {
+		return 0, nil, malformed("a %v frame, want one of %v", t, types)
+	}
+	body := make([]byte, len(fixed)+rest)
+	copy(body, fixed)
+	if _, err := io.ReadFull(r, body[len(fixed):]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, fmt.Errorf("tunnel: %v frame cut short: %w", t, err)
+	}
+	return t, body, nil
 }

@@ -341,3 +341,27 @@ func TestFrameAppendsAfter(t *testing.T) {
 		t.Errorf("no client given, read back %v", got.Open.Client)
 	}
 }
+
+func TestReadMessage(t *testing.T) {
+	rej := tunnel.RejectFields{Reason: 8, PrivateData: []byte("no route")}
+	b, err := rej.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, body, err := tunnel.ReadMessage(bytes.NewReader(b), tunnel.TypeAccept, tunnel.TypeReject)
+	if err != nil || typ != tunnel.TypeReject {
+		t.Fatalf("ReadMessage: %v %v", typ, err)
+	}
+	r, err := tunnel.ParseReject(body)
+	if err != nil || r.Fields().Reason != 8 || string(r.Fields().PrivateData) != "no route" {
+		t.Fatalf("the Reject read back: %+v, %v", r.Fields(), err)
+	}
+	if _, _, err := tunnel.ReadMessage(bytes.NewReader(b), tunnel.TypeOpen); !errors.Is(err, tunnel.ErrFrame) || !strings.Contains(err.Error(), "a Reject frame, want one of [Open]") {
+		t.Errorf("a Reject where an Open must come: %v", err)
+	}
+	for n := range len(b) {
+		if _, _, err := tunnel.ReadMessage(bytes.NewReader(b[:n]), tunnel.TypeReject); err == nil {
+			t.Fatalf("cut at %d of %d: no error", n, len(b))
+		}
+	}
+}
