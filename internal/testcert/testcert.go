@@ -1,6 +1,8 @@
-// Package testcert makes certificate authorities and certificates for
-// tests of rbridge's mutual TLS (the gateway-to-gateway tunnel): ECDSA
-// P-256 keys, PEM files, names and validity chosen by the test.
+// Package testcert makes throwaway certificate authorities and
+// certificates for rbridge's mutual TLS (the gateway-to-gateway tunnel):
+// for tests, and for rbridge demo --tunnel's one-process gateways. ECDSA
+// P-256 keys, PEM files, names and validity chosen by the caller. A real
+// deployment's certificates come from its own CA (README).
 package testcert
 
 import (
