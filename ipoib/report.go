@@ -114,6 +114,9 @@ func datagramLimit(ifc Interface) string {
 }
 
 func connectedLimit(ifc Interface) string {
+	if !ifc.HwAddr.IsValid() {
+		return "connected mode unknown (no IPoIB hardware address)"
+	}
 	if ifc.MaxMTU.Connected == 0 {
 		return "no connected mode (the address lacks the RC flag)"
 	}

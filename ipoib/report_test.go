@@ -76,6 +76,7 @@ func TestReportChildAndNotes(t *testing.T) {
 		"  ib0.8001 (index 5): P_Key child of ib0, mlx5_0 port 1, up, datagram mode, MTU 4092, P_Key 0x8001, umcast 0\n",
 		"  tun9 (index 9): RDMA device unknown, unknown, unknown mode, MTU 1500, P_Key 0x0000, umcast 0\n",
 		"    note: hardware address is 0 bytes, not the 20 of an IPoIB address",
+		"    MTU allowed: datagram up to the IB MTU less 4 (the port's MTU is not known here); connected mode unknown (no IPoIB hardware address)\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
