@@ -15,6 +15,7 @@ import (
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/ipoib"
 	"github.com/rbridge/rbridge/ipoib/tunnel"
 	"github.com/rbridge/rbridge/roce/cm"
 )
@@ -203,7 +204,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		case config.KindVerbs:
 			lg, err = openVerbsLeg(l, pool, o.Logger)
 		case config.KindQUIC:
-			lg, err = openQUICLeg(l, pool, o.Logger)
+			lg, err = openQUICLeg(l, o.Config, pool, o.Logger)
 		default:
 			err = fmt.Errorf("kind %q", l.Kind)
 		}
@@ -276,6 +277,9 @@ func CheckLegs(cfg *config.Config) error {
 			_, err = findGID(l)
 		case config.KindQUIC:
 			_, err = tunnel.LoadCredentials(l.Cert, l.Key, l.CA, l.PeerName)
+			if v, ok := cfg.Leg(l.Over); ok && err == nil {
+				_, err = ipoibOf(l, v, ipoib.NewHost(ipoib.Options{}))
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s:%d: leg %q: %w", cfg.File(), l.Line(), l.Name, err))

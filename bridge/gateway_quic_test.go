@@ -310,3 +310,25 @@ routes:
 	}
 	waitUntil(t, "the session on the route's own target ended", func() bool { return ga.Sessions() == 2 })
 }
+
+// TestGatewayQUICOverIPoIBNeedsTheInterface: a quic leg over a verbs leg
+// runs on that leg's port's IPoIB interface; without one (this machine
+// has no RDMA device, let alone IPoIB) the gateway does not start, and
+// says why.
+func TestGatewayQUICOverIPoIBNeedsTheInterface(t *testing.T) {
+	files, caFile := tunnelFiles(t, "gw-a")
+	cfg := parseConfig(t, `legs:
+  - {name: q, kind: quic, ip: 127.0.10.5, peer: "127.0.10.6:7400", over: ib, cert: `+files["gw-a"][0]+`, key: `+files["gw-a"][1]+`, ca: `+caFile+`}
+  - {name: ib, kind: verbs, ip: 127.0.10.5}
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+routes:
+  - {name: out, listen: {leg: a, addr: "127.0.10.1:7471"}, target: {leg: q, addr: "127.0.10.4:7471"}}
+`)
+	_, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Pool: bridge.PoolOptions{Size: 4 << 20}})
+	if err == nil || !strings.Contains(err.Error(), `leg "q": over "ib"`) {
+		t.Fatalf("start a gateway whose quic leg runs over a verbs leg with no device: %v, want the leg and its over named", err)
+	}
+	if err := bridge.CheckLegs(cfg); err == nil || !strings.Contains(err.Error(), `over "ib"`) {
+		t.Errorf("CheckLegs: %v, want the quic leg's over named", err)
+	}
+}

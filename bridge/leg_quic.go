@@ -9,11 +9,13 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ipoib"
 	"github.com/rbridge/rbridge/ipoib/tunnel"
 	"github.com/rbridge/rbridge/roce/cm"
 )
@@ -57,10 +59,19 @@ type quicLeg struct {
 // quicOpenTimeout bounds reading a stream's Open, and its answer.
 const quicOpenTimeout = 10 * time.Second
 
-func openQUICLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
+func openQUICLeg(l *config.Leg, cfg *config.Config, pool *Pool, log *slog.Logger) (leg, error) {
 	creds, err := tunnel.LoadCredentials(l.Cert, l.Key, l.CA, l.PeerName)
 	if err != nil {
 		return nil, err
+	}
+	var ifc ipoib.Interface
+	if l.Over != "" {
+		v, _ := cfg.Leg(l.Over) // Parse checked it is a verbs leg
+		if ifc, err = ipoibOf(l, v, ipoib.NewHost(ipoib.Options{})); err != nil {
+			return nil, err
+		}
+		log.Info("quic leg over IPoIB", "leg", l.Name, "interface", ifc.Name, "mode", ifc.Mode, "mtu", ifc.MTU,
+			"device", ifc.Device, "port", ifc.Port)
 	}
 	if exp := creds.Expires(); !exp.IsZero() && time.Now().After(exp) {
 		return nil, fmt.Errorf("certificate %s expired at %v", l.Cert, exp)
@@ -69,7 +80,7 @@ func openQUICLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
 	if l.ListenAddr().IsValid() {
 		bind = l.ListenAddr()
 	}
-	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(bind))
+	udp, err := listenUDP(bind, ifc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("quic: %w", err)
 	}
@@ -94,6 +105,49 @@ func openQUICLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
 		go q.routineDial()
 	}
 	return q, nil
+}
+
+// ipoibOf finds the IPoIB interface of verbs leg v's port, which must
+// hold quic leg l's address.
+func ipoibOf(l, v *config.Leg, h *ipoib.Host) (ipoib.Interface, error) {
+	gid, err := findGID(v)
+	if err != nil {
+		return ipoib.Interface{}, fmt.Errorf("over %q: %w", v.Name, err)
+	}
+	ifc, err := h.InterfaceFor(gid.Device, gid.Port)
+	if err != nil {
+		return ipoib.Interface{}, fmt.Errorf("over %q: %w", v.Name, err)
+	}
+	for _, p := range ifc.Addrs {
+		if p.Addr().Unmap() == l.IP {
+			return ifc, nil
+		}
+	}
+	return ipoib.Interface{}, fmt.Errorf("over %q: ip %v is not an address of %s, the IPoIB interface of %s port %d (it has %v)",
+		v.Name, l.IP, ifc.Name, gid.Device, gid.Port, ifc.Addrs)
+}
+
+// listenUDP opens the tunnel's socket on bind, tied to the interface
+// named (SO_BINDTODEVICE) when one is.
+func listenUDP(bind netip.AddrPort, ifname string) (*net.UDPConn, error) {
+	if ifname == "" {
+		return net.ListenUDP("udp", net.UDPAddrFromAddrPort(bind))
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = bindToDevice(int(fd), ifname) }); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("bind to %s: %w", ifname, serr)
+		}
+		return nil
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "udp", bind.String())
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
 }
 
 func (q *quicLeg) close() error {

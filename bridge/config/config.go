@@ -24,6 +24,7 @@
 //	    key: /etc/rbridge/gw-a.key
 //	    ca: /etc/rbridge/ca.crt     # the CA the peer's certificate must be signed by
 //	    peer_name: gw-b             # optional: a name the peer's certificate must carry (else its IP when dialing)
+//	    over: ib                    # optional: a verbs leg; the tunnel runs over the IPoIB interface of its port
 //	routes:
 //	  - name: storage
 //	    listen: {leg: ib, addr: "198.18.3.1:4420"}    # where clients connect (rdma_cm address and port)
@@ -106,6 +107,9 @@ type Leg struct {
 	Key      string `yaml:"key"`
 	CA       string `yaml:"ca"`
 	PeerName string `yaml:"peer_name"`
+	// Over (quic) names a verbs leg: the tunnel runs over the IPoIB
+	// interface of that leg's port, which must hold IP.
+	Over string `yaml:"over"`
 
 	line         int
 	errs         []lineError
@@ -348,12 +352,12 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
 	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns",
-		"listen", "peer", "cert", "key", "ca", "peer_name")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over")
 	for _, k := range []struct {
 		key string
 		dst *string
 	}{{"name", &l.Name}, {"kind", &l.Kind}, {"device", &l.Device}, {"interface", &l.Interface}, {"io", &l.IO}, {"netns", &l.Netns},
-		{"listen", &l.Listen}, {"peer", &l.Peer}, {"cert", &l.Cert}, {"key", &l.Key}, {"ca", &l.CA}, {"peer_name", &l.PeerName}} {
+		{"listen", &l.Listen}, {"peer", &l.Peer}, {"cert", &l.Cert}, {"key", &l.Key}, {"ca", &l.CA}, {"peer_name", &l.PeerName}, {"over", &l.Over}} {
 		scalar(vals, k.key, "leg", k.dst, &errs)
 	}
 	scalar(vals, "port", "leg", &l.Port, &errs)
@@ -455,8 +459,8 @@ func (c *Config) validate() Errors {
 			bad(l.line, "leg %q: ip %v is not an address the gateway can have", l.Name, l.IP)
 		}
 		l.IP = l.IP.Unmap()
-		if l.Kind != KindQUIC && (l.Listen != "" || l.Peer != "" || l.Cert != "" || l.Key != "" || l.CA != "" || l.PeerName != "") {
-			bad(l.line, "leg %q: listen, peer, cert, key, ca and peer_name are for quic legs", l.Name)
+		if l.Kind != KindQUIC && (l.Listen != "" || l.Peer != "" || l.Cert != "" || l.Key != "" || l.CA != "" || l.PeerName != "" || l.Over != "") {
+			bad(l.line, "leg %q: listen, peer, cert, key, ca, peer_name and over are for quic legs", l.Name)
 		}
 		switch l.Kind {
 		case KindQUIC:
@@ -596,6 +600,14 @@ func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
 	}
 	if l.peer.IsValid() && l.IP.IsValid() && l.peer.Addr().Is4() != l.IP.Is4() {
 		bad(l.line, "leg %q: peer %v is not of the leg's address family (%v)", l.Name, l.peer, l.IP)
+	}
+	if l.Over != "" {
+		switch v, ok := c.Leg(l.Over); {
+		case !ok:
+			bad(l.line, "leg %q: over %q: no such leg", l.Name, l.Over)
+		case v.Kind != KindVerbs:
+			bad(l.line, "leg %q: over %q: a %s leg; over names a verbs leg, whose port's IPoIB interface the tunnel runs on", l.Name, l.Over, v.Kind)
+		}
 	}
 	for _, f := range []struct{ key, v string }{{"cert", l.Cert}, {"key", l.Key}, {"ca", l.CA}} {
 		if f.v == "" {

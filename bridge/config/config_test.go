@@ -140,7 +140,11 @@ func TestParseBad(t *testing.T) {
 		{"fallback without leg", base(ib+roce, ok+"    fallback: {addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback has no leg`}},
 		{"fallback without addr", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", ok+"    fallback: {leg: gw}\n"),
 			[]string{`route "r": fallback addr invalid AddrPort: want an IP address and a port`}},
-		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca and peer_name are for quic legs`}},
+		{"quic over a userspace leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: roce\n    cert: a\n    key: b\n    ca: c\n", ok),
+			[]string{`gw.yaml:9: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
+		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
+			[]string{`gw.yaml:9: leg "gw": over "ib9": no such leg`}},
+		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca, peer_name and over are for quic legs`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tc.file))
@@ -197,6 +201,17 @@ func TestParseQUIC(t *testing.T) {
     key: /etc/rbridge/a.key
     ca: /etc/rbridge/ca.crt
     peer_name: gw-b
+  - name: ib
+    kind: verbs
+    ip: 198.18.3.1
+  - name: gw-c
+    kind: quic
+    ip: 198.18.3.1
+    peer: "198.18.3.7:7471"
+    over: ib
+    cert: /etc/rbridge/a.crt
+    key: /etc/rbridge/a.key
+    ca: /etc/rbridge/ca.crt
 routes:
   - name: out
     listen: {leg: roce, addr: "198.18.1.3:4420"}
@@ -226,6 +241,9 @@ routes:
 	}
 	if f := c.Routes[1].Fallback; f.Leg != "gw-b" || f.Addr != netip.MustParseAddrPort("198.18.2.2:4421") {
 		t.Errorf("route near's fallback %+v", f)
+	}
+	if l, _ := c.Leg("gw-c"); l.Over != "ib" {
+		t.Errorf("leg gw-c over %q", l.Over)
 	}
 	if f := c.Routes[0].Fallback; f.Leg != "" {
 		t.Errorf("route out has a fallback %+v", f)
