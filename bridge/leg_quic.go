@@ -47,8 +47,9 @@ type quicLeg struct {
 	wg     sync.WaitGroup
 
 	// refused counts peer certificates refused (another CA, expired,
-	// the wrong name), each logged.
+	// the wrong name), each logged; stats is every session's frames.
 	refused atomic.Uint64
+	stats   QUICStats
 
 	mu       sync.Mutex // guards the fields below
 	conns    []*quic.Conn
@@ -406,7 +407,7 @@ func (q *quicLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (co
 	}
 	f := a.Fields()
 	desc := fmt.Sprintf("quic leg %s stream %d to %v", q.name, str.StreamID(), c.RemoteAddr())
-	ep, err := NewQUICEndpoint(QUICOptions{Stream: str, Window: int(f.MaxOps), Pool: q.pool, Logger: q.log, Name: desc})
+	ep, err := NewQUICEndpoint(QUICOptions{Stream: str, Window: int(f.MaxOps), Pool: q.pool, Logger: q.log, Name: desc, Stats: &q.stats})
 	if err != nil {
 		return fail(err)
 	}
@@ -473,7 +474,7 @@ func (in *quicIncoming) accept(ctx context.Context, p connParams) (conn, error) 
 		return nil, fmt.Errorf("quic leg %q: send Accept: %w", in.q.name, err)
 	}
 	desc := fmt.Sprintf("quic leg %s stream %d from the peer gateway", in.q.name, in.str.StreamID())
-	ep, err := NewQUICEndpoint(QUICOptions{Stream: in.str, Window: int(in.open.MaxOps), Pool: in.q.pool, Logger: in.q.log, Name: desc})
+	ep, err := NewQUICEndpoint(QUICOptions{Stream: in.str, Window: int(in.open.MaxOps), Pool: in.q.pool, Logger: in.q.log, Name: desc, Stats: &in.q.stats})
 	if err != nil {
 		in.str.CancelRead(0)
 		in.str.CancelWrite(0)

@@ -57,10 +57,11 @@ type QUICEndpoint struct {
 	quitOnce  sync.Once
 	wg        sync.WaitGroup
 	closeOnce sync.Once
-	stats     QUICStats
+	stats     *QUICStats
 }
 
-// QUICStats counts a QUIC endpoint's frames; updated atomically.
+// QUICStats counts a QUIC endpoint's frames (or a quic leg's, over its
+// sessions); updated atomically.
 type QUICStats struct {
 	OpsSent, OpsReceived         atomic.Uint64
 	BytesSent, BytesReceived     atomic.Uint64 // payload and READ data
@@ -68,6 +69,17 @@ type QUICStats struct {
 	// Waits counts Ops that waited for pool buffers or session credit
 	// (the stream was not read meanwhile).
 	Waits atomic.Uint64
+}
+
+// QUICStatsSnapshot is QUICStats read at one moment.
+type QUICStatsSnapshot struct {
+	OpsSent, OpsReceived, BytesSent, BytesReceived, CompletionsSent, Completions, Waits uint64
+}
+
+// Snapshot reads every counter.
+func (s *QUICStats) Snapshot() QUICStatsSnapshot {
+	return QUICStatsSnapshot{OpsSent: s.OpsSent.Load(), OpsReceived: s.OpsReceived.Load(), BytesSent: s.BytesSent.Load(),
+		BytesReceived: s.BytesReceived.Load(), CompletionsSent: s.CompletionsSent.Load(), Completions: s.Completions.Load(), Waits: s.Waits.Load()}
 }
 
 // quicOut is a frame queued for the writer: an op, a completion or the
@@ -96,6 +108,9 @@ type QUICOptions struct {
 	// Name names the endpoint in errors and logs (default "quic stream N").
 	Name   string
 	Logger *slog.Logger
+	// Stats, when set, is where the endpoint counts (a leg's, shared by
+	// its sessions); else the endpoint has its own.
+	Stats *QUICStats
 }
 
 // NewQUICEndpoint makes the endpoint of a session carried on a QUIC
@@ -113,7 +128,10 @@ func NewQUICEndpoint(o QUICOptions) (*QUICEndpoint, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	e := &QUICEndpoint{str: o.Stream, pool: o.Pool, log: o.Logger, window: o.Window, name: o.Name,
+	if o.Stats == nil {
+		o.Stats = &QUICStats{}
+	}
+	e := &QUICEndpoint{str: o.Stream, pool: o.Pool, log: o.Logger, window: o.Window, name: o.Name, stats: o.Stats,
 		started: make(chan struct{}), inflight: map[uint32]*Op{}, pending: map[uint32]bool{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	e.wg.Add(2)
@@ -124,8 +142,8 @@ func NewQUICEndpoint(o QUICOptions) (*QUICEndpoint, error) {
 
 var _ Endpoint = (*QUICEndpoint)(nil)
 
-// Stats returns the endpoint's counters.
-func (e *QUICEndpoint) Stats() *QUICStats { return &e.stats }
+// Stats returns the endpoint's counters (QUICOptions.Stats when given).
+func (e *QUICEndpoint) Stats() *QUICStats { return e.stats }
 
 // Start implements Endpoint.
 func (e *QUICEndpoint) Start(h Handler) error {
