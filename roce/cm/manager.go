@@ -376,7 +376,7 @@ func (m *Manager) handle(mad []byte, src netip.AddrPort) {
 	case AttrSIDRREQ:
 		m.onSIDRREQLocked(tid, mad, SIDRREQ(data), peer)
 	case AttrSIDRREP:
-		m.onSIDRREPLocked(SIDRREP(data), peer)
+		m.onSIDRREPLocked(mad, SIDRREP(data), peer)
 	default:
 		m.stats.RxUnknown.Add(1)
 		m.log.Debug("ignore CM MAD", "attr", h.AttrID(), "from", src)

@@ -36,6 +36,8 @@ type UDService struct {
 	QKey      uint32
 	// PrivateData is the SIDR_REP's private data region (a copy).
 	PrivateData []byte
+	// MAD is a copy of the whole SIDR_REP as received, header included.
+	MAD []byte
 }
 
 // sidrOut is a SIDR_REQ this side sent and waits an answer for. Guarded
@@ -147,7 +149,7 @@ func (m *Manager) finishSIDRLocked(id uint32, o *sidrOut, svc *UDService, err er
 	close(o.done)
 }
 
-func (m *Manager) onSIDRREPLocked(r SIDRREP, peer netip.Addr) {
+func (m *Manager) onSIDRREPLocked(mad []byte, r SIDRREP, peer netip.Addr) {
 	f := r.Fields()
 	o := m.sidrOut[f.RequestID]
 	if o == nil || o.to.Addr() != peer {
@@ -160,7 +162,8 @@ func (m *Manager) onSIDRREPLocked(r SIDRREP, peer netip.Addr) {
 		m.finishSIDRLocked(f.RequestID, o, nil, &resolveError{to: o.to, err: &SIDRError{Status: f.Status, PrivateData: pd}})
 		return
 	}
-	m.finishSIDRLocked(f.RequestID, o, &UDService{Addr: o.to, ServiceID: o.serviceID, QPN: f.QPN, QKey: f.QKey, PrivateData: pd}, nil)
+	m.finishSIDRLocked(f.RequestID, o, &UDService{Addr: o.to, ServiceID: o.serviceID, QPN: f.QPN, QKey: f.QKey, PrivateData: pd,
+		MAD: bytes.Clone(mad)}, nil)
 }
 
 // SIDRError is returned when the service answered a resolution with a

@@ -102,6 +102,9 @@ func TestSIDRResolveAndDatagrams(t *testing.T) {
 					svc.ServiceID != l.ServiceID() || !bytes.HasPrefix(svc.PrivateData, []byte("I do")) || len(svc.PrivateData) != cm.SIDRREPPrivateDataLen {
 					t.Fatalf("resolved %+v, want QPN %#x Q_Key %#x and the server's private data", svc, srvQP.QPN(), cm.RDMAUDPQKey)
 				}
+				if len(svc.MAD) != cm.MADLen || cm.MADHeader(svc.MAD).AttrID() != cm.AttrSIDRREP {
+					t.Fatalf("resolved service's MAD %x, want the SIDR_REP", svc.MAD)
+				}
 			}
 			check(t, wait())
 			if tc.opts.Loss > 0 {

@@ -64,3 +64,39 @@ func TestKernelREQVector(t *testing.T) {
 		t.Errorf("re-encoded REQ differs:\n got %x\nwant %x", out, data)
 	}
 }
+
+// TestKernelSIDRREQVector parses a SIDR_REQ captured from the kernel's IB
+// CM in the guest (udaddy -s 198.18.1.3 -b 198.18.1.2 on rxe1 resolving
+// the transport's UD service on port 7174; TestGuestUdaddyClient logs it)
+// and checks it field by field: the UDP port space's service ID, the
+// default P_Key, the IP CM header and nothing else in the private data.
+func TestKernelSIDRREQVector(t *testing.T) {
+	text, err := os.ReadFile("testdata/kernel_sidr_req.hex")
+	check(t, err)
+	mad, err := hex.DecodeString(strings.TrimSpace(string(text)))
+	check(t, err)
+	h, data, err := cm.ParseCM(mad)
+	check(t, err)
+	if h.AttrID() != cm.AttrSIDRREQ {
+		t.Fatalf("attribute %v, want SIDR_REQ", h.AttrID())
+	}
+	r, _, err := cm.ParseSIDRREQ(data)
+	check(t, err)
+	f := r.Fields()
+	if f.ServiceID != 0x0000000001111c06 || f.PKey != 0xffff {
+		t.Errorf("service ID %#x P_Key %#x, want rdma_cm's UDP port 7174 and 0xffff", f.ServiceID, f.PKey)
+	}
+	ip, n, err := cm.ParseIPCMHeader(f.PrivateData)
+	check(t, err)
+	if got := ip.Fields(); got.IPVersion != 4 || got.Src != netip.MustParseAddr("198.18.1.2") || got.Dst != netip.MustParseAddr("198.18.1.3") || got.SrcPort == 0 {
+		t.Errorf("IP CM header %+v", got)
+	}
+	if user := f.PrivateData[n:]; len(user) != cm.SIDRREQIPCMPrivateDataLen || !bytes.Equal(user, make([]byte, len(user))) {
+		t.Errorf("udaddy sends no private data of its own; got %x", user)
+	}
+	out := make([]byte, cm.SIDRREQLen)
+	cm.SIDRREQ(out).Encode(&f)
+	if !bytes.Equal(out, data) {
+		t.Errorf("re-encoded SIDR_REQ differs:\n got %x\nwant %x", out, data)
+	}
+}
