@@ -3,8 +3,10 @@ package cm_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -371,4 +373,43 @@ func TestSIDRManagerClose(t *testing.T) {
 		t.Errorf("resolve on a closed manager: %v", err)
 	}
 	_ = req
+}
+
+// TestSIDRREQLikeTheKernels: the SIDR_REQ ResolveUD sends is the kernel's
+// (testdata/kernel_sidr_req.hex, udaddy on rxe1 198.18.1.2 resolving port
+// 7174 at 198.18.1.3) in every byte but the transaction ID, the request ID
+// and the IP CM header's source port, which each side picks.
+func TestSIDRREQLikeTheKernels(t *testing.T) {
+	text, err := os.ReadFile("testdata/kernel_sidr_req.hex")
+	check(t, err)
+	kernel, err := hex.DecodeString(strings.TrimSpace(string(text)))
+	check(t, err)
+	var ours []byte
+	var mu sync.Mutex
+	n := simnet.New(simnet.Options{Filter: func(from, to netip.AddrPort, pkt []byte) bool {
+		if a, ok := madAttr(pkt); ok && a == cm.AttrSIDRREQ {
+			mu.Lock()
+			ours = bytes.Clone(pkt[roce.BTHLen+roce.DETHLen:][:cm.MADLen])
+			mu.Unlock()
+		}
+		return true
+	}})
+	cli, _ := newNode(t, n, "198.18.1.2"), newNode(t, n, "198.18.1.3")
+	_, err = cli.cm.ResolveUD(ctxT(t), netip.MustParseAddrPort("198.18.1.3:7174"), cm.ResolveOptions{})
+	if !errors.Is(err, &cm.SIDRError{Status: cm.SIDRUnsupported}) {
+		t.Fatalf("resolve: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range [][]byte{ours, kernel} {
+		if len(b) != cm.MADLen {
+			t.Fatalf("SIDR_REQ of %d bytes", len(b))
+		}
+		clear(b[8:16])  // transaction ID
+		clear(b[24:28]) // request ID
+		clear(b[42:44]) // IP CM source port
+	}
+	if !bytes.Equal(ours, kernel) {
+		t.Errorf("SIDR_REQ differs from the kernel's:\n ours   %x\n kernel %x", ours, kernel)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 )
@@ -98,5 +100,35 @@ func TestKernelSIDRREQVector(t *testing.T) {
 	cm.SIDRREQ(out).Encode(&f)
 	if !bytes.Equal(out, data) {
 		t.Errorf("re-encoded SIDR_REQ differs:\n got %x\nwant %x", out, data)
+	}
+}
+
+// TestKernelSIDRREPVector parses the SIDR_REP the kernel's IB CM sent for
+// udaddy's server on rxe1 (rdma_accept of a UD id) when the transport's CM
+// resolved port 7174 (TestGuestUdaddyServer logs it): status success, the
+// QPN of udaddy's QP (0x16 in that run), rdma_cm's Q_Key, the service ID
+// echoed, no private data.
+func TestKernelSIDRREPVector(t *testing.T) {
+	text, err := os.ReadFile("testdata/kernel_sidr_rep.hex")
+	check(t, err)
+	mad, err := hex.DecodeString(strings.TrimSpace(string(text)))
+	check(t, err)
+	h, data, err := cm.ParseCM(mad)
+	check(t, err)
+	if h.AttrID() != cm.AttrSIDRREP {
+		t.Fatalf("attribute %v, want SIDR_REP", h.AttrID())
+	}
+	r, _, err := cm.ParseSIDRREP(data)
+	check(t, err)
+	f := r.Fields()
+	want := cm.SIDRREPFields{RequestID: f.RequestID, Status: cm.SIDRSuccess, QPN: 0x16, ServiceID: 0x0000000001111c06,
+		QKey: cm.RDMAUDPQKey, Info: make([]byte, cm.SIDRREPInfoLen), PrivateData: make([]byte, cm.SIDRREPPrivateDataLen)}
+	if diff := cmp.Diff(want, f); diff != "" {
+		t.Errorf("the kernel's SIDR_REP (-want +got):\n%s", diff)
+	}
+	out := make([]byte, cm.SIDRREPLen)
+	cm.SIDRREP(out).Encode(&f)
+	if !bytes.Equal(out, data) {
+		t.Errorf("re-encoded SIDR_REP differs:\n got %x\nwant %x", out, data)
 	}
 }
