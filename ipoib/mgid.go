@@ -1,6 +1,8 @@
 package ipoib
 
 import (
+	"github.com/rbridge/rbridge/roce/mcast"
+
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -170,10 +172,11 @@ func Broadcast(pkey PKey, scope Scope) HwAddr {
 
 // MulticastHwAddr returns the hardware address the kernel maps the IP
 // multicast group to on an interface with the given broadcast address, as
-// ip_ib_mc_map (IPv4) and ipv6_ib_mc_map (IPv6) do: the broadcast
-// address's scope and P_Key, the IPv4 group's low 28 bits or the IPv6
-// group's last 10 bytes. Such addresses are what the neighbour table holds
-// for multicast groups (NOARP entries).
+// ip_ib_mc_map (IPv4) and ipv6_ib_mc_map (IPv6) do: QPN 0xFFFFFF and the
+// group's MGID in the IPoIB form with the broadcast address's scope and
+// P_Key (package roce/mcast computes it, as for rdma_cm's form). Such
+// addresses are what the neighbour table holds for multicast groups
+// (NOARP entries).
 func MulticastHwAddr(group netip.Addr, broadcast HwAddr) (HwAddr, error) {
 	group = group.Unmap()
 	if !group.IsMulticast() {
@@ -183,20 +186,17 @@ func MulticastHwAddr(group netip.Addr, broadcast HwAddr) (HwAddr, error) {
 		return nil, fmt.Errorf("map %v to an ipoib multicast address: broadcast address %d bytes, need %d: %w",
 			group, len(broadcast), HwAddrLen, ErrTruncated)
 	}
-	bm := broadcast.MGID()
-	f := MGIDFields{Flags: mgidFlagT, Scope: bm.Scope(), PKey: bm.PKey()}
-	if group.Is4() {
-		f.Signature = SignatureIPv4
-		g := group.As4()
-		f.Group[6], f.Group[7], f.Group[8], f.Group[9] = g[0]&0x0f, g[1], g[2], g[3]
-	} else {
-		f.Signature = SignatureIPv6
-		g := group.As16()
-		copy(f.Group[:], g[6:])
+	m, err := mcast.FromBroadcast(broadcast[:HwAddrLen], mcast.IPoIB)
+	if err != nil {
+		return nil, fmt.Errorf("map %v to an ipoib multicast address: %w", group, err)
+	}
+	g, err := m.MGID(group)
+	if err != nil {
+		return nil, fmt.Errorf("map %v to an ipoib multicast address: %w", group, err)
 	}
 	a := make(HwAddr, HwAddrLen)
 	a.SetQPN(MulticastQPN)
-	a.MGID().Encode(&f)
+	copy(a[hwGID:], g[:])
 	return a, nil
 }
 
