@@ -1,13 +1,13 @@
 package ipoib
 
 import (
-	"github.com/rbridge/rbridge/roce/mcast"
-
 	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/rbridge/rbridge/roce/mcast"
 )
 
 // MGID is the multicast GID of an IPoIB multicast group (RFC 4391 section
