@@ -15,6 +15,8 @@ import (
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/ipoib"
+	"github.com/rbridge/rbridge/ipoib/tunnel"
 	"github.com/rbridge/rbridge/roce/cm"
 )
 
@@ -66,6 +68,11 @@ type Gateway struct {
 	// removes it (its totals stay).
 	ended      map[string]*SessionStatsSnapshot
 	routeStats map[string]*GatewayStats
+	// fallbacks is each route's choice between target and fallback (for
+	// routes with one), kept across reloads like routeStats.
+	fallbacks map[string]*fallbackState
+
+	fallbackAfter, fallbackRetry time.Duration
 
 	stats GatewayStats
 }
@@ -73,17 +80,21 @@ type Gateway struct {
 // GatewayStats counts a gateway's connections; updated atomically.
 type GatewayStats struct {
 	Accepted, Rejected, Refused, Failed, Ended atomic.Uint64
+	// Fallbacks counts a route's switches to its fallback; FellBack the
+	// connections made through it.
+	Fallbacks, FellBack atomic.Uint64
 }
 
 // GatewayStatsSnapshot is GatewayStats read at one moment, as plain values.
 type GatewayStatsSnapshot struct {
 	Accepted, Rejected, Refused, Failed, Ended uint64
+	Fallbacks, FellBack                        uint64
 }
 
 // Snapshot reads every counter.
 func (s *GatewayStats) Snapshot() GatewayStatsSnapshot {
 	return GatewayStatsSnapshot{Accepted: s.Accepted.Load(), Rejected: s.Rejected.Load(), Refused: s.Refused.Load(),
-		Failed: s.Failed.Load(), Ended: s.Ended.Load()}
+		Failed: s.Failed.Load(), Ended: s.Ended.Load(), Fallbacks: s.Fallbacks.Load(), FellBack: s.FellBack.Load()}
 }
 
 // GatewayOptions configures StartGateway.
@@ -98,7 +109,13 @@ type GatewayOptions struct {
 	// without coming round before Health calls it stuck (default 5 s;
 	// an idle loop comes round every second).
 	StallAfter time.Duration
-	Logger     *slog.Logger
+	// FallbackAfter is how long a route with a fallback waits for its
+	// target to answer before it connects through the fallback
+	// (DefaultFallbackAfter); FallbackRetry is how often, while on the
+	// fallback, a new session tries the target again
+	// (DefaultFallbackRetry).
+	FallbackAfter, FallbackRetry time.Duration
+	Logger                       *slog.Logger
 }
 
 // sessionInfo is what the gateway knows of a session.
@@ -108,12 +125,15 @@ type sessionInfo struct {
 	started        time.Time
 	in, out        conn
 	desc           [2]string // in's and out's describe(), as they came up
+	fallback       bool      // connected through the route's fallback
 }
 
 // connParams are what a connection request carries through the gateway.
 type connParams struct {
 	privateData        []byte
 	respRes, initDepth int
+	// client is who connects, for a leg that carries it on (quic).
+	client netip.AddrPort
 }
 
 // rejected is a refusal to pass back to a client: the far side's reason
@@ -168,6 +188,12 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	if o.StallAfter <= 0 {
 		o.StallAfter = 5 * time.Second
 	}
+	if o.FallbackAfter <= 0 {
+		o.FallbackAfter = DefaultFallbackAfter
+	}
+	if o.FallbackRetry <= 0 {
+		o.FallbackRetry = DefaultFallbackRetry
+	}
 	if o.Pool.Size == 0 {
 		o.Pool.Size = DefaultPoolSize
 	}
@@ -181,7 +207,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
 		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
-		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{}}
+		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
+		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -194,6 +221,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			lg, err = openUserspaceLeg(l, pool, o.Logger)
 		case config.KindVerbs:
 			lg, err = openVerbsLeg(l, pool, o.Logger)
+		case config.KindQUIC:
+			lg, err = openQUICLeg(l, o.Config, pool, o.Logger)
 		default:
 			err = fmt.Errorf("kind %q", l.Kind)
 		}
@@ -254,6 +283,9 @@ func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 		g.routeStats[r.Name] = &GatewayStats{}
 		g.ended[r.Name] = &SessionStatsSnapshot{}
 	}
+	if g.fallbacks[r.Name] == nil {
+		g.fallbacks[r.Name] = &fallbackState{}
+	}
 	g.mu.Unlock()
 	g.wg.Add(1)
 	go g.routineAccept(ctx, run, ln)
@@ -281,6 +313,11 @@ func CheckLegs(cfg *config.Config) error {
 			})
 		case config.KindVerbs:
 			_, err = findGID(l)
+		case config.KindQUIC:
+			_, err = tunnel.LoadCredentials(l.Cert, l.Key, l.CA, l.PeerName)
+			if v, ok := cfg.Leg(l.Over); ok && err == nil {
+				_, err = ipoibOf(l, v, ipoib.NewHost(ipoib.Options{}))
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s:%d: leg %q: %w", cfg.File(), l.Line(), l.Name, err))
@@ -467,7 +504,8 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
 	p := in.params()
-	out, err := g.legs[r.Target.Leg].dial(ctx, r.Target.Addr, p)
+	p.client = client
+	out, fellBack, err := g.dialTarget(ctx, r, p, log, rs)
 	if err != nil {
 		var rj *rejected
 		if !errors.As(err, &rj) {
@@ -504,7 +542,10 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 		return
 	}
 	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out,
-		desc: [2]string{c.describe(), out.describe()}}
+		desc: [2]string{c.describe(), out.describe()}, fallback: fellBack}
+	if fellBack {
+		info.target = r.Fallback.Addr
+	}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -517,7 +558,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	g.mu.Unlock()
 	g.stats.Accepted.Add(1)
 	rs.Accepted.Add(1)
-	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1],
+	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1], "through_fallback", fellBack,
 		"responder_resources", cp.respRes, "initiator_depth", cp.initDepth)
 	<-s.Done()
 	st := s.Stats().Snapshot()

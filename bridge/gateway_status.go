@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -27,7 +28,8 @@ type LegStatus struct {
 	IP   string `json:"ip"`
 	// State is the link's: a verbs leg's port state (ACTIVE, DOWN, INIT,
 	// ... as sysfs names it), a userspace leg's interface's operational
-	// state (up, down, lowerlayerdown, unknown, ...); "unreadable: why"
+	// state (up, down, lowerlayerdown, unknown, ...), a quic leg's
+	// tunnels ("connected (N)", "no peer connection"); "unreadable: why"
 	// when it cannot be read. Up says it carries traffic (ACTIVE; up, or
 	// unknown as loopback's is, which the kernel counts as up).
 	State string `json:"state"`
@@ -46,6 +48,13 @@ type LegStatus struct {
 	GIDIndex int    `json:"gid_index,omitempty"`
 	GID      string `json:"gid,omitempty"`
 	GIDWhy   string `json:"gid_why,omitempty"`
+	// Quic legs: where the leg accepts the peer gateway and where it
+	// connects to it, and how many connections to it are up.
+	Listen    string `json:"listen,omitempty"`
+	Peer      string `json:"peer,omitempty"`
+	PeerConns *int   `json:"peer_connections,omitempty"`
+	// PeerRefused counts the peer certificates the leg refused.
+	PeerRefused uint64 `json:"peer_refused,omitempty"`
 }
 
 // RouteStatus describes one route.
@@ -59,6 +68,9 @@ type RouteStatus struct {
 	Sessions  int      `json:"sessions"` // running now
 	// Stopped is why the route's accept loop ended, when it did.
 	Stopped string `json:"stopped,omitempty"`
+	// Fallback is the route's fallback, when it has one, and whether new
+	// sessions go there now.
+	Fallback *FallbackStatus `json:"fallback,omitempty"`
 }
 
 // SessionStatus describes one running session.
@@ -78,6 +90,8 @@ type SessionStatus struct {
 	// when it is on a userspace leg with ecn: true.
 	ClientSideDCQCN *DCQCNStatus `json:"client_side_dcqcn,omitempty"`
 	TargetSideDCQCN *DCQCNStatus `json:"target_side_dcqcn,omitempty"`
+	// Fallback says the session goes through the route's fallback.
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // DCQCNStatus is a userspace QP's DCQCN reaction point.
@@ -124,6 +138,8 @@ func legStatus(l *config.Leg, lg leg) LegStatus {
 	switch lg := lg.(type) {
 	case *userspaceLeg:
 		st.MTU, st.MTUWhy = lg.mtu, lg.mtuWhy
+	case *quicLeg:
+		st.Listen, st.Peer = l.Listen, l.Peer
 	case *verbsLeg:
 		// The choice openVerbsLeg made and logged, made again: it is the
 		// GID table's, so the same while the table is.
@@ -146,6 +162,10 @@ func (g *Gateway) Status() Status {
 	for i := range cfg.Legs {
 		ls := g.legStatus[cfg.Legs[i].Name]
 		ls.State, ls.Up, _ = g.linkState(ls.Name)
+		if q, ok := g.legs[ls.Name].(*quicLeg); ok {
+			n := q.peerConns()
+			ls.PeerConns, ls.PeerRefused = &n, q.refused.Load()
+		}
 		st.Legs = append(st.Legs, ls)
 	}
 	now := time.Now()
@@ -172,13 +192,17 @@ func (g *Gateway) Status() Status {
 		}
 		st.Sessions = append(st.Sessions, SessionStatus{Route: info.route, Client: info.client.String(), Target: info.target.String(),
 			ClientSide: info.desc[0], TargetSide: info.desc[1], Started: info.started, AgeSeconds: now.Sub(info.started).Seconds(),
-			ToTarget: dir(0), ToClient: dir(1)})
+			ToTarget: dir(0), ToClient: dir(1), Fallback: info.fallback})
 	}
 	stopped := map[string]string{}
 	for name, err := range g.stopped {
 		stopped[name] = err.Error()
 	}
 	st.State = g.runStateLocked()
+	fallbacks := map[string]*fallbackState{}
+	for name, f := range g.fallbacks {
+		fallbacks[name] = f
+	}
 	g.mu.Unlock()
 	for i, c := range sides {
 		st.Sessions[i].ClientSideDCQCN, st.Sessions[i].TargetSideDCQCN = dcqcnStatus(c[0]), dcqcnStatus(c[1])
@@ -187,6 +211,9 @@ func (g *Gateway) Status() Status {
 		r := &cfg.Routes[i]
 		rs := RouteStatus{Name: r.Name, ListenLeg: r.Listen.Leg, Listen: r.Listen.Addr.String(), TargetLeg: r.Target.Leg, Target: r.Target.Addr.String(),
 			Sessions: open[r.Name], Stopped: stopped[r.Name]}
+		if f := fallbacks[r.Name]; f != nil && r.Fallback.Leg != "" {
+			rs.Fallback = f.status(r)
+		}
 		for _, p := range r.Allow {
 			rs.Allow = append(rs.Allow, p.String())
 		}
@@ -222,6 +249,12 @@ func (g *Gateway) linkState(name string) (string, bool, *portcounters.Port) {
 			return "unreadable: " + err.Error(), false, nil
 		}
 		return s, s == "up" || s == "unknown", nil
+	case *quicLeg:
+		// Its link is the tunnel to the peer gateway.
+		if n := l.peerConns(); n > 0 {
+			return fmt.Sprintf("connected (%d)", n), true, nil
+		}
+		return "no peer connection", false, nil
 	}
 	return "unknown leg", false, nil
 }

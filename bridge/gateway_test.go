@@ -107,8 +107,15 @@ routes:
 
 func startGateway(t *testing.T, cfg *config.Config) *bridge.Gateway {
 	t.Helper()
-	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: testlog.New(t), ConnectTimeout: 2 * time.Second,
-		Pool: bridge.PoolOptions{Size: 8 << 20}})
+	return startGatewayWith(t, cfg, bridge.GatewayOptions{})
+}
+
+// startGatewayWith starts a gateway with o's options (its Config, Logger,
+// ConnectTimeout and Pool are the tests' own).
+func startGatewayWith(t *testing.T, cfg *config.Config, o bridge.GatewayOptions) *bridge.Gateway {
+	t.Helper()
+	o.Config, o.Logger, o.ConnectTimeout, o.Pool = cfg, testlog.New(t), 2*time.Second, bridge.PoolOptions{Size: 8 << 20}
+	g, err := bridge.StartGateway(o)
 	if err != nil {
 		t.Fatal(err)
 	}

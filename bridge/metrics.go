@@ -54,6 +54,8 @@ var routeCounters = newCounters("rbridge_route_", []string{"route"}, []counterRo
 	{"sessions_rejected_total", "Clients rejected because the target rejected or did not answer.", func(s *GatewayStatsSnapshot) uint64 { return s.Rejected }},
 	{"sessions_refused_total", "Clients rejected because the route's allow list does not hold them.", func(s *GatewayStatsSnapshot) uint64 { return s.Refused }},
 	{"sessions_failed_total", "Connections that failed after the target accepted (the client's accept, or the session's start).", func(s *GatewayStatsSnapshot) uint64 { return s.Failed }},
+	{"fallbacks_total", "Times the route's target could not be reached and new sessions went through its fallback.", func(s *GatewayStatsSnapshot) uint64 { return s.Fallbacks }},
+	{"fallback_sessions_total", "Connections to the target made through the route's fallback (a peer gateway).", func(s *GatewayStatsSnapshot) uint64 { return s.FellBack }},
 })
 
 // directionRow is a route counter per direction, from its sessions'

@@ -133,13 +133,15 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 // sameRoute reports whether two routes listen, target and allow alike.
 func sameRoute(a, b *config.Route) bool {
 	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
-		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow)
+		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow) &&
+		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).
 func legsDiff(running, next []config.Leg) string {
 	key := func(l config.Leg) string {
-		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%v", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns, l.ECN)
+		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%v/%s/%s/%s/%s/%s/%s", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns, l.ECN,
+			l.Listen, l.Peer, l.Cert, l.Key, l.CA, l.PeerName)
 	}
 	have, want := map[string]string{}, map[string]string{}
 	for _, l := range running {

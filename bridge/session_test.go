@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,20 +25,22 @@ import (
 // client is a plain transport QP on the same network: an application on
 // the RoCE side that reaches the far side only through the session.
 type rig struct {
-	t       *testing.T
-	net     *simnet.Net
-	pool    *bridge.Pool
-	far     *fakeLeg
-	near    *bridge.UserspaceEndpoint
-	sess    *bridge.Session
-	client  *transport.QP
-	cmem    []byte
-	cmr     *transport.MR
-	scq     *transport.CQ
-	rcq     *transport.CQ
-	clients *transport.Device
-	lender  *lendingConn // with rigOpts.lend
-	drainer *drainingLeg // with rigOpts.drains: the far leg as the session has it
+	t          *testing.T
+	net        *simnet.Net
+	pool       *bridge.Pool
+	far        *fakeLeg
+	near       *bridge.UserspaceEndpoint
+	sess       *bridge.Session
+	client     *transport.QP
+	cmem       []byte
+	cmr        *transport.MR
+	scq        *transport.CQ
+	rcq        *transport.CQ
+	clients    *transport.Device
+	lender     *lendingConn    // with rigOpts.lend
+	drainer    *drainingLeg    // with rigOpts.drains: the far leg as the session has it
+	farSess    *bridge.Session // with rigOpts.tunnel: the far gateway's session
+	stopTunnel func()
 }
 
 type rigOpts struct {
@@ -49,6 +52,10 @@ type rigOpts struct {
 	lend     bool // the gateway's conn lends pool frames (lendingConn)
 	drains   bool // the far leg is drained when its connection ends (as a verbs leg)
 	maxSGE   int  // the far leg's Limits.MaxSGE
+	// tunnel puts a QUIC tunnel between the session and the far leg: the
+	// session's far endpoint is a QUIC endpoint whose peer's session
+	// relays to the far leg, as two gateways do.
+	tunnel bool
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -132,12 +139,25 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		r.drainer = &drainingLeg{fakeLeg: r.far, drained: make(chan struct{})}
 		far = r.drainer
 	}
+	if o.tunnel {
+		qa, qb, stop := tunnelPair(t, r.pool)
+		r.stopTunnel = stop
+		r.farSess, err = bridge.NewSession(bridge.SessionOptions{A: qb, B: far, Pool: r.pool, Logger: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		far = qa
+	}
 	r.sess, err = bridge.NewSession(bridge.SessionOptions{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = r.sess.Close()
+		if r.farSess != nil {
+			_ = r.farSess.Close()
+			r.stopTunnel()
+		}
 		r.clients.Close()
 		gw.Close()
 		// Every buffer is back in the pool (Close refuses otherwise), and
@@ -397,9 +417,11 @@ func TestSessionRelaysEveryKind(t *testing.T) {
 		{"loss1", simnet.Options{Loss: 0.01, Seed: 1}},
 		{"loss5", simnet.Options{Loss: 0.05, Seed: 2}},
 		{"dup-reorder", simnet.Options{Duplicate: 0.03, Reorder: 0.03, Seed: 3}},
+		{"tunnel", simnet.Options{}},
+		{"tunnel-loss1", simnet.Options{Loss: 0.01, Seed: 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, rigOpts{net: tc.net, delay: 200 * time.Microsecond})
+			r := newRig(t, rigOpts{net: tc.net, delay: 200 * time.Microsecond, tunnel: strings.HasPrefix(tc.name, "tunnel")})
 			r.workload(300, 16, 9)
 			st := r.net.Stats()
 			if tc.net.Loss > 0 && st.Lost.Load() == 0 || tc.net.Duplicate > 0 && st.Duplicated.Load() == 0 ||
@@ -425,9 +447,17 @@ func TestSessionFarFailureIsNeverAcknowledged(t *testing.T) {
 		{transport.StatusLocProtErr, transport.StatusRemAccessErr},
 		{transport.StatusRetryExcErr, transport.StatusRemOpErr},
 	} {
-		for _, failAt := range []int{1, 7, 22} { // WRITEs
-			t.Run(fmt.Sprintf("%v/%d", tc.failAs, failAt), func(t *testing.T) {
-				r := newRig(t, rigOpts{delay: 300 * time.Microsecond, failAt: failAt, failAs: tc.failAs})
+		for _, c := range []struct {
+			failAt int // a WRITE
+			tunnel bool
+		}{{1, false}, {7, false}, {22, false}, {1, true}, {22, true}} {
+			failAt := c.failAt
+			name := fmt.Sprintf("%v/%d", tc.failAs, failAt)
+			if c.tunnel {
+				name += "/tunnel"
+			}
+			t.Run(name, func(t *testing.T) {
+				r := newRig(t, rigOpts{delay: 300 * time.Microsecond, failAt: failAt, failAs: tc.failAs, tunnel: c.tunnel})
 				const n = 40
 				for i := range n {
 					wr := transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true, RKey: r.far.rkey,

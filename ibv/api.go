@@ -86,6 +86,8 @@ var (
 		Accept(ConnParam) error
 		Reject([]byte) error
 		Disconnect() error
+		JoinMulticast(netip.Addr, JoinOptions) error
+		LeaveMulticast(netip.Addr) error
 	} = (*CMID)(nil)
 	_ interface {
 		Bytes() []byte

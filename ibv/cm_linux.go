@@ -715,15 +715,21 @@ func (ec *EventChannel) next(ctx context.Context) (ev CMEvent, newID *C.struct_r
 	} else {
 		ev.ID = idOf(e.id)
 	}
-	// conn and ud params both begin with private_data, private_data_len.
+	// conn and ud params both begin with private_data, private_data_len;
+	// a multicast event's private_data is the join's context (rbridge
+	// passes none), not data.
 	conn := (*C.struct_rdma_conn_param)(unsafe.Pointer(&e.param))
-	if conn.private_data != nil && conn.private_data_len > 0 {
+	mcast := ev.Type == CMMulticastJoin || ev.Type == CMMulticastError
+	if !mcast && conn.private_data != nil && conn.private_data_len > 0 {
 		ev.Param.PrivateData = C.GoBytes(conn.private_data, C.int(conn.private_data_len))
 	}
-	psUDP := (ev.ID != nil && ev.ID.ps == PortSpaceUDP) || (ev.ListenID != nil && ev.ListenID.ps == PortSpaceUDP)
+	psUDP := mcast || (ev.ID != nil && ev.ID.ps == PortSpaceUDP) || (ev.ListenID != nil && ev.ListenID.ps == PortSpaceUDP)
 	if psUDP {
 		ud := (*C.struct_rdma_ud_param)(unsafe.Pointer(&e.param))
 		ev.QPN, ev.QKey = uint32(ud.qp_num), uint32(ud.qkey)
+		if ev.Type == CMEstablished || ev.Type == CMMulticastJoin {
+			ev.AH = ahAttrFromC(&ud.ah_attr)
+		}
 	} else {
 		ev.Param.ResponderResources = uint8(conn.responder_resources)
 		ev.Param.InitiatorDepth = uint8(conn.initiator_depth)

@@ -1,14 +1,15 @@
 // Package ibv is rbridge's binding of libibverbs and librdmacm (cgo): devices,
 // ports, GID tables, protection domains, memory regions over mmap'd arenas,
 // completion queues wired into Go's poller, RC and UD queue pairs, address
-// handles, SRQs, async events and rdma_cm connection management. It drives
+// handles, SRQs, async events, rdma_cm connection management and multicast
+// joins (rdma_join_multicast_ex, full or send-only member). It drives
 // real HCAs and the kernel's soft devices (rxe, siw).
 //
 // # Layout
 //
 // The cgo lives in thin files, one per verbs object: device_linux.go,
 // pd_linux.go, mr_linux.go, cq_linux.go, qp_linux.go, ah_linux.go,
-// srq_linux.go, cm_linux.go. Everything above them is plain Go and builds
+// srq_linux.go, cm_linux.go, mcast_linux.go. Everything above them is plain Go and builds
 // everywhere: the enums (enums.go), MTU negotiation (mtu.go), the RoCEv2 GID
 // choice (gid.go), the object tree that makes Close idempotent and
 // order-independent (resource.go) and the `rbridge devices` report

@@ -130,3 +130,7 @@ func (id *CMID) Connect(p ConnParam) error                    { return errNoBind
 func (id *CMID) Accept(p ConnParam) error                     { return errNoBinding }
 func (id *CMID) Reject(privateData []byte) error              { return errNoBinding }
 func (id *CMID) Disconnect() error                            { return errNoBinding }
+func (id *CMID) JoinMulticast(group netip.Addr, opts JoinOptions) error {
+	return errNoBinding
+}
+func (id *CMID) LeaveMulticast(group netip.Addr) error { return errNoBinding }

@@ -5,6 +5,7 @@ package ibv_test
 import (
 	"bytes"
 	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/rbridge/rbridge/ibv"
@@ -37,5 +38,17 @@ func TestWriteDevicesReportWithoutBinding(t *testing.T) {
 		if !errors.Is(err, ibv.ErrNotSupported) || !contains(err.Error(), "list RDMA devices: rbridge was built without RDMA support") || b.Len() != 0 {
 			t.Errorf("WriteDevicesReport(JSON %v) = %v, wrote %q; want ErrNotSupported and nothing written", js, err, b.String())
 		}
+	}
+}
+
+// Multicast joins need the binding too: they say so rather than do nothing.
+func TestStubMulticast(t *testing.T) {
+	var id ibv.CMID
+	group := netip.MustParseAddr("239.1.2.3")
+	if err := id.JoinMulticast(group, ibv.JoinOptions{SendOnly: true}); !errors.Is(err, ibv.ErrNotSupported) {
+		t.Errorf("JoinMulticast: %v, want ErrNotSupported", err)
+	}
+	if err := id.LeaveMulticast(group); !errors.Is(err, ibv.ErrNotSupported) {
+		t.Errorf("LeaveMulticast: %v, want ErrNotSupported", err)
 	}
 }

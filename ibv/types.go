@@ -218,13 +218,32 @@ type CMEvent struct {
 	ID       *CMID
 	ListenID *CMID // for CONNECT_REQUEST: the listening id
 	Param    ConnParam
-	// For UD (PortSpaceUDP) events:
+	// For UD (PortSpaceUDP) events, ESTABLISHED and MULTICAST_JOIN: the
+	// remote QP (MulticastQPN for a group), its Q_Key, and the address
+	// vector to reach it (for a group, the MGID as the GRH's DGID).
 	QPN  uint32
 	QKey uint32
+	AH   AHAttr
 	// Err says what failed when rbridge turned a CMConnectResponse into
 	// CMConnectError (moving its QP to RTR and RTS, rdma_establish).
 	Err error
 }
+
+// JoinOptions describe a multicast join (CMID.JoinMulticast).
+type JoinOptions struct {
+	// SendOnly joins as a send-only full member
+	// (RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER): the id may send to the
+	// group, its QP is not attached and receives nothing from it, and on
+	// RoCE no IGMP report is sent.
+	SendOnly bool
+}
+
+// MulticastQPN is the destination QPN of UD sends to a multicast group.
+const MulticastQPN = 0xffffff
+
+// RDMAUDPQKey is the Q_Key rdma_cm gives UD QPs and groups in the UDP
+// port space (Linux RDMA_UDP_QKEY).
+const RDMAUDPQKey = 0x01234567
 
 // ConnParam.ResponderResources and InitiatorDepth values that mean "what
 // rdma_cm negotiated" (RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH).

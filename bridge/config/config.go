@@ -15,13 +15,32 @@
 //	    ip: 198.18.1.3
 //	    io: afxdp                   # afxdp (default) or udp
 //	    netns: user0                # optional: the network namespace that holds the interface
+//	  - name: gw-b
+//	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
+//	    ip: 10.0.0.1                # this gateway's address toward it
+//	    listen: "10.0.0.1:7471"     # optional: accept the peer's connection here
+//	    peer: "10.0.0.2:7471"       # optional: connect to the peer there (one of listen, peer at least)
+//	    cert: /etc/rbridge/gw-a.crt # this gateway's certificate and key, PEM
+//	    key: /etc/rbridge/gw-a.key
+//	    ca: /etc/rbridge/ca.crt     # the CA the peer's certificate must be signed by
+//	    peer_name: gw-b             # optional: a name the peer's certificate must carry (else its IP when dialing)
+//	    over: ib                    # optional: a verbs leg; the tunnel runs over the IPoIB interface of its port
 //	routes:
 //	  - name: storage
 //	    listen: {leg: ib, addr: "198.18.3.1:4420"}    # where clients connect (rdma_cm address and port)
 //	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
+//	    fallback: {leg: gw-b, addr: "198.18.1.2:4420"} # optional: when the target cannot be reached here, through gw-b
+//	  - name: far-storage                             # a target behind another gateway
+//	    listen: {leg: roce, addr: "198.18.1.3:4421"}
+//	    target: {leg: gw-b, addr: "198.18.9.2:4420"}  # gw-b's route listening on leg gw-a for this address
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
+//
+// On a quic leg a route's addresses name the far end, not this gateway:
+// a route whose target is on a quic leg asks the peer gateway for that
+// address, and the peer's route that listens on its quic leg for the
+// same address takes the session (its target is on one of its own legs).
 //
 // The keys are a contract (other tools write the file): they are extended,
 // never renamed. Parse refuses a bad file before anything starts, naming
@@ -55,6 +74,7 @@ type Config struct {
 const (
 	KindVerbs     = "verbs"
 	KindUserspace = "userspace"
+	KindQUIC      = "quic"
 )
 
 // Packet I/O of a userspace leg.
@@ -83,10 +103,29 @@ type Leg struct {
 	// DCQCN on does. Without it they ignore CNPs (counted). Either way
 	// the leg answers ECN-CE marked packets with CNPs.
 	ECN bool `yaml:"ecn"`
+	// Listen, Peer, Cert, Key, CA and PeerName (quic) say where the
+	// gateway accepts its peer gateway's connection and where it
+	// connects to it, and the mutual TLS of both.
+	Listen   string `yaml:"listen"`
+	Peer     string `yaml:"peer"`
+	Cert     string `yaml:"cert"`
+	Key      string `yaml:"key"`
+	CA       string `yaml:"ca"`
+	PeerName string `yaml:"peer_name"`
+	// Over (quic) names a verbs leg: the tunnel runs over the IPoIB
+	// interface of that leg's port, which must hold IP.
+	Over string `yaml:"over"`
 
-	line int
-	errs []lineError
+	line         int
+	errs         []lineError
+	listen, peer netip.AddrPort
 }
+
+// ListenAddr is a quic leg's parsed Listen (not valid when not given).
+func (l *Leg) ListenAddr() netip.AddrPort { return l.listen }
+
+// PeerAddr is a quic leg's parsed Peer (not valid when not given).
+func (l *Leg) PeerAddr() netip.AddrPort { return l.peer }
 
 // DefaultAdminListen is where the admin server listens when the file has
 // no admin key: local only.
@@ -127,6 +166,9 @@ type Route struct {
 	Listen Endpoint       `yaml:"listen"`
 	Target Endpoint       `yaml:"target"`
 	Allow  []netip.Prefix `yaml:"allow"`
+	// Fallback, when its Leg is set, is the target through a peer gateway
+	// (a quic leg) that new sessions use while Target cannot be reached.
+	Fallback Endpoint `yaml:"fallback"`
 
 	line int
 	errs []lineError
@@ -314,11 +356,13 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 // UnmarshalYAML decodes a leg from its node.
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
-	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn")
+	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over")
 	for _, k := range []struct {
 		key string
 		dst *string
-	}{{"name", &l.Name}, {"kind", &l.Kind}, {"device", &l.Device}, {"interface", &l.Interface}, {"io", &l.IO}, {"netns", &l.Netns}} {
+	}{{"name", &l.Name}, {"kind", &l.Kind}, {"device", &l.Device}, {"interface", &l.Interface}, {"io", &l.IO}, {"netns", &l.Netns},
+		{"listen", &l.Listen}, {"peer", &l.Peer}, {"cert", &l.Cert}, {"key", &l.Key}, {"ca", &l.CA}, {"peer_name", &l.PeerName}, {"over", &l.Over}} {
 		scalar(vals, k.key, "leg", k.dst, &errs)
 	}
 	scalar(vals, "port", "leg", &l.Port, &errs)
@@ -354,9 +398,9 @@ func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
 // UnmarshalYAML decodes a route from its node.
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	r.line = n.Line
-	vals, errs := mapping(n, "route", "name", "listen", "target", "allow")
+	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback")
 	scalar(vals, "name", "route", &r.Name, &errs)
-	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
+	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target, "fallback": &r.Fallback} {
 		if v := vals[key]; v != nil {
 			_ = e.UnmarshalYAML(v)
 		}
@@ -421,7 +465,18 @@ func (c *Config) validate() Errors {
 			bad(l.line, "leg %q: ip %v is not an address the gateway can have", l.Name, l.IP)
 		}
 		l.IP = l.IP.Unmap()
+		if l.Kind != KindQUIC && (l.Listen != "" || l.Peer != "" || l.Cert != "" || l.Key != "" || l.CA != "" || l.PeerName != "" || l.Over != "") {
+			bad(l.line, "leg %q: listen, peer, cert, key, ca, peer_name and over are for quic legs", l.Name)
+		}
 		switch l.Kind {
+		case KindQUIC:
+			if l.Interface != "" || l.IO != "" || l.Netns != "" || l.Device != "" || l.Port != 0 {
+				bad(l.line, "leg %q: interface, io, netns, device and port are not for quic legs (listen and peer say where)", l.Name)
+			}
+			if l.ECN {
+				bad(l.line, "leg %q: ecn is for userspace legs; a quic leg's congestion control is QUIC's", l.Name)
+			}
+			c.validateQUIC(l, bad)
 		case KindVerbs:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" {
 				bad(l.line, "leg %q: interface, io and netns are for userspace legs; a verbs leg is found by its ip (or device)", l.Name)
@@ -447,9 +502,9 @@ func (c *Config) validate() Errors {
 				bad(l.line, "leg %q: io %q: want afxdp or udp", l.Name, l.IO)
 			}
 		case "":
-			bad(l.line, "leg %q: no kind: want verbs or userspace", l.Name)
+			bad(l.line, "leg %q: no kind: want verbs, userspace or quic", l.Name)
 		default:
-			bad(l.line, "leg %q: kind %q: want verbs or userspace", l.Name, l.Kind)
+			bad(l.line, "leg %q: kind %q: want verbs, userspace or quic", l.Name, l.Kind)
 		}
 	}
 	routes := map[string]int{}
@@ -459,6 +514,7 @@ func (c *Config) validate() Errors {
 		keep(r.errs)
 		keep(r.Listen.errs)
 		keep(r.Target.errs)
+		keep(r.Fallback.errs)
 		switch {
 		case r.Name == "":
 			bad(r.line, "route without a name")
@@ -494,12 +550,12 @@ func (c *Config) validate() Errors {
 				continue
 			}
 			e.Addr = netip.AddrPortFrom(e.Addr.Addr().Unmap(), e.Addr.Port())
-			if e.Addr.Addr().Is4() != l.IP.Is4() && l.IP.IsValid() {
+			if e.Addr.Addr().Is4() != l.IP.Is4() && l.IP.IsValid() && l.Kind != KindQUIC {
 				bad(line, "route %q: %s addr %v is not of leg %q's address family (%v)", r.Name, what, e.Addr, l.Name, l.IP)
 			}
 		}
 		if ends[0] != nil && r.Listen.Addr.IsValid() {
-			if r.Listen.Addr.Addr() != ends[0].IP {
+			if r.Listen.Addr.Addr() != ends[0].IP && ends[0].Kind != KindQUIC {
 				bad(r.Listen.line, "route %q: listen addr %v is not leg %q's address (%v)", r.Name, r.Listen.Addr, ends[0].Name, ends[0].IP)
 			} else if other, dup := listens[r.Listen.Addr]; dup {
 				bad(r.Listen.line, "route %q: listen addr %v is route %q's already", r.Name, r.Listen.Addr, other)
@@ -510,7 +566,10 @@ func (c *Config) validate() Errors {
 		if ends[0] != nil && ends[0] == ends[1] {
 			bad(r.line, "route %q: listen and target are both on leg %q: a route crosses from one leg to the other", r.Name, ends[0].Name)
 		}
-		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP {
+		if r.Fallback.line != 0 && len(r.Fallback.errs) == 0 {
+			c.validateFallback(r, ends[0], bad)
+		}
+		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP && ends[1].Kind != KindQUIC {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
 		}
 	}
@@ -527,4 +586,67 @@ func (c *Config) validate() Errors {
 		}
 	}
 	return es
+}
+
+// validateQUIC checks a quic leg's addresses and files.
+func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
+	for _, a := range []struct {
+		key, text string
+		dst       *netip.AddrPort
+	}{{"listen", l.Listen, &l.listen}, {"peer", l.Peer, &l.peer}} {
+		if a.text == "" {
+			continue
+		}
+		ap, err := netip.ParseAddrPort(a.text)
+		if err != nil || ap.Port() == 0 {
+			bad(l.line, "leg %q: %s %q: want an IP address and a port, as \"10.0.0.2:7471\"", l.Name, a.key, a.text)
+			continue
+		}
+		*a.dst = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	if l.Listen == "" && l.Peer == "" {
+		bad(l.line, "leg %q: a quic leg needs listen (accept the peer gateway) or peer (connect to it), or both", l.Name)
+	}
+	if l.listen.IsValid() && l.IP.IsValid() && l.listen.Addr() != l.IP {
+		bad(l.line, "leg %q: listen %v is not the leg's address (%v)", l.Name, l.listen, l.IP)
+	}
+	if l.peer.IsValid() && l.IP.IsValid() && l.peer.Addr().Is4() != l.IP.Is4() {
+		bad(l.line, "leg %q: peer %v is not of the leg's address family (%v)", l.Name, l.peer, l.IP)
+	}
+	if l.Over != "" {
+		switch v, ok := c.Leg(l.Over); {
+		case !ok:
+			bad(l.line, "leg %q: over %q: no such leg", l.Name, l.Over)
+		case v.Kind != KindVerbs:
+			bad(l.line, "leg %q: over %q: a %s leg; over names a verbs leg, whose port's IPoIB interface the tunnel runs on", l.Name, l.Over, v.Kind)
+		}
+	}
+	for _, f := range []struct{ key, v string }{{"cert", l.Cert}, {"key", l.Key}, {"ca", l.CA}} {
+		if f.v == "" {
+			bad(l.line, "leg %q: a quic leg needs %s (PEM): the tunnel is mutual TLS", l.Name, f.key)
+		}
+	}
+}
+
+// validateFallback checks a route's fallback: a target on a quic leg (a
+// peer gateway) other than the legs the route listens and connects on.
+func (c *Config) validateFallback(r *Route, listen *Leg, bad func(int, string, ...any)) {
+	f := &r.Fallback
+	l, ok := c.Leg(f.Leg)
+	switch {
+	case f.Leg == "":
+		bad(f.line, "route %q: fallback has no leg", r.Name)
+	case !ok:
+		bad(f.line, "route %q: fallback leg %q does not exist", r.Name, f.Leg)
+	case l.Kind != KindQUIC:
+		bad(f.line, "route %q: fallback leg %q is a %s leg: a fallback goes through a peer gateway (a quic leg)", r.Name, f.Leg, l.Kind)
+	case f.Leg == r.Target.Leg:
+		bad(f.line, "route %q: fallback leg %q is the route's target leg already", r.Name, f.Leg)
+	case listen != nil && f.Leg == listen.Name:
+		bad(f.line, "route %q: fallback leg %q is the leg the route listens on", r.Name, f.Leg)
+	case !f.Addr.IsValid() || f.Addr.Port() == 0:
+		bad(f.line, "route %q: fallback addr %v: want an IP address and a port, as \"198.18.1.2:4420\"", r.Name, f.Addr)
+	default:
+		f.Addr = netip.AddrPortFrom(f.Addr.Addr().Unmap(), f.Addr.Port())
+	}
 }

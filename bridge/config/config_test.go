@@ -109,7 +109,7 @@ func TestParseBad(t *testing.T) {
 		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, admin)`}},
 		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg: unknown key "colour"`}},
 		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: endpoint: unknown key "port"`}},
-		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs or userspace`}},
+		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs, userspace or quic`}},
 		{"bad ip", base("  - name: ib\n    kind: verbs\n    ip: 198.18.3.x\n"+roce, ok), []string{`gw.yaml:4: leg: ip "198.18.3.x"`}},
 		{"no ip", base("  - name: ib\n    kind: verbs\n"+roce, ok), []string{`gw.yaml:2: leg "ib": no ip`}},
 		{"userspace without interface", base(ib+"  - name: roce\n    kind: userspace\n    ip: 198.18.1.3\n", ok), []string{`gw.yaml:5: leg "roce": a userspace leg needs the interface`}},
@@ -129,6 +129,28 @@ func TestParseBad(t *testing.T) {
 		{"admin listen a host name", base(ib+roce, ok) + "admin: {listen: \"localhost:9479\"}\n", []string{`gw.yaml:13: admin: listen "localhost:9479"`}},
 		{"unknown admin key", base(ib+roce, ok) + "admin:\n  port: 9479\n", []string{`gw.yaml:14: admin: unknown key "port" (known: listen)`}},
 		{"target is the gateway", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.3:1"}`)), []string{`gw.yaml:12: route "r": target addr 198.18.1.3:1 is the gateway's own address`}},
+		{"quic without listen or peer", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": a quic leg needs listen (accept the peer gateway) or peer`}},
+		{"quic without tls files", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": a quic leg needs cert (PEM)`, `needs key`, `needs ca`}},
+		{"quic bad peer", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: 10.0.0.2\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": peer "10.0.0.2": want an IP address and a port`}},
+		{"quic listen not the leg's", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    listen: \"10.0.0.9:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": listen 10.0.0.9:7471 is not the leg's address (10.0.0.1)`}},
+		{"quic with interface", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    interface: eth0\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": interface, io, netns, device and port are not for quic legs`}},
+		{"quic with ecn", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    ecn: true\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": ecn is for userspace legs`}},
+		{"fallback on a verbs leg", base(ib+roce, ok+"    fallback: {leg: ib, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "ib" is a verbs leg: a fallback goes through a peer gateway`}},
+		{"fallback leg missing", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "gw" does not exist`}},
+		{"fallback without leg", base(ib+roce, ok+"    fallback: {addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback has no leg`}},
+		{"fallback without addr", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", ok+"    fallback: {leg: gw}\n"),
+			[]string{`route "r": fallback addr invalid AddrPort: want an IP address and a port`}},
+		{"quic over a userspace leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: roce\n    cert: a\n    key: b\n    ca: c\n", ok),
+			[]string{`gw.yaml:9: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
+		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
+			[]string{`gw.yaml:9: leg "gw": over "ib9": no such leg`}},
+		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca, peer_name and over are for quic legs`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tc.file))
@@ -162,4 +184,74 @@ func itoa(i int) string {
 		return d[i : i+1]
 	}
 	return itoa(i/10) + d[i%10:i%10+1]
+}
+
+// TestParseQUIC reads a quic leg and the routes that cross it: their
+// addresses name the far end, not this gateway.
+func TestParseQUIC(t *testing.T) {
+	const file = `legs:
+  - name: roce
+    kind: userspace
+    interface: vgw0
+    ip: 198.18.1.3
+  - name: roce2
+    kind: userspace
+    interface: vgw1
+    ip: 198.18.2.3
+  - name: gw-b
+    kind: quic
+    ip: 10.0.0.1
+    listen: "10.0.0.1:7471"
+    peer: "10.0.0.2:7471"
+    cert: /etc/rbridge/a.crt
+    key: /etc/rbridge/a.key
+    ca: /etc/rbridge/ca.crt
+    peer_name: gw-b
+  - name: ib
+    kind: verbs
+    ip: 198.18.3.1
+  - name: gw-c
+    kind: quic
+    ip: 198.18.3.1
+    peer: "198.18.3.7:7471"
+    over: ib
+    cert: /etc/rbridge/a.crt
+    key: /etc/rbridge/a.key
+    ca: /etc/rbridge/ca.crt
+routes:
+  - name: out
+    listen: {leg: roce, addr: "198.18.1.3:4420"}
+    target: {leg: gw-b, addr: "198.18.9.2:4420"}
+  - name: near
+    listen: {leg: roce, addr: "198.18.1.3:4421"}
+    target: {leg: roce2, addr: "198.18.2.2:4421"}
+    fallback: {leg: gw-b, addr: "198.18.2.2:4421"}
+  - name: in
+    listen: {leg: gw-b, addr: "198.18.1.2:7000"}
+    target: {leg: roce, addr: "198.18.1.2:7000"}
+`
+	c, err := config.Parse("gw.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := c.Leg("gw-b")
+	if !ok {
+		t.Fatal("no leg gw-b")
+	}
+	if l.Kind != config.KindQUIC || l.ListenAddr() != netip.MustParseAddrPort("10.0.0.1:7471") || l.PeerAddr() != netip.MustParseAddrPort("10.0.0.2:7471") ||
+		l.Cert != "/etc/rbridge/a.crt" || l.Key != "/etc/rbridge/a.key" || l.CA != "/etc/rbridge/ca.crt" || l.PeerName != "gw-b" {
+		t.Errorf("leg %+v", l)
+	}
+	if c.Routes[2].Listen.Addr != netip.MustParseAddrPort("198.18.1.2:7000") {
+		t.Errorf("route in listens on %v", c.Routes[2].Listen.Addr)
+	}
+	if f := c.Routes[1].Fallback; f.Leg != "gw-b" || f.Addr != netip.MustParseAddrPort("198.18.2.2:4421") {
+		t.Errorf("route near's fallback %+v", f)
+	}
+	if l, _ := c.Leg("gw-c"); l.Over != "ib" {
+		t.Errorf("leg gw-c over %q", l.Over)
+	}
+	if f := c.Routes[0].Fallback; f.Leg != "" {
+		t.Errorf("route out has a fallback %+v", f)
+	}
 }

@@ -25,6 +25,7 @@ type demoOptions struct {
 	size     int
 	duration time.Duration
 	jsonOut  bool
+	tunnel   bool
 }
 
 func newDemoCommand() *cobra.Command {
@@ -48,9 +49,16 @@ It then:
     gateway, in the same run, and prints both and their ratio.
 
 The gateway acknowledges nothing before the target completed it, so the
-figures through it include the target's round trip.`,
+figures through it include the target's round trip.
+
+With --tunnel the gateway is two gateways joined by their quic leg (a QUIC
+connection on loopback with mutual TLS from a throwaway CA): the client's
+gateway relays each operation over the tunnel, the target's gateway issues
+it on its own leg, and the client is acknowledged only once the target
+completed it.`,
 		Example: `  rbridge demo
-  rbridge demo --size 4096 --duration 2s --json`,
+  rbridge demo --size 4096 --duration 2s --json
+  rbridge demo --tunnel`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
@@ -68,6 +76,7 @@ figures through it include the target's round trip.`,
 	f.IntVar(&o.size, "size", 65536, "RDMA WRITE size for the throughput comparison, in bytes")
 	f.DurationVar(&o.duration, "duration", time.Second, "how long each measurement runs")
 	f.BoolVar(&o.jsonOut, "json", false, "one JSON object instead of text")
+	f.BoolVar(&o.tunnel, "tunnel", false, "two gateways joined by a QUIC tunnel instead of one gateway")
 	return cmd
 }
 
@@ -163,16 +172,26 @@ func connectQPs(a, b *transport.QP, aAddr, bAddr netip.AddrPort) error {
 	return nil
 }
 
-// demoGateway is the gateway: two userspace legs and a session.
+// demoGateway is the gateway: two userspace legs and a session; with a
+// tunnel, two gateways: the near leg's session relays to gateway A's end
+// of the tunnel, and gateway B's session from its end to the far leg.
 type demoGateway struct {
 	near, far *transport.Device
 	pool      *bridge.Pool
 	sess      *bridge.Session
+	tun       *demoTunnel
+	farSess   *bridge.Session // gateway B's, with a tunnel
 }
 
 func (g *demoGateway) close() {
 	if g.sess != nil {
 		g.sess.Close()
+	}
+	if g.farSess != nil {
+		g.farSess.Close()
+	}
+	if g.tun != nil {
+		g.tun.close()
 	}
 	for _, d := range []*transport.Device{g.near, g.far} {
 		if d != nil {
@@ -185,7 +204,7 @@ func (g *demoGateway) close() {
 }
 
 // newDemoGateway connects client and target QPs through a session.
-func newDemoGateway(addr netip.Addr, client, target *transport.QP, clientAddr, targetAddr netip.AddrPort, log *slog.Logger) (*demoGateway, error) {
+func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transport.QP, clientAddr, targetAddr netip.AddrPort, withTunnel bool, log *slog.Logger) (*demoGateway, error) {
 	g := &demoGateway{}
 	var err error
 	if g.pool, err = bridge.NewPool(bridge.PoolOptions{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}}); err != nil {
@@ -216,7 +235,19 @@ func newDemoGateway(addr netip.Addr, client, target *transport.QP, clientAddr, t
 		g.close()
 		return nil, err
 	}
-	if g.sess, err = bridge.NewSession(bridge.SessionOptions{A: eps[0], B: eps[1], Pool: g.pool, Logger: log}); err != nil {
+	var far bridge.Endpoint = eps[1]
+	if withTunnel {
+		if g.tun, err = newDemoTunnel(ctx, addr, g.pool, log); err != nil {
+			g.close()
+			return nil, fmt.Errorf("tunnel: %w", err)
+		}
+		if g.farSess, err = bridge.NewSession(bridge.SessionOptions{A: g.tun.b, B: eps[1], Pool: g.pool, Logger: log}); err != nil {
+			g.close()
+			return nil, err
+		}
+		far = g.tun.a
+	}
+	if g.sess, err = bridge.NewSession(bridge.SessionOptions{A: eps[0], B: far, Pool: g.pool, Logger: log}); err != nil {
 		g.close()
 		return nil, err
 	}
@@ -242,6 +273,7 @@ type demoRun struct {
 type demoReport struct {
 	Client   string         `json:"client"`
 	Gateway  [2]string      `json:"gateway"`
+	Tunnel   string         `json:"tunnel,omitempty"` // with --tunnel: the QUIC connection between the two gateways
 	Target   string         `json:"target"`
 	Crossed  []demoCrossing `json:"crossed"`
 	Session  demoSession    `json:"session"`
@@ -279,16 +311,24 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 	if err != nil {
 		return err
 	}
-	g, err := newDemoGateway(addr, cq, tq, client.dev.LocalAddr(), target.dev.LocalAddr(), log)
+	g, err := newDemoGateway(ctx, addr, cq, tq, client.dev.LocalAddr(), target.dev.LocalAddr(), o.tunnel, log)
 	if err != nil {
 		return fmt.Errorf("demo: gateway: %w", err)
 	}
 	defer g.close()
 	r := demoReport{Client: client.dev.LocalAddr().String(), Target: target.dev.LocalAddr().String(),
 		Gateway: [2]string{g.near.LocalAddr().String(), g.far.LocalAddr().String()}, WriteB: o.size}
+	if g.tun != nil {
+		r.Tunnel = fmt.Sprintf("%v -> %v", g.tun.conn.LocalAddr(), g.tun.conn.RemoteAddr())
+	}
 	if !o.jsonOut {
-		fmt.Fprintf(out, "rbridge demo: client %s -> gateway %s | %s -> target %s\n", r.Client, r.Gateway[0], r.Gateway[1], r.Target)
-		fmt.Fprintf(out, "  (rbridge's userspace RoCEv2 transport on UDP sockets on loopback; the client reaches the target only through the gateway)\n")
+		if g.tun != nil {
+			fmt.Fprintf(out, "rbridge demo: client %s -> gateway A %s | QUIC %s | gateway B %s -> target %s\n", r.Client, r.Gateway[0], r.Tunnel, r.Gateway[1], r.Target)
+			fmt.Fprintf(out, "  (two gateways joined by their quic leg, mutual TLS; RoCE on both ends: rbridge's userspace transport on UDP sockets on loopback)\n")
+		} else {
+			fmt.Fprintf(out, "rbridge demo: client %s -> gateway %s | %s -> target %s\n", r.Client, r.Gateway[0], r.Gateway[1], r.Target)
+			fmt.Fprintf(out, "  (rbridge's userspace RoCEv2 transport on UDP sockets on loopback; the client reaches the target only through the gateway)\n")
+		}
 	}
 	if r.Crossed, err = demoCrossings(ctx, client, target, cq, tq); err != nil {
 		return fmt.Errorf("demo: across the gateway: %w", err)

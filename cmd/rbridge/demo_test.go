@@ -10,8 +10,13 @@ import (
 )
 
 func TestDemo(t *testing.T) {
+	t.Run("gateway", func(t *testing.T) { testDemo(t, false) })
+	t.Run("tunnel", func(t *testing.T) { testDemo(t, true) })
+}
+
+func testDemo(t *testing.T, tunnel bool) {
 	var out, errs bytes.Buffer
-	o := demoOptions{addr: "127.0.0.1", size: 4096, duration: 50 * time.Millisecond, jsonOut: true}
+	o := demoOptions{addr: "127.0.0.1", size: 4096, duration: 50 * time.Millisecond, jsonOut: true, tunnel: tunnel}
 	if err := runDemo(context.Background(), o, &out, &errs); err != nil {
 		t.Fatalf("demo: %v\n%s", err, errs.String())
 	}
@@ -44,6 +49,9 @@ func TestDemo(t *testing.T) {
 	}
 	if r.BWRatio <= 0 || r.LatRatio <= 0 {
 		t.Errorf("ratios %v %v", r.BWRatio, r.LatRatio)
+	}
+	if (r.Tunnel != "") != tunnel {
+		t.Errorf("tunnel %q with --tunnel %v", r.Tunnel, tunnel)
 	}
 	if errs.Len() > 0 {
 		t.Errorf("the demo logged: %s", errs.String())

@@ -10,11 +10,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/ipoib"
 )
 
 // TestDevices: with the binding, devices prints the report of what ibv
-// finds, and exits 0. On the host, which has no RDMA devices, that is one
-// line and a JSON object saying so.
+// finds, then the IPoIB interfaces, and exits 0. On the host, which has no
+// RDMA devices and no IPoIB interfaces, that is two lines and a JSON
+// object saying so.
 func TestDevices(t *testing.T) {
 	devs, err := ibv.QueryDevices()
 	if err != nil {
@@ -24,15 +26,23 @@ func TestDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantText, wantJSON := "no RDMA devices found\n", `{"devices":[],"gid_choices":[],"note":"no RDMA devices found"}`
-	if len(devs) > 0 {
-		t.Logf("this machine has RDMA devices: %d", len(devs))
+	ib, err := ipoib.NewHost(ipoib.Options{PortMTU: activeMTUs(devs)}).Report()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantText := "no RDMA devices found\nno IPoIB interfaces\n"
+	wantJSON := `{"devices":[],"gid_choices":[],"note":"no RDMA devices found","ipoib":{"interfaces":[],"note":"no IPoIB interfaces"}}`
+	if len(devs) > 0 || len(ib.Interfaces) > 0 {
+		t.Logf("this machine has RDMA devices: %d, IPoIB interfaces: %d", len(devs), len(ib.Interfaces))
 		rep := ibv.BuildDevicesReport(devs, addrs)
 		var b bytes.Buffer
 		if err := rep.WriteText(&b); err != nil {
 			t.Fatal(err)
 		}
-		j, err := json.Marshal(rep)
+		if err := ib.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		j, err := json.Marshal(devicesReport{DevicesReport: &rep, IPoIB: ib})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,8 +34,8 @@ server's /status, and prints it as tables:
   gateway   what it is doing: running, reloading, draining (after SIGTERM: it
             accepts nothing more and ends its sessions) or stopped
   legs      name, kind, address, the link's state (a verbs leg's port state,
-            a userspace leg's interface's operational state; "(down)" when
-            it carries no traffic), the interface (userspace) or the device,
+            a userspace leg's interface's operational state, a quic leg's
+            tunnels to its peer; "(down)" when it carries no traffic), the interface (userspace) or the device,
             port and GID (verbs), and the path MTU with why
   routes    listen and target address with their legs, sessions running, the
             clients allowed, and why the route stopped accepting if it did

@@ -57,7 +57,7 @@ for applet in $(/bin/busybox --list); do
 done
 
 copy_elf /usr/sbin/ip /usr/sbin/tc /usr/bin/rdma /usr/sbin/modprobe \
-	/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rping /usr/bin/ucmatose \
+	/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rping /usr/bin/ucmatose /usr/bin/udaddy /usr/bin/mckey \
 	/usr/bin/ib_send_bw /usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_lat \
 	/usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_atomic_bw /usr/bin/ib_atomic_lat
 for tool in insmod rmmod lsmod depmod modinfo; do ln -sf modprobe "$root/usr/sbin/$tool"; done

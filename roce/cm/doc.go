@@ -6,9 +6,9 @@
 // The wire format: CM MADs are 256-byte management datagrams (a 24-byte
 // MADHeader, then 232 bytes of message) carried as UD SEND_ONLY packets to
 // QP 1 with Q_Key 0x80010000. The messages are REQ, REP, RTU, REJ, MRA,
-// DREQ and DREP; rdma_cm adds the RDMA IP CM header (IPCMHeader) at the
-// start of a REQ's private data and encodes its port space and port in the
-// service ID (ServiceID). Views, Fields structs, Encode and Parse follow
+// DREQ, DREP, SIDR_REQ and SIDR_REP; rdma_cm adds the RDMA IP CM header
+// (IPCMHeader) at the start of a REQ's and a SIDR_REQ's private data and
+// encodes its port space and port in the service ID (ServiceID). Views, Fields structs, Encode and Parse follow
 // package roce's conventions; sizes and offsets are those of the IBA
 // tables (Linux include/rdma/ibta_vol1_c12.h).
 //
@@ -37,12 +37,33 @@
 //	ESTABLISHED ──DREQ: QP to ERR, DREP──► CLOSED
 //
 // A DREQ for a connection the manager does not know is answered with a
-// DREP all the same. Not implemented: the time-wait state (a released
-// connection's IDs are forgotten at once), LAP/APR (alternate paths), SIDR,
-// ClassPortInfo, and redirection.
+// DREP all the same.
+//
+// Service ID resolution (SIDR, IBA 12.11), how a UD client of rdma_cm's
+// UDP port space learns the QPN and Q_Key of a service (udaddy; mckey's
+// unicast mode). Passive side (Manager.ListenUD):
+//
+//	SIDR_REQ ──► waiting (UDListener.Next) ──SIDRRequest.Accept: SIDR_REP success (QPN, Q_Key)──► answered
+//	    │           │  (duplicate SIDR_REQ: counted, nothing sent)       (duplicate SIDR_REQ:
+//	    │           └──Reject, backlog full, listener closed:              the same SIDR_REP)
+//	    │              SIDR_REP with that status ──────────────────────────► answered
+//	    └──no listener: SIDR_REP "service ID not supported" ──► answered
+//
+// An answered request is remembered for as long as a requester with this
+// manager's timeouts keeps retrying, then forgotten. Active side
+// (Manager.ResolveUD):
+//
+//	SIDR_REQ ──► SENT ──SIDR_REP success──► the UDService (QPN, Q_Key, private data)
+//	              │ (timeout: SIDR_REQ again, MaxRetries times)
+//	              ├──SIDR_REP with another status──► *SIDRError
+//	              └──no SIDR_REP after every retry──► ErrTimeout
+//
+// Not implemented: the time-wait state (a released connection's IDs are
+// forgotten at once), LAP/APR (alternate paths), ClassPortInfo, and
+// redirection (a SIDR_REP with status redirect is an error).
 //
 // Concurrency: one goroutine (routineReceive) takes MADs off QP 1 and runs
 // the state machine under Manager.mu; retransmission timers take the same
-// lock. Application calls (Accept, Dial, Disconnect) take it briefly and
-// wait on channels outside it.
+// lock. Application calls (Accept, Dial, Disconnect, ResolveUD, a
+// SIDRRequest's answer) take it briefly and wait on channels outside it.
 package cm

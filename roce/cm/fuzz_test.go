@@ -83,6 +83,35 @@ func FuzzParseCM(f *testing.F) {
 			if !bytes.Equal(again, data) {
 				t.Fatalf("RTU/DREP %x re-encodes as %x", data, again)
 			}
+		case cm.AttrSIDRREQ:
+			r, _, err := cm.ParseSIDRREQ(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := r.Fields()
+			cm.SIDRREQ(again).Encode(&f)
+			if diff := cmp.Diff(f, cm.SIDRREQ(again).Fields()); diff != "" {
+				t.Fatalf("SIDR_REQ re-encodes differently (-in +out):\n%s", diff)
+			}
+			if h, _, err := cm.ParseIPCMHeader(r.PrivateData()); err == nil {
+				hf := h.Fields()
+				o := make([]byte, cm.IPCMHeaderLen)
+				cm.IPCMHeader(o).Encode(&hf)
+				if hf != cm.IPCMHeader(o).Fields() {
+					t.Fatalf("IP CM header %+v re-encodes as %+v", hf, cm.IPCMHeader(o).Fields())
+				}
+			}
+		case cm.AttrSIDRREP:
+			r, _, err := cm.ParseSIDRREP(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := r.Fields()
+			cm.SIDRREP(again).Encode(&f)
+			// No reserved bits: the bytes come back.
+			if !bytes.Equal(again, data) {
+				t.Fatalf("SIDR_REP %x re-encodes as %x", data, again)
+			}
 		case cm.AttrMRA:
 			r, _, _ := cm.ParseMRA(data)
 			f := r.Fields()

@@ -74,6 +74,10 @@ type Manager struct {
 	remote    map[remoteKey]*Conn  // by the peer's CA GUID and communication ID
 	nextID    uint32
 	nextTID   uint64
+	// SIDR (sidr_passive.go, sidr_active.go).
+	udListeners map[uint64]*UDListener // by service ID
+	sidrIn      map[sidrKey]*sidrIn    // SIDR_REQs received, by requester and request ID
+	sidrOut     map[uint32]*sidrOut    // SIDR_REQs sent, by request ID
 
 	stats Stats
 
@@ -155,6 +159,7 @@ func New(opts Options) (*Manager, error) {
 		pd:     transport.NewPD(),
 		sendCQ: transport.NewCQ(opts.RecvDepth), recvCQ: transport.NewCQ(opts.RecvDepth),
 		listeners: make(map[uint64]*Listener), conns: make(map[uint32]*Conn), remote: make(map[remoteKey]*Conn),
+		udListeners: make(map[uint64]*UDListener), sidrIn: make(map[sidrKey]*sidrIn), sidrOut: make(map[uint32]*sidrOut),
 		nextID: rand.Uint32() | 1, nextTID: rand.Uint64() >> 8,
 		done: make(chan struct{}),
 	}
@@ -215,6 +220,16 @@ func (m *Manager) Close() error {
 	for _, l := range m.listeners {
 		l.closeLocked()
 	}
+	for _, l := range m.udListeners {
+		l.closeLocked()
+	}
+	for id, o := range m.sidrOut {
+		m.finishSIDRLocked(id, o, nil, &resolveError{to: o.to, err: ErrClosed})
+	}
+	for _, in := range m.sidrIn {
+		in.timer.Stop()
+	}
+	clear(m.sidrIn)
 	m.mu.Unlock()
 	close(m.done)
 	err := m.qp1.Close()
@@ -289,7 +304,8 @@ func (m *Manager) newTIDLocked() uint64 {
 	return m.nextTID
 }
 
-// newIDLocked returns an unused local communication ID (never 0).
+// newIDLocked returns an unused local communication ID (never 0), which
+// is also a SIDR_REQ's request ID.
 func (m *Manager) newIDLocked() uint32 {
 	for {
 		id := m.nextID
@@ -297,7 +313,9 @@ func (m *Manager) newIDLocked() uint32 {
 		if id == 0 {
 			continue
 		}
-		if _, used := m.conns[id]; !used {
+		_, conn := m.conns[id]
+		_, sidr := m.sidrOut[id]
+		if !conn && !sidr {
 			return id
 		}
 	}
@@ -355,6 +373,10 @@ func (m *Manager) handle(mad []byte, src netip.AddrPort) {
 		m.onDREQLocked(tid, DREQ(data), peer)
 	case AttrDREP:
 		m.onDREPLocked(DREP(data))
+	case AttrSIDRREQ:
+		m.onSIDRREQLocked(tid, mad, SIDRREQ(data), peer)
+	case AttrSIDRREP:
+		m.onSIDRREPLocked(mad, SIDRREP(data), peer)
 	default:
 		m.stats.RxUnknown.Add(1)
 		m.log.Debug("ignore CM MAD", "attr", h.AttrID(), "from", src)

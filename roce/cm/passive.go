@@ -40,6 +40,9 @@ func (m *Manager) ListenService(serviceID uint64, backlog int) (*Listener, error
 	if _, used := m.listeners[serviceID]; used {
 		return nil, fmt.Errorf("cm: listen on service %#x: already listening", serviceID)
 	}
+	if _, used := m.udListeners[serviceID]; used {
+		return nil, fmt.Errorf("cm: listen on service %#x: a UD listener has it", serviceID)
+	}
 	l := &Listener{m: m, serviceID: serviceID, ch: make(chan *Request, backlog), closed: make(chan struct{})}
 	m.listeners[serviceID] = l
 	return l, nil

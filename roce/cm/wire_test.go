@@ -241,6 +241,8 @@ func sampleMADs() [][]byte {
 		{cm.AttrMRA, func(d []byte) { cm.MRA(d).Encode(&cm.MRAFields{ServiceTimeout: 20}) }},
 		{cm.AttrDREQ, func(d []byte) { cm.DREQ(d).Encode(&cm.DREQFields{RemoteQPN: 0x12}) }},
 		{cm.AttrDREP, func(d []byte) { cm.DREP(d).Encode(&cm.DREPFields{LocalCommID: 3}) }},
+		{cm.AttrSIDRREQ, func(d []byte) { s := sampleSIDRREQ(); cm.SIDRREQ(d).Encode(&s) }},
+		{cm.AttrSIDRREP, func(d []byte) { s := sampleSIDRREP(); cm.SIDRREP(d).Encode(&s) }},
 	} {
 		h := cm.CMHeader(m.id, 0x0123456789abcdef)
 		out = append(out, cm.AppendCM(nil, &h, m.enc))
@@ -309,6 +311,8 @@ func TestParseCutAtEveryPrefix(t *testing.T) {
 		"ParseMRA":        func(b []byte) error { _, _, err := cm.ParseMRA(b[cm.MADHeaderLen:]); return err },
 		"ParseDREQ":       func(b []byte) error { _, _, err := cm.ParseDREQ(b[cm.MADHeaderLen:]); return err },
 		"ParseDREP":       func(b []byte) error { _, _, err := cm.ParseDREP(b[cm.MADHeaderLen:]); return err },
+		"ParseSIDRREQ":    func(b []byte) error { _, _, err := cm.ParseSIDRREQ(b[cm.MADHeaderLen:]); return err },
+		"ParseSIDRREP":    func(b []byte) error { _, _, err := cm.ParseSIDRREP(b[cm.MADHeaderLen:]); return err },
 		"ParseIPCMHeader": func(b []byte) error { _, _, err := cm.ParseIPCMHeader(b[cm.MADHeaderLen+140:]); return err },
 	}
 	full := mads[0]

@@ -1,0 +1,102 @@
+package bridge_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/internal/testcert"
+	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/ipoib/tunnel"
+)
+
+// tunnelCreds are two gateways' credentials from one CA.
+func tunnelCreds(t testing.TB) (a, b *tunnel.Credentials) {
+	t.Helper()
+	ca, err := testcert.NewCA("rbridge test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []**tunnel.Credentials{&a, &b} {
+		leaf, err := ca.Issue(testcert.Options{DNS: []string{"gw"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *dst, err = tunnel.NewCredentials(leaf.TLS, ca.PEM, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
+// tunnelPair is one session's stream between two QUIC endpoints on
+// loopback, the Open and Accept done as two gateways' quic legs do; stop
+// closes the QUIC connection and listener (also at the test's end).
+func tunnelPair(t testing.TB, pool *bridge.Pool) (a, b *bridge.QUICEndpoint, stop func()) {
+	t.Helper()
+	ca, cb := tunnelCreds(t)
+	ln, err := quic.ListenAddr("127.0.0.1:0", cb.ServerConfig(), tunnel.QUICConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca2 := ca.ClientConfig("gw")
+	conn, err := quic.DialAddr(ctx, ln.Addr().String(), ca2, tunnel.QUICConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = func() {
+		conn.CloseWithError(0, "")
+		ln.Close()
+	}
+	t.Cleanup(stop)
+	sa, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := tunnel.OpenFields{Target: netipAP("127.0.0.9:1"), MaxOps: 64}
+	buf, err := open.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sc.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, tunnel.HeaderLen+tunnel.MaxFixedLen)
+	if typ, _, _, err := tunnel.ReadFrame(sb, hdr); err != nil || typ != tunnel.TypeOpen {
+		t.Fatalf("Open: %v %v", typ, err)
+	}
+	acc := tunnel.AcceptFields{MaxOps: 48}
+	if buf, err = acc.Append(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	if typ, _, _, err := tunnel.ReadFrame(sa, hdr); err != nil || typ != tunnel.TypeAccept {
+		t.Fatalf("Accept: %v %v", typ, err)
+	}
+	if a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 48, Pool: pool, Logger: testlog.New(t), Name: "tunnel a"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pool, Logger: testlog.New(t), Name: "tunnel b"}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, stop
+}
+
+func netipAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
