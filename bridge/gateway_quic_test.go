@@ -132,6 +132,24 @@ func TestGatewaysThroughQUIC(t *testing.T) {
 		}
 	}
 
+	// Both gateways' quic legs counted what crossed: two rounds of a SEND,
+	// a WRITE_WITH_IMM, a READ and a FETCH_ADD from A to B, each completed.
+	for _, g := range []struct {
+		name, leg string
+		gw        *bridge.Gateway
+		sent      bool
+	}{{"A", "q", ga, true}, {"B", "q", gb, false}} {
+		m, raw := scrape(t, startAdmin(t, g.gw))
+		promtool(t, raw)
+		ops, comps := `rbridge_quic_ops_sent_total{leg="q"}`, `rbridge_quic_completions_received_total{leg="q"}`
+		if !g.sent {
+			ops, comps = `rbridge_quic_ops_received_total{leg="q"}`, `rbridge_quic_completions_sent_total{leg="q"}`
+		}
+		if m[ops] != 8 || m[comps] != 8 || m[`rbridge_quic_peer_connections{leg="q"}`] != 1 {
+			t.Errorf("gateway %s: %s %v, %s %v, peer connections %v; want 8, 8 and 1", g.name, ops, m[ops], comps, m[comps], m[`rbridge_quic_peer_connections{leg="q"}`])
+		}
+	}
+
 	// A target address no route of gateway B listens for: the client is
 	// rejected with invalid service ID, as a CM with no listener would.
 	_, err = client.cm.Dial(ctx, netipAP(lo("1:7472")), cm.DialOptions{QP: client.qp(t)})

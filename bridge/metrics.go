@@ -172,6 +172,27 @@ var xdpCounters = newCounters("rbridge_xdp_", legLabels, []counterRow[xdp.ConnSt
 })
 
 // The verbs endpoints' counters, over every connection of a verbs leg.
+// A quic leg's counters, over its sessions' streams.
+var quicCounters = newCounters("rbridge_quic_", legLabels, []counterRow[quicLegSnapshot]{
+	{"ops_sent_total", "RDMA operations sent to the peer gateway (Op frames).", func(s *quicLegSnapshot) uint64 { return s.OpsSent }},
+	{"ops_received_total", "RDMA operations received from the peer gateway (Op frames).", func(s *quicLegSnapshot) uint64 { return s.OpsReceived }},
+	{"sent_bytes_total", "Payload and READ data bytes sent to the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.BytesSent }},
+	{"received_bytes_total", "Payload and READ data bytes received from the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.BytesReceived }},
+	{"completions_sent_total", "Completions sent back for operations the peer gateway sent.", func(s *quicLegSnapshot) uint64 { return s.CompletionsSent }},
+	{"completions_received_total", "Completions received for operations sent to the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.Completions }},
+	{"credit_waits_total", "Operations from the peer gateway that waited for pool buffers or session credit (the stream held: backpressure).", func(s *quicLegSnapshot) uint64 { return s.Waits }},
+	{"peer_refused_total", "Peer gateway certificates refused (another CA, expired, the wrong name).", func(s *quicLegSnapshot) uint64 { return s.Refused }},
+})
+
+// quicLegSnapshot is a quic leg's counters at one moment.
+type quicLegSnapshot struct {
+	QUICStatsSnapshot
+	Refused uint64
+	Conns   int
+}
+
+var descQUICConns = prometheus.NewDesc("rbridge_quic_peer_connections", "Connections to the peer gateway that are up.", legLabels, nil)
+
 var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsStatsSnapshot]{
 	{"lost_acked_total", "SENDs the HCA acknowledged to the peer that the far side then failed: each ended its session with an error on both connections (a verbs leg acknowledges on arrival, before relaying).", func(s *VerbsStatsSnapshot) uint64 { return s.LostAcked }},
 	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
@@ -200,6 +221,7 @@ type legMetrics struct {
 	nic       *nicPort // verbs legs whose port counters were found
 	port      *portcounters.Port
 	verbs     *VerbsStatsSnapshot
+	quic      *quicLegSnapshot
 	transport *transport.StatsSnapshot
 	cm        *cm.StatsSnapshot
 	udp       *udpconn.StatsSnapshot
@@ -262,6 +284,9 @@ func (g *Gateway) metrics() metricsSnapshot {
 			s := v.stats.Snapshot()
 			lm.verbs = &s
 		}
+		if q, ok := g.legs[name].(*quicLeg); ok {
+			lm.quic = &quicLegSnapshot{QUICStatsSnapshot: q.stats.Snapshot(), Refused: q.refused.Load(), Conns: q.peerConns()}
+		}
 		// A verbs leg's port is read once for its state and counters; a
 		// port unreadable now (the device went away) is down and has no
 		// counters this scrape.
@@ -312,6 +337,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, udpCounters)
 	describe(ch, xdpCounters)
 	describe(ch, verbsCounters)
+	describe(ch, quicCounters)
+	ch <- descQUICConns
 }
 
 func describe[S any](ch chan<- *prometheus.Desc, cs []counter[S]) {
@@ -381,6 +408,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.verbs != nil {
 			collect(ch, verbsCounters, l.verbs, l.name)
+		}
+		if l.quic != nil {
+			collect(ch, quicCounters, l.quic, l.name)
+			ch <- prometheus.MustNewConstMetric(descQUICConns, prometheus.GaugeValue, float64(l.quic.Conns), l.name)
 		}
 		if l.nic != nil {
 			l.nic.collect(ch, l.port)
