@@ -134,6 +134,18 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 		case config.KindVerbs:
 			on = fmt.Sprintf("%s port %d GID %d %s", l.Device, l.Port, l.GIDIndex, l.GID)
 			why = l.GIDWhy
+		case config.KindQUIC:
+			var ends []string
+			if l.Listen != "" {
+				ends = append(ends, "listen "+l.Listen)
+			}
+			if l.Peer != "" {
+				ends = append(ends, "peer "+l.Peer)
+			}
+			on = strings.Join(ends, ", ")
+			if l.PeerRefused > 0 {
+				why = fmt.Sprintf("%d peer certificates refused", l.PeerRefused)
+			}
 		}
 		link := l.State
 		if !l.Up {
@@ -151,6 +163,13 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 		if r.Stopped != "" {
 			state = "stopped: " + r.Stopped
 		}
+		if f := r.Fallback; f != nil {
+			if f.Active {
+				state += fmt.Sprintf("; ON FALLBACK %s %s since %s: %s", f.Leg, f.Target, f.Since.Format(time.RFC3339), f.Why)
+			} else {
+				state += fmt.Sprintf("; fallback %s %s", f.Leg, f.Target)
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t%d\t%s\t%s\n", r.Name, r.ListenLeg, r.Listen, r.TargetLeg, r.Target, r.Sessions, allow, state)
 	}
 	fmt.Fprintln(tw)
@@ -163,7 +182,11 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 	fmt.Fprintln(tw, "#\tROUTE\tCLIENT\tTARGET\tAGE\tOPS>T\tBYTES>T\tOPS<T\tBYTES<T\tFAILED\tQUEUED")
 	for i, s := range st.Sessions {
 		age := time.Duration(s.AgeSeconds * float64(time.Second)).Round(time.Second)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d/%d\n", i+1, s.Route, s.Client, s.Target, age,
+		target := s.Target
+		if s.Fallback {
+			target += " (fallback)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d/%d\n", i+1, s.Route, s.Client, target, age,
 			s.ToTarget.Ops, s.ToTarget.Bytes, s.ToClient.Ops, s.ToClient.Bytes, s.ToTarget.Failed+s.ToClient.Failed,
 			s.ToTarget.Queued, s.ToClient.Queued)
 	}

@@ -157,3 +157,36 @@ admin: {listen: "127.0.0.1:0"}
 		t.Error("status after rbridge run exited: no error, want exit status 1")
 	}
 }
+
+// TestStatusTableQUIC: a quic leg, a route on its fallback and a session
+// through it.
+func TestStatusTableQUIC(t *testing.T) {
+	since := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	st := &bridge.Status{
+		Legs: []bridge.LegStatus{
+			{Name: "gw-b", Kind: "quic", IP: "10.0.0.1", State: "connected (1)", Up: true, Peer: "10.0.0.2:7471", PeerRefused: 2},
+		},
+		Routes: []bridge.RouteStatus{
+			{Name: "storage", ListenLeg: "roce", Listen: "10.20.0.1:4420", TargetLeg: "ib", Target: "10.10.0.2:4420", Sessions: 1,
+				Fallback: &bridge.FallbackStatus{Leg: "gw-b", Target: "10.10.0.2:4420", Active: true, Since: since, Why: "target did not answer"}},
+			{Name: "other", ListenLeg: "roce", Listen: "10.20.0.1:4421", TargetLeg: "ib", Target: "10.10.0.3:4421",
+				Fallback: &bridge.FallbackStatus{Leg: "gw-b", Target: "10.10.0.3:4421"}},
+		},
+		Sessions: []bridge.SessionStatus{{Route: "storage", Client: "10.20.0.9:50000", Target: "10.10.0.2:4420", Fallback: true,
+			ClientSide: "userspace QP 0x12", TargetSide: "quic leg gw-b stream 0", AgeSeconds: 3}},
+	}
+	var b bytes.Buffer
+	if err := writeStatusTable(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"gw-b  quic  10.0.0.1  connected (1)  peer 10.0.0.2:7471  -    2 peer certificates refused",
+		"accepting; ON FALLBACK gw-b 10.10.0.2:4420 since 2026-12-01T15:00:00Z: target did not answer",
+		"accepting; fallback gw-b 10.10.0.3:4421",
+		"10.10.0.2:4420 (fallback)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
