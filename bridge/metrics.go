@@ -198,6 +198,23 @@ var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsS
 	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
 })
 
+// The XDP classifier's counters (a userspace leg with io: afxdp): what it
+// redirected to the leg's AF_XDP socket, passed to the kernel and why,
+// dropped and why, and the CNPs it answered ECN-CE with.
+var classifierCounters = newCounters("rbridge_xdp_classifier_", legLabels, []counterRow[xdp.Counters]{
+	{"redirected_total", "Packets the XDP program sent to the leg's AF_XDP socket.", func(s *xdp.Counters) uint64 { return s.Redirected }},
+	{"passed_not_roce_total", "Packets passed to the kernel: not UDP to port 4791.", func(s *xdp.Counters) uint64 { return s.NotRoCE }},
+	{"passed_unowned_total", "RoCEv2 packets passed to the kernel: for a QP the gateway does not own.", func(s *xdp.Counters) uint64 { return s.Unowned }},
+	{"passed_no_socket_total", "RoCEv2 packets for an owned QP passed to the kernel: no AF_XDP socket on the receiving queue.", func(s *xdp.Counters) uint64 { return s.NoSocket }},
+	{"dropped_truncated_total", "RoCEv2 packets dropped: shorter than their headers, or inconsistent lengths.", func(s *xdp.Counters) uint64 { return s.DropTruncated }},
+	{"dropped_version_total", "RoCEv2 packets dropped: BTH transport version not 0.", func(s *xdp.Counters) uint64 { return s.DropVersion }},
+	{"dropped_opcode_total", "RoCEv2 packets dropped: a reserved or unsupported opcode.", func(s *xdp.Counters) uint64 { return s.DropOpcode }},
+	{"dropped_fault_total", "Packets dropped by fault injection (tests).", func(s *xdp.Counters) uint64 { return s.DropFault }},
+	{"cnps_sent_total", "CNPs the XDP program sent in answer to ECN-CE.", func(s *xdp.Counters) uint64 { return s.CNPSent }},
+	{"cnps_rate_limited_total", "ECN-CE packets within their QP's CNP interval: no CNP sent.", func(s *xdp.Counters) uint64 { return s.CNPLimited }},
+	{"cnps_failed_total", "CNPs due that could not be built from the packet.", func(s *xdp.Counters) uint64 { return s.CNPFailed }},
+})
+
 // metricsSnapshot is what a scrape reads of a gateway, at one moment.
 type metricsSnapshot struct {
 	routes []routeMetrics
@@ -226,6 +243,7 @@ type legMetrics struct {
 	cm        *cm.StatsSnapshot
 	udp       *udpconn.StatsSnapshot
 	xdp       *xdp.ConnStats
+	prog      *xdp.Counters
 }
 
 // metrics reads the gateway's counters.
@@ -278,6 +296,11 @@ func (g *Gateway) metrics() metricsSnapshot {
 				// still count: the error only leaves RXRingDrops zero.
 				s, _ := pc.Stats()
 				lm.xdp = &s
+			}
+			if u.prog != nil {
+				if c, err := u.prog.Counters(); err == nil {
+					lm.prog = &c
+				}
 			}
 		}
 		if v, ok := g.legs[name].(*verbsLeg); ok {
@@ -338,6 +361,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, xdpCounters)
 	describe(ch, verbsCounters)
 	describe(ch, quicCounters)
+	describe(ch, classifierCounters)
 	ch <- descQUICConns
 }
 
@@ -408,6 +432,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.verbs != nil {
 			collect(ch, verbsCounters, l.verbs, l.name)
+		}
+		if l.prog != nil {
+			collect(ch, classifierCounters, l.prog, l.name)
 		}
 		if l.quic != nil {
 			collect(ch, quicCounters, l.quic, l.name)

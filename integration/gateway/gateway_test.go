@@ -274,6 +274,17 @@ func TestGuestRunPerftest(t *testing.T) {
 					t.Logf("%s from the IB side through rbridge:\n%s", tc.tool, lastLines(out, 4))
 				})
 			}
+			// The scrape after all that: the XDP classifier redirected the
+			// userspace leg's packets to its socket (afxdp), and the
+			// socket took no more than that; promtool lints it on the host.
+			m, raw := scrape(t, adminAddr(t, logs))
+			if io == "afxdp" {
+				redirected, received := m[`rbridge_xdp_classifier_redirected_total{leg="roce"}`], m[`rbridge_xdp_rx_packets_total{leg="roce"}`]
+				if redirected == 0 || received == 0 || received > redirected {
+					t.Errorf("the classifier redirected %v packets, the AF_XDP socket received %v: want both counted, received <= redirected", redirected, received)
+				}
+				guest.Artifact(t, "metrics-afxdp-perftest.prom", raw)
+			}
 			// Every session that came up ended: nothing left behind.
 			waitSessionsEnded(t, logs)
 		})
