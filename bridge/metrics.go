@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -150,6 +151,22 @@ var cmCounters = newCounters("rbridge_cm_", legLabels, []counterRow[cm.StatsSnap
 	{"rejects_total", "REJs sent.", func(s *cm.StatsSnapshot) uint64 { return s.Rejects }},
 	{"timeouts_total", "CM handshakes that timed out.", func(s *cm.StatsSnapshot) uint64 { return s.Timeouts }},
 })
+
+// NAKs and error completions by kind, per userspace leg: a bounded label
+// each (the AETH NAK codes, the completion statuses).
+var (
+	descNAKsSent     = prometheus.NewDesc("rbridge_transport_naks_sent_by_code_total", "NAKs the userspace device sent, by NAK code.", []string{"leg", "code"}, nil)
+	descNAKsReceived = prometheus.NewDesc("rbridge_transport_naks_received_by_code_total", "NAKs the userspace device's requesters received, by NAK code.", []string{"leg", "code"}, nil)
+	descErrorWCs     = prometheus.NewDesc("rbridge_transport_error_completions_total", "Work completions the userspace device's QPs completed with an error, by status (flushed work among them).", []string{"leg", "status"}, nil)
+	nakCodeNames     = [transport.NAKCodes]string{"psn_sequence_error", "invalid_request", "remote_access_error", "remote_operational_error", "invalid_rd_request"}
+	statusNames      = func() [transport.NumStatuses]string {
+		var out [transport.NumStatuses]string
+		for i := range out {
+			out[i] = strings.ReplaceAll(transport.Status(i).String(), " ", "_")
+		}
+		return out
+	}()
+)
 
 // The UDP socket's counters (a userspace leg with io: udp).
 var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.StatsSnapshot]{
@@ -362,6 +379,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, verbsCounters)
 	describe(ch, quicCounters)
 	describe(ch, classifierCounters)
+	for _, d := range []*prometheus.Desc{descNAKsSent, descNAKsReceived, descErrorWCs} {
+		ch <- d
+	}
 	ch <- descQUICConns
 }
 
@@ -417,8 +437,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if l.mtu > 0 {
 			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.mtu), l.name)
 		}
-		if l.transport != nil {
-			collect(ch, transportCounters, l.transport, l.name)
+		if t := l.transport; t != nil {
+			collect(ch, transportCounters, t, l.name)
+			for i, code := range nakCodeNames {
+				ch <- prometheus.MustNewConstMetric(descNAKsSent, prometheus.CounterValue, float64(t.TxNAKCodes[i]), l.name, code)
+				ch <- prometheus.MustNewConstMetric(descNAKsReceived, prometheus.CounterValue, float64(t.RxNAKCodes[i]), l.name, code)
+			}
+			for i, st := range statusNames[1:] {
+				ch <- prometheus.MustNewConstMetric(descErrorWCs, prometheus.CounterValue, float64(t.ErrorCompletions[i+1]), l.name, st)
+			}
 			ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.GaugeValue, float64(l.limited), l.name)
 		}
 		if l.cm != nil {
