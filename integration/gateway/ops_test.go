@@ -121,7 +121,7 @@ func measuredPair(t *testing.T, logs *syncBuffer, admin, tool string, server, cl
 			after, _ = scrape(t, admin)
 			return o, from, before, after
 		}
-		if why, again := pairAgain(err); again && try < 3 {
+		if why, again := pairAgain(err); again && try < pairTries {
 			t.Logf("%s %s; again", tool, why)
 			continue
 		}
