@@ -325,13 +325,13 @@ func (e *QUICEndpoint) routineWrite() {
 				closed = true
 			}
 			if err != nil {
-				e.fail(fmt.Errorf("write to the far gateway: %w", err))
+				e.writeFailed(err)
 				return
 			}
 		}
 		clear(batch)
 		if err := w.Flush(); err != nil {
-			e.fail(fmt.Errorf("write to the far gateway: %w", err))
+			e.writeFailed(err)
 			return
 		}
 		if closed {
@@ -340,6 +340,16 @@ func (e *QUICEndpoint) routineWrite() {
 			return
 		}
 	}
+}
+
+// writeFailed ends the endpoint because the writer cannot write. A
+// Close under way (fail does nothing then) is waiting for the writer to
+// end the stream after its Close frame, which it now never will: the
+// endpoint stops here, or Close would wait out its whole grace.
+func (e *QUICEndpoint) writeFailed(err error) {
+	err = fmt.Errorf("write to the far gateway: %w", err)
+	e.fail(err)
+	e.stop(fmt.Errorf("bridge: %s: %w", e.name, err), false)
 }
 
 func (e *QUICEndpoint) writeOp(w *bufio.Writer, hdr []byte, op *Op, id uint32) ([]byte, error) {

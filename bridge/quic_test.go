@@ -39,6 +39,21 @@ func tunnelCreds(t testing.TB) (a, b *tunnel.Credentials) {
 // closes the QUIC connection and listener (also at the test's end).
 func tunnelPair(t testing.TB, pool *bridge.Pool) (a, b *bridge.QUICEndpoint, stop func()) {
 	t.Helper()
+	sa, sb, stop := tunnelStreams(t)
+	var err error
+	if a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 48, Pool: pool, Logger: testlog.New(t), Name: "tunnel a"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pool, Logger: testlog.New(t), Name: "tunnel b"}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, stop
+}
+
+// tunnelStreams are tunnelPair's two streams, the Open (MaxOps 64) and
+// the Accept (MaxOps 48) read and written, before any endpoint takes them.
+func tunnelStreams(t testing.TB) (sa, sb *quic.Stream, stop func()) {
+	t.Helper()
 	ca, cb := tunnelCreds(t)
 	ln, err := quic.ListenAddr("127.0.0.1:0", cb.ServerConfig(), tunnel.QUICConfig())
 	if err != nil {
@@ -56,7 +71,7 @@ func tunnelPair(t testing.TB, pool *bridge.Pool) (a, b *bridge.QUICEndpoint, sto
 		ln.Close()
 	}
 	t.Cleanup(stop)
-	sa, err := conn.OpenStreamSync(ctx)
+	sa, err = conn.OpenStreamSync(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +87,7 @@ func tunnelPair(t testing.TB, pool *bridge.Pool) (a, b *bridge.QUICEndpoint, sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := sc.AcceptStream(ctx)
+	sb, err = sc.AcceptStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +105,42 @@ func tunnelPair(t testing.TB, pool *bridge.Pool) (a, b *bridge.QUICEndpoint, sto
 	if typ, _, _, err := tunnel.ReadFrame(sa, hdr); err != nil || typ != tunnel.TypeAccept {
 		t.Fatalf("Accept: %v %v", typ, err)
 	}
-	if a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 48, Pool: pool, Logger: testlog.New(t), Name: "tunnel a"}); err != nil {
+	return sa, sb, stop
+}
+
+// TestQUICEndpointClosesWhenItsCloseCannotBeWritten: the far gateway
+// stopped reading the session's stream (it closed its side first and
+// cancelled its reads, as a QUICEndpoint's Close does), so this end's
+// Close frame cannot be written. Close must end once its writer failed,
+// not wait out the grace it gives a writer that is still sending (a
+// second, by which every session whose two peers disconnect at once
+// ended late).
+func TestQUICEndpointClosesWhenItsCloseCannotBeWritten(t *testing.T) {
+	pool, err := bridge.NewPool(bridge.PoolOptions{Size: 1 << 20, Classes: []int{4 << 10}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pool, Logger: testlog.New(t), Name: "tunnel b"}); err != nil {
+	defer pool.Close()
+	sa, sb, _ := tunnelStreams(t)
+	b, err := bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pool, Logger: testlog.New(t), Name: "tunnel b"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return a, b, stop
+	sa.CancelRead(0) // STOP_SENDING: b's writes fail from now on
+	select {
+	case <-sb.Context().Done(): // the STOP_SENDING arrived
+	case <-time.After(10 * time.Second):
+		t.Fatal("the far end's STOP_SENDING never arrived")
+	}
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The grace is a second; a Close that is not kept waiting takes
+	// milliseconds.
+	if took := time.Since(start); took >= 500*time.Millisecond {
+		t.Errorf("Close took %v with a writer that could not write its Close frame: it waited out its grace", took)
+	}
 }
 
 func netipAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }

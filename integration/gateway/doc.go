@@ -1,5 +1,8 @@
 // Package gateway holds the guest tests of the rbridge command: `rbridge run`
 // started with a config file between the guest's RoCE side (kernel rxe1,
 // the user0 namespace) and its IB fabric (rxe2, rxe3), with unmodified
-// rdma_cm tools (perftest, rping) on both sides.
+// rdma_cm tools (perftest, rping) on both sides; and two `rbridge run`
+// processes in network namespaces of their own, joined by their quic legs
+// over a delayed and lossy link, between rxe devices the test adds, next to
+// the same tools straight across the same link (quic_test.go).
 package gateway

@@ -116,12 +116,12 @@ func measuredPair(t *testing.T, logs *syncBuffer, admin, tool string, server, cl
 		}
 		before, _ = scrape(t, admin)
 		from = strings.Count(logs.String(), "\n")
-		o, err := pairOnce(t, tool, server, client)
+		o, _, err := pairOnce(t, 3*time.Minute, tool, server, client) // TCG is slow
 		if err == nil {
 			after, _ = scrape(t, admin)
 			return o, from, before, after
 		}
-		if why, again := pairAgain(err); again && try < 3 {
+		if why, again := pairAgain(err); again && try < pairTries {
 			t.Logf("%s %s; again", tool, why)
 			continue
 		}
@@ -145,16 +145,29 @@ func sessionEnds(logs string, from int, route string) (ops, bytes []int) {
 
 func status(t *testing.T, admin string) bridge.Status {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/status")
+	st, err := statusVia(http.DefaultClient, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var st bridge.Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
 	return st
+}
+
+// statusVia reads a gateway's /status with hc (whose connections may
+// start in another network namespace).
+func statusVia(hc *http.Client, admin string) (bridge.Status, error) {
+	var st bridge.Status
+	resp, err := hc.Get("http://" + admin + "/status")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET %s/status: %s", admin, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return st, fmt.Errorf("GET %s/status: %w", admin, err)
+	}
+	return st, nil
 }
 
 // TestGuestRunOperations: rbridge run's admin server and reload with

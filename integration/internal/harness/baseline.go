@@ -55,11 +55,12 @@ func (f *Figure) OK() bool {
 // ("BW average[MB/sec]", "99% percentile[usec]").
 var perftestColumn = regexp.MustCompile(`#\S+|[^\s#][^\[]*\[[^\]]*\]`)
 
-// parsePerftest reads the results table of a perftest client: the header
+// ParsePerftest reads the results table of a perftest client (its output,
+// line by line; the guest tests read their own clients' with it): the header
 // line that starts with "#bytes" and the first line of numbers after it
 // (perftest may print a warning between them), up to the table's closing
 // dashes.
-func parsePerftest(lines []string) map[string]string {
+func ParsePerftest(lines []string) map[string]string {
 	for i, line := range lines {
 		t := strings.TrimSpace(line)
 		if !strings.HasPrefix(t, "#bytes") {

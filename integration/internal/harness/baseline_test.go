@@ -44,9 +44,9 @@ Correlation coefficient r^2: 0.497217 < 0.9
 		{name: "short row", lines: " #bytes     #iterations    BW peak[MB/sec]\n 65536 1000\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := parsePerftest(strings.Split(tc.lines, "\n"))
+			got := ParsePerftest(strings.Split(tc.lines, "\n"))
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("parsePerftest (-want +got):\n%s", diff)
+				t.Errorf("ParsePerftest (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -153,7 +153,7 @@ func (c *Console) baseMarker(f []string) {
 		c.fig.Iters = attrInt(f[3:], "iters", 0)
 		c.fig.GatewayCPUTicks = attrInt(f[3:], "gateway_cpu_ticks", -1)
 		if c.fig.Tool != "rping" {
-			c.fig.Columns = parsePerftest(c.fig.Output)
+			c.fig.Columns = ParsePerftest(c.fig.Output)
 		}
 		c.Figures = append(c.Figures, c.fig)
 		c.fig = nil
