@@ -15,6 +15,7 @@
 //	    ip: 198.18.1.3
 //	    io: afxdp                   # afxdp (default) or udp
 //	    netns: user0                # optional: the network namespace that holds the interface
+//	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
@@ -31,11 +32,26 @@
 //	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
 //	    fallback: {leg: gw-b, addr: "198.18.1.2:4420"} # optional: when the target cannot be reached here, through gw-b
+//	  - name: feed-lookup                             # a UD service (rdma_cm's UDP port space: udaddy, SIDR)
+//	    ud: true                                      # optional, default false: datagrams, not connections
+//	    listen: {leg: roce, addr: "198.18.1.3:7174"}
+//	    target: {leg: ib, addr: "198.18.3.2:7174"}
 //	  - name: far-storage                             # a target behind another gateway
 //	    listen: {leg: roce, addr: "198.18.1.3:4421"}
 //	    target: {leg: gw-b, addr: "198.18.9.2:4420"}  # gw-b's route listening on leg gw-a for this address
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
+//
+// A route with ud: true crosses rdma_cm's UDP port space: the gateway
+// answers a client's service ID resolution (SIDR_REQ) for the listen
+// address only once the target's answered the same on the other leg, and
+// then relays datagrams between a pair of its own UD QPs made for that
+// client (one on each leg), with their immediate data, each side seeing
+// the Q_Key its own resolution gave. UD stays UD: nothing is acknowledged
+// or resent, and what cannot cross (longer than the far leg's MTU, no
+// buffer) is dropped and counted. UD routes are on userspace and verbs
+// legs; their listen address may share a port with an RC route's (the
+// port spaces differ), not with another UD route's.
 //
 // On a quic leg a route's addresses name the far end, not this gateway:
 // a route whose target is on a quic leg asks the peer gateway for that
@@ -98,6 +114,9 @@ type Leg struct {
 	Interface string `yaml:"interface"`
 	IO        string `yaml:"io"`
 	Netns     string `yaml:"netns"`
+	// MTU (userspace) caps the leg's path MTU below what its interface
+	// carries: 256, 512, 1024, 2048 or 4096 (0: the interface's).
+	MTU int `yaml:"mtu"`
 	// Listen, Peer, Cert, Key, CA and PeerName (quic) say where the
 	// gateway accepts its peer gateway's connection and where it
 	// connects to it, and the mutual TLS of both.
@@ -164,6 +183,9 @@ type Route struct {
 	// Fallback, when its Leg is set, is the target through a peer gateway
 	// (a quic leg) that new sessions use while Target cannot be reached.
 	Fallback Endpoint `yaml:"fallback"`
+	// UD makes the route one of rdma_cm's UDP port space (SIDR and
+	// datagrams) instead of its TCP one (RC connections).
+	UD bool `yaml:"ud"`
 
 	line int
 	errs []lineError
@@ -352,7 +374,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
 	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -361,6 +383,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 		scalar(vals, k.key, "leg", k.dst, &errs)
 	}
 	scalar(vals, "port", "leg", &l.Port, &errs)
+	scalar(vals, "mtu", "leg", &l.MTU, &errs)
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
 	l.errs = errs
 	return nil
@@ -392,8 +415,13 @@ func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
 // UnmarshalYAML decodes a route from its node.
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	r.line = n.Line
-	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback")
+	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback", "ud")
 	scalar(vals, "name", "route", &r.Name, &errs)
+	if v := vals["ud"]; v != nil {
+		if err := v.Decode(&r.UD); err != nil {
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("route: ud %q: want true or false", v.Value)})
+		}
+	}
 	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target, "fallback": &r.Fallback} {
 		if v := vals[key]; v != nil {
 			_ = e.UnmarshalYAML(v)
@@ -419,6 +447,13 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	}
 	r.errs = errs
 	return nil
+}
+
+// listenKey is a listen address in one of rdma_cm's port spaces (UD or
+// not): an RC and a UD route may listen on the same address and port.
+type listenKey struct {
+	addr netip.AddrPort
+	ud   bool
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -462,6 +497,9 @@ func (c *Config) validate() Errors {
 		if l.Kind != KindQUIC && (l.Listen != "" || l.Peer != "" || l.Cert != "" || l.Key != "" || l.CA != "" || l.PeerName != "" || l.Over != "") {
 			bad(l.line, "leg %q: listen, peer, cert, key, ca, peer_name and over are for quic legs", l.Name)
 		}
+		if l.MTU != 0 && l.Kind != KindUserspace {
+			bad(l.line, "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
+		}
 		switch l.Kind {
 		case KindQUIC:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" || l.Device != "" || l.Port != 0 {
@@ -482,6 +520,11 @@ func (c *Config) validate() Errors {
 			if l.Device != "" || l.Port != 0 {
 				bad(l.line, "leg %q: device and port are for verbs legs", l.Name)
 			}
+			switch l.MTU {
+			case 0, 256, 512, 1024, 2048, 4096:
+			default:
+				bad(l.line, "leg %q: mtu %d: want an IB MTU (256, 512, 1024, 2048 or 4096)", l.Name, l.MTU)
+			}
 			switch l.IO {
 			case "":
 				l.IO = IOAFXDP
@@ -496,7 +539,7 @@ func (c *Config) validate() Errors {
 		}
 	}
 	routes := map[string]int{}
-	listens := map[netip.AddrPort]string{}
+	listens := map[listenKey]string{}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		keep(r.errs)
@@ -545,10 +588,10 @@ func (c *Config) validate() Errors {
 		if ends[0] != nil && r.Listen.Addr.IsValid() {
 			if r.Listen.Addr.Addr() != ends[0].IP && ends[0].Kind != KindQUIC {
 				bad(r.Listen.line, "route %q: listen addr %v is not leg %q's address (%v)", r.Name, r.Listen.Addr, ends[0].Name, ends[0].IP)
-			} else if other, dup := listens[r.Listen.Addr]; dup {
+			} else if other, dup := listens[listenKey{r.Listen.Addr, r.UD}]; dup {
 				bad(r.Listen.line, "route %q: listen addr %v is route %q's already", r.Name, r.Listen.Addr, other)
 			} else {
-				listens[r.Listen.Addr] = r.Name
+				listens[listenKey{r.Listen.Addr, r.UD}] = r.Name
 			}
 		}
 		if ends[0] != nil && ends[0] == ends[1] {
@@ -556,6 +599,16 @@ func (c *Config) validate() Errors {
 		}
 		if r.Fallback.line != 0 && len(r.Fallback.errs) == 0 {
 			c.validateFallback(r, ends[0], bad)
+		}
+		if r.UD {
+			for _, l := range ends {
+				if l != nil && l.Kind == KindQUIC {
+					bad(r.line, "route %q: ud: leg %q is a quic leg; UD routes are on userspace and verbs legs", r.Name, l.Name)
+				}
+			}
+			if r.Fallback.line != 0 {
+				bad(r.Fallback.line, "route %q: ud: a UD route has no fallback", r.Name)
+			}
 		}
 		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP && ends[1].Kind != KindQUIC {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)

@@ -67,6 +67,26 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+// TestParseUD: a UD route may listen where an RC route does (another port
+// space); ud is false unless given.
+func TestParseUD(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(good+`  - name: lookup
+    ud: true
+    listen: {leg: ib, addr: "198.18.3.1:4420"}
+    target: {leg: roce, addr: "198.18.1.2:7174"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for _, r := range c.Routes {
+		got = append(got, r.UD)
+	}
+	if d := cmp.Diff([]bool{false, false, true}, got); d != "" {
+		t.Errorf("routes' ud (-want +got):\n%s", d)
+	}
+}
+
 func TestParseAdmin(t *testing.T) {
 	for _, tc := range []struct {
 		name, extra string
@@ -144,6 +164,14 @@ func TestParseBad(t *testing.T) {
 			[]string{`gw.yaml:9: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
 		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
 			[]string{`gw.yaml:9: leg "gw": over "ib9": no such leg`}},
+		{"bad mtu", base(ib+roce+"    mtu: 1500\n", ok), []string{`gw.yaml:5: leg "roce": mtu 1500: want an IB MTU`}},
+		{"mtu on a verbs leg", base(ib+"    mtu: 1024\n"+roce, ok), []string{`gw.yaml:2: leg "ib": mtu is for userspace legs`}},
+		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route: ud "yes please": want true or false`}},
+		{"two ud routes on one listen", base(ib+roce, ok+"    ud: true\n"+strings.Replace(ok, "name: r", "name: s", 1)+"    ud: true\n"),
+			[]string{`gw.yaml:15: route "s": listen addr 198.18.3.1:1 is route "r"'s already`}},
+		{"ud route on a quic leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n",
+			route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)+"    ud: true\n"),
+			[]string{`route "r": ud: leg "gw" is a quic leg; UD routes are on userspace and verbs legs`}},
 		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca, peer_name and over are for quic legs`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
