@@ -63,6 +63,13 @@ type Gateway struct {
 
 	fallbackAfter, fallbackRetry time.Duration
 
+	// udRoutes holds each UD route's counters (kept across reloads like
+	// routeStats); udPairs the UD clients relaying now (ud.go). Guarded
+	// by mu.
+	udRoutes map[string]*udRoute
+	udPairs  map[*udPair]struct{}
+	udIdle   time.Duration
+
 	stats GatewayStats
 }
 
@@ -100,7 +107,10 @@ type GatewayOptions struct {
 	// fallback, a new session tries the target again
 	// (DefaultFallbackRetry).
 	FallbackAfter, FallbackRetry time.Duration
-	Logger                       *slog.Logger
+	// UDIdle is how long a UD route's client keeps its pair of QPs
+	// without a datagram either way (DefaultUDIdle).
+	UDIdle time.Duration
+	Logger *slog.Logger
 }
 
 // sessionInfo is what the gateway knows of a session.
@@ -176,6 +186,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	if o.FallbackRetry <= 0 {
 		o.FallbackRetry = DefaultFallbackRetry
 	}
+	if o.UDIdle <= 0 {
+		o.UDIdle = DefaultUDIdle
+	}
 	if o.Pool.Size == 0 {
 		o.Pool.Size = DefaultPoolSize
 	}
@@ -190,7 +203,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
 		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
-		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry}
+		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
+		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -232,6 +246,9 @@ type routeRun struct {
 
 // startRoute listens on r's address and starts its accept loop.
 func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
+	if r.UD {
+		return g.startUDRoute(c, r)
+	}
 	ln, err := g.legs[r.Listen.Leg].listen(r.Listen.Addr)
 	if err != nil {
 		return fmt.Errorf("%s:%d: route %q: listen on %v: %w", c.File(), r.Line(), r.Name, r.Listen.Addr, err)

@@ -14,6 +14,8 @@ type Status struct {
 	Legs     []LegStatus     `json:"legs"`
 	Routes   []RouteStatus   `json:"routes"`
 	Sessions []SessionStatus `json:"sessions"`
+	// UDClients are the UD routes' clients relaying now (ud.go).
+	UDClients []UDClientStatus `json:"ud_clients,omitempty"`
 }
 
 // LegStatus describes one leg.
@@ -58,6 +60,14 @@ type RouteStatus struct {
 	// Fallback is the route's fallback, when it has one, and whether new
 	// sessions go there now.
 	Fallback *FallbackStatus `json:"fallback,omitempty"`
+	// UD is a UD route's: its clients now and its counters.
+	UD *UDRouteStatus `json:"ud,omitempty"`
+}
+
+// UDRouteStatus is a UD route's clients and counters.
+type UDRouteStatus struct {
+	Clients int             `json:"clients"`
+	Stats   UDStatsSnapshot `json:"stats"`
 }
 
 // SessionStatus describes one running session.
@@ -125,6 +135,8 @@ func (g *Gateway) Status() Status {
 		st.Legs = append(st.Legs, ls)
 	}
 	now := time.Now()
+	var udOpen map[string]int
+	st.UDClients, udOpen = g.udClients()
 	g.mu.Lock()
 	open := map[string]int{}
 	for s, info := range g.sessions {
@@ -157,6 +169,9 @@ func (g *Gateway) Status() Status {
 		}
 		for _, p := range r.Allow {
 			rs.Allow = append(rs.Allow, p.String())
+		}
+		if s := g.UDStats(r.Name); r.UD && s != nil {
+			rs.UD = &UDRouteStatus{Clients: udOpen[r.Name], Stats: *s}
 		}
 		st.Routes = append(st.Routes, rs)
 	}

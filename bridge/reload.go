@@ -119,11 +119,12 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	return res, nil
 }
 
-// sameRoute reports whether two routes listen, target and allow alike.
+// sameRoute reports whether two routes listen, target and allow alike (in
+// the same port space).
 func sameRoute(a, b *config.Route) bool {
 	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
 		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow) &&
-		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr
+		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr && a.UD == b.UD
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).
