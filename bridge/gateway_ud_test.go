@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
@@ -190,6 +191,30 @@ func TestGatewayUD(t *testing.T) {
 	}
 	if d := cmp.Diff(want, *st); d != "" {
 		t.Errorf("UD stats (-want +got):\n%s", d)
+	}
+	// The same in /metrics, linted, and described as collected.
+	m, b := scrape(t, startAdmin(t, g))
+	promtool(t, b)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(bridge.NewCollector(g)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("pedantic gather: %v", err)
+	}
+	for name, v := range map[string]float64{
+		`rbridge_route_ud_resolved_total{route="u"}`:                                           1,
+		`rbridge_route_ud_datagrams_total{direction="to_target",route="u"}`:                    n,
+		`rbridge_route_ud_datagrams_total{direction="to_client",route="u"}`:                    n,
+		`rbridge_route_ud_payload_bytes_total{direction="to_client",route="u"}`:                float64(want.Bytes[1]),
+		`rbridge_route_ud_imm_qpn_rewritten_total{direction="to_client",route="u"}`:            3,
+		`rbridge_route_ud_dropped_total{cause="too_long",direction="to_target",route="u"}`:     1,
+		`rbridge_route_ud_dropped_total{cause="unknown_peer",direction="to_client",route="u"}`: 1,
+		`rbridge_route_ud_dropped_total{cause="no_receive",direction="to_target",route="u"}`:   0,
+	} {
+		if got, ok := m[name]; !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
+		}
 	}
 	clients := g.Status().UDClients
 	if len(clients) != 1 || clients[0].ClientQPN != cqp.QPN() || clients[0].TargetQPN != tqp.QPN() || clients[0].Route != "u" {

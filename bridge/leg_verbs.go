@@ -23,6 +23,7 @@ type verbsLeg struct {
 	cfg  *config.Leg
 	log  *slog.Logger
 	pool *Pool
+	gid  ibv.GIDChoice // the leg's address's GID: the source of its UD sends
 
 	mu   sync.Mutex // guards devs
 	devs map[*ibv.Device]*verbsDevice
@@ -45,7 +46,7 @@ func openVerbsLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
 		return nil, err
 	}
 	log.Info("verbs leg GID", "leg", l.Name, "device", gid.Device, "port", gid.Port, "index", gid.Index, "why", gid.Reason)
-	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, devs: map[*ibv.Device]*verbsDevice{}}, nil
+	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}, nil
 }
 
 // findGID finds the device, port and GID the leg's IP is on, checked

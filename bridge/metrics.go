@@ -80,6 +80,32 @@ var directionRows = func() []directionRow {
 	return out
 }()
 
+// The UD route counters (ud.go), from its UDStats.
+var udRouteCounters = newCounters("rbridge_route_ud_", []string{"route"}, []counterRow[UDStatsSnapshot]{
+	{"resolved_total", "UD clients the route resolved (a pair of gateway QPs made for each).", func(s *UDStatsSnapshot) uint64 { return s.Resolved }},
+	{"refused_total", "UD clients answered with the target's refusal (or the allow list's).", func(s *UDStatsSnapshot) uint64 { return s.Refused }},
+	{"no_qp_total", "UD clients answered \"no QP\": the target did not answer, or no room.", func(s *UDStatsSnapshot) uint64 { return s.NoQP }},
+})
+
+var (
+	descUDDatagrams = prometheus.NewDesc("rbridge_route_ud_datagrams_total", "UD datagrams relayed.", []string{"route", "direction"}, nil)
+	descUDBytes     = prometheus.NewDesc("rbridge_route_ud_payload_bytes_total", "Payload bytes of the UD datagrams relayed.", []string{"route", "direction"}, nil)
+	descUDImm       = prometheus.NewDesc("rbridge_route_ud_imm_qpn_rewritten_total", "UD datagrams whose immediate data (their sender's QPN) became the gateway QP's.", []string{"route", "direction"}, nil)
+	descUDDropped   = prometheus.NewDesc("rbridge_route_ud_dropped_total", "UD datagrams dropped, by cause.", []string{"route", "direction", "cause"}, nil)
+)
+
+// udDropCauses names the UD drop counters.
+var udDropCauses = []struct {
+	cause string
+	val   func(*UDStatsSnapshot) *[2]uint64
+}{
+	{"too_long", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropTooLong }},
+	{"unknown_peer", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropUnknownPeer }},
+	{"pool_empty", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropPoolEmpty }},
+	{"no_receive", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropNoReceive }},
+	{"send_failed", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropSendFailed }},
+}
+
 var (
 	descSessionsOpen = prometheus.NewDesc("rbridge_route_sessions_open", "Sessions of the route running now.", []string{"route"}, nil)
 	descLegMTU       = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
@@ -157,6 +183,7 @@ type routeMetrics struct {
 	open     int
 	gw       GatewayStatsSnapshot
 	sessions SessionStatsSnapshot // ended sessions' and running ones'
+	ud       *UDStatsSnapshot     // a UD route's
 }
 
 type legMetrics struct {
@@ -201,6 +228,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 	// above has been accepted.
 	for i := range m.routes {
 		m.routes[i].gw = stats[i].Snapshot()
+		m.routes[i].ud = g.UDStats(m.routes[i].name)
 	}
 	for i := range cfg.Legs {
 		name := cfg.Legs[i].Name
@@ -245,6 +273,10 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, r := range directionRows {
 		ch <- r.desc
 	}
+	describe(ch, udRouteCounters)
+	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped} {
+		ch <- d
+	}
 	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
 		ch <- d
 	}
@@ -279,6 +311,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d]), r.name, dir)
 			}
 		}
+		if r.ud != nil {
+			collectUD(ch, r.name, r.ud)
+		}
 	}
 	sort.Slice(m.pool, func(i, j int) bool { return m.pool[i].Size < m.pool[j].Size })
 	for _, p := range m.pool {
@@ -304,6 +339,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.xdp != nil {
 			collect(ch, xdpCounters, l.xdp, l.name)
+		}
+	}
+}
+
+func collectUD(ch chan<- prometheus.Metric, route string, s *UDStatsSnapshot) {
+	collect(ch, udRouteCounters, s, route)
+	for d, dir := range directions {
+		ch <- prometheus.MustNewConstMetric(descUDDatagrams, prometheus.CounterValue, float64(s.Datagrams[d]), route, dir)
+		ch <- prometheus.MustNewConstMetric(descUDBytes, prometheus.CounterValue, float64(s.Bytes[d]), route, dir)
+		ch <- prometheus.MustNewConstMetric(descUDImm, prometheus.CounterValue, float64(s.ImmQPNRewritten[d]), route, dir)
+		for _, c := range udDropCauses {
+			ch <- prometheus.MustNewConstMetric(descUDDropped, prometheus.CounterValue, float64(c.val(s)[d]), route, dir, c.cause)
 		}
 	}
 }
