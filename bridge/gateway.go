@@ -69,6 +69,8 @@ type Gateway struct {
 	udRoutes map[string]*udRoute
 	udPairs  map[*udPair]struct{}
 	udIdle   time.Duration
+	// groups are the multicast groups relaying (mcast.go), by name.
+	groups map[string]*groupRun
 
 	stats GatewayStats
 }
@@ -204,7 +206,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
-		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle}
+		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -231,6 +233,11 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	for i := range o.Config.Routes {
 		if err := g.startRoute(o.Config, &o.Config.Routes[i]); err != nil {
+			return fail(err)
+		}
+	}
+	for i := range o.Config.Groups {
+		if err := g.startGroup(o.Config, &o.Config.Groups[i]); err != nil {
 			return fail(err)
 		}
 	}

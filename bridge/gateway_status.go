@@ -16,6 +16,8 @@ type Status struct {
 	Sessions []SessionStatus `json:"sessions"`
 	// UDClients are the UD routes' clients relaying now (ud.go).
 	UDClients []UDClientStatus `json:"ud_clients,omitempty"`
+	// Groups are the multicast groups relayed (mcast.go).
+	Groups []GroupStatus `json:"groups,omitempty"`
 }
 
 // LegStatus describes one leg.
@@ -137,6 +139,7 @@ func (g *Gateway) Status() Status {
 	now := time.Now()
 	var udOpen map[string]int
 	st.UDClients, udOpen = g.udClients()
+	st.Groups = g.groupStatus()
 	g.mu.Lock()
 	open := map[string]int{}
 	for s, info := range g.sessions {

@@ -92,6 +92,10 @@ var (
 	descUDBytes     = prometheus.NewDesc("rbridge_route_ud_payload_bytes_total", "Payload bytes of the UD datagrams relayed.", []string{"route", "direction"}, nil)
 	descUDImm       = prometheus.NewDesc("rbridge_route_ud_imm_qpn_rewritten_total", "UD datagrams whose immediate data (their sender's QPN) became the gateway QP's.", []string{"route", "direction"}, nil)
 	descUDDropped   = prometheus.NewDesc("rbridge_route_ud_dropped_total", "UD datagrams dropped, by cause.", []string{"route", "direction", "cause"}, nil)
+
+	descGroupDatagrams = prometheus.NewDesc("rbridge_group_datagrams_total", "Multicast datagrams a group relayed.", []string{"group", "direction"}, nil)
+	descGroupBytes     = prometheus.NewDesc("rbridge_group_payload_bytes_total", "Payload bytes of the multicast datagrams relayed.", []string{"group", "direction"}, nil)
+	descGroupDropped   = prometheus.NewDesc("rbridge_group_dropped_total", "Multicast datagrams dropped, by cause (own: the gateway's own, come back).", []string{"group", "direction", "cause"}, nil)
 )
 
 // udDropCauses names the UD drop counters.
@@ -104,6 +108,7 @@ var udDropCauses = []struct {
 	{"pool_empty", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropPoolEmpty }},
 	{"no_receive", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropNoReceive }},
 	{"send_failed", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropSendFailed }},
+	{"own", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropOwn }},
 }
 
 var (
@@ -274,7 +279,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- r.desc
 	}
 	describe(ch, udRouteCounters)
-	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped} {
+	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped, descGroupDatagrams, descGroupBytes, descGroupDropped} {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
@@ -313,6 +318,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if r.ud != nil {
 			collectUD(ch, r.name, r.ud)
+		}
+	}
+	for _, gs := range c.g.groupStatus() {
+		for d, dir := range groupDirs {
+			ch <- prometheus.MustNewConstMetric(descGroupDatagrams, prometheus.CounterValue, float64(gs.Stats.Datagrams[d]), gs.Name, dir)
+			ch <- prometheus.MustNewConstMetric(descGroupBytes, prometheus.CounterValue, float64(gs.Stats.Bytes[d]), gs.Name, dir)
+			for _, cause := range udDropCauses {
+				ch <- prometheus.MustNewConstMetric(descGroupDropped, prometheus.CounterValue, float64(cause.val(&gs.Stats)[d]), gs.Name, dir, cause.cause)
+			}
 		}
 	}
 	sort.Slice(m.pool, func(i, j int) bool { return m.pool[i].Size < m.pool[j].Size })

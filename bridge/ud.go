@@ -75,8 +75,9 @@ type UDStats struct {
 	Resolved, Refused, NoQP atomic.Uint64
 	Datagrams, Bytes        [2]atomic.Uint64
 	ImmQPNRewritten         [2]atomic.Uint64
-	// Drops by cause.
-	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed [2]atomic.Uint64
+	// Drops by cause. DropOwn (multicast groups) is what the gateway
+	// itself sent to the group, received back: loop prevention.
+	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn [2]atomic.Uint64
 }
 
 // UDStatsSnapshot is UDStats read at one moment, as plain values.
@@ -93,6 +94,7 @@ type UDStatsSnapshot struct {
 	DropPoolEmpty   [2]uint64 `json:"dropped_pool_empty"`
 	DropNoReceive   [2]uint64 `json:"dropped_no_receive"`
 	DropSendFailed  [2]uint64 `json:"dropped_send_failed"`
+	DropOwn         [2]uint64 `json:"dropped_own,omitempty"`
 }
 
 // Snapshot reads every counter.
@@ -101,7 +103,7 @@ func (s *UDStats) Snapshot() UDStatsSnapshot {
 	for d := range 2 {
 		out.Datagrams[d], out.Bytes[d], out.ImmQPNRewritten[d] = s.Datagrams[d].Load(), s.Bytes[d].Load(), s.ImmQPNRewritten[d].Load()
 		out.DropTooLong[d], out.DropUnknownPeer[d], out.DropPoolEmpty[d] = s.DropTooLong[d].Load(), s.DropUnknownPeer[d].Load(), s.DropPoolEmpty[d].Load()
-		out.DropNoReceive[d], out.DropSendFailed[d] = s.DropNoReceive[d].Load(), s.DropSendFailed[d].Load()
+		out.DropNoReceive[d], out.DropSendFailed[d], out.DropOwn[d] = s.DropNoReceive[d].Load(), s.DropSendFailed[d].Load(), s.DropOwn[d].Load()
 	}
 	return out
 }

@@ -39,6 +39,13 @@
 //	  - name: far-storage                             # a target behind another gateway
 //	    listen: {leg: roce, addr: "198.18.1.3:4421"}
 //	    target: {leg: gw-b, addr: "198.18.9.2:4420"}  # gw-b's route listening on leg gw-a for this address
+//	groups:                         # optional: IP multicast groups relayed between the fabrics (UD)
+//	  - name: ticks
+//	    group: 239.1.1.1
+//	    roce: roce                  # the userspace leg (io: udp)
+//	    ib: ib                      # the other leg (verbs)
+//	    direction: both             # both (default), ib_to_roce or roce_to_ib
+//	    mgid: rdma_cm               # the MGID form on the ib leg (rdma_cm, the default, only for now)
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -81,6 +88,7 @@ import (
 type Config struct {
 	Legs   []Leg   `yaml:"legs"`
 	Routes []Route `yaml:"routes"`
+	Groups []Group `yaml:"groups"`
 	Admin  Admin   `yaml:"admin"`
 
 	file string
@@ -296,7 +304,7 @@ func yamlError(file, msg string) *Error {
 		fmt.Sscan(m[1], &line)
 		text := m[2]
 		if u := unknownField.FindStringSubmatch(text); u != nil {
-			text = fmt.Sprintf("unknown key %q (known: legs, routes, admin)", u[1])
+			text = fmt.Sprintf("unknown key %q (known: legs, routes, groups, admin)", u[1])
 		}
 		return &Error{File: file, Line: line, Msg: text}
 	}
@@ -466,7 +474,7 @@ func (c *Config) validate() Errors {
 	if len(c.Legs) == 0 {
 		bad(0, "no legs: a gateway needs one on each fabric")
 	}
-	if len(c.Routes) == 0 {
+	if len(c.Routes) == 0 && len(c.Groups) == 0 {
 		bad(0, "no routes: nothing would cross the gateway")
 	}
 	keep := func(errs []lineError) {
@@ -614,6 +622,7 @@ func (c *Config) validate() Errors {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
 		}
 	}
+	c.validateGroups(bad)
 	keep(c.Admin.errs)
 	if !c.Admin.given && len(c.Admin.errs) == 0 {
 		c.Admin.Listen = DefaultAdminListen
@@ -627,6 +636,122 @@ func (c *Config) validate() Errors {
 		}
 	}
 	return es
+}
+
+// Group directions.
+const (
+	DirectionBoth     = "both"
+	DirectionIBToRoCE = "ib_to_roce"
+	DirectionRoCEToIB = "roce_to_ib"
+)
+
+// MGID forms of a group on its ib leg.
+const (
+	MGIDRDMACM = "rdma_cm"
+	MGIDIPoIB  = "ipoib"
+)
+
+// Group is an IP multicast group relayed between a RoCE leg and an IB
+// leg: joined on both (IGMP on the userspace leg's interface; rdma_cm's
+// join on the verbs leg), its UD datagrams sent on the other in the
+// direction given.
+type Group struct {
+	Name string `yaml:"name"`
+	// Group is the IP multicast address.
+	Group netip.Addr `yaml:"group"`
+	// RoCE names the userspace leg (io: udp) and IB the other one (a
+	// verbs leg, or a userspace one).
+	RoCE string `yaml:"roce"`
+	IB   string `yaml:"ib"`
+	// Direction is both (default), ib_to_roce or roce_to_ib; the side that
+	// only sends joins send-only where it can.
+	Direction string `yaml:"direction"`
+	// MGID is the group's MGID form on the IB leg: rdma_cm (default: what
+	// rdma_join_multicast computes, the RDMA-CM form on InfiniBand and
+	// the IPv4-mapped one on RoCE). ipoib is not supported yet.
+	MGID string `yaml:"mgid"`
+
+	line int
+	errs []lineError
+}
+
+// Line is where the group is defined in its file.
+func (g *Group) Line() int { return g.line }
+
+// UnmarshalYAML decodes a group from its node.
+func (g *Group) UnmarshalYAML(n *yaml.Node) error {
+	g.line = n.Line
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid")
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"name", &g.Name}, {"roce", &g.RoCE}, {"ib", &g.IB}, {"direction", &g.Direction}, {"mgid", &g.MGID}} {
+		scalar(vals, k.key, "group", k.dst, &errs)
+	}
+	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
+	g.errs = errs
+	return nil
+}
+
+// validateGroups checks the multicast groups.
+func (c *Config) validateGroups(bad func(int, string, ...any)) {
+	names := map[string]int{}
+	for i := range c.Groups {
+		g := &c.Groups[i]
+		for _, e := range g.errs {
+			bad(e.line, "%s", e.msg)
+		}
+		switch {
+		case g.Name == "":
+			bad(g.line, "group without a name")
+		case !namePattern.MatchString(g.Name):
+			bad(g.line, "group name %q: letters, digits, '.', '_' and '-' only", g.Name)
+		case names[g.Name] != 0:
+			bad(g.line, "group %q is defined twice (first at line %d)", g.Name, names[g.Name])
+		default:
+			names[g.Name] = g.line
+		}
+		g.Group = g.Group.Unmap()
+		if len(g.errs) == 0 && !g.Group.IsMulticast() {
+			bad(g.line, "group %q: group %v is not an IP multicast address", g.Name, g.Group)
+		}
+		switch g.Direction {
+		case "":
+			g.Direction = DirectionBoth
+		case DirectionBoth, DirectionIBToRoCE, DirectionRoCEToIB:
+		default:
+			bad(g.line, "group %q: direction %q: want both, ib_to_roce or roce_to_ib", g.Name, g.Direction)
+		}
+		switch g.MGID {
+		case "":
+			g.MGID = MGIDRDMACM
+		case MGIDRDMACM:
+		case MGIDIPoIB:
+			bad(g.line, "group %q: mgid ipoib: not supported yet (rdma_join_multicast takes the group's IP address and computes the RDMA-CM form)", g.Name)
+		default:
+			bad(g.line, "group %q: mgid %q: want rdma_cm", g.Name, g.MGID)
+		}
+		for _, side := range []struct{ key, leg string }{{"roce", g.RoCE}, {"ib", g.IB}} {
+			l, ok := c.Leg(side.leg)
+			switch {
+			case side.leg == "":
+				bad(g.line, "group %q: no %s leg", g.Name, side.key)
+			case !ok:
+				bad(g.line, "group %q: %s leg %q does not exist", g.Name, side.key, side.leg)
+			case l.Kind == KindQUIC:
+				bad(g.line, "group %q: %s leg %q is a quic leg; groups are on userspace and verbs legs", g.Name, side.key, side.leg)
+			case side.key == "roce" && (l.Kind != KindUserspace || l.IO != IOUDP):
+				bad(g.line, "group %q: roce leg %q: want a userspace leg with io: udp (the group's packets come through the kernel's IP stack)", g.Name, side.leg)
+			case side.key == "ib" && l.Kind == KindUserspace && l.IO != IOUDP:
+				bad(g.line, "group %q: ib leg %q: a userspace leg there needs io: udp", g.Name, side.leg)
+			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
+				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
+			}
+		}
+		if g.RoCE != "" && g.RoCE == g.IB {
+			bad(g.line, "group %q: roce and ib are both leg %q", g.Name, g.RoCE)
+		}
+	}
 }
 
 // validateQUIC checks a quic leg's addresses and files.
