@@ -212,6 +212,9 @@ type verbsUDPort struct {
 	maxMsg   int
 	port     int
 	peerNote string
+	// group is the multicast group the id joined (mcast.go): left before
+	// the QP is destroyed (the kernel refuses to destroy an attached QP).
+	group netip.Addr
 
 	wcs     [16]ibv.WorkCompletion
 	pending []ibv.WorkCompletion
@@ -368,6 +371,9 @@ func (p *verbsUDPort) close() error {
 			delete(p.ahs, a)
 		}
 		p.mu.Unlock()
+		if p.group.IsValid() {
+			err = errors.Join(err, p.id.LeaveMulticast(p.group))
+		}
 		err = errors.Join(err, p.qp.Close(), p.rcq.Close(), p.scq.Close(), p.id.Close())
 		if p.ch != nil {
 			err = errors.Join(err, p.ch.Close())

@@ -113,7 +113,9 @@ func (r *groupRun) run(ctx context.Context, g *Gateway) {
 	}
 	wg.Wait()
 	for _, p := range r.ports {
-		_ = p.close()
+		if err := p.close(); err != nil {
+			g.log.Warn("multicast group's QP not closed cleanly", "group", r.cfg.Name, "qp", p.describe(), "err", err)
+		}
 	}
 }
 
@@ -270,6 +272,7 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly boo
 		p.close()
 		return nil, 0, err
 	}
+	p.group = group
 	ev, err := ch.Next(ctx)
 	if err == nil && ev.Type != ibv.CMMulticastJoin {
 		err = fmt.Errorf("join %v: %v (status %d)", group, ev.Type, ev.Status)

@@ -323,8 +323,11 @@ func (p *udPair) run(ctx context.Context) {
 	}
 	p.cancel()
 	wg.Wait()
-	_ = p.client.close()
-	_ = p.target.close()
+	for _, port := range []udPort{p.client, p.target} {
+		if err := port.close(); err != nil {
+			p.log.Warn("UD client's QP not closed cleanly", "qp", port.describe(), "err", err)
+		}
+	}
 }
 
 // routineRelay moves datagrams one way: dir 0 from the client to the
