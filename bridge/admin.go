@@ -17,11 +17,17 @@ import (
 
 // An AdminServer serves a gateway's operator endpoints over HTTP:
 //
-//	GET /metrics  Prometheus metrics (NewCollector's, and the Go runtime's and process's)
-//	GET /status   the gateway's Status as JSON
+//	GET  /metrics  Prometheus metrics (NewCollector's, and the Go runtime's and process's)
+//	GET  /status   the gateway's Status as JSON
+//	GET  /healthz  the gateway's Health: 200 "ok", or 503 and why
+//	POST /reload   re-read the config file and apply it (AdminOptions.Reload):
+//	               a ReloadReport as JSON, 200 applied, 422 refused, 500 in part
 //
 // It is meant for a local address (config's admin.listen, 127.0.0.1:9479
-// by default): it has no authentication.
+// by default): it has no authentication. /reload takes no input (the
+// gateway re-reads its own file) and refuses requests a browser sends
+// for another site's page (with an Origin header), so a web page cannot
+// make it reload.
 type AdminServer struct {
 	ln   net.Listener
 	srv  *http.Server
@@ -35,6 +41,10 @@ type AdminOptions struct {
 	// kernel picks one; AdminServer.Addr says which).
 	Addr   string
 	Logger *slog.Logger
+	// Reload, if set, serves POST /reload: it re-reads the gateway's
+	// config file and applies it (rbridge run's also tells systemd and
+	// logs, as on SIGHUP).
+	Reload func() ReloadReport
 }
 
 // StartAdmin listens on o.Addr and serves the gateway's /metrics and
@@ -64,8 +74,8 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 		}
 	})
 	// /healthz is the gateway's health check (Gateway.Health: every
-	// route's accept loop alive, the session table not stuck, not
-	// closing): 200 "ok", else 503 with why. The systemd watchdog feeds on
+	// route's accept loop alive, every userspace leg's receive loop
+	// coming round, the session table not stuck, not closing): 200 "ok", else 503 with why. The systemd watchdog feeds on
 	// the same check; Kubernetes probes it (deploy/kubernetes).
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -76,6 +86,29 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if o.Reload != nil {
+		mux.HandleFunc("POST /reload", func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Origin") != "" {
+				http.Error(w, "reload: cross-origin requests are refused", http.StatusForbidden)
+				return
+			}
+			rep := o.Reload()
+			code := http.StatusOK
+			switch rep.Outcome {
+			case ReloadRefused:
+				code = http.StatusUnprocessableEntity
+			case ReloadPartial:
+				code = http.StatusInternalServerError
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				o.Logger.Warn("admin server: writing /reload", "err", err)
+			}
+		})
+	}
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: admin server: %w", err)
@@ -83,7 +116,11 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 	a := &AdminServer{ln: ln, done: make(chan struct{}),
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
 	go a.routineServe(o.Logger)
-	o.Logger.Info("admin server listening", "addr", ln.Addr().String(), "endpoints", "/metrics /status /healthz")
+	endpoints := "/metrics /status /healthz"
+	if o.Reload != nil {
+		endpoints += " /reload"
+	}
+	o.Logger.Info("admin server listening", "addr", ln.Addr().String(), "endpoints", endpoints)
 	return a, nil
 }
 

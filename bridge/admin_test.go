@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -233,10 +236,16 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 		{`rbridge_route_sessions_rejected_total{route="r"}`, 0, 0, 0},
 		{`rbridge_route_sessions_refused_total{route="r"}`, 0, 0, 0},
 		{`rbridge_route_sessions_failed_total{route="r"}`, 0, 0, 0},
-		{`rbridge_route_operations_total{direction="to_target",route="r"}`, 0, 2, 2},
-		{`rbridge_route_operations_total{direction="to_client",route="r"}`, 0, 0, 0},
-		{`rbridge_route_payload_bytes_total{direction="to_target",route="r"}`, 0, 2 * n, 2 * n},
-		{`rbridge_route_payload_bytes_total{direction="to_client",route="r"}`, 0, 0, 0},
+		// By opcode: the WRITE_WITH_IMM is one, not a WRITE as well.
+		{`rbridge_route_operations_total{direction="to_target",opcode="send",route="r"}`, 0, 1, 1},
+		{`rbridge_route_operations_total{direction="to_target",opcode="write_with_imm",route="r"}`, 0, 1, 1},
+		{`rbridge_route_operations_total{direction="to_target",opcode="write",route="r"}`, 0, 0, 0},
+		{`rbridge_route_operations_total{direction="to_target",opcode="read",route="r"}`, 0, 0, 0},
+		{`rbridge_route_operations_total{direction="to_client",opcode="send",route="r"}`, 0, 0, 0},
+		{`rbridge_route_payload_bytes_total{direction="to_target",opcode="send",route="r"}`, 0, n, n},
+		{`rbridge_route_payload_bytes_total{direction="to_target",opcode="write_with_imm",route="r"}`, 0, n, n},
+		{`rbridge_route_payload_bytes_total{direction="to_target",opcode="write",route="r"}`, 0, 0, 0},
+		{`rbridge_route_payload_bytes_total{direction="to_client",opcode="send",route="r"}`, 0, 0, 0},
 		{`rbridge_route_operations_failed_total{direction="to_target",route="r"}`, 0, 0, 0},
 	} {
 		got := [3]float64{-1, -1, -1}
@@ -247,6 +256,18 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 		}
 		if d := cmp.Diff([3]float64{tc.before, tc.during, tc.after}, got); d != "" {
 			t.Errorf("%s before, during and after the session (-want +got):\n%s", tc.name, d)
+		}
+	}
+	// Every opcode of each direction has its sample: 8 of each family.
+	for _, fam := range []string{"rbridge_route_operations_total", "rbridge_route_payload_bytes_total"} {
+		k := 0
+		for name := range after {
+			if strings.HasPrefix(name, fam+"{") {
+				k++
+			}
+		}
+		if k != 16 {
+			t.Errorf("%d samples of %s, want 8 opcodes each way", k, fam)
 		}
 	}
 	// Every leg's transport and CM counted the packets and MADs: the
@@ -261,6 +282,11 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 	for _, size := range []string{"256", "4096", "65536"} {
 		if after[`rbridge_pool_buffers{class_bytes="`+size+`"}`] <= 0 {
 			t.Errorf("pool class %s: no rbridge_pool_buffers", size)
+		}
+	}
+	for _, leg := range []string{"a", "b"} {
+		if v, ok := after[`rbridge_leg_up{leg="`+leg+`"}`]; !ok || v != 1 {
+			t.Errorf("rbridge_leg_up{leg=%q} = %v (present %v), want 1: lo is up", leg, v, ok)
 		}
 	}
 	if after[`rbridge_leg_path_mtu_bytes{leg="a"}`] != 4096 {
@@ -294,6 +320,16 @@ func TestAdminStatus(t *testing.T) {
 		st.Legs[0].Interface != "lo" || st.Legs[0].IO != "udp" || st.Legs[0].MTU != 4096 || !strings.Contains(st.Legs[0].MTUWhy, "loopback") {
 		t.Errorf("legs %+v", st.Legs)
 	}
+	// Loopback's operational state is "unknown", which the kernel counts
+	// as up.
+	for _, l := range st.Legs {
+		if l.State != "unknown" || !l.Up {
+			t.Errorf("leg %s on lo: state %q, up %v; want unknown, up", l.Name, l.State, l.Up)
+		}
+	}
+	if st.State != bridge.StateRunning {
+		t.Errorf("gateway state %q, want running", st.State)
+	}
 	wantRoutes := []bridge.RouteStatus{{Name: "r", ListenLeg: "a", Listen: lo("1:7471"), TargetLeg: "b", Target: lo("4:7471"), Sessions: 1}}
 	if d := cmp.Diff(wantRoutes, st.Routes); d != "" {
 		t.Errorf("routes (-want +got):\n%s", d)
@@ -310,7 +346,7 @@ func TestAdminStatus(t *testing.T) {
 			t.Errorf("the %s side is described %q: want its QPNs and MTU", side, d)
 		}
 	}
-	if d := cmp.Diff(bridge.DirectionStatus{Ops: 2, Bytes: 2 * uint64(len(payload))}, s.ToTarget, cmpCopied); d != "" {
+	if d := cmp.Diff(bridge.DirectionStatus{Ops: 2, Bytes: 2 * uint64(len(payload)), OpsByOpcode: map[string]uint64{"send": 1, "write_with_imm": 1}}, s.ToTarget, cmpCopied); d != "" {
 		t.Errorf("to target (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff(bridge.DirectionStatus{}, s.ToClient); d != "" {
@@ -328,6 +364,62 @@ func TestAdminStatus(t *testing.T) {
 	}
 	if len(st.Sessions) != 0 || st.Routes[0].Sessions != 0 {
 		t.Errorf("after the session ended: sessions %+v, routes %+v", st.Sessions, st.Routes)
+	}
+}
+
+// TestAdminStatusWhileDraining: while Close ends the sessions, /status
+// says the gateway is draining (here a client that vanished keeps its
+// session's disconnect waiting for an answer), and /healthz fails; the
+// admin server answers throughout.
+func TestAdminStatusWhileDraining(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: gatewayConfig(t, ""), Logger: testlog.New(t), ConnectTimeout: 2 * time.Second,
+		Pool: bridge.PoolOptions{Size: 8 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startAdmin(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, tc := sessionThrough(t, ctx, client, target, ln)
+	state := func() bridge.RunState {
+		var st bridge.Status
+		if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.State
+	}
+	if s := state(); s != bridge.StateRunning {
+		t.Fatalf("before: %q", s)
+	}
+	client.cm.Close()
+	client.dev.Close() // the client is gone: no DREP will answer the gateway's DREQ
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close(ctx) }()
+	waitUntil(t, "/status saying draining", func() bool { return state() == bridge.StateDraining })
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/healthz while draining: %d, want 503", resp.StatusCode)
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close ended (%v) at once: the vanished client's disconnect did not wait", err)
+	default:
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	<-tc.Done()
+	if s := state(); s != bridge.StateStopped {
+		t.Errorf("after Close: %q, want stopped", s)
 	}
 }
 
@@ -357,5 +449,187 @@ func TestAdminHealthz(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "closing") {
 		t.Errorf("/healthz of a closed gateway: %d %q, want 503 saying it is closing", resp.StatusCode, b)
+	}
+}
+
+// markingConn marks every ECN-capable packet it reads Congestion
+// Experienced, as a congested switch before the reader would.
+type markingConn struct {
+	roce.PacketConn
+	marked atomic.Uint64
+}
+
+func (c *markingConn) ReadBatch(msgs []roce.Message) (int, error) {
+	n, err := c.PacketConn.ReadBatch(msgs)
+	for i := range n {
+		if ecn := msgs[i].ECN; ecn == 1 || ecn == 2 { // ECT(1), ECT(0)
+			msgs[i].ECN = roce.ECNCE
+			c.marked.Add(1)
+		}
+	}
+	return n, err
+}
+
+// TestAdminDCQCN: on a leg with ecn: true the gateway's QPs send
+// ECN-capable packets; a target whose network marks them answers with
+// CNPs, and the gateway's QP toward it cuts its rate: /metrics counts the
+// cuts and the rate-limited QP on that leg (none on the leg without ecn),
+// /status shows the session's target side held below line rate while the
+// marked traffic lasts.
+func TestAdminDCQCN(t *testing.T) {
+	var mark *markingConn
+	client := newCMApp(t, lo("3"))
+	target := newCMAppOver(t, lo("4"), func(c roce.PacketConn) roce.PacketConn { mark = &markingConn{PacketConn: c}; return mark })
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := gatewayConfig(t, "")
+	for i := range cfg.Legs {
+		cfg.Legs[i].ECN = cfg.Legs[i].Name == "b"
+	}
+	g := startGateway(t, cfg)
+	base := startAdmin(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	before, _ := scrape(t, base)
+	cc, tc, cqp := dialThrough(t, ctx, client, target, ln, "1:7471")
+	// WRITEs to the target until the test ends: a congested flow (every
+	// packet marked) that keeps DCQCN cutting.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		wcs := make([]transport.WC, 16)
+		for i := uint64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := cqp.PostSend(transport.SendWR{ID: i, Opcode: transport.OpWrite, Local: transport.SGE{MR: client.mr, Length: 16 << 10},
+				Remote: target.mr.Addr() + 8192, RKey: target.mr.RKey(), Signaled: true}); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := client.cq.PollWait(ctx, wcs[:1]); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-stopped
+		_ = cc.Disconnect(ctx)
+		<-tc.Done()
+	}()
+	var during map[string]float64
+	waitUntil(t, "leg b's QP rate-limited on /metrics", func() bool {
+		m, b := scrape(t, base)
+		if m[`rbridge_transport_dcqcn_rate_limited_qps{leg="b"}`] != 1 {
+			return false
+		}
+		promtool(t, b)
+		during = m
+		return true
+	})
+	if mark.marked.Load() == 0 {
+		t.Fatal("the target marked no packet: the test proved nothing")
+	}
+	for _, m := range []struct {
+		name           string
+		before, during float64 // during: at least
+	}{
+		{`rbridge_transport_dcqcn_rate_limited_qps{leg="a"}`, 0, 0},
+		{`rbridge_transport_dcqcn_rate_cuts_total{leg="a"}`, 0, 0},
+		{`rbridge_transport_dcqcn_rate_cuts_total{leg="b"}`, 0, 1},
+		{`rbridge_transport_rx_cnps_total{leg="b"}`, 0, 1},
+	} {
+		if before[m.name] != m.before || during[m.name] < m.during || m.during == 0 && during[m.name] != 0 {
+			t.Errorf("%s: %v before the session, %v during; want %v, then %v", m.name, before[m.name], during[m.name], m.before, m.during)
+		}
+	}
+	var last string
+	waitUntil(t, "the target side held below line rate on /status", func() bool {
+		var st bridge.Status
+		if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Sessions) != 1 {
+			t.Fatalf("sessions %+v", st.Sessions)
+		}
+		s := st.Sessions[0]
+		if s.ClientSideDCQCN != nil {
+			t.Fatalf("the client side, on leg a without ecn, has DCQCN: %+v", *s.ClientSideDCQCN)
+		}
+		d := s.TargetSideDCQCN
+		if d == nil {
+			t.Fatal("the target side, on leg b with ecn, has no DCQCN")
+		}
+		last = fmt.Sprintf("%+v", *d)
+		return d.Limited && d.CNPs > 0 && d.Cuts > 0 && d.RateBytesPerSecond > 0 && d.RateBytesPerSecond < 25e9/8
+	})
+	t.Logf("target side: %s", last)
+}
+
+// TestAdminReload: POST /reload answers the reload's report (a gateway
+// whose file is gone refuses, 422, and says why), refuses a browser's
+// cross-origin request and other methods, and is not there without
+// AdminOptions.Reload.
+func TestAdminReload(t *testing.T) {
+	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest)
+	g := startGateway(t, gatewayConfig(t, ""))
+	a, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: "127.0.0.1:0", Logger: testlog.New(t), Reload: g.ReloadConfigFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	base := "http://" + a.Addr().String()
+	post := func(h http.Header) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+"/reload", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header = h
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	code, b := post(http.Header{})
+	var rep bridge.ReloadReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("/reload: %d %s: %v", code, b, err)
+	}
+	// The gateway's config came from gw.yaml, which no file holds.
+	if code != http.StatusUnprocessableEntity || rep.Outcome != bridge.ReloadRefused || rep.Config != "gw.yaml" || !strings.Contains(rep.Error, "gw.yaml") {
+		t.Errorf("/reload of a file that is gone: %d %+v; want 422, refused, why", code, rep)
+	}
+	if st := g.Status(); len(st.Routes) != 1 || st.Routes[0].Name != "r" {
+		t.Errorf("routes after a refused reload: %+v", st.Routes)
+	}
+	if code, b := post(http.Header{"Origin": {"http://example.com"}}); code != http.StatusForbidden {
+		t.Errorf("/reload from a page of another site: %d %s, want 403", code, b)
+	}
+	resp, err := http.Get(base + "/reload")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET /reload: %d, want 405", resp.StatusCode)
+	}
+	plain := startAdmin(t, g) // no Reload
+	resp, err = http.Post(plain+"/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /reload without AdminOptions.Reload: %d, want 404", resp.StatusCode)
 	}
 }

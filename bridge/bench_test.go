@@ -95,8 +95,8 @@ func benchRelay(b *testing.B, op transport.Opcode, size int, lent bool) {
 	if near.completed != b.N {
 		b.Fatalf("%d of %d relayed messages completed", near.completed, b.N)
 	}
-	st := s.Stats()
-	b.ReportMetric(float64(st.Copied[0].Load())/float64(st.Bytes[0].Load()), "copied-B/B")
+	st := s.Stats().Snapshot()
+	b.ReportMetric(float64(st.Copied[0])/float64(st.TotalBytes(0)), "copied-B/B")
 	s.Close()
 	if frame != nil {
 		frame.Release()

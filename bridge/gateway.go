@@ -39,17 +39,28 @@ type Gateway struct {
 	legs map[string]leg
 	// legStatus describes each leg as opened (for Status).
 	legStatus map[string]LegStatus
+	// sysRoot is where sysfs is mounted ("/sys"); nics are the verbs
+	// legs' ports whose counters /metrics exports, by leg name.
+	sysRoot string
+	nics    map[string]*nicPort
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex // guards the fields below
-	sessions map[*Session]*sessionInfo
-	closing  bool
-	stopped  map[string]error     // routes whose accept loop ended on its own, and why
-	routes   map[string]*routeRun // the routes accepting, by name
-	timeout  time.Duration        // ConnectTimeout
+	// reloadMu serializes Reload (SIGHUP and the admin server's /reload
+	// may ask at once).
+	reloadMu sync.Mutex
+
+	mu        sync.Mutex // guards the fields below
+	sessions  map[*Session]*sessionInfo
+	closing   bool                 // Close began: draining
+	closed    bool                 // Close ended
+	reloading bool                 // a Reload runs
+	stopped   map[string]error     // routes whose accept loop ended on its own, and why
+	routes    map[string]*routeRun // the routes accepting, by name
+	timeout   time.Duration        // ConnectTimeout
+	stall     time.Duration        // StallAfter
 	// ended sums, per route, the counters of its sessions that ended (a
 	// session's own are added in when it leaves sessions, so a route's
 	// totals never go back); routeStats counts each route's connections.
@@ -103,6 +114,10 @@ type GatewayOptions struct {
 	Pool PoolOptions
 	// ConnectTimeout bounds connecting to a target (default 30 s).
 	ConnectTimeout time.Duration
+	// StallAfter is how long a userspace leg's receive loop may go
+	// without coming round before Health calls it stuck (default 5 s;
+	// an idle loop comes round every second).
+	StallAfter time.Duration
 	// FallbackAfter is how long a route with a fallback waits for its
 	// target to answer before it connects through the fallback
 	// (DefaultFallbackAfter); FallbackRetry is how often, while on the
@@ -182,6 +197,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 30 * time.Second
 	}
+	if o.StallAfter <= 0 {
+		o.StallAfter = 5 * time.Second
+	}
 	if o.FallbackAfter <= 0 {
 		o.FallbackAfter = DefaultFallbackAfter
 	}
@@ -203,7 +221,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout,
+		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}}
@@ -231,6 +249,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		g.legStatus[l.Name] = legStatus(l, lg)
 		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
 	}
+	g.openNICs("/sys")
 	for i := range o.Config.Routes {
 		if err := g.startRoute(o.Config, &o.Config.Routes[i]); err != nil {
 			return fail(err)
@@ -242,6 +261,25 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		}
 	}
 	return g, nil
+}
+
+// openNICs finds the counters of every verbs leg's port in the sysfs at
+// root. A port whose counters cannot be read has none on /metrics (said
+// in the log): the gateway runs all the same.
+func (g *Gateway) openNICs(root string) {
+	g.sysRoot, g.nics = root, map[string]*nicPort{}
+	for name, l := range g.legs {
+		v, ok := l.(*verbsLeg)
+		if !ok {
+			continue
+		}
+		n, err := newNICPort(root, name, v.gid.Device, v.gid.Port)
+		if err != nil {
+			g.log.Warn("verbs leg: the NIC's port counters are unreadable: /metrics goes without them", "leg", name, "err", err)
+			continue
+		}
+		g.nics[name] = n
+	}
 }
 
 // routeRun is a route's accept loop.
@@ -382,17 +420,61 @@ func (g *Gateway) LogState() {
 	}
 }
 
+// RunState is what a gateway is doing, as Status shows it.
+type RunState string
+
+// A gateway runs from StartGateway; a Reload makes it reloading while it
+// applies a file; Close makes it draining (it accepts nothing more, its
+// sessions are being ended) and then stopped.
+const (
+	StateRunning   RunState = "running"
+	StateReloading RunState = "reloading"
+	StateDraining  RunState = "draining"
+	StateStopped   RunState = "stopped"
+)
+
+// RunState says what the gateway is doing now.
+func (g *Gateway) RunState() RunState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runStateLocked()
+}
+
+func (g *Gateway) runStateLocked() RunState {
+	switch {
+	case g.closed:
+		return StateStopped
+	case g.closing:
+		return StateDraining
+	case g.reloading:
+		return StateReloading
+	}
+	return StateRunning
+}
+
 // Health is nil while the gateway serves every route: each route's accept
-// loop still runs, and the gateway's lock, which every session's start and
-// end takes, can be had (a deadlock there blocks Health itself). rbridge
-// run feeds systemd's watchdog only while it is nil.
+// loop still runs, each userspace leg's receive loop comes round (it does
+// at least every second while idle; one stuck in a QP, a session or a send
+// for StallAfter is named), and the gateway's lock, which every session's
+// start and end takes, can be had (a deadlock there blocks Health itself).
+// rbridge run feeds systemd's watchdog only while it is nil.
 func (g *Gateway) Health() error {
+	now := time.Now()
+	var errs []error
+	for name, l := range g.legs {
+		u, ok := l.(*userspaceLeg)
+		if !ok || u.dev == nil {
+			continue
+		}
+		if last, wakes := u.dev.ReceiveHeartbeat(); wakes && now.Sub(last) > g.stall {
+			errs = append(errs, fmt.Errorf("bridge: gateway: leg %q: the receive loop has not come round for %v: stuck", name, now.Sub(last).Round(time.Millisecond)))
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closing {
 		return errors.New("bridge: gateway: closing")
 	}
-	var errs []error
 	for name, err := range g.stopped {
 		errs = append(errs, fmt.Errorf("bridge: gateway: route %q stopped accepting: %w", name, err))
 	}
@@ -505,8 +587,8 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	<-s.Done()
 	st := s.Stats().Snapshot()
 	log.Info("session ended", "why", s.Err(), "age", time.Since(info.started).Round(time.Millisecond),
-		"ops_to_target", st.Ops[0], "ops_to_client", st.Ops[1], "bytes_to_target", st.Bytes[0],
-		"bytes_to_client", st.Bytes[1], "failed", st.Failed[0]+st.Failed[1])
+		"ops_to_target", st.TotalOps(0), "ops_to_client", st.TotalOps(1), "bytes_to_target", st.TotalBytes(0),
+		"bytes_to_client", st.TotalBytes(1), "failed", st.Failed[0]+st.Failed[1])
 	_ = c.close()
 	_ = out.close()
 	g.mu.Lock()
@@ -558,5 +640,8 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if perr := g.pool.Close(); perr != nil {
 		err = errors.Join(err, perr)
 	}
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 	return err
 }

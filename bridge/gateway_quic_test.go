@@ -111,6 +111,9 @@ func TestGatewaysThroughQUIC(t *testing.T) {
 		if len(st.Sessions) != 1 || st.Legs[1].PeerConns == nil || *st.Legs[1].PeerConns != 1 {
 			t.Errorf("gateway A's status: %d sessions, quic leg %+v", len(st.Sessions), st.Legs[1])
 		}
+		if l := st.Legs[1]; l.State != "connected (1)" || !l.Up {
+			t.Errorf("gateway A's quic leg with its tunnel up: link %q, up %v", l.State, l.Up)
+		}
 		if n := gb.Sessions(); n != 1 {
 			t.Errorf("gateway B runs %d sessions, want 1", n)
 		}
@@ -126,6 +129,24 @@ func TestGatewaysThroughQUIC(t *testing.T) {
 			waitUntil(t, "the target's connection ended", func() bool { return target.cm.NumConns() == 0 })
 		} else {
 			waitUntil(t, "the client's connection ended", func() bool { return client.cm.NumConns() == 0 })
+		}
+	}
+
+	// Both gateways' quic legs counted what crossed: two rounds of a SEND,
+	// a WRITE_WITH_IMM, a READ and a FETCH_ADD from A to B, each completed.
+	for _, g := range []struct {
+		name, leg string
+		gw        *bridge.Gateway
+		sent      bool
+	}{{"A", "q", ga, true}, {"B", "q", gb, false}} {
+		m, raw := scrape(t, startAdmin(t, g.gw))
+		promtool(t, raw)
+		ops, comps := `rbridge_quic_ops_sent_total{leg="q"}`, `rbridge_quic_completions_received_total{leg="q"}`
+		if !g.sent {
+			ops, comps = `rbridge_quic_ops_received_total{leg="q"}`, `rbridge_quic_completions_sent_total{leg="q"}`
+		}
+		if m[ops] != 8 || m[comps] != 8 || m[`rbridge_quic_peer_connections{leg="q"}`] != 1 {
+			t.Errorf("gateway %s: %s %v, %s %v, peer connections %v; want 8, 8 and 1", g.name, ops, m[ops], comps, m[comps], m[`rbridge_quic_peer_connections{leg="q"}`])
 		}
 	}
 
@@ -213,6 +234,9 @@ func TestGatewayQUICRefusesUntrustedPeer(t *testing.T) {
 			sa, sb := ga.Status().Legs[1], gb.Status().Legs[0]
 			if *sa.PeerConns != 0 || *sb.PeerConns != 0 {
 				t.Errorf("connections between gateways that must not trust each other: A %d, B %d", *sa.PeerConns, *sb.PeerConns)
+			}
+			if sa.Up || sb.Up || sa.State != "no peer connection" {
+				t.Errorf("quic legs without a tunnel: A %q up %v, B %q up %v", sa.State, sa.Up, sb.State, sb.Up)
 			}
 			if (sa.PeerRefused > 0) != tc.aRefuses || (sb.PeerRefused > 0) != tc.bRefuses {
 				t.Errorf("certificates refused: gateway A %d, gateway B %d; want A %v, B %v", sa.PeerRefused, sb.PeerRefused, tc.aRefuses, tc.bRefuses)

@@ -1,16 +1,21 @@
 package bridge
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/internal/portcounters"
 )
 
 // Status is what a gateway runs, at one moment: its legs, its routes and
 // every session, with the numbers Prometheus must not carry as labels
 // (clients, QPNs). The admin server serves it as JSON on /status.
 type Status struct {
+	// State is what the gateway is doing: running, reloading, draining
+	// (SIGTERM: it accepts nothing more and ends its sessions) or stopped.
+	State    RunState        `json:"state"`
 	Legs     []LegStatus     `json:"legs"`
 	Routes   []RouteStatus   `json:"routes"`
 	Sessions []SessionStatus `json:"sessions"`
@@ -25,6 +30,14 @@ type LegStatus struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
 	IP   string `json:"ip"`
+	// State is the link's: a verbs leg's port state (ACTIVE, DOWN, INIT,
+	// ... as sysfs names it), a userspace leg's interface's operational
+	// state (up, down, lowerlayerdown, unknown, ...), a quic leg's
+	// tunnels ("connected (N)", "no peer connection"); "unreadable: why"
+	// when it cannot be read. Up says it carries traffic (ACTIVE; up, or
+	// unknown as loopback's is, which the kernel counts as up).
+	State string `json:"state"`
+	Up    bool   `json:"up"`
 	// Userspace legs: the interface, its network namespace, the packet
 	// I/O, and the largest path MTU the leg carries and why.
 	Interface string `json:"interface,omitempty"`
@@ -85,20 +98,50 @@ type SessionStatus struct {
 	AgeSeconds float64         `json:"age_seconds"`
 	ToTarget   DirectionStatus `json:"to_target"` // the client's requests
 	ToClient   DirectionStatus `json:"to_client"` // the target's requests
+	// ClientSideDCQCN and TargetSideDCQCN are a side's congestion control
+	// when it is on a userspace leg with ecn: true.
+	ClientSideDCQCN *DCQCNStatus `json:"client_side_dcqcn,omitempty"`
+	TargetSideDCQCN *DCQCNStatus `json:"target_side_dcqcn,omitempty"`
 	// Fallback says the session goes through the route's fallback.
 	Fallback bool `json:"fallback,omitempty"`
+}
+
+// DCQCNStatus is a userspace QP's DCQCN reaction point.
+type DCQCNStatus struct {
+	// RateBytesPerSecond is the rate the QP may send at now.
+	RateBytesPerSecond float64 `json:"rate_bytes_per_second"`
+	// Limited says CNPs hold it below its line rate.
+	Limited bool   `json:"limited"`
+	CNPs    uint64 `json:"cnps"` // CNPs the QP received
+	Cuts    uint64 `json:"cuts"` // rate cuts they caused
+}
+
+// dcqcnStatus is c's DCQCN, when it has one.
+func dcqcnStatus(c conn) *DCQCNStatus {
+	u, ok := c.(*userspaceConn)
+	if !ok {
+		return nil
+	}
+	st := u.ep.QP().Stats()
+	if st.Rate == 0 { // no DCQCN: the leg has no ecn
+		return nil
+	}
+	return &DCQCNStatus{RateBytesPerSecond: st.Rate / 8, Limited: st.Limited, CNPs: st.CNPs, Cuts: st.Cuts}
 }
 
 // DirectionStatus is one direction of a session: its counters and its
 // relay's state.
 type DirectionStatus struct {
-	Ops      uint64 `json:"ops"`
-	Bytes    uint64 `json:"bytes"`
-	Copied   uint64 `json:"copied_bytes"`
-	Failed   uint64 `json:"failed"`
-	NoCredit uint64 `json:"no_credit"`
-	Queued   int    `json:"queued"`
-	Posted   int    `json:"posted"`
+	Ops   uint64 `json:"ops"`
+	Bytes uint64 `json:"bytes"`
+	// OpsByOpcode counts Ops by opcode (as the metrics' opcode label
+	// names them), those with any.
+	OpsByOpcode map[string]uint64 `json:"ops_by_opcode,omitempty"`
+	Copied      uint64            `json:"copied_bytes"`
+	Failed      uint64            `json:"failed"`
+	NoCredit    uint64            `json:"no_credit"`
+	Queued      int               `json:"queued"`
+	Posted      int               `json:"posted"`
 }
 
 // legStatus is what the gateway knows of a leg once open.
@@ -130,6 +173,7 @@ func (g *Gateway) Status() Status {
 	st := Status{Legs: make([]LegStatus, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{}}
 	for i := range cfg.Legs {
 		ls := g.legStatus[cfg.Legs[i].Name]
+		ls.State, ls.Up, _ = g.linkState(ls.Name)
 		if q, ok := g.legs[ls.Name].(*quicLeg); ok {
 			n := q.peerConns()
 			ls.PeerConns, ls.PeerRefused = &n, q.refused.Load()
@@ -142,13 +186,24 @@ func (g *Gateway) Status() Status {
 	st.Groups = g.groupStatus()
 	g.mu.Lock()
 	open := map[string]int{}
+	var sides [][2]conn // each session's, in st.Sessions' order: asked after the lock
 	for s, info := range g.sessions {
+		sides = append(sides, [2]conn{info.in, info.out})
 		open[info.route]++
 		ss := s.Stats().Snapshot()
 		rs := s.State()
 		dir := func(d int) DirectionStatus {
-			return DirectionStatus{Ops: ss.Ops[d], Bytes: ss.Bytes[d], Copied: ss.Copied[d], Failed: ss.Failed[d], NoCredit: ss.NoCredit[d],
+			ds := DirectionStatus{Ops: ss.TotalOps(d), Bytes: ss.TotalBytes(d), Copied: ss.Copied[d], Failed: ss.Failed[d], NoCredit: ss.NoCredit[d],
 				Queued: rs[d].Queued, Posted: rs[d].Posted}
+			for o, n := range ss.Ops[d] {
+				if n > 0 {
+					if ds.OpsByOpcode == nil {
+						ds.OpsByOpcode = map[string]uint64{}
+					}
+					ds.OpsByOpcode[opcodes[o].name] = n
+				}
+			}
+			return ds
 		}
 		st.Sessions = append(st.Sessions, SessionStatus{Route: info.route, Client: info.client.String(), Target: info.target.String(),
 			ClientSide: info.desc[0], TargetSide: info.desc[1], Started: info.started, AgeSeconds: now.Sub(info.started).Seconds(),
@@ -158,11 +213,15 @@ func (g *Gateway) Status() Status {
 	for name, err := range g.stopped {
 		stopped[name] = err.Error()
 	}
+	st.State = g.runStateLocked()
 	fallbacks := map[string]*fallbackState{}
 	for name, f := range g.fallbacks {
 		fallbacks[name] = f
 	}
 	g.mu.Unlock()
+	for i, c := range sides {
+		st.Sessions[i].ClientSideDCQCN, st.Sessions[i].TargetSideDCQCN = dcqcnStatus(c[0]), dcqcnStatus(c[1])
+	}
 	for i := range cfg.Routes {
 		r := &cfg.Routes[i]
 		rs := RouteStatus{Name: r.Name, ListenLeg: r.Listen.Leg, Listen: r.Listen.Addr.String(), TargetLeg: r.Target.Leg, Target: r.Target.Addr.String(),
@@ -186,4 +245,34 @@ func (g *Gateway) Status() Status {
 		return a.Started.Before(b.Started)
 	})
 	return st
+}
+
+// linkState reads leg name's link: its state and whether it is up, and a
+// verbs leg's port as read (nil for userspace legs, or when unreadable).
+func (g *Gateway) linkState(name string) (string, bool, *portcounters.Port) {
+	switch l := g.legs[name].(type) {
+	case *verbsLeg:
+		root := g.sysRoot
+		if root == "" {
+			root = "/sys"
+		}
+		p, err := portcounters.Read(root, l.gid.Device, l.gid.Port)
+		if err != nil {
+			return "unreadable: " + err.Error(), false, nil
+		}
+		return p.State, p.Active(), &p
+	case *userspaceLeg:
+		s, err := operState(l.cfg.Netns, l.cfg.Interface)
+		if err != nil {
+			return "unreadable: " + err.Error(), false, nil
+		}
+		return s, s == "up" || s == "unknown", nil
+	case *quicLeg:
+		// Its link is the tunnel to the peer gateway.
+		if n := l.peerConns(); n > 0 {
+			return fmt.Sprintf("connected (%d)", n), true, nil
+		}
+		return "no peer connection", false, nil
+	}
+	return "unknown leg", false, nil
 }

@@ -46,16 +46,24 @@ type cmApp struct {
 	ip  netip.Addr
 }
 
-func newCMApp(t *testing.T, ip string) *cmApp {
+func newCMApp(t *testing.T, ip string) *cmApp { return newCMAppOver(t, ip, nil) }
+
+// newCMAppOver is newCMApp whose device reads its packets through wrap's
+// conn (nil: the UDP socket's own).
+func newCMAppOver(t *testing.T, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
 	t.Helper()
 	if guest.InGuest() {
 		// The gateway itself runs there, as rbridge run (integration/gateway).
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback tests run on the host")
 	}
 	a := &cmApp{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024)}
-	c, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)})
+	uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var c roce.PacketConn = uc
+	if wrap != nil {
+		c = wrap(uc)
 	}
 	if a.dev, err = transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t)}); err != nil {
 		t.Fatal(err)

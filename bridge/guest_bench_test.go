@@ -31,8 +31,8 @@ func BenchmarkGuestGatewayWrite(b *testing.B) {
 		b.Run(fmt.Sprintf("through-afxdp/%d", size), func(b *testing.B) {
 			g := newGatewayOver(b, "afxdp")
 			writeWindow(b, g.client, g.target.mr.Addr(), g.target.mr.RKey(), len(g.target.arena.Bytes()), size)
-			st := g.sess.Stats()
-			b.ReportMetric(float64(st.Copied[0].Load())/float64(max(st.Bytes[0].Load(), 1)), "copied-B/B")
+			st := g.sess.Stats().Snapshot()
+			b.ReportMetric(float64(st.Copied[0])/float64(max(st.TotalBytes(0), 1)), "copied-B/B")
 		})
 		b.Run(fmt.Sprintf("rxe-to-transport-afxdp/%d", size), func(b *testing.B) {
 			// The RoCE hop alone: the same client WRITEs into memory of a

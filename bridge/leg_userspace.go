@@ -240,7 +240,7 @@ func (in *userspaceIncoming) accept(ctx context.Context, p connParams) (conn, er
 		_ = in.r.RejectWith(cm.RejectNoResources, nil)
 		return nil, err
 	}
-	c, err := in.r.Accept(ctx, cm.AcceptOptions{QP: ep.QP(), PrivateData: p.privateData, ResponderResources: p.respRes, InitiatorDepth: p.initDepth})
+	c, err := in.r.Accept(ctx, cm.AcceptOptions{QP: ep.QP(), PrivateData: p.privateData, ResponderResources: p.respRes, InitiatorDepth: p.initDepth, ECN: in.u.cfg.ECN})
 	if err != nil {
 		in.u.forget(ep)
 		ep.Close()
@@ -268,7 +268,7 @@ func (u *userspaceLeg) dial(ctx context.Context, to netip.AddrPort, p connParams
 	if len(pd) > cm.REQIPCMPrivateDataLen {
 		pd = pd[:cm.REQIPCMPrivateDataLen] // the IP CM header takes its 36 bytes from the same 92
 	}
-	c, err := u.cm.Dial(ctx, to, cm.DialOptions{QP: ep.QP(), PrivateData: pd, ResponderResources: p.respRes, InitiatorDepth: p.initDepth, PathMTU: u.mtu})
+	c, err := u.cm.Dial(ctx, to, cm.DialOptions{QP: ep.QP(), PrivateData: pd, ResponderResources: p.respRes, InitiatorDepth: p.initDepth, PathMTU: u.mtu, ECN: u.cfg.ECN})
 	if err != nil {
 		u.forget(ep)
 		ep.Close()

@@ -23,7 +23,13 @@ type verbsLeg struct {
 	cfg  *config.Leg
 	log  *slog.Logger
 	pool *Pool
-	gid  ibv.GIDChoice // the leg's address's GID: the source of its UD sends
+	// gid is the device, port and GID the leg's address chose when it
+	// opened (its port's counters and state are read there; the source GID
+	// of its UD sends).
+	gid ibv.GIDChoice
+	// stats counts what the leg's endpoints could not relay, over all of
+	// them.
+	stats VerbsStats
 
 	mu   sync.Mutex // guards devs
 	devs map[*ibv.Device]*verbsDevice
@@ -143,7 +149,7 @@ func (v *verbsLeg) endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 		cq.Close()
 		return nil, err
 	}
-	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect})
+	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats})
 	if err != nil {
 		qp.Close()
 		cq.Close()

@@ -90,10 +90,10 @@ func TestSessionRelaysFromLentFrames(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, rigOpts{net: tc.net, delay: 200 * time.Microsecond, lend: true, maxSGE: tc.maxSGE})
 			r.workload(300, 16, 9)
-			st := r.sess.Stats()
-			copied, relayed := st.Copied[0].Load(), st.Bytes[0].Load()
+			st := r.sess.Stats().Snapshot()
+			copied, relayed := st.Copied[0], st.TotalBytes(0)
 			t.Logf("relayed %d ops, %d bytes toward the far leg, %d copied; %d ops gathered; %d packets found no frame",
-				st.Ops[0].Load(), relayed, copied, r.far.gathered, r.lender.dropped.Load())
+				st.TotalOps(0), relayed, copied, r.far.gathered, r.lender.dropped.Load())
 			if r.far.gathered == 0 {
 				t.Fatal("no op reached the far leg gathered from frames: the test proved nothing")
 			}

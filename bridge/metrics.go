@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rbridge/rbridge/internal/portcounters"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
@@ -16,8 +17,11 @@ import (
 // The gateway's Prometheus metrics are read from its Snapshots at scrape
 // time by one collector (NewCollector): nothing is counted twice. Labels
 // have bounded values only: leg and route (from the config), direction
-// (to_target, to_client; rx, tx) and a pool class's size. Per-QPN and
-// per-client numbers belong in Status.
+// (to_target, to_client; rx, tx), a send opcode (send, send_with_imm,
+// send_with_inv, write, write_with_imm, read, compare_swap, fetch_add), a
+// pool class's size, and a verbs leg's
+// device and port (the one its address chose). Per-QPN and per-client
+// numbers belong in Status.
 
 // directions names a session's directions: 0 is the client's requests to
 // the target (A to B), 1 the target's to the client.
@@ -67,8 +71,6 @@ var directionRows = func() []directionRow {
 		name, help string
 		val        func(*SessionStatsSnapshot) *[2]uint64
 	}{
-		{"operations_total", "Operations relayed and completed by the far side (SENDs, WRITEs, READs, atomics).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Ops }},
-		{"payload_bytes_total", "Payload bytes of the operations relayed.", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Bytes }},
 		{"copied_bytes_total", "Payload bytes the gateway copied while relaying (the rest crossed in the buffers it arrived in).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Copied }},
 		{"operations_failed_total", "Operations the far side failed (each ends its session).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Failed }},
 		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.NoCredit }},
@@ -111,14 +113,37 @@ var udDropCauses = []struct {
 	{"own", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropOwn }},
 }
 
+// opcodeRow is a route counter per direction and opcode.
+type opcodeRow struct {
+	desc *prometheus.Desc
+	val  func(*SessionStatsSnapshot) *[2][numOpcodes]uint64
+}
+
+var opcodeRows = []opcodeRow{
+	{prometheus.NewDesc("rbridge_route_operations_total",
+		"Operations relayed toward the far side, by opcode: a message once, when its last packet arrived (a WRITE posted in chunks as it arrives counts once); a READ or atomic as it arrived. Failures are rbridge_route_operations_failed_total.",
+		[]string{"route", "direction", "opcode"}, nil), func(s *SessionStatsSnapshot) *[2][numOpcodes]uint64 { return &s.Ops }},
+	{prometheus.NewDesc("rbridge_route_payload_bytes_total",
+		"Payload bytes of the operations relayed, by opcode: a SEND's or WRITE's payload, the length a READ reads, an atomic's 8.",
+		[]string{"route", "direction", "opcode"}, nil), func(s *SessionStatsSnapshot) *[2][numOpcodes]uint64 { return &s.Bytes }},
+}
+
 var (
 	descSessionsOpen = prometheus.NewDesc("rbridge_route_sessions_open", "Sessions of the route running now.", []string{"route"}, nil)
-	descLegMTU       = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
-	descPoolBuffers  = prometheus.NewDesc("rbridge_pool_buffers", "Buffers of a pool class.", []string{"class_bytes"}, nil)
-	descPoolInUse    = prometheus.NewDesc("rbridge_pool_buffers_in_use", "Buffers of a pool class held now (payloads in flight, posted receives, AF_XDP frames).", []string{"class_bytes"}, nil)
-	descPoolGets     = prometheus.NewDesc("rbridge_pool_gets_total", "Buffers asked of a pool class.", []string{"class_bytes"}, nil)
-	descPoolEmpty    = prometheus.NewDesc("rbridge_pool_exhausted_total", "Times a pool class was found empty.", []string{"class_bytes"}, nil)
-	descPoolOver     = prometheus.NewDesc("rbridge_pool_overreleased_total", "Releases of a buffer nobody held (bugs, counted and ignored).", []string{"class_bytes"}, nil)
+	// A count rather than the lowest rate among the QPs: it adds up
+	// across legs and gateways, means the same however many QPs come and
+	// go, and is 0 when nothing is throttled, a threshold an alert can
+	// hold; each session's QPs' rates are in /status.
+	descRateLimited = prometheus.NewDesc("rbridge_transport_dcqcn_rate_limited_qps",
+		"The leg's QPs DCQCN holds below their line rate now, after CNPs (each session's rate is in /status).", []string{"leg"}, nil)
+	descLegUp = prometheus.NewDesc("rbridge_leg_up",
+		"1 while the leg's link carries traffic (a verbs leg's port ACTIVE; a userspace leg's interface operationally up, or unknown as loopback's is), else 0; /status names the state.", []string{"leg"}, nil)
+	descLegMTU      = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
+	descPoolBuffers = prometheus.NewDesc("rbridge_pool_buffers", "Buffers of a pool class.", []string{"class_bytes"}, nil)
+	descPoolInUse   = prometheus.NewDesc("rbridge_pool_buffers_in_use", "Buffers of a pool class held now (payloads in flight, posted receives, AF_XDP frames).", []string{"class_bytes"}, nil)
+	descPoolGets    = prometheus.NewDesc("rbridge_pool_gets_total", "Buffers asked of a pool class.", []string{"class_bytes"}, nil)
+	descPoolEmpty   = prometheus.NewDesc("rbridge_pool_exhausted_total", "Times a pool class was found empty.", []string{"class_bytes"}, nil)
+	descPoolOver    = prometheus.NewDesc("rbridge_pool_overreleased_total", "Releases of a buffer nobody held (bugs, counted and ignored).", []string{"class_bytes"}, nil)
 )
 
 var legLabels = []string{"leg"}
@@ -139,6 +164,7 @@ var transportCounters = newCounters("rbridge_transport_", legLabels, []counterRo
 	{"rx_cnps_total", "Congestion notification packets received (handled by the DCQCN reaction point).", func(s *transport.StatsSnapshot) uint64 { return s.RxCNPs }},
 	{"tx_cnps_total", "Congestion notification packets sent.", func(s *transport.StatsSnapshot) uint64 { return s.TxCNPs }},
 	{"rx_ecn_ce_total", "Received packets marked ECN Congestion Experienced.", func(s *transport.StatsSnapshot) uint64 { return s.RxECNCE }},
+	{"dcqcn_rate_cuts_total", "Rate cuts DCQCN made on the leg's QPs for the CNPs they received (at most one per QP per 4 us; only on a leg with ecn: true, whose QPs react to CNPs).", func(s *transport.StatsSnapshot) uint64 { return s.RateCuts }},
 	{"ud_dropped_total", "UD datagrams dropped (no receive posted).", func(s *transport.StatsSnapshot) uint64 { return s.UDDropped }},
 	{"cq_overflows_total", "Completions that found their CQ full.", func(s *transport.StatsSnapshot) uint64 { return s.CQOverflows }},
 	{"events_lost_total", "Asynchronous events nobody took before the queue filled.", func(s *transport.StatsSnapshot) uint64 { return s.EventsLost }},
@@ -176,6 +202,33 @@ var xdpCounters = newCounters("rbridge_xdp_", legLabels, []counterRow[xdp.ConnSt
 	{"fill_short_total", "Times no frame was free to refill the fill ring with.", func(s *xdp.ConnStats) uint64 { return s.FillShort }},
 })
 
+// The verbs endpoints' counters, over every connection of a verbs leg.
+// A quic leg's counters, over its sessions' streams.
+var quicCounters = newCounters("rbridge_quic_", legLabels, []counterRow[quicLegSnapshot]{
+	{"ops_sent_total", "RDMA operations sent to the peer gateway (Op frames).", func(s *quicLegSnapshot) uint64 { return s.OpsSent }},
+	{"ops_received_total", "RDMA operations received from the peer gateway (Op frames).", func(s *quicLegSnapshot) uint64 { return s.OpsReceived }},
+	{"sent_bytes_total", "Payload and READ data bytes sent to the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.BytesSent }},
+	{"received_bytes_total", "Payload and READ data bytes received from the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.BytesReceived }},
+	{"completions_sent_total", "Completions sent back for operations the peer gateway sent.", func(s *quicLegSnapshot) uint64 { return s.CompletionsSent }},
+	{"completions_received_total", "Completions received for operations sent to the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.Completions }},
+	{"credit_waits_total", "Operations from the peer gateway that waited for pool buffers or session credit (the stream held: backpressure).", func(s *quicLegSnapshot) uint64 { return s.Waits }},
+	{"peer_refused_total", "Peer gateway certificates refused (another CA, expired, the wrong name).", func(s *quicLegSnapshot) uint64 { return s.Refused }},
+})
+
+// quicLegSnapshot is a quic leg's counters at one moment.
+type quicLegSnapshot struct {
+	QUICStatsSnapshot
+	Refused uint64
+	Conns   int
+}
+
+var descQUICConns = prometheus.NewDesc("rbridge_quic_peer_connections", "Connections to the peer gateway that are up.", legLabels, nil)
+
+var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsStatsSnapshot]{
+	{"lost_acked_total", "SENDs the HCA acknowledged to the peer that the far side then failed: each ended its session with an error on both connections (a verbs leg acknowledges on arrival, before relaying).", func(s *VerbsStatsSnapshot) uint64 { return s.LostAcked }},
+	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
+})
+
 // metricsSnapshot is what a scrape reads of a gateway, at one moment.
 type metricsSnapshot struct {
 	routes []routeMetrics
@@ -193,7 +246,14 @@ type routeMetrics struct {
 
 type legMetrics struct {
 	name      string
-	mtu       int // userspace legs
+	mtu       int    // userspace legs
+	limited   int    // userspace legs: QPs DCQCN holds below line rate
+	state     string // the link's state (LegStatus.State)
+	up        bool
+	nic       *nicPort // verbs legs whose port counters were found
+	port      *portcounters.Port
+	verbs     *VerbsStatsSnapshot
+	quic      *quicLegSnapshot
 	transport *transport.StatsSnapshot
 	cm        *cm.StatsSnapshot
 	udp       *udpconn.StatsSnapshot
@@ -239,7 +299,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 		name := cfg.Legs[i].Name
 		lm := legMetrics{name: name}
 		if u, ok := g.legs[name].(*userspaceLeg); ok {
-			lm.mtu = u.mtu
+			lm.mtu, lm.limited = u.mtu, u.dev.RateLimitedQPs()
 			t, c := u.dev.Stats().Snapshot(), u.cm.Stats().Snapshot()
 			lm.transport, lm.cm = &t, &c
 			switch pc := u.pconn.(type) {
@@ -253,6 +313,21 @@ func (g *Gateway) metrics() metricsSnapshot {
 				lm.xdp = &s
 			}
 		}
+		if v, ok := g.legs[name].(*verbsLeg); ok {
+			s := v.stats.Snapshot()
+			lm.verbs = &s
+		}
+		if q, ok := g.legs[name].(*quicLeg); ok {
+			lm.quic = &quicLegSnapshot{QUICStatsSnapshot: q.stats.Snapshot(), Refused: q.refused.Load(), Conns: q.peerConns()}
+		}
+		// A verbs leg's port is read once for its state and counters; a
+		// port unreadable now (the device went away) is down and has no
+		// counters this scrape.
+		var p *portcounters.Port
+		lm.state, lm.up, p = g.linkState(name)
+		if n := g.nics[name]; n != nil && p != nil {
+			lm.nic, lm.port = n, p
+		}
 		m.legs = append(m.legs, lm)
 	}
 	m.pool = g.pool.Stats()
@@ -265,30 +340,42 @@ type collector struct{ g *Gateway }
 var _ prometheus.Collector = collector{}
 
 // NewCollector returns the Prometheus collector of the gateway's metrics
-// (rbridge_route_*, rbridge_pool_*, and per userspace leg
-// rbridge_transport_*, rbridge_cm_*, rbridge_udp_* or rbridge_xdp_*); it
-// reads the gateway's counters when scraped.
+// (rbridge_route_*, rbridge_pool_*, per userspace leg
+// rbridge_transport_*, rbridge_cm_*, rbridge_udp_* or rbridge_xdp_*, and
+// per verbs leg rbridge_verbs_* and its port's rbridge_nic_*); it reads
+// the gateway's counters when scraped.
 func NewCollector(g *Gateway) prometheus.Collector { return collector{g: g} }
 
 // Describe implements prometheus.Collector.
-func (collector) Describe(ch chan<- *prometheus.Desc) {
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, n := range c.g.nics {
+		for _, d := range n.descs {
+			ch <- d
+		}
+	}
 	for _, c := range routeCounters {
 		ch <- c.desc
 	}
 	for _, r := range directionRows {
 		ch <- r.desc
 	}
+	for _, r := range opcodeRows {
+		ch <- r.desc
+	}
 	describe(ch, udRouteCounters)
 	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped, descGroupDatagrams, descGroupBytes, descGroupDropped} {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegMTU, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
+	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegUp, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
 		ch <- d
 	}
 	describe(ch, transportCounters)
 	describe(ch, cmCounters)
 	describe(ch, udpCounters)
 	describe(ch, xdpCounters)
+	describe(ch, verbsCounters)
+	describe(ch, quicCounters)
+	ch <- descQUICConns
 }
 
 func describe[S any](ch chan<- *prometheus.Desc, cs []counter[S]) {
@@ -316,6 +403,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d]), r.name, dir)
 			}
 		}
+		for _, row := range opcodeRows {
+			v := row.val(&r.sessions)
+			for d, dir := range directions {
+				for o := range numOpcodes {
+					ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d][o]), r.name, dir, opcodes[o].name)
+				}
+			}
+		}
 		if r.ud != nil {
 			collectUD(ch, r.name, r.ud)
 		}
@@ -339,11 +434,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPoolOver, prometheus.CounterValue, float64(p.Overreleased), size)
 	}
 	for _, l := range m.legs {
+		up := 0.0
+		if l.up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLegUp, prometheus.GaugeValue, up, l.name)
 		if l.mtu > 0 {
 			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.mtu), l.name)
 		}
 		if l.transport != nil {
 			collect(ch, transportCounters, l.transport, l.name)
+			ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.GaugeValue, float64(l.limited), l.name)
 		}
 		if l.cm != nil {
 			collect(ch, cmCounters, l.cm, l.name)
@@ -353,6 +454,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.xdp != nil {
 			collect(ch, xdpCounters, l.xdp, l.name)
+		}
+		if l.verbs != nil {
+			collect(ch, verbsCounters, l.verbs, l.name)
+		}
+		if l.quic != nil {
+			collect(ch, quicCounters, l.quic, l.name)
+			ch <- prometheus.MustNewConstMetric(descQUICConns, prometheus.GaugeValue, float64(l.quic.Conns), l.name)
+		}
+		if l.nic != nil {
+			l.nic.collect(ch, l.port)
 		}
 	}
 }

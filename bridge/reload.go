@@ -50,7 +50,12 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	if cfg == nil {
 		return res, errors.New("bridge: reload: no config")
 	}
-	if d := legsDiff(g.cfg.Legs, cfg.Legs); d != "" {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	g.mu.Lock()
+	running := g.cfg
+	g.mu.Unlock()
+	if d := legsDiff(running.Legs, cfg.Legs); d != "" {
 		return res, fmt.Errorf("bridge: reload %s: %s: %w", cfg.File(), d, ErrLegsChanged)
 	}
 	if !slices.EqualFunc(g.cfg.Groups, cfg.Groups, sameGroup) {
@@ -61,6 +66,12 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 		g.mu.Unlock()
 		return res, errors.New("bridge: reload: the gateway is closing")
 	}
+	g.reloading = true
+	defer func() {
+		g.mu.Lock()
+		g.reloading = false
+		g.mu.Unlock()
+	}()
 	old := map[string]*routeRun{}
 	dead := map[string]bool{} // accept loops that ended on their own: started again
 	for name, run := range g.routes {
@@ -138,7 +149,7 @@ func sameGroup(a, b config.Group) bool {
 // legsDiff says how two leg lists differ ("" when they are alike).
 func legsDiff(running, next []config.Leg) string {
 	key := func(l config.Leg) string {
-		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%s/%s/%s/%s/%s/%s", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns,
+		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%v/%s/%s/%s/%s/%s/%s", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns, l.ECN,
 			l.Listen, l.Peer, l.Cert, l.Key, l.CA, l.PeerName)
 	}
 	have, want := map[string]string{}, map[string]string{}
@@ -164,4 +175,63 @@ func legsDiff(running, next []config.Leg) string {
 	}
 	slices.Sort(d)
 	return strings.Join(d, ", ")
+}
+
+// Outcomes of a reload, as ReloadReport names them.
+const (
+	// ReloadApplied: the file's routes run now.
+	ReloadApplied = "applied"
+	// ReloadRefused: nothing changed (the file does not parse, its legs
+	// differ, the gateway is closing): the running routes stay.
+	ReloadRefused = "refused"
+	// ReloadPartial: the routes were applied up to one that could not
+	// listen (Error says which); the others run.
+	ReloadPartial = "partial"
+)
+
+// ReloadReport is what a reload of the gateway's config file did: what the
+// admin server's POST /reload answers and rbridge reload prints.
+type ReloadReport struct {
+	Config  string `json:"config"`  // the file re-read: the one the gateway started with
+	Outcome string `json:"outcome"` // ReloadApplied, ReloadRefused or ReloadPartial
+	// The routes, by what the reload did with them (none when refused).
+	Added     []string `json:"added"`
+	Removed   []string `json:"removed"`
+	Changed   []string `json:"changed"`
+	Unchanged []string `json:"unchanged"`
+	// Error is why the reload was refused or stopped part way.
+	Error string `json:"error,omitempty"`
+}
+
+// Routes says what happened to the routes ("added a; removed b; ...").
+func (r *ReloadReport) Routes() string {
+	return ReloadResult{Added: r.Added, Removed: r.Removed, Changed: r.Changed, Unchanged: r.Unchanged}.String()
+}
+
+// ReloadConfigFile re-reads the config file the gateway started with
+// (Config.File) and applies it with Reload; a file that does not load is
+// refused.
+func (g *Gateway) ReloadConfigFile() ReloadReport {
+	g.mu.Lock()
+	path := g.cfg.File()
+	g.mu.Unlock()
+	rep := ReloadReport{Config: path, Outcome: ReloadRefused, Added: []string{}, Removed: []string{}, Changed: []string{}, Unchanged: []string{}}
+	cfg, err := config.Load(path)
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	res, err := g.Reload(cfg)
+	for _, p := range []struct{ dst, src *[]string }{{&rep.Added, &res.Added}, {&rep.Removed, &res.Removed}, {&rep.Changed, &res.Changed}, {&rep.Unchanged, &res.Unchanged}} {
+		*p.dst = append(*p.dst, *p.src...)
+	}
+	switch {
+	case err == nil:
+		rep.Outcome = ReloadApplied
+	case len(res.Added)+len(res.Removed)+len(res.Changed)+len(res.Unchanged) > 0:
+		rep.Outcome, rep.Error = ReloadPartial, err.Error()
+	default:
+		rep.Error = err.Error()
+	}
+	return rep
 }

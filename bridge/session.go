@@ -93,35 +93,64 @@ type SessionOptions struct {
 	Logger *slog.Logger
 }
 
+// numOpcodes is how many send opcodes a session relays, each counted
+// apart: transport's OpSend to OpFetchAdd, numbered from 0.
+const numOpcodes = int(transport.OpFetchAdd) + 1
+
 // SessionStats counts a session's work; every field is updated atomically.
+// Operations are counted as messages: once each, when the last packet of
+// a SEND or WRITE arrived (a WRITE posted in chunks as it arrives counts
+// once, all its bytes at its end), a READ or atomic as it arrives.
 type SessionStats struct {
-	// Indexed by direction: 0 is A to B, 1 is B to A.
-	Ops, Bytes, Copied [2]atomic.Uint64
-	Failed             [2]atomic.Uint64 // ops the far side failed
-	NoCredit           [2]atomic.Uint64 // requests refused for an empty pool (RNR)
+	// Indexed by direction: 0 is A to B, 1 is B to A; Ops and Bytes then
+	// by opcode (transport.Opcode).
+	Ops, Bytes [2][numOpcodes]atomic.Uint64
+	// Bytes are the payload: a SEND's or WRITE's, the length a READ
+	// reads, an atomic's 8.
+	Copied   [2]atomic.Uint64
+	Failed   [2]atomic.Uint64 // ops the far side failed
+	NoCredit [2]atomic.Uint64 // requests refused for an empty pool (RNR)
 }
 
 // SessionStatsSnapshot is SessionStats read at one moment, as plain
-// values, indexed by direction like SessionStats.
+// values, indexed like SessionStats.
 type SessionStatsSnapshot struct {
-	Ops, Bytes, Copied, Failed, NoCredit [2]uint64
+	Ops, Bytes               [2][numOpcodes]uint64
+	Copied, Failed, NoCredit [2]uint64
 }
 
 // Snapshot reads every counter.
 func (s *SessionStats) Snapshot() SessionStatsSnapshot {
 	var out SessionStatsSnapshot
 	for d := range 2 {
-		out.Ops[d], out.Bytes[d], out.Copied[d] = s.Ops[d].Load(), s.Bytes[d].Load(), s.Copied[d].Load()
-		out.Failed[d], out.NoCredit[d] = s.Failed[d].Load(), s.NoCredit[d].Load()
+		for o := range numOpcodes {
+			out.Ops[d][o], out.Bytes[d][o] = s.Ops[d][o].Load(), s.Bytes[d][o].Load()
+		}
+		out.Copied[d], out.Failed[d], out.NoCredit[d] = s.Copied[d].Load(), s.Failed[d].Load(), s.NoCredit[d].Load()
 	}
 	return out
+}
+
+// TotalOps and TotalBytes sum direction d's operations and bytes over
+// every opcode.
+func (s SessionStatsSnapshot) TotalOps(d int) uint64   { return sum(&s.Ops[d]) }
+func (s SessionStatsSnapshot) TotalBytes(d int) uint64 { return sum(&s.Bytes[d]) }
+
+func sum(v *[numOpcodes]uint64) uint64 {
+	var n uint64
+	for _, x := range v {
+		n += x
+	}
+	return n
 }
 
 // add adds o's counts to s.
 func (s *SessionStatsSnapshot) add(o SessionStatsSnapshot) {
 	for d := range 2 {
-		s.Ops[d] += o.Ops[d]
-		s.Bytes[d] += o.Bytes[d]
+		for k := range numOpcodes {
+			s.Ops[d][k] += o.Ops[d][k]
+			s.Bytes[d][k] += o.Bytes[d][k]
+		}
 		s.Copied[d] += o.Copied[d]
 		s.Failed[d] += o.Failed[d]
 		s.NoCredit[d] += o.NoCredit[d]
@@ -142,6 +171,9 @@ type relay struct {
 	posted   int // ops posted on to and not done
 	rdAtomic int // READs and atomics among them
 	msg      *Op // the SEND being assembled, or the WRITE chunk open
+	// msgBytes are the bytes of the message being relayed that were
+	// queued already (a WRITE's chunks): counted at the message's end.
+	msgBytes uint64
 	free     *Op
 	dead     bool
 
@@ -386,6 +418,7 @@ func (r *relay) request(q *transport.Request, buf *Buf) transport.Reply {
 		}
 		op.Len = int(q.Length)
 		r.enqueueLocked(op)
+		r.endLocked(q.Op)
 		return transport.Reply{Result: transport.Pending}
 	case transport.OpCompareSwap, transport.OpFetchAdd:
 		op, reply, ok := r.opLocked(q, 8)
@@ -394,6 +427,7 @@ func (r *relay) request(q *transport.Request, buf *Buf) transport.Reply {
 		}
 		op.Len, op.Compare, op.SwapAdd = 8, q.Compare, q.SwapAdd
 		r.enqueueLocked(op)
+		r.endLocked(q.Op)
 		return transport.Reply{Result: transport.Pending}
 	}
 	return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
@@ -440,6 +474,7 @@ func (r *relay) lendLocked(q *transport.Request, buf *Buf, off int) transport.Re
 		op.Buf, op.Off, op.Len = buf, off, len(q.Payload)
 	}
 	r.enqueueLocked(op)
+	r.endLocked(q.Op)
 	return transport.Reply{Result: transport.Pending}
 }
 
@@ -495,6 +530,7 @@ func (r *relay) sendLocked(q *transport.Request, buf *Buf) transport.Reply {
 	op.Opcode, op.Imm, op.InvRKey, op.tok = q.Op, q.Imm, q.InvRKey, q.Token
 	r.msg = nil
 	r.enqueueLocked(op)
+	r.endLocked(q.Op)
 	return transport.Reply{Result: transport.Pending}
 }
 
@@ -573,6 +609,7 @@ func (r *relay) writeLocked(q *transport.Request, buf *Buf) transport.Reply {
 		op.Opcode, op.Imm = q.Op, q.Imm
 		r.msg = nil
 		r.enqueueLocked(op)
+		r.endLocked(q.Op)
 	case lend && (len(op.Frags) >= r.lim.MaxSGE || op.Len+r.fromMTU > r.s.maxChunk),
 		!lend && (op.Buf == nil || op.Len+r.fromMTU > len(op.Buf.B())):
 		r.msg = nil // full: the next packet opens a chunk
@@ -581,10 +618,20 @@ func (r *relay) writeLocked(q *transport.Request, buf *Buf) transport.Reply {
 	return transport.Reply{Result: transport.Pending, Join: join}
 }
 
+// enqueueLocked queues op to be posted on r.to.
 func (r *relay) enqueueLocked(op *Op) {
 	r.queue = append(r.queue, op)
-	r.s.stats.Ops[r.dir].Add(1)
-	r.s.stats.Bytes[r.dir].Add(uint64(op.Len))
+	r.msgBytes += uint64(op.Len)
+}
+
+// endLocked counts the message whose last op was queued: one operation of
+// opcode o, with every byte its ops queued.
+func (r *relay) endLocked(o transport.Opcode) {
+	if int(o) < numOpcodes {
+		r.s.stats.Ops[r.dir][o].Add(1)
+		r.s.stats.Bytes[r.dir][o].Add(r.msgBytes)
+	}
+	r.msgBytes = 0
 }
 
 // flush posts what a batch of requests queued, closing an open WRITE

@@ -431,7 +431,7 @@ func TestSessionRelaysEveryKind(t *testing.T) {
 			}
 			t.Logf("net: sent %d lost %d dup %d reordered %d; session copied %d bytes in, %d ops",
 				st.Sent.Load(), st.Lost.Load(), st.Duplicated.Load(), st.Reordered.Load(),
-				r.sess.Stats().Copied[0].Load(), r.sess.Stats().Ops[0].Load())
+				r.sess.Stats().Copied[0].Load(), r.sess.Stats().Snapshot().TotalOps(0))
 		})
 	}
 }

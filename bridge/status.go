@@ -10,19 +10,21 @@ import (
 // numbering here, and nowhere else. NAK syndromes meet statuses in
 // transport.NAKCode and transport.NAKStatus.
 
-// opcodes pairs every send opcode of the two worlds.
+// opcodes pairs every send opcode of the two worlds, with the name the
+// metrics give it (their opcode label), in transport's order.
 var opcodes = [...]struct {
-	t transport.Opcode
-	v ibv.Opcode
+	t    transport.Opcode
+	v    ibv.Opcode
+	name string
 }{
-	{transport.OpSend, ibv.OpSend},
-	{transport.OpSendWithImm, ibv.OpSendWithImm},
-	{transport.OpSendWithInv, ibv.OpSendWithInv},
-	{transport.OpWrite, ibv.OpWrite},
-	{transport.OpWriteWithImm, ibv.OpWriteWithImm},
-	{transport.OpRead, ibv.OpRead},
-	{transport.OpCompareSwap, ibv.OpCompareSwap},
-	{transport.OpFetchAdd, ibv.OpFetchAdd},
+	{transport.OpSend, ibv.OpSend, "send"},
+	{transport.OpSendWithImm, ibv.OpSendWithImm, "send_with_imm"},
+	{transport.OpSendWithInv, ibv.OpSendWithInv, "send_with_inv"},
+	{transport.OpWrite, ibv.OpWrite, "write"},
+	{transport.OpWriteWithImm, ibv.OpWriteWithImm, "write_with_imm"},
+	{transport.OpRead, ibv.OpRead, "read"},
+	{transport.OpCompareSwap, ibv.OpCompareSwap, "compare_swap"},
+	{transport.OpFetchAdd, ibv.OpFetchAdd, "fetch_add"},
 }
 
 // verbsOpcode returns the verbs opcode of a send opcode.

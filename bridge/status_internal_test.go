@@ -8,6 +8,11 @@ import (
 )
 
 func TestOpcodeTable(t *testing.T) {
+	// The metrics' opcode label: the verbs name in snake case, without
+	// RDMA_ and ATOMIC_.
+	labels := map[transport.Opcode]string{transport.OpSend: "send", transport.OpSendWithImm: "send_with_imm",
+		transport.OpSendWithInv: "send_with_inv", transport.OpWrite: "write", transport.OpWriteWithImm: "write_with_imm",
+		transport.OpRead: "read", transport.OpCompareSwap: "compare_swap", transport.OpFetchAdd: "fetch_add"}
 	for o := transport.OpSend; o <= transport.OpFetchAdd; o++ {
 		v, ok := verbsOpcode(o)
 		if !ok {
@@ -20,6 +25,20 @@ func TestOpcodeTable(t *testing.T) {
 		if back, ok := transportOpcode(v); !ok || back != o {
 			t.Errorf("%v -> %v -> %v", o, v, back)
 		}
+		// The sessions' counters are indexed by opcode, the metrics'
+		// label named from the table: both need the table in order.
+		if int(o) >= len(opcodes) || int(o) >= numOpcodes {
+			t.Fatalf("%v is beyond the opcode table (%d) or the counted opcodes (%d)", o, len(opcodes), numOpcodes)
+		}
+		if opcodes[o].t != o {
+			t.Errorf("%v is not at its own index of the opcode table", o)
+		}
+		if got := opcodes[o].name; got != labels[o] {
+			t.Errorf("%v is named %q in the metrics, want %q", o, got, labels[o])
+		}
+	}
+	if len(opcodes) != numOpcodes {
+		t.Errorf("%d opcodes in the table, %d counted", len(opcodes), numOpcodes)
 	}
 	for _, v := range []ibv.Opcode{ibv.OpLocalInv, ibv.OpBindMW} {
 		if o, ok := transportOpcode(v); ok {

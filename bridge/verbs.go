@@ -52,7 +52,7 @@ type VerbsEndpoint struct {
 	early     error         // a failure reported before Start
 	drained   chan struct{} // closed once the receive queue flushed (drainOnce)
 	drainOnce sync.Once
-	stats     VerbsStats
+	stats     *VerbsStats
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -103,6 +103,9 @@ type VerbsOptions struct {
 	Disconnect func() error
 	// IWARP says the device is iWARP (siw): no immediate data, no atomics.
 	IWARP bool
+	// Stats, if set, is where the endpoint counts (a leg's, shared by its
+	// endpoints); else it counts in its own.
+	Stats *VerbsStats
 }
 
 // NewVerbsEndpoint wraps a connected QP and posts its receives.
@@ -127,6 +130,9 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 	e := &VerbsEndpoint{drained: make(chan struct{}), qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
 		slots: newOpSlots(int(cp.MaxSendWR)), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
 		recvBufs: make([]*Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
+	if e.stats = o.Stats; e.stats == nil {
+		e.stats = &VerbsStats{}
+	}
 	for i := range e.recvFree {
 		e.recvFree[i] = uint32(len(e.recvFree) - 1 - i)
 	}
@@ -140,8 +146,8 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 	return e, nil
 }
 
-// Stats returns the endpoint's counters.
-func (e *VerbsEndpoint) Stats() *VerbsStats { return &e.stats }
+// Stats returns the counters the endpoint counts in (VerbsOptions.Stats).
+func (e *VerbsEndpoint) Stats() *VerbsStats { return e.stats }
 
 // Start implements Endpoint.
 func (e *VerbsEndpoint) Start(h Handler) error {

@@ -210,6 +210,7 @@ func Run(o Options) (*Report, error) {
 	h.checkXDP(nets)
 	h.checkKernelRoCE(nets)
 	h.checkMemory()
+	h.checkTunnels()
 	if o.Interval > 0 {
 		h.checkCounters(rdmas)
 	}

@@ -225,21 +225,28 @@ func copyTree(t *testing.T, tree string) string {
 // TestCounters: counters that rise between the two samples are named with
 // their rise; counters that stay put are not.
 func TestCounters(t *testing.T) {
+	mlx5 := fmt.Sprintf(mlx5Config, "eth1")
 	for _, tc := range []struct {
-		name    string
-		rise    map[string]int // hw_counters file -> rise between samples
-		sev     doctor.Severity
-		finding string
+		name            string
+		tree, cfg, port string         // the port: device/port
+		rise            map[string]int // hw_counters file -> rise between samples
+		sev             doctor.Severity
+		finding         string
 	}{
-		{"quiet", nil, doctor.OK, "none of 11 trouble counters rose in 10ms"},
-		{"loss and congestion", map[string]int{"hw_counters/out_of_sequence": 7, "hw_counters/np_cnp_sent": 40, "counters/symbol_error": 2},
+		{"quiet", "good", mlx5, "mlx5_0/1", nil, doctor.OK, "none of 11 trouble counters rose in 10ms"},
+		{"loss and congestion", "good", mlx5, "mlx5_0/1", map[string]int{"hw_counters/out_of_sequence": 7, "hw_counters/np_cnp_sent": 40, "counters/symbol_error": 2},
 			doctor.Warn, "rising in 10ms: np_cnp_sent +40 (congestion: ECN-marked packets arrived, CNPs sent); out_of_sequence +7 (loss: packets arrived out of sequence); symbol_error +2 (link: bit errors"},
+		// rxe's names, which procfs does not know, are read as well.
+		{"rxe quiet", "rxe-good", rxeConfig, "rxe1/1", nil, doctor.OK, "none of 3 trouble counters rose in 10ms"},
+		{"rxe loss", "rxe-good", rxeConfig, "rxe1/1", map[string]int{"hw_counters/rcvd_seq_err": 3, "hw_counters/rcvd_pkts": 100},
+			doctor.Warn, "rising in 10ms: rcvd_seq_err +3 (loss: sequence-error NAKs received)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := copyTree(t, "good")
-			port := filepath.Join(root, "sys/class/infiniband/mlx5_0/ports/1")
+			root := copyTree(t, tc.tree)
+			dev, num, _ := strings.Cut(tc.port, "/")
+			port := filepath.Join(root, "sys/class/infiniband", dev, "ports", num)
 			slept := false
-			r := run(t, "good", fmt.Sprintf(mlx5Config, "eth1"), doctor.Options{Root: root, Interval: 10 * time.Millisecond, Sleep: func(d time.Duration) {
+			r := run(t, tc.tree, tc.cfg, doctor.Options{Root: root, Interval: 10 * time.Millisecond, Sleep: func(d time.Duration) {
 				slept = d == 10*time.Millisecond
 				for f, n := range tc.rise {
 					if err := os.WriteFile(filepath.Join(port, f), []byte(fmt.Sprintf("%d\n", n)), 0o644); err != nil {
@@ -250,7 +257,7 @@ func TestCounters(t *testing.T) {
 			if !slept {
 				t.Fatal("the counter check did not wait its interval between the samples")
 			}
-			fs := find(r, "counters", "mlx5_0/1")
+			fs := find(r, "counters", tc.port)
 			if len(fs) != 1 || fs[0].Severity != tc.sev || !strings.Contains(fs[0].Message, tc.finding) {
 				t.Errorf("counters: got\n%s want %v %q", dump(fs), tc.sev, tc.finding)
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // PacketConn moves RoCEv2 transport packets (a UDP payload: BTH to ICRC)
@@ -31,6 +32,15 @@ type PacketConn interface {
 	LocalAddr() netip.AddrPort
 	// Close unblocks ReadBatch and releases the conn; it is idempotent.
 	Close() error
+}
+
+// A ReadDeadliner is a PacketConn whose ReadBatch can stop waiting: once
+// the deadline t passes (the zero time: never), ReadBatch returns no
+// packet and an error that matches os.ErrDeadlineExceeded, until a later
+// deadline is set. The transport's receive loop sets one so that it wakes
+// while nothing arrives, and its liveness can be told from a quiet link.
+type ReadDeadliner interface {
+	SetReadDeadline(t time.Time) error
 }
 
 // Message is one packet of a batch.

@@ -66,7 +66,10 @@ type Conn struct {
 	lent, fillShort    atomic.Uint64
 }
 
-var _ roce.FrameLender = (*Conn)(nil)
+var (
+	_ roce.FrameLender   = (*Conn)(nil)
+	_ roce.ReadDeadliner = (*Conn)(nil)
+)
 
 const (
 	ethHdrLen = 14
@@ -296,6 +299,10 @@ func (c *Conn) Mode() BindMode { return c.mode }
 
 // LocalAddr implements roce.PacketConn.
 func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// SetReadDeadline implements roce.ReadDeadliner: the deadline of
+// ReadBatch's and ReadBatchLent's wait for frames.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.file.SetReadDeadline(t) }
 
 // ReadBatch implements roce.PacketConn. Frames that are not well-formed
 // RoCEv2, carry a wrong ICRC or do not fit the caller's buffer are dropped

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"time"
 
 	"github.com/rbridge/rbridge/roce"
 )
@@ -14,7 +15,10 @@ import (
 // here with ErrNotSupported.
 type Conn struct{}
 
-var _ roce.FrameLender = (*Conn)(nil)
+var (
+	_ roce.FrameLender   = (*Conn)(nil)
+	_ roce.ReadDeadliner = (*Conn)(nil)
+)
 
 // NewConn returns an error matching ErrNotSupported: AF_XDP is Linux only.
 func NewConn(opts ConnOptions) (*Conn, error) {
@@ -26,6 +30,9 @@ func (c *Conn) Mode() BindMode { return BindCopy }
 
 // LocalAddr implements roce.PacketConn.
 func (c *Conn) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
+
+// SetReadDeadline implements roce.ReadDeadliner.
+func (c *Conn) SetReadDeadline(time.Time) error { return ErrNotSupported }
 
 // ReadBatch implements roce.PacketConn.
 func (c *Conn) ReadBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }

@@ -32,7 +32,7 @@ func TestTransportOverAFXDP(t *testing.T) {
 	}
 	ends := map[*side]*end{}
 	for _, s := range []*side{a, b} {
-		dev, err := rdma.NewDevice(s.conn, rdma.DeviceOptions{Logger: testLogger(t)})
+		dev, err := rdma.NewDevice(s.conn, rdma.DeviceOptions{Logger: testLogger(t), IdleWake: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,5 +112,15 @@ func TestTransportOverAFXDP(t *testing.T) {
 	}
 	if dropped == 0 {
 		t.Error("no packet dropped by fault injection")
+	}
+	// Idle now: the conn's read deadline still wakes each device's receive
+	// loop, so its heartbeat stays fresh.
+	quiet := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	for _, s := range []*side{a, b} {
+		if last, wakes := ends[s].dev.ReceiveHeartbeat(); !wakes || !last.After(quiet.Add(100*time.Millisecond)) {
+			t.Errorf("%s: heartbeat %v old after %v idle (wakes %v): the AF_XDP read deadline did not wake the loop",
+				s.ifc, time.Since(last).Round(time.Millisecond), time.Since(quiet).Round(time.Millisecond), wakes)
+		}
 	}
 }

@@ -125,6 +125,11 @@ type Leg struct {
 	// MTU (userspace) caps the leg's path MTU below what its interface
 	// carries: 256, 512, 1024, 2048 or 4096 (0: the interface's).
 	MTU int `yaml:"mtu"`
+	// ECN (userspace) makes the leg's RC QPs send ECN-capable packets and
+	// cut their rate on CNPs (DCQCN's reaction point), as a RoCE NIC with
+	// DCQCN on does. Without it they ignore CNPs (counted). Either way
+	// the leg answers ECN-CE marked packets with CNPs.
+	ECN bool `yaml:"ecn"`
 	// Listen, Peer, Cert, Key, CA and PeerName (quic) say where the
 	// gateway accepts its peer gateway's connection and where it
 	// connects to it, and the mutual TLS of both.
@@ -381,7 +386,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 // UnmarshalYAML decodes a leg from its node.
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
-	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns",
+	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
 		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu")
 	for _, k := range []struct {
 		key string
@@ -392,6 +397,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	}
 	scalar(vals, "port", "leg", &l.Port, &errs)
 	scalar(vals, "mtu", "leg", &l.MTU, &errs)
+	scalar(vals, "ecn", "leg", &l.ECN, &errs)
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
 	l.errs = errs
 	return nil
@@ -513,10 +519,16 @@ func (c *Config) validate() Errors {
 			if l.Interface != "" || l.IO != "" || l.Netns != "" || l.Device != "" || l.Port != 0 {
 				bad(l.line, "leg %q: interface, io, netns, device and port are not for quic legs (listen and peer say where)", l.Name)
 			}
+			if l.ECN {
+				bad(l.line, "leg %q: ecn is for userspace legs; a quic leg's congestion control is QUIC's", l.Name)
+			}
 			c.validateQUIC(l, bad)
 		case KindVerbs:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" {
 				bad(l.line, "leg %q: interface, io and netns are for userspace legs; a verbs leg is found by its ip (or device)", l.Name)
+			}
+			if l.ECN {
+				bad(l.line, "leg %q: ecn is for userspace legs; a verbs leg's NIC runs its own congestion control", l.Name)
 			}
 			if l.Port < 0 || l.Port > 255 {
 				bad(l.line, "leg %q: port %d: want 1 to 255", l.Name, l.Port)

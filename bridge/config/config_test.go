@@ -22,6 +22,7 @@ const good = `legs:
     interface: vgw0
     ip: 198.18.1.3
     netns: user0
+    ecn: true
 routes:
   - name: storage
     listen: {leg: ib, addr: "198.18.3.1:4420"}
@@ -40,12 +41,13 @@ func TestParseGood(t *testing.T) {
 	type leg struct {
 		Name, Kind, IP, Device, Interface, IO, Netns string
 		Port                                         int
+		ECN                                          bool
 	}
 	var legs []leg
 	for _, l := range c.Legs {
-		legs = append(legs, leg{l.Name, l.Kind, l.IP.String(), l.Device, l.Interface, l.IO, l.Netns, l.Port})
+		legs = append(legs, leg{l.Name, l.Kind, l.IP.String(), l.Device, l.Interface, l.IO, l.Netns, l.Port, l.ECN})
 	}
-	want := []leg{{"ib", "verbs", "198.18.3.1", "rxe2", "", "", "", 1}, {"roce", "userspace", "198.18.1.3", "", "vgw0", "afxdp", "user0", 0}}
+	want := []leg{{"ib", "verbs", "198.18.3.1", "rxe2", "", "", "", 1, false}, {"roce", "userspace", "198.18.1.3", "", "vgw0", "afxdp", "user0", 0, true}}
 	if d := cmp.Diff(want, legs); d != "" {
 		t.Errorf("legs (-want +got):\n%s", d)
 	}
@@ -157,6 +159,8 @@ func TestParseBad(t *testing.T) {
 		{"userspace without interface", base(ib+"  - name: roce\n    kind: userspace\n    ip: 198.18.1.3\n", ok), []string{`gw.yaml:5: leg "roce": a userspace leg needs the interface`}},
 		{"bad io", base(ib+roce+"    io: dpdk\n", ok), []string{`gw.yaml:5: leg "roce": io "dpdk": want afxdp or udp`}},
 		{"verbs with interface", base(ib+"    interface: eth0\n"+roce, ok), []string{`gw.yaml:2: leg "ib": interface, io and netns are for userspace legs`}},
+		{"verbs with ecn", base(ib+"    ecn: true\n"+roce, ok), []string{`gw.yaml:2: leg "ib": ecn is for userspace legs`}},
+		{"ecn not a bool", base(ib+roce+"    ecn: maybe\n", ok), []string{`gw.yaml:9: leg: ecn`}},
 		{"duplicate leg", base(ib+ib+roce, ok), []string{`gw.yaml:5: leg "ib" is defined twice (first at line 2)`}},
 		{"missing leg", base(ib+roce, route(`{leg: nope, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen leg "nope" does not exist`}},
 		{"listen not the leg's", base(ib+roce, route(`{leg: ib, addr: "198.18.3.9:1"}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen addr 198.18.3.9:1 is not leg "ib"'s address (198.18.3.1)`}},
@@ -179,6 +183,8 @@ func TestParseBad(t *testing.T) {
 			[]string{`gw.yaml:5: leg "gw": listen 10.0.0.9:7471 is not the leg's address (10.0.0.1)`}},
 		{"quic with interface", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    interface: eth0\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
 			[]string{`gw.yaml:5: leg "gw": interface, io, netns, device and port are not for quic legs`}},
+		{"quic with ecn", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    ecn: true\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
+			[]string{`gw.yaml:5: leg "gw": ecn is for userspace legs`}},
 		{"fallback on a verbs leg", base(ib+roce, ok+"    fallback: {leg: ib, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "ib" is a verbs leg: a fallback goes through a peer gateway`}},
 		{"fallback leg missing", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "gw" does not exist`}},
 		{"fallback without leg", base(ib+roce, ok+"    fallback: {addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback has no leg`}},

@@ -333,9 +333,9 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 	if r.Crossed, err = demoCrossings(ctx, client, target, cq, tq); err != nil {
 		return fmt.Errorf("demo: across the gateway: %w", err)
 	}
-	st := g.sess.Stats()
+	st := g.sess.Stats().Snapshot()
 	for i := range 2 {
-		r.Session.Ops[i], r.Session.Bytes[i], r.Session.Copied[i] = st.Ops[i].Load(), st.Bytes[i].Load(), st.Copied[i].Load()
+		r.Session.Ops[i], r.Session.Bytes[i], r.Session.Copied[i] = st.TotalOps(i), st.TotalBytes(i), st.Copied[i]
 	}
 	if !o.jsonOut {
 		for _, c := range r.Crossed {

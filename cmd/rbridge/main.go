@@ -55,16 +55,17 @@ func newRootCommand() *cobra.Command {
 side use plain verbs and rdma_cm and reach the other side through the gateway.
 
 Available now: the gateway (run), a running gateway's legs, routes and
-sessions (status), checking the host and both fabrics for what RDMA needs
-(doctor), decoding RoCEv2 captures (decode), listing RDMA devices and the
-GID rbridge would choose (devices), measuring the userspace RoCEv2 transport
-against plain UDP (bench), and the build's version.`,
+sessions (status), making it re-read its config file (reload), checking the
+host and both fabrics for what RDMA needs (doctor), decoding RoCEv2
+captures (decode), listing RDMA devices and the GID rbridge would choose
+(devices), measuring the userspace RoCEv2 transport against plain UDP
+(bench), and the build's version.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion(),
 	}
 	root.SetVersionTemplate("rbridge {{.Version}}\n")
-	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand(), newStatusCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand(), newStatusCommand(), newReloadCommand())
 	return root
 }
 

@@ -20,8 +20,9 @@ func sdNotify(log *slog.Logger, state string) {
 
 // routineWatchdog feeds systemd's watchdog (WATCHDOG=1) every interval/2
 // while health is nil, until ctx ends. health is the gateway's own check
-// of its data path (Gateway.Health: every accept loop alive, its lock
-// free): a path that stopped or hung stops the feeding, and systemd
+// of its data path (Gateway.Health: every accept loop alive, every
+// userspace leg's receive loop coming round, its lock free): a path that
+// stopped or hung stops the feeding, and systemd
 // restarts the service once WatchdogSec passes. While unhealthy, STATUS
 // says why; when health comes back, so does the feeding.
 func routineWatchdog(ctx context.Context, interval time.Duration, health func() error, notify func(string), log *slog.Logger) {

@@ -1,12 +1,21 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rbridge/rbridge/bridge"
 )
 
 // TestRunReloadsOnSIGHUP: rbridge run re-reads its file on SIGHUP: a route
@@ -73,4 +82,147 @@ routes:
 	case <-time.After(30 * time.Second):
 		t.Fatal("rbridge run did not stop within 30 s of SIGTERM")
 	}
+}
+
+// TestReloadCommand: rbridge reload asks a running gateway to re-read its
+// file. A changed file is applied and the routes it changed are printed
+// (exit 0); a file that does not parse is refused with why, exit 1, and
+// the running routes stay (rbridge status shows them); found through
+// another file's admin.listen, it says the gateway re-read its own; with
+// no gateway there, exit 3 and a clear error.
+func TestReloadCommand(t *testing.T) {
+	// 127.0.17.0/24: this test's own.
+	const legs = `admin: {listen: "127.0.0.1:0"}
+legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.17.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.17.2, io: udp}
+routes:
+`
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "gw.yaml")
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := `  - {name: first, listen: {leg: a, addr: "127.0.17.1:7471"}, target: {leg: b, addr: "127.0.17.4:7471"}}
+`
+	write(cfg, legs+first)
+	p := startRun(t, nil, "run", "--config", cfg)
+	admin := adminAddress(t, p)
+	reload := func(args ...string) (string, string, int) {
+		t.Helper()
+		out, errOut, err := run(t, nil, append([]string{"reload"}, args...)...)
+		code := 0
+		if err != nil {
+			var ee *exitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("rbridge reload %v: %v, not an exit status", args, err)
+			}
+			code, errOut = ee.code, errOut+ee.Error()
+		}
+		return out, errOut, code
+	}
+	routes := func() string {
+		t.Helper()
+		out, _, err := run(t, nil, "status", "--admin", admin, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st bridge.Status
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range st.Routes {
+			names = append(names, r.Name)
+		}
+		return strings.Join(names, " ")
+	}
+
+	// Applied.
+	write(cfg, legs+first+`  - {name: second, listen: {leg: a, addr: "127.0.17.1:7472"}, target: {leg: b, addr: "127.0.17.4:7471"}}
+`)
+	out, errOut, code := reload("--admin", admin)
+	if want := "reloaded " + cfg + ": added second; unchanged first\n"; code != 0 || out != want {
+		t.Errorf("reload of a good file: exit %d, %q (stderr %q); want 0, %q", code, out, errOut, want)
+	}
+	if got := routes(); got != "first second" {
+		t.Errorf("routes after the reload: %q", got)
+	}
+	out, _, code = reload("--admin", admin, "--json")
+	var rep bridge.ReloadReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("reload --json: exit %d, %v:\n%s", code, err, out)
+	}
+	if d := cmp.Diff(bridge.ReloadReport{Config: cfg, Outcome: "applied", Added: []string{}, Removed: []string{}, Changed: []string{},
+		Unchanged: []string{"first", "second"}}, rep); d != "" {
+		t.Errorf("reload --json of the same file (-want +got):\n%s", d)
+	}
+
+	// Refused: the running routes stay.
+	write(cfg, "legs: [ this is not yaml\n")
+	out, errOut, code = reload("--admin", admin)
+	if code != 1 || out != "refused "+cfg+": the running routes stay\n" || !strings.Contains(errOut, "reload of "+cfg+" refused, the running routes stay: ") {
+		t.Errorf("reload of a bad file: exit %d, %q, stderr %q; want 1 and why", code, out, errOut)
+	}
+	if got := routes(); got != "first second" {
+		t.Errorf("routes after a refused reload: %q, want the running ones", got)
+	}
+	if !strings.Contains(p.logs.String(), "reload refused: the running routes stay") {
+		t.Error("the gateway did not log the refusal")
+	}
+
+	// Through another file's admin.listen (a file rbridge run would
+	// refuse: no routes): the gateway re-reads its own.
+	other := filepath.Join(dir, "other.yaml")
+	write(other, fmt.Sprintf("admin: {listen: %q}\nlegs: []\n", admin))
+	_, errOut, code = reload("--config", other)
+	if code != 1 || !strings.Contains(errOut, "the gateway re-read its own file "+cfg+", not "+other) {
+		t.Errorf("reload --config %s: exit %d, stderr %q", other, code, errOut)
+	}
+
+	// Bad usage, and no gateway there.
+	write(other, "admin: {listen: \"127.0.0.1:0\"}\n")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--config", other}, 2, "lets the kernel pick the port: give --admin the address rbridge run logged"},
+		{[]string{"--admin", admin, "--config", cfg}, 2, "--admin and --config both name the gateway"},
+		{[]string{"--admin", "localhost"}, 2, `--admin "localhost": want an IP address and a port`},
+		{[]string{"--admin", freeAddr(t)}, 3, "cannot reach the gateway's admin server"},
+	} {
+		if _, errOut, code := reload(tc.args...); code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("rbridge reload %v: exit %d, %q; want %d, %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+}
+
+// adminAddress is the admin server's address, from rbridge run's log.
+func adminAddress(t *testing.T, p *runProc) string {
+	t.Helper()
+	listening := regexp.MustCompile(`msg="admin server listening" addr=(127\.0\.0\.1:\d+)`)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(p.logs.String()); m != nil {
+			return m[1]
+		}
+	}
+	t.Fatal("rbridge run did not log its admin server's address")
+	return ""
+}
+
+// freeAddr is a loopback address nothing listens on (the kernel picked its
+// port, and it was let go).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

@@ -38,14 +38,17 @@ accepted only once the target accepted; a target that rejects or does not
 answer gets the client a reject. SIGUSR1 logs the gateway's state (its
 sessions, goroutines, pool buffers in use, userspace and verbs QPs: after
 every connection ended, what it held idle) and every session's. SIGHUP
-re-reads the file: routes added start listening, routes removed stop
+(or rbridge reload) re-reads the file: routes added start listening, routes removed stop
 accepting while their sessions go on until they end, changed routes are
 restarted the same way, unchanged ones and their sessions are not touched;
 a file that does not parse, or whose legs differ (legs are opened once:
 restart for them), is refused and the running routes stay. The admin
 server (admin.listen, 127.0.0.1:9479 by default) serves Prometheus metrics
-on /metrics and the legs, routes and sessions as JSON on /status (what
-rbridge status prints); it serves while sessions drain. On
+on /metrics, and on /status as JSON (what rbridge status prints) the
+gateway's state (running, reloading, draining, stopped), the legs with
+their link state, the routes and the sessions, and takes POST /reload (what
+rbridge reload sends: the same as SIGHUP, answered with what it did); it
+serves while sessions drain, and /status says draining then. On
 SIGINT or SIGTERM it stops accepting,
 ends every session (both connections disconnected), releases everything and
 exits 0.
@@ -54,7 +57,8 @@ Under systemd (dist/rbridge.service, Type=notify) it sends READY=1 once
 every leg is open and every route listens, STOPPING=1 when it starts to
 stop, and, when the unit sets WatchdogSec, WATCHDOG=1 at half that interval
 for as long as the gateway's health check passes (every route's accept loop
-alive, the session table not stuck): a stuck gateway is restarted.
+alive, every userspace leg's receive loop coming round at least every 5 s,
+the session table not stuck): a stuck gateway is restarted.
 
 The file (YAML):
 
@@ -69,6 +73,8 @@ The file (YAML):
       ip: 198.18.1.3
       io: afxdp                   # afxdp (default) or udp
       netns: user0                # optional
+      ecn: true                   # optional: send ECN-capable and cut the rate on
+                                  # CNPs (DCQCN), as a RoCE NIC with DCQCN on does
   routes:
     - name: storage
       listen: {leg: roce, addr: "198.18.1.3:4420"}
@@ -107,22 +113,23 @@ memory, which refuses them with a remote access error). See the README.`,
 	return cmd
 }
 
-// reload re-reads the config file and applies its routes (SIGHUP); a bad
-// file leaves the running gateway as it is.
-func reload(g *bridge.Gateway, path string, log *slog.Logger, notify func(string)) {
+// reload re-reads the config file and applies its routes (SIGHUP, and the
+// admin server's POST /reload that rbridge reload sends); a bad file
+// leaves the running gateway as it is. systemd hears RELOADING=1, then
+// READY=1.
+func reload(g *bridge.Gateway, log *slog.Logger, notify func(string)) bridge.ReloadReport {
 	notify("RELOADING=1")
 	defer notify("READY=1")
-	cfg, err := config.Load(path)
-	if err != nil {
-		log.Error("reload refused: the running routes stay", "config", path, "err", err)
-		return
+	rep := g.ReloadConfigFile()
+	switch rep.Outcome {
+	case bridge.ReloadApplied:
+		log.Info("reloaded", "config", rep.Config, "routes", rep.Routes())
+	case bridge.ReloadRefused:
+		log.Error("reload refused: the running routes stay", "config", rep.Config, "err", rep.Error)
+	default:
+		log.Error("reload", "config", rep.Config, "applied", rep.Routes(), "err", rep.Error)
 	}
-	res, err := g.Reload(cfg)
-	if err != nil {
-		log.Error("reload", "config", path, "applied", res.String(), "err", err)
-		return
-	}
-	log.Info("reloaded", "config", path, "routes", res.String())
+	return rep
 }
 
 func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
@@ -146,8 +153,10 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	if err != nil {
 		return err
 	}
+	notify := func(state string) { sdNotify(log, state) }
 	if cfg.Admin.Listen != "" {
-		admin, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: cfg.Admin.Listen, Logger: log})
+		admin, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: cfg.Admin.Listen, Logger: log,
+			Reload: func() bridge.ReloadReport { return reload(g, log, notify) }})
 		if err != nil {
 			g.Close(context.Background())
 			return fmt.Errorf("%s:%d: admin: listen %s: %w", cfg.File(), cfg.Admin.Line(), cfg.Admin.Listen, err)
@@ -161,7 +170,6 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	// Every leg is open and every route listens: ready (under systemd,
 	// Type=notify), and the watchdog fed from the gateway's health.
 	log.Info("gateway running", "config", o.config, "legs", len(cfg.Legs), "routes", len(cfg.Routes))
-	notify := func(state string) { sdNotify(log, state) }
 	notify(fmt.Sprintf("READY=1\nSTATUS=gateway running: %d legs, %d routes", len(cfg.Legs), len(cfg.Routes)))
 	wctx, stopWatchdog := context.WithCancel(context.Background())
 	defer stopWatchdog()
@@ -180,7 +188,7 @@ wait:
 				g.LogState()
 				continue
 			case syscall.SIGHUP:
-				reload(g, o.config, log, notify)
+				reload(g, log, notify)
 				continue
 			}
 			log.Info("stopping", "signal", s.String(), "sessions", g.Sessions())

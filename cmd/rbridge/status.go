@@ -31,13 +31,18 @@ func newStatusCommand() *cobra.Command {
 		Long: `status asks a running gateway (rbridge run) for what it runs, on its admin
 server's /status, and prints it as tables:
 
-  legs      name, kind, address, the interface (userspace) or the device, port
-            and GID (verbs), and the path MTU with why
+  gateway   what it is doing: running, reloading, draining (after SIGTERM: it
+            accepts nothing more and ends its sessions) or stopped
+  legs      name, kind, address, the link's state (a verbs leg's port state,
+            a userspace leg's interface's operational state, a quic leg's
+            tunnels to its peer; "(down)" when it carries no traffic), the interface (userspace) or the device,
+            port and GID (verbs), and the path MTU with why
   routes    listen and target address with their legs, sessions running, the
             clients allowed, and why the route stopped accepting if it did
   sessions  every session: route, client, target, age, operations and bytes
             each way, what waits in each direction's queue, and both
-            connections (QPNs, path MTU and how it was chosen)
+            connections (QPNs, path MTU and how it was chosen; a userspace
+            side with DCQCN, its rate)
 
 --json prints /status's JSON as the gateway sent it. The admin server's
 address is the config's admin.listen (127.0.0.1:9479 unless the file says
@@ -112,10 +117,14 @@ func fetchStatus(ctx context.Context, addr string, timeout time.Duration) ([]byt
 	return body, nil
 }
 
-// writeStatusTable prints a gateway's status as three tables.
+// writeStatusTable prints a gateway's status: its state, then three
+// tables.
 func writeStatusTable(w io.Writer, st *bridge.Status) error {
+	if st.State != "" {
+		fmt.Fprintf(w, "gateway %s\n\n", st.State)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LEG\tKIND\tIP\tON\tMTU\tWHY")
+	fmt.Fprintln(tw, "LEG\tKIND\tIP\tLINK\tON\tMTU\tWHY")
 	for _, l := range st.Legs {
 		on, mtu, why := "", "-", l.MTUWhy
 		switch l.Kind {
@@ -128,8 +137,24 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 		case config.KindVerbs:
 			on = fmt.Sprintf("%s port %d GID %d %s", l.Device, l.Port, l.GIDIndex, l.GID)
 			why = l.GIDWhy
+		case config.KindQUIC:
+			var ends []string
+			if l.Listen != "" {
+				ends = append(ends, "listen "+l.Listen)
+			}
+			if l.Peer != "" {
+				ends = append(ends, "peer "+l.Peer)
+			}
+			on = strings.Join(ends, ", ")
+			if l.PeerRefused > 0 {
+				why = fmt.Sprintf("%d peer certificates refused", l.PeerRefused)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, l.IP, on, mtu, why)
+		link := l.State
+		if !l.Up {
+			link += " (down)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, l.IP, link, on, mtu, why)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "ROUTE\tLISTEN\tTARGET\tSESSIONS\tALLOW\tSTATE")
@@ -140,6 +165,13 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 		}
 		if r.Stopped != "" {
 			state = "stopped: " + r.Stopped
+		}
+		if f := r.Fallback; f != nil {
+			if f.Active {
+				state += fmt.Sprintf("; ON FALLBACK %s %s since %s: %s", f.Leg, f.Target, f.Since.Format(time.RFC3339), f.Why)
+			} else {
+				state += fmt.Sprintf("; fallback %s %s", f.Leg, f.Target)
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t%d\t%s\t%s\n", r.Name, r.ListenLeg, r.Listen, r.TargetLeg, r.Target, r.Sessions, allow, state)
 	}
@@ -153,7 +185,11 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 	fmt.Fprintln(tw, "#\tROUTE\tCLIENT\tTARGET\tAGE\tOPS>T\tBYTES>T\tOPS<T\tBYTES<T\tFAILED\tQUEUED")
 	for i, s := range st.Sessions {
 		age := time.Duration(s.AgeSeconds * float64(time.Second)).Round(time.Second)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d/%d\n", i+1, s.Route, s.Client, s.Target, age,
+		target := s.Target
+		if s.Fallback {
+			target += " (fallback)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%v\t%d\t%d\t%d\t%d\t%d\t%d/%d\n", i+1, s.Route, s.Client, target, age,
 			s.ToTarget.Ops, s.ToTarget.Bytes, s.ToClient.Ops, s.ToClient.Bytes, s.ToTarget.Failed+s.ToClient.Failed,
 			s.ToTarget.Queued, s.ToClient.Queued)
 	}
@@ -162,9 +198,22 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 	}
 	fmt.Fprintln(w)
 	for i, s := range st.Sessions {
-		if _, err := fmt.Fprintf(w, "#%d client side: %s\n#%d target side: %s\n", i+1, s.ClientSide, i+1, s.TargetSide); err != nil {
+		if _, err := fmt.Fprintf(w, "#%d client side: %s%s\n#%d target side: %s%s\n", i+1, s.ClientSide, dcqcnNote(s.ClientSideDCQCN),
+			i+1, s.TargetSide, dcqcnNote(s.TargetSideDCQCN)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// dcqcnNote says a userspace side's DCQCN rate, when it has DCQCN.
+func dcqcnNote(d *bridge.DCQCNStatus) string {
+	if d == nil {
+		return ""
+	}
+	state := "at line rate"
+	if d.Limited {
+		state = fmt.Sprintf("cut %d times by %d CNPs", d.Cuts, d.CNPs)
+	}
+	return fmt.Sprintf("; DCQCN %.4g Gb/s, %s", d.RateBytesPerSecond*8/1e9, state)
 }

@@ -22,26 +22,30 @@ import (
 // leg, two routes (one stopped) and one session.
 func TestStatusTable(t *testing.T) {
 	st := &bridge.Status{
+		State: bridge.StateDraining,
 		Legs: []bridge.LegStatus{
-			{Name: "roce", Kind: "userspace", IP: "10.20.0.1", Interface: "eth1", IO: "afxdp", MTU: 2048, MTUWhy: "interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048"},
-			{Name: "ib", Kind: "verbs", IP: "10.10.0.1", Device: "mlx5_0", Port: 1, GIDIndex: 3, GID: "::ffff:10.10.0.1", GIDWhy: "RoCEv2 GID of 10.10.0.1"},
+			{Name: "roce", Kind: "userspace", IP: "10.20.0.1", State: "up", Up: true, Interface: "eth1", IO: "afxdp", MTU: 2048, MTUWhy: "interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048"},
+			{Name: "ib", Kind: "verbs", IP: "10.10.0.1", State: "DOWN", Device: "mlx5_0", Port: 1, GIDIndex: 3, GID: "::ffff:10.10.0.1", GIDWhy: "RoCEv2 GID of 10.10.0.1"},
 		},
 		Routes: []bridge.RouteStatus{
 			{Name: "storage", ListenLeg: "roce", Listen: "10.20.0.1:4420", TargetLeg: "ib", Target: "10.10.0.2:4420", Allow: []string{"10.20.0.0/16"}, Sessions: 1},
 			{Name: "inference", ListenLeg: "ib", Listen: "10.10.0.1:18515", TargetLeg: "roce", Target: "10.20.0.7:18515", Stopped: "listener closed"},
 		},
 		Sessions: []bridge.SessionStatus{{Route: "storage", Client: "10.20.0.9:50000", Target: "10.10.0.2:4420",
-			ClientSide: "userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ",
-			TargetSide: "verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU",
-			AgeSeconds: 61.4, ToTarget: bridge.DirectionStatus{Ops: 2, Bytes: 38, Queued: 1}, ToClient: bridge.DirectionStatus{Ops: 1, Bytes: 4096, Failed: 1}}},
+			ClientSide:      "userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ",
+			TargetSide:      "verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU",
+			ClientSideDCQCN: &bridge.DCQCNStatus{RateBytesPerSecond: 12.5e9 / 8, Limited: true, CNPs: 5, Cuts: 3},
+			AgeSeconds:      61.4, ToTarget: bridge.DirectionStatus{Ops: 2, Bytes: 38, Queued: 1}, ToClient: bridge.DirectionStatus{Ops: 1, Bytes: 4096, Failed: 1}}},
 	}
 	var b bytes.Buffer
 	if err := writeStatusTable(&b, st); err != nil {
 		t.Fatal(err)
 	}
-	want := `LEG   KIND       IP         ON                                    MTU   WHY
-roce  userspace  10.20.0.1  eth1 (afxdp)                          2048  interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048
-ib    verbs      10.10.0.1  mlx5_0 port 1 GID 3 ::ffff:10.10.0.1  -     RoCEv2 GID of 10.10.0.1
+	want := `gateway draining
+
+LEG   KIND       IP         LINK         ON                                    MTU   WHY
+roce  userspace  10.20.0.1  up           eth1 (afxdp)                          2048  interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048
+ib    verbs      10.10.0.1  DOWN (down)  mlx5_0 port 1 GID 3 ::ffff:10.10.0.1  -     RoCEv2 GID of 10.10.0.1
 
 ROUTE      LISTEN               TARGET                SESSIONS  ALLOW         STATE
 storage    roce 10.20.0.1:4420  ib 10.10.0.2:4420     1         10.20.0.0/16  accepting
@@ -50,7 +54,7 @@ inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  0         any           st
 #  ROUTE    CLIENT           TARGET          AGE   OPS>T  BYTES>T  OPS<T  BYTES<T  FAILED  QUEUED
 1  storage  10.20.0.9:50000  10.10.0.2:4420  1m1s  2      38       1      4096     1       1/0
 
-#1 client side: userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ
+#1 client side: userspace QP 0x12 <-> 10.20.0.9:50000 QP 0x40, MTU 1024: the client's REQ; DCQCN 12.5 Gb/s, cut 3 times by 5 CNPs
 #1 target side: verbs QP 17 <-> 10.10.0.2:4420, MTU 4096: the port's active MTU
 `
 	if d := cmp.Diff(want, b.String()); d != "" {
@@ -125,7 +129,7 @@ admin: {listen: "127.0.0.1:0"}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v:\n%s", err, out)
 	}
-	if len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[1].IP != "127.0.14.2" || st.Legs[1].MTU != 4096 ||
+	if st.State != bridge.StateRunning || len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[1].IP != "127.0.14.2" || st.Legs[1].MTU != 4096 || !st.Legs[0].Up ||
 		len(st.Routes) != 1 || st.Routes[0].Listen != "127.0.14.1:7471" || len(st.Sessions) != 0 {
 		t.Errorf("status of rbridge run: %+v", st)
 	}
@@ -133,7 +137,7 @@ admin: {listen: "127.0.0.1:0"}
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"a    userspace  127.0.14.1  lo (udp)  4096  interface lo is loopback", "r      a 127.0.14.1:7471  b 127.0.14.4:7471  0", "no sessions"} {
+	for _, want := range []string{"gateway running\n", "a    userspace  127.0.14.1  unknown  lo (udp)  4096  interface lo is loopback", "r      a 127.0.14.1:7471  b 127.0.14.4:7471  0", "no sessions"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
@@ -151,5 +155,38 @@ admin: {listen: "127.0.0.1:0"}
 	}
 	if _, _, err := run(t, nil, "status", "--admin", admin); err == nil {
 		t.Error("status after rbridge run exited: no error, want exit status 1")
+	}
+}
+
+// TestStatusTableQUIC: a quic leg, a route on its fallback and a session
+// through it.
+func TestStatusTableQUIC(t *testing.T) {
+	since := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	st := &bridge.Status{
+		Legs: []bridge.LegStatus{
+			{Name: "gw-b", Kind: "quic", IP: "10.0.0.1", State: "connected (1)", Up: true, Peer: "10.0.0.2:7471", PeerRefused: 2},
+		},
+		Routes: []bridge.RouteStatus{
+			{Name: "storage", ListenLeg: "roce", Listen: "10.20.0.1:4420", TargetLeg: "ib", Target: "10.10.0.2:4420", Sessions: 1,
+				Fallback: &bridge.FallbackStatus{Leg: "gw-b", Target: "10.10.0.2:4420", Active: true, Since: since, Why: "target did not answer"}},
+			{Name: "other", ListenLeg: "roce", Listen: "10.20.0.1:4421", TargetLeg: "ib", Target: "10.10.0.3:4421",
+				Fallback: &bridge.FallbackStatus{Leg: "gw-b", Target: "10.10.0.3:4421"}},
+		},
+		Sessions: []bridge.SessionStatus{{Route: "storage", Client: "10.20.0.9:50000", Target: "10.10.0.2:4420", Fallback: true,
+			ClientSide: "userspace QP 0x12", TargetSide: "quic leg gw-b stream 0", AgeSeconds: 3}},
+	}
+	var b bytes.Buffer
+	if err := writeStatusTable(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"gw-b  quic  10.0.0.1  connected (1)  peer 10.0.0.2:7471  -    2 peer certificates refused",
+		"accepting; ON FALLBACK gw-b 10.10.0.2:4420 since 2026-12-01T15:00:00Z: target did not answer",
+		"accepting; fallback gw-b 10.10.0.3:4421",
+		"10.10.0.2:4420 (fallback)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -171,6 +171,7 @@ rxe() { # ROOT DEV NETDEV IPHEX MAC-LOW
 	local r="$1" p="$1/sys/class/infiniband/$2/ports/1"
 	w "$r/sys/class/infiniband/$2/node_type" "1: CA"
 	w "$r/sys/class/infiniband/$2/node_desc" "rxe"
+	w "$r/sys/class/infiniband/$2/fw_ver" ""  # every device has fw_ver (the core makes it); empty without a driver hook
 	w "$r/sys/class/infiniband/$2/parent" "$3"
 	w "$p/state" "4: ACTIVE"
 	w "$p/phys_state" "5: LinkUp"
@@ -193,6 +194,7 @@ guestlike() { # ROOT RP_FILTER ACCEPT_LOCAL
 	rxe "$r" rxe2 veth4 c612:0301 0301
 	rxe "$r" rxe3 veth5 c612:0302 0302
 	w "$r/sys/class/infiniband/siw0/node_type" "4: RNIC"
+	w "$r/sys/class/infiniband/siw0/fw_ver" ""
 	w "$r/sys/class/infiniband/siw0/ports/1/state" "4: ACTIVE"
 	w "$r/sys/class/infiniband/siw0/ports/1/phys_state" "5: LinkUp"
 	w "$r/sys/class/infiniband/siw0/ports/1/rate" "10 Gb/sec (1X FDR10)"

@@ -138,8 +138,8 @@ func waitListen(t *testing.T, comm string) {
 }
 
 // pair runs an unmodified tool's server and client; both must exit 0. A
-// perftest pair that could not calibrate its clock (TCG's scheduling spoils
-// it now and then: "Can't produce a report") is run again, at most thrice.
+// perftest pair that could not run for a reason of its own (pairAgain) is
+// run again, at most thrice.
 func pair(t *testing.T, tool string, server, client []string) string {
 	t.Helper()
 	for try := 1; ; try++ {
@@ -147,22 +147,29 @@ func pair(t *testing.T, tool string, server, client []string) string {
 		if err == nil {
 			return out
 		}
-		if try < 3 && strings.Contains(err.Error(), "Can't produce a report") {
-			t.Logf("%s could not calibrate its clock under TCG; again", tool)
-			continue
-		}
-		// perftest's server sends its client the go-ahead for the test's
-		// connection before it listens for it; under TCG the connection
-		// can win, and the server's kernel rejects it (invalid service
-		// ID, 8; through the gateway a client on the verbs leg sees 28, as
-		// librdmacm rejects with no other reason). The baseline retries
-		// the same race.
-		if try < 3 && (strings.Contains(err.Error(), "RDMA_CM_EVENT_REJECTED; error: 8") || strings.Contains(err.Error(), "RDMA_CM_EVENT_REJECTED; error: 28")) {
-			t.Logf("%s's client connected before its server listened; again", tool)
+		if why, again := pairAgain(err); again && try < 3 {
+			t.Logf("%s %s; again", tool, why)
 			continue
 		}
 		t.Fatal(err)
 	}
+}
+
+// pairAgain says why a failed pair is perftest's own doing, to run again.
+// Under TCG its clock calibration fails now and then ("Can't produce a
+// report"). And perftest's server sends its client the go-ahead for the
+// test's connection before it listens for it; under TCG the connection can
+// win, and the server's kernel rejects it (invalid service ID, 8; through
+// the gateway a client on the verbs leg sees 28, as librdmacm rejects with
+// no other reason). The baseline retries the same race.
+func pairAgain(err error) (string, bool) {
+	switch e := err.Error(); {
+	case strings.Contains(e, "Can't produce a report"):
+		return "could not calibrate its clock under TCG", true
+	case strings.Contains(e, "RDMA_CM_EVENT_REJECTED; error: 8"), strings.Contains(e, "RDMA_CM_EVENT_REJECTED; error: 28"):
+		return "client connected before its server listened", true
+	}
+	return "", false
 }
 
 func pairOnce(t *testing.T, tool string, server, client []string) (string, error) {

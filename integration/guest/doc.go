@@ -35,6 +35,7 @@
 //	RBRIDGE_IB_PEER_NETDEV=veth5     its netdev
 //	RBRIDGE_IB_PEER_IP=198.18.3.2    its IPv4 address
 //	RBRIDGE_BINARY=/tests/bin/rbridge the rbridge command built from this tree (see [Rbridge])
+//	RBRIDGE_ARTIFACTS=/tmp/artifacts/<id>.<device> where a test leaves files for the host (see [Artifact])
 //
 // The user namespace variables are the same in both passes: a userspace
 // RoCEv2 endpoint talks to kernel rxe, whichever device the pass is about.

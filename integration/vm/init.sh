@@ -12,6 +12,9 @@
 #   @@RB BASE END <tool> <kind> rc=<n> [elapsed_ms=<n> iters=<n>]
 #   @@RB BEGIN <id> <device>              a test binary's events follow, as test2json lines
 #   @@RB END <id> <device> rc=<n>
+#   @@RB FILE <id> <device> <name> <base64>   a line of a file the binary left in
+#                                         RBRIDGE_ARTIFACTS (integration/guest.Artifact)
+#   @@RB FILE-END <id> <device> <name> bytes=<n> sha256=<hex>   that file ended
 #   @@RB STATUS rc=<n>                    the last line: 0 when everything passed
 #
 # Topology (initial namespace unless said otherwise):
@@ -377,6 +380,9 @@ pass() {
 	export RBRIDGE_DEVICE=$1 RBRIDGE_DEVICE_KIND=$2 RBRIDGE_NETDEV=$3 RBRIDGE_IP=$4 \
 		RBRIDGE_PEER_DEVICE=$5 RBRIDGE_PEER_NETDEV=$6 RBRIDGE_PEER_IP=$7
 	while read -r id pkg; do
+		RBRIDGE_ARTIFACTS=/tmp/artifacts/$id.$1
+		export RBRIDGE_ARTIFACTS
+		mkdir -p "$RBRIDGE_ARTIFACTS"
 		echo "@@RB BEGIN $id $1"
 		# test2json runs the binary and prints its events as JSON lines, ending
 		# with the package's pass or fail (exit status included).
@@ -386,7 +392,18 @@ pass() {
 		rc=$?
 		[ $rc -eq 0 ] || RC=1
 		echo "@@RB END $id $1 rc=$rc"
+		artifacts "$id" "$1"
 	done </tests/manifest
+}
+# artifacts <id> <device>: the files the binary left in RBRIDGE_ARTIFACTS, to
+# the host, each line marked (a kernel message between them cannot get in).
+artifacts() {
+	for f in "$RBRIDGE_ARTIFACTS"/*; do
+		[ -f "$f" ] || continue
+		name=${f##*/}
+		base64 "$f" | while read -r line; do echo "@@RB FILE $1 $2 $name $line"; done
+		echo "@@RB FILE-END $1 $2 $name bytes=$(($(wc -c <"$f"))) sha256=$(sha256sum "$f" | cut -d' ' -f1)"
+	done
 }
 if [ -s /tests/manifest ]; then
 	step tests

@@ -67,6 +67,9 @@ type Options struct {
 	IPs       []net.IP
 	NotBefore time.Time // default: an hour ago
 	NotAfter  time.Time // default: in a day
+	// Usages are the extended key usages (default serverAuth and
+	// clientAuth, what a gateway that both dials and accepts needs).
+	Usages []x509.ExtKeyUsage
 }
 
 var serial = big.NewInt(100)
@@ -83,6 +86,9 @@ func (ca *CA) Issue(o Options) (*Leaf, error) {
 	if o.NotAfter.IsZero() {
 		o.NotAfter = time.Now().Add(24 * time.Hour)
 	}
+	if o.Usages == nil {
+		o.Usages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	}
 	serial = new(big.Int).Add(serial, big.NewInt(1))
 	cn := "rbridge"
 	if len(o.DNS) > 0 {
@@ -96,7 +102,7 @@ func (ca *CA) Issue(o Options) (*Leaf, error) {
 		NotBefore:    o.NotBefore,
 		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  o.Usages,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

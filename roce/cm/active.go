@@ -39,6 +39,9 @@ type DialOptions struct {
 	// there, iboe_get_mtu; 4096 needs jumbo frames). A REP that ends with
 	// rbridge's MTU trailer (package ibv's cmmtu.go) lowers it further.
 	PathMTU int
+	// ECN makes the QP send ECN-capable and react to CNPs (DCQCN): the
+	// QPAttr.ECN of its move to RTS.
+	ECN bool
 }
 
 // dialState is what an active connection needs after the REP.
@@ -47,6 +50,7 @@ type dialState struct {
 	resp, depth int
 	retry, rnr  uint8
 	ackTimeout  uint8
+	ecn         bool
 }
 
 // Dial connects opts.QP to the rdma_cm listener at to (an IP address and a
@@ -81,7 +85,7 @@ func (m *Manager) Dial(ctx context.Context, to netip.AddrPort, opts DialOptions)
 		mtu:   mtu,
 		resp:  orDefault(opts.ResponderResources, m.opts.ResponderResources),
 		depth: orDefault(opts.InitiatorDepth, m.opts.InitiatorDepth),
-		retry: opts.RetryCount, rnr: opts.RNRRetry, ackTimeout: 14,
+		retry: opts.RetryCount, rnr: opts.RNRRetry, ackTimeout: 14, ecn: opts.ECN,
 	}
 	if ds.retry == 0 {
 		ds.retry = 7
@@ -164,7 +168,7 @@ func (m *Manager) onREPLocked(r REP, peer netip.Addr) {
 		{State: transport.StateRTR, DestQPN: f.LocalQPN, Remote: netip.AddrPortFrom(c.peer, roce.Port),
 			RQPSN: uint32(ds.psn), PathMTU: ds.mtu, MinRNRTimer: 12, MaxDestRdAtomic: min(ds.resp, int(f.InitiatorDepth))},
 		{State: transport.StateRTS, SQPSN: f.StartingPSN, Timeout: ds.ackTimeout, RetryCnt: ds.retry,
-			RNRRetry: f.RNRRetryCount, MaxRdAtomic: min(ds.depth, int(f.ResponderResources))},
+			RNRRetry: f.RNRRetryCount, MaxRdAtomic: min(ds.depth, int(f.ResponderResources)), ECN: ds.ecn},
 	} {
 		if err := c.qp.Modify(a); err != nil {
 			h := CMHeader(AttrREJ, c.tid)

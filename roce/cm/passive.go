@@ -194,6 +194,9 @@ type AcceptOptions struct {
 	RNRRetry uint8
 	// MinRNRTimer is the RNR NAK timer code (0: 12, 0.64 ms).
 	MinRNRTimer uint8
+	// ECN makes the QP send ECN-capable and react to CNPs (DCQCN): the
+	// QPAttr.ECN of its move to RTS.
+	ECN bool
 }
 
 // Accept connects opts.QP to the requester: it moves the QP through INIT,
@@ -249,7 +252,7 @@ func (r *Request) Accept(ctx context.Context, opts AcceptOptions) (*Conn, error)
 		transport.QPAttr{State: transport.StateRTR, DestQPN: f.LocalQPN, Remote: netip.AddrPortFrom(c.peer, roce.Port),
 			RQPSN: psn, PathMTU: mtu, MinRNRTimer: minRNR, MaxDestRdAtomic: resp},
 		transport.QPAttr{State: transport.StateRTS, SQPSN: f.StartingPSN, Timeout: ackTimeout, RetryCnt: f.RetryCount,
-			RNRRetry: f.RNRRetryCount, MaxRdAtomic: depth})
+			RNRRetry: f.RNRRetryCount, MaxRdAtomic: depth, ECN: opts.ECN})
 	for _, a := range attrs {
 		if err := qp.Modify(a); err != nil {
 			m.mu.Lock()

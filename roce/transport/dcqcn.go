@@ -137,13 +137,14 @@ func (d *dcqcn) increase() {
 	d.rc = (d.rt + d.rc) / 2
 }
 
-// onCNP cuts the rate for a congestion notification.
-func (d *dcqcn) onCNP(now time.Time) {
+// onCNP cuts the rate for a congestion notification; it reports whether
+// it did (one cut per ReducePeriod at most).
+func (d *dcqcn) onCNP(now time.Time) bool {
 	d.advance(now)
 	d.cnpSinceAlpha = true
 	d.alpha = (1-d.cfg.G)*d.alpha + d.cfg.G
 	if !d.lastCut.IsZero() && now.Sub(d.lastCut) < d.cfg.ReducePeriod {
-		return
+		return false
 	}
 	d.lastCut = now
 	d.cuts++
@@ -152,6 +153,7 @@ func (d *dcqcn) onCNP(now time.Time) {
 	d.rc = max(d.rc, d.cfg.MinRate)
 	d.timerSteps, d.byteSteps, d.bytes = 0, 0, 0
 	d.lastIncrease = now
+	return true
 }
 
 // take asks to send n bytes now. It returns 0 when the bucket allows, else
@@ -175,3 +177,16 @@ func (d *dcqcn) take(n int, now time.Time) time.Duration {
 
 // Rate returns the current rate in bits/s.
 func (d *dcqcn) rate() float64 { return d.rc }
+
+// rateAt returns the rate at now, the recovery due by then counted: it is
+// applied to a copy, as the QP applies it itself when it next sends.
+func (d *dcqcn) rateAt(now time.Time) float64 {
+	c := *d
+	c.advance(now)
+	return c.rc
+}
+
+// limited reports whether a rate holds the QP below its line rate: by more
+// than one additive-increase step, as recovery approaches the line rate by
+// halving the distance and may stop a hair short of it.
+func (d *dcqcn) limited(rate float64) bool { return rate < d.cfg.LineRate-d.cfg.AIRate }

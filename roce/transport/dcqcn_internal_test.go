@@ -93,3 +93,32 @@ func TestDCQCNPacing(t *testing.T) {
 		t.Fatalf("after waiting: wait %v", w)
 	}
 }
+
+// TestDCQCNLimited: a cut holds the QP below line rate until recovery
+// brings it within one additive step; the rate as of a later time is read
+// without changing the QP's own state.
+func TestDCQCNLimited(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := newDCQCN(DCQCNConfig{LineRate: 10e9}, t0)
+	if d.limited(d.rateAt(t0)) {
+		t.Fatal("limited before any CNP")
+	}
+	if !d.onCNP(t0) {
+		t.Fatal("the first CNP did not cut")
+	}
+	if d.onCNP(t0.Add(time.Microsecond)) {
+		t.Fatal("a CNP within the reduce period cut again")
+	}
+	if r := d.rateAt(t0.Add(time.Microsecond)); r != 5e9 || !d.limited(r) {
+		t.Fatalf("right after the cut: rate %g, limited %v", r, d.limited(r))
+	}
+	// 300 us steps: fast recovery, then the rate halves its distance to
+	// the line rate each step, within 5 Mb/s of it after a few ms.
+	later := d.rateAt(t0.Add(10 * time.Millisecond))
+	if d.limited(later) || later > 10e9 {
+		t.Fatalf("10 ms after one cut: rate %g, limited %v; want recovered", later, d.limited(later))
+	}
+	if d.rate() != 5e9 {
+		t.Fatalf("reading the rate later changed the QP's own: %g", d.rate())
+	}
+}

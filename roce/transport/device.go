@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,11 @@ type DeviceOptions struct {
 	// DCQCN configures the reaction point of QPs that send ECN-capable
 	// packets (QPAttr.ECN); zero fields take the published defaults.
 	DCQCN DCQCNConfig
+	// IdleWake is how long the receive goroutine waits for packets at
+	// most before it goes round its loop anyway (default 1 s), when the
+	// conn can stop waiting (roce.ReadDeadliner): its heartbeat
+	// (ReceiveHeartbeat) then ages only when the loop is stuck.
+	IdleWake time.Duration
 	// Logger receives the device's events (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -45,6 +51,7 @@ type Stats struct {
 	Timeouts                      atomic.Uint64
 	TailProbes                    atomic.Uint64 // tail-loss probes sent (either stage, and probes resent unanswered) before the ACK timeout
 	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
+	RateCuts                      atomic.Uint64 // DCQCN rate cuts the CNPs caused (at most one per QP per ReducePeriod)
 	UDDropped                     atomic.Uint64
 	CQOverflows                   atomic.Uint64 // completions that found their CQ full
 	EventsLost                    atomic.Uint64 // async events nobody took before the queue filled
@@ -54,7 +61,7 @@ type Stats struct {
 type StatsSnapshot struct {
 	RxPackets, TxPackets, RxMalformed, RxUnknownQP, RxDuplicate, RxOutOfSequence uint64
 	TxNAKs, TxRNRNAKs, Retransmit, Timeouts, TailProbes                          uint64
-	RxCNPs, TxCNPs, RxECNCE, UDDropped, CQOverflows, EventsLost                  uint64
+	RxCNPs, TxCNPs, RxECNCE, RateCuts, UDDropped, CQOverflows, EventsLost        uint64
 }
 
 // Snapshot reads every counter.
@@ -63,7 +70,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		RxUnknownQP: s.RxUnknownQP.Load(), RxDuplicate: s.RxDuplicate.Load(), RxOutOfSequence: s.RxOutOfSequence.Load(),
 		TxNAKs: s.TxNAKs.Load(), TxRNRNAKs: s.TxRNRNAKs.Load(), Retransmit: s.Retransmit.Load(), Timeouts: s.Timeouts.Load(),
 		TailProbes: s.TailProbes.Load(), RxCNPs: s.RxCNPs.Load(), TxCNPs: s.TxCNPs.Load(), RxECNCE: s.RxECNCE.Load(),
-		UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load()}
+		RateCuts: s.RateCuts.Load(), UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load()}
 }
 
 // AsyncEventType is the kind of an asynchronous event.
@@ -118,6 +125,10 @@ type Device struct {
 
 	stats  Stats
 	events chan AsyncEvent
+	// beat is when routineReceive last went round its loop (UnixNano);
+	// wakes says the loop wakes while idle (its conn's read deadline).
+	beat  atomic.Int64
+	wakes atomic.Bool
 }
 
 // NewDevice starts a device on conn. Close stops it and closes conn.
@@ -137,6 +148,9 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.IdleWake <= 0 {
+		opts.IdleWake = time.Second
+	}
 	d := &Device{
 		conn:    conn,
 		opts:    opts,
@@ -146,9 +160,21 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 		closed:  make(chan struct{}),
 		events:  make(chan AsyncEvent, asyncEventQueue),
 	}
+	d.beat.Store(time.Now().UnixNano())
+	_, wakes := conn.(roce.ReadDeadliner)
+	d.wakes.Store(wakes)
 	d.wg.Add(1)
 	go d.routineReceive()
 	return d, nil
+}
+
+// ReceiveHeartbeat returns when the receive goroutine last went round its
+// loop (a batch handed to its QPs and their packets sent, or a wait for
+// packets that timed out), and whether the conn wakes it while nothing
+// arrives (a roce.ReadDeadliner: at least every IdleWake). Only then does
+// an old heartbeat mean a stuck loop, and not a quiet link.
+func (d *Device) ReceiveHeartbeat() (last time.Time, wakes bool) {
+	return time.Unix(0, d.beat.Load()), d.wakes.Load()
 }
 
 // Stats returns the device's counters.
@@ -160,6 +186,24 @@ func (d *Device) NumQPs() int {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return len(d.qps)
+}
+
+// RateLimitedQPs returns how many of the device's QPs DCQCN holds below
+// their line rate now (QPStats.Limited).
+func (d *Device) RateLimitedQPs() int {
+	d.mu.RLock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.mu.RUnlock()
+	n := 0
+	for _, qp := range qps {
+		if qp.Stats().Limited {
+			n++
+		}
+	}
+	return n
 }
 
 // LocalAddr returns the address of the device's packet conn.
@@ -257,7 +301,22 @@ func (d *Device) routineReceive() {
 	}
 	touched := make(map[*QP]struct{})
 	var pkt roce.Packet
+	// A conn that can stop waiting gets a deadline IdleWake ahead, set
+	// again once half of it passed: the loop wakes while nothing arrives,
+	// and a deadline never falls due before a read begins.
+	dl, wakes := d.conn.(roce.ReadDeadliner)
+	var renew time.Time
 	for {
+		now := time.Now()
+		d.beat.Store(now.UnixNano())
+		if wakes && !now.Before(renew) {
+			if err := dl.SetReadDeadline(now.Add(d.opts.IdleWake)); err != nil {
+				d.log.Warn("receive: set the conn's read deadline: the loop waits without one", "err", err)
+				wakes = false
+				d.wakes.Store(false)
+			}
+			renew = now.Add(d.opts.IdleWake / 2)
+		}
 		var n int
 		var err error
 		if lend {
@@ -273,6 +332,10 @@ func (d *Device) routineReceive() {
 			}
 			if errors.Is(err, roce.ErrConnClosed) {
 				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				renew = time.Time{} // idle: the loop went round
+				continue
 			}
 			d.log.Warn("read packets", "err", err)
 			time.Sleep(time.Millisecond)

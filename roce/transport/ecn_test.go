@@ -33,6 +33,14 @@ func TestECNMarkingSlowsTheSender(t *testing.T) {
 	if st.CNPs == 0 || st.Cuts == 0 || st.Rate >= 25e9 {
 		t.Errorf("marked traffic: %d CNPs, %d cuts, rate %g; want the rate cut", st.CNPs, st.Cuts, st.Rate)
 	}
+	// The device counts the cuts over its QPs, and the QP as held below
+	// line rate.
+	if cuts := a.dev.Stats().RateCuts.Load(); cuts != st.Cuts {
+		t.Errorf("device counted %d rate cuts, the QP %d", cuts, st.Cuts)
+	}
+	if !st.Limited || a.dev.RateLimitedQPs() != 1 {
+		t.Errorf("after the cuts: QP limited %v, device's rate-limited QPs %d; want the QP", st.Limited, a.dev.RateLimitedQPs())
+	}
 	// The notification point sends at most one CNP per QP per 50 us.
 	if limit := uint64(el/(50*time.Microsecond)) + 1; cnpsSent > limit {
 		t.Errorf("%d CNPs in %v: more than one per 50 us (%d)", cnpsSent, el, limit)

@@ -647,15 +647,20 @@ type QPStats struct {
 	Rate float64 // DCQCN's current rate in bits/s; 0 without DCQCN
 	CNPs uint64  // congestion notifications received
 	Cuts uint64  // rate cuts they caused
+	// Limited says DCQCN holds the QP below its line rate now (by more
+	// than one additive-increase step).
+	Limited bool
 }
 
-// Stats returns the QP's congestion-control state.
+// Stats returns the QP's congestion-control state now (the rate with the
+// recovery due by now).
 func (qp *QP) Stats() QPStats {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	s := QPStats{CNPs: qp.req.cnps}
 	if qp.cc != nil {
-		s.Rate, s.Cuts = qp.cc.rate(), qp.cc.cuts
+		s.Rate, s.Cuts = qp.cc.rateAt(time.Now()), qp.cc.cuts
+		s.Limited = qp.cc.limited(s.Rate)
 	}
 	return s
 }

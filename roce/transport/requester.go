@@ -537,8 +537,8 @@ func (qp *QP) onTimer() {
 // reaction point); without ECN it is only counted.
 func (qp *QP) onCNPLocked() {
 	qp.req.cnps++
-	if qp.cc != nil {
-		qp.cc.onCNP(time.Now())
+	if qp.cc != nil && qp.cc.onCNP(time.Now()) {
+		qp.dev.stats.RateCuts.Add(1)
 	}
 }
 

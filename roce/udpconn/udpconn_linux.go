@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -67,7 +68,10 @@ type Conn struct {
 	wr batchState // used by WriteBatch only
 }
 
-var _ roce.PacketConn = (*Conn)(nil)
+var (
+	_ roce.PacketConn    = (*Conn)(nil)
+	_ roce.ReadDeadliner = (*Conn)(nil)
+)
 
 // mmsghdr is struct mmsghdr.
 type mmsghdr struct {
@@ -233,6 +237,10 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 
 // Stats returns the conn's counters.
 func (c *Conn) Stats() *Stats { return &c.stats }
+
+// SetReadDeadline implements roce.ReadDeadliner: the socket's read
+// deadline.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.uc.SetReadDeadline(t) }
 
 // Close closes the socket; a blocked ReadBatch returns ErrConnClosed.
 func (c *Conn) Close() error {

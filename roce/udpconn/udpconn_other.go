@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/rbridge/rbridge/roce"
 )
@@ -47,3 +48,6 @@ type Conn struct{ roce.PacketConn }
 func Listen(o Options) (*Conn, error) {
 	return nil, fmt.Errorf("udpconn: listen on %v: recvmmsg and sendmmsg on %s: %w", o.Addr, runtime.GOOS, ErrNotSupported)
 }
+
+// SetReadDeadline returns ErrNotSupported outside Linux.
+func (c *Conn) SetReadDeadline(time.Time) error { return ErrNotSupported }

@@ -360,3 +360,50 @@ func TestMulticastGroup(t *testing.T) {
 		t.Errorf("received %q from %v (%v), want the datagram from %v", pkt.Payload, in[0].Addr, err, a.LocalAddr())
 	}
 }
+
+// TestReadDeadline: past its read deadline ReadBatch returns no packet
+// and an error that matches os.ErrDeadlineExceeded; with a later one it
+// reads again.
+func TestReadDeadline(t *testing.T) {
+	a, b := listen(t, "127.0.0.1"), listen(t, "127.0.0.1")
+	var _ roce.ReadDeadliner = a
+	m := []roce.Message{{Buf: make([]byte, roce.MaxPacket)}}
+	start := time.Now()
+	if err := a.SetReadDeadline(start.Add(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := a.ReadBatch(m)
+	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("ReadBatch past the deadline: %d, %v; want 0 and a deadline error", n, err)
+	}
+	if el := time.Since(start); el < 20*time.Millisecond || el > 2*time.Second {
+		t.Errorf("ReadBatch returned %v after a 20 ms deadline", el)
+	}
+	if err := a.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	p := packet(roce.RCSendOnly, 0x11, []byte("after the deadline"))
+	if _, err := b.WriteBatch([]roce.Message{{Buf: p, N: len(p), Addr: a.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.ReadBatch(m); n != 1 || err != nil {
+		t.Fatalf("ReadBatch with a later deadline: %d, %v", n, err)
+	}
+}
+
+// TestDeviceWakesWhileIdle: a transport device on the socket goes round
+// its receive loop while nothing arrives, so its heartbeat stays fresh.
+func TestDeviceWakesWhileIdle(t *testing.T) {
+	c := listen(t, "127.0.0.1")
+	d, err := transport.NewDevice(c, transport.DeviceOptions{IdleWake: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	start := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	last, wakes := d.ReceiveHeartbeat()
+	if !wakes || !last.After(start.Add(100*time.Millisecond)) {
+		t.Errorf("heartbeat %v after %v idle (wakes %v): want one in the last 100 ms", time.Since(last), time.Since(start), wakes)
+	}
+}

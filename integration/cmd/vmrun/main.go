@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -154,6 +155,9 @@ func vmrun(ctx context.Context, o options) (int, error) {
 	ran := time.Now()
 
 	failed := report(c, pkgs, o, bootErr)
+	if !checkArtifacts(c, filepath.Join(rundir, "artifacts")) {
+		failed = true
+	}
 	fmt.Printf("vmrun: image %s, test build %s, guest %s, total %s\n",
 		imageDone.Sub(start).Round(time.Second), built.Sub(imageDone).Round(time.Second),
 		ran.Sub(built).Round(time.Second), ran.Sub(start).Round(time.Second))
@@ -170,6 +174,54 @@ func vmrun(ctx context.Context, o options) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// checkArtifacts keeps the files the guest's tests left for the host under
+// dir (<id>.<device>/<name>) and lints each Prometheus scrape (a .prom
+// file: integration/guest.Artifact) with `promtool check metrics`, which
+// the guest image lacks. It says whether every file arrived whole and
+// every scrape is clean; promtool missing is a failure too.
+func checkArtifacts(c *harness.Console, dir string) (ok bool) {
+	if len(c.Artifacts) == 0 {
+		return true
+	}
+	ok = true
+	promtool, lookErr := exec.LookPath("promtool")
+	linted := 0
+	for _, a := range c.Artifacts {
+		if a.Err != nil {
+			fmt.Printf("FAIL artifact: %v\n", a.Err)
+			ok = false
+			continue
+		}
+		path := filepath.Join(dir, a.ID+"."+a.Device, a.Name)
+		err := os.MkdirAll(filepath.Dir(path), 0o755)
+		if err == nil {
+			err = os.WriteFile(path, a.Data, 0o644)
+		}
+		if err != nil {
+			fmt.Printf("artifact %s of %s on %s not kept: %v\n", a.Name, a.ID, a.Device, err)
+		}
+		if !strings.HasSuffix(a.Name, ".prom") {
+			continue
+		}
+		if lookErr != nil {
+			fmt.Printf("FAIL %s: the guest's live scrape is not linted: %v (Debian's prometheus has promtool; make integration installs it)\n", path, lookErr)
+			ok = false
+			continue
+		}
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(a.Data)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			fmt.Printf("FAIL promtool check metrics %s (%s on %s): %v\n%s", path, a.ID, a.Device, err, out)
+			ok = false
+			continue
+		}
+		linted++
+	}
+	fmt.Printf("artifacts: %d files from the guest in %s; %d live scrapes pass promtool check metrics\n", len(c.Artifacts), dir, linted)
+	return ok
 }
 
 // report prints the SUMMARY lines, the failures and the baseline table, and

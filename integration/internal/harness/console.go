@@ -1,6 +1,9 @@
 package harness
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"regexp"
@@ -25,10 +28,24 @@ type Console struct {
 	StatusSeen bool      // whether the STATUS line came
 	Passes     []*Pass   // ended test passes, in order
 	Figures    []*Figure // ended baseline pairs, in order
-	Now        func() time.Time
+	// Artifacts are the files test binaries left for the host, in the
+	// order they ended.
+	Artifacts []*Artifact
+	Now       func() time.Time
 
-	pass *Pass   // test pass being read
-	fig  *Figure // baseline pair being read
+	pass  *Pass                       // test pass being read
+	fig   *Figure                     // baseline pair being read
+	files map[string]*strings.Builder // artifacts being read (base64), by id, device and name
+}
+
+// Artifact is a file a test binary left in the guest for the host
+// (integration/guest.Artifact), sent as base64 lines.
+type Artifact struct {
+	ID, Device, Name string
+	Data             []byte
+	// Err says the file did not arrive whole: a line that is not base64,
+	// or a size or SHA-256 other than the guest's.
+	Err error
 }
 
 var ansiEscape = regexp.MustCompile(`\x1b(\[[0-9;?]*[A-Za-z]|c)`)
@@ -75,12 +92,20 @@ func (c *Console) content(line string) {
 }
 
 func (c *Console) marker(m string) {
-	c.printf("%s%s\n", marker, m)
 	f := strings.Fields(m)
+	if len(f) == 5 && f[0] == "FILE" {
+		c.fileLine(f[1]+" "+f[2]+" "+f[3], f[4]) // not echoed: the file is kept whole instead
+		return
+	}
+	c.printf("%s%s\n", marker, m)
 	if len(f) == 0 {
 		return
 	}
 	switch f[0] {
+	case "FILE-END":
+		if len(f) >= 4 {
+			c.fileEnd(f[1], f[2], f[3], f[4:])
+		}
 	case "KERNEL":
 		if len(f) > 1 {
 			c.Kernel = f[1]
@@ -178,4 +203,48 @@ func orNone(s string) string {
 		return "none (the kernel did not reach /init)"
 	}
 	return s
+}
+
+// fileLine adds a line of base64 to the artifact key.
+func (c *Console) fileLine(key, b64 string) {
+	if c.files == nil {
+		c.files = map[string]*strings.Builder{}
+	}
+	b := c.files[key]
+	if b == nil {
+		b = &strings.Builder{}
+		c.files[key] = b
+	}
+	b.WriteString(b64)
+}
+
+// fileEnd decodes an artifact whose lines came, and checks it against the
+// size and SHA-256 the guest sent.
+func (c *Console) fileEnd(id, device, name string, attrs []string) {
+	key := id + " " + device + " " + name
+	a := &Artifact{ID: id, Device: device, Name: name}
+	b64 := ""
+	if b := c.files[key]; b != nil {
+		b64 = b.String()
+		delete(c.files, key)
+	}
+	data, err := base64.StdEncoding.DecodeString(b64)
+	sum := sha256.Sum256(data)
+	want := ""
+	for _, at := range attrs {
+		if v, ok := strings.CutPrefix(at, "sha256="); ok {
+			want = v
+		}
+	}
+	switch {
+	case err != nil:
+		a.Err = fmt.Errorf("artifact %s of %s on %s: not base64: %w", name, id, device, err)
+	case attrInt(attrs, "bytes", -1) != len(data):
+		a.Err = fmt.Errorf("artifact %s of %s on %s: %d bytes arrived, the guest sent %d", name, id, device, len(data), attrInt(attrs, "bytes", -1))
+	case hex.EncodeToString(sum[:]) != want:
+		a.Err = fmt.Errorf("artifact %s of %s on %s: SHA-256 %x, the guest's %s", name, id, device, sum, want)
+	default:
+		a.Data = data
+	}
+	c.Artifacts = append(c.Artifacts, a)
 }

@@ -2,6 +2,9 @@ package harness
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -212,5 +215,56 @@ func TestWhere(t *testing.T) {
 	feed(c, "@@RB STEP baseline\n@@RB BASE BEGIN ib_read_bw siw\n")
 	if got, want := c.Where(), "last step: baseline; in baseline ib_read_bw over siw"; got != want {
 		t.Errorf("Where() = %q, want %q", got, want)
+	}
+}
+
+// fileLines are the console lines init.sh's artifacts sends for a file:
+// base64 in lines of 76 characters (busybox's), each marked, then its end
+// with the size and SHA-256.
+func fileLines(id, device, name string, data []byte) []string {
+	b64 := base64.StdEncoding.EncodeToString(data)
+	var lines []string
+	for len(b64) > 0 {
+		n := min(76, len(b64))
+		lines = append(lines, fmt.Sprintf("@@RB FILE %s %s %s %s", id, device, name, b64[:n]))
+		b64 = b64[n:]
+	}
+	sum := sha256.Sum256(data)
+	return append(lines, fmt.Sprintf("@@RB FILE-END %s %s %s bytes=%d sha256=%x", id, device, name, len(data), sum))
+}
+
+// TestConsoleArtifacts: a file a test binary left arrives whole, between
+// other output, without its base64 echoed; one that lost a line, or whose
+// line a kernel message ran into, is reported, not kept.
+func TestConsoleArtifacts(t *testing.T) {
+	scrape := []byte("# HELP rbridge_leg_up 1 while the leg's link carries traffic.\n# TYPE rbridge_leg_up gauge\nrbridge_leg_up{leg=\"ib\"} 1\n" +
+		strings.Repeat("rbridge_nic_rcvd_pkts_total{device=\"rxe2\",leg=\"ib\",port=\"1\"} 12345\n", 20))
+	good := fileLines("gateway", "rxe0", "metrics.prom", scrape)
+	lost := fileLines("gateway", "siw0", "metrics.prom", scrape)
+	lost = append(lost[:2], lost[3:]...)
+	mangled := fileLines("bridge", "rxe0", "x.prom", scrape)
+	mangled[1] = mangled[1][:40] + "[   12.345678] rxe: a kernel message" // no newline between
+	empty := fileLines("bridge", "siw0", "empty.prom", nil)
+	text := strings.Join(append(append(append(append([]string{"@@RB BEGIN gateway rxe0", "@@RB END gateway rxe0 rc=0"}, good...),
+		lost...), mangled...), empty...), "\n")
+	var out strings.Builder
+	c := &Console{Out: &out}
+	feed(c, text)
+	if len(c.Artifacts) != 4 {
+		t.Fatalf("%d artifacts, want 4", len(c.Artifacts))
+	}
+	if a := c.Artifacts[0]; a.Err != nil || a.ID != "gateway" || a.Device != "rxe0" || a.Name != "metrics.prom" || string(a.Data) != string(scrape) {
+		t.Errorf("the whole file: %+v", a)
+	}
+	for _, a := range c.Artifacts[1:3] {
+		if a.Err == nil || a.Data != nil {
+			t.Errorf("%s of %s on %s arrived broken, but no error: %d bytes", a.Name, a.ID, a.Device, len(a.Data))
+		}
+	}
+	if a := c.Artifacts[3]; a.Err != nil || len(a.Data) != 0 {
+		t.Errorf("an empty file: %+v", a)
+	}
+	if strings.Contains(out.String(), "@@RB FILE gateway") || !strings.Contains(out.String(), "@@RB FILE-END gateway rxe0 metrics.prom") {
+		t.Errorf("echoed:\n%s\nwant the files' ends, not their lines", out.String())
 	}
 }
