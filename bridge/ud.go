@@ -69,9 +69,9 @@ const maxUDPairs = 256
 // client.
 type UDStats struct {
 	// Resolved counts the clients answered with a QP (pairs made);
-	// Refused the SIDR_REQs answered with the target's refusal, NoQP
-	// those answered SIDRNoQP (the target did not answer, no room, or the
-	// client is not allowed).
+	// Refused the SIDR_REQs answered with the target's refusal or, for a
+	// client the route's allow list does not hold, SIDRReject; NoQP
+	// those answered SIDRNoQP (the target did not answer, or no room).
 	Resolved, Refused, NoQP atomic.Uint64
 	Datagrams, Bytes        [2]atomic.Uint64
 	ImmQPNRewritten         [2]atomic.Uint64
