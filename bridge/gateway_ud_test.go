@@ -23,7 +23,7 @@ import (
 // udConfig is a gateway of two userspace legs on loopback with a UD route
 // from leg a's port 7174 to the target's on leg b (whose path MTU is 1024,
 // a's 4096).
-func udConfig(t *testing.T) *config.Config {
+func udConfig(t testing.TB) *config.Config {
 	t.Helper()
 	y := `legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
@@ -43,7 +43,7 @@ routes:
 
 // udQP makes a UD QP of the app with rdma_cm's Q_Key and n receives of
 // 4 KiB posted at the start of its memory.
-func (a *cmApp) udQP(t *testing.T, n int) (*transport.QP, *transport.CQ) {
+func (a *cmApp) udQP(t testing.TB, n int) (*transport.QP, *transport.CQ) {
 	t.Helper()
 	rcq := transport.NewCQ(256)
 	qp, err := a.dev.CreateQP(a.pd, transport.QPInitAttr{Type: transport.UD, SendCQ: a.cq, RecvCQ: rcq})
@@ -66,7 +66,7 @@ func (a *cmApp) udQP(t *testing.T, n int) (*transport.QP, *transport.CQ) {
 
 // sendUD sends size bytes filled with fill from offset 512 KiB of the
 // app's memory.
-func (a *cmApp) sendUD(t *testing.T, qp *transport.QP, to netip.Addr, qpn uint32, imm uint32, size int, fill byte) {
+func (a *cmApp) sendUD(t testing.TB, qp *transport.QP, to netip.Addr, qpn uint32, imm uint32, size int, fill byte) {
 	t.Helper()
 	const off = 512 << 10
 	copy(a.mem[off:off+size], bytes.Repeat([]byte{fill}, size))
