@@ -21,10 +21,10 @@ const udaddyPort = 7174
 
 // udConfig is the guest's gateway with a UD route each way on udaddy's
 // port.
-func udConfig(ns guest.Netns, ib guest.IBFabric) string {
+func udConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
 	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 legs:
-  - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
+  - {name: roce, kind: userspace, interface: %s, ip: %v, io: %s, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
 routes:
   - name: ud-to-ib                  # udaddy clients on the RoCE side reach a server on the IB side
@@ -35,19 +35,26 @@ routes:
     ud: true
     listen: {leg: ib, addr: "%v:%d"}
     target: {leg: roce, addr: "%v:%d"}
-`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice,
+`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice,
 		ns.IP, udaddyPort, ib.PeerIP, udaddyPort, ib.GatewayIP, udaddyPort, ns.PeerIP, udaddyPort)
 }
 
-// TestGuestRunUdaddy: unmodified udaddy through rbridge run, both ways:
-// the client resolves the gateway's listen address, the gateway resolves
-// the server on the other fabric first, and the client's datagrams and
-// the server's replies cross; /status counts exactly what udaddy sent
-// each way, with nothing dropped.
+// TestGuestRunUdaddy: unmodified udaddy through rbridge run, both ways,
+// with the userspace leg on a UDP socket and on AF_XDP: the client
+// resolves the gateway's listen address, the gateway resolves the server
+// on the other fabric first, and the client's datagrams and the server's
+// replies cross; /status counts exactly what udaddy sent each way, with
+// nothing dropped.
 func TestGuestRunUdaddy(t *testing.T) {
 	guest.RequireKind(t, "rxe")
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) { runUdaddy(t, io) })
+	}
+}
+
+func runUdaddy(t *testing.T, io string) {
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	logs := startGateway(t, udConfig(ns, ib))
+	logs := startGateway(t, udConfig(io, ns, ib))
 	admin := adminAddr(t, logs)
 	const count, size = 10, 200
 	for _, tc := range []struct {
