@@ -104,6 +104,33 @@ type SessionStatus struct {
 	TargetSideDCQCN *DCQCNStatus `json:"target_side_dcqcn,omitempty"`
 	// Fallback says the session goes through the route's fallback.
 	Fallback bool `json:"fallback,omitempty"`
+	// ClientSideXDP and TargetSideXDP are what the XDP classifier counted
+	// for a side's QP on an AF_XDP leg (per QP, so here and not on
+	// /metrics).
+	ClientSideXDP *XDPQPStatus `json:"client_side_xdp,omitempty"`
+	TargetSideXDP *XDPQPStatus `json:"target_side_xdp,omitempty"`
+}
+
+// XDPQPStatus is the XDP classifier's count of one QP's packets.
+type XDPQPStatus struct {
+	Packets uint64 `json:"packets"` // redirected to the leg's socket, or answered with a CNP
+	Bytes   uint64 `json:"bytes"`   // their Ethernet frames' bytes
+	ECNCE   uint64 `json:"ecn_ce"`  // of which marked ECN Congestion Experienced
+	CNPs    uint64 `json:"cnps"`    // CNPs the classifier sent in answer
+}
+
+// xdpStatus is the classifier's count of c's QP, when c is on an AF_XDP
+// leg.
+func xdpStatus(c conn) *XDPQPStatus {
+	u, ok := c.(*userspaceConn)
+	if !ok || u.u.prog == nil {
+		return nil
+	}
+	q, err := u.u.prog.QPCounters(u.ep.QP().QPN())
+	if err != nil {
+		return nil // the QP left the classifier as the session ended
+	}
+	return &XDPQPStatus{Packets: q.Packets, Bytes: q.Bytes, ECNCE: q.ECNCE, CNPs: q.CNPs}
 }
 
 // DCQCNStatus is a userspace QP's DCQCN reaction point.
@@ -221,6 +248,7 @@ func (g *Gateway) Status() Status {
 	g.mu.Unlock()
 	for i, c := range sides {
 		st.Sessions[i].ClientSideDCQCN, st.Sessions[i].TargetSideDCQCN = dcqcnStatus(c[0]), dcqcnStatus(c[1])
+		st.Sessions[i].ClientSideXDP, st.Sessions[i].TargetSideXDP = xdpStatus(c[0]), xdpStatus(c[1])
 	}
 	for i := range cfg.Routes {
 		r := &cfg.Routes[i]

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -182,6 +183,22 @@ var cmCounters = newCounters("rbridge_cm_", legLabels, []counterRow[cm.StatsSnap
 	{"timeouts_total", "CM handshakes that timed out.", func(s *cm.StatsSnapshot) uint64 { return s.Timeouts }},
 })
 
+// NAKs and error completions by kind, per userspace leg: a bounded label
+// each (the AETH NAK codes, the completion statuses).
+var (
+	descNAKsSent     = prometheus.NewDesc("rbridge_transport_naks_sent_by_code_total", "NAKs the userspace device sent, by NAK code.", []string{"leg", "code"}, nil)
+	descNAKsReceived = prometheus.NewDesc("rbridge_transport_naks_received_by_code_total", "NAKs the userspace device's requesters received, by NAK code.", []string{"leg", "code"}, nil)
+	descErrorWCs     = prometheus.NewDesc("rbridge_transport_error_completions_total", "Work completions the userspace device's QPs completed with an error, by status (flushed work among them).", []string{"leg", "status"}, nil)
+	nakCodeNames     = [transport.NAKCodes]string{"psn_sequence_error", "invalid_request", "remote_access_error", "remote_operational_error", "invalid_rd_request"}
+	statusNames      = func() [transport.NumStatuses]string {
+		var out [transport.NumStatuses]string
+		for i := range out {
+			out[i] = strings.ReplaceAll(transport.Status(i).String(), " ", "_")
+		}
+		return out
+	}()
+)
+
 // The UDP socket's counters (a userspace leg with io: udp).
 var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.StatsSnapshot]{
 	{"rx_packets_total", "RoCEv2 datagrams received.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxPackets }},
@@ -229,6 +246,23 @@ var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsS
 	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
 })
 
+// The XDP classifier's counters (a userspace leg with io: afxdp): what it
+// redirected to the leg's AF_XDP socket, passed to the kernel and why,
+// dropped and why, and the CNPs it answered ECN-CE with.
+var classifierCounters = newCounters("rbridge_xdp_classifier_", legLabels, []counterRow[xdp.Counters]{
+	{"redirected_total", "Packets the XDP program sent to the leg's AF_XDP socket.", func(s *xdp.Counters) uint64 { return s.Redirected }},
+	{"passed_not_roce_total", "Packets passed to the kernel: not UDP to port 4791.", func(s *xdp.Counters) uint64 { return s.NotRoCE }},
+	{"passed_unowned_total", "RoCEv2 packets passed to the kernel: for a QP the gateway does not own.", func(s *xdp.Counters) uint64 { return s.Unowned }},
+	{"passed_no_socket_total", "RoCEv2 packets for an owned QP passed to the kernel: no AF_XDP socket on the receiving queue.", func(s *xdp.Counters) uint64 { return s.NoSocket }},
+	{"dropped_truncated_total", "RoCEv2 packets dropped: shorter than their headers, or inconsistent lengths.", func(s *xdp.Counters) uint64 { return s.DropTruncated }},
+	{"dropped_version_total", "RoCEv2 packets dropped: BTH transport version not 0.", func(s *xdp.Counters) uint64 { return s.DropVersion }},
+	{"dropped_opcode_total", "RoCEv2 packets dropped: a reserved or unsupported opcode.", func(s *xdp.Counters) uint64 { return s.DropOpcode }},
+	{"dropped_fault_total", "Packets dropped by fault injection (tests).", func(s *xdp.Counters) uint64 { return s.DropFault }},
+	{"cnps_sent_total", "CNPs the XDP program sent in answer to ECN-CE.", func(s *xdp.Counters) uint64 { return s.CNPSent }},
+	{"cnps_rate_limited_total", "ECN-CE packets within their QP's CNP interval: no CNP sent.", func(s *xdp.Counters) uint64 { return s.CNPLimited }},
+	{"cnps_failed_total", "CNPs due that could not be built from the packet.", func(s *xdp.Counters) uint64 { return s.CNPFailed }},
+})
+
 // metricsSnapshot is what a scrape reads of a gateway, at one moment.
 type metricsSnapshot struct {
 	routes []routeMetrics
@@ -258,6 +292,7 @@ type legMetrics struct {
 	cm        *cm.StatsSnapshot
 	udp       *udpconn.StatsSnapshot
 	xdp       *xdp.ConnStats
+	prog      *xdp.Counters
 }
 
 // metrics reads the gateway's counters.
@@ -311,6 +346,11 @@ func (g *Gateway) metrics() metricsSnapshot {
 				// still count: the error only leaves RXRingDrops zero.
 				s, _ := pc.Stats()
 				lm.xdp = &s
+			}
+			if u.prog != nil {
+				if c, err := u.prog.Counters(); err == nil {
+					lm.prog = &c
+				}
 			}
 		}
 		if v, ok := g.legs[name].(*verbsLeg); ok {
@@ -375,6 +415,10 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, xdpCounters)
 	describe(ch, verbsCounters)
 	describe(ch, quicCounters)
+	describe(ch, classifierCounters)
+	for _, d := range []*prometheus.Desc{descNAKsSent, descNAKsReceived, descErrorWCs} {
+		ch <- d
+	}
 	ch <- descQUICConns
 }
 
@@ -442,8 +486,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if l.mtu > 0 {
 			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.mtu), l.name)
 		}
-		if l.transport != nil {
-			collect(ch, transportCounters, l.transport, l.name)
+		if t := l.transport; t != nil {
+			collect(ch, transportCounters, t, l.name)
+			for i, code := range nakCodeNames {
+				ch <- prometheus.MustNewConstMetric(descNAKsSent, prometheus.CounterValue, float64(t.TxNAKCodes[i]), l.name, code)
+				ch <- prometheus.MustNewConstMetric(descNAKsReceived, prometheus.CounterValue, float64(t.RxNAKCodes[i]), l.name, code)
+			}
+			for i, st := range statusNames[1:] {
+				ch <- prometheus.MustNewConstMetric(descErrorWCs, prometheus.CounterValue, float64(t.ErrorCompletions[i+1]), l.name, st)
+			}
 			ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.GaugeValue, float64(l.limited), l.name)
 		}
 		if l.cm != nil {
@@ -457,6 +508,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.verbs != nil {
 			collect(ch, verbsCounters, l.verbs, l.name)
+		}
+		if l.prog != nil {
+			collect(ch, classifierCounters, l.prog, l.name)
 		}
 		if l.quic != nil {
 			collect(ch, quicCounters, l.quic, l.name)

@@ -198,12 +198,20 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 	}
 	fmt.Fprintln(w)
 	for i, s := range st.Sessions {
-		if _, err := fmt.Fprintf(w, "#%d client side: %s%s\n#%d target side: %s%s\n", i+1, s.ClientSide, dcqcnNote(s.ClientSideDCQCN),
-			i+1, s.TargetSide, dcqcnNote(s.TargetSideDCQCN)); err != nil {
+		if _, err := fmt.Fprintf(w, "#%d client side: %s%s%s\n#%d target side: %s%s%s\n", i+1, s.ClientSide, dcqcnNote(s.ClientSideDCQCN), xdpNote(s.ClientSideXDP),
+			i+1, s.TargetSide, dcqcnNote(s.TargetSideDCQCN), xdpNote(s.TargetSideXDP)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// xdpNote says what the XDP classifier counted for a side's QP.
+func xdpNote(x *bridge.XDPQPStatus) string {
+	if x == nil {
+		return ""
+	}
+	return fmt.Sprintf("; XDP %d packets, %d bytes, %d ECN-CE, %d CNPs", x.Packets, x.Bytes, x.ECNCE, x.CNPs)
 }
 
 // dcqcnNote says a userspace side's DCQCN rate, when it has DCQCN.

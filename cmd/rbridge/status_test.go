@@ -173,7 +173,8 @@ func TestStatusTableQUIC(t *testing.T) {
 				Fallback: &bridge.FallbackStatus{Leg: "gw-b", Target: "10.10.0.3:4421"}},
 		},
 		Sessions: []bridge.SessionStatus{{Route: "storage", Client: "10.20.0.9:50000", Target: "10.10.0.2:4420", Fallback: true,
-			ClientSide: "userspace QP 0x12", TargetSide: "quic leg gw-b stream 0", AgeSeconds: 3}},
+			ClientSide: "userspace QP 0x12", TargetSide: "quic leg gw-b stream 0", AgeSeconds: 3,
+			ClientSideXDP: &bridge.XDPQPStatus{Packets: 10, Bytes: 12000, ECNCE: 2, CNPs: 1}}},
 	}
 	var b bytes.Buffer
 	if err := writeStatusTable(&b, st); err != nil {
@@ -184,6 +185,7 @@ func TestStatusTableQUIC(t *testing.T) {
 		"accepting; ON FALLBACK gw-b 10.10.0.2:4420 since 2026-12-01T15:00:00Z: target did not answer",
 		"accepting; fallback gw-b 10.10.0.3:4421",
 		"10.10.0.2:4420 (fallback)",
+		"#1 client side: userspace QP 0x12; XDP 10 packets, 12000 bytes, 2 ECN-CE, 1 CNPs",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, b.String())

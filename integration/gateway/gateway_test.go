@@ -3,7 +3,9 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/integration/guest"
 )
 
@@ -230,6 +233,21 @@ func TestGuestRunPerftest(t *testing.T) {
 	for _, io := range []string{"udp", "afxdp"} {
 		t.Run(io, func(t *testing.T) {
 			logs := startGateway(t, gatewayConfig(io, ns, ib))
+			// Over AF_XDP, /status shows each session's userspace QP as the
+			// XDP classifier counts it: watched while the tools run.
+			var xdpSeen <-chan error
+			if io == "afxdp" {
+				stop := make(chan struct{})
+				defer close(stop)
+				xdpSeen = watchStatus(adminAddr(t, logs), stop, func(st bridge.Status) bool {
+					for _, s := range st.Sessions {
+						if s.Route == "to-ib" && s.ClientSideXDP != nil && s.ClientSideXDP.Packets > 0 && s.ClientSideXDP.Bytes > s.ClientSideXDP.Packets {
+							return true
+						}
+					}
+					return false
+				})
+			}
 			for _, tc := range []struct {
 				tool string
 				args []string
@@ -273,6 +291,27 @@ func TestGuestRunPerftest(t *testing.T) {
 					out := pair(t, tc.tool, server, client)
 					t.Logf("%s from the IB side through rbridge:\n%s", tc.tool, lastLines(out, 4))
 				})
+			}
+			// The scrape after all that: the XDP classifier redirected the
+			// userspace leg's packets to its socket (afxdp), and the
+			// socket took no more than that; promtool lints it on the host.
+			m, raw := scrape(t, adminAddr(t, logs))
+			if xdpSeen != nil {
+				select {
+				case err := <-xdpSeen:
+					if err != nil {
+						t.Error(err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Error("/status never showed a to-ib session's client-side QP with the XDP classifier's packets while the tools ran")
+				}
+			}
+			if io == "afxdp" {
+				redirected, received := m[`rbridge_xdp_classifier_redirected_total{leg="roce"}`], m[`rbridge_xdp_rx_packets_total{leg="roce"}`]
+				if redirected == 0 || received == 0 || received > redirected {
+					t.Errorf("the classifier redirected %v packets, the AF_XDP socket received %v: want both counted, received <= redirected", redirected, received)
+				}
+				guest.Artifact(t, "metrics-afxdp-perftest.prom", raw)
 			}
 			// Every session that came up ended: nothing left behind.
 			waitSessionsEnded(t, logs)
@@ -365,4 +404,36 @@ func runWithLoss(t *testing.T, io string) {
 func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(l[max(len(l)-n, 0):], "\n")
+}
+
+// watchStatus polls the admin server's /status every 50 ms until ok holds
+// for it (nil on the channel), /status fails (the error), or stop closes.
+func watchStatus(admin string, stop <-chan struct{}, ok func(bridge.Status) bool) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			resp, err := http.Get("http://" + admin + "/status")
+			if err != nil {
+				out <- err
+				return
+			}
+			var st bridge.Status
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err != nil {
+				out <- err
+				return
+			}
+			if ok(st) {
+				out <- nil
+				return
+			}
+		}
+	}()
+	return out
 }

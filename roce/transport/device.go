@@ -55,22 +55,43 @@ type Stats struct {
 	UDDropped                     atomic.Uint64
 	CQOverflows                   atomic.Uint64 // completions that found their CQ full
 	EventsLost                    atomic.Uint64 // async events nobody took before the queue filled
+	// TxNAKCodes and RxNAKCodes count the NAKs sent and received by code
+	// (the AETH's: 0 PSN sequence error, 1 invalid request, 2 remote
+	// access error, 3 remote operational error, 4 invalid RD request);
+	// ErrorCompletions counts completions by their failed status.
+	TxNAKCodes, RxNAKCodes [NAKCodes]atomic.Uint64
+	ErrorCompletions       [NumStatuses]atomic.Uint64
 }
+
+// NAKCodes is how many NAK codes the counters keep (0 to 4, IBTA 9.7.5.2.4).
+const NAKCodes = 5
+
+// NumStatuses is how many completion statuses there are.
+const NumStatuses = int(StatusRNRRetryExcErr) + 1
 
 // StatsSnapshot is Stats read at one moment, as plain values.
 type StatsSnapshot struct {
 	RxPackets, TxPackets, RxMalformed, RxUnknownQP, RxDuplicate, RxOutOfSequence uint64
 	TxNAKs, TxRNRNAKs, Retransmit, Timeouts, TailProbes                          uint64
 	RxCNPs, TxCNPs, RxECNCE, RateCuts, UDDropped, CQOverflows, EventsLost        uint64
+	TxNAKCodes, RxNAKCodes                                                       [NAKCodes]uint64
+	ErrorCompletions                                                             [NumStatuses]uint64
 }
 
 // Snapshot reads every counter.
 func (s *Stats) Snapshot() StatsSnapshot {
-	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxMalformed: s.RxMalformed.Load(),
+	out := StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxMalformed: s.RxMalformed.Load(),
 		RxUnknownQP: s.RxUnknownQP.Load(), RxDuplicate: s.RxDuplicate.Load(), RxOutOfSequence: s.RxOutOfSequence.Load(),
 		TxNAKs: s.TxNAKs.Load(), TxRNRNAKs: s.TxRNRNAKs.Load(), Retransmit: s.Retransmit.Load(), Timeouts: s.Timeouts.Load(),
 		TailProbes: s.TailProbes.Load(), RxCNPs: s.RxCNPs.Load(), TxCNPs: s.TxCNPs.Load(), RxECNCE: s.RxECNCE.Load(),
 		RateCuts: s.RateCuts.Load(), UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load()}
+	for i := range NAKCodes {
+		out.TxNAKCodes[i], out.RxNAKCodes[i] = s.TxNAKCodes[i].Load(), s.RxNAKCodes[i].Load()
+	}
+	for i := range NumStatuses {
+		out.ErrorCompletions[i] = s.ErrorCompletions[i].Load()
+	}
+	return out
 }
 
 // AsyncEventType is the kind of an asynchronous event.

@@ -122,6 +122,15 @@ func TestRemoteAccessError(t *testing.T) {
 			if b.qp.State() != transport.StateError || a.qp.State() != transport.StateError {
 				t.Errorf("after a remote access error: requester %v, responder %v; want both ERR", a.qp.State(), b.qp.State())
 			}
+			// Counted by kind at both ends: the responder's one NAK, the
+			// requester's one NAK received and its two failed completions.
+			as, bs := a.dev.Stats().Snapshot(), b.dev.Stats().Snapshot()
+			if bs.TxNAKCodes[roce.NAKRemoteAccessError] != 1 || as.RxNAKCodes[roce.NAKRemoteAccessError] != 1 {
+				t.Errorf("remote access NAKs: %d sent, %d received; want 1 and 1", bs.TxNAKCodes[roce.NAKRemoteAccessError], as.RxNAKCodes[roce.NAKRemoteAccessError])
+			}
+			if as.ErrorCompletions[transport.StatusRemAccessErr] != 1 || as.ErrorCompletions[transport.StatusWRFlushErr] != 1 {
+				t.Errorf("error completions %v: want one remote access error and one flushed", as.ErrorCompletions)
+			}
 		})
 	}
 }

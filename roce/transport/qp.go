@@ -559,6 +559,9 @@ func releaseLeases(ls *[]Lease) {
 // handles a packet (signalCQs wakes the waiter after the batch), else
 // waking the waiter now.
 func (qp *QP) pushLocked(cq *CQ, wc WC) bool {
+	if wc.Status != StatusSuccess && int(wc.Status) < NumStatuses {
+		qp.dev.stats.ErrorCompletions[wc.Status].Add(1)
+	}
 	if qp.inRx {
 		qp.cqPending = true
 		return cq.pushQuiet(wc)

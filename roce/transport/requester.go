@@ -246,6 +246,9 @@ func (qp *QP) handleResponseLocked(p *roce.Packet) {
 			qp.ackUpToLocked(now, psn.Add(-1))
 			qp.applyLocked(r.rec.onRNR(now, psn, syn.Value()))
 		case roce.AckTypeNAK:
+			if int(syn.Value()) < NAKCodes {
+				qp.dev.stats.RxNAKCodes[syn.Value()].Add(1)
+			}
 			qp.ackUpToLocked(now, psn.Add(-1))
 			qp.applyLocked(r.rec.onNAK(psn, syn.Value()))
 		}

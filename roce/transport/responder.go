@@ -642,6 +642,9 @@ func (qp *QP) sendAtomicAckLocked(psn roce.PSN, orig uint64) {
 func (qp *QP) sendAckLocked(psn roce.PSN, syn roce.Syndrome) {
 	if syn.Type() != roce.AckTypeACK {
 		qp.dev.stats.TxNAKs.Add(1)
+		if syn.Type() == roce.AckTypeNAK && int(syn.Value()) < NAKCodes {
+			qp.dev.stats.TxNAKCodes[syn.Value()].Add(1)
+		}
 	} else {
 		qp.resp.acked, qp.resp.ackedSet = psn, true
 	}
