@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -167,5 +168,20 @@ func (a *cmApp) sendUDTo(t *testing.T, qp *transport.QP, to netip.Addr, qpn uint
 	if err := qp.PostSend(transport.SendWR{Opcode: transport.OpSend, Local: transport.SGE{MR: a.mr, Offset: off, Length: len(payload)},
 		UD: &transport.UDDest{Addr: netip.AddrPortFrom(to, roce.Port), QPN: qpn, QKey: cm.RDMAUDPQKey}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGatewayGroupReload: groups are joined once, as legs are opened: a
+// reload whose groups differ is refused, one with the same groups applies.
+func TestGatewayGroupReload(t *testing.T) {
+	g := startGatewayWith(t, groupConfig(t, config.DirectionBoth), bridge.GatewayOptions{})
+	if _, err := g.Reload(groupConfig(t, config.DirectionRoCEToIB)); !errors.Is(err, bridge.ErrLegsChanged) {
+		t.Errorf("reload with a group's direction changed: %v, want ErrLegsChanged", err)
+	}
+	if _, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil {
+		t.Errorf("reload with the same groups: %v", err)
+	}
+	if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Direction != config.DirectionBoth {
+		t.Errorf("groups after the reloads: %+v", s.Groups)
 	}
 }
