@@ -12,5 +12,8 @@
 // (verbs.go); the gateway (gateway.go) that runs a config's legs
 // (leg_userspace.go, leg_verbs.go) and routes; its admin server (admin.go)
 // with the Prometheus collector that reads every counter's Snapshot at
-// scrape time (metrics.go) and the gateway's Status (gateway_status.go).
+// scrape time (metrics.go) and the gateway's Status (gateway_status.go);
+// UD routes (ud.go: SIDR answered once the target answered, a pair of UD
+// QPs per client; leg_userspace_ud.go, leg_verbs_ud.go) and multicast
+// groups (mcast.go).
 package bridge

@@ -74,6 +74,15 @@ type Gateway struct {
 
 	fallbackAfter, fallbackRetry time.Duration
 
+	// udRoutes holds each UD route's counters (kept across reloads like
+	// routeStats); udPairs the UD clients relaying now (ud.go). Guarded
+	// by mu.
+	udRoutes map[string]*udRoute
+	udPairs  map[*udPair]struct{}
+	udIdle   time.Duration
+	// groups are the multicast groups relaying (mcast.go), by name.
+	groups map[string]*groupRun
+
 	stats GatewayStats
 }
 
@@ -115,7 +124,10 @@ type GatewayOptions struct {
 	// fallback, a new session tries the target again
 	// (DefaultFallbackRetry).
 	FallbackAfter, FallbackRetry time.Duration
-	Logger                       *slog.Logger
+	// UDIdle is how long a UD route's client keeps its pair of QPs
+	// without a datagram either way (DefaultUDIdle).
+	UDIdle time.Duration
+	Logger *slog.Logger
 }
 
 // sessionInfo is what the gateway knows of a session.
@@ -194,6 +206,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	if o.FallbackRetry <= 0 {
 		o.FallbackRetry = DefaultFallbackRetry
 	}
+	if o.UDIdle <= 0 {
+		o.UDIdle = DefaultUDIdle
+	}
 	if o.Pool.Size == 0 {
 		o.Pool.Size = DefaultPoolSize
 	}
@@ -208,7 +223,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
 		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
-		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry}
+		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
+		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -236,6 +252,11 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	g.openNICs("/sys")
 	for i := range o.Config.Routes {
 		if err := g.startRoute(o.Config, &o.Config.Routes[i]); err != nil {
+			return fail(err)
+		}
+	}
+	for i := range o.Config.Groups {
+		if err := g.startGroup(o.Config, &o.Config.Groups[i]); err != nil {
 			return fail(err)
 		}
 	}
@@ -270,6 +291,9 @@ type routeRun struct {
 
 // startRoute listens on r's address and starts its accept loop.
 func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
+	if r.UD {
+		return g.startUDRoute(c, r)
+	}
 	ln, err := g.legs[r.Listen.Leg].listen(r.Listen.Addr)
 	if err != nil {
 		return fmt.Errorf("%s:%d: route %q: listen on %v: %w", c.File(), r.Line(), r.Name, r.Listen.Addr, err)

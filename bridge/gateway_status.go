@@ -19,6 +19,10 @@ type Status struct {
 	Legs     []LegStatus     `json:"legs"`
 	Routes   []RouteStatus   `json:"routes"`
 	Sessions []SessionStatus `json:"sessions"`
+	// UDClients are the UD routes' clients relaying now (ud.go).
+	UDClients []UDClientStatus `json:"ud_clients,omitempty"`
+	// Groups are the multicast groups relayed (mcast.go).
+	Groups []GroupStatus `json:"groups,omitempty"`
 }
 
 // LegStatus describes one leg.
@@ -71,6 +75,14 @@ type RouteStatus struct {
 	// Fallback is the route's fallback, when it has one, and whether new
 	// sessions go there now.
 	Fallback *FallbackStatus `json:"fallback,omitempty"`
+	// UD is a UD route's: its clients now and its counters.
+	UD *UDRouteStatus `json:"ud,omitempty"`
+}
+
+// UDRouteStatus is a UD route's clients and counters.
+type UDRouteStatus struct {
+	Clients int             `json:"clients"`
+	Stats   UDStatsSnapshot `json:"stats"`
 }
 
 // SessionStatus describes one running session.
@@ -196,6 +208,9 @@ func (g *Gateway) Status() Status {
 		st.Legs = append(st.Legs, ls)
 	}
 	now := time.Now()
+	var udOpen map[string]int
+	st.UDClients, udOpen = g.udClients()
+	st.Groups = g.groupStatus()
 	g.mu.Lock()
 	open := map[string]int{}
 	var sides [][2]conn // each session's, in st.Sessions' order: asked after the lock
@@ -244,6 +259,9 @@ func (g *Gateway) Status() Status {
 		}
 		for _, p := range r.Allow {
 			rs.Allow = append(rs.Allow, p.String())
+		}
+		if s := g.UDStats(r.Name); r.UD && s != nil {
+			rs.UD = &UDRouteStatus{Clients: udOpen[r.Name], Stats: *s}
 		}
 		st.Routes = append(st.Routes, rs)
 	}

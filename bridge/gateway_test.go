@@ -46,11 +46,11 @@ type cmApp struct {
 	ip  netip.Addr
 }
 
-func newCMApp(t *testing.T, ip string) *cmApp { return newCMAppOver(t, ip, nil) }
+func newCMApp(t testing.TB, ip string) *cmApp { return newCMAppOver(t, ip, nil) }
 
 // newCMAppOver is newCMApp whose device reads its packets through wrap's
 // conn (nil: the UDP socket's own).
-func newCMAppOver(t *testing.T, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
+func newCMAppOver(t testing.TB, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
 	t.Helper()
 	if guest.InGuest() {
 		// The gateway itself runs there, as rbridge run (integration/gateway).
@@ -112,7 +112,7 @@ func startGateway(t *testing.T, cfg *config.Config) *bridge.Gateway {
 
 // startGatewayWith starts a gateway with o's options (its Config, Logger,
 // ConnectTimeout and Pool are the tests' own).
-func startGatewayWith(t *testing.T, cfg *config.Config, o bridge.GatewayOptions) *bridge.Gateway {
+func startGatewayWith(t testing.TB, cfg *config.Config, o bridge.GatewayOptions) *bridge.Gateway {
 	t.Helper()
 	o.Config, o.Logger, o.ConnectTimeout, o.Pool = cfg, testlog.New(t), 2*time.Second, bridge.PoolOptions{Size: 8 << 20}
 	g, err := bridge.StartGateway(o)

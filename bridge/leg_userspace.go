@@ -59,6 +59,9 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 			return err
 		}
 		u.mtu, u.mtuWhy = legMTU(ifi, l.IO)
+		if l.MTU > 0 && l.MTU < u.mtu {
+			u.mtu, u.mtuWhy = l.MTU, fmt.Sprintf("the leg's mtu %d (%s)", l.MTU, u.mtuWhy)
+		}
 		local := netip.AddrPortFrom(l.IP, roce.Port)
 		switch l.IO {
 		case config.IOUDP:

@@ -24,7 +24,8 @@ type verbsLeg struct {
 	log  *slog.Logger
 	pool *Pool
 	// gid is the device, port and GID the leg's address chose when it
-	// opened (its port's counters and state are read there).
+	// opened (its port's counters and state are read there; the source GID
+	// of its UD sends).
 	gid ibv.GIDChoice
 	// stats counts what the leg's endpoints could not relay, over all of
 	// them.

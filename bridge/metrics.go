@@ -83,6 +83,37 @@ var directionRows = func() []directionRow {
 	return out
 }()
 
+// The UD route counters (ud.go), from its UDStats.
+var udRouteCounters = newCounters("rbridge_route_ud_", []string{"route"}, []counterRow[UDStatsSnapshot]{
+	{"resolved_total", "UD clients the route resolved (a pair of gateway QPs made for each).", func(s *UDStatsSnapshot) uint64 { return s.Resolved }},
+	{"refused_total", "UD clients answered with the target's refusal (or the allow list's).", func(s *UDStatsSnapshot) uint64 { return s.Refused }},
+	{"no_qp_total", "UD clients answered \"no QP\": the target did not answer, or no room.", func(s *UDStatsSnapshot) uint64 { return s.NoQP }},
+})
+
+var (
+	descUDDatagrams = prometheus.NewDesc("rbridge_route_ud_datagrams_total", "UD datagrams relayed.", []string{"route", "direction"}, nil)
+	descUDBytes     = prometheus.NewDesc("rbridge_route_ud_payload_bytes_total", "Payload bytes of the UD datagrams relayed.", []string{"route", "direction"}, nil)
+	descUDImm       = prometheus.NewDesc("rbridge_route_ud_imm_qpn_rewritten_total", "UD datagrams whose immediate data (their sender's QPN) became the gateway QP's.", []string{"route", "direction"}, nil)
+	descUDDropped   = prometheus.NewDesc("rbridge_route_ud_dropped_total", "UD datagrams dropped, by cause.", []string{"route", "direction", "cause"}, nil)
+
+	descGroupDatagrams = prometheus.NewDesc("rbridge_group_datagrams_total", "Multicast datagrams a group relayed.", []string{"group", "direction"}, nil)
+	descGroupBytes     = prometheus.NewDesc("rbridge_group_payload_bytes_total", "Payload bytes of the multicast datagrams relayed.", []string{"group", "direction"}, nil)
+	descGroupDropped   = prometheus.NewDesc("rbridge_group_dropped_total", "Multicast datagrams dropped, by cause (own: the gateway's own, come back).", []string{"group", "direction", "cause"}, nil)
+)
+
+// udDropCauses names the UD drop counters.
+var udDropCauses = []struct {
+	cause string
+	val   func(*UDStatsSnapshot) *[2]uint64
+}{
+	{"too_long", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropTooLong }},
+	{"unknown_peer", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropUnknownPeer }},
+	{"pool_empty", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropPoolEmpty }},
+	{"no_receive", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropNoReceive }},
+	{"send_failed", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropSendFailed }},
+	{"own", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropOwn }},
+}
+
 // opcodeRow is a route counter per direction and opcode.
 type opcodeRow struct {
 	desc *prometheus.Desc
@@ -244,6 +275,7 @@ type routeMetrics struct {
 	open     int
 	gw       GatewayStatsSnapshot
 	sessions SessionStatsSnapshot // ended sessions' and running ones'
+	ud       *UDStatsSnapshot     // a UD route's
 }
 
 type legMetrics struct {
@@ -296,6 +328,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 	// above has been accepted.
 	for i := range m.routes {
 		m.routes[i].gw = stats[i].Snapshot()
+		m.routes[i].ud = g.UDStats(m.routes[i].name)
 	}
 	for i := range cfg.Legs {
 		name := cfg.Legs[i].Name
@@ -369,6 +402,10 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, r := range opcodeRows {
 		ch <- r.desc
 	}
+	describe(ch, udRouteCounters)
+	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped, descGroupDatagrams, descGroupBytes, descGroupDropped} {
+		ch <- d
+	}
 	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegUp, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
 		ch <- d
 	}
@@ -416,6 +453,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				for o := range numOpcodes {
 					ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d][o]), r.name, dir, opcodes[o].name)
 				}
+			}
+		}
+		if r.ud != nil {
+			collectUD(ch, r.name, r.ud)
+		}
+	}
+	for _, gs := range c.g.groupStatus() {
+		for d, dir := range groupDirs {
+			ch <- prometheus.MustNewConstMetric(descGroupDatagrams, prometheus.CounterValue, float64(gs.Stats.Datagrams[d]), gs.Name, dir)
+			ch <- prometheus.MustNewConstMetric(descGroupBytes, prometheus.CounterValue, float64(gs.Stats.Bytes[d]), gs.Name, dir)
+			for _, cause := range udDropCauses {
+				ch <- prometheus.MustNewConstMetric(descGroupDropped, prometheus.CounterValue, float64(cause.val(&gs.Stats)[d]), gs.Name, dir, cause.cause)
 			}
 		}
 	}
@@ -469,6 +518,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.nic != nil {
 			l.nic.collect(ch, l.port)
+		}
+	}
+}
+
+func collectUD(ch chan<- prometheus.Metric, route string, s *UDStatsSnapshot) {
+	collect(ch, udRouteCounters, s, route)
+	for d, dir := range directions {
+		ch <- prometheus.MustNewConstMetric(descUDDatagrams, prometheus.CounterValue, float64(s.Datagrams[d]), route, dir)
+		ch <- prometheus.MustNewConstMetric(descUDBytes, prometheus.CounterValue, float64(s.Bytes[d]), route, dir)
+		ch <- prometheus.MustNewConstMetric(descUDImm, prometheus.CounterValue, float64(s.ImmQPNRewritten[d]), route, dir)
+		for _, c := range udDropCauses {
+			ch <- prometheus.MustNewConstMetric(descUDDropped, prometheus.CounterValue, float64(c.val(s)[d]), route, dir, c.cause)
 		}
 	}
 }

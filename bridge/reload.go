@@ -58,6 +58,9 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	if d := legsDiff(running.Legs, cfg.Legs); d != "" {
 		return res, fmt.Errorf("bridge: reload %s: %s: %w", cfg.File(), d, ErrLegsChanged)
 	}
+	if !slices.EqualFunc(g.cfg.Groups, cfg.Groups, sameGroup) {
+		return res, fmt.Errorf("bridge: reload %s: the multicast groups differ (they are joined once, as legs are opened): %w", cfg.File(), ErrLegsChanged)
+	}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -130,11 +133,17 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	return res, nil
 }
 
-// sameRoute reports whether two routes listen, target and allow alike.
+// sameRoute reports whether two routes listen, target and allow alike (in
+// the same port space).
 func sameRoute(a, b *config.Route) bool {
 	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
 		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow) &&
-		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr
+		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr && a.UD == b.UD
+}
+
+// sameGroup reports whether two multicast groups are configured alike.
+func sameGroup(a, b config.Group) bool {
+	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).

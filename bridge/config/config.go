@@ -15,6 +15,7 @@
 //	    ip: 198.18.1.3
 //	    io: afxdp                   # afxdp (default) or udp
 //	    netns: user0                # optional: the network namespace that holds the interface
+//	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
@@ -31,11 +32,33 @@
 //	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
 //	    fallback: {leg: gw-b, addr: "198.18.1.2:4420"} # optional: when the target cannot be reached here, through gw-b
+//	  - name: feed-lookup                             # a UD service (rdma_cm's UDP port space: udaddy, SIDR)
+//	    ud: true                                      # optional, default false: datagrams, not connections
+//	    listen: {leg: roce, addr: "198.18.1.3:7174"}
+//	    target: {leg: ib, addr: "198.18.3.2:7174"}
 //	  - name: far-storage                             # a target behind another gateway
 //	    listen: {leg: roce, addr: "198.18.1.3:4421"}
 //	    target: {leg: gw-b, addr: "198.18.9.2:4420"}  # gw-b's route listening on leg gw-a for this address
+//	groups:                         # optional: IP multicast groups relayed between the fabrics (UD)
+//	  - name: ticks
+//	    group: 239.1.1.1
+//	    roce: roce                  # the userspace leg (io: udp)
+//	    ib: ib                      # the other leg (verbs)
+//	    direction: both             # both (default), ib_to_roce or roce_to_ib
+//	    mgid: rdma_cm               # the MGID form on the ib leg (rdma_cm, the default, only for now)
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
+//
+// A route with ud: true crosses rdma_cm's UDP port space: the gateway
+// answers a client's service ID resolution (SIDR_REQ) for the listen
+// address only once the target's answered the same on the other leg, and
+// then relays datagrams between a pair of its own UD QPs made for that
+// client (one on each leg), with their immediate data, each side seeing
+// the Q_Key its own resolution gave. UD stays UD: nothing is acknowledged
+// or resent, and what cannot cross (longer than the far leg's MTU, no
+// buffer) is dropped and counted. UD routes are on userspace and verbs
+// legs; their listen address may share a port with an RC route's (the
+// port spaces differ), not with another UD route's.
 //
 // On a quic leg a route's addresses name the far end, not this gateway:
 // a route whose target is on a quic leg asks the peer gateway for that
@@ -65,6 +88,7 @@ import (
 type Config struct {
 	Legs   []Leg   `yaml:"legs"`
 	Routes []Route `yaml:"routes"`
+	Groups []Group `yaml:"groups"`
 	Admin  Admin   `yaml:"admin"`
 
 	file string
@@ -98,6 +122,9 @@ type Leg struct {
 	Interface string `yaml:"interface"`
 	IO        string `yaml:"io"`
 	Netns     string `yaml:"netns"`
+	// MTU (userspace) caps the leg's path MTU below what its interface
+	// carries: 256, 512, 1024, 2048 or 4096 (0: the interface's).
+	MTU int `yaml:"mtu"`
 	// ECN (userspace) makes the leg's RC QPs send ECN-capable packets and
 	// cut their rate on CNPs (DCQCN's reaction point), as a RoCE NIC with
 	// DCQCN on does. Without it they ignore CNPs (counted). Either way
@@ -169,6 +196,9 @@ type Route struct {
 	// Fallback, when its Leg is set, is the target through a peer gateway
 	// (a quic leg) that new sessions use while Target cannot be reached.
 	Fallback Endpoint `yaml:"fallback"`
+	// UD makes the route one of rdma_cm's UDP port space (SIDR and
+	// datagrams) instead of its TCP one (RC connections).
+	UD bool `yaml:"ud"`
 
 	line int
 	errs []lineError
@@ -279,7 +309,7 @@ func yamlError(file, msg string) *Error {
 		fmt.Sscan(m[1], &line)
 		text := m[2]
 		if u := unknownField.FindStringSubmatch(text); u != nil {
-			text = fmt.Sprintf("unknown key %q (known: legs, routes, admin)", u[1])
+			text = fmt.Sprintf("unknown key %q (known: legs, routes, groups, admin)", u[1])
 		}
 		return &Error{File: file, Line: line, Msg: text}
 	}
@@ -357,7 +387,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
 	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -366,6 +396,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 		scalar(vals, k.key, "leg", k.dst, &errs)
 	}
 	scalar(vals, "port", "leg", &l.Port, &errs)
+	scalar(vals, "mtu", "leg", &l.MTU, &errs)
 	scalar(vals, "ecn", "leg", &l.ECN, &errs)
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
 	l.errs = errs
@@ -398,8 +429,13 @@ func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
 // UnmarshalYAML decodes a route from its node.
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	r.line = n.Line
-	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback")
+	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback", "ud")
 	scalar(vals, "name", "route", &r.Name, &errs)
+	if v := vals["ud"]; v != nil {
+		if err := v.Decode(&r.UD); err != nil {
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("route: ud %q: want true or false", v.Value)})
+		}
+	}
 	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target, "fallback": &r.Fallback} {
 		if v := vals[key]; v != nil {
 			_ = e.UnmarshalYAML(v)
@@ -427,6 +463,13 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// listenKey is a listen address in one of rdma_cm's port spaces (UD or
+// not): an RC and a UD route may listen on the same address and port.
+type listenKey struct {
+	addr netip.AddrPort
+	ud   bool
+}
+
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 func (c *Config) validate() Errors {
@@ -437,7 +480,7 @@ func (c *Config) validate() Errors {
 	if len(c.Legs) == 0 {
 		bad(0, "no legs: a gateway needs one on each fabric")
 	}
-	if len(c.Routes) == 0 {
+	if len(c.Routes) == 0 && len(c.Groups) == 0 {
 		bad(0, "no routes: nothing would cross the gateway")
 	}
 	keep := func(errs []lineError) {
@@ -468,6 +511,9 @@ func (c *Config) validate() Errors {
 		if l.Kind != KindQUIC && (l.Listen != "" || l.Peer != "" || l.Cert != "" || l.Key != "" || l.CA != "" || l.PeerName != "" || l.Over != "") {
 			bad(l.line, "leg %q: listen, peer, cert, key, ca, peer_name and over are for quic legs", l.Name)
 		}
+		if l.MTU != 0 && l.Kind != KindUserspace {
+			bad(l.line, "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
+		}
 		switch l.Kind {
 		case KindQUIC:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" || l.Device != "" || l.Port != 0 {
@@ -494,6 +540,11 @@ func (c *Config) validate() Errors {
 			if l.Device != "" || l.Port != 0 {
 				bad(l.line, "leg %q: device and port are for verbs legs", l.Name)
 			}
+			switch l.MTU {
+			case 0, 256, 512, 1024, 2048, 4096:
+			default:
+				bad(l.line, "leg %q: mtu %d: want an IB MTU (256, 512, 1024, 2048 or 4096)", l.Name, l.MTU)
+			}
 			switch l.IO {
 			case "":
 				l.IO = IOAFXDP
@@ -508,7 +559,7 @@ func (c *Config) validate() Errors {
 		}
 	}
 	routes := map[string]int{}
-	listens := map[netip.AddrPort]string{}
+	listens := map[listenKey]string{}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		keep(r.errs)
@@ -557,10 +608,10 @@ func (c *Config) validate() Errors {
 		if ends[0] != nil && r.Listen.Addr.IsValid() {
 			if r.Listen.Addr.Addr() != ends[0].IP && ends[0].Kind != KindQUIC {
 				bad(r.Listen.line, "route %q: listen addr %v is not leg %q's address (%v)", r.Name, r.Listen.Addr, ends[0].Name, ends[0].IP)
-			} else if other, dup := listens[r.Listen.Addr]; dup {
+			} else if other, dup := listens[listenKey{r.Listen.Addr, r.UD}]; dup {
 				bad(r.Listen.line, "route %q: listen addr %v is route %q's already", r.Name, r.Listen.Addr, other)
 			} else {
-				listens[r.Listen.Addr] = r.Name
+				listens[listenKey{r.Listen.Addr, r.UD}] = r.Name
 			}
 		}
 		if ends[0] != nil && ends[0] == ends[1] {
@@ -569,10 +620,21 @@ func (c *Config) validate() Errors {
 		if r.Fallback.line != 0 && len(r.Fallback.errs) == 0 {
 			c.validateFallback(r, ends[0], bad)
 		}
+		if r.UD {
+			for _, l := range ends {
+				if l != nil && l.Kind == KindQUIC {
+					bad(r.line, "route %q: ud: leg %q is a quic leg; UD routes are on userspace and verbs legs", r.Name, l.Name)
+				}
+			}
+			if r.Fallback.line != 0 {
+				bad(r.Fallback.line, "route %q: ud: a UD route has no fallback", r.Name)
+			}
+		}
 		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP && ends[1].Kind != KindQUIC {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
 		}
 	}
+	c.validateGroups(bad)
 	keep(c.Admin.errs)
 	if !c.Admin.given && len(c.Admin.errs) == 0 {
 		c.Admin.Listen = DefaultAdminListen
@@ -586,6 +648,122 @@ func (c *Config) validate() Errors {
 		}
 	}
 	return es
+}
+
+// Group directions.
+const (
+	DirectionBoth     = "both"
+	DirectionIBToRoCE = "ib_to_roce"
+	DirectionRoCEToIB = "roce_to_ib"
+)
+
+// MGID forms of a group on its ib leg.
+const (
+	MGIDRDMACM = "rdma_cm"
+	MGIDIPoIB  = "ipoib"
+)
+
+// Group is an IP multicast group relayed between a RoCE leg and an IB
+// leg: joined on both (IGMP on the userspace leg's interface; rdma_cm's
+// join on the verbs leg), its UD datagrams sent on the other in the
+// direction given.
+type Group struct {
+	Name string `yaml:"name"`
+	// Group is the IP multicast address.
+	Group netip.Addr `yaml:"group"`
+	// RoCE names the userspace leg (io: udp) and IB the other one (a
+	// verbs leg, or a userspace one).
+	RoCE string `yaml:"roce"`
+	IB   string `yaml:"ib"`
+	// Direction is both (default), ib_to_roce or roce_to_ib; the side that
+	// only sends joins send-only where it can.
+	Direction string `yaml:"direction"`
+	// MGID is the group's MGID form on the IB leg: rdma_cm (default: what
+	// rdma_join_multicast computes, the RDMA-CM form on InfiniBand and
+	// the IPv4-mapped one on RoCE). ipoib is not supported yet.
+	MGID string `yaml:"mgid"`
+
+	line int
+	errs []lineError
+}
+
+// Line is where the group is defined in its file.
+func (g *Group) Line() int { return g.line }
+
+// UnmarshalYAML decodes a group from its node.
+func (g *Group) UnmarshalYAML(n *yaml.Node) error {
+	g.line = n.Line
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid")
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"name", &g.Name}, {"roce", &g.RoCE}, {"ib", &g.IB}, {"direction", &g.Direction}, {"mgid", &g.MGID}} {
+		scalar(vals, k.key, "group", k.dst, &errs)
+	}
+	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
+	g.errs = errs
+	return nil
+}
+
+// validateGroups checks the multicast groups.
+func (c *Config) validateGroups(bad func(int, string, ...any)) {
+	names := map[string]int{}
+	for i := range c.Groups {
+		g := &c.Groups[i]
+		for _, e := range g.errs {
+			bad(e.line, "%s", e.msg)
+		}
+		switch {
+		case g.Name == "":
+			bad(g.line, "group without a name")
+		case !namePattern.MatchString(g.Name):
+			bad(g.line, "group name %q: letters, digits, '.', '_' and '-' only", g.Name)
+		case names[g.Name] != 0:
+			bad(g.line, "group %q is defined twice (first at line %d)", g.Name, names[g.Name])
+		default:
+			names[g.Name] = g.line
+		}
+		g.Group = g.Group.Unmap()
+		if len(g.errs) == 0 && !g.Group.IsMulticast() {
+			bad(g.line, "group %q: group %v is not an IP multicast address", g.Name, g.Group)
+		}
+		switch g.Direction {
+		case "":
+			g.Direction = DirectionBoth
+		case DirectionBoth, DirectionIBToRoCE, DirectionRoCEToIB:
+		default:
+			bad(g.line, "group %q: direction %q: want both, ib_to_roce or roce_to_ib", g.Name, g.Direction)
+		}
+		switch g.MGID {
+		case "":
+			g.MGID = MGIDRDMACM
+		case MGIDRDMACM:
+		case MGIDIPoIB:
+			bad(g.line, "group %q: mgid ipoib: not supported yet (rdma_join_multicast takes the group's IP address and computes the RDMA-CM form)", g.Name)
+		default:
+			bad(g.line, "group %q: mgid %q: want rdma_cm", g.Name, g.MGID)
+		}
+		for _, side := range []struct{ key, leg string }{{"roce", g.RoCE}, {"ib", g.IB}} {
+			l, ok := c.Leg(side.leg)
+			switch {
+			case side.leg == "":
+				bad(g.line, "group %q: no %s leg", g.Name, side.key)
+			case !ok:
+				bad(g.line, "group %q: %s leg %q does not exist", g.Name, side.key, side.leg)
+			case l.Kind == KindQUIC:
+				bad(g.line, "group %q: %s leg %q is a quic leg; groups are on userspace and verbs legs", g.Name, side.key, side.leg)
+			case side.key == "roce" && (l.Kind != KindUserspace || l.IO != IOUDP):
+				bad(g.line, "group %q: roce leg %q: want a userspace leg with io: udp (the group's packets come through the kernel's IP stack)", g.Name, side.leg)
+			case side.key == "ib" && l.Kind == KindUserspace && l.IO != IOUDP:
+				bad(g.line, "group %q: ib leg %q: a userspace leg there needs io: udp", g.Name, side.leg)
+			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
+				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
+			}
+		}
+		if g.RoCE != "" && g.RoCE == g.IB {
+			bad(g.line, "group %q: roce and ib are both leg %q", g.Name, g.RoCE)
+		}
+	}
 }
 
 // validateQUIC checks a quic leg's addresses and files.

@@ -69,6 +69,50 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+// TestParseUD: a UD route may listen where an RC route does (another port
+// space); ud is false unless given.
+func TestParseUD(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(good+`  - name: lookup
+    ud: true
+    listen: {leg: ib, addr: "198.18.3.1:4420"}
+    target: {leg: roce, addr: "198.18.1.2:7174"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for _, r := range c.Routes {
+		got = append(got, r.UD)
+	}
+	if d := cmp.Diff([]bool{false, false, true}, got); d != "" {
+		t.Errorf("routes' ud (-want +got):\n%s", d)
+	}
+}
+
+// TestParseGroups: a group's defaults (both ways, rdma_cm's MGID form),
+// and a file with groups and no routes.
+func TestParseGroups(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(`legs:
+  - {name: ib, kind: verbs, ip: 198.18.3.1}
+  - {name: roce, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
+groups:
+  - {name: ticks, group: 239.1.1.1, roce: roce, ib: ib}
+  - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type group struct{ Name, Group, RoCE, IB, Direction, MGID string }
+	var got []group
+	for _, g := range c.Groups {
+		got = append(got, group{g.Name, g.Group.String(), g.RoCE, g.IB, g.Direction, g.MGID})
+	}
+	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "rdma_cm"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("groups (-want +got):\n%s", d)
+	}
+}
+
 func TestParseAdmin(t *testing.T) {
 	for _, tc := range []struct {
 		name, extra string
@@ -106,7 +150,7 @@ func TestParseBad(t *testing.T) {
 	}{
 		{"empty", "", []string{"gw.yaml: the file is empty"}},
 		{"not yaml", "legs: [", []string{"gw.yaml:1:"}},
-		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, admin)`}},
+		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, groups, admin)`}},
 		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg: unknown key "colour"`}},
 		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: endpoint: unknown key "port"`}},
 		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs, userspace or quic`}},
@@ -150,6 +194,19 @@ func TestParseBad(t *testing.T) {
 			[]string{`gw.yaml:9: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
 		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
 			[]string{`gw.yaml:9: leg "gw": over "ib9": no such leg`}},
+		{"bad mtu", base(ib+roce+"    mtu: 1500\n", ok), []string{`gw.yaml:5: leg "roce": mtu 1500: want an IB MTU`}},
+		{"mtu on a verbs leg", base(ib+"    mtu: 1024\n"+roce, ok), []string{`gw.yaml:2: leg "ib": mtu is for userspace legs`}},
+		{"group not multicast", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 10.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:15: group "g": group 10.1.1.1 is not an IP multicast address`}},
+		{"group on afxdp", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:14: group "g": roce leg "roce": want a userspace leg with io: udp`}},
+		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
+		{"group ipoib mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ipoib}\n", []string{`group "g": mgid ipoib: not supported yet`}},
+		{"group leg missing", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib9}\n", []string{`group "g": ib leg "ib9" does not exist`}},
+		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route: ud "yes please": want true or false`}},
+		{"two ud routes on one listen", base(ib+roce, ok+"    ud: true\n"+strings.Replace(ok, "name: r", "name: s", 1)+"    ud: true\n"),
+			[]string{`gw.yaml:15: route "s": listen addr 198.18.3.1:1 is route "r"'s already`}},
+		{"ud route on a quic leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n",
+			route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)+"    ud: true\n"),
+			[]string{`route "r": ud: leg "gw" is a quic leg; UD routes are on userspace and verbs legs`}},
 		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca, peer_name and over are for quic legs`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -79,7 +79,10 @@ error, 2 for bad usage.`,
 			if err := json.Unmarshal(body, &st); err != nil {
 				return &exitError{code: 1, err: fmt.Errorf("status from %s: %w", o.admin, err)}
 			}
-			return writeStatusTable(cmd.OutOrStdout(), &st)
+			if err := writeStatusTable(cmd.OutOrStdout(), &st); err != nil {
+				return err
+			}
+			return writeDatagramTables(cmd.OutOrStdout(), &st)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })

@@ -128,9 +128,10 @@ type Device struct {
 	opts DeviceOptions
 	log  *slog.Logger
 
-	mu      sync.RWMutex // guards qps and nextQPN
+	mu      sync.RWMutex // guards qps, nextQPN and groups
 	qps     map[uint32]*QP
 	nextQPN uint32
+	groups  map[netip.Addr]*mgroup // the multicast groups QPs are attached to (mcast.go)
 
 	// txMu serializes conn.WriteBatch. Lock order: txMu before QP.mu
 	// (send holds txMu while it takes a QP's packets under QP.mu); never
@@ -247,6 +248,9 @@ func (d *Device) Close() error {
 			_ = qp.Close()
 		}
 		d.closeErr = d.conn.Close()
+		d.mu.Lock()
+		d.closeGroupsLocked()
+		d.mu.Unlock()
 		d.txMu.Lock() // wait out a send under way; later ones see closed
 		d.txMu.Unlock()
 		d.wg.Wait()
@@ -460,5 +464,6 @@ func (d *Device) unregister(qp *QP) {
 	if d.qps[qp.qpn] == qp {
 		delete(d.qps, qp.qpn)
 	}
+	d.detachAllLocked(qp)
 	d.mu.Unlock()
 }

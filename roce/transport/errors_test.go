@@ -228,8 +228,26 @@ func TestUD(t *testing.T) {
 	if b.dev.Stats().UDDropped.Load() != 1 {
 		t.Errorf("UD drops %d, want 1", b.dev.Stats().UDDropped.Load())
 	}
+	if n := b.qp.UDNoReceive(); n != 0 {
+		t.Errorf("QP's no-receive drops %d, want 0 (the wrong Q_Key is another cause)", n)
+	}
 	if err := a.qp.PostSend(transport.SendWR{Opcode: transport.OpSend, Local: sge(a, 0, 2000), UD: dest}); err == nil {
 		t.Errorf("UD message larger than the MTU: no error")
+	}
+	// One receive left: the second datagram finds none.
+	if err := a.qp.PostSend(transport.SendWR{ID: 12, Opcode: transport.OpSend, Local: sge(a, 0, 8), UD: dest},
+		transport.SendWR{ID: 13, Opcode: transport.OpSend, Local: sge(a, 0, 8), UD: dest}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, b.rcq, 1, time.Second)[0]; wc.ID != 2 {
+		t.Errorf("UD receive %+v, want the second receive", wc)
+	}
+	deadline := time.Now().Add(time.Second)
+	for b.qp.UDNoReceive() != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n, all := b.qp.UDNoReceive(), b.dev.Stats().UDDropped.Load(); n != 1 || all != 2 {
+		t.Errorf("no-receive drops %d, device UD drops %d; want 1 and 2", n, all)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/roce"
@@ -109,6 +110,8 @@ type QP struct {
 	recvCQ *CQ
 	maxSQ  int
 	maxRQ  int
+
+	udNoReceive atomic.Uint64 // UD datagrams dropped for want of a receive
 
 	// mu guards everything below; functions named ...Locked must be
 	// called with it held. Lock order: Device.txMu before mu (Device.send

@@ -31,6 +31,9 @@ func (qp *QP) receiveUDLocked(p *roce.Packet, m *roce.Message) {
 	if (qp.state != StateRTR && qp.state != StateRTS) || (op != roce.UDSendOnly && op != roce.UDSendOnlyWithImmediate) ||
 		p.DETH.QKey() != qp.attr.QKey || len(qp.rq) == 0 {
 		qp.dev.stats.UDDropped.Add(1)
+		if len(qp.rq) == 0 {
+			qp.udNoReceive.Add(1)
+		}
 		return
 	}
 	wr := qp.rq[0]
@@ -47,3 +50,8 @@ func (qp *QP) receiveUDLocked(p *roce.Packet, m *roce.Message) {
 	}
 	qp.pushRecvLocked(wc)
 }
+
+// UDNoReceive counts the datagrams this UD QP dropped because no receive
+// was posted (the device's UDDropped counts them too, with every other
+// cause).
+func (qp *QP) UDNoReceive() uint64 { return qp.udNoReceive.Load() }

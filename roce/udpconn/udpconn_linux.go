@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +28,11 @@ type Options struct {
 	// Batch is the most messages one system call moves (default 64, at most
 	// MaxBatch).
 	Batch int
+	// Interface, for an Addr that is a multicast group, is the index of
+	// the interface the socket joins the group on (IGMP or MLD): the conn
+	// then receives the group's RoCEv2 packets. Sockets of several
+	// processes may bind the same group (SO_REUSEADDR).
+	Interface int
 }
 
 // MaxBatch is the most messages recvmmsg and sendmmsg take in one call
@@ -111,11 +117,17 @@ func (b *batchState) init(n int, sysno uintptr) {
 	}
 }
 
-// Listen opens the socket.
+// Listen opens the socket. A unicast conn sends multicast (to a group's
+// address) from its own address with a TTL of 64: RoCE multicast may
+// cross routers.
 func Listen(opts Options) (*Conn, error) {
 	a := opts.Addr
 	if !a.Addr().IsValid() || a.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("udpconn: listen on %v: bind a specific IP address: the ICRC covers the source address", a)
+	}
+	group := a.Addr().Unmap().IsMulticast()
+	if group && opts.Interface <= 0 {
+		return nil, fmt.Errorf("udpconn: listen on group %v: no interface to join it on", a.Addr())
 	}
 	if a.Port() == 0 {
 		a = netip.AddrPortFrom(a.Addr(), roce.Port)
@@ -131,7 +143,13 @@ func Listen(opts Options) (*Conn, error) {
 	if a.Addr().Is6() {
 		network = "udp6"
 	}
-	uc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(a))
+	var uc *net.UDPConn
+	var err error
+	if group {
+		uc, err = bindGroup(a)
+	} else {
+		uc, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(a))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("udpconn: %w", err)
 	}
@@ -151,14 +169,28 @@ func Listen(opts Options) (*Conn, error) {
 		if c.v6 {
 			serr = errors.Join(
 				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1),
-				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1))
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1),
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, 64))
+			if group {
+				mreq := &unix.IPv6Mreq{Multiaddr: a.Addr().As16(), Interface: uint32(opts.Interface)}
+				serr = errors.Join(serr, unix.SetsockoptIPv6Mreq(int(fd), unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, mreq))
+			}
 			return
 		}
 		serr = errors.Join(
 			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1),
 			// Don't fragment: Linux then sends IP ID 0 from an unconnected
 			// socket, which the ICRC needs to know.
-			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO))
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO),
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, 64))
+		if group {
+			mreq := &unix.IPMreqn{Multiaddr: a.Addr().Unmap().As4(), Ifindex: int32(opts.Interface)}
+			serr = errors.Join(serr, unix.SetsockoptIPMreqn(int(fd), unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, mreq))
+		} else {
+			// Multicast leaves from the conn's own address and interface.
+			mreq := &unix.IPMreqn{Address: a.Addr().As4()}
+			serr = errors.Join(serr, unix.SetsockoptIPMreqn(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_IF, mreq))
+		}
 	})
 	if err == nil {
 		err = serr
@@ -168,6 +200,36 @@ func Listen(opts Options) (*Conn, error) {
 		return nil, fmt.Errorf("udpconn: socket options: %w", err)
 	}
 	return c, nil
+}
+
+// bindGroup opens a UDP socket bound to the group's address itself (Go's
+// net package would bind a multicast address's wildcard, which takes the
+// port's unicast datagrams too), with SO_REUSEADDR.
+func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
+	family := unix.AF_INET
+	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().Unmap().As4()}
+	if a.Addr().Is6() && !a.Addr().Is4In6() {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, fmt.Errorf("socket for group %v: %w", a, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("group %v: SO_REUSEADDR: %w", a, err)
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind group %v: %w", a, err)
+	}
+	f := os.NewFile(uintptr(fd), "udp "+a.String())
+	defer f.Close() // FilePacketConn dups it
+	pc, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("group %v: %w", a, err)
+	}
+	return pc.(*net.UDPConn), nil
 }
 
 // LocalAddr returns the bound address.

@@ -18,8 +18,9 @@ var ErrNotSupported = roce.ErrNotSupported
 
 // Options configures a Conn.
 type Options struct {
-	Addr  netip.AddrPort
-	Batch int
+	Addr      netip.AddrPort
+	Batch     int
+	Interface int
 }
 
 // MaxBatch is the most messages one system call moves.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"testing"
@@ -315,6 +316,48 @@ func TestTransportOverUDP(t *testing.T) {
 		if b.mem[i] != byte(i*7) || a.mem[400000+i] != byte(i*7) {
 			t.Fatalf("byte %d differs after WRITE and READ back", i)
 		}
+	}
+}
+
+// TestMulticastGroup: a conn bound to a group and joined to it on an
+// interface receives what a unicast conn sends to the group's address
+// (from its own address); a group conn needs an interface to join on.
+func TestMulticastGroup(t *testing.T) {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("239.7.7.7:4791")}); err == nil {
+		t.Error("a group conn without an interface: no error")
+	}
+	a := listen(t, "127.0.0.1")
+	group := netip.AddrPortFrom(netip.MustParseAddr("239.7.7.7"), a.LocalAddr().Port())
+	g, err := udpconn.Listen(udpconn.Options{Addr: group, Interface: lo.Index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	p := packet(roce.UDSendOnly, transport.MulticastQPN, []byte("to the group"))
+	if n, err := a.WriteBatch([]roce.Message{{Buf: p, N: len(p), Addr: group}}); err != nil || n != 1 {
+		t.Fatalf("WriteBatch to %v = %d, %v", group, n, err)
+	}
+	in := []roce.Message{{Buf: make([]byte, roce.MaxPacket)}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.ReadBatch(in)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the group conn received nothing")
+	}
+	var pkt roce.Packet
+	if err := pkt.Decode(in[0].Buf[:in[0].N]); err != nil || string(pkt.Payload) != "to the group" || in[0].Addr != a.LocalAddr() {
+		t.Errorf("received %q from %v (%v), want the datagram from %v", pkt.Payload, in[0].Addr, err, a.LocalAddr())
 	}
 }
 

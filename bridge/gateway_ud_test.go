@@ -1,0 +1,257 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// udConfig is a gateway of two userspace legs on loopback with a UD route
+// from leg a's port 7174 to the target's on leg b (whose path MTU is 1024,
+// a's 4096).
+func udConfig(t testing.TB) *config.Config {
+	t.Helper()
+	y := `legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp, mtu: 1024}
+routes:
+  - name: u
+    ud: true
+    listen: {leg: a, addr: "127.0.10.1:7174"}
+    target: {leg: b, addr: "127.0.10.4:7174"}
+`
+	c, err := config.Parse("gw.yaml", []byte(strings.ReplaceAll(y, "127.0.10.", loNet)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// udQP makes a UD QP of the app with rdma_cm's Q_Key and n receives of
+// 4 KiB posted at the start of its memory.
+func (a *cmApp) udQP(t testing.TB, n int) (*transport.QP, *transport.CQ) {
+	t.Helper()
+	rcq := transport.NewCQ(256)
+	qp, err := a.dev.CreateQP(a.pd, transport.QPInitAttr{Type: transport.UD, SendCQ: a.cq, RecvCQ: rcq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qp.Close() })
+	for _, st := range []transport.QPAttr{{State: transport.StateInit, QKey: cm.RDMAUDPQKey}, {State: transport.StateRTR}, {State: transport.StateRTS}} {
+		if err := qp.Modify(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if err := qp.PostRecv(transport.RecvWR{ID: uint64(i), Local: transport.SGE{MR: a.mr, Offset: 4096 * i, Length: 4096}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return qp, rcq
+}
+
+// sendUD sends size bytes filled with fill from offset 512 KiB of the
+// app's memory.
+func (a *cmApp) sendUD(t testing.TB, qp *transport.QP, to netip.Addr, qpn uint32, imm uint32, size int, fill byte) {
+	t.Helper()
+	const off = 512 << 10
+	copy(a.mem[off:off+size], bytes.Repeat([]byte{fill}, size))
+	if err := qp.PostSend(transport.SendWR{Opcode: transport.OpSendWithImm, Imm: imm, Local: transport.SGE{MR: a.mr, Offset: off, Length: size},
+		UD: &transport.UDDest{Addr: netip.AddrPortFrom(to, roce.Port), QPN: qpn, QKey: cm.RDMAUDPQKey}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitUD(t *testing.T, cq *transport.CQ) transport.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wcs [1]transport.WC
+	if _, err := cq.PollWait(ctx, wcs[:]); err != nil {
+		t.Fatalf("no datagram: %v", err)
+	}
+	return wcs[0]
+}
+
+func noUD(t *testing.T, cq *transport.CQ, what string) {
+	t.Helper()
+	time.Sleep(100 * time.Millisecond)
+	var wcs [1]transport.WC
+	if cq.Poll(wcs[:]) != 0 {
+		t.Errorf("%s: a datagram arrived: %+v", what, wcs[0])
+	}
+}
+
+// TestGatewayUD: a UD client resolves the route's listen address (SIDR)
+// and gets the gateway's QP; the gateway resolved the target first, with
+// the client's private data, and hands back the target's. Datagrams cross
+// both ways with their immediate data (a QPN there is translated to the
+// gateway's QP on the far side, as udaddy needs to answer), each side
+// sending the Q_Key its own resolution named; one too long for the
+// target's leg and one from a stranger are dropped and counted.
+func TestGatewayUD(t *testing.T) {
+	client, target, stranger := newCMApp(t, lo("3")), newCMApp(t, lo("4")), newCMApp(t, lo("5"))
+	ln, err := target.cm.ListenUD(7174, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tqp, tcq := target.udQP(t, 16)
+	served := make(chan error, 1)
+	go func() {
+		req, err := ln.Next(context.Background())
+		if err == nil {
+			if !bytes.HasPrefix(req.PrivateData, []byte("hello target")) || req.Remote != netip.MustParseAddr(lo("2")) {
+				err = fmt.Errorf("the target's SIDR_REQ: from %v, private data %q", req.Remote, req.PrivateData[:16])
+			}
+			err = errors.Join(err, req.Accept(cm.SIDRAcceptOptions{QP: tqp, PrivateData: []byte("hello client")}))
+		}
+		served <- err
+	}()
+	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{})
+	gwA, gwB := netip.MustParseAddr(lo("1")), netip.MustParseAddr(lo("2"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	svc, err := client.cm.ResolveUD(ctx, netip.AddrPortFrom(gwA, 7174), cm.ResolveOptions{PrivateData: []byte("hello target")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if svc.QKey != cm.RDMAUDPQKey || !bytes.HasPrefix(svc.PrivateData, []byte("hello client")) {
+		t.Fatalf("resolved %+v: want the gateway's QP, rdma_cm's Q_Key and the target's private data", svc)
+	}
+	cqp, ccq := client.udQP(t, 16)
+
+	const n = 5
+	var gwTargetQPN uint32
+	for i := range n {
+		// The client's QPN as immediate data, as udaddy sends.
+		client.sendUD(t, cqp, gwA, svc.QPN, cqp.QPN(), 100+i, byte('a'+i))
+		wc := waitUD(t, tcq)
+		if wc.Status != transport.StatusSuccess || wc.ByteLen != 100+i || wc.Src.Addr() != gwB || !wc.HasImm || wc.Imm != wc.SrcQPN ||
+			!bytes.Equal(target.mem[4096*int(wc.ID):][:wc.ByteLen], bytes.Repeat([]byte{byte('a' + i)}, 100+i)) {
+			t.Fatalf("datagram %d at the target: %+v, want %d bytes from the gateway's %v with its QPN as immediate data", i, wc, 100+i, gwB)
+		}
+		gwTargetQPN = wc.SrcQPN
+		// The target answers where it came from, with its own QPN, and
+		// with plain immediate data.
+		imm := tqp.QPN()
+		if i%2 == 1 {
+			imm = 0xfeed0000 + uint32(i)
+		}
+		target.sendUD(t, tqp, wc.Src.Addr(), wc.SrcQPN, imm, 200+i, byte('A'+i))
+		wc = waitUD(t, ccq)
+		want := svc.QPN // the target's QPN became the gateway's
+		if i%2 == 1 {
+			want = 0xfeed0000 + uint32(i)
+		}
+		if wc.Status != transport.StatusSuccess || wc.ByteLen != 200+i || wc.Src.Addr() != gwA || wc.SrcQPN != svc.QPN || wc.Imm != want ||
+			!bytes.Equal(client.mem[4096*int(wc.ID):][:wc.ByteLen], bytes.Repeat([]byte{byte('A' + i)}, 200+i)) {
+			t.Fatalf("reply %d at the client: %+v, want %d bytes from the gateway's QP %#x at %v, immediate %#x", i, wc, 200+i, svc.QPN, gwA, want)
+		}
+	}
+	// Longer than leg b's MTU (1024): dropped, not truncated.
+	client.sendUD(t, cqp, gwA, svc.QPN, 7, 2000, 'x')
+	noUD(t, tcq, "a datagram longer than the target leg's MTU")
+	// A stranger that learned the gateway's QPN: not the client.
+	sqp, _ := stranger.udQP(t, 1)
+	stranger.sendUD(t, sqp, gwA, svc.QPN, 7, 10, 'y')
+	noUD(t, tcq, "a stranger's datagram")
+	// The target's QP sends to the gateway's from elsewhere: the client's
+	// own QP answering the gateway's target side is not the target.
+	client.sendUD(t, cqp, gwB, gwTargetQPN, 7, 10, 'z')
+	noUD(t, ccq, "a datagram to the target side from another address")
+
+	st := g.UDStats("u")
+	if st == nil {
+		t.Fatal("no UD stats for route u")
+	}
+	want := bridge.UDStatsSnapshot{Resolved: 1, Datagrams: [2]uint64{n, n}, ImmQPNRewritten: [2]uint64{n, 3},
+		DropTooLong: [2]uint64{1, 0}, DropUnknownPeer: [2]uint64{1, 1}}
+	for i := range n {
+		want.Bytes[0] += uint64(100 + i)
+		want.Bytes[1] += uint64(200 + i)
+	}
+	if d := cmp.Diff(want, *st); d != "" {
+		t.Errorf("UD stats (-want +got):\n%s", d)
+	}
+	// The same in /metrics, linted, and described as collected.
+	m, b := scrape(t, startAdmin(t, g))
+	promtool(t, b)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(bridge.NewCollector(g)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("pedantic gather: %v", err)
+	}
+	for name, v := range map[string]float64{
+		`rbridge_route_ud_resolved_total{route="u"}`:                                           1,
+		`rbridge_route_ud_datagrams_total{direction="to_target",route="u"}`:                    n,
+		`rbridge_route_ud_datagrams_total{direction="to_client",route="u"}`:                    n,
+		`rbridge_route_ud_payload_bytes_total{direction="to_client",route="u"}`:                float64(want.Bytes[1]),
+		`rbridge_route_ud_imm_qpn_rewritten_total{direction="to_client",route="u"}`:            3,
+		`rbridge_route_ud_dropped_total{cause="too_long",direction="to_target",route="u"}`:     1,
+		`rbridge_route_ud_dropped_total{cause="unknown_peer",direction="to_client",route="u"}`: 1,
+		`rbridge_route_ud_dropped_total{cause="no_receive",direction="to_target",route="u"}`:   0,
+	} {
+		if got, ok := m[name]; !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
+		}
+	}
+	clients := g.Status().UDClients
+	if len(clients) != 1 || clients[0].ClientQPN != cqp.QPN() || clients[0].TargetQPN != tqp.QPN() || clients[0].Route != "u" {
+		t.Errorf("status UD clients %+v, want the one client's QP %#x and the target's %#x", clients, cqp.QPN(), tqp.QPN())
+	}
+}
+
+// TestGatewayUDRefused: a target that refuses gives the client its
+// status and private data; a port nothing listens on, "not supported".
+func TestGatewayUDRefused(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{})
+	to := netip.AddrPortFrom(netip.MustParseAddr(lo("1")), 7174)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := client.cm.ResolveUD(ctx, to, cm.ResolveOptions{}); !errors.Is(err, &cm.SIDRError{Status: cm.SIDRUnsupported}) {
+		t.Errorf("resolve through the gateway to a port nothing listens on: %v, want SIDR status 1", err)
+	}
+	ln, err := target.cm.ListenUD(7174, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if req, err := ln.Next(ctx); err == nil {
+			_ = req.Reject(cm.SIDRReject, []byte("not you"))
+		}
+	}()
+	_, err = client.cm.ResolveUD(ctx, to, cm.ResolveOptions{})
+	var se *cm.SIDRError
+	if !errors.As(err, &se) || se.Status != cm.SIDRReject || !bytes.HasPrefix(se.PrivateData, []byte("not you")) {
+		t.Errorf("resolve through the gateway to a target that rejects: %v, want status 2 with its private data", err)
+	}
+	if st := g.UDStats("u"); st == nil || st.Refused != 2 || st.Resolved != 0 {
+		t.Errorf("UD stats %+v, want 2 refused", st)
+	}
+	if s := g.State(); s.UserspaceQPs != 2 || s.PoolInUse != 0 {
+		t.Errorf("gateway state %+v after refusals: want each leg's QP 1 only and no pool buffer held", s)
+	}
+}

@@ -1,0 +1,384 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/roce/cm"
+)
+
+// UD routes on the verbs leg: rdma_cm ids in the UDP port space. A
+// listening id's CONNECT_REQUEST is a client's SIDR_REQ, answered by
+// rdma_accept on the id with its UD QP (librdmacm's SIDR_REP names the
+// QP and rdma_cm's Q_Key) or rdma_reject (status 2: librdmacm rejects a
+// SIDR_REQ with no other). rdma_connect on an id sends the gateway's own
+// SIDR_REQ; ESTABLISHED brings the service's QPN, Q_Key and address
+// vector, UNREACHABLE its refusal (the SIDR status) or a timeout.
+
+var _ udLeg = (*verbsLeg)(nil)
+
+// grhLen is the Global Route Header a UD receive buffer starts with; on
+// RoCEv2 over IPv4 its last 20 bytes are the IPv4 header.
+const grhLen = 40
+
+// sidrREQIPCMPrivateData is what rdma_connect on a UDP id carries: a
+// SIDR_REQ's private data after the IP CM header.
+const sidrREQIPCMPrivateData = cm.SIDRREQIPCMPrivateDataLen
+
+func (v *verbsLeg) listenUD(addr netip.AddrPort) (udListener, error) {
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	id, err := ch.NewID(ibv.PortSpaceUDP)
+	if err == nil {
+		err = id.Bind(addr)
+	}
+	if err == nil {
+		err = id.Listen(64)
+	}
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	l := &verbsUDListener{v: v, ch: ch, reqs: make(chan ibv.CMEvent, 64), done: make(chan struct{})}
+	go l.routineEvents()
+	return l, nil
+}
+
+// verbsUDListener passes its channel's CONNECT_REQUESTs (SIDR_REQs) on;
+// a UD id has no other event on the passive side.
+type verbsUDListener struct {
+	v    *verbsLeg
+	ch   *ibv.EventChannel
+	reqs chan ibv.CMEvent
+	done chan struct{}
+}
+
+func (l *verbsUDListener) routineEvents() {
+	defer close(l.done)
+	for {
+		ev, err := l.ch.Next(context.Background())
+		if err != nil {
+			return // the channel was closed
+		}
+		if ev.Type != ibv.CMConnectRequest {
+			continue
+		}
+		select {
+		case l.reqs <- ev:
+		default:
+			l.v.log.Warn("too many SIDR requests waiting: rejected", "from", ev.ID.RemoteAddr())
+			_ = ev.ID.Reject(nil)
+			ev.ID.Close()
+		}
+	}
+}
+
+func (l *verbsUDListener) next(ctx context.Context) (udIncoming, error) {
+	select {
+	case ev := <-l.reqs:
+		return &verbsUDIncoming{v: l.v, id: ev.ID, pd: ev.Param.PrivateData}, nil
+	case <-l.done:
+		return nil, errors.New("rdma_cm UD listener closed")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// close closes the channel, the listening id, and every id of an
+// incoming request with it (their ports are closed first by the gateway,
+// or their Close finds them freed).
+func (l *verbsUDListener) close() error {
+	err := l.ch.Close()
+	<-l.done
+	return err
+}
+
+type verbsUDIncoming struct {
+	v  *verbsLeg
+	id *ibv.CMID
+	pd []byte
+}
+
+func (in *verbsUDIncoming) remote() netip.AddrPort { return in.id.RemoteAddr() }
+func (in *verbsUDIncoming) privateData() []byte    { return in.pd }
+
+func (in *verbsUDIncoming) accept(privateData []byte) (udPort, error) {
+	p, err := in.v.udPort(in.id, nil)
+	if err != nil {
+		_ = in.id.Reject(nil)
+		in.id.Close()
+		return nil, err
+	}
+	if len(privateData) > cm.SIDRREPPrivateDataLen {
+		privateData = privateData[:cm.SIDRREPPrivateDataLen]
+	}
+	if err := in.id.Accept(ibv.ConnParam{PrivateData: privateData, NoMTUTrailer: true}); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (in *verbsUDIncoming) reject(_ cm.SIDRStatus, privateData []byte) error {
+	defer in.id.Close()
+	if len(privateData) > cm.SIDRREPPrivateDataLen {
+		privateData = privateData[:cm.SIDRREPPrivateDataLen]
+	}
+	return in.id.Reject(privateData)
+}
+
+func (in *verbsUDIncoming) drop() { in.id.Close() }
+
+func (v *verbsLeg) dialUD(ctx context.Context, to netip.AddrPort, privateData []byte) (udPort, udService, error) {
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, udService{}, err
+	}
+	fail := func(err error) (udPort, udService, error) {
+		ch.Close()
+		return nil, udService{}, err
+	}
+	id, err := ch.NewID(ibv.PortSpaceUDP)
+	if err != nil {
+		return fail(err)
+	}
+	timeout := 5 * time.Second
+	if err := id.ResolveAddr(v.cfg.IP, to, timeout); err != nil {
+		return fail(err)
+	}
+	if _, err := ch.Expect(ctx, ibv.CMAddrResolved); err != nil {
+		return fail(fmt.Errorf("resolve %v: %w", to, err))
+	}
+	if err := id.ResolveRoute(timeout); err != nil {
+		return fail(err)
+	}
+	if _, err := ch.Expect(ctx, ibv.CMRouteResolved); err != nil {
+		return fail(fmt.Errorf("route to %v: %w", to, err))
+	}
+	p, err := v.udPort(id, ch)
+	if err != nil {
+		return fail(err)
+	}
+	if len(privateData) > sidrREQIPCMPrivateData {
+		privateData = privateData[:sidrREQIPCMPrivateData]
+	}
+	if err := id.Connect(ibv.ConnParam{PrivateData: privateData, NoMTUTrailer: true}); err != nil {
+		p.close()
+		return nil, udService{}, err
+	}
+	ev, err := ch.Next(ctx)
+	if err == nil && ev.Type != ibv.CMEstablished {
+		switch {
+		case ev.Type == ibv.CMUnreachable && ev.Status > 0:
+			err = &udRefused{status: cm.SIDRStatus(ev.Status), privateData: ev.Param.PrivateData}
+		default:
+			err = fmt.Errorf("resolve UD service %v: %v (status %d)", to, ev.Type, ev.Status)
+		}
+	}
+	if err != nil {
+		p.close()
+		return nil, udService{}, err
+	}
+	svc := udService{addr: to.Addr(), qpn: ev.QPN, qkey: ev.QKey, privateData: ev.Param.PrivateData}
+	ah, err := p.vd.pd.NewAH(ev.AH)
+	if err != nil {
+		p.close()
+		return nil, udService{}, fmt.Errorf("address handle to %v: %w", to, err)
+	}
+	p.mu.Lock()
+	p.ahs[to.Addr()] = ah
+	p.mu.Unlock()
+	p.peerNote = fmt.Sprintf("%v QP %#x", to, svc.qpn)
+	return p, svc, nil
+}
+
+// verbsUDPort is a UD QP on an rdma_cm id of the verbs leg (rdma_cm moved
+// it to RTS with its Q_Key).
+type verbsUDPort struct {
+	v        *verbsLeg
+	id       *ibv.CMID
+	ch       *ibv.EventChannel // a dial's own channel; nil for an accepted id
+	vd       *verbsDevice
+	qp       *ibv.QP
+	scq, rcq *ibv.CQ
+	ring     *udRing
+	maxMsg   int
+	port     int
+	peerNote string
+	// group is the multicast group the id joined (mcast.go): left before
+	// the QP is destroyed (the kernel refuses to destroy an attached QP).
+	group netip.Addr
+
+	wcs     [16]ibv.WorkCompletion
+	pending []ibv.WorkCompletion
+	swc     [1]ibv.WorkCompletion
+
+	mu   sync.Mutex // guards ahs and avs
+	ahs  map[netip.Addr]*ibv.AH
+	avs  map[netip.Addr]ibv.AHAttr // address vectors of who sent, for a reply
+	once sync.Once
+}
+
+var _ udPort = (*verbsUDPort)(nil)
+
+// maxUDSources bounds the address vectors a port remembers.
+const maxUDSources = 16
+
+func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel) (*verbsUDPort, error) {
+	dev, vd, err := v.device(id)
+	if err != nil {
+		return nil, err
+	}
+	pi, err := dev.QueryPort(id.Port())
+	if err != nil {
+		return nil, err
+	}
+	p := &verbsUDPort{v: v, id: id, ch: ch, vd: vd, maxMsg: pi.ActiveMTU.Bytes(), port: id.Port(),
+		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}}
+	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: 16}); err != nil {
+		return nil, err
+	}
+	if p.rcq, err = dev.NewCQ(ibv.CQOptions{Entries: udRecvDepth + 16}); err != nil {
+		p.scq.Close()
+		return nil, err
+	}
+	p.qp, err = id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeUD, SendCQ: p.scq, RecvCQ: p.rcq,
+		Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: udRecvDepth + 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		p.rcq.Close()
+		p.scq.Close()
+		return nil, err
+	}
+	size := p.maxMsg + grhLen
+	p.ring, err = newUDRing(v.pool, size, func(b *Buf) error {
+		_, err := p.qp.PostRecv([]ibv.RecvWR{{ID: uint64(b.Offset()), SGEs: []ibv.SGE{vd.mr.SGE(b.Offset(), size)}}})
+		return err
+	})
+	if err != nil {
+		p.qp.Close()
+		p.rcq.Close()
+		p.scq.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *verbsUDPort) qpn() uint32 { return p.qp.QPN() }
+func (p *verbsUDPort) mtu() int    { return p.maxMsg }
+
+func (p *verbsUDPort) recv(ctx context.Context) (*udDatagram, error) {
+	for len(p.pending) == 0 {
+		n, err := p.rcq.Wait(ctx, p.wcs[:])
+		if err != nil {
+			return nil, err
+		}
+		p.pending = append(p.pending[:0], p.wcs[:n]...)
+	}
+	wc := p.pending[0]
+	p.pending = p.pending[1:]
+	if wc.Status != ibv.WCSuccess && wc.Status != ibv.WCLocLenErr {
+		return nil, fmt.Errorf("UD QP %d receive: %w", p.qp.QPN(), wc.Err())
+	}
+	b, empty, err := p.ring.take(wc.ID)
+	if err != nil {
+		return nil, fmt.Errorf("UD QP %d: %w", p.qp.QPN(), err)
+	}
+	d := &udDatagram{buf: b, off: grhLen, n: max(int(wc.ByteLen)-grhLen, 0), srcQPN: wc.SrcQP, poolEmpty: empty,
+		tooLongHere: wc.Status == ibv.WCLocLenErr, hasImm: wc.Flags&ibv.WCFlagWithImm != 0, imm: wc.Imm}
+	if b == nil || wc.Flags&ibv.WCFlagGRH == 0 {
+		return d, nil // dropped anyway, or no GRH: no address (an unknown peer)
+	}
+	d.src = grhSource(b.B()[:grhLen])
+	p.mu.Lock()
+	if _, ok := p.avs[d.src]; !ok && len(p.avs) < maxUDSources {
+		p.avs[d.src] = ibv.AHAttr{IsGlobal: true, Port: uint8(p.port), DLID: wc.SLID, SL: wc.SL,
+			GRH: ibv.GRH{DGID: ibv.GID(d.src.As16()), SGIDIndex: uint8(p.v.gid.Index), HopLimit: 64}}
+	}
+	p.mu.Unlock()
+	return d, nil
+}
+
+// grhSource is the source of a received datagram: a GRH (IB) or IPv6
+// header (RoCEv2) starts with IP version 6 and holds the source GID at
+// bytes 8-24 (an IPv4-mapped one is unmapped); on RoCEv2 over IPv4 the
+// first 20 bytes are zero and the IPv4 header follows them (Linux union
+// rdma_network_hdr).
+func grhSource(grh []byte) netip.Addr {
+	if grh[0]>>4 != 6 && grh[20]>>4 == 4 {
+		return netip.AddrFrom4([4]byte(grh[32:36]))
+	}
+	return netip.AddrFrom16([16]byte(grh[8:24])).Unmap()
+}
+
+func (p *verbsUDPort) send(ctx context.Context, d *udDatagram, dst udDest, imm uint32, hasImm bool) error {
+	p.mu.Lock()
+	ah := p.ahs[dst.addr]
+	av, haveAV := p.avs[dst.addr]
+	p.mu.Unlock()
+	if ah == nil {
+		if !haveAV {
+			return fmt.Errorf("no address vector to %v", dst.addr)
+		}
+		var err error
+		if ah, err = p.vd.pd.NewAH(av); err != nil {
+			return fmt.Errorf("address handle to %v: %w", dst.addr, err)
+		}
+		p.mu.Lock()
+		p.ahs[dst.addr] = ah
+		p.mu.Unlock()
+	}
+	op := ibv.OpSend
+	if hasImm {
+		op = ibv.OpSendWithImm
+	}
+	wr := ibv.SendWR{ID: 1, Op: op, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{p.vd.mr.SGE(d.buf.Offset()+d.off, d.n)}, Imm: imm,
+		AH: ah, RemoteQPN: dst.qpn, RemoteQKey: dst.qkey}
+	if _, err := p.qp.PostSend([]ibv.SendWR{wr}); err != nil {
+		return err
+	}
+	// The buffer is the HCA's until the send completes.
+	if _, err := p.scq.Wait(ctx, p.swc[:]); err != nil {
+		return err
+	}
+	return p.swc[0].Err()
+}
+
+// noReceive is 0: the HCA drops a datagram that finds no receive without
+// telling the QP's owner (its port counters may).
+func (p *verbsUDPort) noReceive() uint64 { return 0 }
+
+func (p *verbsUDPort) describe() string {
+	s := fmt.Sprintf("verbs UD QP %d on %s port %d, MTU %d", p.qp.QPN(), p.v.cfg.Name, p.port, p.maxMsg)
+	if p.peerNote != "" {
+		s += " -> " + p.peerNote
+	}
+	return s
+}
+
+func (p *verbsUDPort) close() error {
+	var err error
+	p.once.Do(func() {
+		p.mu.Lock()
+		for a, ah := range p.ahs {
+			err = errors.Join(err, ah.Close())
+			delete(p.ahs, a)
+		}
+		p.mu.Unlock()
+		if p.group.IsValid() {
+			err = errors.Join(err, p.id.LeaveMulticast(p.group))
+		}
+		err = errors.Join(err, p.qp.Close(), p.rcq.Close(), p.scq.Close(), p.id.Close())
+		if p.ch != nil {
+			err = errors.Join(err, p.ch.Close())
+		}
+		p.ring.close()
+	})
+	return err
+}

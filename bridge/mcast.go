@@ -1,0 +1,297 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+)
+
+// Multicast groups (config groups:). For each group the gateway has one UD
+// QP on each of its two legs: on the userspace (RoCE) leg a transport QP
+// attached to the group, whose packets a socket bound to the group and
+// joined on the leg's interface receives (IGMP/MLD: the interface's
+// Ethernet multicast filter follows); on the other leg, a verbs one, an
+// rdma_cm id in the UDP port space joined with rdma_join_multicast (as
+// mckey joins), whose QP the kernel attaches. A datagram one QP receives
+// is sent to the group on the other leg (to QPN 0xFFFFFF with the group's
+// Q_Key), in the directions configured; the side that only sends joins
+// send-only on a verbs leg and does not attach on a userspace one.
+//
+// Loop prevention does not lower the hop limit (RoCE multicast must cross
+// routers; the userspace leg sends with a TTL of 64): a datagram whose
+// source is one of the group's own QPs (its QPN and the leg's address) is
+// what the gateway sent, come back, and is dropped (DropOwn): its own send
+// heard by its receiver on the other leg (both legs on one wire), or
+// looped back by the HCA or the IP stack. Not yet: two gateways joined to
+// the same group on both fabrics relay each other's copies (each sees the
+// other's QP as the source), so give a group one gateway per pair of
+// fabrics.
+
+// groupDirs names a group's directions: 0 from the RoCE leg to the IB
+// leg, 1 back.
+var groupDirs = [2]string{config.DirectionRoCEToIB, config.DirectionIBToRoCE}
+
+// groupRun is a running group.
+type groupRun struct {
+	cfg   *config.Group
+	stats *UDStats
+	ports [2]udPort     // 0 the RoCE leg's, 1 the IB leg's
+	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
+	qkey  [2]uint32     // the group's Q_Key on each leg
+}
+
+// relays reports whether the group crosses in direction dir.
+func (r *groupRun) relays(dir int) bool {
+	return r.cfg.Direction == config.DirectionBoth || r.cfg.Direction == groupDirs[dir]
+}
+
+// startGroup joins a group on both its legs and starts relaying.
+func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
+	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
+	fail := func(err error) error {
+		for _, p := range r.ports {
+			if p != nil {
+				_ = p.close()
+			}
+		}
+		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
+	}
+	for side, name := range [2]string{gc.RoCE, gc.IB} {
+		// A side receives what it relays to the other.
+		receive := r.relays(side)
+		var err error
+		switch l := g.legs[name].(type) {
+		case *userspaceLeg:
+			r.ports[side], err = l.groupPort(gc.Group, receive)
+			r.own[side] = l.cfg.IP
+		case *verbsLeg:
+			var qkey uint32
+			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, g.timeout)
+			r.own[side], r.qkey[side] = l.cfg.IP, qkey
+		default:
+			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("join on leg %q: %w", name, err))
+		}
+	}
+	g.mu.Lock()
+	g.groups[gc.Name] = r
+	g.mu.Unlock()
+	g.log.Info("multicast group joined", "group", gc.Name, "address", gc.Group, "direction", gc.Direction,
+		"roce_side", r.ports[0].describe(), "ib_side", r.ports[1].describe())
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		r.run(g.ctx, g)
+	}()
+	return nil
+}
+
+func (r *groupRun) run(ctx context.Context, g *Gateway) {
+	var wg sync.WaitGroup
+	for dir := range 2 {
+		if !r.relays(dir) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.routineRelay(ctx, g, dir)
+		}()
+	}
+	wg.Wait()
+	for _, p := range r.ports {
+		if err := p.close(); err != nil {
+			g.log.Warn("multicast group's QP not closed cleanly", "group", r.cfg.Name, "qp", p.describe(), "err", err)
+		}
+	}
+}
+
+// routineRelay sends what one leg's QP receives from the group to the
+// group on the other leg: dir 0 from the RoCE leg.
+func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
+	from, to := r.ports[dir], r.ports[1-dir]
+	dst := udDest{addr: r.cfg.Group, qpn: transport.MulticastQPN, qkey: r.qkey[1-dir]}
+	for {
+		d, err := from.recv(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.log.Error("multicast group stopped relaying", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
+			}
+			return
+		}
+		switch {
+		case d.poolEmpty:
+			r.stats.DropPoolEmpty[dir].Add(1)
+			continue
+		case r.isOwn(d):
+			r.stats.DropOwn[dir].Add(1)
+		case d.n > to.mtu() || d.tooLongHere:
+			r.stats.DropTooLong[dir].Add(1)
+		default:
+			if err := to.send(ctx, d, dst, d.imm, d.hasImm); err != nil {
+				r.stats.DropSendFailed[dir].Add(1)
+				if ctx.Err() == nil {
+					g.log.Warn("multicast send failed", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
+				}
+			} else {
+				r.stats.Datagrams[dir].Add(1)
+				r.stats.Bytes[dir].Add(uint64(d.n))
+			}
+		}
+		d.buf.Release()
+	}
+}
+
+// isOwn reports whether d came from one of the group's own QPs.
+func (r *groupRun) isOwn(d *udDatagram) bool {
+	for side, p := range r.ports {
+		if d.srcQPN == p.qpn() && d.src == r.own[side] {
+			return true
+		}
+	}
+	return false
+}
+
+// GroupStatus describes a multicast group the gateway relays.
+type GroupStatus struct {
+	Name      string          `json:"name"`
+	Group     string          `json:"group"`
+	RoCELeg   string          `json:"roce_leg"`
+	IBLeg     string          `json:"ib_leg"`
+	Direction string          `json:"direction"`
+	RoCESide  string          `json:"roce_side"`
+	IBSide    string          `json:"ib_side"`
+	Stats     UDStatsSnapshot `json:"stats"` // arrays are [roce_to_ib, ib_to_roce]
+}
+
+// groupStatus returns the running groups, in the config's order.
+func (g *Gateway) groupStatus() []GroupStatus {
+	g.mu.Lock()
+	cfg := g.cfg
+	runs := make(map[string]*groupRun, len(g.groups))
+	for n, r := range g.groups {
+		runs[n] = r
+	}
+	g.mu.Unlock()
+	var out []GroupStatus
+	for i := range cfg.Groups {
+		r := runs[cfg.Groups[i].Name]
+		if r == nil {
+			continue
+		}
+		s := r.stats.Snapshot()
+		s.DropNoReceive[0] += r.ports[0].noReceive()
+		s.DropNoReceive[1] += r.ports[1].noReceive()
+		out = append(out, GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
+			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s})
+	}
+	return out
+}
+
+// GroupStats returns a group's counters (nil for no such group).
+func (g *Gateway) GroupStats(name string) *UDStatsSnapshot {
+	for _, s := range g.groupStatus() {
+		if s.Name == name {
+			return &s.Stats
+		}
+	}
+	return nil
+}
+
+// groupPort makes the leg's UD QP for a group; attached to it (receive)
+// through a socket bound to the group and joined on the leg's interface.
+func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPort, error) {
+	p, err := u.udPort()
+	if err != nil {
+		return nil, err
+	}
+	p.peerNote = fmt.Sprintf("group %v", group)
+	if !receive {
+		p.peerNote += " (send only)"
+		return p, nil
+	}
+	open := func() (roce.PacketConn, error) {
+		var c *udpconn.Conn
+		err := netns.Do(u.cfg.Netns, func() error {
+			ifi, err := net.InterfaceByName(u.cfg.Interface)
+			if err != nil {
+				return err
+			}
+			c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
+			return err
+		})
+		return c, err
+	}
+	if err := u.dev.AttachMulticast(p.qp, group, open); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// groupPort joins a group on the leg with an rdma_cm id of its own (send
+// only when sendOnly) and makes the id's UD QP; it returns the group's
+// Q_Key from the join.
+func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly bool, timeout time.Duration) (*verbsUDPort, uint32, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, 0, err
+	}
+	id, err := ch.NewID(ibv.PortSpaceUDP)
+	if err == nil {
+		err = id.ResolveAddr(v.cfg.IP, netip.AddrPortFrom(group, 0), 5*time.Second)
+	}
+	if err == nil {
+		_, err = ch.Expect(ctx, ibv.CMAddrResolved)
+	}
+	if err != nil {
+		ch.Close()
+		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
+	}
+	p, err := v.udPort(id, ch)
+	if err != nil {
+		ch.Close()
+		return nil, 0, err
+	}
+	if err := id.JoinMulticast(group, ibv.JoinOptions{SendOnly: sendOnly}); err != nil {
+		p.close()
+		return nil, 0, err
+	}
+	p.group = group
+	ev, err := ch.Next(ctx)
+	if err == nil && ev.Type != ibv.CMMulticastJoin {
+		err = fmt.Errorf("join %v: %v (status %d)", group, ev.Type, ev.Status)
+	}
+	if err != nil {
+		p.close()
+		return nil, 0, err
+	}
+	ah, err := p.vd.pd.NewAH(ev.AH)
+	if err != nil {
+		p.close()
+		return nil, 0, fmt.Errorf("address handle to group %v: %w", group, err)
+	}
+	p.mu.Lock()
+	p.ahs[group] = ah
+	p.mu.Unlock()
+	p.peerNote = fmt.Sprintf("group %v MGID %v", group, netip.AddrFrom16(ev.AH.GRH.DGID))
+	if sendOnly {
+		p.peerNote += " (send only)"
+	}
+	return p, ev.QKey, nil
+}

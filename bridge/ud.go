@@ -1,0 +1,572 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/roce/cm"
+)
+
+// UD routes (config: ud: true) cross rdma_cm's UDP port space.
+//
+// A client resolves the route's listen address with a SIDR_REQ. The
+// gateway resolves the target on the other leg the same way first (SIDR
+// there, with the client's private data), and answers the client only
+// then: with the target's status when it refused, with SIDRNoQP when it
+// did not answer or the gateway has no room, and on success with the QPN
+// of a UD QP it made for this client, the target's private data and
+// rdma_cm's Q_Key.
+//
+// Each resolution gets a pair of the gateway's UD QPs (a udPair): one on
+// the listen leg that the client sends to, one on the target leg that
+// sends to the target and that the target answers. One pair per client
+// keeps addressing plain in both directions: the target sees one peer (the
+// target-side QP) per client and answers it; a reply arriving there can
+// only be for that client, so no table keyed by the target's QPN is
+// needed, and the client sees the gateway's client-side QP as the
+// service's. The client-side QP takes datagrams from the resolving
+// client's address only, and from the first QP there that sends (its QPN
+// is not in the SIDR_REQ); the target-side QP takes them from the
+// target's address (any QP there: a service may answer from another).
+// Anything else is an unknown peer, dropped and counted.
+//
+// A datagram crosses with its immediate data. rdma_cm's UD examples
+// (udaddy) put their own QPN there for the peer to answer to; across the
+// gateway that QPN is on the other fabric, so immediate data equal to the
+// datagram's source QPN is replaced by the QPN of the gateway's QP that
+// sends it on (counted in ImmQPNRewritten). Q_Keys are translated: the
+// target gets the Q_Key its SIDR_REP named, the client rdma_cm's
+// (RDMAUDPQKey, what its SIDR_REP from the gateway named and what an
+// rdma_cm UD QP has).
+//
+// UD stays UD: nothing is acknowledged, resent or queued. What cannot
+// cross is dropped and counted by cause (UDStats): longer than the other
+// leg's MTU (never truncated), from an unknown peer, no pool buffer to
+// keep the receive queue full, or (userspace legs) no receive posted when
+// it arrived. A pair ends after UDIdle without a datagram either way, or
+// with the gateway.
+
+// DefaultUDIdle is how long a UD client's pair of QPs lives without
+// traffic.
+const DefaultUDIdle = 2 * time.Minute
+
+// udRecvDepth is the receives each gateway UD QP keeps posted.
+const udRecvDepth = 32
+
+// maxUDPairs bounds a route's UD clients at once; beyond it a SIDR_REQ is
+// answered SIDRNoQP.
+const maxUDPairs = 256
+
+// UDStats counts a UD route's resolutions and datagrams; updated
+// atomically. Index 0 of the arrays is toward the target, 1 toward the
+// client.
+type UDStats struct {
+	// Resolved counts the clients answered with a QP (pairs made);
+	// Refused the SIDR_REQs answered with the target's refusal or, for a
+	// client the route's allow list does not hold, SIDRReject; NoQP
+	// those answered SIDRNoQP (the target did not answer, or no room).
+	Resolved, Refused, NoQP atomic.Uint64
+	Datagrams, Bytes        [2]atomic.Uint64
+	ImmQPNRewritten         [2]atomic.Uint64
+	// Drops by cause. DropOwn (multicast groups) is what the gateway
+	// itself sent to the group, received back: loop prevention.
+	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn [2]atomic.Uint64
+}
+
+// UDStatsSnapshot is UDStats read at one moment, as plain values.
+// (In /status, each array is [to_target, to_client].)
+type UDStatsSnapshot struct {
+	Resolved        uint64    `json:"resolved"`
+	Refused         uint64    `json:"refused"`
+	NoQP            uint64    `json:"no_qp"`
+	Datagrams       [2]uint64 `json:"datagrams"`
+	Bytes           [2]uint64 `json:"bytes"`
+	ImmQPNRewritten [2]uint64 `json:"imm_qpn_rewritten"`
+	DropTooLong     [2]uint64 `json:"dropped_too_long"`
+	DropUnknownPeer [2]uint64 `json:"dropped_unknown_peer"`
+	DropPoolEmpty   [2]uint64 `json:"dropped_pool_empty"`
+	DropNoReceive   [2]uint64 `json:"dropped_no_receive"`
+	DropSendFailed  [2]uint64 `json:"dropped_send_failed"`
+	DropOwn         [2]uint64 `json:"dropped_own,omitempty"`
+}
+
+// Snapshot reads every counter.
+func (s *UDStats) Snapshot() UDStatsSnapshot {
+	out := UDStatsSnapshot{Resolved: s.Resolved.Load(), Refused: s.Refused.Load(), NoQP: s.NoQP.Load()}
+	for d := range 2 {
+		out.Datagrams[d], out.Bytes[d], out.ImmQPNRewritten[d] = s.Datagrams[d].Load(), s.Bytes[d].Load(), s.ImmQPNRewritten[d].Load()
+		out.DropTooLong[d], out.DropUnknownPeer[d], out.DropPoolEmpty[d] = s.DropTooLong[d].Load(), s.DropUnknownPeer[d].Load(), s.DropPoolEmpty[d].Load()
+		out.DropNoReceive[d], out.DropSendFailed[d], out.DropOwn[d] = s.DropNoReceive[d].Load(), s.DropSendFailed[d].Load(), s.DropOwn[d].Load()
+	}
+	return out
+}
+
+// A udLeg is a leg that carries UD routes.
+type udLeg interface {
+	listenUD(addr netip.AddrPort) (udListener, error)
+	// dialUD makes the target-side QP and resolves the service at to
+	// with it; a refusal is a *udRefused.
+	dialUD(ctx context.Context, to netip.AddrPort, privateData []byte) (udPort, udService, error)
+}
+
+type udListener interface {
+	next(ctx context.Context) (udIncoming, error)
+	close() error
+}
+
+// udIncoming is a client's SIDR_REQ, held until answered.
+type udIncoming interface {
+	remote() netip.AddrPort
+	privateData() []byte
+	// accept makes the client-side QP and answers with it.
+	accept(privateData []byte) (udPort, error)
+	reject(status cm.SIDRStatus, privateData []byte) error
+	// drop forgets the request unanswered.
+	drop()
+}
+
+// udService is what a SIDR_REP named.
+type udService struct {
+	addr        netip.Addr
+	qpn, qkey   uint32
+	privateData []byte
+}
+
+// udRefused is a target's SIDR_REP with a status other than success.
+type udRefused struct {
+	status      cm.SIDRStatus
+	privateData []byte
+}
+
+func (r *udRefused) Error() string { return fmt.Sprintf("SIDR_REP status %v", r.status) }
+
+// udDatagram is a datagram a udPort received: its payload is
+// buf.B()[off:off+n], and buf is the relay's to release.
+type udDatagram struct {
+	buf         *Buf
+	off, n      int
+	src         netip.Addr
+	srcQPN      uint32
+	imm         uint32
+	hasImm      bool
+	poolEmpty   bool // no buffer to repost: the datagram is dropped, buf is nil
+	tooLongHere bool // longer than the receive (cannot happen within the leg's MTU)
+}
+
+func (d *udDatagram) payload() []byte { return d.buf.B()[d.off : d.off+d.n] }
+
+// udDest is where a udPort sends.
+type udDest struct {
+	addr      netip.Addr
+	qpn, qkey uint32
+}
+
+// udPort is one of the gateway's UD QPs, with its receive queue kept full
+// of pool buffers. recv is called by one goroutine, send by one other.
+type udPort interface {
+	qpn() uint32
+	mtu() int // the largest datagram the leg carries
+	recv(ctx context.Context) (*udDatagram, error)
+	// send sends d's payload to dst; d's buffer may be released when it
+	// returns.
+	send(ctx context.Context, d *udDatagram, dst udDest, imm uint32, hasImm bool) error
+	// noReceive counts what arrived with no receive posted, where the
+	// leg can tell (0 where the HCA drops them unseen).
+	noReceive() uint64
+	describe() string
+	close() error
+}
+
+// udRing keeps a port's receive queue full of pool buffers: posted by
+// work request ID (the buffer's arena offset).
+type udRing struct {
+	pool *Pool
+	size int
+	post func(b *Buf) error
+
+	mu     sync.Mutex // guards posted
+	posted map[uint64]*Buf
+}
+
+func newUDRing(pool *Pool, size int, post func(b *Buf) error) (*udRing, error) {
+	r := &udRing{pool: pool, size: size, post: post, posted: map[uint64]*Buf{}}
+	for range udRecvDepth {
+		b, err := pool.Get(size)
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("receive buffers: %w", err)
+		}
+		if err := r.postBuf(b); err != nil {
+			r.close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *udRing) postBuf(b *Buf) error {
+	r.mu.Lock()
+	r.posted[uint64(b.Offset())] = b
+	r.mu.Unlock()
+	if err := r.post(b); err != nil {
+		r.mu.Lock()
+		delete(r.posted, uint64(b.Offset()))
+		r.mu.Unlock()
+		b.Release()
+		return fmt.Errorf("post a receive: %w", err)
+	}
+	return nil
+}
+
+// take returns the buffer of a completed receive, having posted a fresh
+// one in its place; when the pool has none it reposts the same buffer
+// and returns nil (the datagram is dropped: the queue stays full).
+func (r *udRing) take(id uint64) (*Buf, bool, error) {
+	r.mu.Lock()
+	b := r.posted[id]
+	delete(r.posted, id)
+	r.mu.Unlock()
+	if b == nil {
+		return nil, false, fmt.Errorf("receive completion %#x for no posted buffer", id)
+	}
+	fresh, err := r.pool.Get(r.size)
+	if err != nil {
+		return nil, true, r.postBuf(b)
+	}
+	if err := r.postBuf(fresh); err != nil {
+		b.Release()
+		return nil, false, err
+	}
+	return b, false, nil
+}
+
+// close releases the posted buffers (the QP is gone or in error: nothing
+// lands in them any more).
+func (r *udRing) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, b := range r.posted {
+		b.Release()
+		delete(r.posted, id)
+	}
+}
+
+// udPair relays one client's datagrams: client (the listen leg's QP, the
+// one the client resolved) and target (the target leg's).
+type udPair struct {
+	route     string
+	stats     *UDStats
+	log       *slog.Logger
+	client    udPort
+	target    udPort
+	requester netip.Addr // who resolved: the only address the client side takes
+	svc       udService
+	started   time.Time
+	idle      time.Duration
+
+	last atomic.Int64 // UnixNano of the last datagram either way
+
+	mu       sync.Mutex // guards peer, havePeer
+	peer     udDest     // the client's QP, from its first datagram
+	havePeer bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// UDClientStatus describes one UD client of a route: its pair of gateway
+// QPs.
+type UDClientStatus struct {
+	Route      string    `json:"route"`
+	Client     string    `json:"client"`
+	ClientQPN  uint32    `json:"client_qpn,omitempty"` // learned from its first datagram
+	ClientSide string    `json:"client_side"`
+	TargetSide string    `json:"target_side"`
+	TargetQPN  uint32    `json:"target_qpn"`
+	Started    time.Time `json:"started"`
+}
+
+func (p *udPair) status() UDClientStatus {
+	p.mu.Lock()
+	qpn := p.peer.qpn
+	p.mu.Unlock()
+	return UDClientStatus{Route: p.route, Client: p.requester.String(), ClientQPN: qpn, ClientSide: p.client.describe(),
+		TargetSide: p.target.describe(), TargetQPN: p.svc.qpn, Started: p.started}
+}
+
+// run relays until ctx ends or the pair has been idle for p.idle.
+func (p *udPair) run(ctx context.Context) {
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.last.Store(time.Now().UnixNano())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.routineRelay(ctx, 0) }()
+	go func() { defer wg.Done(); p.routineRelay(ctx, 1) }()
+	tick := time.NewTicker(max(p.idle/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case now := <-tick.C:
+			if now.Sub(time.Unix(0, p.last.Load())) > p.idle {
+				p.log.Info("UD client idle: its QPs are closed", "idle", p.idle)
+				p.cancel()
+			}
+		}
+	}
+	p.cancel()
+	wg.Wait()
+	for _, port := range []udPort{p.client, p.target} {
+		if err := port.close(); err != nil {
+			p.log.Warn("UD client's QP not closed cleanly", "qp", port.describe(), "err", err)
+		}
+	}
+}
+
+// routineRelay moves datagrams one way: dir 0 from the client to the
+// target, 1 back.
+func (p *udPair) routineRelay(ctx context.Context, dir int) {
+	from, to := p.client, p.target
+	if dir == 1 {
+		from, to = p.target, p.client
+	}
+	for {
+		d, err := from.recv(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("UD receive failed: the client's QPs are closed", "direction", directions[dir], "err", err)
+				p.cancel()
+			}
+			return
+		}
+		p.last.Store(time.Now().UnixNano())
+		if d.poolEmpty {
+			p.stats.DropPoolEmpty[dir].Add(1)
+			continue
+		}
+		p.relay(ctx, dir, d, to)
+		d.buf.Release()
+	}
+}
+
+func (p *udPair) relay(ctx context.Context, dir int, d *udDatagram, to udPort) {
+	var dst udDest
+	p.mu.Lock()
+	known := true
+	switch {
+	case dir == 1:
+		// From the target's address only, and once the client sent
+		// something (before, there is nowhere to send it).
+		known = p.havePeer && d.src == p.svc.addr
+		dst = p.peer
+	case !p.havePeer && d.src == p.requester:
+		p.peer, p.havePeer = udDest{addr: d.src, qpn: d.srcQPN, qkey: cm.RDMAUDPQKey}, true
+		p.log.Info("UD client's QP", "qpn", d.srcQPN)
+	default:
+		known = p.havePeer && d.src == p.peer.addr && d.srcQPN == p.peer.qpn
+	}
+	p.mu.Unlock()
+	if dir == 0 {
+		dst = udDest{addr: p.svc.addr, qpn: p.svc.qpn, qkey: p.svc.qkey}
+	}
+	switch {
+	case !known:
+		p.stats.DropUnknownPeer[dir].Add(1)
+		return
+	case d.n > to.mtu() || d.tooLongHere:
+		p.stats.DropTooLong[dir].Add(1)
+		return
+	}
+	imm := d.imm
+	if d.hasImm && imm == d.srcQPN {
+		imm = to.qpn()
+		p.stats.ImmQPNRewritten[dir].Add(1)
+	}
+	if err := to.send(ctx, d, dst, imm, d.hasImm); err != nil {
+		p.stats.DropSendFailed[dir].Add(1)
+		if ctx.Err() == nil {
+			p.log.Warn("UD send failed", "direction", directions[dir], "to", dst.addr, "qpn", dst.qpn, "err", err)
+		}
+		return
+	}
+	p.stats.Datagrams[dir].Add(1)
+	p.stats.Bytes[dir].Add(uint64(d.n))
+}
+
+// udRoute is what the gateway keeps of a UD route.
+type udRoute struct {
+	stats *UDStats
+}
+
+// startUDRoute listens on r's address in the UDP port space and starts
+// its resolution loop.
+func (g *Gateway) startUDRoute(c *config.Config, r *config.Route) error {
+	from, ok1 := g.legs[r.Listen.Leg].(udLeg)
+	_, ok2 := g.legs[r.Target.Leg].(udLeg)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("%s:%d: route %q: ud: legs %q and %q must both be userspace or verbs legs", c.File(), r.Line(), r.Name, r.Listen.Leg, r.Target.Leg)
+	}
+	ln, err := from.listenUD(r.Listen.Addr)
+	if err != nil {
+		return fmt.Errorf("%s:%d: route %q: listen for SIDR on %v: %w", c.File(), r.Line(), r.Name, r.Listen.Addr, err)
+	}
+	g.log.Info("UD route listening", "route", r.Name, "listen", r.Listen.Addr, "leg", r.Listen.Leg, "target", r.Target.Addr, "via", r.Target.Leg)
+	ctx, cancel := context.WithCancel(g.ctx)
+	run := &routeRun{r: r, cancel: cancel, done: make(chan struct{})}
+	g.mu.Lock()
+	g.routes[r.Name] = run
+	if g.routeStats[r.Name] == nil {
+		g.routeStats[r.Name] = &GatewayStats{}
+		g.ended[r.Name] = &SessionStatsSnapshot{}
+	}
+	if g.udRoutes[r.Name] == nil {
+		g.udRoutes[r.Name] = &udRoute{stats: &UDStats{}}
+	}
+	g.mu.Unlock()
+	g.wg.Add(1)
+	go g.routineResolve(ctx, run, ln)
+	return nil
+}
+
+// routineResolve takes the route's SIDR_REQs, one goroutine each.
+func (g *Gateway) routineResolve(ctx context.Context, run *routeRun, ln udListener) {
+	defer g.wg.Done()
+	defer close(run.done)
+	defer ln.close()
+	for {
+		in, err := ln.next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.log.Error("UD route stopped resolving", "route", run.r.Name, "err", err)
+				g.mu.Lock()
+				g.stopped[run.r.Name] = err
+				g.mu.Unlock()
+			}
+			return
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.resolveUD(run.r, in)
+		}()
+	}
+}
+
+// resolveUD answers a client's SIDR_REQ once the target answered the
+// gateway's, and relays the client's datagrams until the pair ends.
+func (g *Gateway) resolveUD(r *config.Route, in udIncoming) {
+	client := in.remote()
+	log := g.log.With("route", r.Name, "client", client, "target", r.Target.Addr)
+	g.mu.Lock()
+	ur, closing := g.udRoutes[r.Name], g.closing
+	n := 0
+	for p := range g.udPairs {
+		if p.route == r.Name {
+			n++
+		}
+	}
+	g.mu.Unlock()
+	st := ur.stats
+	noQP := func(why string, err error) {
+		st.NoQP.Add(1)
+		log.Warn("UD client answered \"no QP\": "+why, "err", err)
+		_ = in.reject(cm.SIDRNoQP, nil)
+	}
+	switch {
+	case closing:
+		in.drop()
+		return
+	case !r.Allowed(client.Addr()):
+		st.Refused.Add(1)
+		log.Warn("UD client not allowed by the route: rejected")
+		_ = in.reject(cm.SIDRReject, nil)
+		return
+	case n >= maxUDPairs:
+		noQP("the route has its most clients", fmt.Errorf("%d UD clients", n))
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, g.timeout)
+	out, svc, err := g.legs[r.Target.Leg].(udLeg).dialUD(ctx, r.Target.Addr, in.privateData())
+	cancel()
+	if err != nil {
+		var rf *udRefused
+		if errors.As(err, &rf) {
+			st.Refused.Add(1)
+			log.Warn("target refused the UD client's resolution: the client gets the same", "status", rf.status)
+			_ = in.reject(rf.status, rf.privateData)
+			return
+		}
+		noQP("the target could not be resolved", err)
+		return
+	}
+	c, err := in.accept(svc.privateData)
+	if err != nil {
+		_ = out.close()
+		noQP("the client-side QP could not be made", err)
+		return
+	}
+	p := &udPair{route: r.Name, stats: st, log: log, client: c, target: out, requester: client.Addr(), svc: svc,
+		started: time.Now(), idle: g.udIdle}
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		_ = c.close()
+		_ = out.close()
+		return
+	}
+	g.udPairs[p] = struct{}{}
+	g.mu.Unlock()
+	st.Resolved.Add(1)
+	log.Info("UD client resolved", "client_side", c.describe(), "target_side", out.describe(), "target_qpn", svc.qpn, "target_qkey", fmt.Sprintf("%#x", svc.qkey))
+	p.run(g.ctx)
+	s := st.Snapshot()
+	log.Info("UD client ended", "age", time.Since(p.started).Round(time.Millisecond), "route_datagrams_to_target", s.Datagrams[0], "route_datagrams_to_client", s.Datagrams[1])
+	g.mu.Lock()
+	delete(g.udPairs, p)
+	// Under the lock with the delete: UDStats adds running pairs' own.
+	st.DropNoReceive[0].Add(c.noReceive())
+	st.DropNoReceive[1].Add(out.noReceive())
+	g.mu.Unlock()
+}
+
+// UDStats returns a UD route's counters (nil for a route that is not UD
+// or never ran); the no-receive drops of running pairs are added in.
+func (g *Gateway) UDStats(route string) *UDStatsSnapshot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ur := g.udRoutes[route]
+	if ur == nil {
+		return nil
+	}
+	s := ur.stats.Snapshot()
+	for p := range g.udPairs {
+		if p.route == route {
+			s.DropNoReceive[0] += p.client.noReceive()
+			s.DropNoReceive[1] += p.target.noReceive()
+		}
+	}
+	return &s
+}
+
+// udClients returns the UD clients running now, and how many per route.
+func (g *Gateway) udClients() ([]UDClientStatus, map[string]int) {
+	g.mu.Lock()
+	ps := make([]*udPair, 0, len(g.udPairs))
+	for p := range g.udPairs {
+		ps = append(ps, p)
+	}
+	g.mu.Unlock()
+	out, per := make([]UDClientStatus, 0, len(ps)), map[string]int{}
+	for _, p := range ps {
+		out = append(out, p.status())
+		per[p.route]++
+	}
+	return out, per
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rbridge/rbridge/bridge"
+)
+
+func TestDatagramTables(t *testing.T) {
+	st := &bridge.Status{
+		Routes: []bridge.RouteStatus{
+			{Name: "storage"},
+			{Name: "lookup", UD: &bridge.UDRouteStatus{Clients: 1, Stats: bridge.UDStatsSnapshot{Resolved: 2, Refused: 1,
+				Datagrams: [2]uint64{10, 9}, DropTooLong: [2]uint64{1, 0}, DropUnknownPeer: [2]uint64{0, 2}}}},
+		},
+		UDClients: []bridge.UDClientStatus{{Route: "lookup", Client: "10.20.0.9", ClientQPN: 0x40,
+			ClientSide: "userspace UD QP 0x12 on roce, MTU 1024", TargetSide: "verbs UD QP 17 on ib port 1, MTU 4096 -> 10.10.0.2:7174 QP 0x11"}},
+		Groups: []bridge.GroupStatus{{Name: "ticks", Group: "239.1.1.1", RoCELeg: "roce", IBLeg: "ib", Direction: "both",
+			Stats: bridge.UDStatsSnapshot{Datagrams: [2]uint64{5, 7}, DropOwn: [2]uint64{5, 0}}}},
+	}
+	var b bytes.Buffer
+	if err := writeDatagramTables(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+UD ROUTE  CLIENTS  RESOLVED  REFUSED  NO QP  DGRAMS>T  DGRAMS<T  DROPPED
+lookup    1        2         1        0      10        9         3
+
+UD ROUTE  CLIENT     CLIENT QP  CLIENT SIDE                             TARGET SIDE
+lookup    10.20.0.9  0x40       userspace UD QP 0x12 on roce, MTU 1024  verbs UD QP 17 on ib port 1, MTU 4096 -> 10.10.0.2:7174 QP 0x11
+
+GROUP  ADDRESS    ROCE  IB  DIRECTION  DGRAMS>IB  DGRAMS>ROCE  DROPPED
+ticks  239.1.1.1  roce  ib  both       5          7            5
+`
+	if d := cmp.Diff(want, b.String()); d != "" {
+		t.Errorf("tables (-want +got):\n%s\ngot:\n%s", d, b.String())
+	}
+	b.Reset()
+	if err := writeDatagramTables(&b, &bridge.Status{Routes: []bridge.RouteStatus{{Name: "storage"}}}); err != nil || b.Len() != 0 {
+		t.Errorf("no UD route and no group: %v, %q", err, b.String())
+	}
+}
