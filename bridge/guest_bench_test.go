@@ -118,7 +118,7 @@ func writeWindow(b *testing.B, a *app, addr uint64, rkey uint32, space, size int
 	for i := 0; b.Loop(); i++ {
 		off := (i % 8) * size
 		wrs = append(wrs, ibv.SendWR{ID: uint64(i), Op: ibv.OpWrite, Flags: ibv.SendSignaled,
-			SGEs: []ibv.SGE{a.mr.SGE(off, size)}, RemoteAddr: addr + uint64(off), RKey: rkey})
+			SGEs: []ibv.SGE{mustSGE(a.mr, off, size)}, RemoteAddr: addr + uint64(off), RKey: rkey})
 		if out+len(wrs) < window {
 			continue
 		}

@@ -216,14 +216,14 @@ func fillPattern(b []byte, seed int) {
 func exerciseGateway(t *testing.T, g *gw) {
 	c, tg := g.client, g.target
 	cm, tm := c.mr.Bytes(), tg.mr.Bytes()
-	_, err := tg.qp.PostRecv([]ibv.RecvWR{{ID: 1, SGEs: []ibv.SGE{tg.mr.SGE(0, 65536)}}, {ID: 2, SGEs: []ibv.SGE{tg.mr.SGE(65536, 4096)}},
-		{ID: 3, SGEs: []ibv.SGE{tg.mr.SGE(69632, 64)}}})
+	_, err := tg.qp.PostRecv([]ibv.RecvWR{{ID: 1, SGEs: []ibv.SGE{mustSGE(tg.mr, 0, 65536)}}, {ID: 2, SGEs: []ibv.SGE{mustSGE(tg.mr, 65536, 4096)}},
+		{ID: 3, SGEs: []ibv.SGE{mustSGE(tg.mr, 69632, 64)}}})
 	check(t, err)
 	fillPattern(cm[:100000], 1)
 	fillPattern(tm[600<<10:700<<10], 2)
 	binary.LittleEndian.PutUint64(tm[900<<10:], 1000)
 	binary.LittleEndian.PutUint64(tm[900<<10+8:], 7)
-	s := func(off, n int) []ibv.SGE { return []ibv.SGE{c.mr.SGE(off, n)} }
+	s := func(off, n int) []ibv.SGE { return []ibv.SGE{mustSGE(c.mr, off, n)} }
 	ta := tg.mr.Addr()
 	wrs := []ibv.SendWR{
 		{ID: 1, Op: ibv.OpSend, SGEs: s(0, 5000), Flags: ibv.SendSignaled},
@@ -282,7 +282,7 @@ func exerciseGateway(t *testing.T, g *gw) {
 	_, err = c.qp.PostRecv([]ibv.RecvWR{{ID: 9, SGEs: s(400<<10, 8192)}})
 	check(t, err)
 	fillPattern(tm[700<<10:700<<10+3000], 3)
-	_, err = tg.qp.PostSend([]ibv.SendWR{{ID: 8, Op: ibv.OpSendWithImm, Imm: 42, SGEs: []ibv.SGE{tg.mr.SGE(700<<10, 3000)}, Flags: ibv.SendSignaled}})
+	_, err = tg.qp.PostSend([]ibv.SendWR{{ID: 8, Op: ibv.OpSendWithImm, Imm: 42, SGEs: []ibv.SGE{mustSGE(tg.mr, 700<<10, 3000)}, Flags: ibv.SendSignaled}})
 	check(t, err)
 	if wc := waitWCs(t, tg.cq, 1)[0]; wc.Status != ibv.WCSuccess {
 		t.Fatalf("target SEND: %v", wc.Status)
@@ -363,7 +363,7 @@ func TestGuestIBFabricUnreachableDirectly(t *testing.T) {
 	}
 	// Should rxe build the path anyway, nothing answers on it.
 	check(t, c.qp.ToRTS(ibv.RTSParams{SQPSN: 1, Timeout: 10, RetryCnt: 1, RNRRetry: 7, MaxRdAtomic: 16}))
-	_, err = c.qp.PostSend([]ibv.SendWR{{ID: 1, Op: ibv.OpSend, SGEs: []ibv.SGE{c.mr.SGE(0, 64)}, Flags: ibv.SendSignaled}})
+	_, err = c.qp.PostSend([]ibv.SendWR{{ID: 1, Op: ibv.OpSend, SGEs: []ibv.SGE{mustSGE(c.mr, 0, 64)}, Flags: ibv.SendSignaled}})
 	check(t, err)
 	if wc := waitWCs(t, c.cq, 1)[0]; wc.Status != ibv.WCRetryExcErr {
 		t.Fatalf("a SEND straight to the IB fabric completed %v, want transport retry counter exceeded", wc.Status)
@@ -374,7 +374,7 @@ func TestGuestIBFabricUnreachableDirectly(t *testing.T) {
 func TestGuestGatewayBadRKey(t *testing.T) {
 	g := newGateway(t)
 	c, tg := g.client, g.target
-	_, err := c.qp.PostSend([]ibv.SendWR{{ID: 1, Op: ibv.OpWrite, SGEs: []ibv.SGE{c.mr.SGE(0, 100)}, RemoteAddr: tg.mr.Addr(),
+	_, err := c.qp.PostSend([]ibv.SendWR{{ID: 1, Op: ibv.OpWrite, SGEs: []ibv.SGE{mustSGE(c.mr, 0, 100)}, RemoteAddr: tg.mr.Addr(),
 		RKey: tg.mr.RKey() + 1, Flags: ibv.SendSignaled}})
 	check(t, err)
 	if wc := waitWCs(t, c.cq, 1)[0]; wc.Status != ibv.WCRemAccessErr {
@@ -395,7 +395,7 @@ func TestGuestGatewayRefusesOneSidedFromVerbsSide(t *testing.T) {
 	arena := g.pool.Arena()
 	fillPattern(arena, 9)
 	before := bytes.Clone(arena)
-	_, err := tg.qp.PostSend([]ibv.SendWR{{ID: 1, Op: ibv.OpWrite, SGEs: []ibv.SGE{tg.mr.SGE(0, 4096)}, RemoteAddr: g.vmr.Addr(),
+	_, err := tg.qp.PostSend([]ibv.SendWR{{ID: 1, Op: ibv.OpWrite, SGEs: []ibv.SGE{mustSGE(tg.mr, 0, 4096)}, RemoteAddr: g.vmr.Addr(),
 		RKey: g.vmr.RKey(), Flags: ibv.SendSignaled}})
 	check(t, err)
 	if wc := waitWCs(t, tg.cq, 1)[0]; wc.Status != ibv.WCRemAccessErr {

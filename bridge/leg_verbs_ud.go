@@ -258,7 +258,11 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel) (*verbsUDPort, err
 	}
 	size := p.maxMsg + grhLen
 	p.ring, err = newUDRing(v.pool, size, func(b *Buf) error {
-		_, err := p.qp.PostRecv([]ibv.RecvWR{{ID: uint64(b.Offset()), SGEs: []ibv.SGE{vd.mr.SGE(b.Offset(), size)}}})
+		sge, err := vd.mr.SGE(b.Offset(), size)
+		if err != nil {
+			return err
+		}
+		_, err = p.qp.PostRecv([]ibv.RecvWR{{ID: uint64(b.Offset()), SGEs: []ibv.SGE{sge}}})
 		return err
 	})
 	if err != nil {
@@ -338,7 +342,11 @@ func (p *verbsUDPort) send(ctx context.Context, d *udDatagram, dst udDest, imm u
 	if hasImm {
 		op = ibv.OpSendWithImm
 	}
-	wr := ibv.SendWR{ID: 1, Op: op, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{p.vd.mr.SGE(d.buf.Offset()+d.off, d.n)}, Imm: imm,
+	sge, err := p.vd.mr.SGE(d.buf.Offset()+d.off, d.n)
+	if err != nil {
+		return err
+	}
+	wr := ibv.SendWR{ID: 1, Op: op, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{sge}, Imm: imm,
 		AH: ah, RemoteQPN: dst.qpn, RemoteQKey: dst.qkey}
 	if _, err := p.qp.PostSend([]ibv.SendWR{wr}); err != nil {
 		return err

@@ -35,7 +35,7 @@ var (
 		Addr() uint64
 		Bytes() []byte
 		Access() Access
-		SGE(int, int) SGE
+		SGE(int, int) (SGE, error)
 	} = (*MR)(nil)
 	_ interface {
 		Close() error

@@ -209,7 +209,7 @@ func recvWRs(mr *ibv.MR, first, n int) []ibv.RecvWR {
 	wrs := make([]ibv.RecvWR, n)
 	for i := range wrs {
 		s := first + i
-		wrs[i] = ibv.RecvWR{ID: uint64(1000 + s), SGEs: []ibv.SGE{mr.SGE(s*1024, 1024)}}
+		wrs[i] = ibv.RecvWR{ID: uint64(1000 + s), SGEs: []ibv.SGE{mustSGE(mr, s*1024, 1024)}}
 	}
 	return wrs
 }

@@ -91,7 +91,7 @@ func TestGuestInteropRping(t *testing.T) {
 		for _, buf := range []int{srcOff, sinkOff} {
 			info := remote{Addr: cli.mr.Addr() + uint64(buf), RKey: cli.mr.RKey(), Len: 64}.bytes()
 			copy(b[infoOff:], info)
-			send(t, cli.qp, ibv.SendWR{ID: uint64(i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(infoOff, 16)}})
+			send(t, cli.qp, ibv.SendWR{ID: uint64(i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, infoOff, 16)}})
 			for _, wc := range waitOK(t, cli.cq, 2) {
 				if wc.Opcode == ibv.WCRecv {
 					post(t, cli.qp, recvWRs(cli.mr, int(wc.ID-1000), 1)...)
@@ -125,7 +125,7 @@ func TestGuestInteropRping(t *testing.T) {
 // per batch, at most depth outstanding. It returns the time per request.
 func writeRate(t testing.TB, cli *peer, sr remote, n, size, batch, depth int) time.Duration {
 	wrs := make([]ibv.SendWR, batch)
-	sge := []ibv.SGE{cli.mr.SGE(0, size)}
+	sge := []ibv.SGE{mustSGE(cli.mr, 0, size)}
 	for i := range wrs {
 		wrs[i] = ibv.SendWR{Op: ibv.OpWrite, SGEs: sge, RemoteAddr: sr.Addr, RKey: sr.RKey}
 	}

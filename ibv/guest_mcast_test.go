@@ -101,7 +101,7 @@ func (m *member) sendGroup(t *testing.T, n, size int, seed byte) {
 	for i := range n {
 		slot := 32 + i%16
 		fill(m.arena.Bytes()[slot*1024:][:size], seed+byte(i))
-		send(t, m.qp, ibv.SendWR{ID: uint64(i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{m.mr.SGE(slot*1024, size)},
+		send(t, m.qp, ibv.SendWR{ID: uint64(i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(m.mr, slot*1024, size)},
 			AH: m.ah, RemoteQPN: m.join.QPN, RemoteQKey: m.join.QKey})
 		waitOK(t, m.cq, 1)
 	}

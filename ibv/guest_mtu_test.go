@@ -96,15 +96,15 @@ func TestGuestPathMTU(t *testing.T) {
 			cb, sb := cli.mr.Bytes(), srv.mr.Bytes()
 			fill(cb[src:src+n], 11)
 			fill(sb[src:src+n], 22)
-			send(t, cli.qp, ibv.SendWR{ID: 1, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, n)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey})
-			send(t, srv.qp, ibv.SendWR{ID: 2, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{srv.mr.SGE(src, n)}, RemoteAddr: cr.Addr + dst, RKey: cr.RKey})
+			send(t, cli.qp, ibv.SendWR{ID: 1, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, n)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey})
+			send(t, srv.qp, ibv.SendWR{ID: 2, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(srv.mr, src, n)}, RemoteAddr: cr.Addr + dst, RKey: cr.RKey})
 			waitOK(t, cli.cq, 1)
 			waitOK(t, srv.cq, 1)
 			if !bytes.Equal(sb[dst:dst+n], cb[src:src+n]) || !bytes.Equal(cb[dst:dst+n], sb[src:src+n]) {
 				t.Fatalf("16 KiB WRITEs: data differs")
 			}
 			fill(sb[dst:dst+n], 33)
-			send(t, cli.qp, ibv.SendWR{ID: 3, Op: ibv.OpRead, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, n)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey})
+			send(t, cli.qp, ibv.SendWR{ID: 3, Op: ibv.OpRead, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, n)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey})
 			waitOK(t, cli.cq, 1)
 			if !bytes.Equal(cb[src:src+n], sb[dst:dst+n]) {
 				t.Fatalf("16 KiB READ: data differs")

@@ -82,6 +82,14 @@ func TestGuestRegMR(t *testing.T) {
 		if mr.LKey() == 0 && mr.RKey() == 0 || mr.Addr() != uint64(uintptrOf(a.Bytes()[4096:])) || mr.Access() != acc {
 			t.Errorf("MR access %v: lkey %#x rkey %#x addr %#x", acc, mr.LKey(), mr.RKey(), mr.Addr())
 		}
+		if s, err := mr.SGE(4000, 96); err != nil || s.Addr != mr.Addr()+4000 || s.Length != 96 || s.LKey != mr.LKey() {
+			t.Errorf("SGE(4000, 96) of a 4096-byte MR: %+v, %v", s, err)
+		}
+		for _, span := range [][2]int{{-1, 1}, {0, -1}, {4000, 97}, {4096, 1}} {
+			if _, err := mr.SGE(span[0], span[1]); err == nil {
+				t.Errorf("SGE(%d, %d) of a 4096-byte MR: no error", span[0], span[1])
+			}
+		}
 		check(t, mr.Close())
 	}
 	// Close in the "wrong" order: the device first takes the PD and MR
@@ -120,7 +128,7 @@ func TestGuestRCOps(t *testing.T) {
 	// there (siw itself would drop them silently).
 	imm := ibv.OpSendWithImm
 	if d.Kind == "siw" {
-		_, err := cli.qp.PostSend([]ibv.SendWR{{ID: 2, Op: ibv.OpSendWithImm, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, 64)}}})
+		_, err := cli.qp.PostSend([]ibv.SendWR{{ID: 2, Op: ibv.OpSendWithImm, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, 64)}}})
 		if !errIs(err, ibv.ErrNotSupported) {
 			t.Fatalf("SEND_WITH_IMM on siw: %v, want ErrNotSupported", err)
 		}
@@ -131,8 +139,8 @@ func TestGuestRCOps(t *testing.T) {
 	fill(cb[src:src+300], 1)
 	fill(cb[src+300:src+400], 2)
 	send(t, cli.qp,
-		ibv.SendWR{ID: 1, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, 300), cli.mr.SGE(src+300, 100)}},
-		ibv.SendWR{ID: 2, Op: imm, Flags: ibv.SendSignaled, Imm: 0xdeadbeef, SGEs: []ibv.SGE{cli.mr.SGE(src, 64)}},
+		ibv.SendWR{ID: 1, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, 300), mustSGE(cli.mr, src+300, 100)}},
+		ibv.SendWR{ID: 2, Op: imm, Flags: ibv.SendSignaled, Imm: 0xdeadbeef, SGEs: []ibv.SGE{mustSGE(cli.mr, src, 64)}},
 	)
 	waitOK(t, cli.cq, 2)
 	rw := waitOK(t, srv.cq, 2)
@@ -154,8 +162,8 @@ func TestGuestRCOps(t *testing.T) {
 		wimm = ibv.OpWrite
 	}
 	send(t, cli.qp,
-		ibv.SendWR{ID: 3, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, 4096)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey},
-		ibv.SendWR{ID: 4, Op: wimm, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, 16)}, RemoteAddr: sr.Addr + dst + 8192, RKey: sr.RKey, Imm: 42},
+		ibv.SendWR{ID: 3, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, 4096)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey},
+		ibv.SendWR{ID: 4, Op: wimm, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, 16)}, RemoteAddr: sr.Addr + dst + 8192, RKey: sr.RKey, Imm: 42},
 	)
 	cw := waitOK(t, cli.cq, 2)
 	if cw[0].Opcode != ibv.WCWrite || cw[1].Opcode != ibv.WCWrite {
@@ -173,7 +181,7 @@ func TestGuestRCOps(t *testing.T) {
 
 	// RDMA READ from the server into the client.
 	fill(sb[dst:dst+2048], 9)
-	send(t, cli.qp, ibv.SendWR{ID: 5, Op: ibv.OpRead, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, 2048)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey})
+	send(t, cli.qp, ibv.SendWR{ID: 5, Op: ibv.OpRead, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, 2048)}, RemoteAddr: sr.Addr + dst, RKey: sr.RKey})
 	if w := waitOK(t, cli.cq, 1); w[0].Opcode != ibv.WCRead || w[0].ID != 5 {
 		t.Errorf("read completion: %s", describe(w))
 	}
@@ -186,11 +194,11 @@ func TestGuestRCOps(t *testing.T) {
 		post(t, srv.qp, recvWRs(srv.mr, 2+i%4, 1)...)
 		post(t, cli.qp, recvWRs(cli.mr, i%8, 1)...)
 		binary.BigEndian.PutUint32(cb[src:], uint32(i))
-		send(t, cli.qp, ibv.SendWR{ID: uint64(100 + i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(src, 4)}})
+		send(t, cli.qp, ibv.SendWR{ID: uint64(100 + i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, src, 4)}})
 		r := waitOK(t, srv.cq, 1)
 		slot := int(r[0].ID - 1000)
 		copy(sb[dst:], sb[slot*1024:slot*1024+4])
-		send(t, srv.qp, ibv.SendWR{ID: uint64(200 + i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{srv.mr.SGE(dst, 4)}})
+		send(t, srv.qp, ibv.SendWR{ID: uint64(200 + i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(srv.mr, dst, 4)}})
 		waitOK(t, srv.cq, 1)
 		got := waitOK(t, cli.cq, 2)
 		for _, wc := range got {
@@ -212,9 +220,9 @@ func TestGuestAtomics(t *testing.T) {
 	const target, result = 48 << 10, 50 << 10
 	binary.NativeEndian.PutUint64(srv.mr.Bytes()[target:], 100)
 	send(t, cli.qp,
-		ibv.SendWR{ID: 1, Op: ibv.OpFetchAdd, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(result, 8)}, RemoteAddr: sr.Addr + target, RKey: sr.RKey, CompareAdd: 5},
-		ibv.SendWR{ID: 2, Op: ibv.OpCompareSwap, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(result+8, 8)}, RemoteAddr: sr.Addr + target, RKey: sr.RKey, CompareAdd: 105, Swap: 7},
-		ibv.SendWR{ID: 3, Op: ibv.OpCompareSwap, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(result+16, 8)}, RemoteAddr: sr.Addr + target, RKey: sr.RKey, CompareAdd: 999, Swap: 1},
+		ibv.SendWR{ID: 1, Op: ibv.OpFetchAdd, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, result, 8)}, RemoteAddr: sr.Addr + target, RKey: sr.RKey, CompareAdd: 5},
+		ibv.SendWR{ID: 2, Op: ibv.OpCompareSwap, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, result+8, 8)}, RemoteAddr: sr.Addr + target, RKey: sr.RKey, CompareAdd: 105, Swap: 7},
+		ibv.SendWR{ID: 3, Op: ibv.OpCompareSwap, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, result+16, 8)}, RemoteAddr: sr.Addr + target, RKey: sr.RKey, CompareAdd: 999, Swap: 1},
 	)
 	w := waitOK(t, cli.cq, 3)
 	if w[0].Opcode != ibv.WCFetchAdd || w[1].Opcode != ibv.WCCompareSwap {
@@ -280,7 +288,7 @@ func TestGuestBadRKey(t *testing.T) {
 	d := guest.Device(t)
 	cli, srv, cliGot, _ := connectRC(t, d, connectOptions{})
 	sr := parseRemote(t, cliGot)
-	send(t, cli.qp, ibv.SendWR{ID: 9, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(0, 64)}, RemoteAddr: sr.Addr, RKey: sr.RKey ^ 0x5a5a00})
+	send(t, cli.qp, ibv.SendWR{ID: 9, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, 0, 64)}, RemoteAddr: sr.Addr, RKey: sr.RKey ^ 0x5a5a00})
 	w := wait(t, cli.cq, 1)
 	if d.Kind == "siw" {
 		// iWARP completes a WRITE once TCP has it; the responder's
@@ -291,7 +299,7 @@ func TestGuestBadRKey(t *testing.T) {
 		}
 		t.Logf("siw: WRITE with a bad rkey completed %v locally", w[0].Status)
 		time.Sleep(500 * time.Millisecond)
-		if _, err := cli.qp.PostSend([]ibv.SendWR{{ID: 10, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(0, 8)}}}); err != nil {
+		if _, err := cli.qp.PostSend([]ibv.SendWR{{ID: 10, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, 0, 8)}}}); err != nil {
 			t.Logf("siw: post after the TERMINATE: %v", err)
 		} else {
 			w = wait(t, cli.cq, 1)
@@ -356,7 +364,7 @@ func TestGuestVanishedPeer(t *testing.T) {
 		t.Logf("client event after the peer vanished: %v (status %d)", ev.Type, ev.Status)
 	}
 	// A SEND posted now cannot complete successfully either.
-	if _, err := cli.qp.PostSend([]ibv.SendWR{{ID: 77, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(0, 8)}}}); err != nil {
+	if _, err := cli.qp.PostSend([]ibv.SendWR{{ID: 77, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, 0, 8)}}}); err != nil {
 		t.Logf("post after the peer vanished: %v", err)
 	}
 	check(t, cli.id.Disconnect())
@@ -427,8 +435,8 @@ func TestGuestUD(t *testing.T) {
 	check(t, err)
 	fill(a.mr.Bytes()[:512], 5)
 	send(t, a.qp,
-		ibv.SendWR{ID: 1, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{a.mr.SGE(0, 512)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111},
-		ibv.SendWR{ID: 2, Op: ibv.OpSendWithImm, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{a.mr.SGE(0, 100)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111, Imm: 7},
+		ibv.SendWR{ID: 1, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(a.mr, 0, 512)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111},
+		ibv.SendWR{ID: 2, Op: ibv.OpSendWithImm, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(a.mr, 0, 100)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111, Imm: 7},
 	)
 	waitOK(t, a.cq, 2)
 	r := waitOK(t, b.cq, 2)
@@ -500,7 +508,7 @@ func TestGuestAsyncCQOverflow(t *testing.T) {
 	check(t, err)
 	wrs := make([]ibv.SendWR, 8)
 	for i := range wrs {
-		wrs[i] = ibv.SendWR{ID: uint64(i), Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(32<<10+8*i, 8)}, RemoteAddr: sr.Addr + 32<<10 + uint64(8*i), RKey: sr.RKey}
+		wrs[i] = ibv.SendWR{ID: uint64(i), Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, 32<<10+8*i, 8)}, RemoteAddr: sr.Addr + 32<<10 + uint64(8*i), RKey: sr.RKey}
 	}
 	send(t, cli.qp, wrs...)
 	ctx, cancel := context.WithTimeout(context.Background(), guestTimeout)

@@ -89,10 +89,11 @@ func (mr *MR) Bytes() []byte { return mr.buf }
 // Access is what the MR was registered for.
 func (mr *MR) Access() Access { return mr.access }
 
-// SGE is the span [off, off+n) of the region as a scatter/gather element.
-func (mr *MR) SGE(off, n int) SGE {
+// SGE is the span [off, off+n) of the region as a scatter/gather element;
+// a span outside the region is an error.
+func (mr *MR) SGE(off, n int) (SGE, error) {
 	if off < 0 || n < 0 || off+n > len(mr.buf) {
-		panic(fmt.Sprintf("ibv: MR.SGE(%d, %d) outside %d bytes", off, n, len(mr.buf)))
+		return SGE{}, fmt.Errorf("ibv: MR SGE [%d, %d+%d) outside its %d bytes", off, off, n, len(mr.buf))
 	}
-	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}
+	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}, nil
 }

@@ -81,7 +81,7 @@ func (mr *MR) RKey() uint32       { return 0 }
 func (mr *MR) Addr() uint64       { return 0 }
 func (mr *MR) Bytes() []byte      { return nil }
 func (mr *MR) Access() Access     { return 0 }
-func (mr *MR) SGE(off, n int) SGE { return SGE{} }
+func (mr *MR) SGE(off, n int) (SGE, error) { return SGE{}, errNoBinding }
 
 func (cq *CQ) Close() error                                                { return nil }
 func (cq *CQ) Entries() int                                                { return 0 }

@@ -108,7 +108,7 @@ func TestGuestRunSendThenDisconnect(t *testing.T) {
 			}
 			var wrs []ibv.RecvWR
 			for i := range 8 {
-				wrs = append(wrs, ibv.RecvWR{ID: uint64(i), SGEs: []ibv.SGE{tgt.mr.SGE(i*1024, 1024)}})
+				wrs = append(wrs, ibv.RecvWR{ID: uint64(i), SGEs: []ibv.SGE{mustSGE(tgt.mr, i*1024, 1024)}})
 			}
 			if _, err := tgt.qp.PostRecv(wrs); err != nil {
 				t.Error(err)
@@ -163,7 +163,7 @@ func TestGuestRunSendThenDisconnect(t *testing.T) {
 		var wrs []ibv.SendWR
 		for i := range sends {
 			copy(cli.mr.Bytes()[i*64:], fmt.Sprintf("round %d send %d", round, i))
-			wrs = append(wrs, ibv.SendWR{ID: uint64(i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{cli.mr.SGE(i*64, 64)}})
+			wrs = append(wrs, ibv.SendWR{ID: uint64(i), Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(cli.mr, i*64, 64)}})
 		}
 		if _, err := cli.qp.PostSend(wrs); err != nil {
 			t.Fatal(err)

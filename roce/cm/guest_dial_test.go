@@ -135,7 +135,7 @@ func TestGuestDialKernel(t *testing.T) {
 		t.Fatalf("kernel received %q", kmem[1024*(wc.ID-1000):][:wc.ByteLen])
 	}
 	copy(kmem[16384:], "hello from the kernel")
-	kc.post(t, ibv.SendWR{ID: 2, Op: ibv.OpSend, SGEs: []ibv.SGE{kc.mr.SGE(16384, 21)}})
+	kc.post(t, ibv.SendWR{ID: 2, Op: ibv.OpSend, SGEs: []ibv.SGE{mustSGE(kc.mr, 16384, 21)}})
 	kc.wait(t)
 	if wc := waitGuestWC(t, s.cq); string(s.mem[1024*(wc.ID-100):][:wc.ByteLen]) != "hello from the kernel" {
 		t.Fatalf("transport received %q", s.mem[1024*(wc.ID-100):][:wc.ByteLen])

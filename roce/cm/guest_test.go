@@ -257,7 +257,7 @@ func TestGuestRDMACMClient(t *testing.T) {
 
 	// SEND, kernel to transport.
 	copy(kmem[16384:], "rdma info from the kernel")
-	c.post(t, ibv.SendWR{ID: 1, Op: ibv.OpSend, SGEs: []ibv.SGE{c.mr.SGE(16384, 25)}})
+	c.post(t, ibv.SendWR{ID: 1, Op: ibv.OpSend, SGEs: []ibv.SGE{mustSGE(c.mr, 16384, 25)}})
 	c.wait(t)
 	if wc := waitGuestWC(t, s.cq); string(s.mem[1024*(wc.ID-100):][:wc.ByteLen]) != "rdma info from the kernel" {
 		t.Fatalf("transport received %q", s.mem[1024*(wc.ID-100):][:wc.ByteLen])
@@ -274,12 +274,12 @@ func TestGuestRDMACMClient(t *testing.T) {
 	for i := range 4000 {
 		kmem[20000+i] = byte(i*13 + 1)
 	}
-	c.post(t, ibv.SendWR{ID: 3, Op: ibv.OpWrite, SGEs: []ibv.SGE{c.mr.SGE(20000, 4000)}, RemoteAddr: s.mr.Addr() + 32768, RKey: s.mr.RKey()})
+	c.post(t, ibv.SendWR{ID: 3, Op: ibv.OpWrite, SGEs: []ibv.SGE{mustSGE(c.mr, 20000, 4000)}, RemoteAddr: s.mr.Addr() + 32768, RKey: s.mr.RKey()})
 	c.wait(t)
 	if !bytes.Equal(s.mem[32768:32768+4000], kmem[20000:24000]) {
 		t.Fatal("the kernel's RDMA WRITE did not land in the transport's memory")
 	}
-	c.post(t, ibv.SendWR{ID: 4, Op: ibv.OpRead, SGEs: []ibv.SGE{c.mr.SGE(24000, 4000)}, RemoteAddr: s.mr.Addr() + 32768, RKey: s.mr.RKey()})
+	c.post(t, ibv.SendWR{ID: 4, Op: ibv.OpRead, SGEs: []ibv.SGE{mustSGE(c.mr, 24000, 4000)}, RemoteAddr: s.mr.Addr() + 32768, RKey: s.mr.RKey()})
 	c.wait(t)
 	if !bytes.Equal(kmem[24000:28000], kmem[20000:24000]) {
 		t.Fatal("the kernel's RDMA READ of the transport's memory differs")
@@ -373,7 +373,7 @@ func (c *client) setup(t *testing.T) {
 	check(t, err)
 	var wrs []ibv.RecvWR
 	for i := range 8 {
-		wrs = append(wrs, ibv.RecvWR{ID: uint64(1000 + i), SGEs: []ibv.SGE{c.mr.SGE(i*1024, 1024)}})
+		wrs = append(wrs, ibv.RecvWR{ID: uint64(1000 + i), SGEs: []ibv.SGE{mustSGE(c.mr, i*1024, 1024)}})
 	}
 	if n, err := c.qp.PostRecv(wrs); err != nil || n != len(wrs) {
 		t.Fatalf("post recv: %d: %v", n, err)

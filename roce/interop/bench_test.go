@@ -63,7 +63,7 @@ func BenchmarkGuestWrite(b *testing.B) {
 			windowLoop(b, size,
 				func(i, off int) {
 					wrs = append(wrs, ibv.SendWR{ID: uint64(i), Op: ibv.OpWrite, Flags: ibv.SendSignaled,
-						SGEs: []ibv.SGE{a.mr.SGE(off, size)}, RemoteAddr: c.mr.Addr() + uint64(off), RKey: c.mr.RKey()})
+						SGEs: []ibv.SGE{mustSGE(a.mr, off, size)}, RemoteAddr: c.mr.Addr() + uint64(off), RKey: c.mr.RKey()})
 				},
 				func() int {
 					if len(wrs) == 0 {

@@ -246,7 +246,7 @@ func exercise(t *testing.T, k *kernelEnd, g *goEnd) {
 	km := k.mr.Bytes()
 	const n = 5000 // five packets at MTU 1024, the last one short
 	// Transport -> kernel: SEND and SEND_WITH_IMM into posted receives.
-	_, err := k.qp.PostRecv([]ibv.RecvWR{{ID: 1, SGEs: []ibv.SGE{k.mr.SGE(0, 8192)}}, {ID: 2, SGEs: []ibv.SGE{k.mr.SGE(8192, 8192)}}, {ID: 3, SGEs: []ibv.SGE{k.mr.SGE(16384, 64)}}})
+	_, err := k.qp.PostRecv([]ibv.RecvWR{{ID: 1, SGEs: []ibv.SGE{mustSGE(k.mr, 0, 8192)}}, {ID: 2, SGEs: []ibv.SGE{mustSGE(k.mr, 8192, 8192)}}, {ID: 3, SGEs: []ibv.SGE{mustSGE(k.mr, 16384, 64)}}})
 	check(t, err)
 	fill(g.mem[:n], 1)
 	sge := func(off, l int) transport.SGE { return transport.SGE{MR: g.mr, Offset: off, Length: l} }
@@ -286,12 +286,12 @@ func exercise(t *testing.T, k *kernelEnd, g *goEnd) {
 	fill(g.mem[600000:600000+n], 6)
 	binary.LittleEndian.PutUint64(g.mem[700000:], 7)
 	_, err = k.qp.PostSend([]ibv.SendWR{
-		{ID: 21, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{k.mr.SGE(500000, n)}},
-		{ID: 22, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{k.mr.SGE(500000, n)}, RemoteAddr: g.mr.Addr() + 800000, RKey: g.mr.RKey()},
-		{ID: 23, Op: ibv.OpWriteWithImm, Flags: ibv.SendSignaled, Imm: 99, SGEs: []ibv.SGE{k.mr.SGE(500000, 3)}, RemoteAddr: g.mr.Addr() + 900000, RKey: g.mr.RKey()},
-		{ID: 24, Op: ibv.OpRead, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{k.mr.SGE(520000, n)}, RemoteAddr: g.mr.Addr() + 600000, RKey: g.mr.RKey()},
-		{ID: 25, Op: ibv.OpFetchAdd, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{k.mr.SGE(540000, 8)}, RemoteAddr: g.mr.Addr() + 700000, RKey: g.mr.RKey(), CompareAdd: 3},
-		{ID: 26, Op: ibv.OpCompareSwap, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{k.mr.SGE(540008, 8)}, RemoteAddr: g.mr.Addr() + 700000, RKey: g.mr.RKey(), CompareAdd: 10, Swap: 500},
+		{ID: 21, Op: ibv.OpSend, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(k.mr, 500000, n)}},
+		{ID: 22, Op: ibv.OpWrite, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(k.mr, 500000, n)}, RemoteAddr: g.mr.Addr() + 800000, RKey: g.mr.RKey()},
+		{ID: 23, Op: ibv.OpWriteWithImm, Flags: ibv.SendSignaled, Imm: 99, SGEs: []ibv.SGE{mustSGE(k.mr, 500000, 3)}, RemoteAddr: g.mr.Addr() + 900000, RKey: g.mr.RKey()},
+		{ID: 24, Op: ibv.OpRead, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(k.mr, 520000, n)}, RemoteAddr: g.mr.Addr() + 600000, RKey: g.mr.RKey()},
+		{ID: 25, Op: ibv.OpFetchAdd, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(k.mr, 540000, 8)}, RemoteAddr: g.mr.Addr() + 700000, RKey: g.mr.RKey(), CompareAdd: 3},
+		{ID: 26, Op: ibv.OpCompareSwap, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{mustSGE(k.mr, 540008, 8)}, RemoteAddr: g.mr.Addr() + 700000, RKey: g.mr.RKey(), CompareAdd: 10, Swap: 500},
 	})
 	check(t, err)
 	waitKernel(t, k.cq, 6)
