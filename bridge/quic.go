@@ -346,11 +346,37 @@ func (e *QUICEndpoint) routineWrite() {
 // Close under way (fail does nothing then) is waiting for the writer to
 // end the stream after its Close frame, which it now never will: the
 // endpoint stops here, or Close would wait out its whole grace.
+//
+// Otherwise the far side may have stopped reading because it ended the
+// session (its Close cuts its read side): what it sent before, the
+// Completions of ops in flight and its Close frame, is still on the
+// stream, and failing now would flush those ops as if their outcome were
+// lost. So the write side is cut and the reader goes on, ending the
+// endpoint at the far side's Close or the stream's end; if that does not
+// come within quicDrainGrace, the endpoint fails.
 func (e *QUICEndpoint) writeFailed(err error) {
 	err = fmt.Errorf("write to the far gateway: %w", err)
-	e.fail(err)
-	e.stop(fmt.Errorf("bridge: %s: %w", e.name, err), false)
+	e.mu.Lock()
+	closing := e.closing
+	e.mu.Unlock()
+	if closing {
+		e.fail(err)
+		e.stop(fmt.Errorf("bridge: %s: %w", e.name, err), false)
+		return
+	}
+	e.str.CancelWrite(0)
+	go func() {
+		select {
+		case <-e.quit:
+		case <-time.After(quicDrainGrace):
+			e.fail(err)
+		}
+	}()
 }
+
+// quicDrainGrace bounds how long an endpoint whose writes fail keeps
+// reading what the far side sent before it fails.
+const quicDrainGrace = time.Second
 
 func (e *QUICEndpoint) writeOp(w *bufio.Writer, hdr []byte, op *Op, id uint32) ([]byte, error) {
 	f := tunnel.OpFields{Opcode: op.Opcode, ID: id, Remote: op.Remote, RKey: op.RKey, Imm: op.Imm, InvRKey: op.InvRKey,

@@ -128,7 +128,11 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	}{{nq, r.client, clAddr, 0xffff00, 0x777}, {r.client, nq, gwAddr, 0x777, 0xffff00}} {
 		for _, a := range []transport.QPAttr{{State: transport.StateInit},
 			{State: transport.StateRTR, DestQPN: p.peer.QPN(), Remote: p.remote, RQPSN: p.rq, PathMTU: 1024, MinRNRTimer: 1, MaxDestRdAtomic: 16},
-			{State: transport.StateRTS, SQPSN: p.sq, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
+			// Timeout 17 (0.5 s, seven retries): the gateway answers only once
+			// the far side completed, so a slow far side (a loaded host, the
+			// guest under TCG, a tunnel) must not run the client out of
+			// retries before the answer comes.
+			{State: transport.StateRTS, SQPSN: p.sq, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
 			if err := p.qp.Modify(a); err != nil {
 				t.Fatal(err)
 			}
