@@ -75,12 +75,12 @@ func (pd *PD) NewQP(opts QPOptions) (*QP, error)            { return nil, errNoB
 func (pd *PD) NewAH(attr AHAttr) (*AH, error)               { return nil, errNoBinding }
 func (pd *PD) NewSRQ(opts SRQOptions) (*SRQ, error)         { return nil, errNoBinding }
 
-func (mr *MR) Close() error       { return nil }
-func (mr *MR) LKey() uint32       { return 0 }
-func (mr *MR) RKey() uint32       { return 0 }
-func (mr *MR) Addr() uint64       { return 0 }
-func (mr *MR) Bytes() []byte      { return nil }
-func (mr *MR) Access() Access     { return 0 }
+func (mr *MR) Close() error                { return nil }
+func (mr *MR) LKey() uint32                { return 0 }
+func (mr *MR) RKey() uint32                { return 0 }
+func (mr *MR) Addr() uint64                { return 0 }
+func (mr *MR) Bytes() []byte               { return nil }
+func (mr *MR) Access() Access              { return 0 }
 func (mr *MR) SGE(off, n int) (SGE, error) { return SGE{}, errNoBinding }
 
 func (cq *CQ) Close() error                                                { return nil }
