@@ -403,13 +403,15 @@ func (d *Device) routineReceive() {
 }
 
 // send writes the packets qp has queued, and the READ responses it still
-// owes, in bursts; after Close it writes nothing.
+// owes, in bursts; after Close it writes nothing, and what qp queued is
+// dropped, its READ data's leases released (nothing will send them).
 func (d *Device) send(qp *QP) {
 	d.txMu.Lock()
 	defer d.txMu.Unlock()
 	for {
 		select {
 		case <-d.closed:
+			qp.dropTx()
 			return
 		default:
 		}

@@ -535,6 +535,17 @@ func (qp *QP) takeTx() []roce.Message {
 	return out
 }
 
+// dropTx drops what qp queued for a device that sends no more, and
+// releases the leases of the READ data it pointed into.
+func (qp *QP) dropTx() {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	clear(qp.tx)
+	qp.tx = qp.tx[:0]
+	releaseLeases(&qp.txLeases)
+	releaseLeases(&qp.sentLeases)
+}
+
 // releaseTx takes back the buffers of the packets just sent.
 func (qp *QP) releaseTx() {
 	qp.mu.Lock()

@@ -71,6 +71,7 @@ type wire struct {
 	qpAddr netip.AddrPort
 	got    chan roce.Packet
 	bufs   chan []byte
+	dev    *transport.Device
 }
 
 const peerQPN = 0x99
@@ -88,6 +89,7 @@ func newWire(t *testing.T, maxDestRdAtomic int) *wire {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
+	w.dev = dev
 	peerAddr := netip.MustParseAddrPort("10.0.0.2:4791")
 	if w.peer, err = n.Listen(peerAddr); err != nil {
 		t.Fatal(err)
@@ -406,6 +408,25 @@ func TestTargetRead(t *testing.T) {
 		response{op: roce.RCRDMAReadResponseMiddle, psn: at(1), n: 256},
 		response{op: roce.RCRDMAReadResponseLast, psn: at(2), n: 88})
 	waitFor(t, "the repeated READ's lease released", func() bool { return l2.released.Load() == 1 })
+}
+
+// TestTargetReadLeaseReleasedWhenDeviceClosed: a completed READ whose
+// responses wait behind a pending request holds its data's lease; when
+// the device closes before they can be sent, closing the QP releases it
+// (nothing will send them).
+func TestTargetReadLeaseReleasedWhenDeviceClosed(t *testing.T) {
+	w := newWire(t, 0)
+	w.sendOnly(0, "first")
+	w.read(1, 0x1000, 100)
+	w.waitOffered(2)
+	l := new(lease)
+	w.complete(1, transport.Completion{Data: make([]byte, 100), Lease: l}) // behind the pending SEND
+	if l.released.Load() != 0 {
+		t.Fatal("the lease was released before its responses could be sent")
+	}
+	w.dev.Close()
+	w.qp.Close()
+	waitFor(t, "the READ's lease released after the device closed", func() bool { return l.released.Load() == 1 })
 }
 
 func TestTargetReadPendingDuplicateDropped(t *testing.T) {
