@@ -325,15 +325,22 @@ func TestGuestRunQUICFallback(t *testing.T) {
 	if err := icmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	idone := make(chan error, 1)
-	go func() { idone <- icmd.Wait() }()
+	type ended struct {
+		err error
+		at  time.Time
+	}
+	idone := make(chan ended, 1)
+	go func() {
+		err := icmd.Wait()
+		idone <- ended{err, time.Now()}
+	}()
 	// Cut once its session on the target's path has relayed some pings
 	// (A's /status: rping's stdout is a pipe, so what it printed lags).
 	var cutSession bridge.SessionStatus
 	for deadline := time.Now().Add(fbRunLimit); cutSession.ToTarget.Ops < 20; time.Sleep(20 * time.Millisecond) {
 		select {
-		case err := <-idone:
-			t.Fatalf("the run to be cut ended before the cut: %v\n%s", err, lastLines(iout.String(), 10))
+		case e := <-idone:
+			t.Fatalf("the run to be cut ended before the cut: %v\n%s", e.err, lastLines(iout.String(), 10))
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -390,14 +397,17 @@ func TestGuestRunQUICFallback(t *testing.T) {
 	// now, as an application's own timeout would: the gateway's QP there
 	// had nothing outstanding (the target was the requester, or nobody
 	// was), and RC has no keepalive.
-	var cutRun string
+	var cutRun, cutShort string
 	select {
-	case err := <-idone:
-		cutRun = fmt.Sprintf("ended (exit %v) within %v of the cut: %s", err, time.Since(cut).Round(time.Second),
+	case e := <-idone:
+		took := e.at.Sub(cut).Round(100 * time.Millisecond)
+		cutShort = fmt.Sprintf("failed_after_%v", took)
+		cutRun = fmt.Sprintf("ended (%v) %v after the cut: %s", e.err, took,
 			strings.Join(strings.Fields(lastLines(iout.String(), 3)), " "))
 	default:
 		icancel()
 		<-idone
+		cutShort = fmt.Sprintf("waiting_killed_after_%v", time.Since(cut).Round(time.Second))
 		cutRun = fmt.Sprintf("still waiting %v after the cut (the gateway's QP toward the target had nothing outstanding to time out, and what the target's side noticed cannot cross the cut): killed",
 			time.Since(cut).Round(time.Second))
 	}
@@ -490,7 +500,7 @@ func TestGuestRunQUICFallback(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("PERF quic-fallback cut_to_first_run_through_fallback=%v runs_through_fallback=%d restore_to_run_on_target=%v (retry every %v) run_under_cut=%q fallbacks_total=%v fallback_sessions_total=%v test=%v",
+	t.Logf("PERF quic-fallback cut_to_first_run_through_fallback=%v runs_through_fallback=%d restore_to_run_on_target=%v (retry every %v) run_under_cut=%s fallbacks_total=%v fallback_sessions_total=%v test=%v",
 		gap.Round(time.Millisecond), len(fbRuns), back.end.Sub(restore).Round(time.Millisecond), bridge.DefaultFallbackRetry,
-		cutRun, m[f.swKey], m[f.fbKey], time.Since(testStart).Round(time.Second))
+		cutShort, m[f.swKey], m[f.fbKey], time.Since(testStart).Round(time.Second))
 }
