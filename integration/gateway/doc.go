@@ -4,5 +4,7 @@
 // rdma_cm tools (perftest, rping) on both sides; and two `rbridge run`
 // processes in network namespaces of their own, joined by their quic legs
 // over a delayed and lossy link, between rxe devices the test adds, next to
-// the same tools straight across the same link (quic_test.go).
+// the same tools straight across the same link (quic_test.go), and a route
+// that falls back through the peer gateway when its own path is cut
+// (fallback_test.go).
 package gateway

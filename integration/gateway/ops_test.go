@@ -42,24 +42,40 @@ func scrape(t *testing.T, admin string) (map[string]float64, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m, err := parseSamples(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, b
+}
+
+// parseSamples is every sample of a scrape, keyed as its line has it.
+func parseSamples(b []byte) (map[string]float64, error) {
 	m := map[string]float64{}
 	for _, l := range strings.Split(string(b), "\n") {
 		if l == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
 		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("/metrics: line %q", l)
+		}
 		v, err := strconv.ParseFloat(l[i+1:], 64)
-		if i < 0 || err != nil {
-			t.Fatalf("/metrics: line %q", l)
+		if err != nil {
+			return nil, fmt.Errorf("/metrics: line %q: %w", l, err)
 		}
 		m[l[:i]] = v
 	}
-	return m, b
+	return m, nil
 }
 
 // getMetrics is /metrics as the gateway sent it.
-func getMetrics(admin string) ([]byte, error) {
-	resp, err := http.Get("http://" + admin + "/metrics")
+func getMetrics(admin string) ([]byte, error) { return getMetricsVia(http.DefaultClient, admin) }
+
+// getMetricsVia is getMetrics with hc (whose connections may start in
+// another network namespace).
+func getMetricsVia(hc *http.Client, admin string) ([]byte, error) {
+	resp, err := hc.Get("http://" + admin + "/metrics")
 	if err != nil {
 		return nil, err
 	}
