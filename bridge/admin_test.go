@@ -93,29 +93,7 @@ func dialThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *c
 func sessionThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener) (cc, tc *cm.Conn) {
 	t.Helper()
 	cc, tc, cqp := dialThrough(t, ctx, client, target, ln, "1:7471")
-	copy(client.mem, payload)
-	if err := cqp.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Local: transport.SGE{MR: client.mr, Length: len(payload)}, Signaled: true},
-		transport.SendWR{ID: 2, Opcode: transport.OpWriteWithImm, Imm: 5, Local: transport.SGE{MR: client.mr, Length: len(payload)}, Remote: target.mr.Addr() + 8192, RKey: target.mr.RKey(), Signaled: true}); err != nil {
-		t.Fatal(err)
-	}
-	wcs := make([]transport.WC, 2)
-	for _, cq := range []*transport.CQ{client.cq, target.cq} {
-		for got := 0; got < 2; {
-			k, err := cq.PollWait(ctx, wcs[:2-got])
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, wc := range wcs[:k] {
-				if wc.Status != transport.StatusSuccess {
-					t.Fatalf("completion %+v: %v", wc, wc.Status)
-				}
-			}
-			got += k
-		}
-	}
-	if string(target.mem[:len(payload)]) != payload || string(target.mem[8192:8192+len(payload)]) != payload {
-		t.Fatalf("the target holds %q and %q", target.mem[:len(payload)], target.mem[8192:8192+len(payload)])
-	}
+	sessionOps(t, ctx, client, target, cqp)
 	return cc, tc
 }
 

@@ -158,8 +158,9 @@ func TestGatewaysThroughQUIC(t *testing.T) {
 	}
 }
 
-// sessionOps SENDs and WRITE_WITH_IMMs payload from the client; both
-// complete at both ends and land.
+// sessionOps SENDs and WRITE_WITH_IMMs payload from the client (the
+// target's QP has a receive posted for the SEND and one for the
+// immediate); both complete at both ends and land.
 func sessionOps(t *testing.T, ctx context.Context, client, target *cmApp, cqp *transport.QP) {
 	t.Helper()
 	clear(target.mem[:len(payload)])
