@@ -70,12 +70,15 @@ func newQUICTopo(t *testing.T) *quicTopo {
 		serverIP: netip.MustParseAddr("198.18.6.1"), gwBUser: netip.MustParseAddr("198.18.6.3"),
 		gwAQUIC: netip.MustParseAddr("198.18.7.1"), gwBQUIC: netip.MustParseAddr("198.18.7.2"),
 		linkA: "gl0", linkB: "gl1", perftestPort: 7190, rpingPort: 7191}
-	// Undone in reverse, whatever part of it was made: the devices, then
-	// the namespaces (which take their veths, and the veths' peers, with
-	// them), then the rules.
+	// Undone in reverse, whatever part of it was made: the devices, the
+	// veths of this namespace (deleting one end deletes its peer at once;
+	// a deleted namespace takes its veths only when the kernel gets round
+	// to destroying it, too late for the next test that makes them), then
+	// the namespaces, then the rules.
 	t.Cleanup(func() {
 		for _, c := range [][]string{
 			{"rdma", "link", "delete", q.serverDev}, {"rdma", "link", "delete", q.clientDev},
+			{"/usr/sbin/ip", "link", "del", "vqa0"}, {"/usr/sbin/ip", "link", "del", "vqb0"},
 			{"/usr/sbin/ip", "netns", "del", q.nsA}, {"/usr/sbin/ip", "netns", "del", q.nsB},
 			{"/usr/sbin/ip", "rule", "del", "pref", "100", "iif", "lo", "to", q.serverIP.String(), "lookup", quicRuleTable},
 			{"/usr/sbin/ip", "rule", "del", "pref", "100", "iif", "lo", "to", q.clientIP.String(), "lookup", quicRuleTable},
