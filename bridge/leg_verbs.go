@@ -325,6 +325,29 @@ func (in *verbsIncoming) reject(r *rejected) error {
 	return in.id.Reject(r.privateData)
 }
 
+// resolve makes an rdma_cm id in port space ps on ch and resolves its
+// address and route to to, from the leg's address.
+func (v *verbsLeg) resolve(ctx context.Context, ch *ibv.EventChannel, ps ibv.PortSpace, to netip.AddrPort) (*ibv.CMID, error) {
+	id, err := ch.NewID(ps)
+	if err != nil {
+		return nil, err
+	}
+	timeout := 5 * time.Second
+	if err := id.ResolveAddr(v.cfg.IP, to, timeout); err != nil {
+		return nil, err
+	}
+	if _, err := ch.Expect(ctx, ibv.CMAddrResolved); err != nil {
+		return nil, fmt.Errorf("resolve %v: %w", to, err)
+	}
+	if err := id.ResolveRoute(timeout); err != nil {
+		return nil, err
+	}
+	if _, err := ch.Expect(ctx, ibv.CMRouteResolved); err != nil {
+		return nil, fmt.Errorf("route to %v: %w", to, err)
+	}
+	return id, nil
+}
+
 func (v *verbsLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (conn, error) {
 	ch, err := ibv.NewEventChannel()
 	if err != nil {
@@ -334,22 +357,9 @@ func (v *verbsLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (c
 		ch.Close()
 		return nil, err
 	}
-	id, err := ch.NewID(ibv.PortSpaceTCP)
+	id, err := v.resolve(ctx, ch, ibv.PortSpaceTCP, to)
 	if err != nil {
 		return fail(err)
-	}
-	timeout := 5 * time.Second
-	if err := id.ResolveAddr(v.cfg.IP, to, timeout); err != nil {
-		return fail(err)
-	}
-	if _, err := ch.Expect(ctx, ibv.CMAddrResolved); err != nil {
-		return fail(fmt.Errorf("resolve %v: %w", to, err))
-	}
-	if err := id.ResolveRoute(timeout); err != nil {
-		return fail(err)
-	}
-	if _, err := ch.Expect(ctx, ibv.CMRouteResolved); err != nil {
-		return fail(fmt.Errorf("route to %v: %w", to, err))
 	}
 	ep, err := v.endpoint(id)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/roce/cm"
@@ -145,22 +144,9 @@ func (v *verbsLeg) dialUD(ctx context.Context, to netip.AddrPort, privateData []
 		ch.Close()
 		return nil, udService{}, err
 	}
-	id, err := ch.NewID(ibv.PortSpaceUDP)
+	id, err := v.resolve(ctx, ch, ibv.PortSpaceUDP, to)
 	if err != nil {
 		return fail(err)
-	}
-	timeout := 5 * time.Second
-	if err := id.ResolveAddr(v.cfg.IP, to, timeout); err != nil {
-		return fail(err)
-	}
-	if _, err := ch.Expect(ctx, ibv.CMAddrResolved); err != nil {
-		return fail(fmt.Errorf("resolve %v: %w", to, err))
-	}
-	if err := id.ResolveRoute(timeout); err != nil {
-		return fail(err)
-	}
-	if _, err := ch.Expect(ctx, ibv.CMRouteResolved); err != nil {
-		return fail(fmt.Errorf("route to %v: %w", to, err))
 	}
 	p, err := v.udPort(id, ch)
 	if err != nil {
