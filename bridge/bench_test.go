@@ -283,12 +283,18 @@ func (l *fastLeg) Close() error {
 
 func connectPair(b *testing.B, a, c *transport.QP) {
 	b.Helper()
+	connectPairAt(b, a, c, netip.MustParseAddrPort("10.0.0.2:4791"), netip.MustParseAddrPort("10.0.0.1:4791"))
+}
+
+// connectPairAt connects QP a at aAddr with QP c at cAddr, path MTU 4096.
+func connectPairAt(b *testing.B, a, c *transport.QP, aAddr, cAddr netip.AddrPort) {
+	b.Helper()
 	for _, p := range []struct {
 		qp, peer *transport.QP
-		to       string
-	}{{a, c, "10.0.0.1:4791"}, {c, a, "10.0.0.2:4791"}} {
+		to       netip.AddrPort
+	}{{a, c, cAddr}, {c, a, aAddr}} {
 		for _, at := range []transport.QPAttr{{State: transport.StateInit},
-			{State: transport.StateRTR, DestQPN: p.peer.QPN(), Remote: netip.MustParseAddrPort(p.to), RQPSN: 1, PathMTU: 4096, MaxDestRdAtomic: 16, MinRNRTimer: 1},
+			{State: transport.StateRTR, DestQPN: p.peer.QPN(), Remote: p.to, RQPSN: 1, PathMTU: 4096, MaxDestRdAtomic: 16, MinRNRTimer: 1},
 			{State: transport.StateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
 			if err := p.qp.Modify(at); err != nil {
 				b.Fatal(err)

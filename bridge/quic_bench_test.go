@@ -62,18 +62,7 @@ func benchRoCEWrite(b *testing.B, size int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, p := range []struct {
-		qp, peer *transport.QP
-		to       string
-	}{{client, server, lo("22")}, {server, client, lo("21")}} {
-		for _, at := range []transport.QPAttr{{State: transport.StateInit},
-			{State: transport.StateRTR, DestQPN: p.peer.QPN(), Remote: netip.AddrPortFrom(netip.MustParseAddr(p.to), roce.Port), RQPSN: 1, PathMTU: 4096, MaxDestRdAtomic: 16, MinRNRTimer: 1},
-			{State: transport.StateRTS, SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
-			if err := p.qp.Modify(at); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	connectPairAt(b, client, server, netip.AddrPortFrom(netip.MustParseAddr(lo("21")), roce.Port), netip.AddrPortFrom(netip.MustParseAddr(lo("22")), roce.Port))
 	wcs := make([]transport.WC, 64)
 	posted, done := 0, 0
 	b.SetBytes(int64(size))
