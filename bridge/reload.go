@@ -138,7 +138,8 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 func sameRoute(a, b *config.Route) bool {
 	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
 		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow) &&
-		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr && a.UD == b.UD
+		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr && a.Fallback.After == b.Fallback.After &&
+		a.Fallback.Retry == b.Fallback.Retry && a.UD == b.UD
 }
 
 // sameGroup reports whether two multicast groups are configured alike.

@@ -32,6 +32,7 @@
 //	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
 //	    fallback: {leg: gw-b, addr: "198.18.1.2:4420"} # optional: when the target cannot be reached here, through gw-b
+//	                                  # (also after: 3s, how long the target gets to answer; retry: 15s, how often it is tried again)
 //	  - name: feed-lookup                             # a UD service (rdma_cm's UDP port space: udaddy, SIDR)
 //	    ud: true                                      # optional, default false: datagrams, not connections
 //	    listen: {leg: roce, addr: "198.18.1.3:7174"}
@@ -80,6 +81,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -187,6 +189,39 @@ type Endpoint struct {
 	errs []lineError
 }
 
+// Fallback is a route's target through a peer gateway, and its timers.
+type Fallback struct {
+	Endpoint
+	// After is how long a new session waits for the route's own target to
+	// answer before it goes through the fallback (0: the gateway's
+	// default, 3 s); Retry is how often, while on the fallback, a new
+	// session tries the target again (0: the default, 15 s).
+	After time.Duration `yaml:"after"`
+	Retry time.Duration `yaml:"retry"`
+}
+
+// UnmarshalYAML decodes a fallback from its node.
+func (f *Fallback) UnmarshalYAML(n *yaml.Node) error {
+	f.line = n.Line
+	vals, errs := mapping(n, "fallback", "leg", "addr", "after", "retry")
+	scalar(vals, "leg", "fallback", &f.Leg, &errs)
+	f.Addr, _ = parsed(vals, "addr", "fallback", netip.ParseAddrPort, &errs)
+	for _, k := range []struct {
+		key string
+		dst *time.Duration
+	}{{"after", &f.After}, {"retry", &f.Retry}} {
+		d, line := parsed(vals, k.key, "fallback", time.ParseDuration, &errs)
+		switch {
+		case line != 0 && (d <= 0 || d > maxFallbackTimer):
+			errs = append(errs, lineError{line, fmt.Sprintf("fallback: %s %v: want a duration above 0 and at most %v", k.key, vals[k.key].Value, maxFallbackTimer)})
+		default:
+			*k.dst = d
+		}
+	}
+	f.errs = errs
+	return nil
+}
+
 // Route joins a listen address on one leg to a target on the other.
 type Route struct {
 	Name   string         `yaml:"name"`
@@ -195,7 +230,7 @@ type Route struct {
 	Allow  []netip.Prefix `yaml:"allow"`
 	// Fallback, when its Leg is set, is the target through a peer gateway
 	// (a quic leg) that new sessions use while Target cannot be reached.
-	Fallback Endpoint `yaml:"fallback"`
+	Fallback Fallback `yaml:"fallback"`
 	// UD makes the route one of rdma_cm's UDP port space (SIDR and
 	// datagrams) instead of its TCP one (RC connections).
 	UD bool `yaml:"ud"`
@@ -436,10 +471,13 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 			errs = append(errs, lineError{v.Line, fmt.Sprintf("route: ud %q: want true or false", v.Value)})
 		}
 	}
-	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target, "fallback": &r.Fallback} {
+	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
 		if v := vals[key]; v != nil {
 			_ = e.UnmarshalYAML(v)
 		}
+	}
+	if v := vals["fallback"]; v != nil {
+		_ = r.Fallback.UnmarshalYAML(v)
 	}
 	if v := vals["allow"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
@@ -805,6 +843,10 @@ func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
 		}
 	}
 }
+
+// maxFallbackTimer bounds a fallback's after and retry: longer is a typo
+// (a unit left out) more likely than a wish.
+const maxFallbackTimer = time.Hour
 
 // validateFallback checks a route's fallback: a target on a quic leg (a
 // peer gateway) other than the legs the route listens and connects on.

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -190,6 +191,10 @@ func TestParseBad(t *testing.T) {
 		{"fallback without leg", base(ib+roce, ok+"    fallback: {addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback has no leg`}},
 		{"fallback without addr", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", ok+"    fallback: {leg: gw}\n"),
 			[]string{`route "r": fallback addr invalid AddrPort: want an IP address and a port`}},
+		{"fallback after without unit", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 3}\n"), []string{`gw.yaml:13: fallback: after "3": time: missing unit in duration "3"`}},
+		{"fallback retry zero", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", retry: 0s}\n"), []string{`gw.yaml:13: fallback: retry 0s: want a duration above 0 and at most 1h0m0s`}},
+		{"fallback after a day", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 24h}\n"), []string{`gw.yaml:13: fallback: after 24h: want a duration above 0 and at most 1h0m0s`}},
+		{"fallback unknown key", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", timeout: 3s}\n"), []string{`gw.yaml:13: fallback: unknown key "timeout"`}},
 		{"quic over a userspace leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: roce\n    cert: a\n    key: b\n    ca: c\n", ok),
 			[]string{`gw.yaml:9: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
 		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
@@ -282,7 +287,7 @@ routes:
   - name: near
     listen: {leg: roce, addr: "198.18.1.3:4421"}
     target: {leg: roce2, addr: "198.18.2.2:4421"}
-    fallback: {leg: gw-b, addr: "198.18.2.2:4421"}
+    fallback: {leg: gw-b, addr: "198.18.2.2:4421", after: 500ms, retry: 1m}
   - name: in
     listen: {leg: gw-b, addr: "198.18.1.2:7000"}
     target: {leg: roce, addr: "198.18.1.2:7000"}
@@ -302,7 +307,8 @@ routes:
 	if c.Routes[2].Listen.Addr != netip.MustParseAddrPort("198.18.1.2:7000") {
 		t.Errorf("route in listens on %v", c.Routes[2].Listen.Addr)
 	}
-	if f := c.Routes[1].Fallback; f.Leg != "gw-b" || f.Addr != netip.MustParseAddrPort("198.18.2.2:4421") {
+	if f := c.Routes[1].Fallback; f.Leg != "gw-b" || f.Addr != netip.MustParseAddrPort("198.18.2.2:4421") ||
+		f.After != 500*time.Millisecond || f.Retry != time.Minute {
 		t.Errorf("route near's fallback %+v", f)
 	}
 	if l, _ := c.Leg("gw-c"); l.Over != "ib" {
