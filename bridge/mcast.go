@@ -2,10 +2,12 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -77,7 +79,7 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, g.timeout)
+			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout)
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
@@ -245,14 +247,20 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 // groupPort joins a group on the leg with an rdma_cm id of its own (send
 // only when sendOnly) and makes the id's UD QP; it returns the group's
 // Q_Key from the join.
-func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly bool, timeout time.Duration) (*verbsUDPort, uint32, error) {
+func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly, ipoib bool, timeout time.Duration) (*verbsUDPort, uint32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ch, err := ibv.NewEventChannel()
 	if err != nil {
 		return nil, 0, err
 	}
-	id, err := ch.NewID(ibv.PortSpaceUDP)
+	// IPoIB's port space makes the kernel join the IPoIB form of the
+	// MGID with the Q_Key of the port's IPoIB broadcast group.
+	ps := ibv.PortSpaceUDP
+	if ipoib {
+		ps = ibv.PortSpaceIPoIB
+	}
+	id, err := ch.NewID(ps)
 	if err == nil {
 		err = id.ResolveAddr(v.cfg.IP, netip.AddrPortFrom(group, 0), 5*time.Second)
 	}
@@ -261,6 +269,9 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly boo
 	}
 	if err != nil {
 		ch.Close()
+		if ipoib && errors.Is(err, syscall.EINVAL) {
+			return nil, 0, fmt.Errorf("resolve %v from %v in IPoIB's port space: %w (mgid ipoib needs an InfiniBand port: the kernel refuses that port space on RoCE, where a group's MGID is its IP mapping; use mgid: rdma_cm)", group, v.cfg.IP, err)
+		}
 		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
 	}
 	p, err := v.udPort(id, ch)
@@ -280,6 +291,15 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly boo
 	if err != nil {
 		p.close()
 		return nil, 0, err
+	}
+	if ipoib && ev.QKey != 0 {
+		// librdmacm gave the QP rdma_cm's Q_Key; the members of an IPoIB
+		// group send with the group's, which the QP must hold to take
+		// their datagrams.
+		if err := p.qp.Modify(&ibv.QPAttr{QKey: ev.QKey}, ibv.QPAttrQKey); err != nil {
+			p.close()
+			return nil, 0, fmt.Errorf("set the QP's Q_Key to group %v's %#x: %w", group, ev.QKey, err)
+		}
 	}
 	ah, err := p.vd.pd.NewAH(ev.AH)
 	if err != nil {

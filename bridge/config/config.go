@@ -46,7 +46,7 @@
 //	    roce: roce                  # the userspace leg (io: udp)
 //	    ib: ib                      # the other leg (verbs)
 //	    direction: both             # both (default), ib_to_roce or roce_to_ib
-//	    mgid: rdma_cm               # the MGID form on the ib leg (rdma_cm, the default, only for now)
+//	    mgid: rdma_cm               # the MGID form on an InfiniBand ib leg: rdma_cm (default) or ipoib
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -716,9 +716,12 @@ type Group struct {
 	// Direction is both (default), ib_to_roce or roce_to_ib; the side that
 	// only sends joins send-only where it can.
 	Direction string `yaml:"direction"`
-	// MGID is the group's MGID form on the IB leg: rdma_cm (default: what
-	// rdma_join_multicast computes, the RDMA-CM form on InfiniBand and
-	// the IPv4-mapped one on RoCE). ipoib is not supported yet.
+	// MGID is the group's MGID form on the IB leg, when that is a verbs
+	// leg on an InfiniBand port: rdma_cm (default: the RDMA-CM form
+	// rdma_join_multicast computes) or ipoib (the group IPoIB joins, with
+	// the Q_Key of the port's IPoIB broadcast group: joined in rdma_cm's
+	// IPoIB port space, which the kernel refuses on RoCE ports). On a
+	// RoCE port the MGID is the group's IP mapping whatever the form.
 	MGID string `yaml:"mgid"`
 
 	line int
@@ -775,11 +778,9 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		switch g.MGID {
 		case "":
 			g.MGID = MGIDRDMACM
-		case MGIDRDMACM:
-		case MGIDIPoIB:
-			bad(g.line, "group %q: mgid ipoib: not supported yet (rdma_join_multicast takes the group's IP address and computes the RDMA-CM form)", g.Name)
+		case MGIDRDMACM, MGIDIPoIB:
 		default:
-			bad(g.line, "group %q: mgid %q: want rdma_cm", g.Name, g.MGID)
+			bad(g.line, "group %q: mgid %q: want rdma_cm or ipoib", g.Name, g.MGID)
 		}
 		for _, side := range []struct{ key, leg string }{{"roce", g.RoCE}, {"ib", g.IB}} {
 			l, ok := c.Leg(side.leg)
@@ -796,6 +797,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: ib leg %q: a userspace leg there needs io: udp", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
+			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
+				bad(g.line, "group %q: mgid ipoib: ib leg %q is a %s leg; the IPoIB form is joined on a verbs leg's InfiniBand port", g.Name, side.leg, l.Kind)
 			}
 		}
 		if g.RoCE != "" && g.RoCE == g.IB {

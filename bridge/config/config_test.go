@@ -98,7 +98,7 @@ func TestParseGroups(t *testing.T) {
   - {name: roce, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
 groups:
   - {name: ticks, group: 239.1.1.1, roce: roce, ib: ib}
-  - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce}
+  - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce, mgid: ipoib}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ groups:
 	for _, g := range c.Groups {
 		got = append(got, group{g.Name, g.Group.String(), g.RoCE, g.IB, g.Direction, g.MGID})
 	}
-	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "rdma_cm"}}
+	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "ipoib"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("groups (-want +got):\n%s", d)
 	}
@@ -204,7 +204,9 @@ func TestParseBad(t *testing.T) {
 		{"group not multicast", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 10.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:15: group "g": group 10.1.1.1 is not an IP multicast address`}},
 		{"group on afxdp", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:14: group "g": roce leg "roce": want a userspace leg with io: udp`}},
 		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
-		{"group ipoib mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ipoib}\n", []string{`group "g": mgid ipoib: not supported yet`}},
+		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
+			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
+		{"group bad mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ib}\n", []string{`group "g": mgid "ib": want rdma_cm or ipoib`}},
 		{"group leg missing", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib9}\n", []string{`group "g": ib leg "ib9" does not exist`}},
 		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route: ud "yes please": want true or false`}},
 		{"two ud routes on one listen", base(ib+roce, ok+"    ud: true\n"+strings.Replace(ok, "name: r", "name: s", 1)+"    ud: true\n"),

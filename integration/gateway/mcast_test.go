@@ -3,8 +3,11 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +91,38 @@ func TestGuestRunMckey(t *testing.T) {
 				t.Errorf("group %s's counters %+v, want %+v (mckey sent %d of %d bytes)", tc.group, g.Stats, want, count, size)
 			}
 		})
+	}
+}
+
+// TestGuestRunMGIDIPoIBOnRoCE: a group in the IPoIB MGID form is joined
+// in rdma_cm's IPoIB port space, which the kernel takes on InfiniBand
+// ports only. On rxe (a RoCE port) rbridge run refuses to start, saying
+// so and what to use, rather than join some other MGID.
+func TestGuestRunMGIDIPoIBOnRoCE(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	cfg := fmt.Sprintf(`admin: {listen: ""}
+legs:
+  - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
+  - {name: ib, kind: verbs, ip: %v, device: %s}
+groups:
+  - {name: ipoib-form, group: 239.192.7.9, roce: roce, ib: ib, mgid: ipoib}
+`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice)
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, guest.Rbridge(t), "run", "--config", path).CombinedOutput()
+	t.Logf("rbridge run:\n%s", out)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("rbridge run with an IPoIB-form group on rxe: %v, want it to exit with an error", err)
+	}
+	for _, want := range []string{`group "ipoib-form"`, "IPoIB's port space", "mgid ipoib needs an InfiniBand port", "use mgid: rdma_cm"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("rbridge run's error does not say %q", want)
+		}
 	}
 }
