@@ -40,9 +40,23 @@ groups:
 func TestGuestRunMckey(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
+	const count, size = 10, 100
+	// The control: without the gateway the fabrics share no multicast,
+	// so what mckey sends on the RoCE side never reaches the IB side.
+	t.Run("without-gateway", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+		defer cancel()
+		sout, rout, serr, _ := mckeyPair(ctx, "239.192.7.1", ns.PeerIP.String(), ib.PeerIP.String(), count, size)
+		t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+		if serr != nil {
+			t.Fatalf("mckey sender: %v", serr)
+		}
+		if strings.Contains(rout, "data transfers complete") {
+			t.Fatal("mckey's datagrams crossed between the fabrics without the gateway: the test below would prove nothing")
+		}
+	})
 	logs := startGateway(t, mcastConfig(ns, ib))
 	admin := adminAddr(t, logs)
-	const count, size = 10, 100
 	for _, tc := range []struct {
 		group, addr      string
 		sender, receiver string // the bind addresses
@@ -55,20 +69,9 @@ func TestGuestRunMckey(t *testing.T) {
 		t.Run(tc.group, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			args := []string{"-m", tc.addr, "-C", fmt.Sprint(count), "-S", fmt.Sprint(size)}
-			var rout, sout bytes.Buffer
-			r := exec.CommandContext(ctx, "mckey", append([]string{"-b", tc.receiver}, args...)...)
-			r.Stdout, r.Stderr = &rout, &rout
-			if err := r.Start(); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(2 * time.Second) // its join (mckey then waits 3 s itself before it receives)
-			s := exec.CommandContext(ctx, "mckey", append([]string{"-s", "-o", "-b", tc.sender}, args...)...)
-			s.Stdout, s.Stderr = &sout, &sout
-			serr := s.Run()
-			rerr := r.Wait()
-			t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout.String(), rout.String())
-			if serr != nil || rerr != nil || !strings.Contains(rout.String(), "data transfers complete") {
+			sout, rout, serr, rerr := mckeyPair(ctx, tc.addr, tc.sender, tc.receiver, count, size)
+			t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+			if serr != nil || rerr != nil || !strings.Contains(rout, "data transfers complete") {
 				t.Fatalf("mckey through rbridge: sender %v, receiver %v", serr, rerr)
 			}
 			var g *bridge.GroupStatus
@@ -92,6 +95,25 @@ func TestGuestRunMckey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mckeyPair runs an unmodified mckey receiver bound to receiver and, once
+// it joined, an mckey sender bound to sender, count datagrams of size
+// bytes to group; their outputs and how each ended.
+func mckeyPair(ctx context.Context, group, sender, receiver string, count, size int) (sout, rout string, serr, rerr error) {
+	args := []string{"-m", group, "-C", fmt.Sprint(count), "-S", fmt.Sprint(size)}
+	var rb, sb bytes.Buffer
+	r := exec.CommandContext(ctx, "mckey", append([]string{"-b", receiver}, args...)...)
+	r.Stdout, r.Stderr = &rb, &rb
+	if err := r.Start(); err != nil {
+		return "", "", nil, err
+	}
+	time.Sleep(2 * time.Second) // its join (mckey then waits 3 s itself before it receives)
+	s := exec.CommandContext(ctx, "mckey", append([]string{"-s", "-o", "-b", sender}, args...)...)
+	s.Stdout, s.Stderr = &sb, &sb
+	serr = s.Run()
+	rerr = r.Wait()
+	return sb.String(), rb.String(), serr, rerr
 }
 
 // TestGuestRunMGIDIPoIBOnRoCE: a group in the IPoIB MGID form is joined
