@@ -117,7 +117,7 @@ func startGatewayWith(t testing.TB, cfg *config.Config, o bridge.GatewayOptions)
 	if guest.InGuest() {
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback gateways run on the host")
 	}
-	o.Config, o.Logger, o.ConnectTimeout, o.Pool = cfg, testlog.New(t), 2*time.Second, bridge.PoolOptions{Size: 8 << 20}
+	o.Config, o.Logger, o.ConnectTimeout, o.Pool = cfg, testlog.New(t), 2*time.Second, bridge.PoolOptions{Size: 8 << 20, Trace: true}
 	g, err := bridge.StartGateway(o)
 	if err != nil {
 		t.Fatal(err)
