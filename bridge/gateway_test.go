@@ -15,6 +15,7 @@ import (
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/integration/guest"
+	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
@@ -44,6 +45,7 @@ type cmApp struct {
 	mem []byte
 	cq  *transport.CQ
 	ip  netip.Addr
+	ns  string // the network namespace of its socket ("": the test's)
 }
 
 func newCMApp(t testing.TB, ip string) *cmApp { return newCMAppOver(t, ip, nil) }
@@ -52,12 +54,23 @@ func newCMApp(t testing.TB, ip string) *cmApp { return newCMAppOver(t, ip, nil) 
 // conn (nil: the UDP socket's own).
 func newCMAppOver(t testing.TB, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
 	t.Helper()
+	return newCMAppIn(t, "", ip, wrap)
+}
+
+// newCMAppIn is newCMAppOver whose socket is in network namespace ns ("":
+// the test's own).
+func newCMAppIn(t testing.TB, ns, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
+	t.Helper()
 	if guest.InGuest() {
 		// The gateway itself runs there, as rbridge run (integration/gateway).
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback tests run on the host")
 	}
-	a := &cmApp{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024)}
-	uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)})
+	a := &cmApp{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024), ns: ns}
+	var uc *udpconn.Conn
+	err := netns.Do(ns, func() (err error) {
+		uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
