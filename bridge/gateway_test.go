@@ -123,14 +123,18 @@ func startGateway(t *testing.T, cfg *config.Config) *bridge.Gateway {
 	return startGatewayWith(t, cfg, bridge.GatewayOptions{})
 }
 
-// startGatewayWith starts a gateway with o's options (its Config, Logger,
-// ConnectTimeout and Pool are the tests' own).
+// startGatewayWith starts a gateway with o's options (its Config, Logger
+// and ConnectTimeout are the tests' own, and its Pool too unless o gives
+// one).
 func startGatewayWith(t testing.TB, cfg *config.Config, o bridge.GatewayOptions) *bridge.Gateway {
 	t.Helper()
 	if guest.InGuest() {
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback gateways run on the host")
 	}
-	o.Config, o.Logger, o.ConnectTimeout, o.Pool = cfg, testlog.New(t), 2*time.Second, bridge.PoolOptions{Size: 8 << 20}
+	o.Config, o.Logger, o.ConnectTimeout = cfg, testlog.New(t), 2*time.Second
+	if o.Pool.Size == 0 {
+		o.Pool = bridge.PoolOptions{Size: 8 << 20}
+	}
 	g, err := bridge.StartGateway(o)
 	if err != nil {
 		t.Fatal(err)
