@@ -206,10 +206,9 @@ func Listen(opts Options) (*Conn, error) {
 // net package would bind a multicast address's wildcard, which takes the
 // port's unicast datagrams too), with SO_REUSEADDR.
 func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
-	family := unix.AF_INET
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().Unmap().As4()}
-	if a.Addr().Is6() && !a.Addr().Is4In6() {
-		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
+	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()})
+	if a.Addr().Unmap().Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().Unmap().As4()}
 	}
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.IPPROTO_UDP)
 	if err != nil {
