@@ -123,8 +123,8 @@ func TestGatewayGroupTwoGateways(t *testing.T) {
 			sender := newCMAppIn(t, x, "127.0.0.3", nil)
 			onX := newCMAppIn(t, x, "127.0.0.4", nil)
 			onY := newCMAppIn(t, y, "127.0.0.5", nil)
-			xqp, xcq := onX.joinGroup(t, group, 64)
-			yqp, ycq := onY.joinGroup(t, group, 64)
+			xqp, xcq := onX.joinGroup(t, group, "lo", 64)
+			yqp, ycq := onY.joinGroup(t, group, "lo", 64)
 			sqp, _ := sender.udQP(t, 1)
 
 			const n = 20

@@ -50,20 +50,20 @@ groups:
 // joinQP attaches a UD QP of the app to the group (on lo).
 func (a *cmApp) joinQP(t *testing.T, n int) (*transport.QP, *transport.CQ) {
 	t.Helper()
-	return a.joinGroup(t, mcastGroup, n)
+	return a.joinGroup(t, mcastGroup, "lo", n)
 }
 
-// joinGroup attaches a UD QP of the app to group on lo in the app's
-// network namespace.
-func (a *cmApp) joinGroup(t *testing.T, group netip.Addr, n int) (*transport.QP, *transport.CQ) {
+// joinGroup attaches a UD QP of the app to group on interface ifname in
+// the app's network namespace.
+func (a *cmApp) joinGroup(t *testing.T, group netip.Addr, ifname string, n int) (*transport.QP, *transport.CQ) {
 	t.Helper()
 	qp, rcq := a.udQP(t, n)
 	if err := a.dev.AttachMulticast(qp, group, func() (roce.PacketConn, error) {
 		var c *udpconn.Conn
 		err := netns.Do(a.ns, func() error {
-			lo, err := net.InterfaceByName("lo")
+			ifi, err := net.InterfaceByName(ifname)
 			if err == nil {
-				c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: lo.Index})
+				c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
 			}
 			return err
 		})
