@@ -31,8 +31,10 @@ import (
 // take a network namespace of their own with one veth end, v6wireIf, that
 // holds every address (fd01::1, ...) and carries multicast: what is sent
 // to a group there is looped back to the sockets joined on it, one wire
-// as loopback is for IPv4. The other end has IPv6 off, so it does not
-// route a group too.
+// as loopback is for IPv4. A second veth end, rbv2, holds nothing and has
+// the multicast route the table prefers: a socket that does not name the
+// interface its multicast leaves on sends there, and nobody hears it. The
+// other ends have IPv6 off, so they route no group.
 
 const v6wireIf = "rbv0"
 
@@ -47,14 +49,17 @@ func v6wire(t *testing.T, hosts int) string {
 			t.Fatalf("ip -n %s %s: %v: %s", ns, strings.Join(args, " "), err, out)
 		}
 	}
-	ip("link", "add", v6wireIf, "type", "veth", "peer", "name", "rbv1")
-	if err := netns.Do(ns, func() error {
-		return os.WriteFile("/proc/sys/net/ipv6/conf/rbv1/disable_ipv6", []byte("1"), 0)
-	}); err != nil {
-		t.Fatalf("IPv6 off on the wire's other end: %v", err)
+	for _, pair := range [][2]string{{v6wireIf, "rbv1"}, {"rbv2", "rbv3"}} {
+		ip("link", "add", pair[0], "type", "veth", "peer", "name", pair[1])
+		if err := netns.Do(ns, func() error {
+			return os.WriteFile("/proc/sys/net/ipv6/conf/"+pair[1]+"/disable_ipv6", []byte("1"), 0)
+		}); err != nil {
+			t.Fatalf("IPv6 off on %s: %v", pair[1], err)
+		}
+		ip("link", "set", pair[1], "up")
+		ip("link", "set", pair[0], "up")
 	}
-	ip("link", "set", "rbv1", "up")
-	ip("link", "set", v6wireIf, "up")
+	ip("-6", "route", "add", "multicast", "ff00::/8", "dev", "rbv2", "table", "local", "metric", "1")
 	for h := 1; h <= hosts; h++ {
 		ip("addr", "add", fmt.Sprintf("fd01::%d/64", h), "dev", v6wireIf, "nodad")
 	}
@@ -83,7 +88,7 @@ func v6Gateway(t *testing.T, ns, extra string) *bridge.Gateway {
 // in the immediate data rewritten, one too long for leg b dropped.
 func TestGatewayUDIPv6(t *testing.T) {
 	ns := v6wire(t, 4)
-	client, target := newCMAppIn(t, ns, "fd01::3", nil), newCMAppIn(t, ns, "fd01::4", nil)
+	client, target := newCMAppIn(t, ns, v6wireIf, "fd01::3", nil), newCMAppIn(t, ns, v6wireIf, "fd01::4", nil)
 	ln, err := target.cm.ListenUD(7174, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -152,12 +157,14 @@ func TestGatewayUDIPv6(t *testing.T) {
 // TestGatewayGroupIPv6: an IPv6 group (MLD joins) relayed both ways on
 // one wire, as TestGatewayGroup does for IPv4: the member's datagrams
 // reach the receiver once from the gateway, and the gateway's own sends
-// and the loop on the one wire are dropped and counted.
+// and the loop on the one wire are dropped and counted. The gateway's
+// sends leave on its legs' interface, not where the routing table would
+// send a group (rbv2).
 func TestGatewayGroupIPv6(t *testing.T) {
 	ns := v6wire(t, 4)
 	group := netip.MustParseAddr("ff05::db8:15")
 	g := v6Gateway(t, ns, fmt.Sprintf("groups:\n  - {name: ticks, group: %q, roce: a, ib: b}\n", group))
-	sender, receiver := newCMAppIn(t, ns, "fd01::3", nil), newCMAppIn(t, ns, "fd01::4", nil)
+	sender, receiver := newCMAppIn(t, ns, v6wireIf, "fd01::3", nil), newCMAppIn(t, ns, v6wireIf, "fd01::4", nil)
 	rqp, rcq := receiver.joinGroup(t, group, v6wireIf, 32)
 	sqp, _ := sender.udQP(t, 1)
 	const n = 5

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime/pprof"
@@ -54,12 +55,13 @@ func newCMApp(t testing.TB, ip string) *cmApp { return newCMAppOver(t, ip, nil) 
 // conn (nil: the UDP socket's own).
 func newCMAppOver(t testing.TB, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
 	t.Helper()
-	return newCMAppIn(t, "", ip, wrap)
+	return newCMAppIn(t, "", "", ip, wrap)
 }
 
 // newCMAppIn is newCMAppOver whose socket is in network namespace ns ("":
-// the test's own).
-func newCMAppIn(t testing.TB, ns, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
+// the test's own), its IPv6 multicast leaving on interface ifname ("": by
+// the routing table).
+func newCMAppIn(t testing.TB, ns, ifname, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
 	t.Helper()
 	if guest.InGuest() {
 		// The gateway itself runs there, as rbridge run (integration/gateway).
@@ -67,8 +69,17 @@ func newCMAppIn(t testing.TB, ns, ip string, wrap func(roce.PacketConn) roce.Pac
 	}
 	a := &cmApp{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024), ns: ns}
 	var uc *udpconn.Conn
-	err := netns.Do(ns, func() (err error) {
-		uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)})
+	err := netns.Do(ns, func() error {
+		o := udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)}
+		if ifname != "" {
+			ifi, err := net.InterfaceByName(ifname)
+			if err != nil {
+				return err
+			}
+			o.Interface = ifi.Index
+		}
+		var err error
+		uc, err = udpconn.Listen(o)
 		return err
 	})
 	if err != nil {
