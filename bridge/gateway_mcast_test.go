@@ -33,13 +33,20 @@ var mcastGroup = netip.MustParseAddr(fmt.Sprintf("239.201.%d.%d", os.Getpid()>>8
 
 func groupConfig(t *testing.T, direction string) *config.Config {
 	t.Helper()
+	return groupConfigWith(t, direction, "")
+}
+
+// groupConfigWith is groupConfig with more of the group's keys, as
+// ", key: value".
+func groupConfigWith(t *testing.T, direction, keys string) *config.Config {
+	t.Helper()
 	y := `legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
 groups:
-  - {name: ticks, group: GROUP, roce: a, ib: b, direction: DIR}
+  - {name: ticks, group: GROUP, roce: a, ib: b, direction: DIRKEYS}
 `
-	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction).Replace(y)
+	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction, "KEYS", keys).Replace(y)
 	c, err := config.Parse("gw.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -110,20 +117,25 @@ func drain(t *testing.T, a *cmApp, cq *transport.CQ, qp *transport.QP, want []by
 // ways, the member's datagram reaches the gateway on both legs at once
 // (the one wire): it crosses once, from whichever leg took it first, and
 // its arrival on the other leg is the same bytes on the other side, dropped
-// as a loop.
+// as a loop. With loop_window 0 it crosses both ways, and only the own
+// rule holds the loop.
 func TestGatewayGroup(t *testing.T) {
 	for _, tc := range []struct {
-		direction string
-		// DropOwn per datagram: the gateway's send heard by its QP on each
-		// leg that receives.
+		name, direction, keys string
+		// DropOwn per datagram: the gateway's sends heard by its QP on
+		// each leg that receives.
 		own [2]uint64
+		// Whether the datagram crosses both ways (else one way, the loop
+		// filter dropping its arrival on the other leg).
+		bothWays bool
 	}{
-		{config.DirectionRoCEToIB, [2]uint64{1, 0}},
-		{config.DirectionBoth, [2]uint64{1, 1}},
+		{config.DirectionRoCEToIB, config.DirectionRoCEToIB, "", [2]uint64{1, 0}, false},
+		{config.DirectionBoth, config.DirectionBoth, "", [2]uint64{1, 1}, false},
+		{"both, loop_window 0", config.DirectionBoth, ", loop_window: 0s", [2]uint64{2, 2}, true},
 	} {
-		t.Run(tc.direction, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
-			g := startGatewayWith(t, groupConfig(t, tc.direction), bridge.GatewayOptions{})
+			g := startGatewayWith(t, groupConfigWith(t, tc.direction, tc.keys), bridge.GatewayOptions{})
 			rqp, rcq := receiver.joinQP(t, 32)
 			sqp, _ := sender.udQP(t, 1)
 			const n = 5
@@ -139,8 +151,15 @@ func TestGatewayGroup(t *testing.T) {
 			if tc.direction == config.DirectionRoCEToIB && fromA != 0 {
 				t.Errorf("%d datagrams from leg a, relayed ib to roce: the group relays roce to ib only", fromA)
 			}
-			if got[sender.ip] != n || fromA+fromB != n || len(got) > 3 {
-				t.Errorf("the receiver got, by source, %v; want %d from the sender %v and %d from the gateway (%v or %v)", got, n, sender.ip, n, gwA, gwB)
+			wantFrom := n
+			if tc.bothWays {
+				wantFrom = 2 * n
+				if fromA != n || fromB != n {
+					t.Errorf("%d datagrams from leg a and %d from leg b, want %d each: loop_window 0 relays both ways", fromA, fromB, n)
+				}
+			}
+			if got[sender.ip] != n || fromA+fromB != wantFrom || len(got) > 3 {
+				t.Errorf("the receiver got, by source, %v; want %d from the sender %v and %d from the gateway (%v or %v)", got, n, sender.ip, wantFrom, gwA, gwB)
 			}
 			st := g.GroupStats("ticks")
 			if st == nil {
@@ -148,7 +167,7 @@ func TestGatewayGroup(t *testing.T) {
 			}
 			w := bridge.UDStatsSnapshot{Datagrams: [2]uint64{uint64(fromB), uint64(fromA)},
 				DropOwn: [2]uint64{tc.own[0] * n, tc.own[1] * n}}
-			if tc.direction == config.DirectionBoth {
+			if tc.direction == config.DirectionBoth && !tc.bothWays {
 				// What crossed one way arrived on the other leg too.
 				w.DropLoop = [2]uint64{uint64(fromA), uint64(fromB)}
 			}
@@ -200,6 +219,11 @@ func TestGatewayGroupReload(t *testing.T) {
 	g := startGatewayWith(t, groupConfig(t, config.DirectionBoth), bridge.GatewayOptions{})
 	if _, err := g.Reload(groupConfig(t, config.DirectionRoCEToIB)); !errors.Is(err, bridge.ErrLegsChanged) {
 		t.Errorf("reload with a group's direction changed: %v, want ErrLegsChanged", err)
+	}
+	for _, keys := range []string{", loop_window: 1s", ", peers: [198.18.1.9]"} {
+		if _, err := g.Reload(groupConfigWith(t, config.DirectionBoth, keys)); !errors.Is(err, bridge.ErrLegsChanged) {
+			t.Errorf("reload with the group's %q: %v, want ErrLegsChanged", keys, err)
+		}
 	}
 	if _, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil {
 		t.Errorf("reload with the same groups: %v", err)

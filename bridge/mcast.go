@@ -52,7 +52,7 @@ type groupRun struct {
 	ports [2]udPort     // 0 the RoCE leg's, 1 the IB leg's
 	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
 	qkey  [2]uint32     // the group's Q_Key on each leg
-	loops *loopFilter   // what the group admitted lately, both ways
+	loops *loopFilter   // what the group admitted lately, both ways (nil: loop_window 0)
 }
 
 // relays reports whether the group crosses in direction dir.
@@ -62,7 +62,10 @@ func (r *groupRun) relays(dir int) bool {
 
 // startGroup joins a group on both its legs and starts relaying.
 func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
-	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}, loops: newLoopFilter(loopWindow)}
+	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
+	if gc.LoopWindow > 0 {
+		r.loops = newLoopFilter(gc.LoopWindow)
+	}
 	fail := func(err error) error {
 		for _, p := range r.ports {
 			if p != nil {
@@ -146,7 +149,7 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 			r.stats.DropPeer[dir].Add(1)
 		case d.n > to.mtu() || d.tooLongHere:
 			r.stats.DropTooLong[dir].Add(1)
-		case !r.loops.admit(r.loops.key(d.payload(), d.imm, d.hasImm), dir, d.src, d.srcQPN, time.Now().UnixNano()):
+		case r.loops != nil && !r.loops.admit(r.loops.key(d.payload(), d.imm, d.hasImm), dir, d.src, d.srcQPN, time.Now().UnixNano()):
 			r.stats.DropLoop[dir].Add(1)
 		default:
 			if err := to.send(ctx, d, dst, d.imm, d.hasImm); err != nil {

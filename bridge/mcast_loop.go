@@ -14,40 +14,41 @@ import (
 // on forever. Dropping the gateway's own sources (DropOwn) does not stop
 // that, and lowering the hop limit would stop RoCE at the first router.
 //
-// So each group remembers, for loopWindow, a key of every datagram it
-// admitted (a hash of the payload and immediate data, the two things a
-// relay keeps), with the side it arrived on and its source (address and
-// QPN). A datagram with the same key that arrives within the window from
-// another source, or on the other side, is a copy that went round through
-// another gateway and is dropped (DropLoop); one from the same source on
-// the same side is that member sending the same bytes again, and crosses.
-// In the example: B's copy on Y, source B, matches what A admitted from
-// the member on X: dropped. Each gateway relays a datagram once; members
-// on the far side get one copy from each gateway that relays that way.
+// So each group remembers, for its loop_window (default 500 ms; 0 turns
+// this off), a key of every datagram it admitted (a hash of the payload
+// and immediate data, the two things a relay keeps), with the side it
+// arrived on and its source (address and QPN). A datagram with the same
+// key that arrives within the window from another source, or on the other
+// side, is a copy that went round through another gateway and is dropped
+// (DropLoop); one from the same source on the same side is that member
+// sending the same bytes again, and crosses. In the example: B's copy on
+// Y, source B, matches what A admitted from the member on X: dropped.
+// Each gateway relays a datagram once; members on the far side get one
+// copy from each gateway that relays that way.
 //
-// The filter is one per group, over both directions: were it per
-// direction, a gateway that heard another's copy on Y before the original
-// on X (a slow goroutine) would relay the copy to X and then, as the
-// original from X matches nothing it relayed to Y, the original to Y too,
-// and the copies would go round. With one filter each gateway admits the
-// bytes once, whichever side they came first from, so copies stop after
-// one round in every order; only which copies members get changes.
+// The filter is one per group, over both directions. Were it per
+// direction (drop what arrives on a side if it matches what was relayed
+// onto that side), a gateway A that heard B's copy on Y before the
+// original on X (its goroutine for X late) would relay the copy to X and
+// then drop the original; B, which relayed the original to Y, hears A's
+// copy on X, matches nothing it relayed onto X, and relays it to Y again;
+// A hears that on Y, matches nothing it relayed onto Y, and so on: one
+// copy going round for ever. With one filter each gateway admits the bytes
+// once, whichever side they came from first, so copies stop after one
+// round in every order; only which copies members get changes.
 //
 // False positives: a datagram whose payload and immediate data equal what
 // another source sent within the window (two members sending the same
 // bytes, or one sending them from X and Y) is dropped. Memory is bounded:
-// loopSets*loopWays records, set-associative, the oldest of a set replaced;
-// beyond loopWays records per set within a window (about 16k distinct
-// datagrams in 500 ms over the whole group) records live less than the
-// window, and an echo slower than what is left is relayed once more (and
-// remembered again). Nothing is allocated per datagram.
+// loopSets*loopWays records (640 KiB), set-associative, the oldest of a
+// set replaced; beyond loopWays records per set within a window (about
+// 16k distinct datagrams in 500 ms over the whole group) records live
+// less than the window, and a copy slower than what is left is relayed
+// once more (and remembered again). Nothing is allocated per datagram.
 
 const (
-	// loopWindow is how long a datagram is remembered: far longer than a
-	// copy takes through another gateway on a fabric.
-	loopWindow = 500 * time.Millisecond
-	loopSets   = 4096 // a power of two
-	loopWays   = 4
+	loopSets = 4096 // a power of two
+	loopWays = 4
 )
 
 // loopRecord is one datagram a group admitted.

@@ -133,7 +133,7 @@ func TestLoopFilterBounded(t *testing.T) {
 }
 
 func TestLoopFilterAllocs(t *testing.T) {
-	f := newLoopFilter(loopWindow)
+	f := newLoopFilter(500 * time.Millisecond)
 	payload := make([]byte, 1024)
 	src := netip.MustParseAddr("2001:db8::5")
 	i := 0
@@ -146,7 +146,7 @@ func TestLoopFilterAllocs(t *testing.T) {
 }
 
 func BenchmarkLoopFilter(b *testing.B) {
-	f := newLoopFilter(loopWindow)
+	f := newLoopFilter(500 * time.Millisecond)
 	payload := make([]byte, 256)
 	src := netip.MustParseAddr("198.18.1.5")
 	b.ReportAllocs()

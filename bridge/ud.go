@@ -78,8 +78,8 @@ type UDStats struct {
 	// Drops by cause. DropOwn, DropLoop and DropPeer (multicast groups)
 	// are loop prevention: what the gateway itself sent to the group,
 	// received back; a copy of what it relayed, come back through another
-	// gateway (the same bytes from another source within loopWindow); and
-	// what a gateway the group lists in peers sent.
+	// gateway (the same bytes from another source within the group's
+	// loop_window); and what a gateway the group lists in peers sent.
 	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn, DropLoop, DropPeer [2]atomic.Uint64
 }
 

@@ -48,6 +48,7 @@
 //	    direction: both             # both (default), ib_to_roce or roce_to_ib
 //	    mgid: rdma_cm               # the MGID form on an InfiniBand ib leg: rdma_cm (default) or ipoib
 //	    peers: [198.18.1.9]         # optional: other gateways' leg addresses on these fabrics: never relayed
+//	    loop_window: 500ms          # optional: how long the same bytes from another source are a loop (default; 0 off)
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -696,6 +697,10 @@ const (
 	DirectionRoCEToIB = "roce_to_ib"
 )
 
+// DefaultLoopWindow is a group's loop_window when the file gives none:
+// far longer than a copy takes through another gateway on a fabric.
+const DefaultLoopWindow = 500 * time.Millisecond
+
 // MGID forms of a group on its ib leg.
 const (
 	MGIDRDMACM = "rdma_cm"
@@ -732,6 +737,13 @@ type Group struct {
 	// it, from the first datagram, whichever copy arrives first, and with
 	// no false positive.
 	Peers []netip.Addr `yaml:"peers"`
+	// LoopWindow is how long the group remembers what it relayed: within
+	// it the same payload and immediate data from another source, or on
+	// the other side, is a copy come round through another gateway and
+	// is dropped (DefaultLoopWindow when absent; 0 turns this off, for a
+	// group whose members send identical datagrams and that one gateway
+	// relays, or whose other gateways are all in Peers).
+	LoopWindow time.Duration `yaml:"loop_window"`
 
 	line int
 	errs []lineError
@@ -743,7 +755,7 @@ func (g *Group) Line() int { return g.line }
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers")
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -751,6 +763,13 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 		scalar(vals, k.key, "group", k.dst, &errs)
 	}
 	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
+	g.LoopWindow = DefaultLoopWindow
+	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, &errs); line != 0 {
+		g.LoopWindow = w
+		if w < 0 {
+			errs = append(errs, lineError{line, fmt.Sprintf("group: loop_window %v: want 0 (off) or more", w)})
+		}
+	}
 	if v := vals["peers"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
 			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"]"})
