@@ -232,3 +232,51 @@ func TestGatewayGroupReload(t *testing.T) {
 		t.Errorf("groups after the reloads: %+v", s.Groups)
 	}
 }
+
+// TestGatewayGroupPoolEmpty: a group's datagram that finds the gateway's
+// pool empty is dropped and counted as pool empty, and nothing else; once
+// buffers are back the group relays again.
+func TestGatewayGroupPoolEmpty(t *testing.T) {
+	sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	const bufs = 72 // the group's two QPs' receive queues take 64
+	g := startGatewayWith(t, groupConfig(t, config.DirectionRoCEToIB), bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: bufs * 4096, Classes: []int{4096}}})
+	if free := g.Pool().Stats()[0].Free; free != bufs-64 {
+		t.Fatalf("%d buffers free with the group joined, want %d", free, bufs-64)
+	}
+	var held []*bridge.Buf
+	for {
+		b, err := g.Pool().Get(4096)
+		if err != nil {
+			break
+		}
+		held = append(held, b)
+	}
+	rqp, rcq := receiver.joinQP(t, 32)
+	sqp, _ := sender.udQP(t, 1)
+	const n = 5
+	payload := []byte("tick 7")
+	for range n {
+		sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+	}
+	got := drain(t, receiver, rcq, rqp, payload)
+	gwB := netip.MustParseAddr(lo("2"))
+	if got[gwB] != 0 {
+		t.Errorf("%d datagrams relayed with the pool empty", got[gwB])
+	}
+	for _, b := range held {
+		b.Release()
+	}
+	sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+	if got := drain(t, receiver, rcq, rqp, payload); got[gwB] != 1 {
+		t.Errorf("the receiver got, by source, %v once buffers were back; want 1 from the gateway's %v", got, gwB)
+	}
+	// The relayed one was heard back on leg a: own.
+	want := bridge.UDStatsSnapshot{Datagrams: [2]uint64{1, 0}, Bytes: [2]uint64{uint64(len(payload)), 0},
+		DropPoolEmpty: [2]uint64{n, 0}, DropOwn: [2]uint64{1, 0}}
+	if d := cmp.Diff(want, *g.GroupStats("ticks")); d != "" {
+		t.Errorf("group stats (-want +got):\n%s", d)
+	}
+	if free := g.Pool().Stats()[0].Free; free != bufs-64 {
+		t.Errorf("%d buffers free after, want %d: each drop reposts its buffer", free, bufs-64)
+	}
+}
