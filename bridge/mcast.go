@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -35,10 +36,10 @@ import (
 // source is one of the group's own QPs (its QPN and the leg's address) is
 // what the gateway sent, come back, and is dropped (DropOwn): its own send
 // heard by its receiver on the other leg (both legs on one wire), or
-// looped back by the HCA or the IP stack. Not yet: two gateways joined to
-// the same group on both fabrics relay each other's copies (each sees the
-// other's QP as the source), so give a group one gateway per pair of
-// fabrics.
+// looped back by the HCA or the IP stack. Another gateway's copy of what
+// this one relayed (two gateways on the same pair of fabrics) is dropped
+// by the group's loopFilter (DropLoop, mcast_loop.go), and what a
+// gateway listed in the group's peers sends is never relayed (DropPeer).
 
 // groupDirs names a group's directions: 0 from the RoCE leg to the IB
 // leg, 1 back.
@@ -51,6 +52,7 @@ type groupRun struct {
 	ports [2]udPort     // 0 the RoCE leg's, 1 the IB leg's
 	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
 	qkey  [2]uint32     // the group's Q_Key on each leg
+	loops *loopFilter   // what the group admitted lately, both ways (nil: loop_window 0)
 }
 
 // relays reports whether the group crosses in direction dir.
@@ -61,6 +63,9 @@ func (r *groupRun) relays(dir int) bool {
 // startGroup joins a group on both its legs and starts relaying.
 func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
+	if gc.LoopWindow > 0 {
+		r.loops = newLoopFilter(gc.LoopWindow)
+	}
 	fail := func(err error) error {
 		for _, p := range r.ports {
 			if p != nil {
@@ -140,8 +145,12 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 			continue
 		case r.isOwn(d):
 			r.stats.DropOwn[dir].Add(1)
+		case slices.Contains(r.cfg.Peers, d.src):
+			r.stats.DropPeer[dir].Add(1)
 		case d.n > to.mtu() || d.tooLongHere:
 			r.stats.DropTooLong[dir].Add(1)
+		case r.loops != nil && !r.loops.admit(r.loops.key(d.payload(), d.imm, d.hasImm), dir, d.src, d.srcQPN, time.Now().UnixNano()):
+			r.stats.DropLoop[dir].Add(1)
 		default:
 			if err := to.send(ctx, d, dst, d.imm, d.hasImm); err != nil {
 				r.stats.DropSendFailed[dir].Add(1)

@@ -144,7 +144,7 @@ func sameRoute(a, b *config.Route) bool {
 
 // sameGroup reports whether two multicast groups are configured alike.
 func sameGroup(a, b config.Group) bool {
-	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID
+	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID && slices.Equal(a.Peers, b.Peers) && a.LoopWindow == b.LoopWindow
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).

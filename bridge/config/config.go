@@ -47,6 +47,8 @@
 //	    ib: ib                      # the other leg (verbs)
 //	    direction: both             # both (default), ib_to_roce or roce_to_ib
 //	    mgid: rdma_cm               # the MGID form on an InfiniBand ib leg: rdma_cm (default) or ipoib
+//	    peers: [198.18.1.9]         # optional: other gateways' leg addresses on these fabrics: never relayed
+//	    loop_window: 500ms          # optional: how long the same bytes from another source are a loop (default; 0 off)
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -695,6 +697,10 @@ const (
 	DirectionRoCEToIB = "roce_to_ib"
 )
 
+// DefaultLoopWindow is a group's loop_window when the file gives none:
+// far longer than a copy takes through another gateway on a fabric.
+const DefaultLoopWindow = 500 * time.Millisecond
+
 // MGID forms of a group on its ib leg.
 const (
 	MGIDRDMACM = "rdma_cm"
@@ -723,6 +729,21 @@ type Group struct {
 	// IPoIB port space, which the kernel refuses on RoCE ports). On a
 	// RoCE port the MGID is the group's IP mapping whatever the form.
 	MGID string `yaml:"mgid"`
+	// Peers are the addresses, on either leg, of other gateways that
+	// relay this group between the same fabrics: what they send to the
+	// group (their copies) is never relayed. Optional: without it a copy
+	// of what this gateway relayed, come back through another gateway, is
+	// dropped by its bytes (loop prevention within a short window); with
+	// it, from the first datagram, whichever copy arrives first, and with
+	// no false positive.
+	Peers []netip.Addr `yaml:"peers"`
+	// LoopWindow is how long the group remembers what it relayed: within
+	// it the same payload and immediate data from another source, or on
+	// the other side, is a copy come round through another gateway and
+	// is dropped (DefaultLoopWindow when absent; 0 turns this off, for a
+	// group whose members send identical datagrams and that one gateway
+	// relays, or whose other gateways are all in Peers).
+	LoopWindow time.Duration `yaml:"loop_window"`
 
 	line int
 	errs []lineError
@@ -734,7 +755,7 @@ func (g *Group) Line() int { return g.line }
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid")
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -742,6 +763,26 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 		scalar(vals, k.key, "group", k.dst, &errs)
 	}
 	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
+	g.LoopWindow = DefaultLoopWindow
+	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, &errs); line != 0 {
+		g.LoopWindow = w
+		if w < 0 {
+			errs = append(errs, lineError{line, fmt.Sprintf("group: loop_window %v: want 0 (off) or more", w)})
+		}
+	}
+	if v := vals["peers"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"]"})
+		}
+		for _, item := range v.Content {
+			a, err := netip.ParseAddr(item.Value)
+			if err != nil {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: peers %q: not an IP address (%v)", item.Value, err)})
+				continue
+			}
+			g.Peers = append(g.Peers, a.Unmap())
+		}
+	}
 	g.errs = errs
 	return nil
 }
@@ -803,6 +844,13 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		}
 		if g.RoCE != "" && g.RoCE == g.IB {
 			bad(g.line, "group %q: roce and ib are both leg %q", g.Name, g.RoCE)
+		}
+		for _, p := range g.Peers {
+			for _, name := range []string{g.RoCE, g.IB} {
+				if l, ok := c.Leg(name); ok && l.IP == p {
+					bad(g.line, "group %q: peer %v is leg %q's own address: peers are other gateways'", g.Name, p, name)
+				}
+			}
 		}
 	}
 }

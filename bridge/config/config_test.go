@@ -98,7 +98,7 @@ func TestParseGroups(t *testing.T) {
   - {name: roce, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
 groups:
   - {name: ticks, group: 239.1.1.1, roce: roce, ib: ib}
-  - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce, mgid: ipoib}
+  - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce, mgid: ipoib, peers: [198.18.1.9, "::ffff:198.18.3.9"], loop_window: 0s}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +111,17 @@ groups:
 	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "ipoib"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("groups (-want +got):\n%s", d)
+	}
+	for i, want := range []time.Duration{config.DefaultLoopWindow, 0} {
+		if got := c.Groups[i].LoopWindow; got != want {
+			t.Errorf("group %s's loop_window %v, want %v", c.Groups[i].Name, got, want)
+		}
+	}
+	wantPeers := [][]netip.Addr{nil, {netip.MustParseAddr("198.18.1.9"), netip.MustParseAddr("198.18.3.9")}}
+	for i, g := range c.Groups {
+		if d := cmp.Diff(wantPeers[i], g.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+			t.Errorf("group %s's peers (-want +got):\n%s", g.Name, d)
+		}
 	}
 }
 
@@ -207,6 +218,11 @@ func TestParseBad(t *testing.T) {
 		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
 			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
 		{"group bad mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ib}\n", []string{`group "g": mgid "ib": want rdma_cm or ipoib`}},
+		{"group peer not an address", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [gw2]}\n", []string{`gw.yaml:15: group: peers "gw2": not an IP address`}},
+		{"group peers not a list", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: 198.18.1.9}\n", []string{`gw.yaml:15: group: peers: want a list of addresses`}},
+		{"group loop_window not a duration", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: 500}\n", []string{`gw.yaml:15: group: loop_window "500": time: missing unit`}},
+		{"group loop_window negative", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: -1s}\n", []string{`gw.yaml:15: group: loop_window -1s: want 0 (off) or more`}},
+		{"group peer is the gateway's own", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [198.18.3.1]}\n", []string{`gw.yaml:15: group "g": peer 198.18.3.1 is leg "ib"'s own address`}},
 		{"group leg missing", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib9}\n", []string{`group "g": ib leg "ib9" does not exist`}},
 		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route: ud "yes please": want true or false`}},
 		{"two ud routes on one listen", base(ib+roce, ok+"    ud: true\n"+strings.Replace(ok, "name: r", "name: s", 1)+"    ud: true\n"),
