@@ -10,6 +10,12 @@
 //   length), has BTH TVer != 0 or a reserved opcode: XDP_DROP, counted.
 // - fault injection (map "faults", off by default): XDP_DROP every Nth and/or
 //   a fraction of the well-formed RoCEv2 packets.
+// - destination QP 0xFFFFFF (a multicast datagram, IBA 10.5.2.1): looked up by
+//   the IP destination in "groups" (an IPv4 group as its RoCEv2 MGID
+//   ::ffff:a.b.c.d, as the kernel's rxe_rcv_mcast_pkt keys it); a group
+//   there is counted per group (per CPU) and redirected as an owned QP's
+//   packets are, never answered with a CNP (DCQCN is per connection); any
+//   other goes to the kernel, counted UNJOINED.
 // - a destination QP that is not in "qps": XDP_PASS (the kernel's RDMA stack,
 //   if any, owns it).
 // - a QP in "qps": counted per QP (per CPU), then redirected to the AF_XDP
@@ -39,6 +45,7 @@
 #define CNP_TRANSPORT (BTH_LEN + CNP_RESERVED + ICRC_LEN)
 #define BECN 0x40
 #define OP_RESERVED 0xff
+#define MULTICAST_QPN 0xffffff
 
 // Settings fixed at load time (the Go loader rewrites them).
 volatile const __u64 cnp_interval_ns = 50000;
@@ -58,6 +65,7 @@ enum counter {
 	COUNTER_CNP_SENT,      // CNPs sent with XDP_TX
 	COUNTER_CNP_LIMITED,   // ECN-CE within the interval: no CNP
 	COUNTER_CNP_FAILED,    // a CNP was due but could not be built
+	COUNTER_UNJOINED,      // passed: to QPN 0xFFFFFF, for a group not in groups
 	COUNTER_MAX,
 };
 
@@ -76,6 +84,19 @@ struct qp {
 	__u64 cnps;
 };
 
+// A multicast group rbridge joined, by its MGID: the IPv6 group itself, or
+// an IPv4 group mapped (::ffff:a.b.c.d).
+struct group_key {
+	__u8 mgid[16];
+};
+
+// A joined group's counters (per CPU, like struct qp's).
+struct group {
+	__u64 packets;
+	__u64 bytes;  // Ethernet frame bytes
+	__u64 ecn_ce;
+};
+
 // Fault injection: drop every Nth well-formed RoCEv2 packet (every_nth > 0)
 // and, independently, each with probability threshold / 2^32.
 struct fault {
@@ -91,6 +112,13 @@ struct {
 	__type(value, struct qp);
 	__uint(max_entries, 65536);
 } qps SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__type(key, struct group_key);
+	__type(value, struct group);
+	__uint(max_entries, 1024);
+} groups SEC(".maps");
 
 // A filter in front of qps: bit qpn & 0xffff (word (qpn >> 6) & 1023, bit
 // qpn & 63) is set while an owned QP's number has those low 16 bits (Go
@@ -487,6 +515,37 @@ int rbridge_classify(struct xdp_md *ctx)
 			return count(COUNTER_DROP_FAULT, XDP_DROP);
 		if (f->threshold && (__u64)bpf_get_prandom_u32() < f->threshold)
 			return count(COUNTER_DROP_FAULT, XDP_DROP);
+	}
+
+	if (qpn == MULTICAST_QPN) {
+		// The group is the IP destination (the RoCEv2 GRH's DGID).
+		struct group_key key = {};
+		if (v6) {
+			struct ipv6hdr *ip = data + l3;
+			if ((void *)(ip + 1) > end)
+				return count(COUNTER_DROP_TRUNCATED, XDP_DROP);
+			// ff00::/8 only: ::ffff:a.b.c.d, an IPv4 group's MGID, is
+			// no IPv6 group.
+			if (ip->daddr.in6_u.u6_addr8[0] != 0xff)
+				return count(COUNTER_UNJOINED, XDP_PASS);
+			__builtin_memcpy(key.mgid, &ip->daddr, 16);
+		} else {
+			struct iphdr *ip = data + l3;
+			if ((void *)(ip + 1) > end)
+				return count(COUNTER_DROP_TRUNCATED, XDP_DROP);
+			key.mgid[10] = 0xff;
+			key.mgid[11] = 0xff;
+			__builtin_memcpy(&key.mgid[12], &ip->daddr, 4);
+		}
+		struct group *g = bpf_map_lookup_elem(&groups, &key);
+		if (!g)
+			return count(COUNTER_UNJOINED, XDP_PASS);
+		g->packets++;
+		g->bytes += end - data;
+		if (ecn == 3)
+			g->ecn_ce++;
+		int act = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+		return count(act == XDP_REDIRECT ? COUNTER_REDIRECT : COUNTER_NO_SOCKET, act);
 	}
 
 	__u32 word = (qpn >> 6) & 1023;

@@ -27,7 +27,8 @@ const (
 	classifierCounterCOUNTER_CNP_SENT       classifierCounter = 8
 	classifierCounterCOUNTER_CNP_LIMITED    classifierCounter = 9
 	classifierCounterCOUNTER_CNP_FAILED     classifierCounter = 10
-	classifierCounterCOUNTER_MAX            classifierCounter = 11
+	classifierCounterCOUNTER_UNJOINED       classifierCounter = 11
+	classifierCounterCOUNTER_MAX            classifierCounter = 12
 )
 
 type classifierFault struct {
@@ -36,6 +37,18 @@ type classifierFault struct {
 	Pad       uint32
 	Threshold uint64
 	Seen      uint64
+}
+
+type classifierGroup struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+	EcnCe   uint64
+}
+
+type classifierGroupKey struct {
+	_    structs.HostLayout
+	Mgid [16]uint8
 }
 
 type classifierQp struct {
@@ -55,6 +68,7 @@ const (
 	classifierMapCnpLast          = "cnp_last"
 	classifierMapCounters         = "counters"
 	classifierMapFaults           = "faults"
+	classifierMapGroups           = "groups"
 	classifierMapQpFilter         = "qp_filter"
 	classifierMapQps              = "qps"
 	classifierMapXsks             = "xsks"
@@ -119,6 +133,7 @@ type classifierMapSpecs struct {
 	CnpLast  *ebpf.MapSpec `ebpf:"cnp_last"`
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	Faults   *ebpf.MapSpec `ebpf:"faults"`
+	Groups   *ebpf.MapSpec `ebpf:"groups"`
 	QpFilter *ebpf.MapSpec `ebpf:"qp_filter"`
 	Qps      *ebpf.MapSpec `ebpf:"qps"`
 	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
@@ -157,6 +172,7 @@ type classifierMaps struct {
 	CnpLast  *ebpf.Map `ebpf:"cnp_last"`
 	Counters *ebpf.Map `ebpf:"counters"`
 	Faults   *ebpf.Map `ebpf:"faults"`
+	Groups   *ebpf.Map `ebpf:"groups"`
 	QpFilter *ebpf.Map `ebpf:"qp_filter"`
 	Qps      *ebpf.Map `ebpf:"qps"`
 	Xsks     *ebpf.Map `ebpf:"xsks"`
@@ -167,6 +183,7 @@ func (m *classifierMaps) Close() error {
 		m.CnpLast,
 		m.Counters,
 		m.Faults,
+		m.Groups,
 		m.QpFilter,
 		m.Qps,
 		m.Xsks,

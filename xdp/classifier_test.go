@@ -235,6 +235,7 @@ func sub(a, b xdp.Counters) xdp.Counters {
 		DropVersion: a.DropVersion - b.DropVersion, DropOpcode: a.DropOpcode - b.DropOpcode,
 		DropFault: a.DropFault - b.DropFault, CNPSent: a.CNPSent - b.CNPSent,
 		CNPLimited: a.CNPLimited - b.CNPLimited, CNPFailed: a.CNPFailed - b.CNPFailed,
+		Unjoined: a.Unjoined - b.Unjoined,
 	}
 }
 

@@ -15,6 +15,7 @@ type Counters struct {
 	CNPSent       uint64 // CNPs sent in answer to ECN-CE
 	CNPLimited    uint64 // ECN-CE within a QP's CNP interval: no CNP
 	CNPFailed     uint64 // a CNP was due but the packet could not be resized into one
+	Unjoined      uint64 // passed: RoCEv2 to QPN 0xFFFFFF for a group not added with AddGroup
 }
 
 // Counters returns the global counters.
@@ -37,6 +38,7 @@ func (p *Program) Counters() (Counters, error) {
 		classifierCounterCOUNTER_CNP_SENT:       &c.CNPSent,
 		classifierCounterCOUNTER_CNP_LIMITED:    &c.CNPLimited,
 		classifierCounterCOUNTER_CNP_FAILED:     &c.CNPFailed,
+		classifierCounterCOUNTER_UNJOINED:       &c.Unjoined,
 	} {
 		var per []uint64
 		if err := p.objs.Counters.Lookup(uint32(i), &per); err != nil {
