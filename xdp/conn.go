@@ -100,4 +100,9 @@ type ConnStats struct {
 	RXRingDrops uint64 // frames the kernel dropped: RX ring full or no free receive frame
 	Lent        uint64 // received frames lent to the caller (ReadBatchLent)
 	FillShort   uint64 // times the Frames had no frame to refill the fill ring with
+
+	// Datagrams to a multicast group (JoinGroup).
+	GroupReceived uint64 // queued for the group's conn
+	GroupOverflow uint64 // dropped: the group's conn had 256 datagrams unread
+	GroupUnjoined uint64 // dropped: to a multicast address the Conn has not joined
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/mcast"
 )
 
 // Conn is an AF_XDP socket bound to one receive queue of an interface: a
@@ -49,6 +50,11 @@ type Conn struct {
 	log       *slog.Logger
 	frames    FrameAllocator // nil: the Conn's own split of the UMEM
 	nRX       int            // frames the fill and RX rings should hold
+	ifindex   int
+	prog      *Program // the classifier that feeds the socket, or nil
+
+	groupsMu sync.RWMutex
+	groups   map[netip.Addr]*GroupConn // joined groups (group_linux.go)
 
 	// closeMu is held for reading by ReadBatch and WriteBatch while they
 	// touch the rings, and for writing by Close while it unmaps them.
@@ -64,6 +70,9 @@ type Conn struct {
 	badFrames, badICRC atomic.Uint64
 	tooLong            atomic.Uint64
 	lent, fillShort    atomic.Uint64
+	groupReceived      atomic.Uint64
+	groupOverflow      atomic.Uint64
+	groupUnjoined      atomic.Uint64
 }
 
 var (
@@ -92,6 +101,9 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 		log:       opts.Logger,
 		frames:    opts.Frames,
 		macs:      make(map[netip.Addr][6]byte),
+		ifindex:   opts.Ifindex,
+		prog:      opts.Program,
+		groups:    make(map[netip.Addr]*GroupConn),
 	}
 	if c.frameSize == 0 {
 		c.frameSize = 4096
@@ -401,6 +413,10 @@ func (c *Conn) deliver(frame []byte, m *roce.Message, lend bool) bool {
 		c.badICRC.Add(1)
 		return false
 	}
+	if f.Dst.Addr().IsMulticast() {
+		c.toGroup(f) // the group's conn reads it
+		return false
+	}
 	p := f.UDPPayload()
 	switch {
 	case lend:
@@ -595,9 +611,15 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	return total, nil
 }
 
-// neighbor returns the Ethernet address for ip, from the cache or the
+// neighbor returns the Ethernet address for ip: a multicast group's own
+// (01:00:5e or 33:33 and the group's low bits, as the kernel's
+// ip_eth_mc_map and ipv6_eth_mc_map make it), else from the cache or the
 // Neighbors (a miss there is cached once found).
 func (c *Conn) neighbor(ip netip.Addr) ([6]byte, error) {
+	if ip.IsMulticast() {
+		mac, err := mcast.EthernetMAC(ip)
+		return mac, err
+	}
 	if mac, ok := c.macs[ip]; ok {
 		return mac, nil
 	}
@@ -623,6 +645,10 @@ func (c *Conn) Stats() (ConnStats, error) {
 		TooLong:   c.tooLong.Load(),
 		Lent:      c.lent.Load(),
 		FillShort: c.fillShort.Load(),
+
+		GroupReceived: c.groupReceived.Load(),
+		GroupOverflow: c.groupOverflow.Load(),
+		GroupUnjoined: c.groupUnjoined.Load(),
 	}
 	var xs unix.XDPStatistics
 	var serr error
@@ -639,14 +665,16 @@ func (c *Conn) Stats() (ConnStats, error) {
 	return s, nil
 }
 
-// Close implements roce.PacketConn: it unblocks ReadBatch, closes the
-// socket (which leaves the classifier's map with it) and unmaps the rings.
-// The UMEM stays the caller's. Close is idempotent.
+// Close implements roce.PacketConn: it closes the groups' conns still
+// open, unblocks ReadBatch, closes the socket (which leaves the
+// classifier's map with it) and unmaps the rings. The UMEM stays the
+// caller's. Close is idempotent.
 func (c *Conn) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	err := c.file.Close()
+	gerr := c.closeGroups()
+	err := errors.Join(gerr, c.file.Close())
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	c.freeFrames()

@@ -54,3 +54,28 @@ func (c *Conn) ReadBatchLent([]roce.Message) (int, error) { return 0, roce.ErrCo
 
 // ReturnFrames implements roce.FrameLender.
 func (c *Conn) ReturnFrames([]uint64) {}
+
+// GroupConn receives a multicast group's datagrams from a Conn.
+type GroupConn struct{}
+
+var _ roce.PacketConn = (*GroupConn)(nil)
+
+// JoinGroup returns an error matching ErrNotSupported: AF_XDP is Linux only.
+func (c *Conn) JoinGroup(group netip.Addr) (*GroupConn, error) {
+	return nil, fmt.Errorf("%w: AF_XDP on %s", ErrNotSupported, runtime.GOOS)
+}
+
+// Group returns the group the conn receives.
+func (g *GroupConn) Group() netip.Addr { return netip.Addr{} }
+
+// LocalAddr implements roce.PacketConn.
+func (g *GroupConn) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
+
+// ReadBatch implements roce.PacketConn.
+func (g *GroupConn) ReadBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
+// WriteBatch implements roce.PacketConn.
+func (g *GroupConn) WriteBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
+// Close implements roce.PacketConn.
+func (g *GroupConn) Close() error { return nil }
