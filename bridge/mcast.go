@@ -18,13 +18,16 @@ import (
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
+	"github.com/rbridge/rbridge/xdp"
 )
 
 // Multicast groups (config groups:). For each group the gateway has one UD
 // QP on each of its two legs: on the userspace (RoCE) leg a transport QP
 // attached to the group, whose packets a socket bound to the group and
 // joined on the leg's interface receives (IGMP/MLD: the interface's
-// Ethernet multicast filter follows); on the other leg, a verbs one, an
+// Ethernet multicast filter follows), or on an AF_XDP leg the leg's own
+// socket, its classifier redirecting the group's datagrams while a kernel
+// socket holds the membership; on the other leg, a verbs one, an
 // rdma_cm id in the UDP port space joined with rdma_join_multicast (as
 // mckey joins), whose QP the kernel attaches. A datagram one QP receives
 // is sent to the group on the other leg (to QPN 0xFFFFFF with the group's
@@ -186,6 +189,32 @@ type GroupStatus struct {
 	RoCESide  string          `json:"roce_side"`
 	IBSide    string          `json:"ib_side"`
 	Stats     UDStatsSnapshot `json:"stats"` // arrays are [roce_to_ib, ib_to_roce]
+	// RoCESideXDP and IBSideXDP are what the XDP classifier of a side on
+	// an AF_XDP leg redirected of the group's datagrams (a side that
+	// receives the group; per group, so here and not on /metrics).
+	RoCESideXDP *XDPGroupStatus `json:"roce_side_xdp,omitempty"`
+	IBSideXDP   *XDPGroupStatus `json:"ib_side_xdp,omitempty"`
+}
+
+// XDPGroupStatus is the XDP classifier's count of one group's datagrams.
+type XDPGroupStatus struct {
+	Packets uint64 `json:"packets"` // redirected to the leg's socket
+	Bytes   uint64 `json:"bytes"`   // their Ethernet frames' bytes
+	ECNCE   uint64 `json:"ecn_ce"`  // of which marked ECN Congestion Experienced
+}
+
+// xdpStatus is the classifier's count of the group on side's leg, when
+// that side receives the group on an AF_XDP leg.
+func (r *groupRun) xdpStatus(side int) *XDPGroupStatus {
+	p, ok := r.ports[side].(*userspaceUDPort)
+	if !ok || p.u.prog == nil {
+		return nil
+	}
+	c, err := p.u.prog.GroupCounters(r.cfg.Group)
+	if err != nil {
+		return nil // a send-only side, or the group left as the gateway stops
+	}
+	return &XDPGroupStatus{Packets: c.Packets, Bytes: c.Bytes, ECNCE: c.ECNCE}
 }
 
 // groupStatus returns the running groups, in the config's order.
@@ -207,7 +236,8 @@ func (g *Gateway) groupStatus() []GroupStatus {
 		s.DropNoReceive[0] += r.ports[0].noReceive()
 		s.DropNoReceive[1] += r.ports[1].noReceive()
 		out = append(out, GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
-			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s})
+			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s,
+			RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1)})
 	}
 	return out
 }
@@ -223,7 +253,10 @@ func (g *Gateway) GroupStats(name string) *UDStatsSnapshot {
 }
 
 // groupPort makes the leg's UD QP for a group; attached to it (receive)
-// through a socket bound to the group and joined on the leg's interface.
+// through a socket bound to the group and joined on the leg's interface
+// (io: udp), or through the group's conn on the leg's AF_XDP socket, whose
+// classifier steers the group's datagrams to it while a kernel socket
+// holds the membership on the interface (io: afxdp).
 func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPort, error) {
 	p, err := u.udPort()
 	if err != nil {
@@ -235,14 +268,28 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 		return p, nil
 	}
 	open := func() (roce.PacketConn, error) {
-		var c *udpconn.Conn
+		var c roce.PacketConn
 		err := netns.Do(u.cfg.Netns, func() error {
+			if xc, ok := u.pconn.(*xdp.Conn); ok {
+				// The classifier steers the group's datagrams to the
+				// leg's AF_XDP socket; the kernel holds the membership.
+				gc, err := xc.JoinGroup(group)
+				if err != nil {
+					return err
+				}
+				c = gc
+				return nil
+			}
 			ifi, err := net.InterfaceByName(u.cfg.Interface)
 			if err != nil {
 				return err
 			}
-			c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
-			return err
+			uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
+			if err != nil {
+				return err
+			}
+			c = uc
+			return nil
 		})
 		return c, err
 	}

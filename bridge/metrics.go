@@ -219,6 +219,9 @@ var xdpCounters = newCounters("rbridge_xdp_", legLabels, []counterRow[xdp.ConnSt
 	{"rx_ring_drops_total", "Frames the kernel dropped: RX ring full or no free receive frame.", func(s *xdp.ConnStats) uint64 { return s.RXRingDrops }},
 	{"rx_lent_total", "Received frames lent to the relay (no copy).", func(s *xdp.ConnStats) uint64 { return s.Lent }},
 	{"fill_short_total", "Times no frame was free to refill the fill ring with.", func(s *xdp.ConnStats) uint64 { return s.FillShort }},
+	{"rx_group_packets_total", "Datagrams to a multicast group the leg joined, handed to the group's QPs.", func(s *xdp.ConnStats) uint64 { return s.GroupReceived }},
+	{"rx_group_overflow_total", "Datagrams to a joined multicast group dropped: the group's queue was full.", func(s *xdp.ConnStats) uint64 { return s.GroupOverflow }},
+	{"rx_group_unjoined_total", "Datagrams to a multicast group the leg has not joined, on the AF_XDP socket: dropped.", func(s *xdp.ConnStats) uint64 { return s.GroupUnjoined }},
 })
 
 // The verbs endpoints' counters, over every connection of a verbs leg.
@@ -249,7 +252,8 @@ var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsS
 })
 
 // The XDP classifier's counters (a userspace leg with io: afxdp): what it
-// redirected to the leg's AF_XDP socket, passed to the kernel and why,
+// redirected to the leg's AF_XDP socket (its QPs' packets and its groups'
+// datagrams), passed to the kernel and why,
 // dropped and why, and the CNPs it answered ECN-CE with.
 var classifierCounters = newCounters("rbridge_xdp_classifier_", legLabels, []counterRow[xdp.Counters]{
 	{"redirected_total", "Packets the XDP program sent to the leg's AF_XDP socket.", func(s *xdp.Counters) uint64 { return s.Redirected }},
@@ -263,6 +267,7 @@ var classifierCounters = newCounters("rbridge_xdp_classifier_", legLabels, []cou
 	{"cnps_sent_total", "CNPs the XDP program sent in answer to ECN-CE.", func(s *xdp.Counters) uint64 { return s.CNPSent }},
 	{"cnps_rate_limited_total", "ECN-CE packets within their QP's CNP interval: no CNP sent.", func(s *xdp.Counters) uint64 { return s.CNPLimited }},
 	{"cnps_failed_total", "CNPs due that could not be built from the packet.", func(s *xdp.Counters) uint64 { return s.CNPFailed }},
+	{"passed_unjoined_total", "RoCEv2 datagrams to QPN 0xFFFFFF passed to the kernel: for a multicast group the leg has not joined.", func(s *xdp.Counters) uint64 { return s.Unjoined }},
 })
 
 // metricsSnapshot is what a scrape reads of a gateway, at one moment.

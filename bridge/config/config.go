@@ -43,7 +43,7 @@
 //	groups:                         # optional: IP multicast groups relayed between the fabrics (UD)
 //	  - name: ticks
 //	    group: 239.1.1.1
-//	    roce: roce                  # the userspace leg (io: udp)
+//	    roce: roce                  # the userspace leg (io: udp or afxdp)
 //	    ib: ib                      # the other leg (verbs)
 //	    direction: both             # both (default), ib_to_roce or roce_to_ib
 //	    mgid: rdma_cm               # the MGID form on an InfiniBand ib leg: rdma_cm (default) or ipoib
@@ -715,8 +715,8 @@ type Group struct {
 	Name string `yaml:"name"`
 	// Group is the IP multicast address.
 	Group netip.Addr `yaml:"group"`
-	// RoCE names the userspace leg (io: udp) and IB the other one (a
-	// verbs leg, or a userspace one).
+	// RoCE names the userspace leg (io: udp or afxdp) and IB the other
+	// one (a verbs leg, or a userspace one).
 	RoCE string `yaml:"roce"`
 	IB   string `yaml:"ib"`
 	// Direction is both (default), ib_to_roce or roce_to_ib; the side that
@@ -832,10 +832,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: %s leg %q does not exist", g.Name, side.key, side.leg)
 			case l.Kind == KindQUIC:
 				bad(g.line, "group %q: %s leg %q is a quic leg; groups are on userspace and verbs legs", g.Name, side.key, side.leg)
-			case side.key == "roce" && (l.Kind != KindUserspace || l.IO != IOUDP):
-				bad(g.line, "group %q: roce leg %q: want a userspace leg with io: udp (the group's packets come through the kernel's IP stack)", g.Name, side.leg)
-			case side.key == "ib" && l.Kind == KindUserspace && l.IO != IOUDP:
-				bad(g.line, "group %q: ib leg %q: a userspace leg there needs io: udp", g.Name, side.leg)
+			case side.key == "roce" && l.Kind != KindUserspace:
+				bad(g.line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
 			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:

@@ -91,14 +91,18 @@ func TestParseUD(t *testing.T) {
 }
 
 // TestParseGroups: a group's defaults (both ways, rdma_cm's MGID form),
-// and a file with groups and no routes.
+// groups on userspace legs of either io, and a file with groups and no
+// routes.
 func TestParseGroups(t *testing.T) {
 	c, err := config.Parse("gw.yaml", []byte(`legs:
   - {name: ib, kind: verbs, ip: 198.18.3.1}
   - {name: roce, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
+  - {name: fast, kind: userspace, interface: vgw1, ip: 198.18.2.3}
 groups:
   - {name: ticks, group: 239.1.1.1, roce: roce, ib: ib}
   - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce, mgid: ipoib, peers: [198.18.1.9, "::ffff:198.18.3.9"], loop_window: 0s}
+  - {name: quotes, group: 239.1.1.3, roce: fast, ib: ib}
+  - {name: both-userspace, group: 239.1.1.4, roce: fast, ib: roce}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +112,8 @@ groups:
 	for _, g := range c.Groups {
 		got = append(got, group{g.Name, g.Group.String(), g.RoCE, g.IB, g.Direction, g.MGID})
 	}
-	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "ipoib"}}
+	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "ipoib"},
+		{"quotes", "239.1.1.3", "fast", "ib", "both", "rdma_cm"}, {"both-userspace", "239.1.1.4", "fast", "roce", "both", "rdma_cm"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("groups (-want +got):\n%s", d)
 	}
@@ -117,7 +122,7 @@ groups:
 			t.Errorf("group %s's loop_window %v, want %v", c.Groups[i].Name, got, want)
 		}
 	}
-	wantPeers := [][]netip.Addr{nil, {netip.MustParseAddr("198.18.1.9"), netip.MustParseAddr("198.18.3.9")}}
+	wantPeers := [][]netip.Addr{nil, {netip.MustParseAddr("198.18.1.9"), netip.MustParseAddr("198.18.3.9")}, nil, nil}
 	for i, g := range c.Groups {
 		if d := cmp.Diff(wantPeers[i], g.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 			t.Errorf("group %s's peers (-want +got):\n%s", g.Name, d)
@@ -213,7 +218,7 @@ func TestParseBad(t *testing.T) {
 		{"bad mtu", base(ib+roce+"    mtu: 1500\n", ok), []string{`gw.yaml:5: leg "roce": mtu 1500: want an IB MTU`}},
 		{"mtu on a verbs leg", base(ib+"    mtu: 1024\n"+roce, ok), []string{`gw.yaml:2: leg "ib": mtu is for userspace legs`}},
 		{"group not multicast", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 10.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:15: group "g": group 10.1.1.1 is not an IP multicast address`}},
-		{"group on afxdp", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:14: group "g": roce leg "roce": want a userspace leg with io: udp`}},
+		{"group roce side on a verbs leg", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: ib, ib: roce}\n", []string{`gw.yaml:14: group "g": roce leg "ib": want a userspace leg`}},
 		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
 		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
 			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
