@@ -15,6 +15,15 @@
 // make the CNP (XDP cannot emit a second frame; the sender retransmits it).
 // Program.SetFault drops RoCEv2 packets on purpose, for tests.
 //
+// Multicast: datagrams to QPN 0xFFFFFF whose IP destination is a group
+// added with Program.AddGroup go to the AF_XDP socket too, counted per
+// group (Program.GroupCounters); other groups' go to the kernel
+// (Counters.Unjoined). Conn.JoinGroup holds the group's membership in the
+// kernel (IGMP/MLD on the interface), adds the group to the classifier and
+// returns a GroupConn that the group's datagrams arrive on, for the
+// transport's Device.AttachMulticast; a Conn sends to a group's Ethernet
+// multicast address.
+//
 //	prog, err := xdp.Load(xdp.Options{})            // needs root
 //	mode, err := prog.Attach(ifindex)               // native, else generic; logged
 //	conn, err := xdp.NewConn(xdp.ConnOptions{

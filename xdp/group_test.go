@@ -123,6 +123,17 @@ func maddrs(t *testing.T, ns *netns, ifc string) string {
 	return string(out)
 }
 
+// hasMaddr reports whether `ip maddr` output lists the address with the
+// family word (link, inet, inet6).
+func hasMaddr(out, family, addr string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == family && f[1] == addr {
+			return true
+		}
+	}
+	return false
+}
+
 // TestGroupOverAFXDP: a UD QP of the userspace transport on an AF_XDP Conn,
 // attached to a group through Conn.JoinGroup, receives what a transport
 // in the peer namespace sends to the group through kernel sockets (its
@@ -130,16 +141,37 @@ func maddrs(t *testing.T, ns *netns, ifc string) string {
 // member, to the group's Ethernet address; the interface holds the group's
 // membership while joined and not after; the classifier's and the Conn's
 // counters count exactly those datagrams, and another group's go to the
-// kernel.
+// kernel. Over IPv4 (IGMP, 01:00:5e) and IPv6 (MLD, 33:33).
 func TestGroupOverAFXDP(t *testing.T) {
-	group := netip.MustParseAddr("239.1.1.1")
-	other := netip.MustParseAddr("239.1.1.2")
+	for _, fam := range []struct {
+		name, tag    string
+		local, peer  string // the veth ends' addresses
+		group, other string
+		ethType      uint16
+		maddrFamily  string // how `ip maddr` names the family
+	}{
+		{"ipv4", "g4", "10.99.0.1", "10.99.0.2", "239.1.1.1", "239.1.1.2", unix.ETH_P_IP, "inet"},
+		{"ipv6", "g6", "fd00:99::1", "fd00:99::2", "ff0e::1:2", "ff0e::1:3", unix.ETH_P_IPV6, "inet6"},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			testGroupOverAFXDP(t, fam.tag, netip.MustParseAddr(fam.local), netip.MustParseAddr(fam.peer),
+				netip.MustParseAddr(fam.group), netip.MustParseAddr(fam.other), fam.ethType, fam.maddrFamily)
+		})
+	}
+}
+
+func testGroupOverAFXDP(t *testing.T, tag string, local, peer, group, other netip.Addr, ethType uint16, maddrFamily string) {
 	a := &side{}
-	nsA, nsB := newNetns(t, nsName("ga")), newNetns(t, nsName("gb"))
+	nsA, nsB := newNetns(t, nsName(tag+"a")), newNetns(t, nsName(tag+"b"))
 	ifA, ifB := vethPair(t, nsA, nsB, "10.99.0.1/24", "10.99.0.2/24", "02:00:00:00:99:0a", "02:00:00:00:99:0b")
-	a.ns, a.ifc, a.addr, a.qpn = nsA, ifA, netip.MustParseAddrPort("10.99.0.1:4791"), 0x11
+	if local.Is6() {
+		// No duplicate address detection: the addresses are usable at once.
+		ipCmd(t, "-n", nsA.name, "addr", "add", local.String()+"/64", "dev", ifA, "nodad")
+		ipCmd(t, "-n", nsB.name, "addr", "add", peer.String()+"/64", "dev", ifB, "nodad")
+	}
+	a.ns, a.ifc, a.addr, a.qpn = nsA, ifA, netip.AddrPortFrom(local, roce.Port), 0x11
 	a.start(t, 0, xdp.BindAuto, xdp.Options{})
-	peerAddr := netip.MustParseAddrPort("10.99.0.2:4791")
+	peerAddr := netip.AddrPortFrom(peer, roce.Port)
 
 	// The AF_XDP side: the group's conn from JoinGroup.
 	ea := newUDEnd(t, a.conn, 0)
@@ -156,7 +188,7 @@ func TestGroupOverAFXDP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := maddrs(t, a.ns, a.ifc); !strings.Contains(m, "inet  "+group.String()) || !strings.Contains(m, mac.String()) {
+	if m := maddrs(t, a.ns, a.ifc); !hasMaddr(m, maddrFamily, group.String()) || !hasMaddr(m, "link", mac.String()) {
 		t.Errorf("%s while joined: no %v or %v in\n%s", a.ifc, group, mac, m)
 	}
 	if _, err := a.conn.JoinGroup(group); err == nil {
@@ -177,7 +209,7 @@ func TestGroupOverAFXDP(t *testing.T) {
 		if member, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index}); err != nil {
 			return
 		}
-		capture, err = packetSocket(ifi.Index)
+		capture, err = packetSocket(ifi.Index, ethType)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +257,7 @@ func TestGroupOverAFXDP(t *testing.T) {
 		ea.send(t, group, toB(i))
 	}
 	eb.recv(t, "member", n, a.addr.Addr(), ea.qp.QPN(), toB)
-	if got := capturedMAC(t, capture, a.addr.Addr(), group); got != mac {
+	if got := capturedMAC(t, capture, ethType, a.addr.Addr(), group); got != mac {
 		t.Errorf("to %v: Ethernet destination %v, want %v", group, got, mac)
 	}
 
@@ -237,7 +269,7 @@ func TestGroupOverAFXDP(t *testing.T) {
 	if _, err := a.prog.GroupCounters(group); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("classifier after the detach: %v, want ErrKeyNotExist", err)
 	}
-	if m := maddrs(t, a.ns, a.ifc); strings.Contains(m, group.String()) {
+	if m := maddrs(t, a.ns, a.ifc); hasMaddr(m, maddrFamily, group.String()) {
 		t.Errorf("%s after the detach still holds %v:\n%s", a.ifc, group, m)
 	}
 	if _, err := joined.ReadBatch(make([]roce.Message, 1)); !errors.Is(err, roce.ErrConnClosed) {
@@ -257,10 +289,10 @@ func TestGroupOverAFXDP(t *testing.T) {
 	}
 }
 
-// packetSocket opens an AF_PACKET socket that sees the interface's IPv4
-// frames.
-func packetSocket(ifindex int) (int, error) {
-	proto := int(htons(unix.ETH_P_IP))
+// packetSocket opens an AF_PACKET socket that sees the interface's frames
+// of the EtherType.
+func packetSocket(ifindex int, ethType uint16) (int, error) {
+	proto := int(htons(ethType))
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
 		return -1, fmt.Errorf("AF_PACKET socket: %w", err)
@@ -281,7 +313,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // capturedMAC returns the Ethernet destination of the first RoCEv2 frame
 // from src to dst the packet socket saw.
-func capturedMAC(t *testing.T, fd int, src, dst netip.Addr) mcast.MAC {
+func capturedMAC(t *testing.T, fd int, ethType uint16, src, dst netip.Addr) mcast.MAC {
 	t.Helper()
 	buf := make([]byte, 4096)
 	for {
@@ -293,7 +325,7 @@ func capturedMAC(t *testing.T, fd int, src, dst netip.Addr) mcast.MAC {
 		if f.DecodeEthernet(buf[:n]) != nil || f.Src.Addr() != src || f.Dst.Addr() != dst {
 			continue
 		}
-		if binary.BigEndian.Uint16(buf[12:]) != 0x0800 {
+		if binary.BigEndian.Uint16(buf[12:]) != ethType {
 			continue
 		}
 		return mcast.MAC(buf[:6])

@@ -173,7 +173,12 @@ func Listen(opts Options) (*Conn, error) {
 			serr = errors.Join(
 				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1),
 				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1),
-				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, 64))
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, 64),
+				// RoCEv2 over IPv6 comes with UDP checksum 0 (the ICRC
+				// covers it): rxe sends it so and its own socket takes it
+				// (udp_sock_create6 without use_udp6_rx_checksums), as
+				// the AF_XDP conn sends it. Linux drops it otherwise.
+				unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1))
 			if group {
 				mreq := &unix.IPv6Mreq{Multiaddr: a.Addr().As16(), Interface: uint32(opts.Interface)}
 				serr = errors.Join(serr, unix.SetsockoptIPv6Mreq(int(fd), unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, mreq))
