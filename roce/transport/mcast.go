@@ -17,8 +17,9 @@ const MulticastQPN = 0xFFFFFF
 // group's IP address with DestQP 0xFFFFFF. They arrive on a packet conn of
 // their own (a socket bound to the group and joined to it on the
 // interface: the device's own conn, bound to its unicast address, does not
-// receive them), which the device opens on a group's first attach, reads
-// in routineGroup, and closes on its last detach. Every attached QP gets
+// receive them; or, over AF_XDP, the group's xdp.GroupConn, which the
+// device's own conn feeds), which the device opens on a group's first
+// attach, reads in routineGroup, and closes on its last detach. Every attached QP gets
 // its own copy, checked against its Q_Key as any UD datagram.
 //
 // Sending to a group needs nothing of this: a UD send to the group's
