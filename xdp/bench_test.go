@@ -29,6 +29,11 @@ func BenchmarkClassifier(b *testing.B) {
 	if err := p.AddQP(ownedQP, xdp.QP{RemoteQPN: remoteQP}); err != nil {
 		b.Fatal(err)
 	}
+	for _, g := range []netip.Addr{group4, group6} {
+		if err := p.AddGroup(g); err != nil {
+			b.Fatal(err)
+		}
+	}
 	classify, pass := p.Programs()
 	for _, bc := range []struct {
 		name  string
@@ -38,6 +43,9 @@ func BenchmarkClassifier(b *testing.B) {
 		{"unowned", buildFrame(roceFrame(roce.RCSendOnly, otherQP, 0))},
 		{"owned", buildFrame(roceFrame(roce.RCSendOnly, ownedQP, 0))},
 		{"owned-ipv6-vlan", buildFrame(frameSpec{vlans: 1, src: ip6A, dst: ip6B, sport: 1, transport: transport(roce.RCRDMAWriteOnly, ownedQP, 64)})},
+		{"group", buildFrame(frameSpec{src: ip4A, dst: group4, sport: 1, transport: transport(roce.UDSendOnly, 0xFFFFFF, 64)})},
+		{"group-ipv6", buildFrame(frameSpec{src: ip6A, dst: group6, sport: 1, transport: transport(roce.UDSendOnly, 0xFFFFFF, 64)})},
+		{"group-unjoined", buildFrame(frameSpec{src: ip4A, dst: otherGroup4, sport: 1, transport: transport(roce.UDSendOnly, 0xFFFFFF, 64)})},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
