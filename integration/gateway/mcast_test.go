@@ -18,25 +18,28 @@ import (
 
 // mcastConfig is the guest's gateway with a group each way: the RoCE
 // side's (rxe1 and the user0 namespace's wire) to the IB fabric's (rxe2,
-// rxe3) and back.
-func mcastConfig(ns guest.Netns, ib guest.IBFabric) string {
+// rxe3) and back, the userspace leg on io (udp or afxdp).
+func mcastConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
 	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 legs:
-  - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
+  - {name: roce, kind: userspace, interface: %s, ip: %v, io: %s, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
 groups:
   - {name: to-ib, group: 239.192.7.1, roce: roce, ib: ib, direction: roce_to_ib}
   - {name: to-roce, group: 239.192.7.2, roce: roce, ib: ib, direction: ib_to_roce}
   - {name: both, group: 239.192.7.3, roce: roce, ib: ib}
-`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice)
+`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice)
 }
 
 // TestGuestRunMckey: unmodified mckey sends to a group on one fabric and
 // unmodified mckey receives it on the other, through rbridge run, both
-// ways; the group's counters in /status are what mckey sent. A group
-// relayed both ways, joined in full on both legs, sends what crossed to
-// the IB side only there: whatever the gateway hears of its own sends is
-// dropped as its own, and nothing comes back to the RoCE side.
+// ways, with the userspace leg on a UDP socket and on AF_XDP (the
+// classifier steering the group's datagrams to the leg's socket, the
+// kernel holding the membership); the group's counters in /status are
+// what mckey sent, and on AF_XDP so is what the classifier redirected. A
+// group relayed both ways, joined in full on both legs, sends what crossed
+// to the IB side only there: whatever the gateway hears of its own sends
+// is dropped as its own, and nothing comes back to the RoCE side.
 func TestGuestRunMckey(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
@@ -55,7 +58,13 @@ func TestGuestRunMckey(t *testing.T) {
 			t.Fatal("mckey's datagrams crossed between the fabrics without the gateway: the test below would prove nothing")
 		}
 	})
-	logs := startGateway(t, mcastConfig(ns, ib))
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) { runMckey(t, io, ns, ib, count, size) })
+	}
+}
+
+func runMckey(t *testing.T, io string, ns guest.Netns, ib guest.IBFabric, count, size int) {
+	logs := startGateway(t, mcastConfig(io, ns, ib))
 	admin := adminAddr(t, logs)
 	for _, tc := range []struct {
 		group, addr      string
@@ -85,13 +94,27 @@ func TestGuestRunMckey(t *testing.T) {
 				t.Fatalf("no group %s in /status: %+v", tc.group, st.Groups)
 			}
 			var want bridge.UDStatsSnapshot
-			want.Datagrams[tc.dir], want.Bytes[tc.dir] = count, count*size
+			want.Datagrams[tc.dir], want.Bytes[tc.dir] = uint64(count), uint64(count*size)
 			// What the gateway heard of its own sends (the HCA's or the
 			// wire's loopback, if any): dropped, never relayed back.
 			want.DropOwn = g.Stats.DropOwn
 			t.Logf("group %s: %+v", tc.group, g.Stats)
 			if g.Stats != want {
 				t.Errorf("group %s's counters %+v, want %+v (mckey sent %d of %d bytes)", tc.group, g.Stats, want, count, size)
+			}
+			// On AF_XDP the classifier redirected exactly mckey's
+			// datagrams to the leg where the RoCE side receives the group.
+			switch x := g.RoCESideXDP; {
+			case io != "afxdp" || tc.dir != 0:
+				if x != nil {
+					t.Errorf("group %s: XDP counters %+v on a side that does not receive on AF_XDP", tc.group, *x)
+				}
+			case x == nil:
+				t.Errorf("group %s: no XDP counters for the RoCE side", tc.group)
+			case x.Packets != uint64(count):
+				t.Errorf("group %s: the classifier redirected %d datagrams, want mckey's %d", tc.group, x.Packets, count)
+			default:
+				t.Logf("group %s: the classifier redirected %+v", tc.group, *x)
 			}
 		})
 	}
