@@ -135,6 +135,9 @@ groups:
 	if x := gs.RoCESideXDP; x == nil || x.Packets != n || x.Bytes == 0 {
 		t.Errorf("the classifier's count of the group %+v, want %d datagrams", x, n)
 	}
+	if !strings.Contains(gs.RoCESide, "AF_XDP") || strings.Contains(gs.IBSide, "AF_XDP") {
+		t.Errorf("sides described %q and %q: only the first is on AF_XDP", gs.RoCESide, gs.IBSide)
+	}
 	if gs.IBSideXDP != nil {
 		t.Errorf("XDP counts on the UDP leg: %+v", *gs.IBSideXDP)
 	}

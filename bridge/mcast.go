@@ -267,6 +267,9 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 		p.peerNote += " (send only)"
 		return p, nil
 	}
+	if _, ok := u.pconn.(*xdp.Conn); ok {
+		p.peerNote += " (AF_XDP: the classifier redirects it)"
+	}
 	open := func() (roce.PacketConn, error) {
 		var c roce.PacketConn
 		err := netns.Do(u.cfg.Netns, func() error {
