@@ -16,6 +16,8 @@
 //	    io: afxdp                   # afxdp (default) or udp
 //	    netns: user0                # optional: the network namespace that holds the interface
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
+//	    busy_poll: true             # optional (verbs; userspace with io: udp): UD receive loops spin, a core each
+//	    busy_poll_cpus: [2, 3]      # optional, with busy_poll: pin those loops to these CPUs, in turn
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
@@ -46,6 +48,11 @@
 //	    ib: ib                      # the other leg (verbs)
 //	    direction: both             # both (default), ib_to_roce or roce_to_ib
 //	    mgid: rdma_cm               # the MGID form on the ib leg (rdma_cm, the default, only for now)
+//	    rate:                       # optional: a limit per direction, a second; each key optional
+//	      packets: 10000            # datagrams a second
+//	      burst_packets: 1000       # the most at once (default a tenth of packets, at least 1)
+//	      bytes: 50MB               # payload bytes a second: B, kB, MB, GB (1000s), KiB, MiB, GiB (1024s)
+//	      burst_bytes: 5MB          # the most at once (default a tenth of bytes, at least 4096)
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -59,6 +66,21 @@
 // buffer) is dropped and counted. UD routes are on userspace and verbs
 // legs; their listen address may share a port with an RC route's (the
 // port spaces differ), not with another UD route's.
+//
+// A group's rate limit applies to each direction on its own: a token
+// bucket for datagrams and one for bytes, as given; a datagram that finds
+// either short is dropped (UD: nothing is resent) and counted under cause
+// "rate". A reload may change a group's rate (the running group takes the
+// new one at once); any other change to the groups is refused.
+//
+// busy_poll trades a core for latency: each of the leg's UD receive loops
+// (a group's QP on the leg, either QP of a UD route's client that is on
+// the leg) polls its completion queue without sleeping, and a userspace
+// leg's sockets are read in a spin (non-blocking recvmmsg, SO_BUSY_POLL
+// for NIC drivers that poll). Each such loop keeps a CPU busy while the
+// gateway runs, traffic or not. With busy_poll_cpus the receive loops
+// run on OS threads of their own, pinned to those CPUs in turn, and never
+// yield them; without, they yield to other goroutines between polls.
 //
 // On a quic leg a route's addresses name the far end, not this gateway:
 // a route whose target is on a quic leg asks the peer gateway for that
@@ -79,6 +101,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -142,6 +165,18 @@ type Leg struct {
 	// Over (quic) names a verbs leg: the tunnel runs over the IPoIB
 	// interface of that leg's port, which must hold IP.
 	Over string `yaml:"over"`
+	// BusyPoll (verbs, userspace with io: udp) makes the leg's UD receive
+	// loops (its multicast groups' and UD routes' QPs) spin on their
+	// completion queues instead of sleeping until a completion wakes
+	// them, and a userspace leg's sockets spin in non-blocking reads
+	// (with SO_BUSY_POLL): the lowest latency, for a core per loop.
+	BusyPoll bool `yaml:"busy_poll"`
+	// BusyPollCPUs (with BusyPoll) pins each of the leg's UD receive
+	// loops to a CPU of the list, in turn, on an OS thread of its own
+	// that it never yields (isolate those CPUs from the rest, and give
+	// the process more CPUs than it has pinned loops). Without it the
+	// loops yield to other goroutines between polls.
+	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
 
 	line         int
 	errs         []lineError
@@ -387,7 +422,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
 	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "busy_poll", "busy_poll_cpus")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -398,6 +433,20 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "port", "leg", &l.Port, &errs)
 	scalar(vals, "mtu", "leg", &l.MTU, &errs)
 	scalar(vals, "ecn", "leg", &l.ECN, &errs)
+	scalar(vals, "busy_poll", "leg", &l.BusyPoll, &errs)
+	if v := vals["busy_poll_cpus"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "leg: busy_poll_cpus: want a list of CPU numbers, as [2, 3]"})
+		}
+		for _, item := range v.Content {
+			var cpu int
+			if err := item.Decode(&cpu); err != nil || item.Kind != yaml.ScalarNode {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("leg: busy_poll_cpus %q: not a CPU number", item.Value)})
+				continue
+			}
+			l.BusyPollCPUs = append(l.BusyPollCPUs, cpu)
+		}
+	}
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
 	l.errs = errs
 	return nil
@@ -514,6 +563,7 @@ func (c *Config) validate() Errors {
 		if l.MTU != 0 && l.Kind != KindUserspace {
 			bad(l.line, "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
 		}
+		validateBusyPoll(l, bad)
 		switch l.Kind {
 		case KindQUIC:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" || l.Device != "" || l.Port != 0 {
@@ -650,6 +700,35 @@ func (c *Config) validate() Errors {
 	return es
 }
 
+// MaxCPU bounds a CPU number in busy_poll_cpus (the kernel's CPU_SETSIZE
+// in glibc and golang.org/x/sys/unix's CPUSet).
+const MaxCPU = 1024
+
+// validateBusyPoll checks a leg's busy_poll and busy_poll_cpus.
+func validateBusyPoll(l *Leg, bad func(int, string, ...any)) {
+	if l.BusyPoll {
+		switch {
+		case l.Kind == KindQUIC:
+			bad(l.line, "leg %q: busy_poll is for verbs and userspace legs (a quic leg's packets are QUIC's)", l.Name)
+		case l.Kind == KindUserspace && l.IO != IOUDP:
+			bad(l.line, "leg %q: busy_poll on a userspace leg needs io: udp (not yet on AF_XDP)", l.Name)
+		}
+	}
+	if len(l.BusyPollCPUs) > 0 && !l.BusyPoll {
+		bad(l.line, "leg %q: busy_poll_cpus without busy_poll: true", l.Name)
+	}
+	seen := map[int]bool{}
+	for _, cpu := range l.BusyPollCPUs {
+		switch {
+		case cpu < 0 || cpu >= MaxCPU:
+			bad(l.line, "leg %q: busy_poll_cpus: CPU %d: want 0 to %d", l.Name, cpu, MaxCPU-1)
+		case seen[cpu]:
+			bad(l.line, "leg %q: busy_poll_cpus: CPU %d given twice", l.Name, cpu)
+		}
+		seen[cpu] = true
+	}
+}
+
 // Group directions.
 const (
 	DirectionBoth     = "both"
@@ -682,9 +761,132 @@ type Group struct {
 	// rdma_join_multicast computes, the RDMA-CM form on InfiniBand and
 	// the IPv4-mapped one on RoCE). ipoib is not supported yet.
 	MGID string `yaml:"mgid"`
+	// Rate limits the datagrams the group relays, in each direction on
+	// its own; the zero Rate has no limit.
+	Rate Rate `yaml:"rate"`
 
-	line int
-	errs []lineError
+	line     int
+	errs     []lineError
+	rateErrs []lineError // named with the group in validateGroups
+}
+
+// Rate is a limit on a group's datagrams, per direction: a token bucket
+// of each kind given, refilled at the rate and holding at most its burst.
+// A datagram crosses only when both buckets hold enough for it; else it is
+// dropped (UD: nothing is resent) and counted. Zero fields have no limit.
+type Rate struct {
+	// Packets is the datagrams a second; BurstPackets the most that
+	// cross at once after a quiet spell (default a tenth of Packets, at
+	// least 1).
+	Packets      int64 `yaml:"packets"`
+	BurstPackets int64 `yaml:"burst_packets"`
+	// Bytes is the payload bytes a second; BurstBytes the most at once
+	// (default a tenth of Bytes, at least MaxDatagram). In the file both
+	// take a unit: 50MB, 1.5GB (1000s) or 64KiB, 1MiB (1024s); a plain
+	// number is bytes.
+	Bytes      int64 `yaml:"bytes"`
+	BurstBytes int64 `yaml:"burst_bytes"`
+}
+
+// Limited reports whether r limits anything.
+func (r Rate) Limited() bool { return r.Packets > 0 || r.Bytes > 0 }
+
+// MaxDatagram is the longest datagram a group relays (the largest IB
+// MTU): a byte burst below it would let no such datagram cross.
+const MaxDatagram = 4096
+
+// byteSize parses a size in bytes with an optional unit.
+var byteSize = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]*)$`)
+
+// byteUnits are the units of a byte count (bits are refused: a rate in
+// Mbit/s is easy to mistake for MB/s).
+var byteUnits = map[string]float64{"": 1, "B": 1, "k": 1e3, "K": 1e3, "kB": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
+	"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30}
+
+// parseBytes parses a byte count: a whole number, or a number with a unit
+// (50MB, 1.5GB, 64KiB).
+func parseBytes(text string) (int64, error) {
+	m := byteSize.FindStringSubmatch(strings.TrimSpace(text))
+	if m == nil {
+		if strings.HasPrefix(strings.TrimSpace(text), "-") {
+			return 0, errors.New("negative")
+		}
+		return 0, errors.New("want a number of bytes, as 50MB, 1.5GB or 64KiB (k, M, G: 1000s; Ki, Mi, Gi: 1024s)")
+	}
+	unit, ok := byteUnits[m[2]]
+	if !ok {
+		if strings.HasSuffix(m[2], "b") || strings.HasSuffix(strings.ToLower(m[2]), "bit") || strings.HasSuffix(m[2], "bps") {
+			return 0, fmt.Errorf("unit %q: bits? the rate is in bytes: write MB for megabytes (50 Mbit/s is 6.25MB)", m[2])
+		}
+		return 0, fmt.Errorf("unit %q: want B, kB, MB, GB (1000s) or KiB, MiB, GiB (1024s)", m[2])
+	}
+	var v float64
+	fmt.Sscan(m[1], &v)
+	v *= unit
+	if v >= 1<<62 {
+		return 0, errors.New("too large")
+	}
+	if v != float64(int64(v)) {
+		return 0, errors.New("not a whole number of bytes")
+	}
+	return int64(v), nil
+}
+
+// decodeRate decodes a group's rate limit from its node; what is wrong is
+// kept for validateGroups, which names the group.
+func (g *Group) decodeRate(n *yaml.Node) {
+	what := "rate"
+	vals, errs := mapping(n, what, "packets", "burst_packets", "bytes", "burst_bytes")
+	r := &g.Rate
+	for _, k := range []struct {
+		key   string
+		dst   *int64
+		bytes bool
+	}{{"packets", &r.Packets, false}, {"burst_packets", &r.BurstPackets, false}, {"bytes", &r.Bytes, true}, {"burst_bytes", &r.BurstBytes, true}} {
+		v := vals[k.key]
+		if v == nil {
+			continue
+		}
+		if v.Kind != yaml.ScalarNode {
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s: want a single value", k.key)})
+			continue
+		}
+		var x int64
+		var err error
+		if k.bytes {
+			x, err = parseBytes(v.Value)
+		} else if x, err = strconv.ParseInt(v.Value, 10, 64); err != nil {
+			err = errors.New("want a whole number of datagrams")
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s %q: %v", k.key, v.Value, err)})
+		case x < 0:
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s %q: negative", k.key, v.Value)})
+		case x == 0:
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s 0: nothing would cross; leave the key out for no limit", k.key)})
+		default:
+			*k.dst = x
+		}
+	}
+	if n.Kind == yaml.MappingNode && len(vals) == 0 {
+		errs = append(errs, lineError{n.Line, "rate: no limit given: want packets, bytes or both (a second, each way)"})
+	}
+	for _, b := range []struct{ burst, rate string }{{"burst_packets", "packets"}, {"burst_bytes", "bytes"}} {
+		if vals[b.burst] != nil && vals[b.rate] == nil {
+			errs = append(errs, lineError{vals[b.burst].Line, fmt.Sprintf("rate: %s without %s: a burst of what rate?", b.burst, b.rate)})
+		}
+	}
+	if r.BurstBytes > 0 && r.BurstBytes < MaxDatagram {
+		errs = append(errs, lineError{vals["burst_bytes"].Line, fmt.Sprintf("rate: burst_bytes %d: below %d bytes (the largest datagram) a long datagram could never cross", r.BurstBytes, MaxDatagram)})
+	}
+	if r.Packets > 0 && r.BurstPackets == 0 {
+		r.BurstPackets = max(r.Packets/10, 1)
+	}
+	if r.Bytes > 0 && r.BurstBytes == 0 {
+		r.BurstBytes = max(r.Bytes/10, MaxDatagram)
+	}
+	g.rateErrs = errs
 }
 
 // Line is where the group is defined in its file.
@@ -693,7 +895,7 @@ func (g *Group) Line() int { return g.line }
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid")
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "rate")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -701,6 +903,9 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 		scalar(vals, k.key, "group", k.dst, &errs)
 	}
 	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
+	if v := vals["rate"]; v != nil {
+		g.decodeRate(v)
+	}
 	g.errs = errs
 	return nil
 }
@@ -712,6 +917,9 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		g := &c.Groups[i]
 		for _, e := range g.errs {
 			bad(e.line, "%s", e.msg)
+		}
+		for _, e := range g.rateErrs {
+			bad(e.line, "group %q: %s", g.Name, e.msg)
 		}
 		switch {
 		case g.Name == "":
