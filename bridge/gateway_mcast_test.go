@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rbridge/rbridge/bridge"
@@ -31,13 +32,20 @@ var mcastGroup = netip.MustParseAddr(fmt.Sprintf("239.201.%d.%d", os.Getpid()>>8
 
 func groupConfig(t *testing.T, direction string) *config.Config {
 	t.Helper()
+	return groupConfigWith(t, direction, "", "")
+}
+
+// groupConfigWith is groupConfig with the group's keys (rate: ...) and leg
+// a's (busy_poll: ...) added.
+func groupConfigWith(t testing.TB, direction, groupKeys, legAKeys string) *config.Config {
+	t.Helper()
 	y := `legs:
-  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp@LA@}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
 groups:
-  - {name: ticks, group: GROUP, roce: a, ib: b, direction: DIR}
+  - {name: ticks, group: GROUP, roce: a, ib: b, direction: DIR@GK@}
 `
-	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction).Replace(y)
+	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction, "@GK@", groupKeys, "@LA@", legAKeys).Replace(y)
 	c, err := config.Parse("gw.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -172,16 +180,115 @@ func (a *cmApp) sendUDTo(t *testing.T, qp *transport.QP, to netip.Addr, qpn uint
 }
 
 // TestGatewayGroupReload: groups are joined once, as legs are opened: a
-// reload whose groups differ is refused, one with the same groups applies.
+// reload whose groups differ is refused, one with the same groups applies,
+// and one that changes only a group's rate limit puts it in force.
 func TestGatewayGroupReload(t *testing.T) {
 	g := startGatewayWith(t, groupConfig(t, config.DirectionBoth), bridge.GatewayOptions{})
 	if _, err := g.Reload(groupConfig(t, config.DirectionRoCEToIB)); !errors.Is(err, bridge.ErrLegsChanged) {
 		t.Errorf("reload with a group's direction changed: %v, want ErrLegsChanged", err)
 	}
-	if _, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil {
-		t.Errorf("reload with the same groups: %v", err)
+	if res, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil || res.RateChanged != nil {
+		t.Errorf("reload with the same groups: %v, rate changed of %v", err, res.RateChanged)
 	}
-	if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Direction != config.DirectionBoth {
+	if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Direction != config.DirectionBoth || s.Groups[0].Rate != nil {
 		t.Errorf("groups after the reloads: %+v", s.Groups)
+	}
+	for _, tc := range []struct {
+		keys    string
+		changed []string
+		want    *config.Rate
+	}{
+		{", rate: {packets: 100}", []string{"ticks"}, &config.Rate{Packets: 100, BurstPackets: 10}},
+		{", rate: {packets: 100}", nil, &config.Rate{Packets: 100, BurstPackets: 10}},
+		{", rate: {packets: 100, bytes: 1MB}", []string{"ticks"}, &config.Rate{Packets: 100, BurstPackets: 10, Bytes: 1e6, BurstBytes: 1e5}},
+		{"", []string{"ticks"}, nil},
+	} {
+		res, err := g.Reload(groupConfigWith(t, config.DirectionBoth, tc.keys, ""))
+		if err != nil || !cmp.Equal(res.RateChanged, tc.changed) {
+			t.Errorf("reload with %q: %v, rate changed of %v; want no error, %v", tc.keys, err, res.RateChanged, tc.changed)
+		}
+		if s := g.Status(); len(s.Groups) != 1 || !cmp.Equal(s.Groups[0].Rate, tc.want) {
+			t.Errorf("after the reload with %q the group's rate is %+v, want %+v", tc.keys, s.Groups[0].Rate, tc.want)
+		}
+	}
+}
+
+// TestGatewayGroupRate: datagrams sent far faster than a group's rate
+// limit cross no more than its burst and its rate over the time they
+// took; the others are dropped and counted under cause "rate". Without a
+// limit every one crosses.
+func TestGatewayGroupRate(t *testing.T) {
+	const (
+		n     = 50               // datagrams sent
+		every = time.Millisecond // apart: 1000 a second
+		limit = 10               // a second
+		burst = 2                // at once
+		keys  = ", rate: {packets: 10, burst_packets: 2}"
+	)
+	for _, tc := range []struct {
+		name, keys string
+	}{{"limited", keys}, {"unlimited", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, tc.keys, ""), bridge.GatewayOptions{})
+			// The receiver hears the sender too (one wire): room for both.
+			rqp, rcq := receiver.joinQP(t, 2*n+8)
+			sqp, _ := sender.udQP(t, 1)
+			payload := []byte("tick 42")
+			start := time.Now()
+			for range n {
+				sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+				time.Sleep(every)
+			}
+			// The gateway has dealt with every one (relayed or dropped)
+			// by now: the tokens it had cannot exceed the burst and what
+			// accrued since start.
+			var st *bridge.UDStatsSnapshot
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				st = g.GroupStats("ticks")
+				if st.Datagrams[0]+st.DropRate[0]+st.DropNoReceive[0]+st.DropPoolEmpty[0]+st.DropSendFailed[0] >= n || time.Now().After(deadline) {
+					break
+				}
+			}
+			elapsed := time.Since(start)
+			got := drain(t, receiver, rcq, rqp, payload)
+			gwB := netip.MustParseAddr(lo("2"))
+			crossed := got[gwB]
+			if got[sender.ip] != n {
+				t.Errorf("the receiver heard %d of the sender's %d datagrams itself: the wire lost some, the test proves nothing", got[sender.ip], n)
+			}
+			if uint64(crossed) != st.Datagrams[0] {
+				t.Errorf("%d datagrams reached the receiver through the gateway, which counted %d relayed", crossed, st.Datagrams[0])
+			}
+			dropped := st.DropRate[0] + st.DropNoReceive[0] + st.DropPoolEmpty[0] + st.DropSendFailed[0] + st.DropTooLong[0]
+			if dropped != uint64(n-crossed) {
+				t.Errorf("%d of %d crossed and %d were counted dropped (%+v): want %d", crossed, n, dropped, *st, n-crossed)
+			}
+			if tc.keys == "" {
+				if crossed != n {
+					t.Errorf("without a limit %d of %d crossed (stats %+v)", crossed, n, *st)
+				}
+				return
+			}
+			bound := burst + limit*elapsed.Seconds() + 1
+			t.Logf("%d of %d crossed in %v under %d a second, burst %d: at most %.1f may", crossed, n, elapsed.Round(time.Millisecond), limit, burst, bound)
+			if float64(crossed) > bound {
+				t.Errorf("%d datagrams crossed in %v: more than the burst %d and %d a second allow (%.1f)", crossed, elapsed, burst, limit, bound)
+			}
+			if crossed < burst {
+				t.Errorf("%d datagrams crossed: fewer than the burst (%d) the full bucket lets through at once", crossed, burst)
+			}
+			if st.DropRate[0] == 0 {
+				t.Error("no datagram counted dropped for the rate")
+			}
+			m, _ := scrape(t, startAdmin(t, g))
+			name := `rbridge_group_dropped_total{cause="rate",direction="roce_to_ib",group="ticks"}`
+			if v, ok := m[name]; !ok || v != float64(st.DropRate[0]) {
+				t.Errorf("%s = %v (present %v), want %d", name, v, ok, st.DropRate[0])
+			}
+			if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Rate == nil || s.Groups[0].Rate.Packets != limit {
+				t.Errorf("status groups %+v: want the rate limit shown", s.Groups)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -49,6 +50,8 @@ type groupRun struct {
 	ports [2]udPort     // 0 the RoCE leg's, 1 the IB leg's
 	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
 	qkey  [2]uint32     // the group's Q_Key on each leg
+	// limit is the rate limit in force (nil: none); a reload may swap it.
+	limit atomic.Pointer[groupLimit]
 }
 
 // relays reports whether the group crosses in direction dir.
@@ -59,6 +62,7 @@ func (r *groupRun) relays(dir int) bool {
 // startGroup joins a group on both its legs and starts relaying.
 func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
+	r.limit.Store(newGroupLimit(gc.Rate))
 	fail := func(err error) error {
 		for _, p := range r.ports {
 			if p != nil {
@@ -140,6 +144,8 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 			r.stats.DropOwn[dir].Add(1)
 		case d.n > to.mtu() || d.tooLongHere:
 			r.stats.DropTooLong[dir].Add(1)
+		case !r.allow(dir, d.n):
+			r.stats.DropRate[dir].Add(1)
 		default:
 			if err := to.send(ctx, d, dst, d.imm, d.hasImm); err != nil {
 				r.stats.DropSendFailed[dir].Add(1)
@@ -155,6 +161,26 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 	}
 }
 
+// allow reports whether a datagram of n bytes may cross in direction dir
+// under the group's rate limit, taking its share when it may.
+func (r *groupRun) allow(dir, n int) bool {
+	l := r.limit.Load()
+	return l == nil || l.dirs[dir].allow(time.Now(), n)
+}
+
+// setRate puts rate in force for the group (a reload), with full buckets.
+func (r *groupRun) setRate(rate config.Rate) {
+	r.limit.Store(newGroupLimit(rate))
+}
+
+// rate is the group's rate limit in force.
+func (r *groupRun) rate() config.Rate {
+	if l := r.limit.Load(); l != nil {
+		return l.rate
+	}
+	return config.Rate{}
+}
+
 // isOwn reports whether d came from one of the group's own QPs.
 func (r *groupRun) isOwn(d *udDatagram) bool {
 	for side, p := range r.ports {
@@ -167,14 +193,16 @@ func (r *groupRun) isOwn(d *udDatagram) bool {
 
 // GroupStatus describes a multicast group the gateway relays.
 type GroupStatus struct {
-	Name      string          `json:"name"`
-	Group     string          `json:"group"`
-	RoCELeg   string          `json:"roce_leg"`
-	IBLeg     string          `json:"ib_leg"`
-	Direction string          `json:"direction"`
-	RoCESide  string          `json:"roce_side"`
-	IBSide    string          `json:"ib_side"`
-	Stats     UDStatsSnapshot `json:"stats"` // arrays are [roce_to_ib, ib_to_roce]
+	Name      string `json:"name"`
+	Group     string `json:"group"`
+	RoCELeg   string `json:"roce_leg"`
+	IBLeg     string `json:"ib_leg"`
+	Direction string `json:"direction"`
+	RoCESide  string `json:"roce_side"`
+	IBSide    string `json:"ib_side"`
+	// Rate is the rate limit in force, each direction (absent: none).
+	Rate  *config.Rate    `json:"rate,omitempty"`
+	Stats UDStatsSnapshot `json:"stats"` // arrays are [roce_to_ib, ib_to_roce]
 }
 
 // groupStatus returns the running groups, in the config's order.
@@ -195,8 +223,12 @@ func (g *Gateway) groupStatus() []GroupStatus {
 		s := r.stats.Snapshot()
 		s.DropNoReceive[0] += r.ports[0].noReceive()
 		s.DropNoReceive[1] += r.ports[1].noReceive()
-		out = append(out, GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
-			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s})
+		gs := GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
+			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s}
+		if rt := r.rate(); rt.Limited() {
+			gs.Rate = &rt
+		}
+		out = append(out, gs)
 	}
 	return out
 }

@@ -76,8 +76,9 @@ type UDStats struct {
 	Datagrams, Bytes        [2]atomic.Uint64
 	ImmQPNRewritten         [2]atomic.Uint64
 	// Drops by cause. DropOwn (multicast groups) is what the gateway
-	// itself sent to the group, received back: loop prevention.
-	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn [2]atomic.Uint64
+	// itself sent to the group, received back: loop prevention; DropRate
+	// (multicast groups) what the group's rate limit did not let cross.
+	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn, DropRate [2]atomic.Uint64
 }
 
 // UDStatsSnapshot is UDStats read at one moment, as plain values.
@@ -95,6 +96,7 @@ type UDStatsSnapshot struct {
 	DropNoReceive   [2]uint64 `json:"dropped_no_receive"`
 	DropSendFailed  [2]uint64 `json:"dropped_send_failed"`
 	DropOwn         [2]uint64 `json:"dropped_own,omitempty"`
+	DropRate        [2]uint64 `json:"dropped_rate,omitempty"`
 }
 
 // Snapshot reads every counter.
@@ -104,6 +106,7 @@ func (s *UDStats) Snapshot() UDStatsSnapshot {
 		out.Datagrams[d], out.Bytes[d], out.ImmQPNRewritten[d] = s.Datagrams[d].Load(), s.Bytes[d].Load(), s.ImmQPNRewritten[d].Load()
 		out.DropTooLong[d], out.DropUnknownPeer[d], out.DropPoolEmpty[d] = s.DropTooLong[d].Load(), s.DropUnknownPeer[d].Load(), s.DropPoolEmpty[d].Load()
 		out.DropNoReceive[d], out.DropSendFailed[d], out.DropOwn[d] = s.DropNoReceive[d].Load(), s.DropSendFailed[d].Load(), s.DropOwn[d].Load()
+		out.DropRate[d] = s.DropRate[d].Load()
 	}
 	return out
 }

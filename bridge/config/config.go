@@ -778,14 +778,14 @@ type Rate struct {
 	// Packets is the datagrams a second; BurstPackets the most that
 	// cross at once after a quiet spell (default a tenth of Packets, at
 	// least 1).
-	Packets      int64 `yaml:"packets"`
-	BurstPackets int64 `yaml:"burst_packets"`
+	Packets      int64 `yaml:"packets" json:"packets,omitempty"`
+	BurstPackets int64 `yaml:"burst_packets" json:"burst_packets,omitempty"`
 	// Bytes is the payload bytes a second; BurstBytes the most at once
 	// (default a tenth of Bytes, at least MaxDatagram). In the file both
 	// take a unit: 50MB, 1.5GB (1000s) or 64KiB, 1MiB (1024s); a plain
 	// number is bytes.
-	Bytes      int64 `yaml:"bytes"`
-	BurstBytes int64 `yaml:"burst_bytes"`
+	Bytes      int64 `yaml:"bytes" json:"bytes,omitempty"`
+	BurstBytes int64 `yaml:"burst_bytes" json:"burst_bytes,omitempty"`
 }
 
 // Limited reports whether r limits anything.
