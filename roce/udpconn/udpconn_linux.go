@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,7 +34,20 @@ type Options struct {
 	// then receives the group's RoCEv2 packets. Sockets of several
 	// processes may bind the same group (SO_REUSEADDR).
 	Interface int
+	// BusyPoll makes ReadBatch spin on non-blocking reads, yielding to
+	// other goroutines between them, instead of sleeping in Go's poller
+	// until a packet arrives: lower latency, and a CPU kept busy by the
+	// reading goroutine. The socket also gets SO_BUSY_POLL
+	// (BusyPollMicros), with which the kernel polls a NAPI driver's
+	// receive ring for a while in each read; setting it needs
+	// CAP_NET_ADMIN, and without it the conn spins all the same
+	// (Conn.SocketBusyPoll says which).
+	BusyPoll bool
 }
+
+// BusyPollMicros is the SO_BUSY_POLL a BusyPoll conn's socket gets: how
+// long a read polls the device's receive queue before it reports nothing.
+const BusyPollMicros = 50
 
 // MaxBatch is the most messages recvmmsg and sendmmsg take in one call
 // (the kernel's UIO_MAXIOV).
@@ -63,6 +77,9 @@ type Conn struct {
 	batch int
 	stats Stats
 	once  sync.Once
+	// busy (Options.BusyPoll) spins in ReadBatch; sockBusy says the socket
+	// has SO_BUSY_POLL too.
+	busy, sockBusy bool
 
 	rd batchState // used by ReadBatch only
 	wr batchState // used by WriteBatch only
@@ -91,9 +108,10 @@ type batchState struct {
 	// The system call, made once per batch through RawConn: a closure
 	// built once, so a batch allocates nothing.
 	call  func(fd uintptr) bool
-	count int           // messages offered
-	done  int           // messages moved
-	errno syscall.Errno // the call's error
+	try   func(fd uintptr) bool // the same, without waiting in the poller (busy-poll)
+	count int                   // messages offered
+	done  int                   // messages moved
+	errno syscall.Errno         // the call's error
 }
 
 const (
@@ -114,6 +132,26 @@ func (b *batchState) init(n int, sysno uintptr) {
 		}
 		b.done, b.errno = int(r), e
 		return true
+	}
+	b.try = func(fd uintptr) bool {
+		r, _, e := unix.Syscall6(sysno, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(b.count), unix.MSG_DONTWAIT, 0, 0)
+		b.done, b.errno = int(r), e
+		return true // never wait for the poller: the caller spins
+	}
+}
+
+// spinRead makes b's system call until it moves something, fails, or the
+// conn closes or its read deadline passes (each round checks both, in
+// RawConn.Read), yielding to other goroutines between tries.
+func (c *Conn) spinRead(b *batchState) error {
+	for {
+		if err := c.rc.Read(b.try); err != nil {
+			return err
+		}
+		if b.errno != unix.EAGAIN && b.errno != unix.EINTR {
+			return nil
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -153,7 +191,7 @@ func Listen(opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udpconn: %w", err)
 	}
-	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch}
+	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch, busy: opts.BusyPoll}
 	c.rd.init(opts.Batch, unix.SYS_RECVMMSG)
 	c.wr.init(opts.Batch, unix.SYS_SENDMMSG)
 	// Room for a window of full-size packets: the kernel's defaults hold
@@ -199,6 +237,11 @@ func Listen(opts Options) (*Conn, error) {
 		uc.Close()
 		return nil, fmt.Errorf("udpconn: socket options: %w", err)
 	}
+	if opts.BusyPoll {
+		_ = c.rc.Control(func(fd uintptr) {
+			c.sockBusy = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BUSY_POLL, BusyPollMicros) == nil
+		})
+	}
 	return c, nil
 }
 
@@ -231,6 +274,10 @@ func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
 	}
 	return pc.(*net.UDPConn), nil
 }
+
+// SocketBusyPoll reports whether the socket of a BusyPoll conn has
+// SO_BUSY_POLL (the kernel refuses it without CAP_NET_ADMIN).
+func (c *Conn) SocketBusyPoll() bool { return c.sockBusy }
 
 // LocalAddr returns the bound address.
 func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
@@ -270,7 +317,12 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 		h.SetControllen(ctlLen)
 	}
 	b.count = n
-	err := c.rc.Read(b.call)
+	var err error
+	if c.busy {
+		err = c.spinRead(b)
+	} else {
+		err = c.rc.Read(b.call)
+	}
 	got, errno := b.done, b.errno
 	if err != nil {
 		if errors.Is(err, net.ErrClosed) {
