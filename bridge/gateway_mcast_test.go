@@ -2,12 +2,14 @@ package bridge_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -291,4 +293,123 @@ func TestGatewayGroupRate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGatewayGroupBusyPoll: on a leg with busy_poll the group's receive
+// loop spins (the process burns CPU with nothing to relay) and relays as
+// before; with busy_poll_cpus its thread is pinned to the CPU given, and
+// that thread ends with the gateway.
+func TestGatewayGroupBusyPoll(t *testing.T) {
+	allowed := cpusAllowed(t, "self")
+	last := allowed[len(allowed)-1]
+	for _, tc := range []struct {
+		name, legKeys, describe string
+	}{
+		{"yielding", ", busy_poll: true", "busy-polled"},
+		{"pinned", fmt.Sprintf(", busy_poll: true, busy_poll_cpus: [%s]", last), "busy-polled on CPU " + last},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+			before := pinnedThreads(t, last)
+			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, "", tc.legKeys), bridge.GatewayOptions{})
+			if s := g.Status(); len(s.Groups) != 1 || !strings.Contains(s.Groups[0].RoCESide, tc.describe) {
+				t.Errorf("status groups %+v: want the RoCE side %q", s.Groups, tc.describe)
+			}
+			// Nothing to relay: a loop that sleeps takes no CPU.
+			cpu := cpuTime(t)
+			time.Sleep(500 * time.Millisecond)
+			if used := cpuTime(t) - cpu; used < 100*time.Millisecond {
+				t.Errorf("the gateway used %v of CPU in 500 ms with nothing to relay: the loop does not spin", used)
+			}
+			if tc.name == "pinned" {
+				if got := pinnedThreads(t, last); len(got) != len(before)+1 {
+					t.Errorf("threads pinned to CPU %s: %v before the gateway, %v with it: want one more", last, before, got)
+				}
+			}
+			rqp, rcq := receiver.joinQP(t, 32)
+			sqp, _ := sender.udQP(t, 1)
+			const n = 5
+			payload := []byte("spun tick")
+			for range n {
+				sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+			}
+			got := drain(t, receiver, rcq, rqp, payload)
+			if gwB := netip.MustParseAddr(lo("2")); got[gwB] != n {
+				t.Errorf("the receiver got %v by source: want %d from the gateway's leg b", got, n)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := g.Close(ctx); err != nil {
+				t.Fatalf("close a busy-polling gateway: %v", err)
+			}
+			if tc.name == "pinned" {
+				// The runtime ends a locked goroutine's thread after it
+				// returned: give it a moment.
+				got := pinnedThreads(t, last)
+				for deadline := time.Now().Add(2 * time.Second); len(got) != len(before) && time.Now().Before(deadline); got = pinnedThreads(t, last) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if len(got) != len(before) {
+					t.Errorf("threads pinned to CPU %s after the gateway closed: %v, want %v (the loop's thread ends with it)", last, got, before)
+				}
+			}
+		})
+	}
+}
+
+// cpusAllowed is the Cpus_allowed_list of a task in /proc/self, expanded.
+func cpusAllowed(t *testing.T, task string) []string {
+	t.Helper()
+	path := "/proc/self/status"
+	if task != "self" {
+		path = "/proc/self/task/" + task + "/status"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			var out []string
+			for _, r := range strings.Split(strings.TrimSpace(v), ",") {
+				var lo, hi int
+				if _, err := fmt.Sscanf(r, "%d-%d", &lo, &hi); err != nil {
+					fmt.Sscanf(r, "%d", &lo)
+					hi = lo
+				}
+				for c := lo; c <= hi; c++ {
+					out = append(out, fmt.Sprint(c))
+				}
+			}
+			return out
+		}
+	}
+	t.Fatalf("%s has no Cpus_allowed_list", path)
+	return nil
+}
+
+// pinnedThreads is the process's threads allowed on cpu alone.
+func pinnedThreads(t *testing.T, cpu string) []string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, task := range tasks {
+		if b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status"); err == nil && strings.Contains(string(b), "\nCpus_allowed_list:\t"+cpu+"\n") {
+			out = append(out, task.Name())
+		}
+	}
+	return out
+}
+
+// cpuTime is the CPU the process has used, user and system.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

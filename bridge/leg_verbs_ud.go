@@ -198,6 +198,7 @@ type verbsUDPort struct {
 	maxMsg   int
 	port     int
 	peerNote string
+	spin     spin // how recv waits (the leg's busy_poll)
 	// group is the multicast group the id joined (mcast.go): left before
 	// the QP is destroyed (the kernel refuses to destroy an attached QP).
 	group netip.Addr
@@ -227,11 +228,13 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel) (*verbsUDPort, err
 		return nil, err
 	}
 	p := &verbsUDPort{v: v, id: id, ch: ch, vd: vd, maxMsg: pi.ActiveMTU.Bytes(), port: id.Port(),
-		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}}
-	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: 16}); err != nil {
+		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}, spin: v.busy.port()}
+	// Busy-polled CQs have no completion channel: recv polls the receive
+	// CQ itself, and send's Wait spins on the send CQ.
+	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: 16, BusyPoll: p.spin.on}); err != nil {
 		return nil, err
 	}
-	if p.rcq, err = dev.NewCQ(ibv.CQOptions{Entries: udRecvDepth + 16}); err != nil {
+	if p.rcq, err = dev.NewCQ(ibv.CQOptions{Entries: udRecvDepth + 16, BusyPoll: p.spin.on}); err != nil {
 		p.scq.Close()
 		return nil, err
 	}
@@ -265,7 +268,13 @@ func (p *verbsUDPort) mtu() int    { return p.maxMsg }
 
 func (p *verbsUDPort) recv(ctx context.Context) (*udDatagram, error) {
 	for len(p.pending) == 0 {
-		n, err := p.rcq.Wait(ctx, p.wcs[:])
+		var n int
+		var err error
+		if p.spin.on {
+			n, err = p.spin.wait(ctx, func() (int, error) { return p.rcq.Poll(p.wcs[:]) })
+		} else {
+			n, err = p.rcq.Wait(ctx, p.wcs[:])
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -348,8 +357,10 @@ func (p *verbsUDPort) send(ctx context.Context, d *udDatagram, dst udDest, imm u
 // telling the QP's owner (its port counters may).
 func (p *verbsUDPort) noReceive() uint64 { return 0 }
 
+func (p *verbsUDPort) pinReceiver() error { return p.spin.pin() }
+
 func (p *verbsUDPort) describe() string {
-	s := fmt.Sprintf("verbs UD QP %d on %s port %d, MTU %d", p.qp.QPN(), p.v.cfg.Name, p.port, p.maxMsg)
+	s := fmt.Sprintf("verbs UD QP %d on %s port %d, MTU %d%s", p.qp.QPN(), p.v.cfg.Name, p.port, p.maxMsg, p.spin)
 	if p.peerNote != "" {
 		s += " -> " + p.peerNote
 	}

@@ -128,6 +128,9 @@ func (r *groupRun) run(ctx context.Context, g *Gateway) {
 func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 	from, to := r.ports[dir], r.ports[1-dir]
 	dst := udDest{addr: r.cfg.Group, qpn: transport.MulticastQPN, qkey: r.qkey[1-dir]}
+	if err := from.pinReceiver(); err != nil {
+		g.log.Warn("multicast receive loop not pinned: it busy-polls where the scheduler puts it", "group", r.cfg.Name, "qp", from.describe(), "err", err)
+	}
 	for {
 		d, err := from.recv(ctx)
 		if err != nil {
@@ -262,7 +265,7 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 			if err != nil {
 				return err
 			}
-			c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
+			c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: u.cfg.BusyPoll})
 			return err
 		})
 		return c, err
