@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,13 +33,11 @@ type Options struct {
 	// then receives the group's RoCEv2 packets. Sockets of several
 	// processes may bind the same group (SO_REUSEADDR).
 	Interface int
-	// BusyPoll makes ReadBatch spin on non-blocking reads, yielding to
-	// other goroutines between them, instead of sleeping in Go's poller
-	// until a packet arrives: lower latency, and a CPU kept busy by the
-	// reading goroutine. The socket also gets SO_BUSY_POLL
-	// (BusyPollMicros), with which the kernel polls a NAPI driver's
-	// receive ring for a while in each read; setting it needs
-	// CAP_NET_ADMIN, and without it the conn spins all the same
+	// BusyPoll is for a reader that polls the conn (TryReadBatch in a
+	// loop) rather than waits in ReadBatch: the socket gets SO_BUSY_POLL
+	// (BusyPollMicros), with which each read polls a NAPI driver's
+	// receive ring before it reports nothing. Setting it needs
+	// CAP_NET_ADMIN; without, the conn is opened all the same
 	// (Conn.SocketBusyPoll says which).
 	BusyPoll bool
 }
@@ -77,9 +74,8 @@ type Conn struct {
 	batch int
 	stats Stats
 	once  sync.Once
-	// busy (Options.BusyPoll) spins in ReadBatch; sockBusy says the socket
-	// has SO_BUSY_POLL too.
-	busy, sockBusy bool
+	// sockBusy says the socket has SO_BUSY_POLL (Options.BusyPoll).
+	sockBusy bool
 
 	rd batchState // used by ReadBatch only
 	wr batchState // used by WriteBatch only
@@ -108,7 +104,7 @@ type batchState struct {
 	// The system call, made once per batch through RawConn: a closure
 	// built once, so a batch allocates nothing.
 	call  func(fd uintptr) bool
-	try   func(fd uintptr) bool // the same, without waiting in the poller (busy-poll)
+	try   func(fd uintptr) bool // the same, never waiting in the poller (TryReadBatch)
 	count int                   // messages offered
 	done  int                   // messages moved
 	errno syscall.Errno         // the call's error
@@ -136,22 +132,7 @@ func (b *batchState) init(n int, sysno uintptr) {
 	b.try = func(fd uintptr) bool {
 		r, _, e := unix.Syscall6(sysno, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(b.count), unix.MSG_DONTWAIT, 0, 0)
 		b.done, b.errno = int(r), e
-		return true // never wait for the poller: the caller spins
-	}
-}
-
-// spinRead makes b's system call until it moves something, fails, or the
-// conn closes or its read deadline passes (each round checks both, in
-// RawConn.Read), yielding to other goroutines between tries.
-func (c *Conn) spinRead(b *batchState) error {
-	for {
-		if err := c.rc.Read(b.try); err != nil {
-			return err
-		}
-		if b.errno != unix.EAGAIN && b.errno != unix.EINTR {
-			return nil
-		}
-		runtime.Gosched()
+		return true // never wait for the poller (TryReadBatch)
 	}
 }
 
@@ -191,7 +172,7 @@ func Listen(opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udpconn: %w", err)
 	}
-	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch, busy: opts.BusyPoll}
+	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch}
 	c.rd.init(opts.Batch, unix.SYS_RECVMMSG)
 	c.wr.init(opts.Batch, unix.SYS_SENDMMSG)
 	// Room for a window of full-size packets: the kernel's defaults hold
@@ -275,8 +256,8 @@ func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
 	return pc.(*net.UDPConn), nil
 }
 
-// SocketBusyPoll reports whether the socket of a BusyPoll conn has
-// SO_BUSY_POLL (the kernel refuses it without CAP_NET_ADMIN).
+// SocketBusyPoll reports whether the socket has SO_BUSY_POLL
+// (Options.BusyPoll; the kernel refuses it without CAP_NET_ADMIN).
 func (c *Conn) SocketBusyPoll() bool { return c.sockBusy }
 
 // LocalAddr returns the bound address.
@@ -296,8 +277,15 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// ReadBatch reads up to len(msgs) packets.
-func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
+// ReadBatch reads up to len(msgs) packets, waiting for the first.
+func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) { return c.readBatch(msgs, true) }
+
+// TryReadBatch reads up to len(msgs) packets that have arrived, without
+// waiting: 0 and no error when there are none. It fails as ReadBatch does
+// when the conn is closed or its read deadline passed.
+func (c *Conn) TryReadBatch(msgs []roce.Message) (int, error) { return c.readBatch(msgs, false) }
+
+func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 	b := &c.rd
 	n := min(len(msgs), c.batch)
 	if n == 0 {
@@ -318,10 +306,10 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 	}
 	b.count = n
 	var err error
-	if c.busy {
-		err = c.spinRead(b)
-	} else {
+	if wait {
 		err = c.rc.Read(b.call)
+	} else if err = c.rc.Read(b.try); err == nil && (b.errno == unix.EAGAIN || b.errno == unix.EINTR) {
+		return 0, nil
 	}
 	got, errno := b.done, b.errno
 	if err != nil {

@@ -50,6 +50,9 @@ func Listen(o Options) (*Conn, error) {
 	return nil, fmt.Errorf("udpconn: listen on %v: recvmmsg and sendmmsg on %s: %w", o.Addr, runtime.GOOS, ErrNotSupported)
 }
 
+// TryReadBatch returns ErrNotSupported outside Linux.
+func (c *Conn) TryReadBatch([]roce.Message) (int, error) { return 0, ErrNotSupported }
+
 // SocketBusyPoll is false outside Linux.
 func (c *Conn) SocketBusyPoll() bool { return false }
 
