@@ -4,71 +4,68 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 
 	"github.com/rbridge/rbridge/bridge/config"
 )
 
-// Busy-poll (a leg's busy_poll): the leg's UD receive loops (a multicast
-// group's QP on the leg, either QP of a UD route's client that is on the
-// leg) poll their completion queue in a loop instead of sleeping until a
-// completion wakes them: no wake-up on the way of a datagram, for a CPU
-// kept busy by each loop while the gateway runs, traffic or not. On a
-// verbs leg the CQs have no completion channel then (the HCA's CQ is read
-// by ibv_poll_cq alone); on a userspace leg the transport's CQ is polled,
-// and the leg's sockets spin too (udpconn's BusyPoll).
+// Busy-poll (a group's busy_poll): each of the group's receive loops (one
+// per direction relayed) polls in a loop instead of sleeping until a
+// completion wakes it, so nothing is woken on the way of a datagram. On a
+// verbs leg it polls the HCA's CQ, which has no completion channel then;
+// on a userspace leg it reads the group's socket without waiting (the
+// transport's polled group: no goroutine of the device reads it) and
+// polls the QP's CQ, in the one loop.
 //
-// Without busy_poll_cpus a spinning loop yields to other goroutines
-// between polls (runtime.Gosched): it takes a CPU only while the Go
-// scheduler has nothing else for it. With them each loop locks its
-// goroutine to an OS thread pinned to the next CPU of the list
-// (sched_setaffinity) and never yields: the ib2roce way of running, for
-// cores kept away from everything else (isolcpus, systemd's CPUAffinity
-// for the rest). The thread is never unlocked: it ends with its loop, and
-// its affinity with it.
+// A loop locks its goroutine to an OS thread (pinned to its CPU with
+// sched_setaffinity when busy_poll_cpus names one) and never yields it:
+// it holds a CPU and one of Go's Ps while the gateway runs, traffic or
+// not, as ib2roce's busy-poll cores do. Yielding between polls
+// (runtime.Gosched) would hand the CPU on, but a goroutine always
+// runnable keeps Go's scheduler from polling the network (it looks at
+// its run queues first, and sysmon polls only every 10 ms), which delays
+// every other socket of the process; so it does not yield. The process
+// therefore needs more Ps (GOMAXPROCS) than busy-poll loops: the gateway
+// warns when it has not. The thread is never unlocked: it ends with its
+// loop (Go parks it for good if it was the main thread), and its
+// affinity with it.
 
-// busyPoll is a leg's busy-poll setting.
-type busyPoll struct {
-	on   bool
-	cpus []int
-	next atomic.Uint64 // the next loop's index into cpus
-}
-
-// newBusyPoll checks a leg's busy_poll_cpus against the CPUs the process
-// may run on.
-func newBusyPoll(l *config.Leg) (*busyPoll, error) {
-	b := &busyPoll{on: l.BusyPoll, cpus: l.BusyPollCPUs}
-	if len(b.cpus) > 0 {
-		allowed, err := allowedCPUs()
-		if err != nil {
-			return nil, fmt.Errorf("busy_poll_cpus: %w", err)
-		}
-		for _, c := range b.cpus {
-			if !allowed[c] {
-				return nil, fmt.Errorf("busy_poll_cpus: CPU %d is not one this process may run on (%d allowed)", c, len(allowed))
-			}
-		}
-	}
-	return b, nil
-}
-
-// port is the spin of the leg's next UD receive loop.
-func (b *busyPoll) port() spin {
-	if b == nil || !b.on {
-		return spin{cpu: -1}
-	}
-	s := spin{on: true, cpu: -1}
-	if len(b.cpus) > 0 {
-		s.cpu = b.cpus[(b.next.Add(1)-1)%uint64(len(b.cpus))]
-	}
-	return s
-}
-
-// spin is how one UD port's receive loop waits: sleeping (on false), or
-// spinning, pinned to cpu (-1: not pinned, yielding between polls).
+// spin is how one receive loop waits: sleeping (on false), or polling,
+// pinned to cpu (-1: wherever the kernel runs its thread).
 type spin struct {
 	on  bool
 	cpu int
+}
+
+// groupSpins is the spin of each of a group's directions (0 roce_to_ib,
+// 1 ib_to_roce): busy_poll_cpus in the order of the directions relayed.
+func groupSpins(gc *config.Group, relays func(dir int) bool) ([2]spin, error) {
+	s := [2]spin{{cpu: -1}, {cpu: -1}}
+	if !gc.BusyPoll {
+		return s, nil
+	}
+	var allowed map[int]bool
+	if len(gc.BusyPollCPUs) > 0 {
+		var err error
+		if allowed, err = allowedCPUs(); err != nil {
+			return s, fmt.Errorf("busy_poll_cpus: %w", err)
+		}
+	}
+	next := 0
+	for dir := range 2 {
+		if !relays(dir) {
+			continue
+		}
+		s[dir].on = true
+		if next < len(gc.BusyPollCPUs) {
+			c := gc.BusyPollCPUs[next]
+			if !allowed[c] {
+				return s, fmt.Errorf("busy_poll_cpus: CPU %d is not one this process may run on (%d allowed)", c, len(allowed))
+			}
+			s[dir].cpu = c
+			next++
+		}
+	}
+	return s, nil
 }
 
 // String describes the spin for a port's description.
@@ -82,18 +79,22 @@ func (s spin) String() string {
 	return fmt.Sprintf(", busy-polled on CPU %d", s.cpu)
 }
 
-// pin locks the calling goroutine, the port's receiver, to an OS thread
-// on the port's CPU, when it has one. The goroutine must not unlock it.
+// pin locks the calling goroutine, a receive loop, to its OS thread, and
+// that thread to the spin's CPU when it has one. The goroutine must not
+// unlock it.
 func (s spin) pin() error {
-	if !s.on || s.cpu < 0 {
+	if !s.on {
 		return nil
 	}
 	runtime.LockOSThread()
+	if s.cpu < 0 {
+		return nil
+	}
 	return pinThread(s.cpu)
 }
 
 // wait polls with poll until it returns a completion or an error, or ctx
-// ends; it yields between polls unless pinned.
+// ends, without yielding.
 func (s spin) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 	done := ctx.Done()
 	for {
@@ -104,9 +105,6 @@ func (s spin) wait(ctx context.Context, poll func() (int, error)) (int, error) {
 		case <-done:
 			return 0, ctx.Err()
 		default:
-		}
-		if s.cpu < 0 {
-			runtime.Gosched()
 		}
 	}
 }

@@ -34,20 +34,20 @@ var mcastGroup = netip.MustParseAddr(fmt.Sprintf("239.201.%d.%d", os.Getpid()>>8
 
 func groupConfig(t *testing.T, direction string) *config.Config {
 	t.Helper()
-	return groupConfigWith(t, direction, "", "")
+	return groupConfigWith(t, direction, "")
 }
 
-// groupConfigWith is groupConfig with the group's keys (rate: ...) and leg
-// a's (busy_poll: ...) added.
-func groupConfigWith(t testing.TB, direction, groupKeys, legAKeys string) *config.Config {
+// groupConfigWith is groupConfig with the group's keys (", rate: ...")
+// added.
+func groupConfigWith(t testing.TB, direction, groupKeys string) *config.Config {
 	t.Helper()
 	y := `legs:
-  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp@LA@}
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
 groups:
   - {name: ticks, group: GROUP, roce: a, ib: b, direction: DIR@GK@}
 `
-	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction, "@GK@", groupKeys, "@LA@", legAKeys).Replace(y)
+	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction, "@GK@", groupKeys).Replace(y)
 	c, err := config.Parse("gw.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -182,12 +182,16 @@ func (a *cmApp) sendUDTo(t *testing.T, qp *transport.QP, to netip.Addr, qpn uint
 }
 
 // TestGatewayGroupReload: groups are joined once, as legs are opened: a
-// reload whose groups differ is refused, one with the same groups applies,
-// and one that changes only a group's rate limit puts it in force.
+// reload whose groups differ (busy_poll too) is refused, one with the
+// same groups applies, and one that changes only a group's rate limit
+// puts it in force.
 func TestGatewayGroupReload(t *testing.T) {
 	g := startGatewayWith(t, groupConfig(t, config.DirectionBoth), bridge.GatewayOptions{})
 	if _, err := g.Reload(groupConfig(t, config.DirectionRoCEToIB)); !errors.Is(err, bridge.ErrLegsChanged) {
 		t.Errorf("reload with a group's direction changed: %v, want ErrLegsChanged", err)
+	}
+	if _, err := g.Reload(groupConfigWith(t, config.DirectionBoth, ", busy_poll: true")); !errors.Is(err, bridge.ErrLegsChanged) {
+		t.Errorf("reload with a group's busy_poll changed: %v, want ErrLegsChanged", err)
 	}
 	if res, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil || res.RateChanged != nil {
 		t.Errorf("reload with the same groups: %v, rate changed of %v", err, res.RateChanged)
@@ -205,7 +209,7 @@ func TestGatewayGroupReload(t *testing.T) {
 		{", rate: {packets: 100, bytes: 1MB}", []string{"ticks"}, &config.Rate{Packets: 100, BurstPackets: 10, Bytes: 1e6, BurstBytes: 1e5}},
 		{"", []string{"ticks"}, nil},
 	} {
-		res, err := g.Reload(groupConfigWith(t, config.DirectionBoth, tc.keys, ""))
+		res, err := g.Reload(groupConfigWith(t, config.DirectionBoth, tc.keys))
 		if err != nil || !cmp.Equal(res.RateChanged, tc.changed) {
 			t.Errorf("reload with %q: %v, rate changed of %v; want no error, %v", tc.keys, err, res.RateChanged, tc.changed)
 		}
@@ -232,7 +236,7 @@ func TestGatewayGroupRate(t *testing.T) {
 	}{{"limited", keys}, {"unlimited", ""}} {
 		t.Run(tc.name, func(t *testing.T) {
 			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
-			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, tc.keys, ""), bridge.GatewayOptions{})
+			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, tc.keys), bridge.GatewayOptions{})
 			// The receiver hears the sender too (one wire): room for both.
 			rqp, rcq := receiver.joinQP(t, 2*n+8)
 			sqp, _ := sender.udQP(t, 1)
@@ -295,23 +299,23 @@ func TestGatewayGroupRate(t *testing.T) {
 	}
 }
 
-// TestGatewayGroupBusyPoll: on a leg with busy_poll the group's receive
-// loop spins (the process burns CPU with nothing to relay) and relays as
-// before; with busy_poll_cpus its thread is pinned to the CPU given, and
-// that thread ends with the gateway.
+// TestGatewayGroupBusyPoll: a group with busy_poll has its receive loop
+// spin (the process burns CPU with nothing to relay) and relays as
+// before; with busy_poll_cpus the loop's thread is pinned to the CPU
+// given, and that thread ends with the gateway.
 func TestGatewayGroupBusyPoll(t *testing.T) {
 	allowed := cpusAllowed(t, "self")
 	last := allowed[len(allowed)-1]
 	for _, tc := range []struct {
-		name, legKeys, describe string
+		name, groupKeys, describe string
 	}{
-		{"yielding", ", busy_poll: true", "busy-polled"},
+		{"unpinned", ", busy_poll: true", "busy-polled"},
 		{"pinned", fmt.Sprintf(", busy_poll: true, busy_poll_cpus: [%s]", last), "busy-polled on CPU " + last},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
 			before, beforeRunning := pinnedThreads(t, last, true), pinnedThreads(t, last, false)
-			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, "", tc.legKeys), bridge.GatewayOptions{})
+			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, tc.groupKeys), bridge.GatewayOptions{})
 			if s := g.Status(); len(s.Groups) != 1 || !strings.Contains(s.Groups[0].RoCESide, tc.describe) {
 				t.Errorf("status groups %+v: want the RoCE side %q", s.Groups, tc.describe)
 			}

@@ -42,8 +42,6 @@ type userspaceLeg struct {
 	// pconn is the device's packet I/O (a *udpconn.Conn or *xdp.Conn),
 	// for its counters.
 	pconn roce.PacketConn
-	// busy is the leg's busy_poll: its UD receive loops' and its sockets'.
-	busy *busyPoll
 }
 
 // frameSize is the AF_XDP frame: a pool class of the page size.
@@ -51,12 +49,8 @@ const frameSize = 4096
 
 func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
 	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, pd: transport.NewPD()}
-	var err error
-	if u.busy, err = newBusyPoll(l); err != nil {
-		return nil, err
-	}
 	var conn roce.PacketConn
-	err = netns.Do(l.Netns, func() error {
+	err := netns.Do(l.Netns, func() error {
 		ifi, err := net.InterfaceByName(l.Interface)
 		if err != nil {
 			return fmt.Errorf("interface %s: %w", l.Interface, err)
@@ -71,13 +65,7 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 		local := netip.AddrPortFrom(l.IP, roce.Port)
 		switch l.IO {
 		case config.IOUDP:
-			var uc *udpconn.Conn
-			uc, err = udpconn.Listen(udpconn.Options{Addr: local, BusyPoll: l.BusyPoll})
-			if err == nil && l.BusyPoll {
-				log.Info("busy-poll: the leg's sockets and UD receive loops spin, a CPU each while the gateway runs",
-					"leg", l.Name, "so_busy_poll", uc.SocketBusyPoll(), "cpus", l.BusyPollCPUs)
-			}
-			conn = uc
+			conn, err = udpconn.Listen(udpconn.Options{Addr: local})
 			return err
 		case config.IOAFXDP:
 			if u.prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {

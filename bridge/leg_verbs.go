@@ -31,9 +31,6 @@ type verbsLeg struct {
 	// them.
 	stats VerbsStats
 
-	// busy is the leg's busy_poll: its UD receive loops'.
-	busy *busyPoll
-
 	mu   sync.Mutex // guards devs
 	devs map[*ibv.Device]*verbsDevice
 }
@@ -55,14 +52,7 @@ func openVerbsLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
 		return nil, err
 	}
 	log.Info("verbs leg GID", "leg", l.Name, "device", gid.Device, "port", gid.Port, "index", gid.Index, "why", gid.Reason)
-	busy, err := newBusyPoll(l)
-	if err != nil {
-		return nil, err
-	}
-	if l.BusyPoll {
-		log.Info("busy-poll: the leg's UD receive loops poll their CQs, a CPU each while the gateway runs", "leg", l.Name, "cpus", l.BusyPollCPUs)
-	}
-	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, gid: gid, busy: busy, devs: map[*ibv.Device]*verbsDevice{}}, nil
+	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}, nil
 }
 
 // findGID finds the device, port and GID the leg's IP is on, checked

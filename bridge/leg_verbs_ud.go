@@ -109,7 +109,7 @@ func (in *verbsUDIncoming) remote() netip.AddrPort { return in.id.RemoteAddr() }
 func (in *verbsUDIncoming) privateData() []byte    { return in.pd }
 
 func (in *verbsUDIncoming) accept(privateData []byte) (udPort, error) {
-	p, err := in.v.udPort(in.id, nil)
+	p, err := in.v.udPort(in.id, nil, spin{cpu: -1})
 	if err != nil {
 		_ = in.id.Reject(nil)
 		in.id.Close()
@@ -148,7 +148,7 @@ func (v *verbsLeg) dialUD(ctx context.Context, to netip.AddrPort, privateData []
 	if err != nil {
 		return fail(err)
 	}
-	p, err := v.udPort(id, ch)
+	p, err := v.udPort(id, ch, spin{cpu: -1})
 	if err != nil {
 		return fail(err)
 	}
@@ -198,7 +198,7 @@ type verbsUDPort struct {
 	maxMsg   int
 	port     int
 	peerNote string
-	spin     spin // how recv waits (the leg's busy_poll)
+	spin     spin // how recv waits (a group's busy_poll)
 	// group is the multicast group the id joined (mcast.go): left before
 	// the QP is destroyed (the kernel refuses to destroy an attached QP).
 	group netip.Addr
@@ -218,7 +218,7 @@ var _ udPort = (*verbsUDPort)(nil)
 // maxUDSources bounds the address vectors a port remembers.
 const maxUDSources = 16
 
-func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel) (*verbsUDPort, error) {
+func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp spin) (*verbsUDPort, error) {
 	dev, vd, err := v.device(id)
 	if err != nil {
 		return nil, err
@@ -228,7 +228,7 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel) (*verbsUDPort, err
 		return nil, err
 	}
 	p := &verbsUDPort{v: v, id: id, ch: ch, vd: vd, maxMsg: pi.ActiveMTU.Bytes(), port: id.Port(),
-		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}, spin: v.busy.port()}
+		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}, spin: sp}
 	// Busy-polled CQs have no completion channel: recv polls the receive
 	// CQ itself, and send's Wait spins on the send CQ.
 	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: 16, BusyPoll: p.spin.on}); err != nil {
@@ -356,8 +356,6 @@ func (p *verbsUDPort) send(ctx context.Context, d *udDatagram, dst udDest, imm u
 // noReceive is 0: the HCA drops a datagram that finds no receive without
 // telling the QP's owner (its port counters may).
 func (p *verbsUDPort) noReceive() uint64 { return 0 }
-
-func (p *verbsUDPort) pinReceiver() error { return p.spin.pin() }
 
 func (p *verbsUDPort) describe() string {
 	s := fmt.Sprintf("verbs UD QP %d on %s port %d, MTU %d%s", p.qp.QPN(), p.v.cfg.Name, p.port, p.maxMsg, p.spin)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,8 @@ type groupRun struct {
 	qkey  [2]uint32     // the group's Q_Key on each leg
 	// limit is the rate limit in force (nil: none); a reload may swap it.
 	limit atomic.Pointer[groupLimit]
+	// spins is how each direction's receive loop waits (busy_poll).
+	spins [2]spin
 }
 
 // relays reports whether the group crosses in direction dir.
@@ -63,6 +66,10 @@ func (r *groupRun) relays(dir int) bool {
 func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
 	r.limit.Store(newGroupLimit(gc.Rate))
+	var err error
+	if r.spins, err = groupSpins(gc, r.relays); err != nil {
+		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
+	}
 	fail := func(err error) error {
 		for _, p := range r.ports {
 			if p != nil {
@@ -74,14 +81,13 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	for side, name := range [2]string{gc.RoCE, gc.IB} {
 		// A side receives what it relays to the other.
 		receive := r.relays(side)
-		var err error
 		switch l := g.legs[name].(type) {
 		case *userspaceLeg:
-			r.ports[side], err = l.groupPort(gc.Group, receive)
+			r.ports[side], err = l.groupPort(gc.Group, receive, r.spins[side])
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, g.timeout)
+			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, g.timeout, r.spins[side])
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
@@ -95,6 +101,15 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	g.mu.Unlock()
 	g.log.Info("multicast group joined", "group", gc.Name, "address", gc.Group, "direction", gc.Direction,
 		"roce_side", r.ports[0].describe(), "ib_side", r.ports[1].describe())
+	for _, s := range r.spins {
+		if !s.on {
+			continue
+		}
+		if n, procs := g.busyLoops.Add(1), runtime.GOMAXPROCS(0); int(n) >= procs {
+			g.log.Warn("more busy-poll loops than the process has Ps to spare: each holds one while the gateway runs, and the rest of the gateway is left none (raise GOMAXPROCS, give the process more CPUs)",
+				"group", gc.Name, "busy_poll_loops", n, "gomaxprocs", procs)
+		}
+	}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -128,8 +143,8 @@ func (r *groupRun) run(ctx context.Context, g *Gateway) {
 func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 	from, to := r.ports[dir], r.ports[1-dir]
 	dst := udDest{addr: r.cfg.Group, qpn: transport.MulticastQPN, qkey: r.qkey[1-dir]}
-	if err := from.pinReceiver(); err != nil {
-		g.log.Warn("multicast receive loop not pinned: it busy-polls where the scheduler puts it", "group", r.cfg.Name, "qp", from.describe(), "err", err)
+	if err := r.spins[dir].pin(); err != nil {
+		g.log.Warn("multicast receive loop not pinned: it busy-polls where the kernel runs its thread", "group", r.cfg.Name, "qp", from.describe(), "err", err)
 	}
 	for {
 		d, err := from.recv(ctx)
@@ -248,11 +263,14 @@ func (g *Gateway) GroupStats(name string) *UDStatsSnapshot {
 
 // groupPort makes the leg's UD QP for a group; attached to it (receive)
 // through a socket bound to the group and joined on the leg's interface.
-func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPort, error) {
+// With sp on, the group's socket is read by the port's recv (polled),
+// with SO_BUSY_POLL.
+func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*userspaceUDPort, error) {
 	p, err := u.udPort()
 	if err != nil {
 		return nil, err
 	}
+	p.spin = sp
 	p.peerNote = fmt.Sprintf("group %v", group)
 	if !receive {
 		p.peerNote += " (send only)"
@@ -265,10 +283,20 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 			if err != nil {
 				return err
 			}
-			c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: u.cfg.BusyPoll})
+			c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: sp.on})
+			if err == nil && sp.on && !c.SocketBusyPoll() {
+				u.log.Info("group socket without SO_BUSY_POLL (needs CAP_NET_ADMIN): it is polled all the same", "group", group)
+			}
 			return err
 		})
 		return c, err
+	}
+	if sp.on {
+		if p.poller, err = u.dev.AttachMulticastPolled(p.qp, group, open); err != nil {
+			p.close()
+			return nil, err
+		}
+		return p, nil
 	}
 	if err := u.dev.AttachMulticast(p.qp, group, open); err != nil {
 		p.close()
@@ -280,7 +308,7 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 // groupPort joins a group on the leg with an rdma_cm id of its own (send
 // only when sendOnly) and makes the id's UD QP; it returns the group's
 // Q_Key from the join.
-func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly bool, timeout time.Duration) (*verbsUDPort, uint32, error) {
+func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly bool, timeout time.Duration, sp spin) (*verbsUDPort, uint32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ch, err := ibv.NewEventChannel()
@@ -298,7 +326,7 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly boo
 		ch.Close()
 		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
 	}
-	p, err := v.udPort(id, ch)
+	p, err := v.udPort(id, ch, sp)
 	if err != nil {
 		ch.Close()
 		return nil, 0, err

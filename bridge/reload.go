@@ -186,14 +186,15 @@ func rateText(r config.Rate) string {
 // sameGroup reports whether two multicast groups are configured alike,
 // but for their rate limits (which a reload changes in place).
 func sameGroup(a, b config.Group) bool {
-	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID
+	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID &&
+		a.BusyPoll == b.BusyPoll && slices.Equal(a.BusyPollCPUs, b.BusyPollCPUs)
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).
 func legsDiff(running, next []config.Leg) string {
 	key := func(l config.Leg) string {
-		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%v/%s/%s/%s/%s/%s/%s/%v/%v", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns, l.ECN,
-			l.Listen, l.Peer, l.Cert, l.Key, l.CA, l.PeerName, l.BusyPoll, l.BusyPollCPUs)
+		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%v/%s/%s/%s/%s/%s/%s", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns, l.ECN,
+			l.Listen, l.Peer, l.Cert, l.Key, l.CA, l.PeerName)
 	}
 	have, want := map[string]string{}, map[string]string{}
 	for _, l := range running {

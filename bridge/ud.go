@@ -183,11 +183,6 @@ type udPort interface {
 	// noReceive counts what arrived with no receive posted, where the
 	// leg can tell (0 where the HCA drops them unseen).
 	noReceive() uint64
-	// pinReceiver is called by the goroutine that calls recv, before it
-	// does: on a busy-polling leg with CPUs it locks that goroutine to an
-	// OS thread pinned to the port's CPU (busypoll.go). The goroutine
-	// must not unlock it.
-	pinReceiver() error
 	describe() string
 	close() error
 }
@@ -344,9 +339,6 @@ func (p *udPair) routineRelay(ctx context.Context, dir int) {
 	from, to := p.client, p.target
 	if dir == 1 {
 		from, to = p.target, p.client
-	}
-	if err := from.pinReceiver(); err != nil {
-		p.log.Warn("UD receive loop not pinned: it busy-polls where the scheduler puts it", "qp", from.describe(), "err", err)
 	}
 	for {
 		d, err := from.recv(ctx)

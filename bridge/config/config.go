@@ -16,8 +16,6 @@
 //	    io: afxdp                   # afxdp (default) or udp
 //	    netns: user0                # optional: the network namespace that holds the interface
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
-//	    busy_poll: true             # optional (verbs; userspace with io: udp): UD receive loops spin, a core each
-//	    busy_poll_cpus: [2, 3]      # optional, with busy_poll: pin those loops to these CPUs, in turn
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
@@ -53,6 +51,8 @@
 //	      burst_packets: 1000       # the most at once (default a tenth of packets, at least 1)
 //	      bytes: 50MB               # payload bytes a second: B, kB, MB, GB (1000s), KiB, MiB, GiB (1024s)
 //	      burst_bytes: 5MB          # the most at once (default a tenth of bytes, at least 4096)
+//	    busy_poll: true             # optional: each receive loop spins on its own thread, a CPU each
+//	    busy_poll_cpus: [2, 3]      # optional, with busy_poll: pin roce_to_ib's loop to 2, ib_to_roce's to 3
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -73,14 +73,16 @@
 // "rate". A reload may change a group's rate (the running group takes the
 // new one at once); any other change to the groups is refused.
 //
-// busy_poll trades a core for latency: each of the leg's UD receive loops
-// (a group's QP on the leg, either QP of a UD route's client that is on
-// the leg) polls its completion queue without sleeping, and a userspace
-// leg's sockets are read in a spin (non-blocking recvmmsg, SO_BUSY_POLL
-// for NIC drivers that poll). Each such loop keeps a CPU busy while the
-// gateway runs, traffic or not. With busy_poll_cpus the receive loops
-// run on OS threads of their own, pinned to those CPUs in turn, and never
-// yield them; without, they yield to other goroutines between polls.
+// A group's busy_poll trades a CPU per direction for latency: each of its
+// receive loops runs on an OS thread of its own that polls, never sleeps
+// and never yields: a verbs leg's HCA completion queue (no completion
+// channel), or a userspace leg's group socket (non-blocking recvmmsg,
+// SO_BUSY_POLL) and its QP's completion queue, in one loop. It keeps that
+// CPU busy while the gateway runs, traffic or not, so the process needs
+// more CPUs (GOMAXPROCS) than it has busy-poll loops; busy_poll_cpus pins
+// the loops to CPUs kept for them. It is a group's setting, not a leg's:
+// the CPUs a group takes are in its own lines, and UD routes' clients
+// (a pair of QPs each, up to 256) are never busy-polled.
 //
 // On a quic leg a route's addresses name the far end, not this gateway:
 // a route whose target is on a quic leg asks the peer gateway for that
@@ -165,18 +167,6 @@ type Leg struct {
 	// Over (quic) names a verbs leg: the tunnel runs over the IPoIB
 	// interface of that leg's port, which must hold IP.
 	Over string `yaml:"over"`
-	// BusyPoll (verbs, userspace with io: udp) makes the leg's UD receive
-	// loops (its multicast groups' and UD routes' QPs) spin on their
-	// completion queues instead of sleeping until a completion wakes
-	// them, and a userspace leg's sockets spin in non-blocking reads
-	// (with SO_BUSY_POLL): the lowest latency, for a core per loop.
-	BusyPoll bool `yaml:"busy_poll"`
-	// BusyPollCPUs (with BusyPoll) pins each of the leg's UD receive
-	// loops to a CPU of the list, in turn, on an OS thread of its own
-	// that it never yields (isolate those CPUs from the rest, and give
-	// the process more CPUs than it has pinned loops). Without it the
-	// loops yield to other goroutines between polls.
-	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
 
 	line         int
 	errs         []lineError
@@ -422,7 +412,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
 	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "busy_poll", "busy_poll_cpus")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -433,20 +423,6 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "port", "leg", &l.Port, &errs)
 	scalar(vals, "mtu", "leg", &l.MTU, &errs)
 	scalar(vals, "ecn", "leg", &l.ECN, &errs)
-	scalar(vals, "busy_poll", "leg", &l.BusyPoll, &errs)
-	if v := vals["busy_poll_cpus"]; v != nil {
-		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "leg: busy_poll_cpus: want a list of CPU numbers, as [2, 3]"})
-		}
-		for _, item := range v.Content {
-			var cpu int
-			if err := item.Decode(&cpu); err != nil || item.Kind != yaml.ScalarNode {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("leg: busy_poll_cpus %q: not a CPU number", item.Value)})
-				continue
-			}
-			l.BusyPollCPUs = append(l.BusyPollCPUs, cpu)
-		}
-	}
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
 	l.errs = errs
 	return nil
@@ -563,7 +539,6 @@ func (c *Config) validate() Errors {
 		if l.MTU != 0 && l.Kind != KindUserspace {
 			bad(l.line, "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
 		}
-		validateBusyPoll(l, bad)
 		switch l.Kind {
 		case KindQUIC:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" || l.Device != "" || l.Port != 0 {
@@ -704,26 +679,22 @@ func (c *Config) validate() Errors {
 // in glibc and golang.org/x/sys/unix's CPUSet).
 const MaxCPU = 1024
 
-// validateBusyPoll checks a leg's busy_poll and busy_poll_cpus.
-func validateBusyPoll(l *Leg, bad func(int, string, ...any)) {
-	if l.BusyPoll {
-		switch {
-		case l.Kind == KindQUIC:
-			bad(l.line, "leg %q: busy_poll is for verbs and userspace legs (a quic leg's packets are QUIC's)", l.Name)
-		case l.Kind == KindUserspace && l.IO != IOUDP:
-			bad(l.line, "leg %q: busy_poll on a userspace leg needs io: udp (not yet on AF_XDP)", l.Name)
-		}
+// validateBusyPoll checks a group's busy_poll and busy_poll_cpus (its
+// direction is checked and defaulted).
+func validateBusyPoll(g *Group, bad func(int, string, ...any)) {
+	if len(g.BusyPollCPUs) > 0 && !g.BusyPoll {
+		bad(g.line, "group %q: busy_poll_cpus without busy_poll: true", g.Name)
 	}
-	if len(l.BusyPollCPUs) > 0 && !l.BusyPoll {
-		bad(l.line, "leg %q: busy_poll_cpus without busy_poll: true", l.Name)
+	if dirs := map[string]int{DirectionBoth: 2, DirectionRoCEToIB: 1, DirectionIBToRoCE: 1}[g.Direction]; dirs > 0 && len(g.BusyPollCPUs) > dirs {
+		bad(g.line, "group %q: busy_poll_cpus: %d CPUs for %d receive loops (one per direction relayed, %s)", g.Name, len(g.BusyPollCPUs), dirs, g.Direction)
 	}
 	seen := map[int]bool{}
-	for _, cpu := range l.BusyPollCPUs {
+	for _, cpu := range g.BusyPollCPUs {
 		switch {
 		case cpu < 0 || cpu >= MaxCPU:
-			bad(l.line, "leg %q: busy_poll_cpus: CPU %d: want 0 to %d", l.Name, cpu, MaxCPU-1)
+			bad(g.line, "group %q: busy_poll_cpus: CPU %d: want 0 to %d", g.Name, cpu, MaxCPU-1)
 		case seen[cpu]:
-			bad(l.line, "leg %q: busy_poll_cpus: CPU %d given twice", l.Name, cpu)
+			bad(g.line, "group %q: busy_poll_cpus: CPU %d given twice", g.Name, cpu)
 		}
 		seen[cpu] = true
 	}
@@ -764,6 +735,19 @@ type Group struct {
 	// Rate limits the datagrams the group relays, in each direction on
 	// its own; the zero Rate has no limit.
 	Rate Rate `yaml:"rate"`
+	// BusyPoll makes each of the group's receive loops (one per direction
+	// relayed) spin on its QP's completion queue instead of sleeping
+	// until a completion wakes it, on an OS thread of its own that it
+	// never yields: on a verbs leg it polls the HCA's CQ (which then has
+	// no completion channel); on a userspace leg it reads the group's
+	// socket without waiting (SO_BUSY_POLL set) and polls the QP's CQ, in
+	// the one loop. The lowest latency, for a CPU kept busy by each loop
+	// while the gateway runs, traffic or not.
+	BusyPoll bool `yaml:"busy_poll"`
+	// BusyPollCPUs (with BusyPoll) pins the receive loops' threads to
+	// these CPUs: the first roce_to_ib's, the next ib_to_roce's (of the
+	// directions relayed). Isolate them from the rest of the machine.
+	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
 
 	line     int
 	errs     []lineError
@@ -895,7 +879,7 @@ func (g *Group) Line() int { return g.line }
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "rate")
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "rate", "busy_poll", "busy_poll_cpus")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -905,6 +889,20 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
 	if v := vals["rate"]; v != nil {
 		g.decodeRate(v)
+	}
+	scalar(vals, "busy_poll", "group", &g.BusyPoll, &errs)
+	if v := vals["busy_poll_cpus"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "group: busy_poll_cpus: want a list of CPU numbers, as [2, 3]"})
+		}
+		for _, item := range v.Content {
+			cpu, err := strconv.Atoi(item.Value)
+			if err != nil || item.Kind != yaml.ScalarNode {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: busy_poll_cpus %q: not a CPU number", item.Value)})
+				continue
+			}
+			g.BusyPollCPUs = append(g.BusyPollCPUs, cpu)
+		}
 	}
 	g.errs = errs
 	return nil
@@ -942,6 +940,7 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		default:
 			bad(g.line, "group %q: direction %q: want both, ib_to_roce or roce_to_ib", g.Name, g.Direction)
 		}
+		validateBusyPoll(g, bad)
 		switch g.MGID {
 		case "":
 			g.MGID = MGIDRDMACM

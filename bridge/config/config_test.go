@@ -163,23 +163,26 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-// TestParseBusyPoll: busy_poll and its CPUs on a verbs leg.
+// TestParseBusyPoll: a group's busy_poll and its CPUs; off by default.
 func TestParseBusyPoll(t *testing.T) {
-	c, err := config.Parse("gw.yaml", []byte(groupFile(", busy_poll: true, busy_poll_cpus: [2, 3]", "")))
+	c, err := config.Parse("gw.yaml", []byte(groupFile("", "    busy_poll: true\n    busy_poll_cpus: [2, 3]\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := c.Leg("ib")
-	if !l.BusyPoll || !cmp.Equal(l.BusyPollCPUs, []int{2, 3}) {
-		t.Errorf("leg ib: busy_poll %v, busy_poll_cpus %v; want true, [2 3]", l.BusyPoll, l.BusyPollCPUs)
+	if g := c.Groups[0]; !g.BusyPoll || !cmp.Equal(g.BusyPollCPUs, []int{2, 3}) {
+		t.Errorf("group: busy_poll %v, busy_poll_cpus %v; want true, [2 3]", g.BusyPoll, g.BusyPollCPUs)
 	}
-	if l, _ := c.Leg("roce"); l.BusyPoll || l.BusyPollCPUs != nil {
-		t.Errorf("leg roce: busy_poll %v, busy_poll_cpus %v; want off", l.BusyPoll, l.BusyPollCPUs)
+	c, err = config.Parse("gw.yaml", []byte(groupFile("", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := c.Groups[0]; g.BusyPoll || g.BusyPollCPUs != nil {
+		t.Errorf("group without busy_poll: busy_poll %v, busy_poll_cpus %v; want off", g.BusyPoll, g.BusyPollCPUs)
 	}
 }
 
-// TestParseRateBad: what is wrong with a rate or busy_poll is named with
-// its group or leg and line.
+// TestParseRateBad: what is wrong with a group's rate or busy_poll is
+// named with the group and the line.
 func TestParseRateBad(t *testing.T) {
 	for _, tc := range []struct {
 		name, legKeys, groupKeys string
@@ -201,21 +204,18 @@ func TestParseRateBad(t *testing.T) {
 		{"burst without rate", "", "    rate: {packets: 10, burst_bytes: 1MB}\n", `gw.yaml:9: group "ticks": rate: burst_bytes without bytes`},
 		{"byte burst below a datagram", "", "    rate:\n      bytes: 1MB\n      burst_bytes: 1000\n", `gw.yaml:11: group "ticks": rate: burst_bytes 1000: below 4096 bytes`},
 		{"zero burst", "", "    rate: {packets: 10, burst_packets: 0}\n", `gw.yaml:9: group "ticks": rate: burst_packets 0: nothing would cross`},
-		{"busy_poll on afxdp", "", "", ""}, // replaced below
-		{"busy_poll_cpus alone", ", busy_poll_cpus: [1]", "", `gw.yaml:2: leg "ib": busy_poll_cpus without busy_poll: true`},
-		{"busy_poll_cpus negative", ", busy_poll: true, busy_poll_cpus: [-1]", "", `gw.yaml:2: leg "ib": busy_poll_cpus: CPU -1: want 0 to 1023`},
-		{"busy_poll_cpus twice", ", busy_poll: true, busy_poll_cpus: [1, 1]", "", `gw.yaml:2: leg "ib": busy_poll_cpus: CPU 1 given twice`},
-		{"busy_poll_cpus not a list", ", busy_poll: true, busy_poll_cpus: 1", "", `gw.yaml:2: leg: busy_poll_cpus: want a list of CPU numbers`},
-		{"busy_poll_cpus not numbers", ", busy_poll: true, busy_poll_cpus: [one]", "", `gw.yaml:2: leg: busy_poll_cpus "one": not a CPU number`},
-		{"busy_poll not a bool", ", busy_poll: fast", "", `gw.yaml:2: leg: busy_poll "fast": not a *bool`},
+		{"busy_poll_cpus alone", "", "    busy_poll_cpus: [1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus without busy_poll: true`},
+		{"busy_poll_cpus negative", "", "    busy_poll: true\n    busy_poll_cpus: [-1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU -1: want 0 to 1023`},
+		{"busy_poll_cpus too large", "", "    busy_poll: true\n    busy_poll_cpus: [1024]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU 1024: want 0 to 1023`},
+		{"busy_poll_cpus twice", "", "    busy_poll: true\n    busy_poll_cpus: [1, 1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU 1 given twice`},
+		{"busy_poll_cpus too many", "", "    busy_poll: true\n    direction: ib_to_roce\n    busy_poll_cpus: [1, 2]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: 2 CPUs for 1 receive loops (one per direction relayed, ib_to_roce)`},
+		{"busy_poll_cpus not a list", "", "    busy_poll: true\n    busy_poll_cpus: 1\n", `gw.yaml:10: group: busy_poll_cpus: want a list of CPU numbers`},
+		{"busy_poll_cpus not numbers", "", "    busy_poll: true\n    busy_poll_cpus: [one]\n", `gw.yaml:10: group: busy_poll_cpus "one": not a CPU number`},
+		{"busy_poll not a bool", "", "    busy_poll: fast\n", `gw.yaml:9: group: busy_poll "fast": not a *bool`},
+		{"busy_poll on a leg", ", busy_poll: true", "", `gw.yaml:2: leg: unknown key "busy_poll"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := groupFile(tc.legKeys, tc.groupKeys)
-			if tc.name == "busy_poll on afxdp" {
-				file = strings.Replace(file, "io: udp}", "busy_poll: true}\n", 1) + "routes: []\n"
-				file = strings.Replace(file, "groups:\n  - name: ticks\n    group: 239.1.1.1\n    roce: roce\n    ib: ib\n", "", 1)
-				tc.want = `gw.yaml:3: leg "roce": busy_poll on a userspace leg needs io: udp (not yet on AF_XDP)`
-			}
 			_, err := config.Parse("gw.yaml", []byte(file))
 			if err == nil {
 				t.Fatalf("parsed:\n%s", numbered(file))
