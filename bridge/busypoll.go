@@ -93,9 +93,9 @@ func (s spin) pin() error {
 	return pinThread(s.cpu)
 }
 
-// wait polls with poll until it returns a completion or an error, or ctx
-// ends, without yielding.
-func (s spin) wait(ctx context.Context, poll func() (int, error)) (int, error) {
+// spinWait polls with poll until it returns a completion or an error, or
+// ctx ends, without yielding.
+func spinWait(ctx context.Context, poll func() (int, error)) (int, error) {
 	done := ctx.Done()
 	for {
 		if n, err := poll(); n > 0 || err != nil {

@@ -160,7 +160,7 @@ func (p *userspaceUDPort) recv(ctx context.Context) (*udDatagram, error) {
 		var n int
 		var err error
 		if p.spin.on {
-			n, err = p.spin.wait(ctx, p.pollOnce)
+			n, err = spinWait(ctx, p.pollOnce)
 		} else {
 			n, err = p.rcq.PollWait(ctx, p.wcs[:])
 		}

@@ -87,7 +87,7 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, g.timeout, r.spins[side])
+			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, g.timeout, r.spins[side], gc.BusyPoll)
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
@@ -308,7 +308,7 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*user
 // groupPort joins a group on the leg with an rdma_cm id of its own (send
 // only when sendOnly) and makes the id's UD QP; it returns the group's
 // Q_Key from the join.
-func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly bool, timeout time.Duration, sp spin) (*verbsUDPort, uint32, error) {
+func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly bool, timeout time.Duration, sp spin, busySend bool) (*verbsUDPort, uint32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ch, err := ibv.NewEventChannel()
@@ -326,7 +326,7 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly boo
 		ch.Close()
 		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
 	}
-	p, err := v.udPort(id, ch, sp)
+	p, err := v.udPort(id, ch, sp, busySend)
 	if err != nil {
 		ch.Close()
 		return nil, 0, err
