@@ -13,14 +13,15 @@ import (
 
 // A route with a fallback (a target through a peer gateway, over its quic
 // leg) connects new clients there while its own target cannot be reached:
-// no answer within FallbackAfter, or a leg that cannot connect at all (a
+// no answer within its fallback's after (GatewayOptions.FallbackAfter
+// when the config gives none), or a leg that cannot connect at all (a
 // port down, no route to it). A target that answers with a reject has
 // been reached: its reject goes to the client and nothing falls back.
 //
 // Falling back is never silent: the switch is logged at warning level
 // with why, counted (rbridge_route_fallbacks_total, and each session
 // through the fallback in rbridge_route_fallback_sessions_total) and
-// shown in /status (on_fallback, since, why). Every FallbackRetry the
+// shown in /status (on_fallback, since, why). Every retry (FallbackRetry) the
 // next new client tries the target again; once it answers, the route is
 // back on it (logged too) and new sessions go there.
 //
@@ -109,8 +110,15 @@ func (g *Gateway) dialTarget(ctx context.Context, r *config.Route, p connParams,
 	g.mu.Lock()
 	fb := g.fallbacks[r.Name]
 	g.mu.Unlock()
+	after, retry := g.fallbackAfter, g.fallbackRetry
+	if r.Fallback.After > 0 {
+		after = r.Fallback.After
+	}
+	if r.Fallback.Retry > 0 {
+		retry = r.Fallback.Retry
+	}
 	if fb.tryTarget(time.Now()) {
-		tctx, cancel := context.WithTimeout(ctx, g.fallbackAfter)
+		tctx, cancel := context.WithTimeout(ctx, after)
 		c, err := target.dial(tctx, r.Target.Addr, p)
 		cancel()
 		var rj *rejected
@@ -121,12 +129,12 @@ func (g *Gateway) dialTarget(ctx context.Context, r *config.Route, p connParams,
 			}
 			return c, false, err
 		}
-		why := fmt.Sprintf("target %v on leg %q did not answer within %v: %v", r.Target.Addr, r.Target.Leg, g.fallbackAfter, err)
-		if fb.unreachable(time.Now(), why, g.fallbackRetry) {
+		why := fmt.Sprintf("target %v on leg %q did not answer within %v: %v", r.Target.Addr, r.Target.Leg, after, err)
+		if fb.unreachable(time.Now(), why, retry) {
 			g.stats.Fallbacks.Add(1)
 			rs.Fallbacks.Add(1)
 			log.Warn("route's target cannot be reached: new sessions go through the fallback (sessions on the target's path end as it fails)",
-				"why", why, "fallback", r.Fallback.Leg, "fallback_target", r.Fallback.Addr, "retry_every", g.fallbackRetry)
+				"why", why, "fallback", r.Fallback.Leg, "fallback_target", r.Fallback.Addr, "retry_every", retry)
 		}
 	}
 	c, err := g.legs[r.Fallback.Leg].dial(ctx, r.Fallback.Addr, p)

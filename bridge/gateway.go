@@ -517,7 +517,8 @@ func (g *Gateway) routineAccept(ctx context.Context, run *routeRun, ln listener)
 // connect connects a client's request through to the route's target.
 func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	client := in.remote()
-	log := g.log.With("route", r.Name, "client", client, "target", r.Target.Addr)
+	base := g.log.With("route", r.Name, "client", client)
+	log := base.With("target", r.Target.Addr)
 	g.mu.Lock()
 	rs := g.routeStats[r.Name]
 	g.mu.Unlock()
@@ -543,6 +544,9 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 		log.Warn("target did not accept: client rejected with the same", "reason", rj.reason, "err", err)
 		_ = in.reject(rj)
 		return
+	}
+	if fellBack { // the session's lines name where it goes
+		log = base.With("target", r.Fallback.Addr, "through", r.Fallback.Leg)
 	}
 	tp := out.params()
 	// What both ends allow: the client may have as many READs outstanding

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -37,17 +38,17 @@ func groupConfig(t *testing.T, direction string) *config.Config {
 	return groupConfigWith(t, direction, "")
 }
 
-// groupConfigWith is groupConfig with the group's keys (", rate: ...")
-// added.
-func groupConfigWith(t testing.TB, direction, groupKeys string) *config.Config {
+// groupConfigWith is groupConfig with more of the group's keys, as
+// ", key: value".
+func groupConfigWith(t *testing.T, direction, keys string) *config.Config {
 	t.Helper()
 	y := `legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
 groups:
-  - {name: ticks, group: GROUP, roce: a, ib: b, direction: DIR@GK@}
+  - {name: ticks, group: GROUP, roce: a, ib: b, direction: DIRKEYS}
 `
-	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction, "@GK@", groupKeys).Replace(y)
+	y = strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "DIR", direction, "KEYS", keys).Replace(y)
 	c, err := config.Parse("gw.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -58,13 +59,27 @@ groups:
 // joinQP attaches a UD QP of the app to the group (on lo).
 func (a *cmApp) joinQP(t *testing.T, n int) (*transport.QP, *transport.CQ) {
 	t.Helper()
+	return a.joinGroup(t, mcastGroup, "lo", n)
+}
+
+// joinGroup attaches a UD QP of the app to group on interface ifname in
+// the app's network namespace.
+func (a *cmApp) joinGroup(t *testing.T, group netip.Addr, ifname string, n int) (*transport.QP, *transport.CQ) {
+	t.Helper()
 	qp, rcq := a.udQP(t, n)
-	lo, err := net.InterfaceByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.dev.AttachMulticast(qp, mcastGroup, func() (roce.PacketConn, error) {
-		return udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(mcastGroup, roce.Port), Interface: lo.Index})
+	if err := a.dev.AttachMulticast(qp, group, func() (roce.PacketConn, error) {
+		var c *udpconn.Conn
+		err := netns.Do(a.ns, func() error {
+			ifi, err := net.InterfaceByName(ifname)
+			if err == nil {
+				c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,56 +115,75 @@ func drain(t *testing.T, a *cmApp, cq *transport.CQ, qp *transport.QP, want []by
 
 // TestGatewayGroup: what a member sends to the group on leg a crosses to
 // the group on leg b; the gateway's own sends, heard back, are dropped and
-// counted (both legs on one wire: a loop), so each datagram crosses once
-// each way it may and nothing storms.
+// counted (both legs on one wire: a loop), so nothing storms. Relayed both
+// ways, the member's datagram reaches the gateway on both legs at once
+// (the one wire): it crosses once, from whichever leg took it first, and
+// its arrival on the other leg is the same bytes on the other side, dropped
+// as a loop. With loop_window 0 it crosses both ways, and only the own
+// rule holds the loop.
 func TestGatewayGroup(t *testing.T) {
 	for _, tc := range []struct {
-		direction string
-		// Copies the receiver gets: the sender's own, and the gateway's
-		// from leg b (roce to ib) and from leg a (ib to roce: leg b heard
-		// the sender too, on the one wire).
-		fromB, fromA int
-		want         bridge.UDStatsSnapshot
+		name, direction, keys string
+		// DropOwn per datagram: the gateway's sends heard by its QP on
+		// each leg that receives.
+		own [2]uint64
+		// Whether the datagram crosses both ways (else one way, the loop
+		// filter dropping its arrival on the other leg).
+		bothWays bool
 	}{
-		{config.DirectionRoCEToIB, 1, 0, bridge.UDStatsSnapshot{Datagrams: [2]uint64{1, 0}, DropOwn: [2]uint64{1, 0}}},
-		{config.DirectionBoth, 1, 1, bridge.UDStatsSnapshot{Datagrams: [2]uint64{1, 1}, DropOwn: [2]uint64{2, 2}}},
+		{config.DirectionRoCEToIB, config.DirectionRoCEToIB, "", [2]uint64{1, 0}, false},
+		{config.DirectionBoth, config.DirectionBoth, "", [2]uint64{1, 1}, false},
+		{"both, loop_window 0", config.DirectionBoth, ", loop_window: 0s", [2]uint64{2, 2}, true},
 	} {
-		t.Run(tc.direction, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
-			g := startGatewayWith(t, groupConfig(t, tc.direction), bridge.GatewayOptions{})
+			g := startGatewayWith(t, groupConfigWith(t, tc.direction, tc.keys), bridge.GatewayOptions{})
 			rqp, rcq := receiver.joinQP(t, 32)
 			sqp, _ := sender.udQP(t, 1)
 			const n = 5
-			payload := []byte("tick 42")
+			payload := []byte("tick 42") // the same bytes each time: the same member's, they cross
 			for range n {
 				sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
 			}
 			got := drain(t, receiver, rcq, rqp, payload)
 			gwA, gwB := netip.MustParseAddr(lo("1")), netip.MustParseAddr(lo("2"))
-			want := map[netip.Addr]int{sender.ip: n, gwB: tc.fromB * n}
-			if tc.fromA > 0 {
-				want[gwA] = tc.fromA * n
+			// The sender's own copies, and the gateway's: from leg b
+			// (relayed roce to ib) or from leg a (ib to roce).
+			fromB, fromA := got[gwB], got[gwA]
+			if tc.direction == config.DirectionRoCEToIB && fromA != 0 {
+				t.Errorf("%d datagrams from leg a, relayed ib to roce: the group relays roce to ib only", fromA)
 			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("the receiver got, by source, %v; want %v", got, want)
+			wantFrom := n
+			if tc.bothWays {
+				wantFrom = 2 * n
+				if fromA != n || fromB != n {
+					t.Errorf("%d datagrams from leg a and %d from leg b, want %d each: loop_window 0 relays both ways", fromA, fromB, n)
+				}
+			}
+			if got[sender.ip] != n || fromA+fromB != wantFrom || len(got) > 3 {
+				t.Errorf("the receiver got, by source, %v; want %d from the sender %v and %d from the gateway (%v or %v)", got, n, sender.ip, wantFrom, gwA, gwB)
 			}
 			st := g.GroupStats("ticks")
 			if st == nil {
 				t.Fatal("no stats for group ticks")
 			}
-			w := tc.want
-			for d := range 2 {
-				w.Datagrams[d] *= n
-				w.Bytes[d] = w.Datagrams[d] * uint64(len(payload))
-				w.DropOwn[d] *= n
+			w := bridge.UDStatsSnapshot{Datagrams: [2]uint64{uint64(fromB), uint64(fromA)},
+				DropOwn: [2]uint64{tc.own[0] * n, tc.own[1] * n}}
+			if tc.direction == config.DirectionBoth && !tc.bothWays {
+				// What crossed one way arrived on the other leg too.
+				w.DropLoop = [2]uint64{uint64(fromA), uint64(fromB)}
 			}
-			if *st != w {
-				t.Errorf("group stats %+v, want %+v", *st, w)
+			for d := range 2 {
+				w.Bytes[d] = w.Datagrams[d] * uint64(len(payload))
+			}
+			if d := cmp.Diff(w, *st); d != "" {
+				t.Errorf("group stats (-want +got):\n%s", d)
 			}
 			m, _ := scrape(t, startAdmin(t, g))
 			for name, v := range map[string]float64{
-				`rbridge_group_datagrams_total{direction="roce_to_ib",group="ticks"}`:           float64(w.Datagrams[0]),
-				`rbridge_group_dropped_total{cause="own",direction="roce_to_ib",group="ticks"}`: float64(w.DropOwn[0]),
+				`rbridge_group_datagrams_total{direction="roce_to_ib",group="ticks"}`:            float64(w.Datagrams[0]),
+				`rbridge_group_dropped_total{cause="own",direction="roce_to_ib",group="ticks"}`:  float64(w.DropOwn[0]),
+				`rbridge_group_dropped_total{cause="loop",direction="ib_to_roce",group="ticks"}`: float64(w.DropLoop[1]),
 			} {
 				if got, ok := m[name]; !ok || got != v {
 					t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
@@ -190,8 +224,10 @@ func TestGatewayGroupReload(t *testing.T) {
 	if _, err := g.Reload(groupConfig(t, config.DirectionRoCEToIB)); !errors.Is(err, bridge.ErrLegsChanged) {
 		t.Errorf("reload with a group's direction changed: %v, want ErrLegsChanged", err)
 	}
-	if _, err := g.Reload(groupConfigWith(t, config.DirectionBoth, ", busy_poll: true")); !errors.Is(err, bridge.ErrLegsChanged) {
-		t.Errorf("reload with a group's busy_poll changed: %v, want ErrLegsChanged", err)
+	for _, keys := range []string{", loop_window: 1s", ", peers: [198.18.1.9]", ", busy_poll: true"} {
+		if _, err := g.Reload(groupConfigWith(t, config.DirectionBoth, keys)); !errors.Is(err, bridge.ErrLegsChanged) {
+			t.Errorf("reload with the group's %q: %v, want ErrLegsChanged", keys, err)
+		}
 	}
 	if res, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil || res.RateChanged != nil {
 		t.Errorf("reload with the same groups: %v, rate changed of %v", err, res.RateChanged)
@@ -422,4 +458,52 @@ func cpuTime(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestGatewayGroupPoolEmpty: a group's datagram that finds the gateway's
+// pool empty is dropped and counted as pool empty, and nothing else; once
+// buffers are back the group relays again.
+func TestGatewayGroupPoolEmpty(t *testing.T) {
+	sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	const bufs = 72 // the group's two QPs' receive queues take 64
+	g := startGatewayWith(t, groupConfig(t, config.DirectionRoCEToIB), bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: bufs * 4096, Classes: []int{4096}}})
+	if free := g.Pool().Stats()[0].Free; free != bufs-64 {
+		t.Fatalf("%d buffers free with the group joined, want %d", free, bufs-64)
+	}
+	var held []*bridge.Buf
+	for {
+		b, err := g.Pool().Get(4096)
+		if err != nil {
+			break
+		}
+		held = append(held, b)
+	}
+	rqp, rcq := receiver.joinQP(t, 32)
+	sqp, _ := sender.udQP(t, 1)
+	const n = 5
+	payload := []byte("tick 7")
+	for range n {
+		sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+	}
+	got := drain(t, receiver, rcq, rqp, payload)
+	gwB := netip.MustParseAddr(lo("2"))
+	if got[gwB] != 0 {
+		t.Errorf("%d datagrams relayed with the pool empty", got[gwB])
+	}
+	for _, b := range held {
+		b.Release()
+	}
+	sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+	if got := drain(t, receiver, rcq, rqp, payload); got[gwB] != 1 {
+		t.Errorf("the receiver got, by source, %v once buffers were back; want 1 from the gateway's %v", got, gwB)
+	}
+	// The relayed one was heard back on leg a: own.
+	want := bridge.UDStatsSnapshot{Datagrams: [2]uint64{1, 0}, Bytes: [2]uint64{uint64(len(payload)), 0},
+		DropPoolEmpty: [2]uint64{n, 0}, DropOwn: [2]uint64{1, 0}}
+	if d := cmp.Diff(want, *g.GroupStats("ticks")); d != "" {
+		t.Errorf("group stats (-want +got):\n%s", d)
+	}
+	if free := g.Pool().Stats()[0].Free; free != bufs-64 {
+		t.Errorf("%d buffers free after, want %d: each drop reposts its buffer", free, bufs-64)
+	}
 }

@@ -261,7 +261,9 @@ func TestGatewayFallsBackThroughAPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := bridge.GatewayOptions{FallbackAfter: 300 * time.Millisecond, FallbackRetry: 500 * time.Millisecond}
+	// The route's own timers, not the gateway's (which would outlast the
+	// test), decide when it falls back and when it tries again.
+	opts := bridge.GatewayOptions{FallbackAfter: 20 * time.Second, FallbackRetry: time.Hour}
 	ga := startGatewayWith(t, parseConfig(t, `legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
@@ -270,7 +272,7 @@ routes:
   - name: r
     listen: {leg: a, addr: "127.0.10.1:7471"}
     target: {leg: b, addr: "127.0.10.9:7471"}
-    fallback: {leg: q, addr: "127.0.10.4:7471"}
+    fallback: {leg: q, addr: "127.0.10.4:7471", after: 300ms, retry: 500ms}
 `), opts)
 	startGateway(t, parseConfig(t, `legs:
   - {name: q, kind: quic, ip: 127.0.10.6, listen: "127.0.10.6:7400", cert: `+files["gw-b"][0]+`, key: `+files["gw-b"][1]+`, ca: `+caFile+`}

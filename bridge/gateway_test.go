@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime/pprof"
@@ -15,6 +16,7 @@ import (
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/integration/guest"
+	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
@@ -44,6 +46,7 @@ type cmApp struct {
 	mem []byte
 	cq  *transport.CQ
 	ip  netip.Addr
+	ns  string // the network namespace of its socket ("": the test's)
 }
 
 func newCMApp(t testing.TB, ip string) *cmApp { return newCMAppOver(t, ip, nil) }
@@ -52,12 +55,33 @@ func newCMApp(t testing.TB, ip string) *cmApp { return newCMAppOver(t, ip, nil) 
 // conn (nil: the UDP socket's own).
 func newCMAppOver(t testing.TB, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
 	t.Helper()
+	return newCMAppIn(t, "", "", ip, wrap)
+}
+
+// newCMAppIn is newCMAppOver whose socket is in network namespace ns ("":
+// the test's own), its IPv6 multicast leaving on interface ifname ("": by
+// the routing table).
+func newCMAppIn(t testing.TB, ns, ifname, ip string, wrap func(roce.PacketConn) roce.PacketConn) *cmApp {
+	t.Helper()
 	if guest.InGuest() {
 		// The gateway itself runs there, as rbridge run (integration/gateway).
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback tests run on the host")
 	}
-	a := &cmApp{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024)}
-	uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)})
+	a := &cmApp{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024), ns: ns}
+	var uc *udpconn.Conn
+	err := netns.Do(ns, func() error {
+		o := udpconn.Options{Addr: netip.AddrPortFrom(a.ip, roce.Port)}
+		if ifname != "" {
+			ifi, err := net.InterfaceByName(ifname)
+			if err != nil {
+				return err
+			}
+			o.Interface = ifi.Index
+		}
+		var err error
+		uc, err = udpconn.Listen(o)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,14 +134,19 @@ func startGateway(t *testing.T, cfg *config.Config) *bridge.Gateway {
 	return startGatewayWith(t, cfg, bridge.GatewayOptions{})
 }
 
-// startGatewayWith starts a gateway with o's options (its Config, Logger,
-// ConnectTimeout and Pool are the tests' own).
+// startGatewayWith starts a gateway with o's options (its Config, Logger
+// and ConnectTimeout are the tests' own, and its Pool too unless o gives
+// one).
 func startGatewayWith(t testing.TB, cfg *config.Config, o bridge.GatewayOptions) *bridge.Gateway {
 	t.Helper()
 	if guest.InGuest() {
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback gateways run on the host")
 	}
-	o.Config, o.Logger, o.ConnectTimeout, o.Pool = cfg, testlog.New(t), 2*time.Second, bridge.PoolOptions{Size: 8 << 20}
+	o.Config, o.Logger, o.ConnectTimeout = cfg, testlog.New(t), 2*time.Second
+	if o.Pool.Size == 0 {
+		o.Pool = bridge.PoolOptions{Size: 8 << 20}
+	}
+	o.Pool.Trace = true
 	g, err := bridge.StartGateway(o)
 	if err != nil {
 		t.Fatal(err)

@@ -255,3 +255,100 @@ func TestGatewayUDRefused(t *testing.T) {
 		t.Errorf("gateway state %+v after refusals: want each leg's QP 1 only and no pool buffer held", s)
 	}
 }
+
+// TestGatewayUDPoolEmpty: a gateway with a tiny pool whose last buffers
+// are taken: a UD datagram that arrives finds no buffer to keep the
+// receive queue full, and is dropped and counted as pool empty, each way,
+// with no other counter moving; once buffers are back, datagrams cross
+// both ways again, and the pair holds just its receive queues' buffers.
+func TestGatewayUDPoolEmpty(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	ln, err := target.cm.ListenUD(7174, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tqp, tcq := target.udQP(t, 16)
+	go func() {
+		if req, err := ln.Next(context.Background()); err == nil {
+			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
+		}
+	}()
+	const bufs = 72 // the pair's two receive queues take 64
+	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: bufs * 4096, Classes: []int{4096}}})
+	free := func() int { return g.Pool().Stats()[0].Free }
+	if st := g.Pool().Stats(); len(st) != 1 || st[0].Total != bufs || st[0].Free != bufs {
+		t.Fatalf("pool %+v, want one class of %d free 4 KiB buffers", st, bufs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gwA := netip.MustParseAddr(lo("1"))
+	svc, err := client.cm.ResolveUD(ctx, netip.AddrPortFrom(gwA, 7174), cm.ResolveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := free(); got != bufs-64 {
+		t.Fatalf("%d buffers free with one UD client, want %d: its pair's receive queues hold 2 x 32", got, bufs-64)
+	}
+	var held []*bridge.Buf
+	hold := func() {
+		t.Helper()
+		for {
+			b, err := g.Pool().Get(4096)
+			if errors.Is(err, bridge.ErrPoolExhausted) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, b)
+		}
+	}
+	release := func() {
+		for _, b := range held {
+			b.Release()
+		}
+		held = held[:0]
+	}
+	defer release()
+	cqp, ccq := client.udQP(t, 16)
+
+	const k = 5
+	hold()
+	for i := range k {
+		client.sendUD(t, cqp, gwA, svc.QPN, 0, 100, byte('a'+i))
+	}
+	noUD(t, tcq, "a datagram through a gateway whose pool is empty")
+	release()
+	// Buffers back: the client's datagram crosses, and the target's answer.
+	client.sendUD(t, cqp, gwA, svc.QPN, 0, 100, 'c')
+	wc := waitUD(t, tcq)
+	if wc.Status != transport.StatusSuccess || wc.ByteLen != 100 || target.mem[4096*int(wc.ID)] != 'c' {
+		t.Fatalf("the datagram after the pool emptied: %+v", wc)
+	}
+	gwTarget, gwTargetQPN := wc.Src.Addr(), wc.SrcQPN // the gateway's target side
+	hold()
+	for i := range k {
+		target.sendUD(t, tqp, gwTarget, gwTargetQPN, 0, 200, byte('A'+i))
+	}
+	noUD(t, ccq, "an answer through a gateway whose pool is empty")
+	release()
+	target.sendUD(t, tqp, gwTarget, gwTargetQPN, 0, 200, 'C')
+	if wc := waitUD(t, ccq); wc.Status != transport.StatusSuccess || wc.ByteLen != 200 || client.mem[4096*int(wc.ID)] != 'C' {
+		t.Fatalf("the answer after the pool emptied: %+v", wc)
+	}
+
+	want := bridge.UDStatsSnapshot{Resolved: 1, Datagrams: [2]uint64{1, 1}, Bytes: [2]uint64{100, 200}, DropPoolEmpty: [2]uint64{k, k}}
+	if d := cmp.Diff(want, *g.UDStats("u")); d != "" {
+		t.Errorf("UD stats (-want +got):\n%s", d)
+	}
+	if st := g.Pool().Stats()[0]; st.Free != bufs-64 || st.Exhausted < 2*k || st.Overreleased != 0 {
+		t.Errorf("pool after the drops %+v: want %d free (each drop reposted its buffer), at least %d times exhausted, none over-released", st, bufs-64, 2*k)
+	}
+	m, _ := scrape(t, startAdmin(t, g))
+	for _, dir := range []string{"to_target", "to_client"} {
+		if name := `rbridge_route_ud_dropped_total{cause="pool_empty",direction="` + dir + `",route="u"}`; m[name] != k {
+			t.Errorf("%s = %v, want %d", name, m[name], k)
+		}
+	}
+}

@@ -65,7 +65,8 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 		local := netip.AddrPortFrom(l.IP, roce.Port)
 		switch l.IO {
 		case config.IOUDP:
-			conn, err = udpconn.Listen(udpconn.Options{Addr: local})
+			// Its multicast (groups) leaves on the leg's interface.
+			conn, err = udpconn.Listen(udpconn.Options{Addr: local, Interface: ifi.Index})
 			return err
 		case config.IOAFXDP:
 			if u.prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {

@@ -2,12 +2,15 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -35,10 +38,10 @@ import (
 // source is one of the group's own QPs (its QPN and the leg's address) is
 // what the gateway sent, come back, and is dropped (DropOwn): its own send
 // heard by its receiver on the other leg (both legs on one wire), or
-// looped back by the HCA or the IP stack. Not yet: two gateways joined to
-// the same group on both fabrics relay each other's copies (each sees the
-// other's QP as the source), so give a group one gateway per pair of
-// fabrics.
+// looped back by the HCA or the IP stack. Another gateway's copy of what
+// this one relayed (two gateways on the same pair of fabrics) is dropped
+// by the group's loopFilter (DropLoop, mcast_loop.go), and what a
+// gateway listed in the group's peers sends is never relayed (DropPeer).
 
 // groupDirs names a group's directions: 0 from the RoCE leg to the IB
 // leg, 1 back.
@@ -51,6 +54,7 @@ type groupRun struct {
 	ports [2]udPort     // 0 the RoCE leg's, 1 the IB leg's
 	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
 	qkey  [2]uint32     // the group's Q_Key on each leg
+	loops *loopFilter   // what the group admitted lately, both ways (nil: loop_window 0)
 	// limit is the rate limit in force (nil: none); a reload may swap it.
 	limit atomic.Pointer[groupLimit]
 	// spins is how each direction's receive loop waits (busy_poll).
@@ -70,6 +74,9 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	if r.spins, err = groupSpins(gc, r.relays); err != nil {
 		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
 	}
+	if gc.LoopWindow > 0 {
+		r.loops = newLoopFilter(gc.LoopWindow)
+	}
 	fail := func(err error) error {
 		for _, p := range r.ports {
 			if p != nil {
@@ -87,7 +94,7 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, g.timeout, r.spins[side], gc.BusyPoll)
+			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll)
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
@@ -160,8 +167,12 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 			continue
 		case r.isOwn(d):
 			r.stats.DropOwn[dir].Add(1)
+		case slices.Contains(r.cfg.Peers, d.src):
+			r.stats.DropPeer[dir].Add(1)
 		case d.n > to.mtu() || d.tooLongHere:
 			r.stats.DropTooLong[dir].Add(1)
+		case r.loops != nil && !r.loops.admit(r.loops.key(d.payload(), d.imm, d.hasImm), dir, d.src, d.srcQPN, time.Now().UnixNano()):
+			r.stats.DropLoop[dir].Add(1)
 		case !r.allow(dir, d.n):
 			r.stats.DropRate[dir].Add(1)
 		default:
@@ -308,14 +319,20 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*user
 // groupPort joins a group on the leg with an rdma_cm id of its own (send
 // only when sendOnly) and makes the id's UD QP; it returns the group's
 // Q_Key from the join.
-func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly bool, timeout time.Duration, sp spin, busySend bool) (*verbsUDPort, uint32, error) {
+func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly, ipoib bool, timeout time.Duration, sp spin, busySend bool) (*verbsUDPort, uint32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ch, err := ibv.NewEventChannel()
 	if err != nil {
 		return nil, 0, err
 	}
-	id, err := ch.NewID(ibv.PortSpaceUDP)
+	// IPoIB's port space makes the kernel join the IPoIB form of the
+	// MGID with the Q_Key of the port's IPoIB broadcast group.
+	ps := ibv.PortSpaceUDP
+	if ipoib {
+		ps = ibv.PortSpaceIPoIB
+	}
+	id, err := ch.NewID(ps)
 	if err == nil {
 		err = id.ResolveAddr(v.cfg.IP, netip.AddrPortFrom(group, 0), 5*time.Second)
 	}
@@ -324,6 +341,9 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly boo
 	}
 	if err != nil {
 		ch.Close()
+		if ipoib && errors.Is(err, syscall.EINVAL) {
+			return nil, 0, fmt.Errorf("resolve %v from %v in IPoIB's port space: %w (mgid ipoib needs an InfiniBand port: the kernel refuses that port space on RoCE, where a group's MGID is its IP mapping; use mgid: rdma_cm)", group, v.cfg.IP, err)
+		}
 		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
 	}
 	p, err := v.udPort(id, ch, sp, busySend)
@@ -343,6 +363,15 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly boo
 	if err != nil {
 		p.close()
 		return nil, 0, err
+	}
+	if ipoib && ev.QKey != 0 {
+		// librdmacm gave the QP rdma_cm's Q_Key; the members of an IPoIB
+		// group send with the group's, which the QP must hold to take
+		// their datagrams.
+		if err := p.qp.Modify(&ibv.QPAttr{QKey: ev.QKey}, ibv.QPAttrQKey); err != nil {
+			p.close()
+			return nil, 0, fmt.Errorf("set the QP's Q_Key to group %v's %#x: %w", group, ev.QKey, err)
+		}
 	}
 	ah, err := p.vd.pd.NewAH(ev.AH)
 	if err != nil {

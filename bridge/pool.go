@@ -35,6 +35,11 @@ type PoolOptions struct {
 	// HugePages asks for explicit huge pages (MAP_HUGETLB); without them,
 	// or when none are reserved, the arena asks for transparent huge pages.
 	HugePages bool
+	// Trace records, for every buffer, who last took, referenced and
+	// released it (a few call stacks each); Close then names the holders
+	// of any buffer still referenced. It slows every Get, Ref and Release:
+	// it is for finding a leak, not for production.
+	Trace bool
 }
 
 // ErrPoolExhausted matches a Get that found its size class empty.
@@ -59,6 +64,8 @@ type sizeClass struct {
 	ready chan struct{}
 
 	gets, exhausted, overreleased atomic.Uint64
+
+	trace *bufTrace // nil unless PoolOptions.Trace
 }
 
 // Buf is a buffer of the pool. Its memory is B(); it stays valid while a
@@ -104,6 +111,9 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		off = (off + classAlign - 1) &^ (classAlign - 1) // frames: page-aligned
 		n := share / size
 		c := &sizeClass{size: size, bufs: make([]Buf, n), free: make([]int32, n), ready: make(chan struct{}, 1)}
+		if opts.Trace {
+			c.trace = newBufTrace(n)
+		}
 		for i := range n {
 			c.bufs[i] = Buf{class: c, data: arena[off : off+size : off+size], off: off}
 			c.free[i] = int32(n - 1 - i) // lowest addresses first
@@ -250,6 +260,9 @@ func (c *sizeClass) take() *Buf {
 	c.mu.Unlock()
 	b := &c.bufs[i]
 	b.refs.Store(1)
+	if c.trace != nil {
+		c.trace.record(int(i), traceGet, 1)
+	}
 	return b
 }
 
@@ -274,14 +287,26 @@ func (b *Buf) Within(p []byte) (int, bool) {
 }
 
 // Ref adds a reference.
-func (b *Buf) Ref() { b.refs.Add(1) }
+func (b *Buf) Ref() {
+	r := b.refs.Add(1)
+	if t := b.class.trace; t != nil {
+		t.record(b.index(), traceRef, r)
+	}
+}
+
+// index is the buffer's index in its class.
+func (b *Buf) index() int { return (b.off - b.class.bufs[0].off) / b.class.size }
 
 // Release drops a reference; the last one returns the buffer to its class.
 // Releasing more references than were taken is a bug: it is counted
 // (ClassStats.Overreleased) and otherwise ignored, so the memory is never
 // handed out twice.
 func (b *Buf) Release() {
-	switch r := b.refs.Add(-1); {
+	r := b.refs.Add(-1)
+	if t := b.class.trace; t != nil {
+		t.record(b.index(), traceRelease, r)
+	}
+	switch {
 	case r > 0:
 		return
 	case r < 0:
@@ -290,7 +315,7 @@ func (b *Buf) Release() {
 		return
 	}
 	c := b.class
-	i := int32((b.off - c.bufs[0].off) / c.size)
+	i := int32(b.index())
 	c.mu.Lock()
 	c.free = append(c.free, i)
 	c.mu.Unlock()
@@ -337,9 +362,13 @@ func (p *Pool) Close() error {
 	if p.closed.Load() {
 		return nil
 	}
-	for _, s := range p.Stats() {
+	for i, s := range p.Stats() {
 		if s.Free != s.Total {
-			return fmt.Errorf("bridge: close pool: %d of %d %d-byte buffers still referenced", s.Total-s.Free, s.Total, s.Size)
+			err := fmt.Errorf("bridge: close pool: %d of %d %d-byte buffers still referenced", s.Total-s.Free, s.Total, s.Size)
+			if c := p.classes[i]; c.trace != nil {
+				err = fmt.Errorf("%w; their holders:\n%s", err, c.trace.held(c))
+			}
+			return err
 		}
 	}
 	p.closed.Store(true)

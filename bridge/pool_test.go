@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -231,4 +232,50 @@ func BenchmarkSyncPoolGetPut(b *testing.B) {
 		buf[0] = 1
 		sp.Put(buf)
 	}
+}
+
+// TestPoolTraceNamesHolders: with Trace, Close's refusal names the code
+// that took and referenced each buffer still held, and not the buffers
+// that came back.
+func TestPoolTraceNamesHolders(t *testing.T) {
+	p, err := bridge.NewPool(bridge.PoolOptions{Size: 1 << 20, Classes: []int{4096}, Trace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := p.Get(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back.Release()
+	held := holdOne(t, p)
+	err = p.Close()
+	if err == nil {
+		t.Fatal("Close with a buffer held: no error")
+	}
+	msg := err.Error()
+	t.Log(msg)
+	for _, want := range []string{"1 of 256 4096-byte buffers still referenced", "get -> 1:", "ref -> 2:", "release -> 1:", "holdOne"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Close's error does not say %q:\n%s", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "buffer at arena offset"); n != 1 {
+		t.Errorf("Close's error describes %d buffers, want the one held:\n%s", n, msg)
+	}
+	held.Release()
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close once every buffer is back: %v", err)
+	}
+}
+
+// holdOne takes a buffer, references it and drops one reference: the
+// trace shows all three, from here.
+func holdOne(t *testing.T, p *bridge.Pool) *bridge.Buf {
+	b, err := p.Get(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Ref()
+	b.Release()
+	return b
 }

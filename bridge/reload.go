@@ -145,7 +145,8 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 func sameRoute(a, b *config.Route) bool {
 	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
 		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow) &&
-		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr && a.UD == b.UD
+		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr && a.Fallback.After == b.Fallback.After &&
+		a.Fallback.Retry == b.Fallback.Retry && a.UD == b.UD
 }
 
 // reloadRates puts in force the rate limits of cfg's groups (the running
@@ -187,7 +188,7 @@ func rateText(r config.Rate) string {
 // but for their rate limits (which a reload changes in place).
 func sameGroup(a, b config.Group) bool {
 	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID &&
-		a.BusyPoll == b.BusyPoll && slices.Equal(a.BusyPollCPUs, b.BusyPollCPUs)
+		slices.Equal(a.Peers, b.Peers) && a.LoopWindow == b.LoopWindow && a.BusyPoll == b.BusyPoll && slices.Equal(a.BusyPollCPUs, b.BusyPollCPUs)
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).

@@ -75,10 +75,14 @@ type UDStats struct {
 	Resolved, Refused, NoQP atomic.Uint64
 	Datagrams, Bytes        [2]atomic.Uint64
 	ImmQPNRewritten         [2]atomic.Uint64
-	// Drops by cause. DropOwn (multicast groups) is what the gateway
-	// itself sent to the group, received back: loop prevention; DropRate
-	// (multicast groups) what the group's rate limit did not let cross.
-	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn, DropRate [2]atomic.Uint64
+	// Drops by cause. DropOwn, DropLoop and DropPeer (multicast groups)
+	// are loop prevention: what the gateway itself sent to the group,
+	// received back; a copy of what it relayed, come back through another
+	// gateway (the same bytes from another source within the group's
+	// loop_window); and what a gateway the group lists in peers sent.
+	// DropRate (multicast groups) is what the group's rate limit did not
+	// let cross.
+	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn, DropLoop, DropPeer, DropRate [2]atomic.Uint64
 }
 
 // UDStatsSnapshot is UDStats read at one moment, as plain values.
@@ -96,6 +100,8 @@ type UDStatsSnapshot struct {
 	DropNoReceive   [2]uint64 `json:"dropped_no_receive"`
 	DropSendFailed  [2]uint64 `json:"dropped_send_failed"`
 	DropOwn         [2]uint64 `json:"dropped_own,omitempty"`
+	DropLoop        [2]uint64 `json:"dropped_loop,omitempty"`
+	DropPeer        [2]uint64 `json:"dropped_peer,omitempty"`
 	DropRate        [2]uint64 `json:"dropped_rate,omitempty"`
 }
 
@@ -106,6 +112,7 @@ func (s *UDStats) Snapshot() UDStatsSnapshot {
 		out.Datagrams[d], out.Bytes[d], out.ImmQPNRewritten[d] = s.Datagrams[d].Load(), s.Bytes[d].Load(), s.ImmQPNRewritten[d].Load()
 		out.DropTooLong[d], out.DropUnknownPeer[d], out.DropPoolEmpty[d] = s.DropTooLong[d].Load(), s.DropUnknownPeer[d].Load(), s.DropPoolEmpty[d].Load()
 		out.DropNoReceive[d], out.DropSendFailed[d], out.DropOwn[d] = s.DropNoReceive[d].Load(), s.DropSendFailed[d].Load(), s.DropOwn[d].Load()
+		out.DropLoop[d], out.DropPeer[d] = s.DropLoop[d].Load(), s.DropPeer[d].Load()
 		out.DropRate[d] = s.DropRate[d].Load()
 	}
 	return out

@@ -240,7 +240,7 @@ type CMID struct {
 }
 
 // NewID creates a cm_id on the channel, for RC (PortSpaceTCP) or UD
-// (PortSpaceUDP).
+// (PortSpaceUDP, PortSpaceIPoIB).
 func (ec *EventChannel) NewID(ps PortSpace) (*CMID, error) {
 	id := &CMID{ch: ec, ps: ps}
 	err := id.res.create(kindCMID, []*resource{&ec.res}, func() (func() error, error) {
@@ -723,7 +723,7 @@ func (ec *EventChannel) next(ctx context.Context) (ev CMEvent, newID *C.struct_r
 	if !mcast && conn.private_data != nil && conn.private_data_len > 0 {
 		ev.Param.PrivateData = C.GoBytes(conn.private_data, C.int(conn.private_data_len))
 	}
-	psUDP := mcast || (ev.ID != nil && ev.ID.ps == PortSpaceUDP) || (ev.ListenID != nil && ev.ListenID.ps == PortSpaceUDP)
+	psUDP := mcast || (ev.ID != nil && ev.ID.ps.datagram()) || (ev.ListenID != nil && ev.ListenID.ps.datagram())
 	if psUDP {
 		ud := (*C.struct_rdma_ud_param)(unsafe.Pointer(&e.param))
 		ev.QPN, ev.QKey = uint32(ud.qp_num), uint32(ud.qkey)

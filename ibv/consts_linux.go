@@ -114,6 +114,7 @@ func _() {
 	_ = x[int(CMTimewaitExit)-C.RDMA_CM_EVENT_TIMEWAIT_EXIT]
 	_ = x[int(PortSpaceTCP)-C.RDMA_PS_TCP]
 	_ = x[int(PortSpaceUDP)-C.RDMA_PS_UDP]
+	_ = x[int(PortSpaceIPoIB)-C.RDMA_PS_IPOIB]
 
 	// WorkCompletion is written by rb_poll_cq in place.
 	var wc WorkCompletion

@@ -331,7 +331,14 @@ type PortSpace uint16
 const (
 	PortSpaceTCP PortSpace = 0x0106 // reliable connected (RC)
 	PortSpaceUDP PortSpace = 0x0111 // unreliable datagram (UD)
+	// PortSpaceIPoIB is UD in IPoIB's multicast groups: a join there uses
+	// the IPoIB form of the group's MGID and the Q_Key of the port's
+	// IPoIB broadcast group. The kernel takes it on InfiniBand ports only.
+	PortSpaceIPoIB PortSpace = 0x0002
 )
+
+// datagram says whether the port space is one of UD's.
+func (ps PortSpace) datagram() bool { return ps == PortSpaceUDP || ps == PortSpaceIPoIB }
 
 func enumName(names []string, v int, typ string) string {
 	if v >= 0 && v < len(names) && names[v] != "" {

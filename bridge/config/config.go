@@ -32,6 +32,7 @@
 //	    target: {leg: roce, addr: "198.18.1.2:4420"}  # where rbridge connects on their behalf
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
 //	    fallback: {leg: gw-b, addr: "198.18.1.2:4420"} # optional: when the target cannot be reached here, through gw-b
+//	                                  # (also after: 3s, how long the target gets to answer; retry: 15s, how often it is tried again)
 //	  - name: feed-lookup                             # a UD service (rdma_cm's UDP port space: udaddy, SIDR)
 //	    ud: true                                      # optional, default false: datagrams, not connections
 //	    listen: {leg: roce, addr: "198.18.1.3:7174"}
@@ -45,7 +46,9 @@
 //	    roce: roce                  # the userspace leg (io: udp)
 //	    ib: ib                      # the other leg (verbs)
 //	    direction: both             # both (default), ib_to_roce or roce_to_ib
-//	    mgid: rdma_cm               # the MGID form on the ib leg (rdma_cm, the default, only for now)
+//	    mgid: rdma_cm               # the MGID form on an InfiniBand ib leg: rdma_cm (default) or ipoib
+//	    peers: [198.18.1.9]         # optional: other gateways' leg addresses on these fabrics: never relayed
+//	    loop_window: 500ms          # optional: how long the same bytes from another source are a loop (default; 0 off)
 //	    rate:                       # optional: a limit per direction, a second; each key optional
 //	      packets: 10000            # datagrams a second
 //	      burst_packets: 1000       # the most at once (default a tenth of packets, at least 1)
@@ -105,6 +108,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -212,6 +216,39 @@ type Endpoint struct {
 	errs []lineError
 }
 
+// Fallback is a route's target through a peer gateway, and its timers.
+type Fallback struct {
+	Endpoint
+	// After is how long a new session waits for the route's own target to
+	// answer before it goes through the fallback (0: the gateway's
+	// default, 3 s); Retry is how often, while on the fallback, a new
+	// session tries the target again (0: the default, 15 s).
+	After time.Duration `yaml:"after"`
+	Retry time.Duration `yaml:"retry"`
+}
+
+// UnmarshalYAML decodes a fallback from its node.
+func (f *Fallback) UnmarshalYAML(n *yaml.Node) error {
+	f.line = n.Line
+	vals, errs := mapping(n, "fallback", "leg", "addr", "after", "retry")
+	scalar(vals, "leg", "fallback", &f.Leg, &errs)
+	f.Addr, _ = parsed(vals, "addr", "fallback", netip.ParseAddrPort, &errs)
+	for _, k := range []struct {
+		key string
+		dst *time.Duration
+	}{{"after", &f.After}, {"retry", &f.Retry}} {
+		d, line := parsed(vals, k.key, "fallback", time.ParseDuration, &errs)
+		switch {
+		case line != 0 && (d <= 0 || d > maxFallbackTimer):
+			errs = append(errs, lineError{line, fmt.Sprintf("fallback: %s %v: want a duration above 0 and at most %v", k.key, vals[k.key].Value, maxFallbackTimer)})
+		default:
+			*k.dst = d
+		}
+	}
+	f.errs = errs
+	return nil
+}
+
 // Route joins a listen address on one leg to a target on the other.
 type Route struct {
 	Name   string         `yaml:"name"`
@@ -220,7 +257,7 @@ type Route struct {
 	Allow  []netip.Prefix `yaml:"allow"`
 	// Fallback, when its Leg is set, is the target through a peer gateway
 	// (a quic leg) that new sessions use while Target cannot be reached.
-	Fallback Endpoint `yaml:"fallback"`
+	Fallback Fallback `yaml:"fallback"`
 	// UD makes the route one of rdma_cm's UDP port space (SIDR and
 	// datagrams) instead of its TCP one (RC connections).
 	UD bool `yaml:"ud"`
@@ -461,10 +498,13 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 			errs = append(errs, lineError{v.Line, fmt.Sprintf("route: ud %q: want true or false", v.Value)})
 		}
 	}
-	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target, "fallback": &r.Fallback} {
+	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
 		if v := vals[key]; v != nil {
 			_ = e.UnmarshalYAML(v)
 		}
+	}
+	if v := vals["fallback"]; v != nil {
+		_ = r.Fallback.UnmarshalYAML(v)
 	}
 	if v := vals["allow"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
@@ -707,6 +747,10 @@ const (
 	DirectionRoCEToIB = "roce_to_ib"
 )
 
+// DefaultLoopWindow is a group's loop_window when the file gives none:
+// far longer than a copy takes through another gateway on a fabric.
+const DefaultLoopWindow = 500 * time.Millisecond
+
 // MGID forms of a group on its ib leg.
 const (
 	MGIDRDMACM = "rdma_cm"
@@ -728,9 +772,12 @@ type Group struct {
 	// Direction is both (default), ib_to_roce or roce_to_ib; the side that
 	// only sends joins send-only where it can.
 	Direction string `yaml:"direction"`
-	// MGID is the group's MGID form on the IB leg: rdma_cm (default: what
-	// rdma_join_multicast computes, the RDMA-CM form on InfiniBand and
-	// the IPv4-mapped one on RoCE). ipoib is not supported yet.
+	// MGID is the group's MGID form on the IB leg, when that is a verbs
+	// leg on an InfiniBand port: rdma_cm (default: the RDMA-CM form
+	// rdma_join_multicast computes) or ipoib (the group IPoIB joins, with
+	// the Q_Key of the port's IPoIB broadcast group: joined in rdma_cm's
+	// IPoIB port space, which the kernel refuses on RoCE ports). On a
+	// RoCE port the MGID is the group's IP mapping whatever the form.
 	MGID string `yaml:"mgid"`
 	// Rate limits the datagrams the group relays, in each direction on
 	// its own; the zero Rate has no limit.
@@ -748,6 +795,21 @@ type Group struct {
 	// these CPUs: the first roce_to_ib's, the next ib_to_roce's (of the
 	// directions relayed). Isolate them from the rest of the machine.
 	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
+	// Peers are the addresses, on either leg, of other gateways that
+	// relay this group between the same fabrics: what they send to the
+	// group (their copies) is never relayed. Optional: without it a copy
+	// of what this gateway relayed, come back through another gateway, is
+	// dropped by its bytes (loop prevention within a short window); with
+	// it, from the first datagram, whichever copy arrives first, and with
+	// no false positive.
+	Peers []netip.Addr `yaml:"peers"`
+	// LoopWindow is how long the group remembers what it relayed: within
+	// it the same payload and immediate data from another source, or on
+	// the other side, is a copy come round through another gateway and
+	// is dropped (DefaultLoopWindow when absent; 0 turns this off, for a
+	// group whose members send identical datagrams and that one gateway
+	// relays, or whose other gateways are all in Peers).
+	LoopWindow time.Duration `yaml:"loop_window"`
 
 	line     int
 	errs     []lineError
@@ -879,7 +941,7 @@ func (g *Group) Line() int { return g.line }
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "rate", "busy_poll", "busy_poll_cpus")
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -902,6 +964,26 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 				continue
 			}
 			g.BusyPollCPUs = append(g.BusyPollCPUs, cpu)
+		}
+	}
+	g.LoopWindow = DefaultLoopWindow
+	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, &errs); line != 0 {
+		g.LoopWindow = w
+		if w < 0 {
+			errs = append(errs, lineError{line, fmt.Sprintf("group: loop_window %v: want 0 (off) or more", w)})
+		}
+	}
+	if v := vals["peers"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"]"})
+		}
+		for _, item := range v.Content {
+			a, err := netip.ParseAddr(item.Value)
+			if err != nil {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: peers %q: not an IP address (%v)", item.Value, err)})
+				continue
+			}
+			g.Peers = append(g.Peers, a.Unmap())
 		}
 	}
 	g.errs = errs
@@ -944,11 +1026,9 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		switch g.MGID {
 		case "":
 			g.MGID = MGIDRDMACM
-		case MGIDRDMACM:
-		case MGIDIPoIB:
-			bad(g.line, "group %q: mgid ipoib: not supported yet (rdma_join_multicast takes the group's IP address and computes the RDMA-CM form)", g.Name)
+		case MGIDRDMACM, MGIDIPoIB:
 		default:
-			bad(g.line, "group %q: mgid %q: want rdma_cm", g.Name, g.MGID)
+			bad(g.line, "group %q: mgid %q: want rdma_cm or ipoib", g.Name, g.MGID)
 		}
 		for _, side := range []struct{ key, leg string }{{"roce", g.RoCE}, {"ib", g.IB}} {
 			l, ok := c.Leg(side.leg)
@@ -965,10 +1045,19 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: ib leg %q: a userspace leg there needs io: udp", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
+			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
+				bad(g.line, "group %q: mgid ipoib: ib leg %q is a %s leg; the IPoIB form is joined on a verbs leg's InfiniBand port", g.Name, side.leg, l.Kind)
 			}
 		}
 		if g.RoCE != "" && g.RoCE == g.IB {
 			bad(g.line, "group %q: roce and ib are both leg %q", g.Name, g.RoCE)
+		}
+		for _, p := range g.Peers {
+			for _, name := range []string{g.RoCE, g.IB} {
+				if l, ok := c.Leg(name); ok && l.IP == p {
+					bad(g.line, "group %q: peer %v is leg %q's own address: peers are other gateways'", g.Name, p, name)
+				}
+			}
 		}
 	}
 }
@@ -1012,6 +1101,10 @@ func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
 		}
 	}
 }
+
+// maxFallbackTimer bounds a fallback's after and retry: longer is a typo
+// (a unit left out) more likely than a wish.
+const maxFallbackTimer = time.Hour
 
 // validateFallback checks a route's fallback: a target on a quic leg (a
 // peer gateway) other than the legs the route listens and connects on.

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -97,7 +98,7 @@ func TestParseGroups(t *testing.T) {
   - {name: roce, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
 groups:
   - {name: ticks, group: 239.1.1.1, roce: roce, ib: ib}
-  - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce}
+  - {name: news, group: 239.1.1.2, roce: roce, ib: ib, direction: ib_to_roce, mgid: ipoib, peers: [198.18.1.9, "::ffff:198.18.3.9"], loop_window: 0s}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -107,9 +108,20 @@ groups:
 	for _, g := range c.Groups {
 		got = append(got, group{g.Name, g.Group.String(), g.RoCE, g.IB, g.Direction, g.MGID})
 	}
-	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "rdma_cm"}}
+	want := []group{{"ticks", "239.1.1.1", "roce", "ib", "both", "rdma_cm"}, {"news", "239.1.1.2", "roce", "ib", "ib_to_roce", "ipoib"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("groups (-want +got):\n%s", d)
+	}
+	for i, want := range []time.Duration{config.DefaultLoopWindow, 0} {
+		if got := c.Groups[i].LoopWindow; got != want {
+			t.Errorf("group %s's loop_window %v, want %v", c.Groups[i].Name, got, want)
+		}
+	}
+	wantPeers := [][]netip.Addr{nil, {netip.MustParseAddr("198.18.1.9"), netip.MustParseAddr("198.18.3.9")}}
+	for i, g := range c.Groups {
+		if d := cmp.Diff(wantPeers[i], g.Peers, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+			t.Errorf("group %s's peers (-want +got):\n%s", g.Name, d)
+		}
 	}
 }
 
@@ -304,6 +316,10 @@ func TestParseBad(t *testing.T) {
 		{"fallback without leg", base(ib+roce, ok+"    fallback: {addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback has no leg`}},
 		{"fallback without addr", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", ok+"    fallback: {leg: gw}\n"),
 			[]string{`route "r": fallback addr invalid AddrPort: want an IP address and a port`}},
+		{"fallback after without unit", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 3}\n"), []string{`gw.yaml:13: fallback: after "3": time: missing unit in duration "3"`}},
+		{"fallback retry zero", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", retry: 0s}\n"), []string{`gw.yaml:13: fallback: retry 0s: want a duration above 0 and at most 1h0m0s`}},
+		{"fallback after a day", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 24h}\n"), []string{`gw.yaml:13: fallback: after 24h: want a duration above 0 and at most 1h0m0s`}},
+		{"fallback unknown key", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", timeout: 3s}\n"), []string{`gw.yaml:13: fallback: unknown key "timeout"`}},
 		{"quic over a userspace leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: roce\n    cert: a\n    key: b\n    ca: c\n", ok),
 			[]string{`gw.yaml:9: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
 		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
@@ -313,7 +329,14 @@ func TestParseBad(t *testing.T) {
 		{"group not multicast", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 10.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:15: group "g": group 10.1.1.1 is not an IP multicast address`}},
 		{"group on afxdp", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:14: group "g": roce leg "roce": want a userspace leg with io: udp`}},
 		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
-		{"group ipoib mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ipoib}\n", []string{`group "g": mgid ipoib: not supported yet`}},
+		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
+			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
+		{"group bad mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ib}\n", []string{`group "g": mgid "ib": want rdma_cm or ipoib`}},
+		{"group peer not an address", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [gw2]}\n", []string{`gw.yaml:15: group: peers "gw2": not an IP address`}},
+		{"group peers not a list", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: 198.18.1.9}\n", []string{`gw.yaml:15: group: peers: want a list of addresses`}},
+		{"group loop_window not a duration", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: 500}\n", []string{`gw.yaml:15: group: loop_window "500": time: missing unit`}},
+		{"group loop_window negative", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: -1s}\n", []string{`gw.yaml:15: group: loop_window -1s: want 0 (off) or more`}},
+		{"group peer is the gateway's own", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [198.18.3.1]}\n", []string{`gw.yaml:15: group "g": peer 198.18.3.1 is leg "ib"'s own address`}},
 		{"group leg missing", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib9}\n", []string{`group "g": ib leg "ib9" does not exist`}},
 		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route: ud "yes please": want true or false`}},
 		{"two ud routes on one listen", base(ib+roce, ok+"    ud: true\n"+strings.Replace(ok, "name: r", "name: s", 1)+"    ud: true\n"),
@@ -396,7 +419,7 @@ routes:
   - name: near
     listen: {leg: roce, addr: "198.18.1.3:4421"}
     target: {leg: roce2, addr: "198.18.2.2:4421"}
-    fallback: {leg: gw-b, addr: "198.18.2.2:4421"}
+    fallback: {leg: gw-b, addr: "198.18.2.2:4421", after: 500ms, retry: 1m}
   - name: in
     listen: {leg: gw-b, addr: "198.18.1.2:7000"}
     target: {leg: roce, addr: "198.18.1.2:7000"}
@@ -416,7 +439,8 @@ routes:
 	if c.Routes[2].Listen.Addr != netip.MustParseAddrPort("198.18.1.2:7000") {
 		t.Errorf("route in listens on %v", c.Routes[2].Listen.Addr)
 	}
-	if f := c.Routes[1].Fallback; f.Leg != "gw-b" || f.Addr != netip.MustParseAddrPort("198.18.2.2:4421") {
+	if f := c.Routes[1].Fallback; f.Leg != "gw-b" || f.Addr != netip.MustParseAddrPort("198.18.2.2:4421") ||
+		f.After != 500*time.Millisecond || f.Retry != time.Minute {
 		t.Errorf("route near's fallback %+v", f)
 	}
 	if l, _ := c.Leg("gw-c"); l.Over != "ib" {

@@ -23,6 +23,7 @@ type runOptions struct {
 	check    bool
 	logLevel string
 	drain    time.Duration
+	trace    bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -110,6 +111,7 @@ memory, which refuses them with a remote access error). See the README.`,
 	f.BoolVar(&o.check, "check", false, "validate the config file and exit")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&o.drain, "drain", 10*time.Second, "on SIGINT/SIGTERM, how long sessions get to end")
+	f.BoolVar(&o.trace, "trace-pool", false, "record who takes and releases each pool buffer, and name the holders of any still held at exit (slower: for finding a leak)")
 	return cmd
 }
 
@@ -149,7 +151,7 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
-	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log})
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log, Pool: bridge.PoolOptions{Trace: o.trace}})
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func writeDatagramTables(w io.Writer, st *bridge.Status) error {
 	dropped := func(s *bridge.UDStatsSnapshot) uint64 {
 		var n uint64
 		for d := range 2 {
-			n += s.DropTooLong[d] + s.DropUnknownPeer[d] + s.DropPoolEmpty[d] + s.DropNoReceive[d] + s.DropSendFailed[d] + s.DropOwn[d]
+			n += s.DropTooLong[d] + s.DropUnknownPeer[d] + s.DropPoolEmpty[d] + s.DropNoReceive[d] + s.DropSendFailed[d] + s.DropOwn[d] + s.DropLoop[d] + s.DropPeer[d]
 		}
 		return n
 	}

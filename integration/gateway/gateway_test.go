@@ -107,7 +107,7 @@ func startGatewayIn(t *testing.T, netns, path, cfg string) (*syncBuffer, *os.Pro
 		t.Fatalf("%s --check: %v\n%s", where, err, out)
 	}
 	out := &syncBuffer{}
-	cmd := command("run", "--config", path, "--log-level", "debug")
+	cmd := command("run", "--config", path, "--log-level", "debug", "--trace-pool")
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -3,8 +3,11 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,9 +40,23 @@ groups:
 func TestGuestRunMckey(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
+	const count, size = 10, 100
+	// The control: without the gateway the fabrics share no multicast,
+	// so what mckey sends on the RoCE side never reaches the IB side.
+	t.Run("without-gateway", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+		defer cancel()
+		sout, rout, serr, _ := mckeyPair(ctx, "239.192.7.1", ns.PeerIP.String(), ib.PeerIP.String(), count, size)
+		t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+		if serr != nil {
+			t.Fatalf("mckey sender: %v", serr)
+		}
+		if strings.Contains(rout, "data transfers complete") {
+			t.Fatal("mckey's datagrams crossed between the fabrics without the gateway: the test below would prove nothing")
+		}
+	})
 	logs := startGateway(t, mcastConfig(ns, ib))
 	admin := adminAddr(t, logs)
-	const count, size = 10, 100
 	for _, tc := range []struct {
 		group, addr      string
 		sender, receiver string // the bind addresses
@@ -50,7 +67,23 @@ func TestGuestRunMckey(t *testing.T) {
 		{"both", "239.192.7.3", ns.PeerIP.String(), ib.PeerIP.String(), 0},
 	} {
 		t.Run(tc.group, func(t *testing.T) {
-			g := runMckey(t, admin, tc.group, tc.addr, tc.sender, tc.receiver, count, size)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			sout, rout, serr, rerr := mckeyPair(ctx, tc.addr, tc.sender, tc.receiver, count, size)
+			t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+			if serr != nil || rerr != nil || !strings.Contains(rout, "data transfers complete") {
+				t.Fatalf("mckey through rbridge: sender %v, receiver %v", serr, rerr)
+			}
+			var g *bridge.GroupStatus
+			st := status(t, admin)
+			for i := range st.Groups {
+				if st.Groups[i].Name == tc.group {
+					g = &st.Groups[i]
+				}
+			}
+			if g == nil {
+				t.Fatalf("no group %s in /status: %+v", tc.group, st.Groups)
+			}
 			var want bridge.UDStatsSnapshot
 			want.Datagrams[tc.dir], want.Bytes[tc.dir] = count, count*size
 			// What the gateway heard of its own sends (the HCA's or the
@@ -64,37 +97,56 @@ func TestGuestRunMckey(t *testing.T) {
 	}
 }
 
-// runMckey runs unmodified mckey receiving count datagrams of size bytes
-// on the group at addr bound to receiver, and mckey sending them from
-// sender, and returns the gateway's group in /status afterwards.
-func runMckey(t *testing.T, admin, group, addr, sender, receiver string, count, size int) *bridge.GroupStatus {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	args := []string{"-m", addr, "-C", fmt.Sprint(count), "-S", fmt.Sprint(size)}
-	var rout, sout bytes.Buffer
+// mckeyPair runs an unmodified mckey receiver bound to receiver and, once
+// it joined, an mckey sender bound to sender, count datagrams of size
+// bytes to group; their outputs and how each ended.
+func mckeyPair(ctx context.Context, group, sender, receiver string, count, size int) (sout, rout string, serr, rerr error) {
+	args := []string{"-m", group, "-C", fmt.Sprint(count), "-S", fmt.Sprint(size)}
+	var rb, sb bytes.Buffer
 	r := exec.CommandContext(ctx, "mckey", append([]string{"-b", receiver}, args...)...)
-	r.Stdout, r.Stderr = &rout, &rout
+	r.Stdout, r.Stderr = &rb, &rb
 	if err := r.Start(); err != nil {
-		t.Fatal(err)
+		return "", "", nil, err
 	}
 	time.Sleep(2 * time.Second) // its join (mckey then waits 3 s itself before it receives)
 	s := exec.CommandContext(ctx, "mckey", append([]string{"-s", "-o", "-b", sender}, args...)...)
-	s.Stdout, s.Stderr = &sout, &sout
-	serr := s.Run()
-	rerr := r.Wait()
-	t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout.String(), rout.String())
-	if serr != nil || rerr != nil || !strings.Contains(rout.String(), "data transfers complete") {
-		t.Fatalf("mckey through rbridge: sender %v, receiver %v", serr, rerr)
+	s.Stdout, s.Stderr = &sb, &sb
+	serr = s.Run()
+	rerr = r.Wait()
+	return sb.String(), rb.String(), serr, rerr
+}
+
+// TestGuestRunMGIDIPoIBOnRoCE: a group in the IPoIB MGID form is joined
+// in rdma_cm's IPoIB port space, which the kernel takes on InfiniBand
+// ports only. On rxe (a RoCE port) rbridge run refuses to start, saying
+// so and what to use, rather than join some other MGID.
+func TestGuestRunMGIDIPoIBOnRoCE(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	cfg := fmt.Sprintf(`admin: {listen: ""}
+legs:
+  - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
+  - {name: ib, kind: verbs, ip: %v, device: %s}
+groups:
+  - {name: ipoib-form, group: 239.192.7.9, roce: roce, ib: ib, mgid: ipoib}
+`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice)
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	st := status(t, admin)
-	for i := range st.Groups {
-		if st.Groups[i].Name == group {
-			return &st.Groups[i]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, guest.Rbridge(t), "run", "--config", path).CombinedOutput()
+	t.Logf("rbridge run:\n%s", out)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("rbridge run with an IPoIB-form group on rxe: %v, want it to exit with an error", err)
+	}
+	for _, want := range []string{`group "ipoib-form"`, "IPoIB's port space", "mgid ipoib needs an InfiniBand port", "use mgid: rdma_cm"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("rbridge run's error does not say %q", want)
 		}
 	}
-	t.Fatalf("no group %s in /status: %+v", group, st.Groups)
-	return nil
 }
 
 // TestGuestRunMckeyBusyPoll: a group with busy_poll relays from the IB
@@ -113,7 +165,18 @@ groups:
   - {name: busy, group: 239.192.7.4, roce: roce, ib: ib, direction: ib_to_roce, busy_poll: true}
 `, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice))
 	const count, size = 10, 100
-	g := runMckey(t, adminAddr(t, logs), "busy", "239.192.7.4", ib.PeerIP.String(), ns.PeerIP.String(), count, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sout, rout, serr, rerr := mckeyPair(ctx, "239.192.7.4", ib.PeerIP.String(), ns.PeerIP.String(), count, size)
+	t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+	if serr != nil || rerr != nil || !strings.Contains(rout, "data transfers complete") {
+		t.Fatalf("mckey through rbridge: sender %v, receiver %v", serr, rerr)
+	}
+	st := status(t, adminAddr(t, logs))
+	if len(st.Groups) != 1 {
+		t.Fatalf("groups in /status: %+v", st.Groups)
+	}
+	g := st.Groups[0]
 	t.Logf("group busy: %+v, IB side %s", g.Stats, g.IBSide)
 	if !strings.Contains(g.IBSide, "busy-polled") {
 		t.Errorf("the IB side %q: want it busy-polled", g.IBSide)

@@ -31,7 +31,10 @@ type Options struct {
 	// Interface, for an Addr that is a multicast group, is the index of
 	// the interface the socket joins the group on (IGMP or MLD): the conn
 	// then receives the group's RoCEv2 packets. Sockets of several
-	// processes may bind the same group (SO_REUSEADDR).
+	// processes may bind the same group (SO_REUSEADDR). For an IPv6
+	// unicast Addr it is the interface the conn's multicast leaves on
+	// (IPV6_MULTICAST_IF; 0: as the routing table says); IPv4 multicast
+	// leaves from the interface that holds Addr.
 	Interface int
 	// BusyPoll is for a reader that polls the conn (TryReadBatch in a
 	// loop) rather than waits in ReadBatch: the socket gets SO_BUSY_POLL
@@ -193,6 +196,8 @@ func Listen(opts Options) (*Conn, error) {
 			if group {
 				mreq := &unix.IPv6Mreq{Multiaddr: a.Addr().As16(), Interface: uint32(opts.Interface)}
 				serr = errors.Join(serr, unix.SetsockoptIPv6Mreq(int(fd), unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, mreq))
+			} else if opts.Interface > 0 {
+				serr = errors.Join(serr, unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, opts.Interface))
 			}
 			return
 		}
@@ -230,10 +235,9 @@ func Listen(opts Options) (*Conn, error) {
 // net package would bind a multicast address's wildcard, which takes the
 // port's unicast datagrams too), with SO_REUSEADDR.
 func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
-	family := unix.AF_INET
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().Unmap().As4()}
-	if a.Addr().Is6() && !a.Addr().Is4In6() {
-		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
+	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()})
+	if a.Addr().Unmap().Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().Unmap().As4()}
 	}
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.IPPROTO_UDP)
 	if err != nil {

@@ -369,6 +369,26 @@ func TestMulticastGroup(t *testing.T) {
 	}
 }
 
+// TestMulticastGroupIPv6: a conn on an IPv6 group binds the group's
+// address and joins it (MLD) on the interface. (Receiving is shown where
+// IPv6 multicast flows, bridge's TestGatewayGroupIPv6 on a veth: Linux
+// sends none on lo.)
+func TestMulticastGroupIPv6(t *testing.T) {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := netip.MustParseAddrPort("[ff05::db8:7]:4791")
+	g, err := udpconn.Listen(udpconn.Options{Addr: group, Interface: lo.Index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.LocalAddr() != group {
+		t.Errorf("bound %v, want the group %v", g.LocalAddr(), group)
+	}
+}
+
 // TestReadDeadline: past its read deadline ReadBatch returns no packet
 // and an error that matches os.ErrDeadlineExceeded; with a later one it
 // reads again.
