@@ -27,9 +27,9 @@ func TestGroupLimit(t *testing.T) {
 	}{
 		{"packets", config.Rate{Packets: 10, BurstPackets: 2}, []step{
 			{0, 0, 100, true}, {0, 0, 100, true}, {0, 0, 100, false}, // the burst, then nothing
-			{0, 1, 100, true},                                         // the other direction's own bucket
-			{50 * time.Millisecond, 0, 100, false},                    // half a token
-			{100 * time.Millisecond, 0, 100, true},                    // one token a tenth of a second
+			{0, 1, 100, true},                      // the other direction's own bucket
+			{50 * time.Millisecond, 0, 100, false}, // half a token
+			{100 * time.Millisecond, 0, 100, true}, // one token a tenth of a second
 			{100 * time.Millisecond, 0, 100, false},
 			{time.Hour, 0, 100, true}, {time.Hour, 0, 100, true}, {time.Hour, 0, 100, false}, // refilled to the burst, no more
 		}},
