@@ -15,5 +15,6 @@
 // scrape time (metrics.go) and the gateway's Status (gateway_status.go);
 // UD routes (ud.go: SIDR answered once the target answered, a pair of UD
 // QPs per client; leg_userspace_ud.go, leg_verbs_ud.go) and multicast
-// groups (mcast.go).
+// groups (mcast.go), with their rate limits (mcast_rate.go) and busy-poll
+// receive loops (busypoll.go).
 package bridge

@@ -33,6 +33,9 @@ import (
 // connection being set up connects it through (connect); sessions run on
 // their endpoints' goroutines. Gateway.mu guards the sessions.
 type Gateway struct {
+	// busyLoops counts the groups' busy-poll receive loops started.
+	busyLoops atomic.Int64
+
 	cfg  *config.Config
 	log  *slog.Logger
 	pool *Pool

@@ -2,12 +2,14 @@ package bridge_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,23 +216,248 @@ func (a *cmApp) sendUDTo(t *testing.T, qp *transport.QP, to netip.Addr, qpn uint
 }
 
 // TestGatewayGroupReload: groups are joined once, as legs are opened: a
-// reload whose groups differ is refused, one with the same groups applies.
+// reload whose groups differ (busy_poll too) is refused, one with the
+// same groups applies, and one that changes only a group's rate limit
+// puts it in force.
 func TestGatewayGroupReload(t *testing.T) {
 	g := startGatewayWith(t, groupConfig(t, config.DirectionBoth), bridge.GatewayOptions{})
 	if _, err := g.Reload(groupConfig(t, config.DirectionRoCEToIB)); !errors.Is(err, bridge.ErrLegsChanged) {
 		t.Errorf("reload with a group's direction changed: %v, want ErrLegsChanged", err)
 	}
-	for _, keys := range []string{", loop_window: 1s", ", peers: [198.18.1.9]"} {
+	for _, keys := range []string{", loop_window: 1s", ", peers: [198.18.1.9]", ", busy_poll: true"} {
 		if _, err := g.Reload(groupConfigWith(t, config.DirectionBoth, keys)); !errors.Is(err, bridge.ErrLegsChanged) {
 			t.Errorf("reload with the group's %q: %v, want ErrLegsChanged", keys, err)
 		}
 	}
-	if _, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil {
-		t.Errorf("reload with the same groups: %v", err)
+	if res, err := g.Reload(groupConfig(t, config.DirectionBoth)); err != nil || res.RateChanged != nil {
+		t.Errorf("reload with the same groups: %v, rate changed of %v", err, res.RateChanged)
 	}
-	if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Direction != config.DirectionBoth {
+	if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Direction != config.DirectionBoth || s.Groups[0].Rate != nil {
 		t.Errorf("groups after the reloads: %+v", s.Groups)
 	}
+	for _, tc := range []struct {
+		keys    string
+		changed []string
+		want    *config.Rate
+	}{
+		{", rate: {packets: 100}", []string{"ticks"}, &config.Rate{Packets: 100, BurstPackets: 10}},
+		{", rate: {packets: 100}", nil, &config.Rate{Packets: 100, BurstPackets: 10}},
+		{", rate: {packets: 100, bytes: 1MB}", []string{"ticks"}, &config.Rate{Packets: 100, BurstPackets: 10, Bytes: 1e6, BurstBytes: 1e5}},
+		{"", []string{"ticks"}, nil},
+	} {
+		res, err := g.Reload(groupConfigWith(t, config.DirectionBoth, tc.keys))
+		if err != nil || !cmp.Equal(res.RateChanged, tc.changed) {
+			t.Errorf("reload with %q: %v, rate changed of %v; want no error, %v", tc.keys, err, res.RateChanged, tc.changed)
+		}
+		if s := g.Status(); len(s.Groups) != 1 || !cmp.Equal(s.Groups[0].Rate, tc.want) {
+			t.Errorf("after the reload with %q the group's rate is %+v, want %+v", tc.keys, s.Groups[0].Rate, tc.want)
+		}
+	}
+}
+
+// TestGatewayGroupRate: datagrams sent far faster than a group's rate
+// limit cross no more than its burst and its rate over the time they
+// took; the others are dropped and counted under cause "rate". Without a
+// limit every one crosses.
+func TestGatewayGroupRate(t *testing.T) {
+	const (
+		n     = 50               // datagrams sent
+		every = time.Millisecond // apart: 1000 a second
+		limit = 10               // a second
+		burst = 2                // at once
+		keys  = ", rate: {packets: 10, burst_packets: 2}"
+	)
+	for _, tc := range []struct {
+		name, keys string
+	}{{"limited", keys}, {"unlimited", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, tc.keys), bridge.GatewayOptions{})
+			// The receiver hears the sender too (one wire): room for both.
+			rqp, rcq := receiver.joinQP(t, 2*n+8)
+			sqp, _ := sender.udQP(t, 1)
+			payload := []byte("tick 42")
+			start := time.Now()
+			for range n {
+				sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+				time.Sleep(every)
+			}
+			// The gateway has dealt with every one (relayed or dropped)
+			// by now: the tokens it had cannot exceed the burst and what
+			// accrued since start.
+			var st *bridge.UDStatsSnapshot
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				st = g.GroupStats("ticks")
+				if st.Datagrams[0]+st.DropRate[0]+st.DropNoReceive[0]+st.DropPoolEmpty[0]+st.DropSendFailed[0] >= n || time.Now().After(deadline) {
+					break
+				}
+			}
+			elapsed := time.Since(start)
+			got := drain(t, receiver, rcq, rqp, payload)
+			gwB := netip.MustParseAddr(lo("2"))
+			crossed := got[gwB]
+			if got[sender.ip] != n {
+				t.Errorf("the receiver heard %d of the sender's %d datagrams itself: the wire lost some, the test proves nothing", got[sender.ip], n)
+			}
+			if uint64(crossed) != st.Datagrams[0] {
+				t.Errorf("%d datagrams reached the receiver through the gateway, which counted %d relayed", crossed, st.Datagrams[0])
+			}
+			dropped := st.DropRate[0] + st.DropNoReceive[0] + st.DropPoolEmpty[0] + st.DropSendFailed[0] + st.DropTooLong[0]
+			if dropped != uint64(n-crossed) {
+				t.Errorf("%d of %d crossed and %d were counted dropped (%+v): want %d", crossed, n, dropped, *st, n-crossed)
+			}
+			if tc.keys == "" {
+				if crossed != n {
+					t.Errorf("without a limit %d of %d crossed (stats %+v)", crossed, n, *st)
+				}
+				return
+			}
+			bound := burst + limit*elapsed.Seconds() + 1
+			t.Logf("%d of %d crossed in %v under %d a second, burst %d: at most %.1f may", crossed, n, elapsed.Round(time.Millisecond), limit, burst, bound)
+			if float64(crossed) > bound {
+				t.Errorf("%d datagrams crossed in %v: more than the burst %d and %d a second allow (%.1f)", crossed, elapsed, burst, limit, bound)
+			}
+			if crossed < burst {
+				t.Errorf("%d datagrams crossed: fewer than the burst (%d) the full bucket lets through at once", crossed, burst)
+			}
+			if st.DropRate[0] == 0 {
+				t.Error("no datagram counted dropped for the rate")
+			}
+			m, _ := scrape(t, startAdmin(t, g))
+			name := `rbridge_group_dropped_total{cause="rate",direction="roce_to_ib",group="ticks"}`
+			if v, ok := m[name]; !ok || v != float64(st.DropRate[0]) {
+				t.Errorf("%s = %v (present %v), want %d", name, v, ok, st.DropRate[0])
+			}
+			if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Rate == nil || s.Groups[0].Rate.Packets != limit {
+				t.Errorf("status groups %+v: want the rate limit shown", s.Groups)
+			}
+		})
+	}
+}
+
+// TestGatewayGroupBusyPoll: a group with busy_poll has its receive loop
+// spin (the process burns CPU with nothing to relay) and relays as
+// before; with busy_poll_cpus the loop's thread is pinned to the CPU
+// given, and that thread ends with the gateway.
+func TestGatewayGroupBusyPoll(t *testing.T) {
+	allowed := cpusAllowed(t, "self")
+	last := allowed[len(allowed)-1]
+	for _, tc := range []struct {
+		name, groupKeys, describe string
+	}{
+		{"unpinned", ", busy_poll: true", "busy-polled"},
+		{"pinned", fmt.Sprintf(", busy_poll: true, busy_poll_cpus: [%s]", last), "busy-polled on CPU " + last},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+			before, beforeRunning := pinnedThreads(t, last, true), pinnedThreads(t, last, false)
+			g := startGatewayWith(t, groupConfigWith(t, config.DirectionRoCEToIB, tc.groupKeys), bridge.GatewayOptions{})
+			if s := g.Status(); len(s.Groups) != 1 || !strings.Contains(s.Groups[0].RoCESide, tc.describe) {
+				t.Errorf("status groups %+v: want the RoCE side %q", s.Groups, tc.describe)
+			}
+			// Nothing to relay: a loop that sleeps takes no CPU.
+			cpu := cpuTime(t)
+			time.Sleep(500 * time.Millisecond)
+			if used := cpuTime(t) - cpu; used < 100*time.Millisecond {
+				t.Errorf("the gateway used %v of CPU in 500 ms with nothing to relay: the loop does not spin", used)
+			}
+			if tc.name == "pinned" {
+				if got := pinnedThreads(t, last, true); len(got) != len(before)+1 {
+					t.Errorf("threads pinned to CPU %s: %v before the gateway, %v with it: want one more", last, before, got)
+				}
+			}
+			rqp, rcq := receiver.joinQP(t, 32)
+			sqp, _ := sender.udQP(t, 1)
+			const n = 5
+			payload := []byte("spun tick")
+			for range n {
+				sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, payload)
+			}
+			got := drain(t, receiver, rcq, rqp, payload)
+			if gwB := netip.MustParseAddr(lo("2")); got[gwB] != n {
+				t.Errorf("the receiver got %v by source: want %d from the gateway's leg b", got, n)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := g.Close(ctx); err != nil {
+				t.Fatalf("close a busy-polling gateway: %v", err)
+			}
+			if tc.name == "pinned" {
+				// The runtime ends a locked goroutine's thread after it
+				// returned: give it a moment.
+				got := pinnedThreads(t, last, false)
+				for deadline := time.Now().Add(2 * time.Second); len(got) != len(beforeRunning) && time.Now().Before(deadline); got = pinnedThreads(t, last, false) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if len(got) != len(beforeRunning) {
+					t.Errorf("threads pinned to CPU %s after the gateway closed: %v, want %v (the loop's thread ends with it)", last, got, beforeRunning)
+				}
+			}
+		})
+	}
+}
+
+// cpusAllowed is the Cpus_allowed_list of a task in /proc/self, expanded.
+func cpusAllowed(t *testing.T, task string) []string {
+	t.Helper()
+	path := "/proc/self/status"
+	if task != "self" {
+		path = "/proc/self/task/" + task + "/status"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			var out []string
+			for _, r := range strings.Split(strings.TrimSpace(v), ",") {
+				var lo, hi int
+				if _, err := fmt.Sscanf(r, "%d-%d", &lo, &hi); err != nil {
+					fmt.Sscanf(r, "%d", &lo)
+					hi = lo
+				}
+				for c := lo; c <= hi; c++ {
+					out = append(out, fmt.Sprint(c))
+				}
+			}
+			return out
+		}
+	}
+	t.Fatalf("%s has no Cpus_allowed_list", path)
+	return nil
+}
+
+// pinnedThreads is the process's threads allowed on cpu alone; without
+// main, but for the main thread: Go cannot end it, so a locked goroutine
+// that ends on it leaves it parked for good (runtime.mexit), never running
+// Go code again.
+func pinnedThreads(t *testing.T, cpu string, main bool) []string {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, task := range tasks {
+		if !main && task.Name() == fmt.Sprint(os.Getpid()) {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status"); err == nil && strings.Contains(string(b), "\nCpus_allowed_list:\t"+cpu+"\n") {
+			out = append(out, task.Name())
+		}
+	}
+	return out
+}
+
+// cpuTime is the CPU the process has used, user and system.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestGatewayGroupPoolEmpty: a group's datagram that finds the gateway's

@@ -109,6 +109,10 @@ type userspaceUDPort struct {
 	scq, rcq *transport.CQ
 	ring     *udRing
 	peerNote string // the target's, for describe
+	spin     spin   // how recv waits (a group's busy_poll)
+	// poller reads a busy-polled group's socket (nil otherwise: the
+	// device's goroutine does).
+	poller *transport.GroupPoller
 
 	wcs     [16]transport.WC
 	pending []transport.WC // polled, not yet returned by recv
@@ -120,7 +124,7 @@ var _ udPort = (*userspaceUDPort)(nil)
 // udPort makes a UD QP in RTS with rdma_cm's Q_Key and its receives
 // posted, known to the AF_XDP classifier.
 func (u *userspaceLeg) udPort() (*userspaceUDPort, error) {
-	p := &userspaceUDPort{u: u, scq: transport.NewCQ(16), rcq: transport.NewCQ(udRecvDepth + 16)}
+	p := &userspaceUDPort{u: u, scq: transport.NewCQ(16), rcq: transport.NewCQ(udRecvDepth + 16), spin: spin{cpu: -1}}
 	var err error
 	p.qp, err = u.dev.CreateQP(u.pd, transport.QPInitAttr{Type: transport.UD, SendCQ: p.scq, RecvCQ: p.rcq, MaxRecvWR: udRecvDepth + 1})
 	if err != nil {
@@ -153,7 +157,13 @@ func (p *userspaceUDPort) mtu() int    { return p.u.mtu }
 
 func (p *userspaceUDPort) recv(ctx context.Context) (*udDatagram, error) {
 	for len(p.pending) == 0 {
-		n, err := p.rcq.PollWait(ctx, p.wcs[:])
+		var n int
+		var err error
+		if p.spin.on {
+			n, err = spinWait(ctx, p.pollOnce)
+		} else {
+			n, err = p.rcq.PollWait(ctx, p.wcs[:])
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -186,8 +196,30 @@ func (p *userspaceUDPort) send(_ context.Context, d *udDatagram, dst udDest, imm
 
 func (p *userspaceUDPort) noReceive() uint64 { return p.qp.UDNoReceive() }
 
+// pollOnce is one round of a busy-polled receive: the CQ, else what the
+// group's socket holds (handed to the QP, whose CQ gets it), and the CQ
+// again.
+func (p *userspaceUDPort) pollOnce() (int, error) {
+	if n := p.rcq.Poll(p.wcs[:]); n > 0 {
+		return n, nil
+	}
+	if p.poller != nil {
+		if k, err := p.poller.Poll(); err != nil {
+			return 0, err
+		} else if k > 0 {
+			if n := p.rcq.Poll(p.wcs[:]); n > 0 {
+				return n, nil
+			}
+		}
+	}
+	if p.rcq.Overflowed() {
+		return 0, transport.ErrCQOverflow
+	}
+	return 0, nil
+}
+
 func (p *userspaceUDPort) describe() string {
-	s := fmt.Sprintf("userspace UD QP %#x on %s, MTU %d", p.qp.QPN(), p.u.cfg.Name, p.u.mtu)
+	s := fmt.Sprintf("userspace UD QP %#x on %s, MTU %d%s", p.qp.QPN(), p.u.cfg.Name, p.u.mtu, p.spin)
 	if p.peerNote != "" {
 		s += " -> " + p.peerNote
 	}

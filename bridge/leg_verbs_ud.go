@@ -109,7 +109,7 @@ func (in *verbsUDIncoming) remote() netip.AddrPort { return in.id.RemoteAddr() }
 func (in *verbsUDIncoming) privateData() []byte    { return in.pd }
 
 func (in *verbsUDIncoming) accept(privateData []byte) (udPort, error) {
-	p, err := in.v.udPort(in.id, nil)
+	p, err := in.v.udPort(in.id, nil, spin{cpu: -1}, false)
 	if err != nil {
 		_ = in.id.Reject(nil)
 		in.id.Close()
@@ -148,7 +148,7 @@ func (v *verbsLeg) dialUD(ctx context.Context, to netip.AddrPort, privateData []
 	if err != nil {
 		return fail(err)
 	}
-	p, err := v.udPort(id, ch)
+	p, err := v.udPort(id, ch, spin{cpu: -1}, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -198,6 +198,8 @@ type verbsUDPort struct {
 	maxMsg   int
 	port     int
 	peerNote string
+	spin     spin // how recv waits (a group's busy_poll)
+	busySend bool // send polls its CQ (a group's busy_poll), without a completion channel
 	// group is the multicast group the id joined (mcast.go): left before
 	// the QP is destroyed (the kernel refuses to destroy an attached QP).
 	group netip.Addr
@@ -217,7 +219,8 @@ var _ udPort = (*verbsUDPort)(nil)
 // maxUDSources bounds the address vectors a port remembers.
 const maxUDSources = 16
 
-func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel) (*verbsUDPort, error) {
+// sp is how recv waits; busySend makes send poll for its completion.
+func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp spin, busySend bool) (*verbsUDPort, error) {
 	dev, vd, err := v.device(id)
 	if err != nil {
 		return nil, err
@@ -227,11 +230,13 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel) (*verbsUDPort, err
 		return nil, err
 	}
 	p := &verbsUDPort{v: v, id: id, ch: ch, vd: vd, maxMsg: pi.ActiveMTU.Bytes(), port: id.Port(),
-		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}}
-	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: 16}); err != nil {
+		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}, spin: sp, busySend: busySend}
+	// Busy-polled CQs have no completion channel: recv and send poll
+	// them.
+	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: 16, BusyPoll: busySend}); err != nil {
 		return nil, err
 	}
-	if p.rcq, err = dev.NewCQ(ibv.CQOptions{Entries: udRecvDepth + 16}); err != nil {
+	if p.rcq, err = dev.NewCQ(ibv.CQOptions{Entries: udRecvDepth + 16, BusyPoll: p.spin.on}); err != nil {
 		p.scq.Close()
 		return nil, err
 	}
@@ -265,7 +270,13 @@ func (p *verbsUDPort) mtu() int    { return p.maxMsg }
 
 func (p *verbsUDPort) recv(ctx context.Context) (*udDatagram, error) {
 	for len(p.pending) == 0 {
-		n, err := p.rcq.Wait(ctx, p.wcs[:])
+		var n int
+		var err error
+		if p.spin.on {
+			n, err = spinWait(ctx, func() (int, error) { return p.rcq.Poll(p.wcs[:]) })
+		} else {
+			n, err = p.rcq.Wait(ctx, p.wcs[:])
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -338,7 +349,13 @@ func (p *verbsUDPort) send(ctx context.Context, d *udDatagram, dst udDest, imm u
 		return err
 	}
 	// The buffer is the HCA's until the send completes.
-	if _, err := p.scq.Wait(ctx, p.swc[:]); err != nil {
+	if p.busySend {
+		// Without yielding: the sending loop may be a busy-poll one,
+		// locked to its thread (busypoll.go).
+		if _, err := spinWait(ctx, func() (int, error) { return p.scq.Poll(p.swc[:]) }); err != nil {
+			return err
+		}
+	} else if _, err := p.scq.Wait(ctx, p.swc[:]); err != nil {
 		return err
 	}
 	return p.swc[0].Err()
@@ -349,7 +366,7 @@ func (p *verbsUDPort) send(ctx context.Context, d *udDatagram, dst udDest, imm u
 func (p *verbsUDPort) noReceive() uint64 { return 0 }
 
 func (p *verbsUDPort) describe() string {
-	s := fmt.Sprintf("verbs UD QP %d on %s port %d, MTU %d", p.qp.QPN(), p.v.cfg.Name, p.port, p.maxMsg)
+	s := fmt.Sprintf("verbs UD QP %d on %s port %d, MTU %d%s", p.qp.QPN(), p.v.cfg.Name, p.port, p.maxMsg, p.spin)
 	if p.peerNote != "" {
 		s += " -> " + p.peerNote
 	}

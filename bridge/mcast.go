@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,6 +58,10 @@ type groupRun struct {
 	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
 	qkey  [2]uint32     // the group's Q_Key on each leg
 	loops *loopFilter   // what the group admitted lately, both ways (nil: loop_window 0)
+	// limit is the rate limit in force (nil: none); a reload may swap it.
+	limit atomic.Pointer[groupLimit]
+	// spins is how each direction's receive loop waits (busy_poll).
+	spins [2]spin
 }
 
 // relays reports whether the group crosses in direction dir.
@@ -66,6 +72,11 @@ func (r *groupRun) relays(dir int) bool {
 // startGroup joins a group on both its legs and starts relaying.
 func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
+	r.limit.Store(newGroupLimit(gc.Rate))
+	var err error
+	if r.spins, err = groupSpins(gc, r.relays); err != nil {
+		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
+	}
 	if gc.LoopWindow > 0 {
 		r.loops = newLoopFilter(gc.LoopWindow)
 	}
@@ -80,14 +91,13 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	for side, name := range [2]string{gc.RoCE, gc.IB} {
 		// A side receives what it relays to the other.
 		receive := r.relays(side)
-		var err error
 		switch l := g.legs[name].(type) {
 		case *userspaceLeg:
-			r.ports[side], err = l.groupPort(gc.Group, receive)
+			r.ports[side], err = l.groupPort(gc.Group, receive, r.spins[side])
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout)
+			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll)
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
@@ -101,6 +111,15 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	g.mu.Unlock()
 	g.log.Info("multicast group joined", "group", gc.Name, "address", gc.Group, "direction", gc.Direction,
 		"roce_side", r.ports[0].describe(), "ib_side", r.ports[1].describe())
+	for _, s := range r.spins {
+		if !s.on {
+			continue
+		}
+		if n, procs := g.busyLoops.Add(1), runtime.GOMAXPROCS(0); int(n) >= procs {
+			g.log.Warn("more busy-poll loops than the process has Ps to spare: each holds one while the gateway runs, and the rest of the gateway is left none (raise GOMAXPROCS, give the process more CPUs)",
+				"group", gc.Name, "busy_poll_loops", n, "gomaxprocs", procs)
+		}
+	}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -134,6 +153,9 @@ func (r *groupRun) run(ctx context.Context, g *Gateway) {
 func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 	from, to := r.ports[dir], r.ports[1-dir]
 	dst := udDest{addr: r.cfg.Group, qpn: transport.MulticastQPN, qkey: r.qkey[1-dir]}
+	if err := r.spins[dir].pin(); err != nil {
+		g.log.Warn("multicast receive loop not pinned: it busy-polls where the kernel runs its thread", "group", r.cfg.Name, "qp", from.describe(), "err", err)
+	}
 	for {
 		d, err := from.recv(ctx)
 		if err != nil {
@@ -154,6 +176,8 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 			r.stats.DropTooLong[dir].Add(1)
 		case r.loops != nil && !r.loops.admit(r.loops.key(d.payload(), d.imm, d.hasImm), dir, d.src, d.srcQPN, time.Now().UnixNano()):
 			r.stats.DropLoop[dir].Add(1)
+		case !r.allow(dir, d.n):
+			r.stats.DropRate[dir].Add(1)
 		default:
 			if err := to.send(ctx, d, dst, d.imm, d.hasImm); err != nil {
 				r.stats.DropSendFailed[dir].Add(1)
@@ -167,6 +191,26 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 		}
 		d.buf.Release()
 	}
+}
+
+// allow reports whether a datagram of n bytes may cross in direction dir
+// under the group's rate limit, taking its share when it may.
+func (r *groupRun) allow(dir, n int) bool {
+	l := r.limit.Load()
+	return l == nil || l.dirs[dir].allow(time.Now(), n)
+}
+
+// setRate puts rate in force for the group (a reload), with full buckets.
+func (r *groupRun) setRate(rate config.Rate) {
+	r.limit.Store(newGroupLimit(rate))
+}
+
+// rate is the group's rate limit in force.
+func (r *groupRun) rate() config.Rate {
+	if l := r.limit.Load(); l != nil {
+		return l.rate
+	}
+	return config.Rate{}
 }
 
 // isOwn reports whether d came from one of the group's own QPs.
@@ -188,7 +232,9 @@ type GroupStatus struct {
 	Direction string          `json:"direction"`
 	RoCESide  string          `json:"roce_side"`
 	IBSide    string          `json:"ib_side"`
-	Stats     UDStatsSnapshot `json:"stats"` // arrays are [roce_to_ib, ib_to_roce]
+	// Rate is the rate limit in force, each direction (absent: none).
+	Rate  *config.Rate    `json:"rate,omitempty"`
+	Stats UDStatsSnapshot `json:"stats"` // arrays are [roce_to_ib, ib_to_roce]
 	// RoCESideXDP and IBSideXDP are what the XDP classifier of a side on
 	// an AF_XDP leg redirected of the group's datagrams (a side that
 	// receives the group; per group, so here and not on /metrics).
@@ -235,9 +281,13 @@ func (g *Gateway) groupStatus() []GroupStatus {
 		s := r.stats.Snapshot()
 		s.DropNoReceive[0] += r.ports[0].noReceive()
 		s.DropNoReceive[1] += r.ports[1].noReceive()
-		out = append(out, GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
+		gs := GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
 			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s,
-			RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1)})
+			RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1)}
+		if rt := r.rate(); rt.Limited() {
+			gs.Rate = &rt
+		}
+		out = append(out, gs)
 	}
 	return out
 }
@@ -256,18 +306,25 @@ func (g *Gateway) GroupStats(name string) *UDStatsSnapshot {
 // through a socket bound to the group and joined on the leg's interface
 // (io: udp), or through the group's conn on the leg's AF_XDP socket, whose
 // classifier steers the group's datagrams to it while a kernel socket
-// holds the membership on the interface (io: afxdp).
-func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPort, error) {
+// holds the membership on the interface (io: afxdp). With sp on (io: udp
+// only), the group's socket is read by the port's recv (polled), with
+// SO_BUSY_POLL.
+func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*userspaceUDPort, error) {
 	p, err := u.udPort()
 	if err != nil {
 		return nil, err
 	}
+	p.spin = sp
 	p.peerNote = fmt.Sprintf("group %v", group)
 	if !receive {
 		p.peerNote += " (send only)"
 		return p, nil
 	}
 	if _, ok := u.pconn.(*xdp.Conn); ok {
+		if sp.on {
+			p.close()
+			return nil, fmt.Errorf("busy_poll: group %v on AF_XDP leg %q: a group is busy-polled on io: udp legs only", group, u.cfg.Name)
+		}
 		p.peerNote += " (AF_XDP: the classifier redirects it)"
 	}
 	open := func() (roce.PacketConn, error) {
@@ -287,14 +344,24 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 			if err != nil {
 				return err
 			}
-			uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
+			uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: sp.on})
 			if err != nil {
 				return err
+			}
+			if sp.on && !uc.SocketBusyPoll() {
+				u.log.Info("group socket without SO_BUSY_POLL (needs CAP_NET_ADMIN): it is polled all the same", "group", group)
 			}
 			c = uc
 			return nil
 		})
 		return c, err
+	}
+	if sp.on {
+		if p.poller, err = u.dev.AttachMulticastPolled(p.qp, group, open); err != nil {
+			p.close()
+			return nil, err
+		}
+		return p, nil
 	}
 	if err := u.dev.AttachMulticast(p.qp, group, open); err != nil {
 		p.close()
@@ -306,7 +373,7 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool) (*userspaceUDPo
 // groupPort joins a group on the leg with an rdma_cm id of its own (send
 // only when sendOnly) and makes the id's UD QP; it returns the group's
 // Q_Key from the join.
-func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly, ipoib bool, timeout time.Duration) (*verbsUDPort, uint32, error) {
+func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly, ipoib bool, timeout time.Duration, sp spin, busySend bool) (*verbsUDPort, uint32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ch, err := ibv.NewEventChannel()
@@ -333,7 +400,7 @@ func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly, ip
 		}
 		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
 	}
-	p, err := v.udPort(id, ch)
+	p, err := v.udPort(id, ch, sp, busySend)
 	if err != nil {
 		ch.Close()
 		return nil, 0, err

@@ -98,7 +98,7 @@ var (
 
 	descGroupDatagrams = prometheus.NewDesc("rbridge_group_datagrams_total", "Multicast datagrams a group relayed.", []string{"group", "direction"}, nil)
 	descGroupBytes     = prometheus.NewDesc("rbridge_group_payload_bytes_total", "Payload bytes of the multicast datagrams relayed.", []string{"group", "direction"}, nil)
-	descGroupDropped   = prometheus.NewDesc("rbridge_group_dropped_total", "Multicast datagrams dropped, by cause (own: the gateway's own, come back; loop: a copy of what it relayed, come back through another gateway; peer: sent by a gateway the group lists in peers).", []string{"group", "direction", "cause"}, nil)
+	descGroupDropped   = prometheus.NewDesc("rbridge_group_dropped_total", "Multicast datagrams dropped, by cause (own: the gateway's own, come back; loop: a copy of what it relayed, come back through another gateway; peer: sent by a gateway the group lists in peers; rate: over the group's rate limit).", []string{"group", "direction", "cause"}, nil)
 )
 
 // udDropCauses names the UD drop counters.
@@ -114,6 +114,7 @@ var udDropCauses = []struct {
 	{"own", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropOwn }},
 	{"loop", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropLoop }},
 	{"peer", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropPeer }},
+	{"rate", func(s *UDStatsSnapshot) *[2]uint64 { return &s.DropRate }},
 }
 
 // opcodeRow is a route counter per direction and opcode.

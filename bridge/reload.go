@@ -12,6 +12,9 @@ import (
 // ReloadResult says what a reload changed.
 type ReloadResult struct {
 	Added, Removed, Changed, Unchanged []string // route names
+	// RateChanged names the multicast groups whose rate limit the reload
+	// changed (in force at once).
+	RateChanged []string
 }
 
 func (r ReloadResult) String() string {
@@ -28,7 +31,10 @@ func (r ReloadResult) String() string {
 		}
 	}
 	if len(parts) == 0 {
-		return "no routes"
+		parts = append(parts, "no routes")
+	}
+	if len(r.RateChanged) > 0 {
+		parts = append(parts, "rate changed of group "+strings.Join(r.RateChanged, ", "))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -59,7 +65,7 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 		return res, fmt.Errorf("bridge: reload %s: %s: %w", cfg.File(), d, ErrLegsChanged)
 	}
 	if !slices.EqualFunc(g.cfg.Groups, cfg.Groups, sameGroup) {
-		return res, fmt.Errorf("bridge: reload %s: the multicast groups differ (they are joined once, as legs are opened): %w", cfg.File(), ErrLegsChanged)
+		return res, fmt.Errorf("bridge: reload %s: the multicast groups differ (they are joined once, as legs are opened; only a rate may change): %w", cfg.File(), ErrLegsChanged)
 	}
 	g.mu.Lock()
 	if g.closing {
@@ -121,6 +127,7 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 			errs = append(errs, err)
 		}
 	}
+	res.RateChanged = g.reloadRates(cfg)
 	for _, l := range [][]string{res.Added, res.Removed, res.Changed, res.Unchanged} {
 		slices.Sort(l)
 	}
@@ -142,9 +149,46 @@ func sameRoute(a, b *config.Route) bool {
 		a.Fallback.Retry == b.Fallback.Retry && a.UD == b.UD
 }
 
-// sameGroup reports whether two multicast groups are configured alike.
+// reloadRates puts in force the rate limits of cfg's groups (the running
+// groups, as sameGroup checked) that differ from the running ones, and
+// returns those groups' names.
+func (g *Gateway) reloadRates(cfg *config.Config) []string {
+	var changed []string
+	for i := range cfg.Groups {
+		gc := &cfg.Groups[i]
+		g.mu.Lock()
+		r := g.groups[gc.Name]
+		g.mu.Unlock()
+		if r == nil || r.rate() == gc.Rate {
+			continue
+		}
+		g.log.Info("multicast group's rate limit changed", "group", gc.Name, "was", rateText(r.rate()), "now", rateText(gc.Rate))
+		r.setRate(gc.Rate)
+		changed = append(changed, gc.Name)
+	}
+	return changed
+}
+
+// rateText describes a rate limit for a log line.
+func rateText(r config.Rate) string {
+	if !r.Limited() {
+		return "none"
+	}
+	var s []string
+	if r.Packets > 0 {
+		s = append(s, fmt.Sprintf("%d datagrams/s (burst %d)", r.Packets, r.BurstPackets))
+	}
+	if r.Bytes > 0 {
+		s = append(s, fmt.Sprintf("%d bytes/s (burst %d)", r.Bytes, r.BurstBytes))
+	}
+	return strings.Join(s, ", ")
+}
+
+// sameGroup reports whether two multicast groups are configured alike,
+// but for their rate limits (which a reload changes in place).
 func sameGroup(a, b config.Group) bool {
-	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID && slices.Equal(a.Peers, b.Peers) && a.LoopWindow == b.LoopWindow
+	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID &&
+		slices.Equal(a.Peers, b.Peers) && a.LoopWindow == b.LoopWindow && a.BusyPoll == b.BusyPoll && slices.Equal(a.BusyPollCPUs, b.BusyPollCPUs)
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).
@@ -200,13 +244,16 @@ type ReloadReport struct {
 	Removed   []string `json:"removed"`
 	Changed   []string `json:"changed"`
 	Unchanged []string `json:"unchanged"`
+	// RateChanged names the multicast groups whose rate limit changed.
+	RateChanged []string `json:"rate_changed,omitempty"`
 	// Error is why the reload was refused or stopped part way.
 	Error string `json:"error,omitempty"`
 }
 
-// Routes says what happened to the routes ("added a; removed b; ...").
+// Routes says what happened to the routes ("added a; removed b; ...") and
+// to the groups' rate limits.
 func (r *ReloadReport) Routes() string {
-	return ReloadResult{Added: r.Added, Removed: r.Removed, Changed: r.Changed, Unchanged: r.Unchanged}.String()
+	return ReloadResult{Added: r.Added, Removed: r.Removed, Changed: r.Changed, Unchanged: r.Unchanged, RateChanged: r.RateChanged}.String()
 }
 
 // ReloadConfigFile re-reads the config file the gateway started with
@@ -226,6 +273,7 @@ func (g *Gateway) ReloadConfigFile() ReloadReport {
 	for _, p := range []struct{ dst, src *[]string }{{&rep.Added, &res.Added}, {&rep.Removed, &res.Removed}, {&rep.Changed, &res.Changed}, {&rep.Unchanged, &res.Unchanged}} {
 		*p.dst = append(*p.dst, *p.src...)
 	}
+	rep.RateChanged = res.RateChanged
 	switch {
 	case err == nil:
 		rep.Outcome = ReloadApplied

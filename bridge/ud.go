@@ -80,7 +80,9 @@ type UDStats struct {
 	// received back; a copy of what it relayed, come back through another
 	// gateway (the same bytes from another source within the group's
 	// loop_window); and what a gateway the group lists in peers sent.
-	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn, DropLoop, DropPeer [2]atomic.Uint64
+	// DropRate (multicast groups) is what the group's rate limit did not
+	// let cross.
+	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn, DropLoop, DropPeer, DropRate [2]atomic.Uint64
 }
 
 // UDStatsSnapshot is UDStats read at one moment, as plain values.
@@ -100,6 +102,7 @@ type UDStatsSnapshot struct {
 	DropOwn         [2]uint64 `json:"dropped_own,omitempty"`
 	DropLoop        [2]uint64 `json:"dropped_loop,omitempty"`
 	DropPeer        [2]uint64 `json:"dropped_peer,omitempty"`
+	DropRate        [2]uint64 `json:"dropped_rate,omitempty"`
 }
 
 // Snapshot reads every counter.
@@ -110,6 +113,7 @@ func (s *UDStats) Snapshot() UDStatsSnapshot {
 		out.DropTooLong[d], out.DropUnknownPeer[d], out.DropPoolEmpty[d] = s.DropTooLong[d].Load(), s.DropUnknownPeer[d].Load(), s.DropPoolEmpty[d].Load()
 		out.DropNoReceive[d], out.DropSendFailed[d], out.DropOwn[d] = s.DropNoReceive[d].Load(), s.DropSendFailed[d].Load(), s.DropOwn[d].Load()
 		out.DropLoop[d], out.DropPeer[d] = s.DropLoop[d].Load(), s.DropPeer[d].Load()
+		out.DropRate[d] = s.DropRate[d].Load()
 	}
 	return out
 }

@@ -49,6 +49,13 @@
 //	    mgid: rdma_cm               # the MGID form on an InfiniBand ib leg: rdma_cm (default) or ipoib
 //	    peers: [198.18.1.9]         # optional: other gateways' leg addresses on these fabrics: never relayed
 //	    loop_window: 500ms          # optional: how long the same bytes from another source are a loop (default; 0 off)
+//	    rate:                       # optional: a limit per direction, a second; each key optional
+//	      packets: 10000            # datagrams a second
+//	      burst_packets: 1000       # the most at once (default a tenth of packets, at least 1)
+//	      bytes: 50MB               # payload bytes a second: B, kB, MB, GB (1000s), KiB, MiB, GiB (1024s)
+//	      burst_bytes: 5MB          # the most at once (default a tenth of bytes, at least 4096)
+//	    busy_poll: true             # optional: each receive loop spins on its own thread, a CPU each
+//	    busy_poll_cpus: [2, 3]      # optional, with busy_poll: pin roce_to_ib's loop to 2, ib_to_roce's to 3
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -62,6 +69,23 @@
 // buffer) is dropped and counted. UD routes are on userspace and verbs
 // legs; their listen address may share a port with an RC route's (the
 // port spaces differ), not with another UD route's.
+//
+// A group's rate limit applies to each direction on its own: a token
+// bucket for datagrams and one for bytes, as given; a datagram that finds
+// either short is dropped (UD: nothing is resent) and counted under cause
+// "rate". A reload may change a group's rate (the running group takes the
+// new one at once); any other change to the groups is refused.
+//
+// A group's busy_poll trades a CPU per direction for latency: each of its
+// receive loops runs on an OS thread of its own that polls, never sleeps
+// and never yields: a verbs leg's HCA completion queue (no completion
+// channel), or a userspace leg's group socket (non-blocking recvmmsg,
+// SO_BUSY_POLL) and its QP's completion queue, in one loop. It keeps that
+// CPU busy while the gateway runs, traffic or not, so the process needs
+// more CPUs (GOMAXPROCS) than it has busy-poll loops; busy_poll_cpus pins
+// the loops to CPUs kept for them. It is a group's setting, not a leg's:
+// the CPUs a group takes are in its own lines, and UD routes' clients
+// (a pair of QPs each, up to 256) are never busy-polled.
 //
 // On a quic leg a route's addresses name the far end, not this gateway:
 // a route whose target is on a quic leg asks the peer gateway for that
@@ -82,6 +106,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -690,6 +715,31 @@ func (c *Config) validate() Errors {
 	return es
 }
 
+// MaxCPU bounds a CPU number in busy_poll_cpus (the kernel's CPU_SETSIZE
+// in glibc and golang.org/x/sys/unix's CPUSet).
+const MaxCPU = 1024
+
+// validateBusyPoll checks a group's busy_poll and busy_poll_cpus (its
+// direction is checked and defaulted).
+func validateBusyPoll(g *Group, bad func(int, string, ...any)) {
+	if len(g.BusyPollCPUs) > 0 && !g.BusyPoll {
+		bad(g.line, "group %q: busy_poll_cpus without busy_poll: true", g.Name)
+	}
+	if dirs := map[string]int{DirectionBoth: 2, DirectionRoCEToIB: 1, DirectionIBToRoCE: 1}[g.Direction]; dirs > 0 && len(g.BusyPollCPUs) > dirs {
+		bad(g.line, "group %q: busy_poll_cpus: %d CPUs for %d receive loops (one per direction relayed, %s)", g.Name, len(g.BusyPollCPUs), dirs, g.Direction)
+	}
+	seen := map[int]bool{}
+	for _, cpu := range g.BusyPollCPUs {
+		switch {
+		case cpu < 0 || cpu >= MaxCPU:
+			bad(g.line, "group %q: busy_poll_cpus: CPU %d: want 0 to %d", g.Name, cpu, MaxCPU-1)
+		case seen[cpu]:
+			bad(g.line, "group %q: busy_poll_cpus: CPU %d given twice", g.Name, cpu)
+		}
+		seen[cpu] = true
+	}
+}
+
 // Group directions.
 const (
 	DirectionBoth     = "both"
@@ -729,6 +779,22 @@ type Group struct {
 	// IPoIB port space, which the kernel refuses on RoCE ports). On a
 	// RoCE port the MGID is the group's IP mapping whatever the form.
 	MGID string `yaml:"mgid"`
+	// Rate limits the datagrams the group relays, in each direction on
+	// its own; the zero Rate has no limit.
+	Rate Rate `yaml:"rate"`
+	// BusyPoll makes each of the group's receive loops (one per direction
+	// relayed) spin on its QP's completion queue instead of sleeping
+	// until a completion wakes it, on an OS thread of its own that it
+	// never yields: on a verbs leg it polls the HCA's CQ (which then has
+	// no completion channel); on a userspace leg it reads the group's
+	// socket without waiting (SO_BUSY_POLL set) and polls the QP's CQ, in
+	// the one loop. The lowest latency, for a CPU kept busy by each loop
+	// while the gateway runs, traffic or not.
+	BusyPoll bool `yaml:"busy_poll"`
+	// BusyPollCPUs (with BusyPoll) pins the receive loops' threads to
+	// these CPUs: the first roce_to_ib's, the next ib_to_roce's (of the
+	// directions relayed). Isolate them from the rest of the machine.
+	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
 	// Peers are the addresses, on either leg, of other gateways that
 	// relay this group between the same fabrics: what they send to the
 	// group (their copies) is never relayed. Optional: without it a copy
@@ -745,8 +811,128 @@ type Group struct {
 	// relays, or whose other gateways are all in Peers).
 	LoopWindow time.Duration `yaml:"loop_window"`
 
-	line int
-	errs []lineError
+	line     int
+	errs     []lineError
+	rateErrs []lineError // named with the group in validateGroups
+}
+
+// Rate is a limit on a group's datagrams, per direction: a token bucket
+// of each kind given, refilled at the rate and holding at most its burst.
+// A datagram crosses only when both buckets hold enough for it; else it is
+// dropped (UD: nothing is resent) and counted. Zero fields have no limit.
+type Rate struct {
+	// Packets is the datagrams a second; BurstPackets the most that
+	// cross at once after a quiet spell (default a tenth of Packets, at
+	// least 1).
+	Packets      int64 `yaml:"packets" json:"packets,omitempty"`
+	BurstPackets int64 `yaml:"burst_packets" json:"burst_packets,omitempty"`
+	// Bytes is the payload bytes a second; BurstBytes the most at once
+	// (default a tenth of Bytes, at least MaxDatagram). In the file both
+	// take a unit: 50MB, 1.5GB (1000s) or 64KiB, 1MiB (1024s); a plain
+	// number is bytes.
+	Bytes      int64 `yaml:"bytes" json:"bytes,omitempty"`
+	BurstBytes int64 `yaml:"burst_bytes" json:"burst_bytes,omitempty"`
+}
+
+// Limited reports whether r limits anything.
+func (r Rate) Limited() bool { return r.Packets > 0 || r.Bytes > 0 }
+
+// MaxDatagram is the longest datagram a group relays (the largest IB
+// MTU): a byte burst below it would let no such datagram cross.
+const MaxDatagram = 4096
+
+// byteSize parses a size in bytes with an optional unit.
+var byteSize = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]*)$`)
+
+// byteUnits are the units of a byte count (bits are refused: a rate in
+// Mbit/s is easy to mistake for MB/s).
+var byteUnits = map[string]float64{"": 1, "B": 1, "k": 1e3, "K": 1e3, "kB": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
+	"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30}
+
+// parseBytes parses a byte count: a whole number, or a number with a unit
+// (50MB, 1.5GB, 64KiB).
+func parseBytes(text string) (int64, error) {
+	m := byteSize.FindStringSubmatch(strings.TrimSpace(text))
+	if m == nil {
+		if strings.HasPrefix(strings.TrimSpace(text), "-") {
+			return 0, errors.New("negative")
+		}
+		return 0, errors.New("want a number of bytes, as 50MB, 1.5GB or 64KiB (k, M, G: 1000s; Ki, Mi, Gi: 1024s)")
+	}
+	unit, ok := byteUnits[m[2]]
+	if !ok {
+		if strings.HasSuffix(m[2], "b") || strings.HasSuffix(strings.ToLower(m[2]), "bit") || strings.HasSuffix(m[2], "bps") {
+			return 0, fmt.Errorf("unit %q: bits? the rate is in bytes: write MB for megabytes (50 Mbit/s is 6.25MB)", m[2])
+		}
+		return 0, fmt.Errorf("unit %q: want B, kB, MB, GB (1000s) or KiB, MiB, GiB (1024s)", m[2])
+	}
+	var v float64
+	fmt.Sscan(m[1], &v)
+	v *= unit
+	if v >= 1<<62 {
+		return 0, errors.New("too large")
+	}
+	if v != float64(int64(v)) {
+		return 0, errors.New("not a whole number of bytes")
+	}
+	return int64(v), nil
+}
+
+// decodeRate decodes a group's rate limit from its node; what is wrong is
+// kept for validateGroups, which names the group.
+func (g *Group) decodeRate(n *yaml.Node) {
+	what := "rate"
+	vals, errs := mapping(n, what, "packets", "burst_packets", "bytes", "burst_bytes")
+	r := &g.Rate
+	for _, k := range []struct {
+		key   string
+		dst   *int64
+		bytes bool
+	}{{"packets", &r.Packets, false}, {"burst_packets", &r.BurstPackets, false}, {"bytes", &r.Bytes, true}, {"burst_bytes", &r.BurstBytes, true}} {
+		v := vals[k.key]
+		if v == nil {
+			continue
+		}
+		if v.Kind != yaml.ScalarNode {
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s: want a single value", k.key)})
+			continue
+		}
+		var x int64
+		var err error
+		if k.bytes {
+			x, err = parseBytes(v.Value)
+		} else if x, err = strconv.ParseInt(v.Value, 10, 64); err != nil {
+			err = errors.New("want a whole number of datagrams")
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s %q: %v", k.key, v.Value, err)})
+		case x < 0:
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s %q: negative", k.key, v.Value)})
+		case x == 0:
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("rate: %s 0: nothing would cross; leave the key out for no limit", k.key)})
+		default:
+			*k.dst = x
+		}
+	}
+	if n.Kind == yaml.MappingNode && len(vals) == 0 {
+		errs = append(errs, lineError{n.Line, "rate: no limit given: want packets, bytes or both (a second, each way)"})
+	}
+	for _, b := range []struct{ burst, rate string }{{"burst_packets", "packets"}, {"burst_bytes", "bytes"}} {
+		if vals[b.burst] != nil && vals[b.rate] == nil {
+			errs = append(errs, lineError{vals[b.burst].Line, fmt.Sprintf("rate: %s without %s: a burst of what rate?", b.burst, b.rate)})
+		}
+	}
+	if r.BurstBytes > 0 && r.BurstBytes < MaxDatagram {
+		errs = append(errs, lineError{vals["burst_bytes"].Line, fmt.Sprintf("rate: burst_bytes %d: below %d bytes (the largest datagram) a long datagram could never cross", r.BurstBytes, MaxDatagram)})
+	}
+	if r.Packets > 0 && r.BurstPackets == 0 {
+		r.BurstPackets = max(r.Packets/10, 1)
+	}
+	if r.Bytes > 0 && r.BurstBytes == 0 {
+		r.BurstBytes = max(r.Bytes/10, MaxDatagram)
+	}
+	g.rateErrs = errs
 }
 
 // Line is where the group is defined in its file.
@@ -755,7 +941,7 @@ func (g *Group) Line() int { return g.line }
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window")
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -763,6 +949,23 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 		scalar(vals, k.key, "group", k.dst, &errs)
 	}
 	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
+	if v := vals["rate"]; v != nil {
+		g.decodeRate(v)
+	}
+	scalar(vals, "busy_poll", "group", &g.BusyPoll, &errs)
+	if v := vals["busy_poll_cpus"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "group: busy_poll_cpus: want a list of CPU numbers, as [2, 3]"})
+		}
+		for _, item := range v.Content {
+			cpu, err := strconv.Atoi(item.Value)
+			if err != nil || item.Kind != yaml.ScalarNode {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: busy_poll_cpus %q: not a CPU number", item.Value)})
+				continue
+			}
+			g.BusyPollCPUs = append(g.BusyPollCPUs, cpu)
+		}
+	}
 	g.LoopWindow = DefaultLoopWindow
 	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, &errs); line != 0 {
 		g.LoopWindow = w
@@ -795,6 +998,9 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		for _, e := range g.errs {
 			bad(e.line, "%s", e.msg)
 		}
+		for _, e := range g.rateErrs {
+			bad(e.line, "group %q: %s", g.Name, e.msg)
+		}
 		switch {
 		case g.Name == "":
 			bad(g.line, "group without a name")
@@ -816,6 +1022,7 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		default:
 			bad(g.line, "group %q: direction %q: want both, ib_to_roce or roce_to_ib", g.Name, g.Direction)
 		}
+		validateBusyPoll(g, bad)
 		switch g.MGID {
 		case "":
 			g.MGID = MGIDRDMACM
@@ -836,6 +1043,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
+			case g.BusyPoll && l.Kind == KindUserspace && l.IO != IOUDP:
+				bad(g.line, "group %q: busy_poll: %s leg %q is on AF_XDP; a group is busy-polled on io: udp and verbs legs only", g.Name, side.key, side.leg)
 			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
 				bad(g.line, "group %q: mgid ipoib: ib leg %q is a %s leg; the IPoIB form is joined on a verbs leg's InfiniBand port", g.Name, side.leg, l.Kind)
 			}

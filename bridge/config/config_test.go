@@ -130,6 +130,120 @@ groups:
 	}
 }
 
+// groupFile is a file of one group on legs ib and roce (line 4), with the
+// group's extra keys (rate:) from line 5 on, and the legs' extra keys.
+func groupFile(legKeys, groupKeys string) string {
+	return `legs:
+  - {name: ib, kind: verbs, ip: 198.18.3.1` + legKeys + `}
+  - {name: roce, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
+groups:
+  - name: ticks
+    group: 239.1.1.1
+    roce: roce
+    ib: ib
+` + groupKeys
+}
+
+// TestParseRate: a group's rate limit, its units and its bursts' defaults.
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		name, rate string
+		want       config.Rate
+	}{
+		{"none", "", config.Rate{}},
+		{"packets", "{packets: 10000}", config.Rate{Packets: 10000, BurstPackets: 1000}},
+		{"packets small", "{packets: 5}", config.Rate{Packets: 5, BurstPackets: 1}},
+		{"packets burst", "{packets: 100, burst_packets: 3}", config.Rate{Packets: 100, BurstPackets: 3}},
+		{"bytes MB", "{bytes: 50MB}", config.Rate{Bytes: 50e6, BurstBytes: 5e6}},
+		{"bytes plain", "{bytes: 20000}", config.Rate{Bytes: 20000, BurstBytes: config.MaxDatagram}},
+		{"bytes decimal", "{bytes: 1.5GB}", config.Rate{Bytes: 1.5e9, BurstBytes: 1.5e8}},
+		{"bytes binary", "{bytes: 64KiB, burst_bytes: 8KiB}", config.Rate{Bytes: 64 << 10, BurstBytes: 8 << 10}},
+		{"bytes space", `{bytes: "2 MiB"}`, config.Rate{Bytes: 2 << 20, BurstBytes: 2 << 20 / 10}},
+		{"both", "{packets: 1000, bytes: 1MB, burst_packets: 10, burst_bytes: 64kB}", config.Rate{Packets: 1000, BurstPackets: 10, Bytes: 1e6, BurstBytes: 64e3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := ""
+			if tc.rate != "" {
+				keys = "    rate: " + tc.rate + "\n"
+			}
+			c, err := config.Parse("gw.yaml", []byte(groupFile("", keys)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, c.Groups[0].Rate); d != "" {
+				t.Errorf("rate (-want +got):\n%s", d)
+			}
+			if got, want := c.Groups[0].Rate.Limited(), tc.rate != ""; got != want {
+				t.Errorf("Limited() = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestParseBusyPoll: a group's busy_poll and its CPUs; off by default.
+func TestParseBusyPoll(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(groupFile("", "    busy_poll: true\n    busy_poll_cpus: [2, 3]\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := c.Groups[0]; !g.BusyPoll || !cmp.Equal(g.BusyPollCPUs, []int{2, 3}) {
+		t.Errorf("group: busy_poll %v, busy_poll_cpus %v; want true, [2 3]", g.BusyPoll, g.BusyPollCPUs)
+	}
+	c, err = config.Parse("gw.yaml", []byte(groupFile("", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := c.Groups[0]; g.BusyPoll || g.BusyPollCPUs != nil {
+		t.Errorf("group without busy_poll: busy_poll %v, busy_poll_cpus %v; want off", g.BusyPoll, g.BusyPollCPUs)
+	}
+}
+
+// TestParseRateBad: what is wrong with a group's rate or busy_poll is
+// named with the group and the line.
+func TestParseRateBad(t *testing.T) {
+	for _, tc := range []struct {
+		name, legKeys, groupKeys string
+		want                     string
+	}{
+		{"unknown key", "", "    rate: {packets: 10, pps: 3}\n", `gw.yaml:9: group "ticks": rate: unknown key "pps" (known: packets, burst_packets, bytes, burst_bytes)`},
+		{"not a mapping", "", "    rate: 100\n", `gw.yaml:9: group "ticks": rate: want a mapping of keys (packets, burst_packets, bytes, burst_bytes)`},
+		{"empty", "", "    rate: {}\n", `gw.yaml:9: group "ticks": rate: no limit given: want packets, bytes or both`},
+		{"negative packets", "", "    rate:\n      packets: -5\n", `gw.yaml:10: group "ticks": rate: packets "-5": negative`},
+		{"zero packets", "", "    rate:\n      packets: 0\n", `gw.yaml:10: group "ticks": rate: packets 0: nothing would cross; leave the key out for no limit`},
+		{"fractional packets", "", "    rate: {packets: 2.5}\n", `gw.yaml:9: group "ticks": rate: packets "2.5": want a whole number of datagrams`},
+		{"packets with a unit", "", "    rate: {packets: 10k}\n", `gw.yaml:9: group "ticks": rate: packets "10k": want a whole number of datagrams`},
+		{"negative bytes", "", "    rate: {bytes: -1MB}\n", `gw.yaml:9: group "ticks": rate: bytes "-1MB": negative`},
+		{"zero bytes", "", "    rate: {bytes: 0MB}\n", `group "ticks": rate: bytes 0: nothing would cross`},
+		{"bits", "", "    rate: {bytes: 400Mb}\n", `gw.yaml:9: group "ticks": rate: bytes "400Mb": unit "Mb": bits? the rate is in bytes`},
+		{"bad unit", "", "    rate: {bytes: 4 parsecs}\n", `gw.yaml:9: group "ticks": rate: bytes "4 parsecs": unit "parsecs": want B, kB, MB, GB (1000s) or KiB, MiB, GiB (1024s)`},
+		{"not a number", "", "    rate: {bytes: lots}\n", `gw.yaml:9: group "ticks": rate: bytes "lots": want a number of bytes, as 50MB`},
+		{"fractional bytes", "", "    rate: {bytes: 1.5}\n", `gw.yaml:9: group "ticks": rate: bytes "1.5": not a whole number of bytes`},
+		{"burst without rate", "", "    rate: {packets: 10, burst_bytes: 1MB}\n", `gw.yaml:9: group "ticks": rate: burst_bytes without bytes`},
+		{"byte burst below a datagram", "", "    rate:\n      bytes: 1MB\n      burst_bytes: 1000\n", `gw.yaml:11: group "ticks": rate: burst_bytes 1000: below 4096 bytes`},
+		{"zero burst", "", "    rate: {packets: 10, burst_packets: 0}\n", `gw.yaml:9: group "ticks": rate: burst_packets 0: nothing would cross`},
+		{"busy_poll_cpus alone", "", "    busy_poll_cpus: [1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus without busy_poll: true`},
+		{"busy_poll_cpus negative", "", "    busy_poll: true\n    busy_poll_cpus: [-1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU -1: want 0 to 1023`},
+		{"busy_poll_cpus too large", "", "    busy_poll: true\n    busy_poll_cpus: [1024]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU 1024: want 0 to 1023`},
+		{"busy_poll_cpus twice", "", "    busy_poll: true\n    busy_poll_cpus: [1, 1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU 1 given twice`},
+		{"busy_poll_cpus too many", "", "    busy_poll: true\n    direction: ib_to_roce\n    busy_poll_cpus: [1, 2]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: 2 CPUs for 1 receive loops (one per direction relayed, ib_to_roce)`},
+		{"busy_poll_cpus not a list", "", "    busy_poll: true\n    busy_poll_cpus: 1\n", `gw.yaml:10: group: busy_poll_cpus: want a list of CPU numbers`},
+		{"busy_poll_cpus not numbers", "", "    busy_poll: true\n    busy_poll_cpus: [one]\n", `gw.yaml:10: group: busy_poll_cpus "one": not a CPU number`},
+		{"busy_poll not a bool", "", "    busy_poll: fast\n", `gw.yaml:9: group: busy_poll "fast": not a *bool`},
+		{"busy_poll on a leg", ", busy_poll: true", "", `gw.yaml:2: leg: unknown key "busy_poll"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := groupFile(tc.legKeys, tc.groupKeys)
+			_, err := config.Parse("gw.yaml", []byte(file))
+			if err == nil {
+				t.Fatalf("parsed:\n%s", numbered(file))
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error\n%v\nlacks %q; the file:\n%s", err, tc.want, numbered(file))
+			}
+		})
+	}
+}
+
 func TestParseAdmin(t *testing.T) {
 	for _, tc := range []struct {
 		name, extra string
@@ -222,6 +336,8 @@ func TestParseBad(t *testing.T) {
 		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
 		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
 			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
+		{"group busy-polled on afxdp", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, busy_poll: true}\n",
+			[]string{`group "g": busy_poll: roce leg "roce" is on AF_XDP`}},
 		{"group bad mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ib}\n", []string{`group "g": mgid "ib": want rdma_cm or ipoib`}},
 		{"group peer not an address", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [gw2]}\n", []string{`gw.yaml:15: group: peers "gw2": not an IP address`}},
 		{"group peers not a list", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: 198.18.1.9}\n", []string{`gw.yaml:15: group: peers: want a list of addresses`}},

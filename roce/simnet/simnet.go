@@ -285,6 +285,30 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 	case <-c.done:
 		return 0, roce.ErrConnClosed
 	}
+	return c.take(msgs, p), nil
+}
+
+// TryReadBatch takes what is queued without waiting (0 when nothing is),
+// as udpconn's does.
+func (c *Conn) TryReadBatch(msgs []roce.Message) (int, error) {
+	select {
+	case <-c.done:
+		return 0, roce.ErrConnClosed
+	default:
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	select {
+	case p := <-c.queue:
+		return c.take(msgs, p), nil
+	default:
+		return 0, nil
+	}
+}
+
+// take fills msgs with p and what else is queued.
+func (c *Conn) take(msgs []roce.Message, p packet) int {
 	n := 0
 	for {
 		m := &msgs[n]
@@ -293,12 +317,12 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 		m.Addr, m.ECN, m.ICRCChecked = p.from, p.ecn, false
 		n++
 		if n == len(msgs) {
-			return n, nil
+			return n
 		}
 		select {
 		case p = <-c.queue:
 		default:
-			return n, nil
+			return n
 		}
 	}
 }

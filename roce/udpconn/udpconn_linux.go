@@ -36,7 +36,18 @@ type Options struct {
 	// (IPV6_MULTICAST_IF; 0: as the routing table says); IPv4 multicast
 	// leaves from the interface that holds Addr.
 	Interface int
+	// BusyPoll is for a reader that polls the conn (TryReadBatch in a
+	// loop) rather than waits in ReadBatch: the socket gets SO_BUSY_POLL
+	// (BusyPollMicros), with which each read polls a NAPI driver's
+	// receive ring before it reports nothing. Setting it needs
+	// CAP_NET_ADMIN; without, the conn is opened all the same
+	// (Conn.SocketBusyPoll says which).
+	BusyPoll bool
 }
+
+// BusyPollMicros is the SO_BUSY_POLL a BusyPoll conn's socket gets: how
+// long a read polls the device's receive queue before it reports nothing.
+const BusyPollMicros = 50
 
 // MaxBatch is the most messages recvmmsg and sendmmsg take in one call
 // (the kernel's UIO_MAXIOV).
@@ -66,6 +77,8 @@ type Conn struct {
 	batch int
 	stats Stats
 	once  sync.Once
+	// sockBusy says the socket has SO_BUSY_POLL (Options.BusyPoll).
+	sockBusy bool
 
 	rd batchState // used by ReadBatch only
 	wr batchState // used by WriteBatch only
@@ -94,9 +107,10 @@ type batchState struct {
 	// The system call, made once per batch through RawConn: a closure
 	// built once, so a batch allocates nothing.
 	call  func(fd uintptr) bool
-	count int           // messages offered
-	done  int           // messages moved
-	errno syscall.Errno // the call's error
+	try   func(fd uintptr) bool // the same, never waiting in the poller (TryReadBatch)
+	count int                   // messages offered
+	done  int                   // messages moved
+	errno syscall.Errno         // the call's error
 }
 
 const (
@@ -117,6 +131,11 @@ func (b *batchState) init(n int, sysno uintptr) {
 		}
 		b.done, b.errno = int(r), e
 		return true
+	}
+	b.try = func(fd uintptr) bool {
+		r, _, e := unix.Syscall6(sysno, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(b.count), unix.MSG_DONTWAIT, 0, 0)
+		b.done, b.errno = int(r), e
+		return true // never wait for the poller (TryReadBatch)
 	}
 }
 
@@ -209,6 +228,11 @@ func Listen(opts Options) (*Conn, error) {
 		uc.Close()
 		return nil, fmt.Errorf("udpconn: socket options: %w", err)
 	}
+	if opts.BusyPoll {
+		_ = c.rc.Control(func(fd uintptr) {
+			c.sockBusy = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BUSY_POLL, BusyPollMicros) == nil
+		})
+	}
 	return c, nil
 }
 
@@ -241,6 +265,10 @@ func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
 	return pc.(*net.UDPConn), nil
 }
 
+// SocketBusyPoll reports whether the socket has SO_BUSY_POLL
+// (Options.BusyPoll; the kernel refuses it without CAP_NET_ADMIN).
+func (c *Conn) SocketBusyPoll() bool { return c.sockBusy }
+
 // LocalAddr returns the bound address.
 func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 
@@ -258,8 +286,15 @@ func (c *Conn) Close() error {
 	return err
 }
 
-// ReadBatch reads up to len(msgs) packets.
-func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
+// ReadBatch reads up to len(msgs) packets, waiting for the first.
+func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) { return c.readBatch(msgs, true) }
+
+// TryReadBatch reads up to len(msgs) packets that have arrived, without
+// waiting: 0 and no error when there are none. It fails as ReadBatch does
+// when the conn is closed or its read deadline passed.
+func (c *Conn) TryReadBatch(msgs []roce.Message) (int, error) { return c.readBatch(msgs, false) }
+
+func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 	b := &c.rd
 	n := min(len(msgs), c.batch)
 	if n == 0 {
@@ -279,7 +314,12 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) {
 		h.SetControllen(ctlLen)
 	}
 	b.count = n
-	err := c.rc.Read(b.call)
+	var err error
+	if wait {
+		err = c.rc.Read(b.call)
+	} else if err = c.rc.Read(b.try); err == nil && (b.errno == unix.EAGAIN || b.errno == unix.EINTR) {
+		return 0, nil
+	}
 	got, errno := b.done, b.errno
 	if err != nil {
 		if errors.Is(err, net.ErrClosed) {

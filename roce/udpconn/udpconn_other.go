@@ -21,6 +21,7 @@ type Options struct {
 	Addr      netip.AddrPort
 	Batch     int
 	Interface int
+	BusyPoll  bool
 }
 
 // MaxBatch is the most messages one system call moves.
@@ -48,6 +49,12 @@ type Conn struct{ roce.PacketConn }
 func Listen(o Options) (*Conn, error) {
 	return nil, fmt.Errorf("udpconn: listen on %v: recvmmsg and sendmmsg on %s: %w", o.Addr, runtime.GOOS, ErrNotSupported)
 }
+
+// TryReadBatch returns ErrNotSupported outside Linux.
+func (c *Conn) TryReadBatch([]roce.Message) (int, error) { return 0, ErrNotSupported }
+
+// SocketBusyPoll is false outside Linux.
+func (c *Conn) SocketBusyPoll() bool { return false }
 
 // SetReadDeadline returns ErrNotSupported outside Linux.
 func (c *Conn) SetReadDeadline(time.Time) error { return ErrNotSupported }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
@@ -25,8 +26,15 @@ import (
 // listen opens a conn on ip at a free port.
 func listen(t testing.TB, ip string) *udpconn.Conn {
 	t.Helper()
+	return listenWith(t, ip, udpconn.Options{})
+}
+
+// listenWith is listen with options (Addr is set here).
+func listenWith(t testing.TB, ip string, o udpconn.Options) *udpconn.Conn {
+	t.Helper()
 	for port := 40000 + os.Getpid()%10000; port < 65000; port += 7 {
-		c, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))})
+		o.Addr = netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))
+		c, err := udpconn.Listen(o)
 		if err == nil {
 			t.Cleanup(func() { c.Close() })
 			return c
@@ -425,5 +433,66 @@ func TestDeviceWakesWhileIdle(t *testing.T) {
 	last, wakes := d.ReceiveHeartbeat()
 	if !wakes || !last.After(start.Add(100*time.Millisecond)) {
 		t.Errorf("heartbeat %v after %v idle (wakes %v): want one in the last 100 ms", time.Since(last), time.Since(start), wakes)
+	}
+}
+
+// TestTryReadBatch: TryReadBatch returns at once with nothing to read,
+// reads what arrived, and fails once the deadline passed or the conn
+// closed; a BusyPoll conn's socket has SO_BUSY_POLL (root).
+func TestTryReadBatch(t *testing.T) {
+	a, b := listen(t, "127.0.0.1"), listenWith(t, "127.0.0.1", udpconn.Options{BusyPoll: true})
+	in := make([]roce.Message, 4)
+	for i := range in {
+		in[i].Buf = make([]byte, roce.MaxPacket)
+	}
+	if n, err := b.TryReadBatch(in); n != 0 || err != nil {
+		t.Fatalf("TryReadBatch with nothing sent: %d, %v; want 0, nil", n, err)
+	}
+	var out []roce.Message
+	for i := range 3 {
+		p := packet(roce.RCSendOnly, uint32(i), []byte(fmt.Sprintf("polled %d", i)))
+		out = append(out, roce.Message{Buf: p, N: len(p), Addr: b.LocalAddr()})
+	}
+	if _, err := a.WriteBatch(out); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for got := 0; got < len(out); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d packets polled in 2 s", got, len(out))
+		}
+		n, err := b.TryReadBatch(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range in[:n] {
+			var p roce.Packet
+			if err := p.Decode(m.Buf[:m.N]); err != nil || string(p.Payload) != fmt.Sprintf("polled %d", got) || m.Addr != a.LocalAddr() {
+				t.Fatalf("message %d: %q from %v (%v)", got, p.Payload, m.Addr, err)
+			}
+			got++
+		}
+	}
+	if err := b.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.TryReadBatch(in); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("TryReadBatch past the deadline: %d, %v; want a deadline error", n, err)
+	}
+	if err := b.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("SO_BUSY_POLL", func(t *testing.T) {
+		needs.Root(t, "SO_BUSY_POLL takes CAP_NET_ADMIN")
+		if !b.SocketBusyPoll() {
+			t.Error("a BusyPoll conn's socket has no SO_BUSY_POLL, as root")
+		}
+		if a.SocketBusyPoll() {
+			t.Error("a conn without BusyPoll says its socket busy-polls")
+		}
+	})
+	b.Close()
+	if _, err := b.TryReadBatch(in); !errors.Is(err, roce.ErrConnClosed) {
+		t.Errorf("TryReadBatch after Close: %v, want ErrConnClosed", err)
 	}
 }
