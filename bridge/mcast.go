@@ -225,13 +225,13 @@ func (r *groupRun) isOwn(d *udDatagram) bool {
 
 // GroupStatus describes a multicast group the gateway relays.
 type GroupStatus struct {
-	Name      string          `json:"name"`
-	Group     string          `json:"group"`
-	RoCELeg   string          `json:"roce_leg"`
-	IBLeg     string          `json:"ib_leg"`
-	Direction string          `json:"direction"`
-	RoCESide  string          `json:"roce_side"`
-	IBSide    string          `json:"ib_side"`
+	Name      string `json:"name"`
+	Group     string `json:"group"`
+	RoCELeg   string `json:"roce_leg"`
+	IBLeg     string `json:"ib_leg"`
+	Direction string `json:"direction"`
+	RoCESide  string `json:"roce_side"`
+	IBSide    string `json:"ib_side"`
 	// Rate is the rate limit in force, each direction (absent: none).
 	Rate  *config.Rate    `json:"rate,omitempty"`
 	Stats UDStatsSnapshot `json:"stats"` // arrays are [roce_to_ib, ib_to_roce]
