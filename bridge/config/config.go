@@ -56,6 +56,12 @@
 //	      burst_bytes: 5MB          # the most at once (default a tenth of bytes, at least 4096)
 //	    busy_poll: true             # optional: each receive loop spins on its own thread, a CPU each
 //	    busy_poll_cpus: [2, 3]      # optional, with busy_poll: pin roce_to_ib's loop to 2, ib_to_roce's to 3
+//	  - name: feeds                 # every group members on one side join (IGMP), relayed to them from the other
+//	    joined_on: ib               # ib or roce: the members' side (an Ethernet link: IGMP); no group:, no direction:
+//	    roce: roce
+//	    ib: ib
+//	    within: 239.0.0.0/8         # optional: only groups in this IPv4 prefix (default 224.0.0.0/4)
+//	    max_groups: 64              # optional: the most taken at once (default 64); the rest counted, not joined
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
 //
@@ -86,6 +92,14 @@
 // the loops to CPUs kept for them. It is a group's setting, not a leg's:
 // the CPUs a group takes are in its own lines, and UD routes' clients
 // (a pair of QPs each, up to 256) are never busy-polled.
+//
+// A group with joined_on names a side instead of a group: every IPv4
+// group a member on that side joins (its IGMP reports, heard on the leg's
+// interface or, for a verbs leg, its port's netdev) within its prefix is
+// relayed to that side from the other, as a group of its own named
+// "<name>/<address>" that takes the entry's rate, peers, loop_window and
+// mgid; the direction is the side's (joined_on ib: roce_to_ib), and
+// busy_poll is refused (each group found would hold CPUs).
 //
 // On a quic leg a route's addresses name the far end, not this gateway:
 // a route whose target is on a quic leg asks the peer gateway for that
@@ -757,14 +771,40 @@ const (
 	MGIDIPoIB  = "ipoib"
 )
 
+// Sides of a group with joined_on.
+const (
+	SideRoCE = "roce"
+	SideIB   = "ib"
+)
+
+// Limits of max_groups.
+const (
+	DefaultMaxGroups = 64
+	MaxMaxGroups     = 1024
+)
+
+// DefaultWithin is a joined_on group's within when the file gives none:
+// every IPv4 multicast group (the link-local block 224.0.0.0/24, which no
+// router forwards, is never taken).
+var DefaultWithin = netip.MustParsePrefix("224.0.0.0/4")
+
 // Group is an IP multicast group relayed between a RoCE leg and an IB
 // leg: joined on both (IGMP on the userspace leg's interface; rdma_cm's
 // join on the verbs leg), its UD datagrams sent on the other in the
-// direction given.
+// direction given. With JoinedOn it is instead every group members join
+// on one side.
 type Group struct {
 	Name string `yaml:"name"`
-	// Group is the IP multicast address.
+	// Group is the IP multicast address (none with JoinedOn).
 	Group netip.Addr `yaml:"group"`
+	// JoinedOn (SideRoCE or SideIB) makes the entry every IPv4 group a
+	// member on that side joins (heard in its IGMP reports there) within
+	// Within, at most MaxGroups at once, each relayed to that side from
+	// the other: Direction is roce_to_ib for SideIB, ib_to_roce for
+	// SideRoCE.
+	JoinedOn  string       `yaml:"joined_on"`
+	Within    netip.Prefix `yaml:"within"`
+	MaxGroups int          `yaml:"max_groups"`
 	// RoCE names the userspace leg (io: udp or afxdp) and IB the other
 	// one (a verbs leg, or a userspace one).
 	RoCE string `yaml:"roce"`
@@ -813,7 +853,8 @@ type Group struct {
 
 	line     int
 	errs     []lineError
-	rateErrs []lineError // named with the group in validateGroups
+	rateErrs []lineError     // named with the group in validateGroups
+	setKeys  map[string]bool // the keys the file gave
 }
 
 // Rate is a limit on a group's datagrams, per direction: a token bucket
@@ -941,14 +982,21 @@ func (g *Group) Line() int { return g.line }
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus")
+	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus",
+		"joined_on", "within", "max_groups")
 	for _, k := range []struct {
 		key string
 		dst *string
-	}{{"name", &g.Name}, {"roce", &g.RoCE}, {"ib", &g.IB}, {"direction", &g.Direction}, {"mgid", &g.MGID}} {
+	}{{"name", &g.Name}, {"roce", &g.RoCE}, {"ib", &g.IB}, {"direction", &g.Direction}, {"mgid", &g.MGID}, {"joined_on", &g.JoinedOn}} {
 		scalar(vals, k.key, "group", k.dst, &errs)
 	}
 	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
+	g.Within, _ = parsed(vals, "within", "group", netip.ParsePrefix, &errs)
+	scalar(vals, "max_groups", "group", &g.MaxGroups, &errs)
+	g.setKeys = map[string]bool{}
+	for k := range vals {
+		g.setKeys[k] = true
+	}
 	if v := vals["rate"]; v != nil {
 		g.decodeRate(v)
 	}
@@ -1012,7 +1060,9 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 			names[g.Name] = g.line
 		}
 		g.Group = g.Group.Unmap()
-		if len(g.errs) == 0 && !g.Group.IsMulticast() {
+		if g.JoinedOn != "" || g.setKeys["within"] || g.setKeys["max_groups"] {
+			validateJoined(g, bad)
+		} else if len(g.errs) == 0 && !g.Group.IsMulticast() {
 			bad(g.line, "group %q: group %v is not an IP multicast address", g.Name, g.Group)
 		}
 		switch g.Direction {
@@ -1043,6 +1093,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
+			case g.JoinedOn != "" && l.IP.IsValid() && !l.IP.Is4():
+				bad(g.line, "group %q: joined_on: %s leg %q is an IPv6 leg; groups are found by IGMP, IPv4 only (MLD is not done yet)", g.Name, side.key, side.leg)
 			case g.BusyPoll && l.Kind == KindUserspace && l.IO != IOUDP:
 				bad(g.line, "group %q: busy_poll: %s leg %q is on AF_XDP; a group is busy-polled on io: udp and verbs legs only", g.Name, side.key, side.leg)
 			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
@@ -1059,6 +1111,55 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				}
 			}
 		}
+	}
+}
+
+// validateJoined checks a group with joined_on (or with its keys) and
+// sets its direction and defaults.
+func validateJoined(g *Group, bad func(int, string, ...any)) {
+	var dir string
+	switch g.JoinedOn {
+	case SideIB:
+		dir = DirectionRoCEToIB
+	case SideRoCE:
+		dir = DirectionIBToRoCE
+	case "":
+		bad(g.line, "group %q: within and max_groups go with joined_on (roce or ib)", g.Name)
+		return
+	default:
+		bad(g.line, "group %q: joined_on %q: want roce or ib (the side whose members' joins are relayed to)", g.Name, g.JoinedOn)
+		return
+	}
+	if g.setKeys["group"] {
+		bad(g.line, "group %q: joined_on %s and group %v: a joined_on entry names no group (its groups are those joined on the %s side); give one or the other", g.Name, g.JoinedOn, g.Group, g.JoinedOn)
+	}
+	if g.Direction != "" && g.Direction != dir {
+		bad(g.line, "group %q: direction %s: joined_on %s relays %s (to the members on the %s side), the only direction it has", g.Name, g.Direction, g.JoinedOn, dir, g.JoinedOn)
+	}
+	g.Direction = dir
+	if g.BusyPoll || len(g.BusyPollCPUs) > 0 {
+		bad(g.line, "group %q: busy_poll with joined_on: each group found would hold a CPU while it lasts; busy-poll groups named by address", g.Name)
+	}
+	if g.MGID == MGIDIPoIB && g.JoinedOn == SideIB {
+		bad(g.line, "group %q: mgid ipoib with joined_on ib: members are found by IGMP on an Ethernet link, where a group's MGID is its IP mapping", g.Name)
+	}
+	switch {
+	case !g.setKeys["within"]:
+		g.Within = DefaultWithin
+	case !g.Within.IsValid():
+		// parsed said why
+	case !g.Within.Addr().Is4():
+		bad(g.line, "group %q: within %v: an IPv6 prefix; groups are found by IGMP, IPv4 only (MLD is not done yet)", g.Name, g.Within)
+	case !DefaultWithin.Contains(g.Within.Addr()) || g.Within.Bits() < DefaultWithin.Bits():
+		bad(g.line, "group %q: within %v: not within the IPv4 multicast block %v", g.Name, g.Within, DefaultWithin)
+	case g.Within.Masked() != g.Within:
+		bad(g.line, "group %q: within %v: host bits set (the prefix is %v)", g.Name, g.Within, g.Within.Masked())
+	}
+	switch {
+	case !g.setKeys["max_groups"]:
+		g.MaxGroups = DefaultMaxGroups
+	case g.MaxGroups < 1 || g.MaxGroups > MaxMaxGroups:
+		bad(g.line, "group %q: max_groups %d: want 1 to %d", g.Name, g.MaxGroups, MaxMaxGroups)
 	}
 }
 

@@ -457,3 +457,83 @@ routes:
 		t.Errorf("route out has a fallback %+v", f)
 	}
 }
+
+// joinedFile is a file with one joined_on group (line 5 on) with keys.
+func joinedFile(keys string) string {
+	return `legs:
+  - {name: ib, kind: verbs, ip: 198.18.3.1}
+  - {name: roce, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
+groups:
+  - name: feeds
+    roce: roce
+    ib: ib
+` + keys
+}
+
+// joinedKeys are what a joined_on group sets.
+type joinedKeys struct {
+	JoinedOn, Direction, Within string
+	MaxGroups                   int
+	Rate                        config.Rate
+}
+
+// TestParseJoined: a group entry that names a side instead of a group: its
+// direction is the side's, within and max_groups default.
+func TestParseJoined(t *testing.T) {
+	for _, tc := range []struct {
+		name, keys string
+		want       joinedKeys
+	}{
+		{"ib, defaults", "    joined_on: ib\n", joinedKeys{JoinedOn: "ib", Direction: "roce_to_ib", Within: "224.0.0.0/4", MaxGroups: 64}},
+		{"roce, within, max", "    joined_on: roce\n    within: 239.0.0.0/8\n    max_groups: 3\n    rate: {packets: 10}\n",
+			joinedKeys{JoinedOn: "roce", Direction: "ib_to_roce", Within: "239.0.0.0/8", MaxGroups: 3, Rate: config.Rate{Packets: 10, BurstPackets: 1}}},
+		{"direction given, the side's", "    joined_on: ib\n    direction: roce_to_ib\n", joinedKeys{JoinedOn: "ib", Direction: "roce_to_ib", Within: "224.0.0.0/4", MaxGroups: 64}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := config.Parse("gw.yaml", []byte(joinedFile(tc.keys)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := c.Groups[0]
+			got := joinedKeys{JoinedOn: g.JoinedOn, Direction: g.Direction, Within: g.Within.String(), MaxGroups: g.MaxGroups, Rate: g.Rate}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("group (-want +got):\n%s", d)
+			}
+			if g.Group.IsValid() || g.Name != "feeds" || g.MGID != config.MGIDRDMACM || g.LoopWindow != config.DefaultLoopWindow {
+				t.Errorf("group %q: address %v, mgid %q, loop_window %v; want none, rdma_cm, the default", g.Name, g.Group, g.MGID, g.LoopWindow)
+			}
+		})
+	}
+}
+
+// TestParseJoinedBad: what does not go with joined_on is refused, named
+// with the group and its line.
+func TestParseJoinedBad(t *testing.T) {
+	for _, tc := range []struct{ name, keys, want string }{
+		{"bad side", "    joined_on: both\n", `gw.yaml:5: group "feeds": joined_on "both": want roce or ib`},
+		{"and a group", "    joined_on: ib\n    group: 239.1.1.1\n", `gw.yaml:5: group "feeds": joined_on ib and group 239.1.1.1: a joined_on entry names no group`},
+		{"another direction", "    joined_on: ib\n    direction: both\n", `gw.yaml:5: group "feeds": direction both: joined_on ib relays roce_to_ib`},
+		{"busy_poll", "    joined_on: roce\n    busy_poll: true\n", `gw.yaml:5: group "feeds": busy_poll with joined_on`},
+		{"ipoib on the members' ib", "    joined_on: ib\n    mgid: ipoib\n", `gw.yaml:5: group "feeds": mgid ipoib with joined_on ib`},
+		{"within IPv6", "    joined_on: ib\n    within: ff05::/16\n", `gw.yaml:5: group "feeds": within ff05::/16: an IPv6 prefix; groups are found by IGMP, IPv4 only (MLD is not done yet)`},
+		{"within unicast", "    joined_on: ib\n    within: 10.0.0.0/8\n", `gw.yaml:5: group "feeds": within 10.0.0.0/8: not within the IPv4 multicast block 224.0.0.0/4`},
+		{"within too wide", "    joined_on: ib\n    within: 192.0.0.0/2\n", `gw.yaml:5: group "feeds": within 192.0.0.0/2: not within the IPv4 multicast block`},
+		{"within host bits", "    joined_on: ib\n    within: 239.1.2.3/8\n", `gw.yaml:5: group "feeds": within 239.1.2.3/8: host bits set (the prefix is 239.0.0.0/8)`},
+		{"within not a prefix", "    joined_on: ib\n    within: 239.1.2.3\n", `gw.yaml:9: group: within "239.1.2.3": netip.ParsePrefix`},
+		{"max_groups zero", "    joined_on: ib\n    max_groups: 0\n", `gw.yaml:5: group "feeds": max_groups 0: want 1 to 1024`},
+		{"max_groups too many", "    joined_on: ib\n    max_groups: 5000\n", `gw.yaml:5: group "feeds": max_groups 5000: want 1 to 1024`},
+		{"within without joined_on", "    group: 239.1.1.1\n    within: 239.0.0.0/8\n", `gw.yaml:5: group "feeds": within and max_groups go with joined_on`},
+		{"neither group nor side", "", `gw.yaml:5: group "feeds": group invalid IP is not an IP multicast address`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := joinedFile(tc.keys)
+			_, err := config.Parse("gw.yaml", []byte(file))
+			if err == nil {
+				t.Fatalf("parsed:\n%s", numbered(file))
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error\n%v\nlacks %q; the file:\n%s", err, tc.want, numbered(file))
+			}
+		})
+	}
+}
