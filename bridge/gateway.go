@@ -83,8 +83,11 @@ type Gateway struct {
 	udRoutes map[string]*udRoute
 	udPairs  map[*udPair]struct{}
 	udIdle   time.Duration
-	// groups are the multicast groups relaying (mcast.go), by name.
+	// groups are the multicast groups relaying (mcast.go), by name: the
+	// file's and those the joined_on entries found; joined are those
+	// entries (joined.go), by name.
 	groups map[string]*groupRun
+	joined map[string]*joinedRun
 
 	stats GatewayStats
 }
@@ -227,7 +230,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
-		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}}
+		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err

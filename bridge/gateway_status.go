@@ -23,6 +23,9 @@ type Status struct {
 	UDClients []UDClientStatus `json:"ud_clients,omitempty"`
 	// Groups are the multicast groups relayed (mcast.go).
 	Groups []GroupStatus `json:"groups,omitempty"`
+	// Joined are the groups entries with joined_on (joined.go): where
+	// they listen, what they found and heard.
+	Joined []JoinedStatus `json:"joined,omitempty"`
 }
 
 // LegStatus describes one leg.
@@ -211,6 +214,7 @@ func (g *Gateway) Status() Status {
 	var udOpen map[string]int
 	st.UDClients, udOpen = g.udClients()
 	st.Groups = g.groupStatus()
+	st.Joined = g.joinedStatus()
 	g.mu.Lock()
 	open := map[string]int{}
 	var sides [][2]conn // each session's, in st.Sessions' order: asked after the lock

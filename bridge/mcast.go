@@ -62,6 +62,10 @@ type groupRun struct {
 	limit atomic.Pointer[groupLimit]
 	// spins is how each direction's receive loop waits (busy_poll).
 	spins [2]spin
+	// cancel ends the group's relaying; done is closed once it ended and
+	// its QPs are closed.
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // relays reports whether the group crosses in direction dir.
@@ -69,24 +73,44 @@ func (r *groupRun) relays(dir int) bool {
 	return r.cfg.Direction == config.DirectionBoth || r.cfg.Direction == groupDirs[dir]
 }
 
-// startGroup joins a group on both its legs and starts relaying.
+// startGroup joins a group on both its legs and starts relaying; a group
+// with joined_on starts finding its groups instead (joined.go).
 func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
-	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
+	if gc.JoinedOn != "" {
+		if err := g.startJoined(gc); err != nil {
+			return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
+		}
+		return nil
+	}
+	r, err := g.openGroup(g.ctx, gc)
+	if err != nil {
+		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
+	}
+	g.mu.Lock()
+	g.groups[gc.Name] = r
+	g.mu.Unlock()
+	return nil
+}
+
+// openGroup joins gc on both its legs and starts relaying until ctx ends
+// or stop is called.
+func (g *Gateway) openGroup(ctx context.Context, gc *config.Group) (*groupRun, error) {
+	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}, done: make(chan struct{})}
 	r.limit.Store(newGroupLimit(gc.Rate))
 	var err error
 	if r.spins, err = groupSpins(gc, r.relays); err != nil {
-		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
+		return nil, err
 	}
 	if gc.LoopWindow > 0 {
 		r.loops = newLoopFilter(gc.LoopWindow)
 	}
-	fail := func(err error) error {
+	fail := func(err error) (*groupRun, error) {
 		for _, p := range r.ports {
 			if p != nil {
 				_ = p.close()
 			}
 		}
-		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
+		return nil, err
 	}
 	for side, name := range [2]string{gc.RoCE, gc.IB} {
 		// A side receives what it relays to the other.
@@ -97,7 +121,7 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll)
+			r.ports[side], qkey, err = l.groupPort(ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll)
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
@@ -106,9 +130,6 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 			return fail(fmt.Errorf("join on leg %q: %w", name, err))
 		}
 	}
-	g.mu.Lock()
-	g.groups[gc.Name] = r
-	g.mu.Unlock()
 	g.log.Info("multicast group joined", "group", gc.Name, "address", gc.Group, "direction", gc.Direction,
 		"roce_side", r.ports[0].describe(), "ib_side", r.ports[1].describe())
 	for _, s := range r.spins {
@@ -120,12 +141,21 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 				"group", gc.Name, "busy_poll_loops", n, "gomaxprocs", procs)
 		}
 	}
+	ctx, r.cancel = context.WithCancel(ctx)
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		r.run(g.ctx, g)
+		defer close(r.done)
+		r.run(ctx, g)
 	}()
-	return nil
+	return r, nil
+}
+
+// stop ends the group's relaying and waits until its QPs are closed (its
+// memberships left).
+func (r *groupRun) stop() {
+	r.cancel()
+	<-r.done
 }
 
 func (r *groupRun) run(ctx context.Context, g *Gateway) {
@@ -240,6 +270,9 @@ type GroupStatus struct {
 	// receives the group; per group, so here and not on /metrics).
 	RoCESideXDP *XDPGroupStatus `json:"roce_side_xdp,omitempty"`
 	IBSideXDP   *XDPGroupStatus `json:"ib_side_xdp,omitempty"`
+	// FoundBy names the joined_on entry that found the group joined on
+	// its members' side (absent: a group the file names).
+	FoundBy string `json:"found_by,omitempty"`
 }
 
 // XDPGroupStatus is the XDP classifier's count of one group's datagrams.
@@ -263,7 +296,8 @@ func (r *groupRun) xdpStatus(side int) *XDPGroupStatus {
 	return &XDPGroupStatus{Packets: c.Packets, Bytes: c.Bytes, ECNCE: c.ECNCE}
 }
 
-// groupStatus returns the running groups, in the config's order.
+// groupStatus returns the running groups, in the config's order (a
+// joined_on entry's groups at its place, in address order).
 func (g *Gateway) groupStatus() []GroupStatus {
 	g.mu.Lock()
 	cfg := g.cfg
@@ -271,25 +305,39 @@ func (g *Gateway) groupStatus() []GroupStatus {
 	for n, r := range g.groups {
 		runs[n] = r
 	}
+	joined := make(map[string]*joinedRun, len(g.joined))
+	for n, j := range g.joined {
+		joined[n] = j
+	}
 	g.mu.Unlock()
 	var out []GroupStatus
 	for i := range cfg.Groups {
-		r := runs[cfg.Groups[i].Name]
-		if r == nil {
+		if j := joined[cfg.Groups[i].Name]; j != nil {
+			for _, r := range j.runs() {
+				out = append(out, r.status(cfg.Groups[i].Name))
+			}
 			continue
 		}
-		s := r.stats.Snapshot()
-		s.DropNoReceive[0] += r.ports[0].noReceive()
-		s.DropNoReceive[1] += r.ports[1].noReceive()
-		gs := GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
-			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s,
-			RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1)}
-		if rt := r.rate(); rt.Limited() {
-			gs.Rate = &rt
+		if r := runs[cfg.Groups[i].Name]; r != nil {
+			out = append(out, r.status(""))
 		}
-		out = append(out, gs)
 	}
 	return out
+}
+
+// status describes the group; joinedOf names the joined_on entry that
+// found it ("" for a group of the file).
+func (r *groupRun) status(joinedOf string) GroupStatus {
+	s := r.stats.Snapshot()
+	s.DropNoReceive[0] += r.ports[0].noReceive()
+	s.DropNoReceive[1] += r.ports[1].noReceive()
+	gs := GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
+		Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s,
+		RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1), FoundBy: joinedOf}
+	if rt := r.rate(); rt.Limited() {
+		gs.Rate = &rt
+	}
+	return gs
 }
 
 // GroupStats returns a group's counters (nil for no such group).

@@ -98,6 +98,9 @@ var (
 
 	descGroupDatagrams = prometheus.NewDesc("rbridge_group_datagrams_total", "Multicast datagrams a group relayed.", []string{"group", "direction"}, nil)
 	descGroupBytes     = prometheus.NewDesc("rbridge_group_payload_bytes_total", "Payload bytes of the multicast datagrams relayed.", []string{"group", "direction"}, nil)
+	descJoinedGroups   = prometheus.NewDesc("rbridge_joined_groups", "Multicast groups a joined_on entry relays now (joined on its members' side).", []string{"group"}, nil)
+	descJoinedEvents   = prometheus.NewDesc("rbridge_joined_groups_total", "Groups joined on a joined_on entry's members' side, by what became of them (joined: taken and relayed; left, expired: gone; outside: not within; over_max: over max_groups; configured: named by a group of the file; join_failed: the other side's join failed).", []string{"group", "event"}, nil)
+	descJoinedIGMP     = prometheus.NewDesc("rbridge_joined_igmp_messages_total", "IGMP messages on a joined_on entry's members' link (heard: others'; malformed: not parsed; queries_sent: the gateway's as querier; send_failed).", []string{"group", "kind"}, nil)
 	descGroupDropped   = prometheus.NewDesc("rbridge_group_dropped_total", "Multicast datagrams dropped, by cause (own: the gateway's own, come back; loop: a copy of what it relayed, come back through another gateway; peer: sent by a gateway the group lists in peers; rate: over the group's rate limit).", []string{"group", "direction", "cause"}, nil)
 )
 
@@ -411,7 +414,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- r.desc
 	}
 	describe(ch, udRouteCounters)
-	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped, descGroupDatagrams, descGroupBytes, descGroupDropped} {
+	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped, descGroupDatagrams, descGroupBytes, descGroupDropped,
+		descJoinedGroups, descJoinedEvents, descJoinedIGMP} {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegUp, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
@@ -474,6 +478,23 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			for _, cause := range udDropCauses {
 				ch <- prometheus.MustNewConstMetric(descGroupDropped, prometheus.CounterValue, float64(cause.val(&gs.Stats)[d]), gs.Name, dir, cause.cause)
 			}
+		}
+	}
+	for _, js := range c.g.joinedStatus() {
+		ch <- prometheus.MustNewConstMetric(descJoinedGroups, prometheus.GaugeValue, float64(len(js.Groups)), js.Name)
+		st := &js.Stats
+		for _, e := range []struct {
+			name string
+			v    uint64
+		}{{"joined", st.Joined}, {"left", st.Left}, {"expired", st.Expired}, {"outside", st.Outside}, {"over_max", st.OverMax},
+			{"configured", st.Configured}, {"join_failed", st.JoinFailed}} {
+			ch <- prometheus.MustNewConstMetric(descJoinedEvents, prometheus.CounterValue, float64(e.v), js.Name, e.name)
+		}
+		for _, k := range []struct {
+			name string
+			v    uint64
+		}{{"heard", st.Heard}, {"malformed", st.Malformed}, {"queries_sent", st.QueriesSent}, {"send_failed", st.SendFailed}} {
+			ch <- prometheus.MustNewConstMetric(descJoinedIGMP, prometheus.CounterValue, float64(k.v), js.Name, k.name)
 		}
 	}
 	sort.Slice(m.pool, func(i, j int) bool { return m.pool[i].Size < m.pool[j].Size })

@@ -157,8 +157,16 @@ func (g *Gateway) reloadRates(cfg *config.Config) []string {
 	for i := range cfg.Groups {
 		gc := &cfg.Groups[i]
 		g.mu.Lock()
-		r := g.groups[gc.Name]
+		r, j := g.groups[gc.Name], g.joined[gc.Name]
 		g.mu.Unlock()
+		if j != nil {
+			if was := *j.rate.Load(); was != gc.Rate {
+				g.log.Info("multicast groups' rate limit changed", "group", gc.Name, "joined_on", gc.JoinedOn, "was", rateText(was), "now", rateText(gc.Rate))
+				j.setRate(gc.Rate)
+				changed = append(changed, gc.Name)
+			}
+			continue
+		}
 		if r == nil || r.rate() == gc.Rate {
 			continue
 		}
@@ -188,7 +196,8 @@ func rateText(r config.Rate) string {
 // but for their rate limits (which a reload changes in place).
 func sameGroup(a, b config.Group) bool {
 	return a.Name == b.Name && a.Group == b.Group && a.RoCE == b.RoCE && a.IB == b.IB && a.Direction == b.Direction && a.MGID == b.MGID &&
-		slices.Equal(a.Peers, b.Peers) && a.LoopWindow == b.LoopWindow && a.BusyPoll == b.BusyPoll && slices.Equal(a.BusyPollCPUs, b.BusyPollCPUs)
+		slices.Equal(a.Peers, b.Peers) && a.LoopWindow == b.LoopWindow && a.BusyPoll == b.BusyPoll && slices.Equal(a.BusyPollCPUs, b.BusyPollCPUs) &&
+		a.JoinedOn == b.JoinedOn && a.Within == b.Within && a.MaxGroups == b.MaxGroups
 }
 
 // legsDiff says how two leg lists differ ("" when they are alike).
