@@ -107,7 +107,7 @@ type joinedRun struct {
 	// querier mirrors the table's Querier for Status.
 	querier atomic.Bool
 
-	mu     sync.Mutex              // guards groups
+	mu     sync.Mutex               // guards groups
 	groups map[netip.Addr]*groupRun // added and removed by routineJoined only
 
 	// noted are the refused groups already logged (bounded; routineJoined's).
