@@ -191,3 +191,40 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseKernel: messages Linux 6.x sent (TestConnKernel's log), as a
+// Conn reads them: IPv4 with Router Alert, then IGMP; gopacket reads the
+// same.
+func TestParseKernel(t *testing.T) {
+	g := netip.MustParseAddr("239.77.47.219")
+	host := netip.MustParseAddr("10.98.0.2")
+	for _, tc := range []struct {
+		name, hex string
+		dst       string
+		want      igmp.Message
+	}{
+		{"v3 join: TO_EX({})", "46c00028000040000102f9950a620002e0000016940400002200bad50000000104000000ef4d2fdb", "224.0.0.22",
+			igmp.Message{Type: igmp.TypeReportV3, Version: 3, Records: []igmp.Record{{Type: igmp.ChangeToExcludeMode, Group: g}}}},
+		{"v3 answer to a query: IS_EX({})", "46c00028000040000102f9950a620002e0000016940400002200bcd50000000102000000ef4d2fdb", "224.0.0.22",
+			igmp.Message{Type: igmp.TypeReportV3, Version: 3, Records: []igmp.Record{{Type: igmp.ModeIsExclude, Group: g}}}},
+		{"v3 leave: TO_IN({})", "46c00028000040000102f9950a620002e0000016940400002200bbd50000000103000000ef4d2fdb", "224.0.0.22",
+			igmp.Message{Type: igmp.TypeReportV3, Version: 3, Records: []igmp.Record{{Type: igmp.ChangeToIncludeMode, Group: g}}}},
+		{"v2 report", "46c00020000040000102ba8b0a620002ef4d2fdb940400001600cad6ef4d2fdb", "239.77.47.219",
+			igmp.Message{Type: igmp.TypeReportV2, Version: 2, Group: g}},
+		{"v2 leave", "46c00020000040000102f9b10a620002e0000002940400001700c9d6ef4d2fdb", "224.0.0.2",
+			igmp.Message{Type: igmp.TypeLeave, Version: 2, Group: g}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := unhex(t, tc.hex)
+			p, err := igmp.ParsePacket(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := igmp.Packet{Src: host, Dst: netip.MustParseAddr(tc.dst), TTL: 1, Message: tc.want}
+			if d := cmp.Diff(want, p, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+				t.Errorf("parse (-want +got):\n%s", d)
+			}
+			checkGopacket(t, b[24:], p.Message)
+		})
+	}
+}
