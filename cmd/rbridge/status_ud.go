@@ -49,5 +49,18 @@ func writeDatagramTables(w io.Writer, st *bridge.Status) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", g.Name, g.Group, g.RoCELeg, g.IBLeg, g.Direction, g.Stats.Datagrams[0], g.Stats.Datagrams[1], dropped(&g.Stats))
 		}
 	}
+	if len(st.Joined) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "JOINED ON\tSIDE\tINTERFACE\tWITHIN\tGROUPS\tQUERIER\tJOINED\tLEFT\tEXPIRED\tNOT TAKEN")
+		for _, j := range st.Joined {
+			s := &j.Stats
+			q := "no (another)"
+			if j.Querier {
+				q = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%d\t%d\t%d\n", j.Name, j.JoinedOn, j.Interface, j.Within, len(j.Groups), j.MaxGroups, q,
+				s.Joined, s.Left, s.Expired, s.Outside+s.OverMax+s.Configured+s.JoinFailed)
+		}
+	}
 	return tw.Flush()
 }

@@ -19,7 +19,11 @@ func TestDatagramTables(t *testing.T) {
 		UDClients: []bridge.UDClientStatus{{Route: "lookup", Client: "10.20.0.9", ClientQPN: 0x40,
 			ClientSide: "userspace UD QP 0x12 on roce, MTU 1024", TargetSide: "verbs UD QP 17 on ib port 1, MTU 4096 -> 10.10.0.2:7174 QP 0x11"}},
 		Groups: []bridge.GroupStatus{{Name: "ticks", Group: "239.1.1.1", RoCELeg: "roce", IBLeg: "ib", Direction: "both",
-			Stats: bridge.UDStatsSnapshot{Datagrams: [2]uint64{5, 7}, DropOwn: [2]uint64{5, 0}}}},
+			Stats: bridge.UDStatsSnapshot{Datagrams: [2]uint64{5, 7}, DropOwn: [2]uint64{5, 0}}},
+			{Name: "feeds/239.2.0.1", Group: "239.2.0.1", RoCELeg: "roce", IBLeg: "ib", Direction: "roce_to_ib", FoundBy: "feeds",
+				Stats: bridge.UDStatsSnapshot{Datagrams: [2]uint64{4, 0}}}},
+		Joined: []bridge.JoinedStatus{{Name: "feeds", JoinedOn: "ib", Leg: "ib", Interface: "eth1", Within: "239.2.0.0/16", MaxGroups: 64, Querier: true,
+			Groups: []string{"239.2.0.1"}, Stats: bridge.JoinedStatsSnapshot{Joined: 3, Left: 1, Expired: 1, Outside: 2, OverMax: 1}}},
 	}
 	var b bytes.Buffer
 	if err := writeDatagramTables(&b, st); err != nil {
@@ -32,8 +36,12 @@ lookup    1        2         1        0      10        9         3
 UD ROUTE  CLIENT     CLIENT QP  CLIENT SIDE                             TARGET SIDE
 lookup    10.20.0.9  0x40       userspace UD QP 0x12 on roce, MTU 1024  verbs UD QP 17 on ib port 1, MTU 4096 -> 10.10.0.2:7174 QP 0x11
 
-GROUP  ADDRESS    ROCE  IB  DIRECTION  DGRAMS>IB  DGRAMS>ROCE  DROPPED
-ticks  239.1.1.1  roce  ib  both       5          7            5
+GROUP            ADDRESS    ROCE  IB  DIRECTION   DGRAMS>IB  DGRAMS>ROCE  DROPPED
+ticks            239.1.1.1  roce  ib  both        5          7            5
+feeds/239.2.0.1  239.2.0.1  roce  ib  roce_to_ib  4          0            0
+
+JOINED ON  SIDE  INTERFACE  WITHIN        GROUPS  QUERIER  JOINED  LEFT  EXPIRED  NOT TAKEN
+feeds      ib    eth1       239.2.0.0/16  1/64    yes      3       1     1        3
 `
 	if d := cmp.Diff(want, b.String()); d != "" {
 		t.Errorf("tables (-want +got):\n%s\ngot:\n%s", d, b.String())
