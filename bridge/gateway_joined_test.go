@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
@@ -232,11 +233,38 @@ groups:
 	if s := g.JoinedStats("feeds"); s.Joined != 2 {
 		t.Errorf("entry stats %+v: want 2 joined", *s)
 	}
+	// A reload that changes the entry's rate puts it on the group found
+	// and on those found later; any other change to the entry is refused.
+	cfg2, err := config.Parse("gw.yaml", []byte(strings.Replace(y, "max_groups: 1}", "max_groups: 1, rate: {packets: 100}}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.Reload(cfg2)
+	if err != nil || !slices.Equal(res.RateChanged, []string{"feeds"}) {
+		t.Errorf("reload with a rate: %+v, %v; want the rate of feeds changed", res, err)
+	}
+	if gs := g.Status().Groups; len(gs) != 1 || gs[0].Rate == nil || gs[0].Rate.Packets != 100 {
+		t.Errorf("status groups after the reload %+v: want feeds/%v at 100 datagrams a second", gs, over)
+	}
+	cfg3, err := config.Parse("gw.yaml", []byte(strings.Replace(y, "max_groups: 1}", "max_groups: 2}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Reload(cfg3); err == nil {
+		t.Error("a reload that changes max_groups was applied; want it refused")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(bridge.NewCollector(g)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("pedantic gather: %v", err)
+	}
 	m, _ := scrape(t, startAdmin(t, g))
 	for k, v := range map[string]float64{
-		`rbridge_joined_groups{group="feeds"}`:                                                      1,
-		`rbridge_joined_groups_total{event="joined",group="feeds"}`:                                 2,
-		`rbridge_joined_groups_total{event="left",group="feeds"}`:                                   1,
+		`rbridge_joined_groups_relayed{group="feeds"}`:                                              1,
+		`rbridge_joined_group_events_total{event="joined",group="feeds"}`:                           2,
+		`rbridge_joined_group_events_total{event="left",group="feeds"}`:                             1,
 		fmt.Sprintf(`rbridge_group_datagrams_total{direction="roce_to_ib",group="feeds/%s"}`, over): n,
 		`rbridge_joined_igmp_messages_total{group="feeds",kind="malformed"}`:                        0,
 	} {

@@ -98,8 +98,8 @@ var (
 
 	descGroupDatagrams = prometheus.NewDesc("rbridge_group_datagrams_total", "Multicast datagrams a group relayed.", []string{"group", "direction"}, nil)
 	descGroupBytes     = prometheus.NewDesc("rbridge_group_payload_bytes_total", "Payload bytes of the multicast datagrams relayed.", []string{"group", "direction"}, nil)
-	descJoinedGroups   = prometheus.NewDesc("rbridge_joined_groups", "Multicast groups a joined_on entry relays now (joined on its members' side).", []string{"group"}, nil)
-	descJoinedEvents   = prometheus.NewDesc("rbridge_joined_groups_total", "Groups joined on a joined_on entry's members' side, by what became of them (joined: taken and relayed; left, expired: gone; outside: not within; over_max: over max_groups; configured: named by a group of the file; join_failed: the other side's join failed).", []string{"group", "event"}, nil)
+	descJoinedGroups   = prometheus.NewDesc("rbridge_joined_groups_relayed", "Multicast groups a joined_on entry relays now (joined on its members' side).", []string{"group"}, nil)
+	descJoinedEvents   = prometheus.NewDesc("rbridge_joined_group_events_total", "Groups joined on a joined_on entry's members' side, by what became of them (joined: taken and relayed; left, expired: gone; outside: not within; over_max: over max_groups; configured: named by a group of the file; join_failed: the other side's join failed).", []string{"group", "event"}, nil)
 	descJoinedIGMP     = prometheus.NewDesc("rbridge_joined_igmp_messages_total", "IGMP messages on a joined_on entry's members' link (heard: others'; malformed: not parsed; queries_sent: the gateway's as querier; send_failed).", []string{"group", "kind"}, nil)
 	descGroupDropped   = prometheus.NewDesc("rbridge_group_dropped_total", "Multicast datagrams dropped, by cause (own: the gateway's own, come back; loop: a copy of what it relayed, come back through another gateway; peer: sent by a gateway the group lists in peers; rate: over the group's rate limit).", []string{"group", "direction", "cause"}, nil)
 )
