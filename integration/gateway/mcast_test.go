@@ -208,3 +208,51 @@ groups:
 		t.Errorf("group busy's counters %+v: want %d datagrams of %d bytes to the RoCE side", g.Stats, count, size)
 	}
 }
+
+// TestGuestRunJoined: a group no config line names crosses to the IB
+// fabric because an application there joined it. Unmodified mckey on rxe3
+// joins 239.192.8.1 (rdma_join_multicast on RoCE: the kernel sends the
+// IGMP report on rxe3's netdev), rbridge run with a joined_on: ib entry
+// hears it on the verbs leg's netdev, joins the group on the RoCE side,
+// and relays what unmodified mckey sends there to the IB side, every
+// datagram; when the receiver is done and leaves, the gateway stops
+// relaying the group and says what it relayed.
+func TestGuestRunJoined(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+legs:
+  - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
+  - {name: ib, kind: verbs, ip: %v, device: %s}
+groups:
+  - {name: feeds, joined_on: ib, roce: roce, ib: ib, within: 239.192.8.0/24}
+`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice))
+	admin := adminAddr(t, logs)
+	const count, size = 10, 100
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sout, rout, serr, rerr := mckeyPair(ctx, "239.192.8.1", ns.PeerIP.String(), ib.PeerIP.String(), count, size)
+	t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+	if serr != nil || rerr != nil || !strings.Contains(rout, "data transfers complete") {
+		t.Fatalf("mckey through rbridge: sender %v, receiver %v", serr, rerr)
+	}
+	found := waitLog(t, logs, `msg="multicast group joined on the members' side: relayed to it"`)
+	t.Logf("found: %s", found)
+	if !strings.Contains(found, "group=feeds/239.192.8.1") || !strings.Contains(found, "member="+ib.PeerIP.String()) {
+		t.Errorf("the gateway found %q; want feeds/239.192.8.1, joined by %v", found, ib.PeerIP)
+	}
+	gone := waitLog(t, logs, `msg="multicast group gone from the members' side: no longer relayed"`)
+	t.Logf("gone: %s", gone)
+	if want := fmt.Sprintf("group=feeds/239.192.8.1 why=left datagrams=%d bytes=%d", count, count*size); !strings.Contains(gone, want) {
+		t.Errorf("the gateway stopped relaying with %q; want %q", gone, want)
+	}
+	st := status(t, admin)
+	if len(st.Joined) != 1 {
+		t.Fatalf("joined in /status: %+v", st.Joined)
+	}
+	j := st.Joined[0]
+	t.Logf("entry feeds: %+v", j)
+	if j.Interface != ib.GatewayNetdev || len(j.Groups) != 0 || j.Stats.Joined != 1 || j.Stats.Left != 1 || !j.Querier {
+		t.Errorf("entry feeds %+v: want it querier on %s, the group joined once and left", j, ib.GatewayNetdev)
+	}
+}
