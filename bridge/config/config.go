@@ -1104,6 +1104,15 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		if g.RoCE != "" && g.RoCE == g.IB {
 			bad(g.line, "group %q: roce and ib are both leg %q", g.Name, g.RoCE)
 		}
+		if g.JoinedOn != "" && g.Within.IsValid() {
+			for j := range c.Groups[:i] {
+				o := &c.Groups[j]
+				samePair := (o.RoCE == g.RoCE && o.IB == g.IB) || (o.RoCE == g.IB && o.IB == g.RoCE)
+				if o.JoinedOn != "" && o.Within.IsValid() && samePair && o.Within.Overlaps(g.Within) {
+					bad(g.line, "group %q: within %v overlaps group %q's %v between the same legs: a group joined there would be relayed twice, or both ways by two relays blind to each other's sends (a loop); name a group joined on both sides, with direction both", g.Name, g.Within, o.Name, o.Within)
+				}
+			}
+		}
 		for _, p := range g.Peers {
 			for _, name := range []string{g.RoCE, g.IB} {
 				if l, ok := c.Leg(name); ok && l.IP == p {

@@ -487,6 +487,8 @@ func TestParseJoined(t *testing.T) {
 		{"ib, defaults", "    joined_on: ib\n", joinedKeys{JoinedOn: "ib", Direction: "roce_to_ib", Within: "224.0.0.0/4", MaxGroups: 64}},
 		{"roce, within, max", "    joined_on: roce\n    within: 239.0.0.0/8\n    max_groups: 3\n    rate: {packets: 10}\n",
 			joinedKeys{JoinedOn: "roce", Direction: "ib_to_roce", Within: "239.0.0.0/8", MaxGroups: 3, Rate: config.Rate{Packets: 10, BurstPackets: 1}}},
+		{"and disjoint ones", "    joined_on: ib\n    within: 239.0.0.0/8\n  - {name: more, joined_on: ib, roce: roce, ib: ib, within: 238.0.0.0/8}\n  - {name: back, joined_on: roce, roce: roce, ib: ib, within: 237.0.0.0/8}\n",
+			joinedKeys{JoinedOn: "ib", Direction: "roce_to_ib", Within: "239.0.0.0/8", MaxGroups: 64}},
 		{"direction given, the side's", "    joined_on: ib\n    direction: roce_to_ib\n", joinedKeys{JoinedOn: "ib", Direction: "roce_to_ib", Within: "224.0.0.0/4", MaxGroups: 64}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -524,6 +526,10 @@ func TestParseJoinedBad(t *testing.T) {
 		{"max_groups too many", "    joined_on: ib\n    max_groups: 5000\n", `gw.yaml:5: group "feeds": max_groups 5000: want 1 to 1024`},
 		{"within without joined_on", "    group: 239.1.1.1\n    within: 239.0.0.0/8\n", `gw.yaml:5: group "feeds": within and max_groups go with joined_on`},
 		{"neither group nor side", "", `gw.yaml:5: group "feeds": group invalid IP is not an IP multicast address`},
+		{"overlapping on one leg", "    joined_on: ib\n    within: 239.0.0.0/8\n  - {name: more, joined_on: ib, roce: roce, ib: ib, within: 239.1.0.0/16}\n",
+			`gw.yaml:10: group "more": within 239.1.0.0/16 overlaps group "feeds"'s 239.0.0.0/8 between the same legs: a group joined there would be relayed twice`},
+		{"overlapping, the other side", "    joined_on: ib\n  - {name: back, joined_on: roce, roce: roce, ib: ib, within: 239.1.0.0/16}\n",
+			`gw.yaml:9: group "back": within 239.1.0.0/16 overlaps group "feeds"'s 224.0.0.0/4 between the same legs`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := joinedFile(tc.keys)
