@@ -146,7 +146,7 @@ func (g *Gateway) startJoined(gc *config.Group) error {
 	}
 	j.ifname, j.addr = ifname, addr
 	if err := netns.Do(ns, func() error {
-		j.conn, err = igmp.Listen(ifname)
+		j.conn, err = igmp.Listen(ifname, addr.Is6())
 		return err
 	}); err != nil {
 		return fmt.Errorf("joined_on %s: leg %q: %w", gc.JoinedOn, j.leg, err)

@@ -23,14 +23,15 @@ type Conn struct {
 	f       *os.File
 	rc      syscall.RawConn
 	ifindex int
+	proto   uint16 // ETH_P_IP or ETH_P_IPV6
 }
 
 // htons is the network byte order of an EtherType, as AF_PACKET takes it.
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// igmpFilter is the socket filter: an IPv4 packet (the datagram socket's
-// data starts at the IP header) whose protocol is IGMP, whole; else
-// nothing.
+// igmpFilter is the IPv4 socket's filter: a packet (the datagram
+// socket's data starts at the IP header) whose protocol is IGMP, whole;
+// else nothing.
 var igmpFilter = []bpf.Instruction{
 	bpf.LoadAbsolute{Off: 9, Size: 1},
 	bpf.JumpIf{Cond: bpf.JumpEqual, Val: ProtocolIGMP, SkipFalse: 1},
@@ -38,14 +39,36 @@ var igmpFilter = []bpf.Instruction{
 	bpf.RetConstant{Val: 0},
 }
 
+// mldFilter is the IPv6 socket's: a packet whose first header is
+// Hop-by-Hop options (MLD always carries the Router Alert) and whose next
+// one is ICMPv6, of an MLD type.
+var mldFilter = []bpf.Instruction{
+	bpf.LoadAbsolute{Off: ipv6Next, Size: 1},
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoHopByHop, SkipFalse: 8},
+	bpf.LoadAbsolute{Off: ipv6Len, Size: 1},
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: protoICMPv6, SkipFalse: 6},
+	bpf.LoadAbsolute{Off: ipv6Len + 1, Size: 1}, // Hdr Ext Len, 8-byte units beyond the first 8
+	bpf.ALUOpConstant{Op: bpf.ALUOpMul, Val: 8},
+	bpf.TAX{},
+	bpf.LoadIndirect{Off: ipv6Len + 8, Size: 1}, // the ICMPv6 type
+	bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: mldQuery, SkipFalse: 1},
+	bpf.RetConstant{Val: 0xffff}, // 130 and up: MLD's and a few others, which parsing refuses
+	bpf.RetConstant{Val: 0},
+}
+
 // Listen opens a Conn on the interface named ifname, in the caller's
-// network namespace. It needs CAP_NET_RAW.
-func Listen(ifname string) (*Conn, error) {
+// network namespace, for IGMP (ipv6 false) or MLD (true). It needs
+// CAP_NET_RAW.
+func Listen(ifname string, ipv6 bool) (*Conn, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, fmt.Errorf("igmp: listen on %s: %w", ifname, err)
 	}
-	prog, err := bpf.Assemble(igmpFilter)
+	filterProg, proto := igmpFilter, uint16(unix.ETH_P_IP)
+	if ipv6 {
+		filterProg, proto = mldFilter, unix.ETH_P_IPV6
+	}
+	prog, err := bpf.Assemble(filterProg)
 	if err != nil {
 		return nil, fmt.Errorf("igmp: listen on %s: assemble the filter: %w", ifname, err)
 	}
@@ -65,7 +88,7 @@ func Listen(ifname string) (*Conn, error) {
 	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
 		return fail("attach the filter", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifi.Index}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(proto), Ifindex: ifi.Index}); err != nil {
 		return fail("bind", err)
 	}
 	mreq := unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_ALLMULTI}
@@ -78,7 +101,7 @@ func Listen(ifname string) (*Conn, error) {
 		f.Close()
 		return nil, fmt.Errorf("igmp: listen on %s: %w", ifname, err)
 	}
-	return &Conn{f: f, rc: rc, ifindex: ifi.Index}, nil
+	return &Conn{f: f, rc: rc, ifindex: ifi.Index, proto: proto}, nil
 }
 
 // Read reads the next IGMP packet that arrived on the interface (the IPv4
@@ -106,16 +129,20 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 }
 
-// WriteTo sends the IPv4 packet pkt to dst, an IPv4 multicast group, on
-// the interface (to the group's Ethernet address, 01:00:5e and its low
-// 23 bits).
+// WriteTo sends the IP packet pkt to dst, a multicast group of the Conn's
+// family, on the interface (to the group's Ethernet address: 01:00:5e and
+// its low 23 bits, 33:33 and its low 32 bits).
 func (c *Conn) WriteTo(pkt []byte, dst netip.Addr) error {
-	if !dst.Is4() || !dst.IsMulticast() {
-		return fmt.Errorf("igmp: send to %v: not an IPv4 multicast group", dst)
+	if !dst.IsMulticast() || dst.Is6() != (c.proto == unix.ETH_P_IPV6) {
+		return fmt.Errorf("igmp: send to %v: not a multicast group of the socket's family", dst)
 	}
-	a := dst.As4()
-	to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: c.ifindex, Halen: 6,
-		Addr: [8]byte{0x01, 0x00, 0x5e, a[1] & 0x7f, a[2], a[3]}}
+	to := &unix.SockaddrLinklayer{Protocol: htons(c.proto), Ifindex: c.ifindex, Halen: 6}
+	if a := dst.As16(); dst.Is6() {
+		to.Addr = [8]byte{0x33, 0x33, a[12], a[13], a[14], a[15]}
+	} else {
+		a := dst.As4()
+		to.Addr = [8]byte{0x01, 0x00, 0x5e, a[1] & 0x7f, a[2], a[3]}
+	}
 	var werr error
 	err := c.rc.Write(func(fd uintptr) bool {
 		werr = unix.Sendto(int(fd), pkt, 0, to)

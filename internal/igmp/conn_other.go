@@ -13,7 +13,7 @@ import (
 type Conn struct{}
 
 // Listen needs Linux.
-func Listen(ifname string) (*Conn, error) {
+func Listen(ifname string, ipv6 bool) (*Conn, error) {
 	return nil, fmt.Errorf("igmp: listen on %s: %w", ifname, roce.ErrNotSupported)
 }
 

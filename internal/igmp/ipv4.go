@@ -51,9 +51,13 @@ type Packet struct {
 	Message  Message
 }
 
-// ParsePacket parses an IPv4 packet that carries an IGMP message (what
-// an AF_PACKET datagram socket reads: no link-layer header).
+// ParsePacket parses an IPv4 packet that carries an IGMP message, or an
+// IPv6 one that carries an MLD message (what an AF_PACKET datagram socket
+// reads: no link-layer header).
 func ParsePacket(b []byte) (Packet, error) {
+	if len(b) > 0 && b[0]>>4 == 6 {
+		return parsePacket6(b)
+	}
 	if len(b) < ipv4MinLen {
 		return Packet{}, fmt.Errorf("igmp: parse IPv4 header of %d bytes: %w", len(b), ErrTruncated)
 	}

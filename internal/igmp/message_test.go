@@ -181,13 +181,23 @@ func FuzzParse(f *testing.F) {
 	f.Add(igmp.AppendQuery(nil, igmp.QueryFields{Group: grp, MaxResp: time.Second}))
 	tb := igmp.NewTable(igmp.Options{Addr: netip.MustParseAddr("10.0.0.1")}, time.Unix(0, 0))
 	f.Add(tb.AppendQuery(nil, igmp.Query{MaxResp: time.Second}))
+	ll, g6 := netip.MustParseAddr("fe80::1"), netip.MustParseAddr("ff05::1")
+	f.Add(igmp.AppendPacket6(nil, ll, netip.MustParseAddr("ff02::16"), igmp.AppendMLDReportV2(nil, []igmp.Record{{Type: igmp.ModeIsInclude, Group: g6, Sources: 1}})))
+	f.Add(igmp.AppendPacket6(nil, ll, g6, igmp.AppendMLDv1(nil, igmp.TypeReportV2, g6)))
+	f.Add(igmp.AppendPacket6(nil, ll, g6, igmp.AppendMLDQuery(nil, igmp.QueryFields{Group: g6, MaxResp: time.Second})))
+	tb6 := igmp.NewTable(igmp.Options{Addr: ll}, time.Unix(0, 0))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if _, n, err := igmp.Parse(b); err == nil && (n > len(b) || n < igmp.HeaderLen) {
 			t.Errorf("parse of %d bytes took %d", len(b), n)
 		}
+		if _, n, err := igmp.ParseMLD(b); err == nil && n > len(b) {
+			t.Errorf("MLD parse of %d bytes took %d", len(b), n)
+		}
 		p, err := igmp.ParsePacket(b)
 		if err == nil {
 			tb.Heard(p, time.Unix(1, 0))
+			tb6.Heard(p, time.Unix(1, 0))
+			tb6.Advance(time.Unix(2, 0))
 		}
 	})
 }

@@ -17,7 +17,10 @@ const (
 // Options configures a Table.
 type Options struct {
 	// Addr is this router's address on the link: its queries' source, and
-	// what the querier election compares (the lower address queries).
+	// what the querier election compares (the lower address queries). Its
+	// family is the table's: IPv4 (IGMP), or IPv6 (MLD), where it must be
+	// the interface's link-local address (RFC 3810 section 5: hosts
+	// ignore queries from any other).
 	Addr netip.Addr
 	// Robustness, QueryInterval, QueryResponseInterval and
 	// LastMemberQueryInterval are RFC 3376's (the defaults above when
@@ -150,11 +153,11 @@ func (t *Table) Groups() []netip.Addr {
 // take: the next report makes it Joined again).
 func (t *Table) Forget(group netip.Addr) { delete(t.groups, group) }
 
-// Routable reports whether a group's membership is kept: an IPv4
-// multicast address outside the link-local block 224.0.0.0/24, which no
-// router forwards.
+// Routable reports whether a group's membership is kept: a multicast
+// address outside the link-local block (224.0.0.0/24; IPv6 scopes 1 and
+// 2, interface- and link-local), which no router forwards.
 func Routable(group netip.Addr) bool {
-	return group.Is4() && group.IsMulticast() && !group.IsLinkLocalMulticast()
+	return group.IsMulticast() && !group.IsLinkLocalMulticast() && !group.IsInterfaceLocalMulticast()
 }
 
 // Heard takes a message heard on the link at now and returns the groups it
@@ -165,7 +168,7 @@ func (t *Table) Heard(p Packet, now time.Time) []Event {
 	}
 	var ev []Event
 	report := func(g netip.Addr) {
-		if !Routable(g) {
+		if !Routable(g) || g.BitLen() != t.o.Addr.BitLen() {
 			return
 		}
 		m := t.groups[g]
@@ -204,7 +207,7 @@ func (t *Table) Heard(p Packet, now time.Time) []Event {
 // heardQuery runs the querier election, and as a non-querier follows the
 // querier's group-specific queries (RFC 3376 section 6.6.1).
 func (t *Table) heardQuery(p Packet, now time.Time) {
-	if !p.Src.Is4() || p.Src.Compare(t.o.Addr) >= 0 {
+	if p.Src.BitLen() != t.o.Addr.BitLen() || p.Src.Compare(t.o.Addr) >= 0 {
 		return // a higher address defers to us (its own election)
 	}
 	t.querier, t.otherUntil = false, now.Add(t.oqpi)
@@ -213,7 +216,7 @@ func (t *Table) heardQuery(p Packet, now time.Time) {
 		return
 	}
 	lmqc := time.Duration(t.o.Robustness)
-	if p.Message.Version == 3 && p.Message.QRV > 0 {
+	if p.Message.QRV > 0 { // IGMPv3, MLDv2
 		lmqc = time.Duration(p.Message.QRV)
 	}
 	if until := now.Add(lmqc * p.Message.MaxResp); until.Before(m.expires) {
@@ -243,7 +246,7 @@ func (t *Table) Advance(now time.Time) ([]Query, []Event) {
 		t.querier, t.nextGeneral = true, now
 	}
 	if t.querier && !now.Before(t.nextGeneral) {
-		qs = append(qs, Query{MaxResp: t.o.QueryResponseInterval})
+		qs = append(qs, Query{Group: t.unspecified(), MaxResp: t.o.QueryResponseInterval})
 		next := t.o.QueryInterval
 		if t.startupLeft > 0 {
 			t.startupLeft--
@@ -274,6 +277,15 @@ func (t *Table) Advance(now time.Time) ([]Query, []Event) {
 		}
 	}
 	return qs, gone
+}
+
+// unspecified is the group of a general query: the unspecified address
+// of the table's family.
+func (t *Table) unspecified() netip.Addr {
+	if t.o.Addr.Is6() {
+		return netip.IPv6Unspecified()
+	}
+	return netip.IPv4Unspecified()
 }
 
 // Next is when Advance next has something to do.

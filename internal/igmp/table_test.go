@@ -31,7 +31,7 @@ type step struct {
 func report(recs ...igmp.Record) []byte { return igmp.AppendReportV3(nil, recs) }
 
 var (
-	general = igmp.Query{MaxResp: 10 * time.Second}
+	general = igmp.Query{Group: netip.IPv4Unspecified(), MaxResp: 10 * time.Second}
 	grpQ    = igmp.Query{Group: grp, MaxResp: time.Second}
 )
 
