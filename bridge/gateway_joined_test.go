@@ -318,3 +318,149 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestGatewayJoinedIPv6: the same over IPv6, found by MLD (v2, and v1
+// forced): the gateway's two legs on two veths into two namespaces, a
+// member in one joining an ff05:: group (its kernel sends the MLD
+// report), a sender in the other; what the sender sends reaches the
+// member through the gateway until the member leaves.
+func TestGatewayJoinedIPv6(t *testing.T) {
+	for _, version := range []int{2, 1} {
+		t.Run(fmt.Sprintf("MLDv%d", version), func(t *testing.T) { testGatewayJoinedIPv6(t, version) })
+	}
+}
+
+func testGatewayJoinedIPv6(t *testing.T, version int) {
+	if guest.InGuest() {
+		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these gateways run on the host")
+	}
+	needs.Root(t, "network namespaces, AF_PACKET sockets")
+	_, err := exec.LookPath("ip")
+	needs.Check(t, "ip from iproute2", err)
+	tag := fmt.Sprintf("%d%d", os.Getpid()%100000, version)
+	gwNS, peerNS, sendNS := "rbk"+tag+"gw", "rbk"+tag+"pe", "rbk"+tag+"se"
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	sysctl := func(ns, path, v string) {
+		t.Helper()
+		if err := netns.Do(ns, func() error { return os.WriteFile("/proc/sys/net/"+path, []byte(v), 0) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ns := range []string{gwNS, peerNS, sendNS} {
+		ip("netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	// gw's m end to the member, s end to the sender.
+	links := []struct{ ns, ifc, addr string }{
+		{gwNS, "rbk" + tag + "m", "fd02::1/64"}, {peerNS, "rbk" + tag + "p", "fd02::2/64"},
+		{gwNS, "rbk" + tag + "s", "fd03::1/64"}, {sendNS, "rbk" + tag + "t", "fd03::2/64"},
+	}
+	for i := 0; i < len(links); i += 2 {
+		ip("-n", gwNS, "link", "add", links[i].ifc, "type", "veth", "peer", "name", links[i+1].ifc, "netns", links[i+1].ns)
+	}
+	for _, l := range links {
+		sysctl(l.ns, "ipv6/conf/"+l.ifc+"/accept_dad", "0")
+		ip("-n", l.ns, "addr", "add", l.addr, "dev", l.ifc, "nodad")
+		ip("-n", l.ns, "link", "set", l.ifc, "up")
+	}
+	sysctl(peerNS, "ipv6/conf/"+links[1].ifc+"/force_mld_version", fmt.Sprint(version))
+	gwIf, peerIf := links[0].ifc, links[1].ifc
+	// Each end has IPv6 set up (its link-local address, and with it the
+	// multicast route: until then the kernel drops what arrives as
+	// unroutable) once the link has carrier; the gateway's queries leave
+	// from its link-local address.
+	for _, l := range links {
+		waitFor(t, 5*time.Second, "a link-local address on "+l.ifc, func() bool {
+			var ok bool
+			netns.Do(l.ns, func() error {
+				ifi, err := net.InterfaceByName(l.ifc)
+				if err != nil {
+					return err
+				}
+				as, _ := ifi.Addrs()
+				for _, a := range as {
+					ok = ok || strings.HasPrefix(a.String(), "fe80:")
+				}
+				return nil
+			})
+			return ok
+		})
+	}
+
+	group := netip.AddrFrom16([16]byte{0xff, 0x05, 13: 0x15, 14: byte(os.Getpid() >> 8), 15: byte(os.Getpid())})
+	y := strings.NewReplacer("GWNS", gwNS, "MIF", gwIf, "SIF", links[2].ifc).Replace(`legs:
+  - {name: ib, kind: userspace, interface: MIF, ip: "fd02::1", io: udp, netns: GWNS}
+  - {name: roce, kind: userspace, interface: SIF, ip: "fd03::1", io: udp, netns: GWNS}
+groups:
+  - {name: feeds, joined_on: ib, roce: roce, ib: ib, within: "ff05::/16"}
+`)
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGatewayWith(t, cfg, bridge.GatewayOptions{})
+
+	peerIP := netip.MustParseAddr("fd02::2")
+	var uc *udpconn.Conn
+	if err := netns.Do(peerNS, func() error {
+		uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(peerIP, roce.Port)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	member := &cmApp{ip: peerIP, pd: transport.NewPD(), mem: make([]byte, 1<<20), cq: transport.NewCQ(1024)}
+	if member.dev, err = transport.NewDevice(uc, transport.DeviceOptions{Logger: testlog.New(t)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { member.dev.Close() })
+	if member.mr, err = member.pd.RegisterMR(member.mem, transport.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	mqp, mcq := member.udQP(t, 64)
+	if err := member.dev.AttachMulticast(mqp, group, func() (roce.PacketConn, error) {
+		var c *udpconn.Conn
+		err := netns.Do(peerNS, func() error {
+			ifi, err := net.InterfaceByName(peerIf)
+			if err == nil {
+				c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	relaying := func(want []string) bool {
+		st := g.Status()
+		return len(st.Joined) == 1 && slices.Equal(st.Joined[0].Groups, want)
+	}
+	waitFor(t, 5*time.Second, "the member's MLD join found", func() bool { return relaying([]string{group.String()}) })
+	sender := newCMAppIn(t, sendNS, links[3].ifc, "fd03::2", nil)
+	sqp, _ := sender.udQP(t, 1)
+	const n = 6
+	payload := []byte("over IPv6 to the members")
+	for range n {
+		sender.sendUDTo(t, sqp, group, transport.MulticastQPN, payload)
+	}
+	if got, want := drain(t, member, mcq, mqp, payload), map[netip.Addr]int{netip.MustParseAddr("fd02::1"): n}; !cmp.Equal(got, want) {
+		t.Errorf("the member got, by source, %v; want %v", got, want)
+	}
+	if st := g.GroupStats("feeds/" + group.String()); st == nil || st.Datagrams[0] != n {
+		t.Errorf("group feeds/%v stats %+v, want %d datagrams roce_to_ib", group, st, n)
+	}
+	if err := member.dev.DetachMulticast(mqp, group); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the member's MLD leave", func() bool { return relaying([]string{}) })
+	if s := g.JoinedStats("feeds"); s.Joined != 1 || s.Left != 1 || s.QueriesSent < 2 || s.Malformed != 0 {
+		t.Errorf("entry stats %+v: want 1 joined, 1 left, our queries", *s)
+	}
+}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -16,7 +17,7 @@ import (
 )
 
 // Groups joined on one side (config joined_on). The gateway hears every
-// IGMP message on the members' side's Ethernet link (the userspace leg's
+// IGMP (IPv6: MLD) message on the members' side's Ethernet link (the userspace leg's
 // interface, or the netdev of a verbs leg's RoCE port: rdma_join_multicast
 // there makes the kernel send IGMP, cma_igmp_send) with an AF_PACKET
 // socket (internal/igmp), and keeps the link's membership as its querier
@@ -132,6 +133,30 @@ func (g *Gateway) joinedLink(name string) (ifname, ns string, addr netip.Addr, e
 	return "", "", netip.Addr{}, fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
 }
 
+// linkLocalOf is the IPv6 link-local address of interface ifname in
+// network namespace ns.
+func linkLocalOf(ns, ifname string) (netip.Addr, error) {
+	var a netip.Addr
+	err := netns.Do(ns, func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		as, err := ifi.Addrs()
+		if err != nil {
+			return err
+		}
+		for _, x := range as {
+			if p, err := netip.ParsePrefix(x.String()); err == nil && p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
+				a = p.Addr()
+				return nil
+			}
+		}
+		return fmt.Errorf("interface %s has no IPv6 link-local address (MLD's queries are sent from one)", ifname)
+	})
+	return a, err
+}
+
 // startJoined starts finding the groups of a joined_on entry.
 func (g *Gateway) startJoined(gc *config.Group) error {
 	j := &joinedRun{cfg: gc, leg: gc.IB, groups: map[netip.Addr]*groupRun{}, noted: map[netip.Addr]bool{}}
@@ -143,6 +168,12 @@ func (g *Gateway) startJoined(gc *config.Group) error {
 	ifname, ns, addr, err := g.joinedLink(j.leg)
 	if err != nil {
 		return fmt.Errorf("joined_on %s: %w", gc.JoinedOn, err)
+	}
+	if gc.Within.Addr().Is6() {
+		// MLD: hosts take queries from a link-local address only.
+		if addr, err = linkLocalOf(ns, ifname); err != nil {
+			return fmt.Errorf("joined_on %s: leg %q: %w", gc.JoinedOn, j.leg, err)
+		}
 	}
 	j.ifname, j.addr = ifname, addr
 	if err := netns.Do(ns, func() error {

@@ -60,7 +60,7 @@
 //	    joined_on: ib               # ib or roce: the members' side (an Ethernet link: IGMP); no group:, no direction:
 //	    roce: roce
 //	    ib: ib
-//	    within: 239.0.0.0/8         # optional: only groups in this IPv4 prefix (default 224.0.0.0/4)
+//	    within: 239.0.0.0/8         # optional: only groups in this prefix (default 224.0.0.0/4; ff00::/8 between IPv6 legs)
 //	    max_groups: 64              # optional: the most taken at once (default 64); the rest counted, not joined
 //	admin:
 //	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
@@ -93,8 +93,8 @@
 // the CPUs a group takes are in its own lines, and UD routes' clients
 // (a pair of QPs each, up to 256) are never busy-polled.
 //
-// A group with joined_on names a side instead of a group: every IPv4
-// group a member on that side joins (its IGMP reports, heard on the leg's
+// A group with joined_on names a side instead of a group: every group a
+// member on that side joins (its IGMP or MLD reports, heard on the leg's
 // interface or, for a verbs leg, its port's netdev) within its prefix is
 // relayed to that side from the other, as a group of its own named
 // "<name>/<address>" that takes the entry's rate, peers, loop_window and
@@ -788,6 +788,11 @@ const (
 // router forwards, is never taken).
 var DefaultWithin = netip.MustParsePrefix("224.0.0.0/4")
 
+// DefaultWithin6 is the same between IPv6 legs: every IPv6 multicast group
+// (found by MLD; the interface- and link-local scopes, ff01:: and ff02::,
+// are never taken).
+var DefaultWithin6 = netip.MustParsePrefix("ff00::/8")
+
 // Group is an IP multicast group relayed between a RoCE leg and an IB
 // leg: joined on both (IGMP on the userspace leg's interface; rdma_cm's
 // join on the verbs leg), its UD datagrams sent on the other in the
@@ -797,8 +802,8 @@ type Group struct {
 	Name string `yaml:"name"`
 	// Group is the IP multicast address (none with JoinedOn).
 	Group netip.Addr `yaml:"group"`
-	// JoinedOn (SideRoCE or SideIB) makes the entry every IPv4 group a
-	// member on that side joins (heard in its IGMP reports there) within
+	// JoinedOn (SideRoCE or SideIB) makes the entry every group a member
+	// on that side joins (heard in its IGMP or MLD reports there) within
 	// Within, at most MaxGroups at once, each relayed to that side from
 	// the other: Direction is roce_to_ib for SideIB, ib_to_roce for
 	// SideRoCE.
@@ -1061,7 +1066,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		}
 		g.Group = g.Group.Unmap()
 		if g.JoinedOn != "" || g.setKeys["within"] || g.setKeys["max_groups"] {
-			validateJoined(g, bad)
+			l, _ := c.Leg(g.RoCE)
+			validateJoined(g, l.IP.Is6(), bad)
 		} else if len(g.errs) == 0 && !g.Group.IsMulticast() {
 			bad(g.line, "group %q: group %v is not an IP multicast address", g.Name, g.Group)
 		}
@@ -1093,8 +1099,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
-			case g.JoinedOn != "" && l.IP.IsValid() && !l.IP.Is4():
-				bad(g.line, "group %q: joined_on: %s leg %q is an IPv6 leg; groups are found by IGMP, IPv4 only (MLD is not done yet)", g.Name, side.key, side.leg)
+			case g.JoinedOn != "" && l.IP.IsValid() && g.Within.IsValid() && l.IP.Is4() != g.Within.Addr().Is4():
+				bad(g.line, "group %q: %s leg %q is not of within %v's address family", g.Name, side.key, side.leg, g.Within)
 			case g.BusyPoll && l.Kind == KindUserspace && l.IO != IOUDP:
 				bad(g.line, "group %q: busy_poll: %s leg %q is on AF_XDP; a group is busy-polled on io: udp and verbs legs only", g.Name, side.key, side.leg)
 			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
@@ -1124,8 +1130,9 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 }
 
 // validateJoined checks a group with joined_on (or with its keys) and
-// sets its direction and defaults.
-func validateJoined(g *Group, bad func(int, string, ...any)) {
+// sets its direction and defaults; v6 says its legs are IPv6 ones (the
+// default within is then DefaultWithin6).
+func validateJoined(g *Group, v6 bool, bad func(int, string, ...any)) {
 	var dir string
 	switch g.JoinedOn {
 	case SideIB:
@@ -1152,15 +1159,17 @@ func validateJoined(g *Group, bad func(int, string, ...any)) {
 	if g.MGID == MGIDIPoIB && g.JoinedOn == SideIB {
 		bad(g.line, "group %q: mgid ipoib with joined_on ib: members are found by IGMP on an Ethernet link, where a group's MGID is its IP mapping", g.Name)
 	}
+	block := DefaultWithin
+	if g.Within.Addr().Is6() || !g.setKeys["within"] && v6 {
+		block = DefaultWithin6
+	}
 	switch {
 	case !g.setKeys["within"]:
-		g.Within = DefaultWithin
+		g.Within = block
 	case !g.Within.IsValid():
 		// parsed said why
-	case !g.Within.Addr().Is4():
-		bad(g.line, "group %q: within %v: an IPv6 prefix; groups are found by IGMP, IPv4 only (MLD is not done yet)", g.Name, g.Within)
-	case !DefaultWithin.Contains(g.Within.Addr()) || g.Within.Bits() < DefaultWithin.Bits():
-		bad(g.line, "group %q: within %v: not within the IPv4 multicast block %v", g.Name, g.Within, DefaultWithin)
+	case !block.Contains(g.Within.Addr()) || g.Within.Bits() < block.Bits():
+		bad(g.line, "group %q: within %v: not within the multicast block %v", g.Name, g.Within, block)
 	case g.Within.Masked() != g.Within:
 		bad(g.line, "group %q: within %v: host bits set (the prefix is %v)", g.Name, g.Within, g.Within.Masked())
 	}

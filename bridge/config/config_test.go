@@ -508,6 +508,27 @@ func TestParseJoined(t *testing.T) {
 	}
 }
 
+// TestParseJoinedIPv6: between IPv6 legs a joined_on entry's default
+// within is every IPv6 group; a prefix may narrow it.
+func TestParseJoinedIPv6(t *testing.T) {
+	c, err := config.Parse("gw.yaml", []byte(`legs:
+  - {name: a, kind: userspace, interface: v0, ip: "fd01::1", io: udp}
+  - {name: b, kind: userspace, interface: v1, ip: "fd02::1", io: udp}
+  - {name: c, kind: userspace, interface: v2, ip: "fd03::1", io: udp}
+groups:
+  - {name: all, joined_on: ib, roce: a, ib: b}
+  - {name: site, joined_on: roce, roce: a, ib: c, within: "ff0e::/16"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"ff00::/8", "ff0e::/16"} {
+		if got := c.Groups[i].Within.String(); got != want {
+			t.Errorf("group %s: within %s, want %s", c.Groups[i].Name, got, want)
+		}
+	}
+}
+
 // TestParseJoinedBad: what does not go with joined_on is refused, named
 // with the group and its line.
 func TestParseJoinedBad(t *testing.T) {
@@ -517,9 +538,10 @@ func TestParseJoinedBad(t *testing.T) {
 		{"another direction", "    joined_on: ib\n    direction: both\n", `gw.yaml:5: group "feeds": direction both: joined_on ib relays roce_to_ib`},
 		{"busy_poll", "    joined_on: roce\n    busy_poll: true\n", `gw.yaml:5: group "feeds": busy_poll with joined_on`},
 		{"ipoib on the members' ib", "    joined_on: ib\n    mgid: ipoib\n", `gw.yaml:5: group "feeds": mgid ipoib with joined_on ib`},
-		{"within IPv6", "    joined_on: ib\n    within: ff05::/16\n", `gw.yaml:5: group "feeds": within ff05::/16: an IPv6 prefix; groups are found by IGMP, IPv4 only (MLD is not done yet)`},
-		{"within unicast", "    joined_on: ib\n    within: 10.0.0.0/8\n", `gw.yaml:5: group "feeds": within 10.0.0.0/8: not within the IPv4 multicast block 224.0.0.0/4`},
-		{"within too wide", "    joined_on: ib\n    within: 192.0.0.0/2\n", `gw.yaml:5: group "feeds": within 192.0.0.0/2: not within the IPv4 multicast block`},
+		{"within IPv6, legs IPv4", "    joined_on: ib\n    within: ff05::/16\n", `gw.yaml:5: group "feeds": ib leg "ib" is not of within ff05::/16's address family`},
+		{"within unicast", "    joined_on: ib\n    within: 10.0.0.0/8\n", `gw.yaml:5: group "feeds": within 10.0.0.0/8: not within the multicast block 224.0.0.0/4`},
+		{"within too wide", "    joined_on: ib\n    within: 192.0.0.0/2\n", `gw.yaml:5: group "feeds": within 192.0.0.0/2: not within the multicast block`},
+		{"within IPv6 unicast", "    joined_on: ib\n    within: fd00::/8\n", `gw.yaml:5: group "feeds": within fd00::/8: not within the multicast block ff00::/8`},
 		{"within host bits", "    joined_on: ib\n    within: 239.1.2.3/8\n", `gw.yaml:5: group "feeds": within 239.1.2.3/8: host bits set (the prefix is 239.0.0.0/8)`},
 		{"within not a prefix", "    joined_on: ib\n    within: 239.1.2.3\n", `gw.yaml:9: group: within "239.1.2.3": netip.ParsePrefix`},
 		{"max_groups zero", "    joined_on: ib\n    max_groups: 0\n", `gw.yaml:5: group "feeds": max_groups 0: want 1 to 1024`},
