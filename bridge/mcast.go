@@ -91,13 +91,21 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	for side, name := range [2]string{gc.RoCE, gc.IB} {
 		// A side receives what it relays to the other.
 		receive := r.relays(side)
+		// A port is set only when made: a nil *port in the interface would
+		// not be nil to fail.
 		switch l := g.legs[name].(type) {
 		case *userspaceLeg:
-			r.ports[side], err = l.groupPort(gc.Group, receive, r.spins[side])
+			var p *userspaceUDPort
+			if p, err = l.groupPort(gc.Group, receive, r.spins[side]); err == nil {
+				r.ports[side] = p
+			}
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
+			var p *verbsUDPort
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll)
+			if p, qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll); err == nil {
+				r.ports[side] = p
+			}
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
