@@ -281,13 +281,20 @@ func (g *Gateway) GroupStats(name string) *UDStatsSnapshot {
 	return nil
 }
 
+// A busy-polled group's conn is read without waiting, on either io.
+var (
+	_ transport.TryReader = (*udpconn.Conn)(nil)
+	_ transport.TryReader = (*xdp.GroupConn)(nil)
+)
+
 // groupPort makes the leg's UD QP for a group; attached to it (receive)
 // through a socket bound to the group and joined on the leg's interface
 // (io: udp), or through the group's conn on the leg's AF_XDP socket, whose
 // classifier steers the group's datagrams to it while a kernel socket
-// holds the membership on the interface (io: afxdp). With sp on (io: udp
-// only), the group's socket is read by the port's recv (polled), with
-// SO_BUSY_POLL.
+// holds the membership on the interface (io: afxdp). With sp on, the
+// group's conn is read by the port's recv (polled): over UDP the group's
+// socket, with SO_BUSY_POLL; over AF_XDP the GroupConn's queue, which the
+// leg's receive goroutine fills from the AF_XDP socket as it reads it.
 func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*userspaceUDPort, error) {
 	p, err := u.udPort()
 	if err != nil {
@@ -300,10 +307,6 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*user
 		return p, nil
 	}
 	if _, ok := u.pconn.(*xdp.Conn); ok {
-		if sp.on {
-			p.close()
-			return nil, fmt.Errorf("busy_poll: group %v on AF_XDP leg %q: a group is busy-polled on io: udp legs only", group, u.cfg.Name)
-		}
 		p.peerNote += " (AF_XDP: the classifier redirects it)"
 	}
 	open := func() (roce.PacketConn, error) {

@@ -86,8 +86,10 @@
 // A group's busy_poll trades a CPU per direction for latency: each of its
 // receive loops runs on an OS thread of its own that polls, never sleeps
 // and never yields: a verbs leg's HCA completion queue (no completion
-// channel), or a userspace leg's group socket (non-blocking recvmmsg,
-// SO_BUSY_POLL) and its QP's completion queue, in one loop. It keeps that
+// channel), or a userspace leg's group socket (io: udp: non-blocking
+// recvmmsg, SO_BUSY_POLL) or group queue (io: afxdp: the datagrams the
+// leg's AF_XDP socket received for the group) and its QP's completion
+// queue, in one loop. It keeps that
 // CPU busy while the gateway runs, traffic or not, so the process needs
 // more CPUs (GOMAXPROCS) than it has busy-poll loops; busy_poll_cpus pins
 // the loops to CPUs kept for them. It is a group's setting, not a leg's:
@@ -810,8 +812,9 @@ type Group struct {
 	// until a completion wakes it, on an OS thread of its own that it
 	// never yields: on a verbs leg it polls the HCA's CQ (which then has
 	// no completion channel); on a userspace leg it reads the group's
-	// socket without waiting (SO_BUSY_POLL set) and polls the QP's CQ, in
-	// the one loop. The lowest latency, for a CPU kept busy by each loop
+	// socket (io: udp; SO_BUSY_POLL set) or, on AF_XDP, the group's queue
+	// that the leg's socket fills, without waiting, and polls the QP's
+	// CQ, in the one loop. The lowest latency, for a CPU kept busy by each loop
 	// while the gateway runs, traffic or not.
 	BusyPoll bool `yaml:"busy_poll"`
 	// BusyPollCPUs (with BusyPoll) pins the receive loops' threads to
@@ -1066,8 +1069,6 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
-			case g.BusyPoll && l.Kind == KindUserspace && l.IO != IOUDP:
-				bad(g.line, "group %q: busy_poll: %s leg %q is on AF_XDP; a group is busy-polled on io: udp and verbs legs only", g.Name, side.key, side.leg)
 			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
 				bad(g.line, "group %q: mgid ipoib: ib leg %q is a %s leg; the IPoIB form is joined on a verbs leg's InfiniBand port", g.Name, side.leg, l.Kind)
 			}

@@ -188,7 +188,8 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-// TestParseBusyPoll: a group's busy_poll and its CPUs; off by default.
+// TestParseBusyPoll: a group's busy_poll and its CPUs, on io: udp and
+// AF_XDP legs; off by default.
 func TestParseBusyPoll(t *testing.T) {
 	c, err := config.Parse("gw.yaml", []byte(groupFile("", "    busy_poll: true\n    busy_poll_cpus: [2, 3]\n")))
 	if err != nil {
@@ -196,6 +197,11 @@ func TestParseBusyPoll(t *testing.T) {
 	}
 	if g := c.Groups[0]; !g.BusyPoll || !cmp.Equal(g.BusyPollCPUs, []int{2, 3}) {
 		t.Errorf("group: busy_poll %v, busy_poll_cpus %v; want true, [2 3]", g.BusyPoll, g.BusyPollCPUs)
+	}
+	// On an AF_XDP leg too (the default io), as on io: udp.
+	afxdp := strings.Replace(groupFile("", "    busy_poll: true\n"), ", io: udp}", "}", 1)
+	if c, err := config.Parse("gw.yaml", []byte(afxdp)); err != nil || !c.Groups[0].BusyPoll || c.Legs[1].IO != config.IOAFXDP {
+		t.Errorf("a busy-polled group on an AF_XDP leg: %v; want it parsed (the file:\n%s)", err, numbered(afxdp))
 	}
 	c, err = config.Parse("gw.yaml", []byte(groupFile("", "")))
 	if err != nil {
@@ -344,8 +350,6 @@ func TestParseBad(t *testing.T) {
 		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
 		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
 			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
-		{"group busy-polled on afxdp", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, busy_poll: true}\n",
-			[]string{`group "g": busy_poll: roce leg "roce" is on AF_XDP`}},
 		{"group bad mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ib}\n", []string{`group "g": mgid "ib": want rdma_cm or ipoib`}},
 		{"group peer not an address", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [gw2]}\n", []string{`gw.yaml:15: group: peers "gw2": not an IP address`}},
 		{"group peers not a list", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: 198.18.1.9}\n", []string{`gw.yaml:15: group: peers: want a list of addresses`}},
