@@ -172,7 +172,7 @@ func (g *Gateway) reloadRates(cfg *config.Config) []string {
 		if r == nil || r.limit.rate() == gc.Rate {
 			continue
 		}
-		g.log.Info("multicast group's rate limit changed", "group", gc.Name, "was", rateText(r.limit.rate()), "now", rateText(gc.Rate))
+		g.log.Info("multicast group's rate limit changed", "group", gc.Name, "was", r.limit.rate().String(), "now", gc.Rate.String())
 		r.limit.set(gc.Rate)
 		changed = append(changed, gc.Name)
 	}
@@ -195,26 +195,11 @@ func (g *Gateway) reloadRouteRates(cfg *config.Config, unchanged []string) []str
 		if ur == nil || ur.limit.rate() == r.Rate {
 			continue
 		}
-		g.log.Info("UD route's rate limit changed", "route", r.Name, "was", rateText(ur.limit.rate()), "now", rateText(r.Rate))
+		g.log.Info("UD route's rate limit changed", "route", r.Name, "was", ur.limit.rate().String(), "now", r.Rate.String())
 		ur.limit.set(r.Rate)
 		changed = append(changed, r.Name)
 	}
 	return changed
-}
-
-// rateText describes a rate limit for a log line.
-func rateText(r config.Rate) string {
-	if !r.Limited() {
-		return "none"
-	}
-	var s []string
-	if r.Packets > 0 {
-		s = append(s, fmt.Sprintf("%d datagrams/s (burst %d)", r.Packets, r.BurstPackets))
-	}
-	if r.Bytes > 0 {
-		s = append(s, fmt.Sprintf("%d bytes/s (burst %d)", r.Bytes, r.BurstBytes))
-	}
-	return strings.Join(s, ", ")
 }
 
 // sameGroup reports whether two multicast groups are configured alike,

@@ -120,6 +120,22 @@ func (s *UDStats) Snapshot() UDStatsSnapshot {
 	return out
 }
 
+// UDDrop is what a UD route or a group dropped for one cause, each way
+// (the arrays' directions as UDStatsSnapshot's).
+type UDDrop struct {
+	Cause string // as /metrics' cause label: too_long, unknown_peer, pool_empty, no_receive, send_failed, own, loop, peer, rate
+	N     [2]uint64
+}
+
+// Drops returns the drops by cause, every cause, in /metrics' order.
+func (s *UDStatsSnapshot) Drops() []UDDrop {
+	out := make([]UDDrop, len(udDropCauses))
+	for i, c := range udDropCauses {
+		out[i] = UDDrop{Cause: c.cause, N: *c.val(s)}
+	}
+	return out
+}
+
 // A udLeg is a leg that carries UD routes.
 type udLeg interface {
 	listenUD(addr netip.AddrPort) (udListener, error)

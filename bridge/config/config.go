@@ -864,6 +864,22 @@ type Rate struct {
 // Limited reports whether r limits anything.
 func (r Rate) Limited() bool { return r.Packets > 0 || r.Bytes > 0 }
 
+// String describes the limit, each way: "10 datagrams/s (burst 2), 1000000
+// bytes/s (burst 100000)", or "none".
+func (r Rate) String() string {
+	if !r.Limited() {
+		return "none"
+	}
+	var s []string
+	if r.Packets > 0 {
+		s = append(s, fmt.Sprintf("%d datagrams/s (burst %d)", r.Packets, r.BurstPackets))
+	}
+	if r.Bytes > 0 {
+		s = append(s, fmt.Sprintf("%d bytes/s (burst %d)", r.Bytes, r.BurstBytes))
+	}
+	return strings.Join(s, ", ")
+}
+
 // MaxDatagram is the longest datagram a group or a UD route relays (the
 // largest IB MTU): a byte burst below it would let no such datagram cross.
 const MaxDatagram = 4096
