@@ -52,8 +52,8 @@ import (
 // limit (rate:, per direction, shared by all the route's clients: it
 // bounds what the target gets whatever the number of clients), no pool
 // buffer to keep the receive queue full, or (userspace legs) no receive
-// posted when it arrived. A pair ends after UDIdle without a datagram either way, or
-// with the gateway.
+// posted when it arrived. A pair ends after UDIdle without a datagram
+// either way, or with the gateway.
 
 // DefaultUDIdle is how long a UD client's pair of QPs lives without
 // traffic.
