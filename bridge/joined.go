@@ -374,7 +374,7 @@ func (j *joinedRun) runs() []*groupRun {
 func (j *joinedRun) setRate(rate config.Rate) {
 	j.rate.Store(&rate)
 	for _, r := range j.runs() {
-		r.setRate(rate)
+		r.limit.set(rate)
 	}
 }
 
