@@ -17,10 +17,10 @@ import (
 )
 
 // Groups joined on one side (config joined_on). The gateway hears every
-// IGMP (IPv6: MLD) message on the members' side's Ethernet link (the userspace leg's
-// interface, or the netdev of a verbs leg's RoCE port: rdma_join_multicast
-// there makes the kernel send IGMP, cma_igmp_send) with an AF_PACKET
-// socket (internal/igmp), and keeps the link's membership as its querier
+// IGMP (IPv6: MLD) message on the members' side's Ethernet link (the
+// userspace leg's interface, or the netdev of a verbs leg's RoCE port:
+// rdma_join_multicast there makes the kernel send IGMP, cma_igmp_send)
+// with an AF_PACKET socket (internal/igmp), and keeps the link's membership as its querier
 // would (igmp.Table: general queries every 125 s, a group gone 260 s
 // after its last report, or 2 s after a leave that no other member
 // answered). Each group a member joins, within the entry's prefix and up
@@ -52,8 +52,10 @@ type JoinedStats struct {
 	// Joined counts the groups taken (joined on the other side, relayed);
 	// Left those a leave ended; Expired those no report refreshed.
 	Joined, Left, Expired atomic.Uint64
-	// Refused counts reports of groups not taken: outside within, over
-	// max_groups, named by a group of the file, or whose join failed.
+	// Outside, OverMax, Configured and JoinFailed count the groups not
+	// taken, once per report that found them: outside within, over
+	// max_groups, named by a group of the file, or whose join on the
+	// other side failed.
 	Outside, OverMax, Configured, JoinFailed atomic.Uint64
 }
 
