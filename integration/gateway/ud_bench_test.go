@@ -49,9 +49,11 @@ legs:
   - {name: ib, kind: verbs, ip: %v, device: %s}
 routes:
   - {name: ud-bench, ud: true, listen: {leg: roce, addr: "%v:%d"}, target: {leg: ib, addr: "%v"}}
+  - {name: udaddy, ud: true, listen: {leg: roce, addr: "%v:%d"}, target: {leg: ib, addr: "%v:%d"}}
 groups:
   - {name: bench, group: %v, roce: roce, ib: ib, direction: roce_to_ib}
-`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ibSvc.addr.Port(), ibSvc.addr, group)
+`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ibSvc.addr.Port(), ibSvc.addr,
+		ns.IP, udaddyPort, ib.PeerIP, udaddyPort, group)
 	logs, _ := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, "--log-level", "info")
 	admin := adminAddr(b, logs)
 
@@ -99,10 +101,40 @@ groups:
 		}
 	}
 
+	// The cross-check: unmodified udaddy, udaddyCount datagrams each way
+	// (its client sends them at once, its server answers them at once:
+	// no more than the gateway's receive queues hold), the same server on
+	// rxe3, its client direct on rxe2 and through from rxe1. An op is one
+	// udaddy pair run, processes, rdma_cm and SIDR included: it is
+	// dominated by what is not the datagrams.
+	udaddyRates := map[string]float64{}
+	for _, tc := range []struct {
+		path   string
+		client []string
+	}{
+		{"direct-ib", []string{"-b", ib.GatewayIP.String(), "-s", ib.PeerIP.String()}},
+		{"through", []string{"-b", ns.PeerIP.String(), "-s", ns.IP.String()}},
+	} {
+		b.Run(fmt.Sprintf("udaddy/C=%d/%s", udaddyCount, tc.path), func(b *testing.B) {
+			args := []string{"-C", fmt.Sprint(udaddyCount), "-S", fmt.Sprint(size)}
+			for b.Loop() {
+				udaddyPair(b, append([]string{"-b", ib.PeerIP.String()}, args...), append(tc.client, args...))
+			}
+			udaddyRates[tc.path] = float64(2*udaddyCount*b.N) / b.Elapsed().Seconds()
+			b.ReportMetric(udaddyRates[tc.path], "datagrams/s")
+			if r := udaddyRates["direct-ib"]; tc.path == "through" && r > 0 {
+				b.ReportMetric(udaddyRates[tc.path]/r, "x-direct-ib")
+			}
+		})
+	}
+
 	// Nothing crossed that was not measured, and nothing was dropped.
 	st := status(b, admin)
 	for _, r := range st.Routes {
-		if r.UD != nil {
+		if r.UD != nil && r.Name == "udaddy" {
+			b.Logf("route %s: %+v", r.Name, r.UD.Stats)
+		}
+		if r.UD != nil && r.Name == "ud-bench" {
 			b.Logf("route %s: %+v", r.Name, r.UD.Stats)
 			if s := r.UD.Stats; s.Datagrams[0] != flows["ud/through"].sent || s.Datagrams[1] != 0 {
 				b.Errorf("route %s relayed %v datagrams, want the %d the through rows sent, none back", r.Name, s.Datagrams, flows["ud/through"].sent)
@@ -125,6 +157,7 @@ func check(tb testing.TB, err error) {
 }
 
 const (
+	udaddyCount = 30   // datagrams each way of the udaddy runs
 	udSlots     = 64   // receives posted on a receiving end
 	udSlot      = 2048 // bytes a receive has: the GRH and a datagram of rxe's 1024-byte MTU
 	udSendDepth = 64   // a sending end's send queue
