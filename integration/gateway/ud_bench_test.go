@@ -25,10 +25,11 @@ import (
 // keeps every datagram in a buffer. window=1 is one at a time, as
 // BenchmarkUDThroughVsDirect on the host. The through rows report
 // x-direct-ib and x-direct-roce: their rate over each direct row's of the
-// same run.
+// same run. Last, as a cross-check, unmodified udaddy direct (rxe2 to
+// rxe3) and through (rxe1 to rxe3), an op being one whole udaddy run.
 //
-// The gateway runs as rbridge run does in the other tests, without the
-// pool trace and at log level info; its userspace leg is on a UDP socket.
+// rbridge run is started as in the other tests, but without the pool
+// trace and at log level info; its userspace leg is on a UDP socket.
 // It runs only when asked: make integration PKG=./integration/gateway
 // RUN='^$' GUEST_BENCH=GuestUDThroughVsDirect BASELINE=false.
 func BenchmarkGuestUDThroughVsDirect(b *testing.B) {
