@@ -90,7 +90,7 @@ GUEST_BENCHTIME ?= 1s
 GUEST_COUNT ?= 1
 PKG        ?=
 BASELINE   ?= true
-VM_TIMEOUT ?= 35m
+VM_TIMEOUT ?= 45m
 VMRUN       = $(GO) run ./integration/cmd/vmrun -timeout $(VM_TIMEOUT)
 
 integration: deps-vm ## tests in the qemu guest with rxe and siw, then the baseline (RUN=, PKG=, GUEST_BENCH=, GUEST_BENCHTIME=, GUEST_COUNT=)

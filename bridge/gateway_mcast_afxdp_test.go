@@ -27,8 +27,23 @@ import (
 // sends reaches the loopback receiver through the gateway, what a loopback
 // sender sends reaches the member; the classifier redirected exactly the
 // member's datagrams, counted in /status and on /metrics; the one own send
-// the gateway hears back (on loopback) is dropped.
+// the gateway hears back (on loopback) is dropped. Busy-polled, the
+// group's receive loop on the AF_XDP leg (direction roce_to_ib: one loop,
+// which keeps a CPU) reads the group's queue without waiting and relays
+// the same, counted the same.
 func TestGatewayGroupAFXDP(t *testing.T) {
+	for _, tc := range []struct {
+		name, keys string
+		both       bool // relayed both ways, else roce_to_ib only
+	}{
+		{"both ways", "direction: both", true},
+		{"busy-polled", "direction: roce_to_ib, busy_poll: true", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testGatewayGroupAFXDP(t, tc.keys, tc.both) })
+	}
+}
+
+func testGatewayGroupAFXDP(t *testing.T, keys string, both bool) {
 	testneeds.Root(t, "XDP, AF_XDP, network namespaces")
 	_, err := exec.LookPath("ip")
 	testneeds.Check(t, "ip from iproute2", err)
@@ -56,8 +71,9 @@ func TestGatewayGroupAFXDP(t *testing.T) {
   - {name: a, kind: userspace, interface: GWIF, ip: 10.96.0.1, io: afxdp, netns: GWNS}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
 groups:
-  - {name: ticks, group: GROUP, roce: a, ib: b, direction: both}
+  - {name: ticks, group: GROUP, roce: a, ib: b, KEYS}
 `)
+	y = strings.Replace(y, "KEYS", keys, 1)
 	cfg, err := config.Parse("gw.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -112,14 +128,16 @@ groups:
 	if got, want := drain(t, peer, pcq, pqp, toIB), map[netip.Addr]int{peerIP: n}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the member got, by source, %v; want its own %v", got, want)
 	}
-	for range n {
+	for range n * btoi(both) {
 		sender.sendUDTo(t, sqp, mcastGroup, transport.MulticastQPN, toRoCE)
 	}
-	if got, want := drain(t, peer, pcq, pqp, toRoCE), map[netip.Addr]int{gwA: n}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("the member got, by source, %v; want the gateway's %v", got, want)
-	}
-	if got, want := drain(t, receiver, rcq, rqp, toRoCE), map[netip.Addr]int{sender.ip: n}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("the loopback receiver got, by source, %v; want the sender's %v", got, want)
+	if both {
+		if got, want := drain(t, peer, pcq, pqp, toRoCE), map[netip.Addr]int{gwA: n}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("the member got, by source, %v; want the gateway's %v", got, want)
+		}
+		if got, want := drain(t, receiver, rcq, rqp, toRoCE), map[netip.Addr]int{sender.ip: n}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("the loopback receiver got, by source, %v; want the sender's %v", got, want)
+		}
 	}
 
 	st := g.Status()
@@ -129,6 +147,10 @@ groups:
 	gs := st.Groups[0]
 	want := bridge.UDStatsSnapshot{Datagrams: [2]uint64{n, n}, Bytes: [2]uint64{n * uint64(len(toIB)), n * uint64(len(toRoCE))},
 		DropOwn: [2]uint64{0, n}} // leg b hears its relays of the member's datagrams on loopback
+	if !both {
+		// Leg b only sends: it hears nothing back.
+		want = bridge.UDStatsSnapshot{Datagrams: [2]uint64{n, 0}, Bytes: [2]uint64{n * uint64(len(toIB)), 0}}
+	}
 	if gs.Stats != want {
 		t.Errorf("group stats %+v, want %+v", gs.Stats, want)
 	}
@@ -137,6 +159,9 @@ groups:
 	}
 	if !strings.Contains(gs.RoCESide, "AF_XDP") || strings.Contains(gs.IBSide, "AF_XDP") {
 		t.Errorf("sides described %q and %q: only the first is on AF_XDP", gs.RoCESide, gs.IBSide)
+	}
+	if got := strings.Contains(gs.RoCESide, "busy-polled"); got == both {
+		t.Errorf("the AF_XDP side described %q: busy-polled %v, want %v", gs.RoCESide, got, !both)
 	}
 	if gs.IBSideXDP != nil {
 		t.Errorf("XDP counts on the UDP leg: %+v", *gs.IBSideXDP)
@@ -147,10 +172,18 @@ groups:
 		`rbridge_xdp_rx_group_overflow_total{leg="a"}`:                        0,
 		`rbridge_xdp_rx_group_unjoined_total{leg="a"}`:                        0,
 		`rbridge_xdp_classifier_passed_unjoined_total{leg="a"}`:               0,
-		`rbridge_group_datagrams_total{direction="ib_to_roce",group="ticks"}`: n,
+		`rbridge_group_datagrams_total{direction="roce_to_ib",group="ticks"}`: n,
+		`rbridge_group_datagrams_total{direction="ib_to_roce",group="ticks"}`: float64(n * btoi(both)),
 	} {
 		if got, ok := m[name]; !ok || got != v {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
 		}
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -81,8 +81,11 @@ type RouteStatus struct {
 
 // UDRouteStatus is a UD route's clients and counters.
 type UDRouteStatus struct {
-	Clients int             `json:"clients"`
-	Stats   UDStatsSnapshot `json:"stats"`
+	Clients int `json:"clients"`
+	// Rate is the route's rate limit in force, each direction, shared by
+	// its clients (absent: none).
+	Rate  *config.Rate    `json:"rate,omitempty"`
+	Stats UDStatsSnapshot `json:"stats"`
 }
 
 // SessionStatus describes one running session.
@@ -262,6 +265,9 @@ func (g *Gateway) Status() Status {
 		}
 		if s := g.UDStats(r.Name); r.UD && s != nil {
 			rs.UD = &UDRouteStatus{Clients: udOpen[r.Name], Stats: *s}
+			if rt := g.udRate(r.Name); rt.Limited() {
+				rs.UD.Rate = &rt
+			}
 		}
 		st.Routes = append(st.Routes, rs)
 	}

@@ -25,6 +25,13 @@ import (
 // a's 4096).
 func udConfig(t testing.TB) *config.Config {
 	t.Helper()
+	return udConfigWith(t, "")
+}
+
+// udConfigWith is udConfig with the route's extra keys (lines of its own,
+// indented as the route's).
+func udConfigWith(t testing.TB, routeKeys string) *config.Config {
+	t.Helper()
 	y := `legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp, mtu: 1024}
@@ -33,7 +40,7 @@ routes:
     ud: true
     listen: {leg: a, addr: "127.0.10.1:7174"}
     target: {leg: b, addr: "127.0.10.4:7174"}
-`
+` + routeKeys
 	c, err := config.Parse("gw.yaml", []byte(strings.ReplaceAll(y, "127.0.10.", loNet)))
 	if err != nil {
 		t.Fatal(err)
@@ -367,4 +374,183 @@ func TestGatewayUDPoolEmpty(t *testing.T) {
 			t.Errorf("%s = %v, want %d", name, m[name], k)
 		}
 	}
+}
+
+// TestGatewayUDRate: two clients of one UD route send far faster than the
+// route's rate limit: together they get no more across than its burst and
+// its rate over the time they took (the limit is the route's, not each
+// client's: a limit per client would let each its own burst through), the
+// others dropped and counted under cause "rate". A reload that changes
+// only the rate leaves the route and its clients running under the new
+// one at once. Without a limit every datagram crosses.
+func TestGatewayUDRate(t *testing.T) {
+	const (
+		n     = 25               // datagrams each client sends
+		every = time.Millisecond // apart: 2000 a second from the two
+		limit = 10               // a second
+		burst = 2                // at once
+		keys  = "    rate: {packets: 10, burst_packets: 2}\n"
+	)
+	for _, tc := range []struct {
+		name, keys string
+	}{{"limited", keys}, {"unlimited", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clients := []*cmApp{newCMApp(t, lo("3")), newCMApp(t, lo("5"))}
+			target := newCMApp(t, lo("4"))
+			ln, err := target.cm.ListenUD(7174, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			tqp, tcq := target.udQP(t, 2*n+8)
+			go func() {
+				for {
+					req, err := ln.Next(context.Background())
+					if err != nil {
+						return
+					}
+					_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
+				}
+			}()
+			g := startGatewayWith(t, udConfigWith(t, tc.keys), bridge.GatewayOptions{})
+			gwA := netip.MustParseAddr(lo("1"))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var svcs []*cm.UDService
+			var qps []*transport.QP
+			for _, c := range clients {
+				svc, err := c.cm.ResolveUD(ctx, netip.AddrPortFrom(gwA, 7174), cm.ResolveOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				qp, _ := c.udQP(t, 1)
+				svcs, qps = append(svcs, svc), append(qps, qp)
+			}
+			// handled is what the gateway did with the datagrams toward the
+			// target (relayed or dropped, whatever the cause).
+			handled := func(st *bridge.UDStatsSnapshot) uint64 {
+				return st.Datagrams[0] + st.DropRate[0] + st.DropNoReceive[0] + st.DropPoolEmpty[0] + st.DropSendFailed[0] + st.DropTooLong[0] + st.DropUnknownPeer[0]
+			}
+			flood := func(per int, pause time.Duration) (crossed int, st *bridge.UDStatsSnapshot, elapsed time.Duration) {
+				t.Helper()
+				before := handled(g.UDStats("u"))
+				start := time.Now()
+				for range per {
+					for i, c := range clients {
+						c.sendUD(t, qps[i], gwA, svcs[i].QPN, 0, 64, 'r')
+					}
+					time.Sleep(pause)
+				}
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+					st = g.UDStats("u")
+					if handled(st)-before >= uint64(len(clients)*per) || time.Now().After(deadline) {
+						break
+					}
+				}
+				elapsed = time.Since(start)
+				// What the target received, by the gateway QP that sent it
+				// (one per client).
+				bySender := map[uint32]int{}
+				var wcs [16]transport.WC
+				for idle := 0; idle < 10; {
+					k := tcq.Poll(wcs[:])
+					if k == 0 {
+						idle++
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+					idle = 0
+					for _, wc := range wcs[:k] {
+						if wc.Status != transport.StatusSuccess || wc.ByteLen != 64 || target.mem[4096*int(wc.ID)] != 'r' {
+							t.Errorf("datagram at the target %+v: want 64 bytes of 'r'", wc)
+						}
+						bySender[wc.SrcQPN]++
+						crossed++
+						if err := tqp.PostRecv(transport.RecvWR{ID: wc.ID, Local: transport.SGE{MR: target.mr, Offset: 4096 * int(wc.ID), Length: 4096}}); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				t.Logf("%d datagrams from %d clients: %d crossed in %v, by the gateway's QP toward the target %v", len(clients)*per, len(clients), crossed, elapsed.Round(time.Millisecond), bySender)
+				return crossed, st, elapsed
+			}
+			crossed, st, elapsed := flood(n, every)
+			sent := uint64(len(clients) * n)
+			if uint64(crossed) != st.Datagrams[0] {
+				t.Errorf("%d datagrams reached the target through the gateway, which counted %d relayed", crossed, st.Datagrams[0])
+			}
+			if dropped := handled(st) - st.Datagrams[0]; dropped != sent-uint64(crossed) {
+				t.Errorf("%d of %d crossed and %d were counted dropped (%+v): want %d", crossed, sent, dropped, *st, sent-uint64(crossed))
+			}
+			if st.DropRate[1] != 0 {
+				t.Errorf("%d dropped for the rate toward the client, which nothing was sent to", st.DropRate[1])
+			}
+			if tc.keys == "" {
+				if uint64(crossed) != sent || st.DropRate[0] != 0 {
+					t.Errorf("without a limit %d of %d crossed (stats %+v)", crossed, sent, *st)
+				}
+				if s := routeStatus(t, g, "u"); s.UD.Rate != nil {
+					t.Errorf("status of route u shows a rate %+v without one", s.UD.Rate)
+				}
+				return
+			}
+			bound := burst + limit*elapsed.Seconds() + 1
+			t.Logf("under %d a second, burst %d, for the route: at most %.1f may cross", limit, burst, bound)
+			if float64(crossed) > bound {
+				t.Errorf("%d datagrams crossed in %v: more than the burst %d and %d a second allow (%.1f)", crossed, elapsed, burst, limit, bound)
+			}
+			if crossed < burst {
+				t.Errorf("%d datagrams crossed: fewer than the burst (%d) the full bucket lets through at once", crossed, burst)
+			}
+			if st.DropRate[0] == 0 {
+				t.Error("no datagram counted dropped for the rate")
+			}
+			m, _ := scrape(t, startAdmin(t, g))
+			name := `rbridge_route_ud_dropped_total{cause="rate",direction="to_target",route="u"}`
+			if v, ok := m[name]; !ok || v != float64(st.DropRate[0]) {
+				t.Errorf("%s = %v (present %v), want %d", name, v, ok, st.DropRate[0])
+			}
+			if s := routeStatus(t, g, "u"); s.UD.Rate == nil || *s.UD.Rate != (config.Rate{Packets: limit, BurstPackets: burst}) {
+				t.Errorf("status of route u: rate %+v, want the limit in force", s.UD.Rate)
+			}
+
+			// The same file again: nothing changes.
+			if res, err := g.Reload(udConfigWith(t, tc.keys)); err != nil || res.RouteRateChanged != nil || !cmp.Equal(res.Unchanged, []string{"u"}) {
+				t.Errorf("reload with the same rate: %+v, %v; want route u unchanged, no rate changed", res, err)
+			}
+			// A higher rate: in force at once for the running clients, the
+			// route not restarted (its clients keep their QPs).
+			res, err := g.Reload(udConfigWith(t, "    rate: {packets: 1000, burst_packets: 100}\n"))
+			if err != nil || !cmp.Equal(res.RouteRateChanged, []string{"u"}) || !cmp.Equal(res.Unchanged, []string{"u"}) {
+				t.Fatalf("reload with another rate: %+v, %v; want route u unchanged and its rate changed", res, err)
+			}
+			if got, want := res.String(), "unchanged u; rate changed of route u"; got != want {
+				t.Errorf("reload result %q, want %q", got, want)
+			}
+			if s := routeStatus(t, g, "u"); s.UD.Clients != 2 || s.UD.Rate == nil || s.UD.Rate.Packets != 1000 {
+				t.Errorf("status of route u after the reload: %+v; want its 2 clients and the new rate", s.UD)
+			}
+			const k = 10 // each: 20 within the new burst of 100
+			before := *st
+			crossed, st, _ = flood(k, 0)
+			if crossed != len(clients)*k || st.DropRate[0] != before.DropRate[0] {
+				t.Errorf("after the reload %d of %d crossed, dropped for the rate %d more: want all (stats %+v)", crossed, len(clients)*k, st.DropRate[0]-before.DropRate[0], *st)
+			}
+		})
+	}
+}
+
+// routeStatus is the gateway's status of a UD route.
+func routeStatus(t *testing.T, g *bridge.Gateway, name string) bridge.RouteStatus {
+	t.Helper()
+	for _, r := range g.Status().Routes {
+		if r.Name == name {
+			if r.UD == nil {
+				t.Fatalf("status of route %s has no UD part: %+v", name, r)
+			}
+			return r
+		}
+	}
+	t.Fatalf("no route %s in the status", name)
+	return bridge.RouteStatus{}
 }

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,8 +57,8 @@ type groupRun struct {
 	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
 	qkey  [2]uint32     // the group's Q_Key on each leg
 	loops *loopFilter   // what the group admitted lately, both ways (nil: loop_window 0)
-	// limit is the rate limit in force (nil: none); a reload may swap it.
-	limit atomic.Pointer[groupLimit]
+	// limit is the rate limit in force; a reload may swap it.
+	limit limitSlot
 	// spins is how each direction's receive loop waits (busy_poll).
 	spins [2]spin
 }
@@ -72,7 +71,7 @@ func (r *groupRun) relays(dir int) bool {
 // startGroup joins a group on both its legs and starts relaying.
 func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}}
-	r.limit.Store(newGroupLimit(gc.Rate))
+	r.limit.set(gc.Rate)
 	var err error
 	if r.spins, err = groupSpins(gc, r.relays); err != nil {
 		return fmt.Errorf("%s:%d: group %q: %w", c.File(), gc.Line(), gc.Name, err)
@@ -91,13 +90,21 @@ func (g *Gateway) startGroup(c *config.Config, gc *config.Group) error {
 	for side, name := range [2]string{gc.RoCE, gc.IB} {
 		// A side receives what it relays to the other.
 		receive := r.relays(side)
+		// A port is set only when made: a nil *port in the interface would
+		// not be nil to fail.
 		switch l := g.legs[name].(type) {
 		case *userspaceLeg:
-			r.ports[side], err = l.groupPort(gc.Group, receive, r.spins[side])
+			var p *userspaceUDPort
+			if p, err = l.groupPort(gc.Group, receive, r.spins[side]); err == nil {
+				r.ports[side] = p
+			}
 			r.own[side] = l.cfg.IP
 		case *verbsLeg:
+			var p *verbsUDPort
 			var qkey uint32
-			r.ports[side], qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll)
+			if p, qkey, err = l.groupPort(g.ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll); err == nil {
+				r.ports[side] = p
+			}
 			r.own[side], r.qkey[side] = l.cfg.IP, qkey
 		default:
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
@@ -176,7 +183,7 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 			r.stats.DropTooLong[dir].Add(1)
 		case r.loops != nil && !r.loops.admit(r.loops.key(d.payload(), d.imm, d.hasImm), dir, d.src, d.srcQPN, time.Now().UnixNano()):
 			r.stats.DropLoop[dir].Add(1)
-		case !r.allow(dir, d.n):
+		case !r.limit.allow(dir, d.n):
 			r.stats.DropRate[dir].Add(1)
 		default:
 			if err := to.send(ctx, d, dst, d.imm, d.hasImm); err != nil {
@@ -191,26 +198,6 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 		}
 		d.buf.Release()
 	}
-}
-
-// allow reports whether a datagram of n bytes may cross in direction dir
-// under the group's rate limit, taking its share when it may.
-func (r *groupRun) allow(dir, n int) bool {
-	l := r.limit.Load()
-	return l == nil || l.dirs[dir].allow(time.Now(), n)
-}
-
-// setRate puts rate in force for the group (a reload), with full buckets.
-func (r *groupRun) setRate(rate config.Rate) {
-	r.limit.Store(newGroupLimit(rate))
-}
-
-// rate is the group's rate limit in force.
-func (r *groupRun) rate() config.Rate {
-	if l := r.limit.Load(); l != nil {
-		return l.rate
-	}
-	return config.Rate{}
 }
 
 // isOwn reports whether d came from one of the group's own QPs.
@@ -284,7 +271,7 @@ func (g *Gateway) groupStatus() []GroupStatus {
 		gs := GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
 			Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s,
 			RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1)}
-		if rt := r.rate(); rt.Limited() {
+		if rt := r.limit.rate(); rt.Limited() {
 			gs.Rate = &rt
 		}
 		out = append(out, gs)
@@ -302,13 +289,20 @@ func (g *Gateway) GroupStats(name string) *UDStatsSnapshot {
 	return nil
 }
 
+// A busy-polled group's conn is read without waiting, on either io.
+var (
+	_ transport.TryReader = (*udpconn.Conn)(nil)
+	_ transport.TryReader = (*xdp.GroupConn)(nil)
+)
+
 // groupPort makes the leg's UD QP for a group; attached to it (receive)
 // through a socket bound to the group and joined on the leg's interface
 // (io: udp), or through the group's conn on the leg's AF_XDP socket, whose
 // classifier steers the group's datagrams to it while a kernel socket
-// holds the membership on the interface (io: afxdp). With sp on (io: udp
-// only), the group's socket is read by the port's recv (polled), with
-// SO_BUSY_POLL.
+// holds the membership on the interface (io: afxdp). With sp on, the
+// group's conn is read by the port's recv (polled): over UDP the group's
+// socket, with SO_BUSY_POLL; over AF_XDP the GroupConn's queue, which the
+// leg's receive goroutine fills from the AF_XDP socket as it reads it.
 func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*userspaceUDPort, error) {
 	p, err := u.udPort()
 	if err != nil {
@@ -321,10 +315,6 @@ func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*user
 		return p, nil
 	}
 	if _, ok := u.pconn.(*xdp.Conn); ok {
-		if sp.on {
-			p.close()
-			return nil, fmt.Errorf("busy_poll: group %v on AF_XDP leg %q: a group is busy-polled on io: udp legs only", group, u.cfg.Name)
-		}
 		p.peerNote += " (AF_XDP: the classifier redirects it)"
 	}
 	open := func() (roce.PacketConn, error) {

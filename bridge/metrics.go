@@ -94,7 +94,7 @@ var (
 	descUDDatagrams = prometheus.NewDesc("rbridge_route_ud_datagrams_total", "UD datagrams relayed.", []string{"route", "direction"}, nil)
 	descUDBytes     = prometheus.NewDesc("rbridge_route_ud_payload_bytes_total", "Payload bytes of the UD datagrams relayed.", []string{"route", "direction"}, nil)
 	descUDImm       = prometheus.NewDesc("rbridge_route_ud_imm_qpn_rewritten_total", "UD datagrams whose immediate data (their sender's QPN) became the gateway QP's.", []string{"route", "direction"}, nil)
-	descUDDropped   = prometheus.NewDesc("rbridge_route_ud_dropped_total", "UD datagrams dropped, by cause.", []string{"route", "direction", "cause"}, nil)
+	descUDDropped   = prometheus.NewDesc("rbridge_route_ud_dropped_total", "UD datagrams dropped, by cause (rate: over the route's rate limit, shared by its clients).", []string{"route", "direction", "cause"}, nil)
 
 	descGroupDatagrams = prometheus.NewDesc("rbridge_group_datagrams_total", "Multicast datagrams a group relayed.", []string{"group", "direction"}, nil)
 	descGroupBytes     = prometheus.NewDesc("rbridge_group_payload_bytes_total", "Payload bytes of the multicast datagrams relayed.", []string{"group", "direction"}, nil)

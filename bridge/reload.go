@@ -13,8 +13,10 @@ import (
 type ReloadResult struct {
 	Added, Removed, Changed, Unchanged []string // route names
 	// RateChanged names the multicast groups whose rate limit the reload
-	// changed (in force at once).
-	RateChanged []string
+	// changed (in force at once); RouteRateChanged the UD routes whose rate
+	// limit alone changed (in force at once for their running clients; the
+	// route itself is among Unchanged).
+	RateChanged, RouteRateChanged []string
 }
 
 func (r ReloadResult) String() string {
@@ -33,6 +35,9 @@ func (r ReloadResult) String() string {
 	if len(parts) == 0 {
 		parts = append(parts, "no routes")
 	}
+	if len(r.RouteRateChanged) > 0 {
+		parts = append(parts, "rate changed of route "+strings.Join(r.RouteRateChanged, ", "))
+	}
 	if len(r.RateChanged) > 0 {
 		parts = append(parts, "rate changed of group "+strings.Join(r.RateChanged, ", "))
 	}
@@ -50,6 +55,8 @@ var ErrLegsChanged = errors.New("legs changed: restart rbridge to apply them")
 // allow changed is stopped and started again with the new ones (its
 // sessions go on too); an unchanged route is not touched. cfg's legs must
 // be the running ones (ErrLegsChanged otherwise: nothing is applied). A
+// UD route whose rate limit alone changed is not touched but for the new
+// limit, in force at once for all its clients, as a group's. A
 // route that cannot listen is reported; the routes before it are applied.
 func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	var res ReloadResult
@@ -99,6 +106,7 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 		case !ok:
 			res.Removed = append(res.Removed, name)
 		case !sameRoute(run.r, r) || dead[name]:
+			// Restarted: startUDRoute puts a new rate in force.
 			res.Changed = append(res.Changed, name)
 		default:
 			res.Unchanged = append(res.Unchanged, name)
@@ -128,7 +136,8 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 		}
 	}
 	res.RateChanged = g.reloadRates(cfg)
-	for _, l := range [][]string{res.Added, res.Removed, res.Changed, res.Unchanged} {
+	res.RouteRateChanged = g.reloadRouteRates(cfg, res.Unchanged)
+	for _, l := range [][]string{res.Added, res.Removed, res.Changed, res.Unchanged, res.RouteRateChanged} {
 		slices.Sort(l)
 	}
 	g.mu.Lock()
@@ -141,7 +150,8 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 }
 
 // sameRoute reports whether two routes listen, target and allow alike (in
-// the same port space).
+// the same port space), whatever their rate limits (which a reload
+// changes in place).
 func sameRoute(a, b *config.Route) bool {
 	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
 		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow) &&
@@ -159,29 +169,37 @@ func (g *Gateway) reloadRates(cfg *config.Config) []string {
 		g.mu.Lock()
 		r := g.groups[gc.Name]
 		g.mu.Unlock()
-		if r == nil || r.rate() == gc.Rate {
+		if r == nil || r.limit.rate() == gc.Rate {
 			continue
 		}
-		g.log.Info("multicast group's rate limit changed", "group", gc.Name, "was", rateText(r.rate()), "now", rateText(gc.Rate))
-		r.setRate(gc.Rate)
+		g.log.Info("multicast group's rate limit changed", "group", gc.Name, "was", r.limit.rate().String(), "now", gc.Rate.String())
+		r.limit.set(gc.Rate)
 		changed = append(changed, gc.Name)
 	}
 	return changed
 }
 
-// rateText describes a rate limit for a log line.
-func rateText(r config.Rate) string {
-	if !r.Limited() {
-		return "none"
+// reloadRouteRates puts in force the rate limits of cfg's UD routes among
+// unchanged (running, not restarted) that differ from the running ones,
+// and returns those routes' names.
+func (g *Gateway) reloadRouteRates(cfg *config.Config, unchanged []string) []string {
+	var changed []string
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if !r.UD || !slices.Contains(unchanged, r.Name) {
+			continue
+		}
+		g.mu.Lock()
+		ur := g.udRoutes[r.Name]
+		g.mu.Unlock()
+		if ur == nil || ur.limit.rate() == r.Rate {
+			continue
+		}
+		g.log.Info("UD route's rate limit changed", "route", r.Name, "was", ur.limit.rate().String(), "now", r.Rate.String())
+		ur.limit.set(r.Rate)
+		changed = append(changed, r.Name)
 	}
-	var s []string
-	if r.Packets > 0 {
-		s = append(s, fmt.Sprintf("%d datagrams/s (burst %d)", r.Packets, r.BurstPackets))
-	}
-	if r.Bytes > 0 {
-		s = append(s, fmt.Sprintf("%d bytes/s (burst %d)", r.Bytes, r.BurstBytes))
-	}
-	return strings.Join(s, ", ")
+	return changed
 }
 
 // sameGroup reports whether two multicast groups are configured alike,
@@ -244,16 +262,19 @@ type ReloadReport struct {
 	Removed   []string `json:"removed"`
 	Changed   []string `json:"changed"`
 	Unchanged []string `json:"unchanged"`
-	// RateChanged names the multicast groups whose rate limit changed.
-	RateChanged []string `json:"rate_changed,omitempty"`
+	// RateChanged names the multicast groups whose rate limit changed,
+	// RouteRateChanged the UD routes whose rate limit alone changed.
+	RateChanged      []string `json:"rate_changed,omitempty"`
+	RouteRateChanged []string `json:"route_rate_changed,omitempty"`
 	// Error is why the reload was refused or stopped part way.
 	Error string `json:"error,omitempty"`
 }
 
 // Routes says what happened to the routes ("added a; removed b; ...") and
-// to the groups' rate limits.
+// to the groups' and UD routes' rate limits.
 func (r *ReloadReport) Routes() string {
-	return ReloadResult{Added: r.Added, Removed: r.Removed, Changed: r.Changed, Unchanged: r.Unchanged, RateChanged: r.RateChanged}.String()
+	return ReloadResult{Added: r.Added, Removed: r.Removed, Changed: r.Changed, Unchanged: r.Unchanged, RateChanged: r.RateChanged,
+		RouteRateChanged: r.RouteRateChanged}.String()
 }
 
 // ReloadConfigFile re-reads the config file the gateway started with
@@ -273,7 +294,7 @@ func (g *Gateway) ReloadConfigFile() ReloadReport {
 	for _, p := range []struct{ dst, src *[]string }{{&rep.Added, &res.Added}, {&rep.Removed, &res.Removed}, {&rep.Changed, &res.Changed}, {&rep.Unchanged, &res.Unchanged}} {
 		*p.dst = append(*p.dst, *p.src...)
 	}
-	rep.RateChanged = res.RateChanged
+	rep.RateChanged, rep.RouteRateChanged = res.RateChanged, res.RouteRateChanged
 	switch {
 	case err == nil:
 		rep.Outcome = ReloadApplied

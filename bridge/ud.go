@@ -48,10 +48,12 @@ import (
 //
 // UD stays UD: nothing is acknowledged, resent or queued. What cannot
 // cross is dropped and counted by cause (UDStats): longer than the other
-// leg's MTU (never truncated), from an unknown peer, no pool buffer to
-// keep the receive queue full, or (userspace legs) no receive posted when
-// it arrived. A pair ends after UDIdle without a datagram either way, or
-// with the gateway.
+// leg's MTU (never truncated), from an unknown peer, over the route's rate
+// limit (rate:, per direction, shared by all the route's clients: it
+// bounds what the target gets whatever the number of clients), no pool
+// buffer to keep the receive queue full, or (userspace legs) no receive
+// posted when it arrived. A pair ends after UDIdle without a datagram
+// either way, or with the gateway.
 
 // DefaultUDIdle is how long a UD client's pair of QPs lives without
 // traffic.
@@ -80,7 +82,7 @@ type UDStats struct {
 	// received back; a copy of what it relayed, come back through another
 	// gateway (the same bytes from another source within the group's
 	// loop_window); and what a gateway the group lists in peers sent.
-	// DropRate (multicast groups) is what the group's rate limit did not
+	// DropRate is what the group's or the UD route's rate limit did not
 	// let cross.
 	DropTooLong, DropUnknownPeer, DropPoolEmpty, DropNoReceive, DropSendFailed, DropOwn, DropLoop, DropPeer, DropRate [2]atomic.Uint64
 }
@@ -114,6 +116,22 @@ func (s *UDStats) Snapshot() UDStatsSnapshot {
 		out.DropNoReceive[d], out.DropSendFailed[d], out.DropOwn[d] = s.DropNoReceive[d].Load(), s.DropSendFailed[d].Load(), s.DropOwn[d].Load()
 		out.DropLoop[d], out.DropPeer[d] = s.DropLoop[d].Load(), s.DropPeer[d].Load()
 		out.DropRate[d] = s.DropRate[d].Load()
+	}
+	return out
+}
+
+// UDDrop is what a UD route or a group dropped for one cause, each way
+// (the arrays' directions as UDStatsSnapshot's).
+type UDDrop struct {
+	Cause string // as /metrics' cause label: too_long, unknown_peer, pool_empty, no_receive, send_failed, own, loop, peer, rate
+	N     [2]uint64
+}
+
+// Drops returns the drops by cause, every cause, in /metrics' order.
+func (s *UDStatsSnapshot) Drops() []UDDrop {
+	out := make([]UDDrop, len(udDropCauses))
+	for i, c := range udDropCauses {
+		out[i] = UDDrop{Cause: c.cause, N: *c.val(s)}
 	}
 	return out
 }
@@ -273,6 +291,7 @@ func (r *udRing) close() {
 type udPair struct {
 	route     string
 	stats     *UDStats
+	limit     *limitSlot // the route's, shared by its clients
 	log       *slog.Logger
 	client    udPort
 	target    udPort
@@ -393,6 +412,9 @@ func (p *udPair) relay(ctx context.Context, dir int, d *udDatagram, to udPort) {
 	case d.n > to.mtu() || d.tooLongHere:
 		p.stats.DropTooLong[dir].Add(1)
 		return
+	case !p.limit.allow(dir, d.n):
+		p.stats.DropRate[dir].Add(1)
+		return
 	}
 	imm := d.imm
 	if d.hasImm && imm == d.srcQPN {
@@ -410,9 +432,12 @@ func (p *udPair) relay(ctx context.Context, dir int, d *udDatagram, to udPort) {
 	p.stats.Bytes[dir].Add(uint64(d.n))
 }
 
-// udRoute is what the gateway keeps of a UD route.
+// udRoute is what the gateway keeps of a UD route, across reloads.
 type udRoute struct {
 	stats *UDStats
+	// limit is the route's rate limit in force, per direction, which all
+	// its clients' pairs take from; a reload may swap it.
+	limit limitSlot
 }
 
 // startUDRoute listens on r's address in the UDP port space and starts
@@ -436,10 +461,15 @@ func (g *Gateway) startUDRoute(c *config.Config, r *config.Route) error {
 		g.routeStats[r.Name] = &GatewayStats{}
 		g.ended[r.Name] = &SessionStatsSnapshot{}
 	}
-	if g.udRoutes[r.Name] == nil {
-		g.udRoutes[r.Name] = &udRoute{stats: &UDStats{}}
+	ur := g.udRoutes[r.Name]
+	if ur == nil {
+		ur = &udRoute{stats: &UDStats{}}
+		g.udRoutes[r.Name] = ur
 	}
 	g.mu.Unlock()
+	if ur.limit.rate() != r.Rate {
+		ur.limit.set(r.Rate)
+	}
 	g.wg.Add(1)
 	go g.routineResolve(ctx, run, ln)
 	return nil
@@ -522,7 +552,7 @@ func (g *Gateway) resolveUD(r *config.Route, in udIncoming) {
 		noQP("the client-side QP could not be made", err)
 		return
 	}
-	p := &udPair{route: r.Name, stats: st, log: log, client: c, target: out, requester: client.Addr(), svc: svc,
+	p := &udPair{route: r.Name, stats: st, limit: &ur.limit, log: log, client: c, target: out, requester: client.Addr(), svc: svc,
 		started: time.Now(), idle: g.udIdle}
 	g.mu.Lock()
 	if g.closing {
@@ -563,6 +593,18 @@ func (g *Gateway) UDStats(route string) *UDStatsSnapshot {
 		}
 	}
 	return &s
+}
+
+// udRate is a UD route's rate limit in force (the zero Rate: none, or no
+// such route).
+func (g *Gateway) udRate(route string) config.Rate {
+	g.mu.Lock()
+	ur := g.udRoutes[route]
+	g.mu.Unlock()
+	if ur == nil {
+		return config.Rate{}
+	}
+	return ur.limit.rate()
 }
 
 // udClients returns the UD clients running now, and how many per route.

@@ -35,6 +35,8 @@ type UserspaceEndpoint struct {
 	disconnect func() error
 	peerGone   func() bool        // reports a peer's disconnect (roce/cm)
 	abandon    context.CancelFunc // the QP left RTS (Abandon)
+	abandoned  context.Context
+	ctx        context.Context
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
@@ -80,11 +82,8 @@ func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
 		return nil, fmt.Errorf("bridge: userspace endpoint: %w", err)
 	}
 	e.qp = qp
-	ctx, cancel := context.WithCancel(context.Background())
-	abandoned, abandon := context.WithCancel(ctx)
-	e.cancel, e.abandon = cancel, abandon
-	e.wg.Add(1)
-	go e.routineCompletions(ctx, abandoned)
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.abandoned, e.abandon = context.WithCancel(e.ctx)
 	return e, nil
 }
 
@@ -99,13 +98,22 @@ func (e *UserspaceEndpoint) SetDisconnect(f func() error) {
 	e.mu.Unlock()
 }
 
-// Start implements Endpoint.
+// Start implements Endpoint. The completions of ops posted before it (a
+// session posts on one endpoint as soon as the other started) wait in
+// the send CQ until it: they reach h. h takes them even when Start
+// fails, so that what was posted still completes through it.
 func (e *UserspaceEndpoint) Start(h Handler) error {
-	if s := e.qp.State(); s != transport.StateRTS {
-		return fmt.Errorf("bridge: userspace endpoint QP %#x is in %v, not RTS", e.qp.QPN(), s)
-	}
 	if !e.h.CompareAndSwap(nil, &h) {
 		return errors.New("bridge: userspace endpoint started twice")
+	}
+	e.mu.Lock()
+	if !e.closed {
+		e.wg.Add(1)
+		go e.routineCompletions(e.ctx, e.abandoned)
+	}
+	e.mu.Unlock()
+	if s := e.qp.State(); s != transport.StateRTS {
+		return fmt.Errorf("bridge: userspace endpoint QP %#x is in %v, not RTS", e.qp.QPN(), s)
 	}
 	return nil
 }

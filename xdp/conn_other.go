@@ -74,6 +74,9 @@ func (g *GroupConn) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
 // ReadBatch implements roce.PacketConn.
 func (g *GroupConn) ReadBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
 
+// TryReadBatch returns roce.ErrConnClosed: no AF_XDP off Linux.
+func (g *GroupConn) TryReadBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
 // WriteBatch implements roce.PacketConn.
 func (g *GroupConn) WriteBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
 

@@ -21,8 +21,9 @@
 // (Counters.Unjoined). Conn.JoinGroup holds the group's membership in the
 // kernel (IGMP/MLD on the interface), adds the group to the classifier and
 // returns a GroupConn that the group's datagrams arrive on, for the
-// transport's Device.AttachMulticast; a Conn sends to a group's Ethernet
-// multicast address.
+// transport's Device.AttachMulticast (or, read without waiting with
+// TryReadBatch, Device.AttachMulticastPolled); a Conn sends to a group's
+// Ethernet multicast address.
 //
 //	prog, err := xdp.Load(xdp.Options{})            // needs root
 //	mode, err := prog.Attach(ifindex)               // native, else generic; logged

@@ -169,6 +169,21 @@ func (g *GroupConn) LocalAddr() netip.AddrPort { return netip.AddrPortFrom(g.gro
 // datagram, then takes what else is queued, up to len(msgs). A datagram
 // longer than its message's buffer is dropped (ConnStats.TooLong).
 func (g *GroupConn) ReadBatch(msgs []roce.Message) (int, error) {
+	return g.read(msgs, true)
+}
+
+// TryReadBatch takes what the group's queue holds now, up to len(msgs),
+// without waiting: 0 and no error when it holds nothing. It is what
+// transport.Device.AttachMulticastPolled reads a busy-polled group with
+// (transport.TryReader). The queue is filled by whatever reads the Conn
+// (the transport's device, all the time), so a poller spins on the queue,
+// not on the AF_XDP socket's receive ring.
+func (g *GroupConn) TryReadBatch(msgs []roce.Message) (int, error) {
+	return g.read(msgs, false)
+}
+
+// read takes queued datagrams into msgs; with wait it first waits for one.
+func (g *GroupConn) read(msgs []roce.Message, wait bool) (int, error) {
 	select {
 	case <-g.done:
 		return 0, roce.ErrConnClosed
@@ -177,7 +192,7 @@ func (g *GroupConn) ReadBatch(msgs []roce.Message) (int, error) {
 	n := 0
 	for n < len(msgs) {
 		var p groupPacket
-		if n == 0 {
+		if n == 0 && wait {
 			select {
 			case <-g.done:
 				return 0, roce.ErrConnClosed

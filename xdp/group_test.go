@@ -331,3 +331,93 @@ func capturedMAC(t *testing.T, fd int, ethType uint16, src, dst netip.Addr) mcas
 		return mcast.MAC(buf[:6])
 	}
 }
+
+// TestGroupPolledOverAFXDP: a group's conn from JoinGroup read without
+// waiting (TryReadBatch), as a busy-polled group reads it through
+// transport.Device.AttachMulticastPolled: nothing to read is 0 and no
+// error; what the peer sends to the group is in the queue once the Conn
+// (read by the device) took it, and each poll hands it to the QP; the
+// classifier's and the Conn's counters count exactly those datagrams;
+// once detached, a poll says the conn is closed.
+func TestGroupPolledOverAFXDP(t *testing.T) {
+	a := &side{}
+	nsA, nsB := newNetns(t, nsName("gpa")), newNetns(t, nsName("gpb"))
+	ifA, ifB := vethPair(t, nsA, nsB, "10.99.0.1/24", "10.99.0.2/24", "02:00:00:00:99:0a", "02:00:00:00:99:0b")
+	local, peer, group := netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("239.1.1.7")
+	a.ns, a.ifc, a.addr, a.qpn = nsA, ifA, netip.AddrPortFrom(local, roce.Port), 0x11
+	a.start(t, 0, xdp.BindAuto, xdp.Options{})
+	peerAddr := netip.AddrPortFrom(peer, roce.Port)
+
+	ea := newUDEnd(t, a.conn, 0)
+	var joined *xdp.GroupConn
+	open := func() (roce.PacketConn, error) {
+		var err error
+		a.ns.do(func() { joined, err = a.conn.JoinGroup(group) })
+		return joined, err
+	}
+	poller, err := ea.dev.AttachMulticastPolled(ea.qp, group, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := poller.Poll(); k != 0 || err != nil {
+		t.Errorf("a poll with nothing sent: %d, %v; want 0 and no error", k, err)
+	}
+	if k, err := joined.TryReadBatch(make([]roce.Message, 4)); k != 0 || err != nil {
+		t.Errorf("TryReadBatch with nothing sent: %d, %v; want 0 and no error", k, err)
+	}
+
+	var pconn, member *udpconn.Conn
+	nsB.do(func() {
+		var ifi *net.Interface
+		if ifi, err = net.InterfaceByName(ifB); err != nil {
+			return
+		}
+		if pconn, err = udpconn.Listen(udpconn.Options{Addr: peerAddr}); err != nil {
+			return
+		}
+		member, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb := newUDEnd(t, pconn, 1)
+	if err := eb.dev.AttachMulticast(eb.qp, group, func() (roce.PacketConn, error) { return member, nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 16
+	toA := func(i int) []byte { return fmt.Appendf(nil, "polled %d", i) }
+	for i := range n {
+		eb.send(t, group, toA(i))
+	}
+	polls, read := 0, 0
+	for deadline := time.Now().Add(testTimeout); read < n && time.Now().Before(deadline); polls++ {
+		k, err := poller.Poll()
+		if err != nil {
+			t.Fatalf("poll after %d of %d datagrams: %v", read, n, err)
+		}
+		read += k
+	}
+	t.Logf("%d datagrams in %d polls", read, polls)
+	// Poll delivered them: the completions are in the CQ already.
+	ea.recv(t, "polled AF_XDP QP", n, peer, eb.qp.QPN(), toA)
+	if k, err := poller.Poll(); k != 0 || err != nil {
+		t.Errorf("a poll after all %d were read: %d, %v; want 0 and no error", n, k, err)
+	}
+	if gc, err := a.prog.GroupCounters(group); err != nil || gc.Packets != n {
+		t.Errorf("classifier: %+v, %v; want %d datagrams to %v", gc, err, n, group)
+	}
+	if st, err := a.conn.Stats(); err != nil || st.GroupReceived != n || st.GroupOverflow != 0 || st.TooLong != 0 {
+		t.Errorf("conn stats %+v, %v; want %d group datagrams received, none over the queue or too long", st, err, n)
+	}
+
+	if err := ea.dev.DetachMulticast(ea.qp, group); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := poller.Poll(); !errors.Is(err, roce.ErrConnClosed) {
+		t.Errorf("a poll after the detach: %v, want ErrConnClosed", err)
+	}
+	if _, err := joined.TryReadBatch(make([]roce.Message, 1)); !errors.Is(err, roce.ErrConnClosed) {
+		t.Errorf("TryReadBatch of the group's closed conn: %v, want ErrConnClosed", err)
+	}
+}

@@ -37,6 +37,7 @@
 //	    ud: true                                      # optional, default false: datagrams, not connections
 //	    listen: {leg: roce, addr: "198.18.1.3:7174"}
 //	    target: {leg: ib, addr: "198.18.3.2:7174"}
+//	    rate: {packets: 5000}                         # optional, UD routes only: as a group's, per direction, all clients together
 //	  - name: far-storage                             # a target behind another gateway
 //	    listen: {leg: roce, addr: "198.18.1.3:4421"}
 //	    target: {leg: gw-b, addr: "198.18.9.2:4420"}  # gw-b's route listening on leg gw-a for this address
@@ -68,19 +69,27 @@
 // or resent, and what cannot cross (longer than the far leg's MTU, no
 // buffer) is dropped and counted. UD routes are on userspace and verbs
 // legs; their listen address may share a port with an RC route's (the
-// port spaces differ), not with another UD route's.
+// port spaces differ), not with another UD route's. A UD route may have a
+// rate limit (rate:, as a group's): per direction, shared by all the
+// route's clients, so that it bounds what reaches the target (and the
+// clients) whatever their number; an RC route may not (its transport's
+// flow control paces it, and a reliable connection cannot drop).
 //
 // A group's rate limit applies to each direction on its own: a token
 // bucket for datagrams and one for bytes, as given; a datagram that finds
 // either short is dropped (UD: nothing is resent) and counted under cause
 // "rate". A reload may change a group's rate (the running group takes the
-// new one at once); any other change to the groups is refused.
+// new one at once); any other change to the groups is refused. A UD
+// route's rate changes so too: a reload that changes only its rate leaves
+// the route and its clients running under the new limit.
 //
 // A group's busy_poll trades a CPU per direction for latency: each of its
 // receive loops runs on an OS thread of its own that polls, never sleeps
 // and never yields: a verbs leg's HCA completion queue (no completion
-// channel), or a userspace leg's group socket (non-blocking recvmmsg,
-// SO_BUSY_POLL) and its QP's completion queue, in one loop. It keeps that
+// channel), or a userspace leg's group socket (io: udp: non-blocking
+// recvmmsg, SO_BUSY_POLL) or group queue (io: afxdp: the datagrams the
+// leg's AF_XDP socket received for the group) and its QP's completion
+// queue, in one loop. It keeps that
 // CPU busy while the gateway runs, traffic or not, so the process needs
 // more CPUs (GOMAXPROCS) than it has busy-poll loops; busy_poll_cpus pins
 // the loops to CPUs kept for them. It is a group's setting, not a leg's:
@@ -261,9 +270,15 @@ type Route struct {
 	// UD makes the route one of rdma_cm's UDP port space (SIDR and
 	// datagrams) instead of its TCP one (RC connections).
 	UD bool `yaml:"ud"`
+	// Rate (UD routes only) limits the datagrams the route relays, in
+	// each direction on its own, across all its clients together; the
+	// zero Rate has no limit.
+	Rate Rate `yaml:"rate"`
 
-	line int
-	errs []lineError
+	line     int
+	errs     []lineError
+	rateLine int         // where rate: is (0: not given)
+	rateErrs []lineError // named with the route in validate
 }
 
 // Line is where the leg is defined in its file.
@@ -491,8 +506,12 @@ func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
 // UnmarshalYAML decodes a route from its node.
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	r.line = n.Line
-	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback", "ud")
+	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback", "ud", "rate")
 	scalar(vals, "name", "route", &r.Name, &errs)
+	if v := vals["rate"]; v != nil {
+		r.rateLine = v.Line
+		r.rateErrs = decodeRate(v, &r.Rate)
+	}
 	if v := vals["ud"]; v != nil {
 		if err := v.Decode(&r.UD); err != nil {
 			errs = append(errs, lineError{v.Line, fmt.Sprintf("route: ud %q: want true or false", v.Value)})
@@ -631,6 +650,12 @@ func (c *Config) validate() Errors {
 		keep(r.Listen.errs)
 		keep(r.Target.errs)
 		keep(r.Fallback.errs)
+		for _, e := range r.rateErrs {
+			bad(e.line, "route %q: %s", r.Name, e.msg)
+		}
+		if r.rateLine != 0 && !r.UD {
+			bad(r.rateLine, "route %q: rate: a rate limit is for UD routes (ud: true); an RC route's pace is its transport's flow control, which drops nothing", r.Name)
+		}
 		switch {
 		case r.Name == "":
 			bad(r.line, "route without a name")
@@ -787,8 +812,9 @@ type Group struct {
 	// until a completion wakes it, on an OS thread of its own that it
 	// never yields: on a verbs leg it polls the HCA's CQ (which then has
 	// no completion channel); on a userspace leg it reads the group's
-	// socket without waiting (SO_BUSY_POLL set) and polls the QP's CQ, in
-	// the one loop. The lowest latency, for a CPU kept busy by each loop
+	// socket (io: udp; SO_BUSY_POLL set) or, on AF_XDP, the group's queue
+	// that the leg's socket fills, without waiting, and polls the QP's
+	// CQ, in the one loop. The lowest latency, for a CPU kept busy by each loop
 	// while the gateway runs, traffic or not.
 	BusyPoll bool `yaml:"busy_poll"`
 	// BusyPollCPUs (with BusyPoll) pins the receive loops' threads to
@@ -816,8 +842,9 @@ type Group struct {
 	rateErrs []lineError // named with the group in validateGroups
 }
 
-// Rate is a limit on a group's datagrams, per direction: a token bucket
-// of each kind given, refilled at the rate and holding at most its burst.
+// Rate is a limit on a group's or a UD route's datagrams, per direction:
+// a token bucket of each kind given, refilled at the rate and holding at
+// most its burst.
 // A datagram crosses only when both buckets hold enough for it; else it is
 // dropped (UD: nothing is resent) and counted. Zero fields have no limit.
 type Rate struct {
@@ -837,8 +864,24 @@ type Rate struct {
 // Limited reports whether r limits anything.
 func (r Rate) Limited() bool { return r.Packets > 0 || r.Bytes > 0 }
 
-// MaxDatagram is the longest datagram a group relays (the largest IB
-// MTU): a byte burst below it would let no such datagram cross.
+// String describes the limit, each way: "10 datagrams/s (burst 2), 1000000
+// bytes/s (burst 100000)", or "none".
+func (r Rate) String() string {
+	if !r.Limited() {
+		return "none"
+	}
+	var s []string
+	if r.Packets > 0 {
+		s = append(s, fmt.Sprintf("%d datagrams/s (burst %d)", r.Packets, r.BurstPackets))
+	}
+	if r.Bytes > 0 {
+		s = append(s, fmt.Sprintf("%d bytes/s (burst %d)", r.Bytes, r.BurstBytes))
+	}
+	return strings.Join(s, ", ")
+}
+
+// MaxDatagram is the longest datagram a group or a UD route relays (the
+// largest IB MTU): a byte burst below it would let no such datagram cross.
 const MaxDatagram = 4096
 
 // byteSize parses a size in bytes with an optional unit.
@@ -878,12 +921,11 @@ func parseBytes(text string) (int64, error) {
 	return int64(v), nil
 }
 
-// decodeRate decodes a group's rate limit from its node; what is wrong is
-// kept for validateGroups, which names the group.
-func (g *Group) decodeRate(n *yaml.Node) {
-	what := "rate"
-	vals, errs := mapping(n, what, "packets", "burst_packets", "bytes", "burst_bytes")
-	r := &g.Rate
+// decodeRate decodes a rate limit (a group's or a UD route's) from its
+// node into r; what is wrong is returned for validate, which names the
+// group or the route.
+func decodeRate(n *yaml.Node, r *Rate) []lineError {
+	vals, errs := mapping(n, "rate", "packets", "burst_packets", "bytes", "burst_bytes")
 	for _, k := range []struct {
 		key   string
 		dst   *int64
@@ -932,7 +974,7 @@ func (g *Group) decodeRate(n *yaml.Node) {
 	if r.Bytes > 0 && r.BurstBytes == 0 {
 		r.BurstBytes = max(r.Bytes/10, MaxDatagram)
 	}
-	g.rateErrs = errs
+	return errs
 }
 
 // Line is where the group is defined in its file.
@@ -950,7 +992,7 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	}
 	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
 	if v := vals["rate"]; v != nil {
-		g.decodeRate(v)
+		g.rateErrs = decodeRate(v, &g.Rate)
 	}
 	scalar(vals, "busy_poll", "group", &g.BusyPoll, &errs)
 	if v := vals["busy_poll_cpus"]; v != nil {
@@ -1043,8 +1085,6 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 				bad(g.line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
 				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
-			case g.BusyPoll && l.Kind == KindUserspace && l.IO != IOUDP:
-				bad(g.line, "group %q: busy_poll: %s leg %q is on AF_XDP; a group is busy-polled on io: udp and verbs legs only", g.Name, side.key, side.leg)
 			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
 				bad(g.line, "group %q: mgid ipoib: ib leg %q is a %s leg; the IPoIB form is joined on a verbs leg's InfiniBand port", g.Name, side.leg, l.Kind)
 			}

@@ -71,22 +71,30 @@ func TestParseGood(t *testing.T) {
 }
 
 // TestParseUD: a UD route may listen where an RC route does (another port
-// space); ud is false unless given.
+// space) and have a rate limit, decoded as a group's; ud is false and
+// rate none unless given.
 func TestParseUD(t *testing.T) {
 	c, err := config.Parse("gw.yaml", []byte(good+`  - name: lookup
     ud: true
     listen: {leg: ib, addr: "198.18.3.1:4420"}
     target: {leg: roce, addr: "198.18.1.2:7174"}
+    rate: {packets: 5000, bytes: 10MiB}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []bool
+	var rates []config.Rate
 	for _, r := range c.Routes {
 		got = append(got, r.UD)
+		rates = append(rates, r.Rate)
 	}
 	if d := cmp.Diff([]bool{false, false, true}, got); d != "" {
 		t.Errorf("routes' ud (-want +got):\n%s", d)
+	}
+	want := []config.Rate{{}, {}, {Packets: 5000, BurstPackets: 500, Bytes: 10 << 20, BurstBytes: 10 << 20 / 10}}
+	if d := cmp.Diff(want, rates); d != "" {
+		t.Errorf("routes' rate (-want +got):\n%s", d)
 	}
 }
 
@@ -180,7 +188,8 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-// TestParseBusyPoll: a group's busy_poll and its CPUs; off by default.
+// TestParseBusyPoll: a group's busy_poll and its CPUs, on io: udp and
+// AF_XDP legs; off by default.
 func TestParseBusyPoll(t *testing.T) {
 	c, err := config.Parse("gw.yaml", []byte(groupFile("", "    busy_poll: true\n    busy_poll_cpus: [2, 3]\n")))
 	if err != nil {
@@ -188,6 +197,11 @@ func TestParseBusyPoll(t *testing.T) {
 	}
 	if g := c.Groups[0]; !g.BusyPoll || !cmp.Equal(g.BusyPollCPUs, []int{2, 3}) {
 		t.Errorf("group: busy_poll %v, busy_poll_cpus %v; want true, [2 3]", g.BusyPoll, g.BusyPollCPUs)
+	}
+	// On an AF_XDP leg too (the default io), as on io: udp.
+	afxdp := strings.Replace(groupFile("", "    busy_poll: true\n"), ", io: udp}", "}", 1)
+	if c, err := config.Parse("gw.yaml", []byte(afxdp)); err != nil || !c.Groups[0].BusyPoll || c.Legs[1].IO != config.IOAFXDP {
+		t.Errorf("a busy-polled group on an AF_XDP leg: %v; want it parsed (the file:\n%s)", err, numbered(afxdp))
 	}
 	c, err = config.Parse("gw.yaml", []byte(groupFile("", "")))
 	if err != nil {
@@ -336,8 +350,6 @@ func TestParseBad(t *testing.T) {
 		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
 		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
 			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
-		{"group busy-polled on afxdp", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, busy_poll: true}\n",
-			[]string{`group "g": busy_poll: roce leg "roce" is on AF_XDP`}},
 		{"group bad mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ib}\n", []string{`group "g": mgid "ib": want rdma_cm or ipoib`}},
 		{"group peer not an address", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [gw2]}\n", []string{`gw.yaml:15: group: peers "gw2": not an IP address`}},
 		{"group peers not a list", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: 198.18.1.9}\n", []string{`gw.yaml:15: group: peers: want a list of addresses`}},
@@ -346,6 +358,12 @@ func TestParseBad(t *testing.T) {
 		{"group peer is the gateway's own", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [198.18.3.1]}\n", []string{`gw.yaml:15: group "g": peer 198.18.3.1 is leg "ib"'s own address`}},
 		{"group leg missing", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib9}\n", []string{`group "g": ib leg "ib9" does not exist`}},
 		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route: ud "yes please": want true or false`}},
+		{"rate on an RC route", base(ib+roce, ok+"    rate: {packets: 10}\n"),
+			[]string{`gw.yaml:13: route "r": rate: a rate limit is for UD routes (ud: true); an RC route's pace is its transport's flow control`}},
+		{"bad rate on a UD route", base(ib+roce, ok+"    ud: true\n    rate:\n      packets: 0\n"),
+			[]string{`gw.yaml:15: route "r": rate: packets 0: nothing would cross`}},
+		{"UD route rate unknown key", base(ib+roce, ok+"    ud: true\n    rate: {pps: 3}\n"),
+			[]string{`gw.yaml:14: route "r": rate: unknown key "pps" (known: packets, burst_packets, bytes, burst_bytes)`}},
 		{"two ud routes on one listen", base(ib+roce, ok+"    ud: true\n"+strings.Replace(ok, "name: r", "name: s", 1)+"    ud: true\n"),
 			[]string{`gw.yaml:15: route "s": listen addr 198.18.3.1:1 is route "r"'s already`}},
 		{"ud route on a quic leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n",

@@ -172,39 +172,62 @@ groups:
 	}
 }
 
-// TestGuestRunMckeyBusyPoll: a group with busy_poll relays from the IB
-// fabric (its verbs side's receive loop polling rxe2's CQ, which has no
-// completion channel, on a thread of its own) to the RoCE side what
-// unmodified mckey sends, every datagram; /status names the loop
-// busy-polled. One loop: the guest has two CPUs.
+// TestGuestRunMckeyBusyPoll: a group with busy_poll relays what
+// unmodified mckey sends, every datagram, with /status naming the loop
+// busy-polled: from the IB fabric to the RoCE side, its verbs side's
+// receive loop polling rxe2's CQ (which has no completion channel) on a
+// thread of its own; and from the RoCE side to the IB fabric with the
+// userspace leg on AF_XDP, its receive loop polling the group's queue
+// that the leg's AF_XDP socket fills (the classifier redirecting exactly
+// mckey's datagrams). One loop each: the guest has two CPUs.
 func TestGuestRunMckeyBusyPoll(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	for _, tc := range []struct {
+		name, io, direction string
+		dir                 int // the group's direction in its counters
+	}{
+		{"verbs", "udp", "ib_to_roce", 1},
+		{"afxdp", "afxdp", "roce_to_ib", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 legs:
-  - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
+  - {name: roce, kind: userspace, interface: %s, ip: %v, io: %s, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
 groups:
-  - {name: busy, group: 239.192.7.4, roce: roce, ib: ib, direction: ib_to_roce, busy_poll: true}
-`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice))
-	const count, size = 10, 100
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	sout, rout, serr, rerr := mckeyPair(ctx, "239.192.7.4", ib.PeerIP.String(), ns.PeerIP.String(), count, size)
-	t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
-	if serr != nil || rerr != nil || !strings.Contains(rout, "data transfers complete") {
-		t.Fatalf("mckey through rbridge: sender %v, receiver %v", serr, rerr)
-	}
-	st := status(t, adminAddr(t, logs))
-	if len(st.Groups) != 1 {
-		t.Fatalf("groups in /status: %+v", st.Groups)
-	}
-	g := st.Groups[0]
-	t.Logf("group busy: %+v, IB side %s", g.Stats, g.IBSide)
-	if !strings.Contains(g.IBSide, "busy-polled") {
-		t.Errorf("the IB side %q: want it busy-polled", g.IBSide)
-	}
-	if g.Stats.Datagrams[1] != count || g.Stats.Bytes[1] != count*size {
-		t.Errorf("group busy's counters %+v: want %d datagrams of %d bytes to the RoCE side", g.Stats, count, size)
+  - {name: busy, group: 239.192.7.4, roce: roce, ib: ib, direction: %s, busy_poll: true}
+`, ns.Netdev, ns.IP, tc.io, ns.Name, ib.GatewayIP, ib.GatewayDevice, tc.direction))
+			const count, size = 10, 100
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			sender, receiver := ib.PeerIP.String(), ns.PeerIP.String()
+			if tc.dir == 0 {
+				sender, receiver = receiver, sender
+			}
+			sout, rout, serr, rerr := mckeyPair(ctx, "239.192.7.4", sender, receiver, count, size)
+			t.Logf("mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+			if serr != nil || rerr != nil || !strings.Contains(rout, "data transfers complete") {
+				t.Fatalf("mckey through rbridge: sender %v, receiver %v", serr, rerr)
+			}
+			st := status(t, adminAddr(t, logs))
+			if len(st.Groups) != 1 {
+				t.Fatalf("groups in /status: %+v", st.Groups)
+			}
+			g := st.Groups[0]
+			side := [2]string{g.RoCESide, g.IBSide}[tc.dir] // the side receiving
+			t.Logf("group busy: %+v, receiving side %s", g.Stats, side)
+			if !strings.Contains(side, "busy-polled") {
+				t.Errorf("the receiving side %q: want it busy-polled", side)
+			}
+			if g.Stats.Datagrams[tc.dir] != count || g.Stats.Bytes[tc.dir] != count*size {
+				t.Errorf("group busy's counters %+v: want %d datagrams of %d bytes %s", g.Stats, count, size, tc.direction)
+			}
+			if tc.io == "afxdp" {
+				if x := g.RoCESideXDP; x == nil || x.Packets != count {
+					t.Errorf("the classifier's count of the group %+v: want mckey's %d datagrams", x, count)
+				}
+			}
+		})
 	}
 }

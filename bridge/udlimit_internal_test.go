@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,10 +11,10 @@ import (
 	"github.com/rbridge/rbridge/bridge/config"
 )
 
-// TestGroupLimit: a direction's buckets, on a clock passed in: the burst
+// TestUDLimit: a direction's buckets, on a clock passed in: the burst
 // crosses at once, then the rate; a datagram that one bucket refuses
 // takes nothing from the other; each direction has buckets of its own.
-func TestGroupLimit(t *testing.T) {
+func TestUDLimit(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	type step struct {
 		at    time.Duration // after t0
@@ -46,7 +48,7 @@ func TestGroupLimit(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newGroupLimit(tc.rate)
+			l := newUDLimit(tc.rate)
 			if l == nil {
 				t.Fatal("no limit for a rate that limits")
 			}
@@ -60,55 +62,33 @@ func TestGroupLimit(t *testing.T) {
 			}
 		})
 	}
-	if l := newGroupLimit(config.Rate{}); l != nil {
+	if l := newUDLimit(config.Rate{}); l != nil {
 		t.Errorf("a rate without limits made buckets: %+v", l)
 	}
 }
 
-// TestGroupSpins: busy_poll_cpus go to the directions relayed, in order;
-// a CPU the process may not run on is refused.
-func TestGroupSpins(t *testing.T) {
-	allowed, err := allowedCPUs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cpu int
-	for c := range allowed {
-		cpu = c
-	}
-	for _, tc := range []struct {
-		name      string
-		direction string
-		busy      bool
-		cpus      []int
-		want      [2]spin
-	}{
-		{"off", config.DirectionBoth, false, nil, [2]spin{{cpu: -1}, {cpu: -1}}},
-		{"both unpinned", config.DirectionBoth, true, nil, [2]spin{{on: true, cpu: -1}, {on: true, cpu: -1}}},
-		{"both, one CPU", config.DirectionBoth, true, []int{cpu}, [2]spin{{on: true, cpu: cpu}, {on: true, cpu: -1}}},
-		{"ib_to_roce pinned", config.DirectionIBToRoCE, true, []int{cpu}, [2]spin{{cpu: -1}, {on: true, cpu: cpu}}},
-		{"roce_to_ib", config.DirectionRoCEToIB, true, nil, [2]spin{{on: true, cpu: -1}, {cpu: -1}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := &groupRun{cfg: &config.Group{Direction: tc.direction, BusyPoll: tc.busy, BusyPollCPUs: tc.cpus}}
-			got, err := groupSpins(r.cfg, r.relays)
-			if err != nil {
-				t.Fatal(err)
+// TestUDLimitShared: a UD route's clients take from one direction's
+// buckets at once; together they never get more than the burst, and
+// every datagram is either taken or refused.
+func TestUDLimitShared(t *testing.T) {
+	const takers, each, burst = 8, 200, 50
+	l := newUDLimit(config.Rate{Packets: 1, BurstPackets: burst, Bytes: 1, BurstBytes: burst * 100})
+	now := time.Unix(1_800_000_000, 0) // no refill: the buckets hold what they start with
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for range takers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if l.dirs[0].allow(now, 100) {
+					allowed.Add(1)
+				}
 			}
-			if got != tc.want {
-				t.Errorf("spins %+v, want %+v", got, tc.want)
-			}
-		})
+		}()
 	}
-	if len(allowed) == config.MaxCPU {
-		return // no CPU the process may not run on
-	}
-	notAllowed := config.MaxCPU - 1
-	for allowed[notAllowed] {
-		notAllowed--
-	}
-	gc := &config.Group{Direction: config.DirectionBoth, BusyPoll: true, BusyPollCPUs: []int{notAllowed}}
-	if _, err := groupSpins(gc, (&groupRun{cfg: gc}).relays); err == nil {
-		t.Errorf("busy_poll_cpus [%d], which the process may not run on: no error", notAllowed)
+	wg.Wait()
+	if got := allowed.Load(); got != burst {
+		t.Errorf("%d takers of %d datagrams each got %d through buckets of %d: want exactly the burst", takers, each, got, burst)
 	}
 }
