@@ -6,5 +6,8 @@
 // over a delayed and lossy link, between rxe devices the test adds, next to
 // the same tools straight across the same link (quic_test.go), and a route
 // that falls back through the peer gateway when its own path is cut
-// (fallback_test.go).
+// (fallback_test.go). BenchmarkGuestUDThroughVsDirect (ud_bench_test.go)
+// measures datagrams per second on kernel rxe UD QPs through rbridge run,
+// on a UD route and a group, next to the same traffic direct on each
+// fabric; it runs only when asked (GUEST_BENCH).
 package gateway

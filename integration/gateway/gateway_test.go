@@ -89,6 +89,13 @@ func startGatewayAt(t *testing.T, path, cfg string) (*syncBuffer, *os.Process) {
 // ip execs it); "" is the test's own namespace.
 func startGatewayIn(t *testing.T, netns, path, cfg string) (*syncBuffer, *os.Process) {
 	t.Helper()
+	return startRbridge(t, netns, path, cfg, "--log-level", "debug", "--trace-pool")
+}
+
+// startRbridge is startGatewayIn with rbridge run's flags after
+// --config (a benchmark's: no debug log, no pool trace).
+func startRbridge(t testing.TB, netns, path, cfg string, flags ...string) (*syncBuffer, *os.Process) {
+	t.Helper()
 	bin := guest.Rbridge(t)
 	command := func(args ...string) *exec.Cmd {
 		if netns == "" {
@@ -107,7 +114,7 @@ func startGatewayIn(t *testing.T, netns, path, cfg string) (*syncBuffer, *os.Pro
 		t.Fatalf("%s --check: %v\n%s", where, err, out)
 	}
 	out := &syncBuffer{}
-	cmd := command("run", "--config", path, "--log-level", "debug", "--trace-pool")
+	cmd := command(append([]string{"run", "--config", path}, flags...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -142,7 +149,7 @@ func startGatewayIn(t *testing.T, netns, path, cfg string) (*syncBuffer, *os.Pro
 }
 
 // waitListen waits until an rdma_cm listener of the named program exists.
-func waitListen(t *testing.T, comm string) {
+func waitListen(t testing.TB, comm string) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		out, _ := exec.Command("rdma", "resource", "show", "cm_id").CombinedOutput()

@@ -22,7 +22,7 @@ import (
 )
 
 // adminAddr is the admin server's address, from rbridge run's log.
-func adminAddr(t *testing.T, logs *syncBuffer) string {
+func adminAddr(t testing.TB, logs *syncBuffer) string {
 	t.Helper()
 	re := regexp.MustCompile(`msg="admin server listening" addr=(\S+)`)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -159,7 +159,7 @@ func sessionEnds(logs string, from int, route string) (ops, bytes []int) {
 	return ops, bytes
 }
 
-func status(t *testing.T, admin string) bridge.Status {
+func status(t testing.TB, admin string) bridge.Status {
 	t.Helper()
 	st, err := statusVia(http.DefaultClient, admin)
 	if err != nil {

@@ -98,7 +98,7 @@ func runUdaddy(t *testing.T, io string) {
 
 // udaddyPair runs the udaddy server, waits for it to listen, then the
 // client; both must exit 0 within a minute.
-func udaddyPair(t *testing.T, server, client []string) string {
+func udaddyPair(t testing.TB, server, client []string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
