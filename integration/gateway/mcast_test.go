@@ -279,3 +279,55 @@ groups:
 		t.Errorf("entry feeds %+v: want it querier on %s, the group joined once and left", j, ib.GatewayNetdev)
 	}
 }
+
+// TestGuestRunMckeyTooLong: a datagram longer than the far leg's MTU is
+// dropped and counted there, never truncated. The RoCE leg carries 512
+// bytes (its mtu key); unmodified mckey sends 800-byte datagrams from the
+// IB fabric (rxe3, MTU 1024) to a member on the RoCE side, which gets
+// none of them, while the group counts each as too long; then 400-byte
+// ones, which cross.
+func TestGuestRunMckeyTooLong(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+legs:
+  - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s, mtu: 512}
+  - {name: ib, kind: verbs, ip: %v, device: %s}
+groups:
+  - {name: small, group: 239.192.7.6, roce: roce, ib: ib, direction: ib_to_roce}
+`, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice))
+	admin := adminAddr(t, logs)
+	group := func() bridge.UDStatsSnapshot {
+		for _, g := range status(t, admin).Groups {
+			if g.Name == "small" {
+				return g.Stats
+			}
+		}
+		t.Fatal("no group small in /status")
+		return bridge.UDStatsSnapshot{}
+	}
+	const count = 5
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	sout, rout, serr, _ := mckeyPair(ctx, "239.192.7.6", ib.PeerIP.String(), ns.PeerIP.String(), count, 800)
+	cancel()
+	t.Logf("800 bytes: mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+	if serr != nil {
+		t.Fatalf("mckey sender: %v", serr)
+	}
+	if strings.Contains(rout, "data transfers complete") {
+		t.Error("the member on the RoCE side received 800-byte datagrams through a 512-byte leg")
+	}
+	if st := group(); st.DropTooLong[1] != count || st.Datagrams[1] != 0 {
+		t.Errorf("after %d datagrams of 800 bytes: too long %d, relayed %d; want %d and 0 (%+v)", count, st.DropTooLong[1], st.Datagrams[1], count, st)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sout, rout, serr, rerr := mckeyPair(ctx, "239.192.7.6", ib.PeerIP.String(), ns.PeerIP.String(), count, 400)
+	t.Logf("400 bytes: mckey sender:\n%s\nmckey receiver:\n%s", sout, rout)
+	if serr != nil || rerr != nil || !strings.Contains(rout, "data transfers complete") {
+		t.Fatalf("400-byte datagrams through the 512-byte leg: sender %v, receiver %v", serr, rerr)
+	}
+	if st := group(); st.Datagrams[1] != count || st.Bytes[1] != count*400 || st.DropTooLong[1] != count {
+		t.Errorf("after %d more of 400 bytes: relayed %d (%d bytes), too long %d; want %d (%d), %d", count, st.Datagrams[1], st.Bytes[1], st.DropTooLong[1], count, count*400, count)
+	}
+}
