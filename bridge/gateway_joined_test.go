@@ -52,24 +52,7 @@ func testGatewayJoined(t *testing.T, version int) {
 	_, err := exec.LookPath("ip")
 	needs.Check(t, "ip from iproute2", err)
 	tag := fmt.Sprintf("%d%d", os.Getpid()%100000, version)
-	gwNS, peerNS := "rbj"+tag+"gw", "rbj"+tag+"pe"
-	gwIf, peerIf := "rbj"+tag+"g", "rbj"+tag+"p"
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	for _, ns := range []string{gwNS, peerNS} {
-		ip("netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	}
-	ip("-n", gwNS, "link", "add", gwIf, "type", "veth", "peer", "name", peerIf, "netns", peerNS)
-	for _, s := range []struct{ ns, ifc, addr string }{{gwNS, gwIf, "10.97.0.1/24"}, {peerNS, peerIf, "10.97.0.2/24"}} {
-		ip("-n", s.ns, "addr", "add", s.addr, "dev", s.ifc)
-		ip("-n", s.ns, "link", "set", s.ifc, "up")
-		ip("-n", s.ns, "link", "set", "lo", "up")
-	}
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "rbj"+tag, "10.97.0.1/24", "10.97.0.2/24")
 	if err := netns.Do(peerNS, func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/conf/"+peerIf+"/force_igmp_version", []byte(fmt.Sprint(version)), 0)
 	}); err != nil {

@@ -48,24 +48,7 @@ func testGatewayGroupAFXDP(t *testing.T, keys string, both bool) {
 	_, err := exec.LookPath("ip")
 	testneeds.Check(t, "ip from iproute2", err)
 	tag := fmt.Sprint(os.Getpid() % 100000)
-	gwNS, peerNS := "rbg"+tag+"gw", "rbg"+tag+"pe"
-	gwIf, peerIf := "rbg"+tag+"g", "rbg"+tag+"p"
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	for _, ns := range []string{gwNS, peerNS} {
-		ip("netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	}
-	ip("-n", gwNS, "link", "add", gwIf, "type", "veth", "peer", "name", peerIf, "netns", peerNS)
-	for _, s := range []struct{ ns, ifc, addr string }{{gwNS, gwIf, "10.96.0.1/24"}, {peerNS, peerIf, "10.96.0.2/24"}} {
-		ip("-n", s.ns, "addr", "add", s.addr, "dev", s.ifc)
-		ip("-n", s.ns, "link", "set", s.ifc, "up")
-		ip("-n", s.ns, "link", "set", "lo", "up")
-	}
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "rbg"+tag, "10.96.0.1/24", "10.96.0.2/24")
 
 	y := strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
   - {name: a, kind: userspace, interface: GWIF, ip: 10.96.0.1, io: afxdp, netns: GWNS}

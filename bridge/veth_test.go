@@ -1,0 +1,33 @@
+package bridge_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// vethNamespaces makes two network namespaces, <name>gw and <name>pe,
+// joined by a veth whose ends (<name>g, <name>p) hold gwAddr and peerAddr
+// (prefixes, as "10.96.0.1/24"), every link up, loopback too. They are
+// deleted when the test ends. The caller checks for root and ip first.
+func vethNamespaces(t *testing.T, name, gwAddr, peerAddr string) (gwNS, peerNS, gwIf, peerIf string) {
+	t.Helper()
+	gwNS, peerNS, gwIf, peerIf = name+"gw", name+"pe", name+"g", name+"p"
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range []string{gwNS, peerNS} {
+		ip("netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	ip("-n", gwNS, "link", "add", gwIf, "type", "veth", "peer", "name", peerIf, "netns", peerNS)
+	for _, s := range []struct{ ns, ifc, addr string }{{gwNS, gwIf, gwAddr}, {peerNS, peerIf, peerAddr}} {
+		ip("-n", s.ns, "addr", "add", s.addr, "dev", s.ifc)
+		ip("-n", s.ns, "link", "set", s.ifc, "up")
+		ip("-n", s.ns, "link", "set", "lo", "up")
+	}
+	return gwNS, peerNS, gwIf, peerIf
+}
