@@ -61,6 +61,9 @@ type Gateway struct {
 	closed    bool                 // Close ended
 	reloading bool                 // a Reload runs
 	stopped   map[string]error     // routes whose accept loop ended on its own, and why
+	// halted are the groups (and joined_on entries) whose relay or
+	// discovery ended on its own, and why: Health names them.
+	halted map[string]error
 	routes    map[string]*routeRun // the routes accepting, by name
 	timeout   time.Duration        // ConnectTimeout
 	stall     time.Duration        // StallAfter
@@ -227,7 +230,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
+		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{}}
@@ -483,6 +486,9 @@ func (g *Gateway) Health() error {
 	}
 	for name, err := range g.stopped {
 		errs = append(errs, fmt.Errorf("bridge: gateway: route %q stopped accepting: %w", name, err))
+	}
+	for name, err := range g.halted {
+		errs = append(errs, fmt.Errorf("bridge: gateway: group %q stopped: %w", name, err))
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"os"
@@ -118,5 +119,43 @@ func TestHealthReceiveLoop(t *testing.T) {
 				t.Errorf("a stuck receive loop: Health %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// failingPort is a UD port whose receive fails at once.
+type failingPort struct{ err error }
+
+func (p failingPort) qpn() uint32                                                   { return 1 }
+func (p failingPort) mtu() int                                                      { return 1024 }
+func (p failingPort) recv(context.Context) (*udDatagram, error)                     { return nil, p.err }
+func (p failingPort) send(context.Context, *udDatagram, udDest, uint32, bool) error { return nil }
+func (p failingPort) noReceive() uint64                                             { return 0 }
+func (p failingPort) describe() string                                              { return "a failing port" }
+func (p failingPort) close() error                                                  { return nil }
+
+// TestHealthGroupStopped: a group whose relay ends on its own (its QP's
+// receive failed) makes Health fail, naming it and why; one stopped by
+// the gateway (its context ended) does not.
+func TestHealthGroupStopped(t *testing.T) {
+	newGateway := func() *Gateway {
+		return &Gateway{legs: map[string]leg{}, sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{},
+			halted: map[string]error{}, log: testlog.New(t, "multicast group stopped relaying")}
+	}
+	run := func(g *Gateway, ctx context.Context) {
+		r := &groupRun{cfg: &config.Group{Name: "ticks", Direction: config.DirectionRoCEToIB}, stats: &UDStats{},
+			ports: [2]udPort{failingPort{errors.New("the CQ overflowed")}, failingPort{}}}
+		r.routineRelay(ctx, g, 0)
+	}
+	g := newGateway()
+	run(g, context.Background())
+	if err := g.Health(); err == nil || !strings.Contains(err.Error(), `group "ticks" stopped: relaying roce_to_ib: the CQ overflowed`) {
+		t.Errorf("Health after the group's receive failed: %v", err)
+	}
+	g = newGateway()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	run(g, ctx)
+	if err := g.Health(); err != nil {
+		t.Errorf("Health after the gateway stopped the group: %v", err)
 	}
 }

@@ -212,6 +212,9 @@ func (j *joinedRun) routineReadIGMP(g *Gateway, pkts chan<- igmp.Packet) {
 		if err != nil {
 			if g.ctx.Err() == nil {
 				g.log.Error("multicast group discovery stopped: the IGMP socket failed", "group", j.cfg.Name, "interface", j.ifname, "err", err)
+				g.mu.Lock()
+				g.halted[j.cfg.Name] = fmt.Errorf("finding members on %s: %w", j.ifname, err)
+				g.mu.Unlock()
 			}
 			return
 		}
@@ -352,6 +355,7 @@ func (j *joinedRun) drop(g *Gateway, group netip.Addr, why string) {
 	}
 	g.mu.Lock()
 	delete(g.groups, r.cfg.Name)
+	delete(g.halted, r.cfg.Name) // a group found is gone with its members
 	g.mu.Unlock()
 	r.stop()
 	st := r.stats.Snapshot()

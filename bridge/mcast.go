@@ -198,6 +198,9 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 		if err != nil {
 			if ctx.Err() == nil {
 				g.log.Error("multicast group stopped relaying", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
+				g.mu.Lock()
+				g.halted[r.cfg.Name] = fmt.Errorf("relaying %s: %w", groupDirs[dir], err)
+				g.mu.Unlock()
 			}
 			return
 		}
