@@ -57,16 +57,16 @@ type Gateway struct {
 
 	mu        sync.Mutex // guards the fields below
 	sessions  map[*Session]*sessionInfo
-	closing   bool                 // Close began: draining
-	closed    bool                 // Close ended
-	reloading bool                 // a Reload runs
-	stopped   map[string]error     // routes whose accept loop ended on its own, and why
+	closing   bool             // Close began: draining
+	closed    bool             // Close ended
+	reloading bool             // a Reload runs
+	stopped   map[string]error // routes whose accept loop ended on its own, and why
 	// halted are the groups (and joined_on entries) whose relay or
 	// discovery ended on its own, and why: Health names them.
-	halted map[string]error
-	routes    map[string]*routeRun // the routes accepting, by name
-	timeout   time.Duration        // ConnectTimeout
-	stall     time.Duration        // StallAfter
+	halted  map[string]error
+	routes  map[string]*routeRun // the routes accepting, by name
+	timeout time.Duration        // ConnectTimeout
+	stall   time.Duration        // StallAfter
 	// ended sums, per route, the counters of its sessions that ended (a
 	// session's own are added in when it leaves sessions, so a route's
 	// totals never go back); routeStats counts each route's connections.
