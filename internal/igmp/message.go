@@ -98,12 +98,6 @@ const (
 	qFlags     = 8
 	qQQIC      = 9
 	qSources   = 10
-
-	// recordLen is an IGMPv3 group record's fixed part:
-	// Record Type (8) | Aux Data Len (8) | Number of Sources (16) |
-	// Multicast Address (32), then the sources and the auxiliary data
-	// (Aux Data Len 32-bit words).
-	recordLen = 8
 )
 
 // IsValid reports whether h holds a Header.
@@ -224,19 +218,9 @@ func Parse(b []byte) (Message, int, error) {
 		m.Group = h.Group()
 	case TypeReportV3:
 		m.Version = 3
-		nrec := int(binary.BigEndian.Uint16(b[hdrRecords:]))
-		for i := range nrec {
-			if len(b) < n+recordLen {
-				return Message{}, 0, fmt.Errorf("igmp: parse v3 report: record %d of %d at byte %d of %d: %w", i, nrec, n, len(b), ErrTruncated)
-			}
-			r := b[n:]
-			rec := Record{Type: RecordType(r[0]), Sources: int(binary.BigEndian.Uint16(r[2:])), Group: netip.AddrFrom4([4]byte(r[4:8]))}
-			size := recordLen + 4*rec.Sources + 4*int(r[1])
-			if len(b) < n+size {
-				return Message{}, 0, fmt.Errorf("igmp: parse v3 report: record %d of %d (%d sources, %d aux words) at byte %d of %d: %w", i, nrec, rec.Sources, r[1], n, len(b), ErrTruncated)
-			}
-			m.Records = append(m.Records, rec)
-			n += size
+		var err error
+		if m.Records, n, err = parseRecords(b, n, int(binary.BigEndian.Uint16(b[hdrRecords:])), 4, "igmp: parse v3 report"); err != nil {
+			return Message{}, 0, err
 		}
 	default:
 		return Message{}, 0, fmt.Errorf("igmp: parse type %#x: %w", uint8(m.Type), ErrType)
@@ -334,4 +318,33 @@ func AppendReportV3(b []byte, recs []Record) []byte {
 	h = Header(b[off:])
 	h.SetChecksum(Checksum(h))
 	return b
+}
+
+// parseRecords parses nrec group records from b at byte n. IGMPv3's and
+// MLDv2's share their layout: Record Type (8) | Aux Data Len (8) |
+// Number of Sources (16) | Multicast Address, then the sources and the
+// auxiliary data (Aux Data Len 32-bit words), an address being addrLen
+// bytes (4 or 16). It returns them and
+// where they end; what names the message in an error.
+func parseRecords(b []byte, n, nrec, addrLen int, what string) ([]Record, int, error) {
+	var recs []Record
+	for i := range nrec {
+		if len(b) < n+4+addrLen {
+			return nil, 0, fmt.Errorf("%s: record %d of %d at byte %d of %d: %w", what, i, nrec, n, len(b), ErrTruncated)
+		}
+		r := b[n:]
+		rec := Record{Type: RecordType(r[0]), Sources: int(binary.BigEndian.Uint16(r[2:]))}
+		if addrLen == 4 {
+			rec.Group = netip.AddrFrom4([4]byte(r[4:8]))
+		} else {
+			rec.Group = netip.AddrFrom16([16]byte(r[4:20]))
+		}
+		size := 4 + addrLen + addrLen*rec.Sources + 4*int(r[1])
+		if len(b) < n+size {
+			return nil, 0, fmt.Errorf("%s: record %d of %d (%d sources, %d aux words) at byte %d of %d: %w", what, i, nrec, rec.Sources, r[1], n, len(b), ErrTruncated)
+		}
+		recs = append(recs, rec)
+		n += size
+	}
+	return recs, n, nil
 }

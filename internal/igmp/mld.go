@@ -55,8 +55,7 @@ const (
 	mldFlags      = 24
 	mldQQIC       = 25
 	mldSources    = 26
-	mldRecords    = 6  // MLDv2 report: the number of records
-	mldRecordLen  = 20 // a record's fixed part
+	mldRecords    = 6 // MLDv2 report: the number of records
 )
 
 // ParseMLD parses the MLD message b (an ICMPv6 message whose checksum the
@@ -99,19 +98,9 @@ func ParseMLD(b []byte) (Message, int, error) {
 		}
 	case mldReportV2:
 		m.Type, m.Version, n = TypeReportV3, 2, 8
-		nrec := int(binary.BigEndian.Uint16(b[mldRecords:]))
-		for i := range nrec {
-			if len(b) < n+mldRecordLen {
-				return Message{}, 0, fmt.Errorf("mld: parse v2 report: record %d of %d at byte %d of %d: %w", i, nrec, n, len(b), ErrTruncated)
-			}
-			r := b[n:]
-			rec := Record{Type: RecordType(r[0]), Sources: int(binary.BigEndian.Uint16(r[2:])), Group: netip.AddrFrom16([16]byte(r[4:20]))}
-			size := mldRecordLen + 16*rec.Sources + 4*int(r[1])
-			if len(b) < n+size {
-				return Message{}, 0, fmt.Errorf("mld: parse v2 report: record %d of %d (%d sources, %d aux words) at byte %d of %d: %w", i, nrec, rec.Sources, r[1], n, len(b), ErrTruncated)
-			}
-			m.Records = append(m.Records, rec)
-			n += size
+		var err error
+		if m.Records, n, err = parseRecords(b, n, int(binary.BigEndian.Uint16(b[mldRecords:])), 16, "mld: parse v2 report"); err != nil {
+			return Message{}, 0, err
 		}
 	default:
 		return Message{}, 0, fmt.Errorf("mld: parse ICMPv6 type %d: %w", b[0], ErrType)
