@@ -312,22 +312,8 @@ func TestGatewayGroupRate(t *testing.T) {
 				}
 				return
 			}
-			bound := burst + limit*elapsed.Seconds() + 1
-			t.Logf("%d of %d crossed in %v under %d a second, burst %d: at most %.1f may", crossed, n, elapsed.Round(time.Millisecond), limit, burst, bound)
-			if float64(crossed) > bound {
-				t.Errorf("%d datagrams crossed in %v: more than the burst %d and %d a second allow (%.1f)", crossed, elapsed, burst, limit, bound)
-			}
-			if crossed < burst {
-				t.Errorf("%d datagrams crossed: fewer than the burst (%d) the full bucket lets through at once", crossed, burst)
-			}
-			if st.DropRate[0] == 0 {
-				t.Error("no datagram counted dropped for the rate")
-			}
-			m, _ := scrape(t, startAdmin(t, g))
-			name := `rbridge_group_dropped_total{cause="rate",direction="roce_to_ib",group="ticks"}`
-			if v, ok := m[name]; !ok || v != float64(st.DropRate[0]) {
-				t.Errorf("%s = %v (present %v), want %d", name, v, ok, st.DropRate[0])
-			}
+			t.Logf("%d of %d crossed in %v", crossed, n, elapsed.Round(time.Millisecond))
+			checkRate(t, g, crossed, burst, limit, elapsed, st.DropRate[0], `rbridge_group_dropped_total{cause="rate",direction="roce_to_ib",group="ticks"}`)
 			if s := g.Status(); len(s.Groups) != 1 || s.Groups[0].Rate == nil || s.Groups[0].Rate.Packets != limit {
 				t.Errorf("status groups %+v: want the rate limit shown", s.Groups)
 			}
@@ -510,5 +496,29 @@ func TestGatewayGroupPoolEmpty(t *testing.T) {
 	}
 	if free := g.Pool().Stats()[0].Free; free != bufs-64 {
 		t.Errorf("%d buffers free after, want %d: each drop reposts its buffer", free, bufs-64)
+	}
+}
+
+// checkRate checks what a rate limit of limit datagrams a second with a
+// burst of burst let cross in elapsed: at most the burst and what refilled
+// meanwhile (and one for the edges), at least the burst a full bucket lets
+// through at once; the drops counted (dropped), and the same on g's
+// /metrics as metric.
+func checkRate(t *testing.T, g *bridge.Gateway, crossed, burst, limit int, elapsed time.Duration, dropped uint64, metric string) {
+	t.Helper()
+	bound := float64(burst) + float64(limit)*elapsed.Seconds() + 1
+	t.Logf("under %d a second, burst %d: at most %.1f may cross in %v", limit, burst, bound, elapsed.Round(time.Millisecond))
+	if float64(crossed) > bound {
+		t.Errorf("%d datagrams crossed in %v: more than the burst %d and %d a second allow (%.1f)", crossed, elapsed, burst, limit, bound)
+	}
+	if crossed < burst {
+		t.Errorf("%d datagrams crossed: fewer than the burst (%d) the full bucket lets through at once", crossed, burst)
+	}
+	if dropped == 0 {
+		t.Error("no datagram counted dropped for the rate")
+	}
+	m, _ := scrape(t, startAdmin(t, g))
+	if v, ok := m[metric]; !ok || v != float64(dropped) {
+		t.Errorf("%s = %v (present %v), want %d", metric, v, ok, dropped)
 	}
 }

@@ -494,22 +494,7 @@ func TestGatewayUDRate(t *testing.T) {
 				}
 				return
 			}
-			bound := burst + limit*elapsed.Seconds() + 1
-			t.Logf("under %d a second, burst %d, for the route: at most %.1f may cross", limit, burst, bound)
-			if float64(crossed) > bound {
-				t.Errorf("%d datagrams crossed in %v: more than the burst %d and %d a second allow (%.1f)", crossed, elapsed, burst, limit, bound)
-			}
-			if crossed < burst {
-				t.Errorf("%d datagrams crossed: fewer than the burst (%d) the full bucket lets through at once", crossed, burst)
-			}
-			if st.DropRate[0] == 0 {
-				t.Error("no datagram counted dropped for the rate")
-			}
-			m, _ := scrape(t, startAdmin(t, g))
-			name := `rbridge_route_ud_dropped_total{cause="rate",direction="to_target",route="u"}`
-			if v, ok := m[name]; !ok || v != float64(st.DropRate[0]) {
-				t.Errorf("%s = %v (present %v), want %d", name, v, ok, st.DropRate[0])
-			}
+			checkRate(t, g, crossed, burst, limit, elapsed, st.DropRate[0], `rbridge_route_ud_dropped_total{cause="rate",direction="to_target",route="u"}`)
 			if s := routeStatus(t, g, "u"); s.UD.Rate == nil || *s.UD.Rate != (config.Rate{Packets: limit, BurstPackets: burst}) {
 				t.Errorf("status of route u: rate %+v, want the limit in force", s.UD.Rate)
 			}
