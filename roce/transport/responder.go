@@ -1,6 +1,9 @@
 package transport
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/rbridge/rbridge/roce"
 )
 
@@ -82,10 +85,9 @@ type unit struct {
 	status      Status    // Failed
 	ackReq      bool      // a packet in it asked for an ACK
 	msgs        uint32    // messages that end in it (MSN increments)
-	data        []byte    // READ: the bytes, held by lease
-	lease       Lease
-	orig        uint64 // atomic: the value before
-	readLen     uint32 // READ: bytes asked for
+	rr          *readResp // READ: its bytes as they complete, and its responses
+	orig        uint64    // atomic: the value before
+	readLen     uint32    // READ: bytes asked for
 }
 
 // units is a FIFO ring of units: the pending requests, in PSN order.
@@ -122,14 +124,68 @@ func (q *units) clear() {
 	q.head, q.n = 0, 0
 }
 
-// readResp is a READ being answered.
+// readResp is a READ being answered. Its bytes come from the Target in
+// parts (Completion.More), in order; its responses leave as far as the
+// parts reach, once it is in reads (at the frontier, or served again):
+//
+//	bytes:  | sent | parts[0] ... parts[len-1] |  not completed yet  |
+//	        0      off                         have                 total
+//
+// Every part but the last is a whole number of path MTUs, so a response
+// packet never spans two parts.
 type readResp struct {
-	data  []byte   // the bytes read
-	lease Lease    // released once the last response is sent
-	psn   roce.PSN // PSN of the first response
-	n     int      // responses in all
-	k     int      // next response to send
-	msn   uint32
+	parts  []readPart // completed and not all sent, oldest first
+	off    int        // where parts[0] starts in the READ
+	have   int        // bytes completed
+	total  int        // bytes asked for
+	psn    roce.PSN   // PSN of the first response
+	n      int        // responses in all
+	k      int        // next response to send
+	msn    uint32
+	queued bool // in reads
+}
+
+// readPart is a span of a READ's bytes, held until Lease is released.
+type readPart struct {
+	data  []byte
+	lease Lease
+}
+
+// add appends a completed part; it reports whether the part fits: more
+// parts must leave room, be non-empty and be a whole number of mtu, the
+// last one must end the READ.
+func (r *readResp) add(data []byte, lease Lease, more bool, mtu int) bool {
+	n := r.have + len(data)
+	switch {
+	case more && (len(data) == 0 || len(data)%mtu != 0 || n >= r.total),
+		!more && n != r.total:
+		return false
+	}
+	if len(data) > 0 || lease != nil {
+		r.parts = append(r.parts, readPart{data: data, lease: lease})
+	}
+	r.have = n
+	return true
+}
+
+// done says every byte has been completed.
+func (r *readResp) done() bool { return r.have == r.total }
+
+// releaseTo hands the parts' leases to the QP, which releases them once
+// the packets queued so far, which may point into them, are sent.
+func (r *readResp) releaseTo(qp *QP) {
+	for i, p := range r.parts {
+		if p.lease != nil {
+			qp.txLeases = append(qp.txLeases, p.lease)
+		}
+		r.parts[i] = readPart{}
+	}
+	r.parts = r.parts[:0]
+}
+
+// newReadResp starts the answer of a READ of n bytes at psn.
+func (qp *QP) newReadResp(psn roce.PSN, n uint32) *readResp {
+	return &readResp{psn: psn, total: int(n), n: max((int(n)+qp.mtu-1)/qp.mtu, 1)}
 }
 
 type atomicResult struct {
@@ -325,13 +381,24 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 	s.epsn = psn.Add(npk)
 	s.nakSent = false
 	u := unit{first: psn, last: psn.Add(npk - 1), kind: kind, state: reply.Result, status: reply.Status,
-		ackReq: p.BTH.AckReq(), data: reply.Data, lease: reply.Lease, orig: reply.Orig, readLen: r.Length}
+		ackReq: p.BTH.AckReq(), orig: reply.Orig, readLen: r.Length}
 	if last {
 		u.msgs = 1
 	}
-	if reply.Result == Done && kind == roce.KindReadRequest && len(u.data) != int(r.Length) {
-		qp.dev.log.Error("responder: target's READ data has the wrong length", "qp", qp.qpn, "psn", uint32(psn), "len", len(u.data), "want", r.Length)
-		u.state, u.status = Failed, StatusRemOpErr
+	switch {
+	case kind == roce.KindReadRequest:
+		u.rr = qp.newReadResp(psn, r.Length)
+		if reply.Result == Done && !u.rr.add(reply.Data, reply.Lease, false, qp.mtu) {
+			qp.dev.log.Error("responder: target's READ data has the wrong length", "qp", qp.qpn, "psn", uint32(psn), "len", len(reply.Data), "want", r.Length)
+			u.state, u.status = Failed, StatusRemOpErr
+			if reply.Lease != nil {
+				reply.Lease.Release()
+			}
+		} else if reply.Result != Done && reply.Lease != nil {
+			reply.Lease.Release()
+		}
+	case reply.Lease != nil:
+		reply.Lease.Release()
 	}
 	qp.addUnitLocked(u, reply.Result == Pending && reply.Join)
 	qp.advanceLocked()
@@ -367,29 +434,15 @@ func (qp *QP) addUnitLocked(u unit, join bool) {
 	s.pending.push(u)
 }
 
-// completeLocked records the completion of a pending request.
+// completeLocked records the completion of a pending request, or of the
+// next part of a READ's bytes (c.More).
 func (qp *QP) completeLocked(tok Token, c Completion) error {
 	s := &qp.resp
 	if tok.ext || tok.gen != s.gen || (qp.state != StateRTR && qp.state != StateRTS) {
 		return ErrStaleToken
 	}
 	if tok.dup {
-		for i, u := range s.replays {
-			if u.first == tok.psn {
-				s.replays = append(s.replays[:i], s.replays[i+1:]...)
-				if c.Status != StatusSuccess || len(c.Data) != int(u.readLen) {
-					// A READ served again that fails now: its original
-					// response was sent; the requester's timer asks again.
-					if c.Lease != nil {
-						c.Lease.Release()
-					}
-					return nil
-				}
-				qp.queueReadLocked(tok.psn, c.Data, c.Lease, s.msn)
-				return nil
-			}
-		}
-		return ErrStaleToken
+		return qp.completeReplayLocked(tok, c)
 	}
 	for i := range s.pending.n {
 		u := s.pending.at(i)
@@ -399,16 +452,40 @@ func (qp *QP) completeLocked(tok Token, c Completion) error {
 		if u.state != Pending {
 			return ErrStaleToken
 		}
+		if c.More && (u.kind != roce.KindReadRequest || c.Status != StatusSuccess) {
+			return fmt.Errorf("transport: QP %#x: a part of a %v completion for PSN %d: %w", qp.qpn, u.kind, uint32(u.first), ErrBadPart)
+		}
 		u.state, u.status = Done, c.Status
 		if c.Status != StatusSuccess {
 			u.state = Failed
 		}
 		switch u.kind {
 		case roce.KindReadRequest:
-			u.data, u.lease = c.Data, c.Lease
-			if u.state == Done && len(c.Data) != int(u.readLen) {
-				qp.dev.log.Error("responder: completed READ has the wrong length", "qp", qp.qpn, "psn", uint32(u.first), "len", len(c.Data), "want", u.readLen)
+			if u.state == Failed {
+				qp.dropReadLocked(u.rr)
+				if c.Lease != nil {
+					c.Lease.Release()
+				}
+				break
+			}
+			if !u.rr.add(c.Data, c.Lease, c.More, qp.mtu) {
+				qp.dev.log.Error("responder: completed READ has the wrong length", "qp", qp.qpn, "psn", uint32(u.first),
+					"part", len(c.Data), "have", u.rr.have, "want", u.readLen, "more", c.More)
 				u.state, u.status = Failed, StatusRemOpErr
+				qp.dropReadLocked(u.rr)
+				if c.Lease != nil {
+					c.Lease.Release()
+				}
+				break
+			}
+			if c.More {
+				u.state = Pending
+				if u.rr.queued {
+					qp.respondLocked()
+				} else if i == 0 {
+					qp.advanceLocked() // at the frontier: its responses start
+				}
+				return nil
 			}
 		case roce.KindAtomic:
 			u.orig = c.Orig
@@ -423,18 +500,83 @@ func (qp *QP) completeLocked(tok Token, c Completion) error {
 	return ErrStaleToken
 }
 
+// completeReplayLocked records the completion (or a part) of a READ served
+// again. Its responses start with its first part.
+func (qp *QP) completeReplayLocked(tok Token, c Completion) error {
+	s := &qp.resp
+	for i, u := range s.replays {
+		if u.first != tok.psn {
+			continue
+		}
+		if c.Status != StatusSuccess || !u.rr.add(c.Data, c.Lease, c.More, qp.mtu) {
+			// A READ served again that fails now: what was sent of it
+			// stands; the requester's timer asks again.
+			s.replays = append(s.replays[:i], s.replays[i+1:]...)
+			qp.dropReadLocked(u.rr)
+			if c.Lease != nil {
+				c.Lease.Release()
+			}
+			return nil
+		}
+		if c.More {
+			if !u.rr.queued {
+				u.rr.msn = s.msn
+				qp.queueReadLocked(u.rr)
+			} else {
+				qp.respondLocked()
+			}
+			return nil
+		}
+		s.replays = append(s.replays[:i], s.replays[i+1:]...)
+		if !u.rr.queued {
+			u.rr.msn = s.msn
+			qp.queueReadLocked(u.rr)
+		} else {
+			qp.respondLocked()
+		}
+		return nil
+	}
+	return ErrStaleToken
+}
+
+// dropReadLocked takes a READ's answer out of reads (if there) and hands
+// its leases back.
+func (qp *QP) dropReadLocked(r *readResp) {
+	s := &qp.resp
+	if r.queued {
+		for i, x := range s.reads {
+			if x == r {
+				s.reads = slices.Delete(s.reads, i, i+1)
+				break
+			}
+		}
+		r.queued = false
+	}
+	r.releaseTo(qp)
+}
+
 // advanceLocked moves the frontier over completed requests, sending their
-// responses, then the NAK that waited for the frontier, if any.
+// responses, then the NAK that waited for the frontier, if any. A READ at
+// the frontier whose bytes have begun to complete starts its responses
+// before it is done.
 func (qp *QP) advanceLocked() {
 	s := &qp.resp
-	for s.pending.n > 0 && s.pending.at(0).state != Pending {
+	for s.pending.n > 0 {
+		h := s.pending.at(0)
+		if h.state == Pending {
+			if h.kind == roce.KindReadRequest && !h.rr.queued && h.rr.have > 0 {
+				h.rr.msn = (s.msn + h.msgs) & roce.PSNMask
+				qp.queueReadLocked(h.rr)
+			}
+			break
+		}
 		u := s.pending.pop()
 		if u.kind == roce.KindReadRequest || u.kind == roce.KindAtomic {
 			s.rdAtomic--
 		}
 		if u.state == Failed {
-			if u.lease != nil {
-				u.lease.Release()
+			if u.rr != nil {
+				qp.dropReadLocked(u.rr)
 			}
 			qp.fatalNAKLocked(u.first, NAKCode(u.status))
 			return
@@ -442,7 +584,10 @@ func (qp *QP) advanceLocked() {
 		s.msn = (s.msn + u.msgs) & roce.PSNMask
 		switch u.kind {
 		case roce.KindReadRequest:
-			qp.queueReadLocked(u.first, u.data, u.lease, s.msn)
+			if !u.rr.queued {
+				u.rr.msn = s.msn
+				qp.queueReadLocked(u.rr)
+			}
 		case roce.KindAtomic:
 			s.atomics[s.atomicN%len(s.atomics)] = atomicResult{psn: u.first, orig: u.orig, valid: true}
 			s.atomicN++
@@ -544,11 +689,16 @@ func (qp *QP) serveReadAgainLocked(p *roce.Packet, psn, front roce.PSN) {
 	reply := qp.target.Request(&r)
 	switch {
 	case qp.state != StateRTR && qp.state != StateRTS:
-	case reply.Result == Done && len(reply.Data) == int(n):
-		qp.queueReadLocked(psn, reply.Data, reply.Lease, s.msn)
-		return
+	case reply.Result == Done:
+		rr := qp.newReadResp(psn, n)
+		if rr.add(reply.Data, reply.Lease, false, qp.mtu) {
+			rr.msn = s.msn
+			qp.queueReadLocked(rr)
+			return
+		}
 	case reply.Result == Pending:
-		s.replays = append(s.replays, unit{first: psn, last: psn.Add(npk - 1), kind: roce.KindReadRequest, state: Pending, readLen: n})
+		s.replays = append(s.replays, unit{first: psn, last: psn.Add(npk - 1), kind: roce.KindReadRequest, state: Pending, readLen: n,
+			rr: qp.newReadResp(psn, n)})
 		return
 	}
 	if reply.Lease != nil {
@@ -556,50 +706,72 @@ func (qp *QP) serveReadAgainLocked(p *roce.Packet, psn, front roce.PSN) {
 	}
 }
 
-// queueReadLocked starts the responses of a READ.
-func (qp *QP) queueReadLocked(psn roce.PSN, data []byte, lease Lease, msn uint32) {
+// queueReadLocked puts a READ's answer in line; its responses leave as far
+// as its bytes have completed.
+func (qp *QP) queueReadLocked(r *readResp) {
 	s := &qp.resp
-	npk := max((len(data)+qp.mtu-1)/qp.mtu, 1)
-	s.reads = append(s.reads, &readResp{data: data, lease: lease, psn: psn, n: npk, msn: msn})
+	r.queued = true
+	s.reads = append(s.reads, r)
 	qp.respondLocked()
 }
 
-// respondLocked queues up to maxBurst READ responses.
-func (qp *QP) respondLocked() {
+// respondLocked queues up to maxBurst READ responses, in order, as far as
+// their bytes have completed; it returns how many it queued.
+func (qp *QP) respondLocked() int {
 	s := &qp.resp
-	for budget := maxBurst; budget > 0 && len(s.reads) > 0; budget-- {
+	queued := 0
+	for queued < maxBurst && len(s.reads) > 0 {
 		r := s.reads[0]
+		start := r.k * qp.mtu
+		end := min(start+qp.mtu, r.total)
+		if end > r.have {
+			break // the rest has not completed yet
+		}
+		var payload []byte
+		if end > start {
+			p := r.parts[0].data
+			payload = p[start-r.off : end-r.off]
+		}
 		first, last := r.k == 0, r.k == r.n-1
 		var f roce.PacketFields
 		f.BTH = roce.BTHFields{PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(r.psn.Add(r.k)),
 			Opcode: pick(first, last, roce.RCRDMAReadResponseFirst, roce.RCRDMAReadResponseMiddle,
 				roce.RCRDMAReadResponseLast, roce.RCRDMAReadResponseOnly)}
 		f.AETH = roce.AETHFields{Syndrome: roce.ACKSyndrome(roce.CreditsInvalid), MSN: r.msn}
-		payload := r.data[min(r.k*qp.mtu, len(r.data)):min((r.k+1)*qp.mtu, len(r.data))]
 		qp.queueLocked(qp.attr.Remote, &f, payload)
+		queued++
 		r.k++
+		if len(r.parts) > 0 && (end == r.off+len(r.parts[0].data) || last) {
+			// parts[0] is all queued: its lease goes once sent.
+			if l := r.parts[0].lease; l != nil {
+				qp.txLeases = append(qp.txLeases, l)
+			}
+			r.off += len(r.parts[0].data)
+			r.parts[0] = readPart{}
+			r.parts = r.parts[1:]
+		}
 		if last {
 			if p := r.psn.Add(r.k - 1); !s.ackedSet || s.acked.Before(p) {
 				s.acked, s.ackedSet = p, true
 			}
-			if r.lease != nil {
-				qp.txLeases = append(qp.txLeases, r.lease) // released once sent
-			}
+			r.releaseTo(qp) // nothing is left, but be sure
+			r.queued = false
 			s.reads[0] = nil
 			s.reads = s.reads[1:]
 		}
 	}
+	return queued
 }
 
-// moreResponses reports whether READ responses wait to be queued.
+// moreResponses queues READ responses that wait, and reports whether it
+// queued any.
 func (qp *QP) moreResponses() bool {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if len(qp.resp.reads) == 0 {
 		return false
 	}
-	qp.respondLocked()
-	return true
+	return qp.respondLocked() > 0
 }
 
 // abandonLocked drops every request pending at the target and every READ
@@ -608,14 +780,15 @@ func (qp *QP) moreResponses() bool {
 func (qp *QP) abandonLocked() {
 	s := &qp.resp
 	for i := range s.pending.n {
-		if u := s.pending.at(i); u.lease != nil {
-			qp.txLeases = append(qp.txLeases, u.lease)
+		if u := s.pending.at(i); u.rr != nil {
+			u.rr.releaseTo(qp)
 		}
 	}
 	for _, r := range s.reads {
-		if r.lease != nil {
-			qp.txLeases = append(qp.txLeases, r.lease)
-		}
+		r.releaseTo(qp)
+	}
+	for _, u := range s.replays {
+		u.rr.releaseTo(qp)
 	}
 	s.pending.clear()
 	clear(s.reads)

@@ -149,16 +149,30 @@ type Completion struct {
 	// Status is StatusSuccess or the failure as the requester will see it
 	// (StatusRemAccessErr, StatusRemInvReqErr, StatusRemOpErr).
 	Status Status
-	// Data is a READ's bytes: exactly the requested length. The QP sends
-	// them without a copy and releases Lease (if any) once they are gone.
+	// Data is a READ's bytes: exactly the requested length, or, with
+	// More, the next part of them. The QP sends them without a copy and
+	// releases Lease (if any) once they are gone.
 	Data  []byte
 	Lease Lease
+	// More says Data is a part of a READ's bytes and more parts follow,
+	// each with the same token: parts come in order, every one but the
+	// last non-empty and a whole number of the QP's path MTU, and the
+	// last (More false) ends the READ, its parts' lengths summing to the
+	// READ's. The READ's responses start as its first part arrives (once
+	// everything before it completed), so a READ of any length flows
+	// through memory a part at a time. A failure (Status) ends it; a part
+	// that does not fit fails it (ErrBadPart for More on another kind).
+	More bool
 	// Orig is an atomic's original value.
 	Orig uint64
 }
 
 // A Lease is memory lent to the QP until Release (a pool buffer).
 type Lease interface{ Release() }
+
+// ErrBadPart matches a Completion with More for a request that is not a
+// READ, or a failure with More.
+var ErrBadPart = errors.New("a part completes only a READ, with success")
 
 // ErrStaleToken matches a completion whose request is no longer pending:
 // completed already, or abandoned when the QP left RTR/RTS.

@@ -76,7 +76,7 @@ type wire struct {
 
 const peerQPN = 0x99
 
-func newWire(t *testing.T, maxDestRdAtomic int) *wire {
+func newWire(t *testing.T, maxDestRdAtomic int, expectedErrors ...string) *wire {
 	t.Helper()
 	n := simnet.New(simnet.Options{})
 	w := &wire{t: t, target: &fakeTarget{}, qpAddr: netip.MustParseAddrPort("10.0.0.1:4791"), got: make(chan roce.Packet, 256)}
@@ -84,7 +84,7 @@ func newWire(t *testing.T, maxDestRdAtomic int) *wire {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := transport.NewDevice(conn, transport.DeviceOptions{Logger: testlog.New(t)})
+	dev, err := transport.NewDevice(conn, transport.DeviceOptions{Logger: testlog.New(t, expectedErrors...)})
 	if err != nil {
 		t.Fatal(err)
 	}
