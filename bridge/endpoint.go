@@ -22,11 +22,14 @@ type Endpoint interface {
 	Start(h Handler) error
 	// Post issues ops toward the endpoint's peer, in order, and returns
 	// how many it posted: each of those is reported to Handler.Done
-	// exactly once, never from within Post. An error says why the rest
+	// exactly once, never from within Post, in the order posted (an RC
+	// send queue completes in order). An error says why the rest
 	// was refused (beyond Limits, the endpoint failed, an operation the
 	// device cannot do); nothing is reported for them.
 	Post(ops []*Op) (int, error)
 	// Complete finishes a request that Handler.Request answered Pending.
+	// A READ may be completed in parts (transport.Completion.More), each
+	// a whole number of the endpoint's Limits.MTU but the last.
 	Complete(tok transport.Token, c transport.Completion) error
 	// Limits are what the endpoint's QP allows outstanding.
 	Limits() Limits
@@ -88,6 +91,11 @@ type Op struct {
 	tok   transport.Token
 	relay *relay
 	next  *Op // free list
+	// A READ longer than a part (split) waits in the queue whole and is
+	// posted a part at a time (cut: the bytes posted so far); a part says
+	// where it lies in its READ (partOff) and whether parts follow (more).
+	split, more  bool
+	cut, partOff int
 }
 
 // Frag is a span of a pool buffer.

@@ -199,6 +199,9 @@ func (f *Frames) Buf(off uint64) (*Buf, bool) { return f.c.bufAt(off) }
 // Backing says how the arena is backed: "hugetlb", "thp" or "4k".
 func (p *Pool) Backing() string { return p.arena.Backing() }
 
+// Largest returns the size of the pool's largest buffers.
+func (p *Pool) Largest() int { return p.classes[len(p.classes)-1].size }
+
 // classFor returns the smallest class that holds n bytes.
 func (p *Pool) classFor(n int) (*sizeClass, error) {
 	if p.closed.Load() {

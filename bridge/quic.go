@@ -48,9 +48,13 @@ type QUICEndpoint struct {
 	nextID   uint32
 	inflight map[uint32]*Op  // posted, waiting for their Completion
 	pending  map[uint32]bool // requests handed to the session, waiting for Complete
-	outq     []quicOut
-	err      error // why the endpoint failed, once it did
-	closing  bool
+	// parts are the completed parts of READs completed in parts
+	// (Completion.More), held until the last: one Completion frame
+	// carries them all.
+	parts   map[uint32][]transport.Completion
+	outq    []quicOut
+	err     error // why the endpoint failed, once it did
+	closing bool
 
 	wake      chan struct{} // cap 1: the writer has work
 	quit      chan struct{} // closed when the endpoint fails or closes
@@ -88,6 +92,7 @@ type quicOut struct {
 	op    *Op
 	id    uint32
 	comp  *transport.Completion
+	parts []transport.Completion // a READ's parts, before comp's data
 	close *tunnel.CloseFields
 }
 
@@ -132,7 +137,7 @@ func NewQUICEndpoint(o QUICOptions) (*QUICEndpoint, error) {
 		o.Stats = &QUICStats{}
 	}
 	e := &QUICEndpoint{str: o.Stream, pool: o.Pool, log: o.Logger, window: o.Window, name: o.Name, stats: o.Stats,
-		started: make(chan struct{}), inflight: map[uint32]*Op{}, pending: map[uint32]bool{},
+		started: make(chan struct{}), inflight: map[uint32]*Op{}, pending: map[uint32]bool{}, parts: map[uint32][]transport.Completion{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	e.wg.Add(2)
 	go e.routineRead()
@@ -196,10 +201,35 @@ func (e *QUICEndpoint) Complete(tok transport.Token, c transport.Completion) err
 		}
 		return fmt.Errorf("bridge: %s: op %d: %w", e.name, id, transport.ErrStaleToken)
 	}
+	if c.More {
+		if c.Status != transport.StatusSuccess {
+			if c.Lease != nil {
+				c.Lease.Release()
+			}
+			return fmt.Errorf("bridge: %s: op %d: %w", e.name, id, transport.ErrBadPart)
+		}
+		e.parts[id] = append(e.parts[id], c)
+		return nil
+	}
 	delete(e.pending, id)
-	e.outq = append(e.outq, quicOut{id: id, comp: &c})
+	parts := e.parts[id]
+	delete(e.parts, id)
+	if c.Status != transport.StatusSuccess {
+		releaseParts(parts)
+		parts = nil
+	}
+	e.outq = append(e.outq, quicOut{id: id, comp: &c, parts: parts})
 	e.signalLocked()
 	return nil
+}
+
+// releaseParts releases the leases of a READ's parts.
+func releaseParts(parts []transport.Completion) {
+	for _, p := range parts {
+		if p.Lease != nil {
+			p.Lease.Release()
+		}
+	}
 }
 
 func (e *QUICEndpoint) signalLocked() {
@@ -282,8 +312,13 @@ func (e *QUICEndpoint) flushInflight() {
 		if o.comp != nil && o.comp.Lease != nil {
 			o.comp.Lease.Release()
 		}
+		releaseParts(o.parts)
 	}
 	e.outq = nil
+	for _, p := range e.parts {
+		releaseParts(p)
+	}
+	clear(e.parts)
 	clear(e.pending)
 	e.mu.Unlock()
 	h := e.h.Load()
@@ -318,7 +353,7 @@ func (e *QUICEndpoint) routineWrite() {
 			case o.op != nil:
 				hdr, err = e.writeOp(w, hdr[:0], o.op, o.id)
 			case o.comp != nil:
-				hdr, err = e.writeCompletion(w, hdr[:0], o.id, o.comp)
+				hdr, err = e.writeCompletion(w, hdr[:0], o.id, o.comp, o.parts)
 			case o.close != nil:
 				hdr = o.close.Append(hdr[:0])
 				_, err = w.Write(hdr)
@@ -404,15 +439,19 @@ func (e *QUICEndpoint) writeOp(w *bufio.Writer, hdr []byte, op *Op, id uint32) (
 	return hdr, err
 }
 
-func (e *QUICEndpoint) writeCompletion(w *bufio.Writer, hdr []byte, id uint32, c *transport.Completion) ([]byte, error) {
+func (e *QUICEndpoint) writeCompletion(w *bufio.Writer, hdr []byte, id uint32, c *transport.Completion, parts []transport.Completion) ([]byte, error) {
 	defer func() {
 		if c.Lease != nil {
 			c.Lease.Release()
 		}
+		releaseParts(parts)
 	}()
 	f := tunnel.CompletionFields{ID: id, Status: c.Status, Orig: c.Orig}
 	if c.Status == transport.StatusSuccess {
 		f.DataLen = len(c.Data)
+		for _, p := range parts {
+			f.DataLen += len(p.Data)
+		}
 	}
 	hdr, err := f.Append(hdr)
 	if err != nil {
@@ -422,6 +461,11 @@ func (e *QUICEndpoint) writeCompletion(w *bufio.Writer, hdr []byte, id uint32, c
 		return hdr, err
 	}
 	if f.DataLen > 0 {
+		for _, p := range parts {
+			if _, err := w.Write(p.Data); err != nil {
+				return hdr, err
+			}
+		}
 		if _, err := w.Write(c.Data); err != nil {
 			return hdr, err
 		}

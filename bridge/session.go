@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +34,13 @@ import (
 //	B's peer's requests travel relay ba the other way.
 //
 // Messages, not packets, are relayed: each endpoint keeps its own path MTU.
+// A READ no longer than a part (MaxChunk, the pool's largest buffer, in
+// whole path MTUs of the requester's leg) is one READ on the far endpoint;
+// a longer one, of any length the IBTA allows, is posted there a part at a
+// time as the far endpoint's outstanding-READ limit and the pool allow,
+// each part into a buffer of its own taken as it is posted, and completed
+// back a part at a time (transport.Completion.More), so its responses
+// leave as its parts arrive and its memory is a few parts, not its length.
 // A SEND is assembled in one pool buffer (grown as packets arrive) and
 // posted when its last packet came; a WRITE is posted in chunks as its
 // packets arrive (a chunk closes when its buffer is full and at the end of
@@ -58,6 +66,8 @@ type Session struct {
 	stats SessionStats
 
 	failing atomic.Bool
+	ctx     context.Context // canceled at teardown: ends waits for the pool
+	cancel  context.CancelFunc
 	done    chan struct{}
 	err     error // why the session ended; set before done closes
 
@@ -164,6 +174,7 @@ type relay struct {
 	from, to Endpoint
 	lim      Limits // to's
 	fromMTU  int    // the size of a packet arriving on from
+	part     int    // the largest READ posted on to whole; longer ones go in parts of this
 
 	mu       sync.Mutex // guards the fields below
 	queue    []*Op      // waiting to be posted on to, in order, from qhead
@@ -176,6 +187,14 @@ type relay struct {
 	msgBytes uint64
 	free     *Op
 	dead     bool
+	// partAt is where the next part of the READ whose parts are being
+	// completed lies in it: parts complete in order (Endpoint.Post); -1
+	// once a part of it failed.
+	partAt int
+	// bufWait says a goroutine waits for a pool buffer for the next part
+	// (nothing posted would pump on its completion); spare is what it got.
+	bufWait bool
+	spare   *Buf
 
 	postMu sync.Mutex // serializes pump: ops leave in queue order
 	batch  [32]*Op    // used under postMu
@@ -193,13 +212,20 @@ func NewSession(o SessionOptions) (*Session, error) {
 	if o.MaxChunk <= 0 {
 		o.MaxChunk = 64 << 10
 	}
+	o.MaxChunk = min(o.MaxChunk, o.Pool.Largest())
 	s := &Session{log: o.Logger, pool: o.Pool, a: o.A, b: o.B, maxChunk: o.MaxChunk, done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	la, lb := o.A.Limits(), o.B.Limits()
 	s.ab = relay{s: s, dir: 0, from: o.A, to: o.B, lim: lb, fromMTU: la.MTU}
 	s.ba = relay{s: s, dir: 1, from: o.B, to: o.A, lim: la, fromMTU: lb.MTU}
 	for _, r := range []*relay{&s.ab, &s.ba} {
 		if r.lim.MaxSend <= 0 || r.lim.MaxRdAtomic <= 0 {
+			s.cancel()
 			return nil, fmt.Errorf("bridge: new session: endpoint limits %+v allow nothing outstanding", r.lim)
+		}
+		r.part = o.MaxChunk
+		if r.fromMTU > 0 && r.fromMTU <= o.MaxChunk {
+			r.part -= o.MaxChunk % r.fromMTU
 		}
 	}
 	if err := o.A.Start(side{s: s, in: &s.ab}); err != nil {
@@ -361,6 +387,7 @@ func (s *Session) teardown(err error) {
 		r.dead = true
 		r.mu.Unlock()
 	}
+	s.cancel()
 	_ = s.a.Close()
 	_ = s.b.Close()
 	for _, r := range []*relay{&s.ab, &s.ba} {
@@ -375,6 +402,10 @@ func (s *Session) teardown(err error) {
 		if r.msg != nil {
 			r.releaseLocked(r.msg)
 			r.msg = nil
+		}
+		if r.spare != nil {
+			r.spare.Release()
+			r.spare = nil
 		}
 		r.mu.Unlock()
 	}
@@ -412,13 +443,22 @@ func (r *relay) request(q *transport.Request, buf *Buf) transport.Reply {
 	case transport.OpWrite, transport.OpWriteWithImm:
 		return r.writeLocked(q, buf)
 	case transport.OpRead:
+		if int64(q.Length) > int64(r.part) {
+			// Posted a part at a time, each into a buffer taken then.
+			op := r.newOpLocked()
+			op.Opcode, op.Remote, op.RKey, op.tok = q.Op, q.VA, q.RKey, q.Token
+			op.Len, op.split = int(q.Length), true
+			r.enqueueLocked(op)
+			r.endReadLocked(q)
+			return transport.Reply{Result: transport.Pending}
+		}
 		op, reply, ok := r.opLocked(q, int(q.Length))
 		if !ok {
 			return reply
 		}
 		op.Len = int(q.Length)
 		r.enqueueLocked(op)
-		r.endLocked(q.Op)
+		r.endReadLocked(q)
 		return transport.Reply{Result: transport.Pending}
 	case transport.OpCompareSwap, transport.OpFetchAdd:
 		op, reply, ok := r.opLocked(q, 8)
@@ -634,6 +674,16 @@ func (r *relay) endLocked(o transport.Opcode) {
 	r.msgBytes = 0
 }
 
+// endReadLocked counts a READ, once: one asked for again (its responses
+// were lost) is read again from the far side, and not counted again.
+func (r *relay) endReadLocked(q *transport.Request) {
+	if q.Dup {
+		r.msgBytes = 0
+		return
+	}
+	r.endLocked(q.Op)
+}
+
 // flush posts what a batch of requests queued, closing an open WRITE
 // chunk so that nothing waits for packets that may not come.
 func (r *relay) flush() {
@@ -672,12 +722,25 @@ func (r *relay) pumpLocked() []*Op {
 			if ra && r.rdAtomic >= r.lim.MaxRdAtomic {
 				break
 			}
+			if op.split {
+				part := r.cutLocked(op)
+				if part == nil {
+					break // no buffer yet: a completion or bufWait pumps again
+				}
+				if op.cut == op.Len {
+					r.queue[r.qhead] = nil
+					r.qhead++
+					r.freeLocked(op)
+				}
+				op = part
+			} else {
+				r.queue[r.qhead] = nil
+				r.qhead++
+			}
 			if ra {
 				r.rdAtomic++
 			}
 			r.posted++
-			r.queue[r.qhead] = nil
-			r.qhead++
 			r.batch[n] = op
 			n++
 		}
@@ -699,6 +762,52 @@ func (r *relay) pumpLocked() []*Op {
 	}
 }
 
+// cutLocked cuts the next part of a split READ, into a pool buffer; nil
+// when the pool has none now: then, unless a posted op's completion will
+// pump again, a goroutine waits for one (bufWait) and pumps.
+func (r *relay) cutLocked(op *Op) *Op {
+	n := min(r.part, op.Len-op.cut)
+	b := r.spare
+	if b != nil && len(b.B()) >= n {
+		r.spare = nil
+	} else {
+		var err error
+		if b, err = r.s.pool.Get(n); err != nil {
+			r.s.stats.NoCredit[r.dir].Add(1)
+			if r.posted == 0 && !r.bufWait {
+				r.bufWait = true
+				go r.waitBuf(n)
+			}
+			return nil
+		}
+	}
+	part := r.newOpLocked()
+	part.Opcode, part.Remote, part.RKey, part.tok = transport.OpRead, op.Remote+uint64(op.cut), op.RKey, op.tok
+	part.Buf, part.Len, part.partOff = b, n, op.cut
+	op.cut += n
+	part.more = op.cut < op.Len
+	return part
+}
+
+// waitBuf waits for a pool buffer of n bytes for the next READ part, then
+// pumps. It ends with the session.
+func (r *relay) waitBuf(n int) {
+	b, err := r.s.pool.GetWait(r.s.ctx, n)
+	r.mu.Lock()
+	r.bufWait = false
+	if err == nil {
+		if r.dead || r.spare != nil {
+			b.Release()
+		} else {
+			r.spare = b
+		}
+	}
+	r.mu.Unlock()
+	if err == nil {
+		r.pump()
+	}
+}
+
 // done completes an op back on r.from.
 func (r *relay) done(op *Op) {
 	r.mu.Lock()
@@ -715,6 +824,26 @@ func (r *relay) done(op *Op) {
 	}
 	switch op.Opcode {
 	case transport.OpRead:
+		if op.partOff > 0 || op.more {
+			// A part of a split READ: parts complete in order.
+			r.mu.Lock()
+			at := r.partAt
+			switch {
+			case !op.more:
+				r.partAt = 0
+			case c.Status == transport.StatusSuccess:
+				r.partAt = op.partOff + op.Len
+			default:
+				r.partAt = -1 // failed: its later parts fail back too, stale
+			}
+			r.mu.Unlock()
+			if at != op.partOff && at != -1 {
+				r.s.log.Error("a READ's parts completed out of order", "at", op.partOff, "want", at)
+				c.Status = transport.StatusRemOpErr
+				op.Status = transport.StatusRemOpErr
+			}
+			c.More = op.more && c.Status == transport.StatusSuccess
+		}
 		if c.Status == transport.StatusSuccess && op.Len > 0 {
 			c.Data, c.Lease = op.Bytes(), op.Buf // released by r.from once sent
 			op.Buf = nil

@@ -56,6 +56,12 @@ type rigOpts struct {
 	// session's far endpoint is a QUIC endpoint whose peer's session
 	// relays to the far leg, as two gateways do.
 	tunnel bool
+	// farMem and clientMem size the far leg's and the client's memory
+	// (default 4 and 8 MiB); clientPSN is the client's first PSN.
+	farMem, clientMem int
+	clientPSN         uint32
+	classes           []int // the pool's (default 256, 4 KiB, 64 KiB)
+	farChunk          int   // with tunnel: the far gateway's session's MaxChunk
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -66,11 +72,23 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	goroutines := runtime.NumGoroutine()
 	r := &rig{t: t, net: simnet.New(o.net)}
 	var err error
-	r.pool, err = bridge.NewPool(bridge.PoolOptions{Size: o.poolSize, Classes: []int{256, 4 << 10, 64 << 10}})
+	if o.classes == nil {
+		o.classes = []int{256, 4 << 10, 64 << 10}
+	}
+	if o.farMem == 0 {
+		o.farMem = 4 << 20
+	}
+	if o.clientMem == 0 {
+		o.clientMem = 8 << 20
+	}
+	if o.clientPSN == 0 {
+		o.clientPSN = 0x777
+	}
+	r.pool, err = bridge.NewPool(bridge.PoolOptions{Size: o.poolSize, Classes: o.classes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.far = newFakeLeg(uint64(o.failAt)+1, 4<<20, o.delay)
+	r.far = newFakeLeg(uint64(o.failAt)+1, o.farMem, o.delay)
 	r.far.lim.MaxSGE = o.maxSGE
 	if o.failAt > 0 {
 		r.far.failOn, r.far.failAs = r.far.base+uint64(o.failAt-1)*4096, o.failAs
@@ -111,7 +129,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	cpd := transport.NewPD()
-	r.cmem = make([]byte, 8<<20)
+	r.cmem = make([]byte, o.clientMem)
 	if r.cmr, err = cpd.RegisterMR(r.cmem, transport.AccessLocalWrite); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +143,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		peer   *transport.QP
 		remote netip.AddrPort
 		sq, rq uint32
-	}{{nq, r.client, clAddr, 0xffff00, 0x777}, {r.client, nq, gwAddr, 0x777, 0xffff00}} {
+	}{{nq, r.client, clAddr, 0xffff00, o.clientPSN}, {r.client, nq, gwAddr, o.clientPSN, 0xffff00}} {
 		for _, a := range []transport.QPAttr{{State: transport.StateInit},
 			{State: transport.StateRTR, DestQPN: p.peer.QPN(), Remote: p.remote, RQPSN: p.rq, PathMTU: 1024, MinRNRTimer: 1, MaxDestRdAtomic: 16},
 			// Timeout 17 (0.5 s, seven retries): the gateway answers only once
@@ -146,7 +164,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if o.tunnel {
 		qa, qb, stop := tunnelPair(t, r.pool)
 		r.stopTunnel = stop
-		r.farSess, err = bridge.NewSession(bridge.SessionOptions{A: qb, B: far, Pool: r.pool, Logger: testlog.New(t)})
+		r.farSess, err = bridge.NewSession(bridge.SessionOptions{A: qb, B: far, Pool: r.pool, MaxChunk: o.farChunk, Logger: testlog.New(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,121 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/roce/simnet"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// TestSessionLongReadsWithLoss reads past every boundary a READ meets in
+// the gateway: one byte over the pool's largest buffer, 1 MiB (the far
+// leg's outstanding-READ limit in parts), 16 MiB (more than the pool
+// holds), at 2% loss with duplicates, the client's PSNs crossing the
+// 24-bit wrap. Every byte arrives, each READ reaches the far leg as parts
+// no longer than a pool buffer, and (the rig's cleanup) no buffer leaks.
+func TestSessionLongReadsWithLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sizes []int
+		pool  int
+		loss  float64
+		// tunnel: through two gateways joined by their quic leg, the far
+		// one reading in parts of 16 KiB, completed back over the tunnel
+		// in parts that one Completion frame carries.
+		tunnel bool
+	}{
+		{"64KiB+1", []int{64<<10 + 1, 64<<10 + 1, 3}, 8 << 20, 0.02, false},
+		{"1MiB", []int{1 << 20, 1 << 20}, 8 << 20, 0.005, false},
+		// The pool's 64 KiB class has 3 buffers: parts wait for the
+		// responses of earlier ones to be sent, whether or not a part is
+		// outstanding to wake them.
+		{"16MiB-tiny-pool", []int{16 << 20}, 3 * 256 << 10, 0.0005, false},
+		{"1MiB-tunnel", []int{1 << 20, 200 << 10}, 8 << 20, 0.005, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOpts{net: simnet.Options{Loss: tc.loss, Duplicate: tc.loss / 2, Seed: 5}, delay: 50 * time.Microsecond,
+				poolSize: tc.pool, farMem: 17 << 20, clientMem: 17 << 20, clientPSN: 0xffffff - 700,
+				tunnel: tc.tunnel, farChunk: 16 << 10})
+			far := r.far
+			for i := range far.mem {
+				far.mem[i] = byte(i*13 + i>>11)
+			}
+			for i := range r.cmem {
+				r.cmem[i] = 0xFF
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			off := 0
+			for i, n := range tc.sizes {
+				remote := 1000 + i*4099
+				if err := r.client.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpRead, Signaled: true,
+					Local: transport.SGE{MR: r.cmr, Offset: off, Length: n}, Remote: far.base + uint64(remote), RKey: far.rkey}); err != nil {
+					t.Fatal(err)
+				}
+				off += n
+			}
+			wcs := make([]transport.WC, 8)
+			for done := 0; done < len(tc.sizes); {
+				k, err := r.scq.PollWait(ctx, wcs)
+				if err != nil {
+					t.Fatalf("%d of %d READs completed: %v (session: %v, state %+v)", done, len(tc.sizes), err, r.sess.Err(), r.sess.State())
+				}
+				for _, wc := range wcs[:k] {
+					if wc.Status != transport.StatusSuccess || wc.ID != uint64(done) {
+						t.Fatalf("completion %d: READ %d %v", done, wc.ID, wc.Status)
+					}
+					done++
+				}
+			}
+			off = 0
+			for i, n := range tc.sizes {
+				remote := 1000 + i*4099
+				if got, want := r.cmem[off:off+n], far.mem[remote:remote+n]; !bytes.Equal(got, want) {
+					j := 0
+					for got[j] == want[j] {
+						j++
+					}
+					t.Fatalf("READ %d of %d bytes: byte %d is %#x, want %#x", i, n, j, got[j], want[j])
+				}
+				off += n
+			}
+			parts, longest := 0, 0
+			for _, e := range far.executed() {
+				if e.op == transport.OpRead {
+					parts++
+					longest = max(longest, e.n)
+				}
+			}
+			if tc.tunnel && longest > 16<<10 {
+				t.Errorf("a READ of %d bytes reached the far leg through the far gateway reading in 16 KiB parts", longest)
+			}
+			if longest > 64<<10 {
+				t.Errorf("a READ of %d bytes reached the far leg: longer than a pool buffer", longest)
+			}
+			if parts <= len(tc.sizes) {
+				t.Errorf("%d READs reached the far leg as %d: none in parts, the test proved nothing", len(tc.sizes), parts)
+			}
+			st := r.sess.Stats().Snapshot()
+			total := 0
+			for _, n := range tc.sizes {
+				total += n
+			}
+			if got := st.Ops[0][transport.OpRead]; got != uint64(len(tc.sizes)) {
+				t.Errorf("READs counted: %d, want %d", got, len(tc.sizes))
+			}
+			if got := st.Bytes[0][transport.OpRead]; got != uint64(total) {
+				t.Errorf("READ bytes counted: %d, want %d", got, total)
+			}
+			if tc.pool < 1<<20 && st.NoCredit[0] == 0 {
+				t.Errorf("the pool never ran out of buffers for a part: the wait for one proved nothing")
+			}
+			if lost := r.net.Stats().Snapshot().Lost; lost == 0 {
+				t.Errorf("the network dropped nothing: the loss proved nothing")
+			}
+			t.Logf("%d parts on the far leg, the network dropped %d packets", parts, r.net.Stats().Snapshot().Lost)
+		})
+	}
+}
