@@ -31,6 +31,9 @@ type userspaceLeg struct {
 	pd   *transport.PD
 	mr   *transport.MR
 	prog *xdp.Program // AF_XDP: the classifier, which must know the leg's QPs
+	// neigh resolves the peers' Ethernet addresses (AF_XDP), in the leg's
+	// namespace.
+	neigh *xdp.Resolver
 	// frames are the pool's buffers the AF_XDP socket receives into (nil
 	// over UDP).
 	frames *Frames
@@ -75,8 +78,9 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 			if _, err := u.prog.Attach(ifi.Index); err != nil {
 				return err
 			}
-			arp, err := xdp.OpenProcARP() // this namespace's neighbours
-			if err != nil {
+			// This namespace's neighbours, resolved by its kernel when
+			// unknown.
+			if u.neigh, err = xdp.NewResolver(xdp.ResolverOptions{Ifindex: ifi.Index, Src: l.IP, Logger: log}); err != nil {
 				return err
 			}
 			// The pool is the UMEM: received frames are pool buffers that
@@ -87,7 +91,7 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 			umem := pool.Arena()
 			umem = umem[:len(umem)&^(frameSize-1)]
 			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
-				LocalAddr: local, Neighbors: arp, Program: u.prog, Logger: log})
+				LocalAddr: local, Neighbors: u.neigh, Program: u.prog, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -171,6 +175,9 @@ func (u *userspaceLeg) close() error {
 	}
 	if u.prog != nil {
 		errs = append(errs, u.prog.Close())
+	}
+	if u.neigh != nil {
+		errs = append(errs, u.neigh.Close()) // after the device, whose conn sends through it
 	}
 	return errors.Join(errs...)
 }

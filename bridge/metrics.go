@@ -226,6 +226,15 @@ var xdpCounters = newCounters("rbridge_xdp_", legLabels, []counterRow[xdp.ConnSt
 	{"rx_group_packets_total", "Datagrams to a multicast group the leg joined, handed to the group's QPs.", func(s *xdp.ConnStats) uint64 { return s.GroupReceived }},
 	{"rx_group_overflow_total", "Datagrams to a joined multicast group dropped: the group's queue was full.", func(s *xdp.ConnStats) uint64 { return s.GroupOverflow }},
 	{"rx_group_unjoined_total", "Datagrams to a multicast group the leg has not joined, on the AF_XDP socket: dropped.", func(s *xdp.ConnStats) uint64 { return s.GroupUnjoined }},
+	{"tx_held_for_neighbor_total", "Packets held while their neighbour's Ethernet address was resolved.", func(s *xdp.ConnStats) uint64 { return s.HeldForNeighbor }},
+	{"tx_no_neighbor_total", "Packets dropped for want of their neighbour's Ethernet address (it did not answer, no route, or too many held).", func(s *xdp.ConnStats) uint64 { return s.NoNeighbor }},
+})
+
+// The AF_XDP leg's neighbour resolutions (xdp.Resolver), in its namespace.
+var neighborCounters = newCounters("rbridge_xdp_neighbor_", legLabels, []counterRow[xdp.ResolverStatsSnapshot]{
+	{"resolutions_total", "Neighbours the kernel was asked to resolve (ARP, IPv6 neighbour discovery): no complete entry in its table.", func(s *xdp.ResolverStatsSnapshot) uint64 { return s.Asked }},
+	{"answered_total", "Resolutions the neighbour answered.", func(s *xdp.ResolverStatsSnapshot) uint64 { return s.Answered }},
+	{"failed_total", "Resolutions that failed: no answer in time (the neighbour is then refused for a while without asking).", func(s *xdp.ResolverStatsSnapshot) uint64 { return s.Failed }},
 })
 
 // The verbs endpoints' counters, over every connection of a verbs leg.
@@ -303,6 +312,7 @@ type legMetrics struct {
 	cm        *cm.StatsSnapshot
 	udp       *udpconn.StatsSnapshot
 	xdp       *xdp.ConnStats
+	neigh     *xdp.ResolverStatsSnapshot
 	prog      *xdp.Counters
 }
 
@@ -357,6 +367,10 @@ func (g *Gateway) metrics() metricsSnapshot {
 				// still count: the error only leaves RXRingDrops zero.
 				s, _ := pc.Stats()
 				lm.xdp = &s
+			}
+			if u.neigh != nil {
+				s := u.neigh.Stats().Snapshot()
+				lm.neigh = &s
 			}
 			if u.prog != nil {
 				if c, err := u.prog.Counters(); err == nil {
@@ -425,6 +439,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, cmCounters)
 	describe(ch, udpCounters)
 	describe(ch, xdpCounters)
+	describe(ch, neighborCounters)
 	describe(ch, verbsCounters)
 	describe(ch, quicCounters)
 	describe(ch, classifierCounters)
@@ -534,6 +549,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.xdp != nil {
 			collect(ch, xdpCounters, l.xdp, l.name)
+		}
+		if l.neigh != nil {
+			collect(ch, neighborCounters, l.neigh, l.name)
 		}
 		if l.verbs != nil {
 			collect(ch, verbsCounters, l.verbs, l.name)

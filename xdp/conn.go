@@ -71,7 +71,8 @@ type ConnOptions struct {
 	// LocalMAC is the source Ethernet address; nil means the interface's.
 	LocalMAC net.HardwareAddr
 	// Neighbors resolves a peer's IP address to the Ethernet address to
-	// send to (StaticNeighbors, ProcARP).
+	// send to: a Resolver (the kernel's neighbour table, resolving what
+	// it lacks) or StaticNeighbors.
 	Neighbors Neighbors
 	// Program, if set, gets the socket in its AF_XDP map for Queue, so the
 	// classifier redirects the packets of added QPs to it.
@@ -105,4 +106,8 @@ type ConnStats struct {
 	GroupReceived uint64 // queued for the group's conn
 	GroupOverflow uint64 // dropped: the group's conn had 256 datagrams unread
 	GroupUnjoined uint64 // dropped: to a multicast address the Conn has not joined
+
+	// Sending to a neighbour the Neighbors resolves.
+	HeldForNeighbor uint64 // packets held while their neighbour was resolved
+	NoNeighbor      uint64 // packets dropped for want of their neighbour's address: it did not answer, no route, or too many held
 }

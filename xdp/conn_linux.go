@@ -37,6 +37,24 @@ import (
 // the allocator; a frame ReadBatchLent lends leaves the Conn (it comes back
 // to the allocator through ReturnFrames) and the fill ring is topped up
 // with fresh ones.
+//
+// Sending to a peer whose Ethernet address the Neighbors is still
+// resolving never waits: WriteBatch runs on the transport's send path,
+// under its device's send lock and often in its receive loop, so waiting
+// there for one neighbour (up to the resolver's 3 s) would stall every
+// queue pair of the device. The packet is built into its transmit frame
+// and held there, as the kernel holds packets on an unresolved neighbour
+// (arp_queue): up to heldPerNeighbor for a neighbour and a quarter of the
+// transmit frames in all, beyond which it is dropped; WriteBatch goes on
+// with the rest and counts it as sent. When the resolution ends,
+// routineHeld puts the held packets on the TX ring with the neighbour's
+// address, in the order they were sent, or drops them if it did not
+// answer (ConnStats.NoNeighbor): the transport's retransmission (the
+// CM's, for a MAD) recovers them, and while the Neighbors holds the
+// neighbour as failed a packet to it is refused at once. So the first
+// packet to a peer never contacted, a CM REQ, leaves as soon as the peer
+// answers, not at the CM's first retry, and a dead peer holds up neither
+// the send path nor other peers' packets.
 type Conn struct {
 	file      *os.File // the socket; closing it unblocks ReadBatch
 	raw       syscall.RawConn
@@ -56,16 +74,27 @@ type Conn struct {
 	groupsMu sync.RWMutex
 	groups   map[netip.Addr]*GroupConn // joined groups (group_linux.go)
 
-	// closeMu is held for reading by ReadBatch and WriteBatch while they
-	// touch the rings, and for writing by Close while it unmaps them.
+	// closeMu is held for reading by ReadBatch, WriteBatch and
+	// routineHeld while they touch the rings, and for writing by Close
+	// while it unmaps them.
 	closeMu            sync.RWMutex
 	closed             atomic.Bool
+	done               chan struct{} // closed by Close: routineHeld ends
 	fill, comp, rx, tx *ring
 	frame              roce.Frame // ReadBatch's decoder
-	txFree             []uint64   // WriteBatch's free transmit frames
 	txAll              []uint64   // with frames: every transmit frame taken
 	rxHeld             int        // with frames: frames in the fill and RX rings
-	macs               map[netip.Addr][6]byte
+
+	// txMu serializes sending: WriteBatch (GroupConn's too) and
+	// routineHeld's release. Lock order: closeMu, then txMu.
+	txMu    sync.Mutex
+	txFree  []uint64                  // guarded by txMu: free transmit frames
+	macs    map[netip.Addr][6]byte    // guarded by txMu: neighbours resolved
+	held    map[netip.Addr]*heldQueue // guarded by txMu: packets waiting for their neighbour
+	nHeld   int                       // guarded by txMu: frames in held
+	maxHeld int                       // the most frames held in all
+	heldWG  sync.WaitGroup            // routineHeld goroutines
+
 	received, sent     atomic.Uint64
 	badFrames, badICRC atomic.Uint64
 	tooLong            atomic.Uint64
@@ -73,7 +102,21 @@ type Conn struct {
 	groupReceived      atomic.Uint64
 	groupOverflow      atomic.Uint64
 	groupUnjoined      atomic.Uint64
+	heldPackets        atomic.Uint64
+	noNeighbor         atomic.Uint64
 }
+
+// heldQueue is the packets held for one neighbour being resolved: frames
+// built but for the destination Ethernet address.
+type heldQueue struct {
+	pending <-chan struct{} // the Neighbors' resolution
+	frames  []unix.XDPDesc
+}
+
+// heldPerNeighbor is how many packets are held for one neighbour while it
+// is resolved: about what the kernel's default unres_qlen_bytes (212992)
+// holds of full-sized frames, and more than a transport's first burst.
+const heldPerNeighbor = 64
 
 var (
 	_ roce.FrameLender   = (*Conn)(nil)
@@ -101,6 +144,8 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 		log:       opts.Logger,
 		frames:    opts.Frames,
 		macs:      make(map[netip.Addr][6]byte),
+		held:      make(map[netip.Addr]*heldQueue),
+		done:      make(chan struct{}),
 		ifindex:   opts.Ifindex,
 		prog:      opts.Program,
 		groups:    make(map[netip.Addr]*GroupConn),
@@ -187,6 +232,8 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 			return nil, fmt.Errorf("xdp: AF_XDP socket on ifindex %d queue %d: the frame allocator has fewer than %d free frames", opts.Ifindex, opts.Queue, ringSize+c.nRX)
 		}
 	}
+
+	c.maxHeld = max(1, len(c.txFree)/4)
 
 	if err := unix.SetNonblock(fd, true); err != nil {
 		c.teardown(fd)
@@ -486,49 +533,141 @@ const txStall = time.Second
 // WriteBatch implements roce.PacketConn: it sends msgs[i].Buf[:N] (a
 // transport packet whose ICRC the Conn fills) to msgs[i].Addr with ECN
 // msgs[i].ECN, waiting for transmit frames to come back when all are in
-// flight.
+// flight. A packet to a neighbour being resolved is held (see Conn) and
+// counts as sent.
 func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 	c.closeMu.RLock()
 	defer c.closeMu.RUnlock()
-	sent := 0
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	done := 0 // messages on the TX ring or held
 	var stalled time.Time
-	for sent < len(msgs) {
+	for done < len(msgs) {
 		if c.closed.Load() {
-			return sent, roce.ErrConnClosed
+			return done, roce.ErrConnClosed
 		}
 		c.reap()
 		var queued uint32
-		for free := c.tx.free(); sent+int(queued) < len(msgs) && queued < free && len(c.txFree) > 0; queued++ {
+		before := done
+		for free := c.tx.free(); done < len(msgs) && queued < free && len(c.txFree) > 0; done++ {
 			addr := c.txFree[len(c.txFree)-1]
-			n, err := c.build(c.umem[addr:addr+uint64(c.frameSize)], &msgs[sent+int(queued)])
+			n, pending, err := c.build(c.umem[addr:addr+uint64(c.frameSize)], &msgs[done])
 			if err != nil {
 				c.tx.submit(queued)
 				c.sent.Add(uint64(queued))
-				return sent + int(queued), errors.Join(err, c.kick())
+				return done, errors.Join(err, c.kick())
 			}
 			c.txFree = c.txFree[:len(c.txFree)-1]
+			if pending != nil {
+				c.holdLocked(msgs[done].Addr.Addr().Unmap(), pending, unix.XDPDesc{Addr: addr, Len: uint32(n)})
+				continue
+			}
 			c.tx.descs[(c.tx.local+queued)&c.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(n)}
+			queued++
 		}
 		c.tx.submit(queued)
 		c.sent.Add(uint64(queued))
-		sent += int(queued)
 		if err := c.kick(); err != nil {
-			return sent, err
+			return done, err
 		}
-		if sent == len(msgs) {
+		if done == len(msgs) {
 			break
 		}
 		// Every transmit frame is in flight: wait for completions.
-		if queued > 0 {
+		if done > before {
 			stalled = time.Time{}
 		} else if stalled.IsZero() {
 			stalled = time.Now()
 		} else if time.Since(stalled) > txStall {
-			return sent, fmt.Errorf("xdp: AF_XDP transmit stalled: no completion for %v", txStall)
+			return done, fmt.Errorf("xdp: AF_XDP transmit stalled: no completion for %v", txStall)
 		}
 		runtime.Gosched()
 	}
-	return sent, nil
+	return done, nil
+}
+
+// holdLocked holds the packet built in frame d for ip until its neighbour
+// answers, and starts ip's routineHeld with its first packet; beyond
+// heldPerNeighbor for ip or maxHeld in all the packet is dropped. Must
+// hold txMu.
+func (c *Conn) holdLocked(ip netip.Addr, pending <-chan struct{}, d unix.XDPDesc) {
+	h := c.held[ip]
+	if h == nil {
+		h = &heldQueue{pending: pending}
+		c.held[ip] = h
+		c.heldWG.Add(1)
+		go c.routineHeld(ip, h, pending)
+	}
+	if len(h.frames) >= heldPerNeighbor || c.nHeld >= c.maxHeld {
+		c.txFree = append(c.txFree, d.Addr)
+		c.noNeighbor.Add(1)
+		return
+	}
+	h.frames = append(h.frames, d)
+	c.nHeld++
+	c.heldPackets.Add(1)
+}
+
+// routineHeld waits for the resolution of ip's neighbour, then releases
+// the packets held for it.
+func (c *Conn) routineHeld(ip netip.Addr, h *heldQueue, pending <-chan struct{}) {
+	defer c.heldWG.Done()
+	for {
+		select {
+		case <-pending:
+		case <-c.done:
+			return // Close frees the frames
+		}
+		mac, next, err := c.neighbors.Lookup(ip)
+		if next != nil {
+			pending = next // a resolution begun since: bounded as well
+			continue
+		}
+		c.release(ip, h, mac, err)
+		return
+	}
+}
+
+// release puts ip's held packets on the TX ring with the neighbour's
+// address, or drops them when it has none (err); and drops those the
+// ring has no room for.
+func (c *Conn) release(ip netip.Addr, h *heldQueue, hw net.HardwareAddr, err error) {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	if c.closed.Load() {
+		return // Close frees every transmit frame
+	}
+	delete(c.held, ip)
+	c.nHeld -= len(h.frames)
+	if err == nil && len(hw) != 6 {
+		err = fmt.Errorf("xdp: send to %v: Ethernet address %v is not 6 bytes", ip, hw)
+	}
+	frames := h.frames
+	var queued uint32
+	if err == nil {
+		mac := [6]byte(hw)
+		c.macs[ip] = mac
+		c.reap()
+		for free := c.tx.free(); len(frames) > 0 && queued < free; frames = frames[1:] {
+			copy(c.umem[frames[0].Addr:], mac[:])
+			c.tx.descs[(c.tx.local+queued)&c.tx.mask] = frames[0]
+			queued++
+		}
+		c.tx.submit(queued)
+		c.sent.Add(uint64(queued))
+		if err := c.kick(); err != nil {
+			c.log.Warn("xdp: send the packets held for a neighbour", "to", ip, "err", err)
+		}
+	}
+	for _, d := range frames {
+		c.txFree = append(c.txFree, d.Addr)
+	}
+	c.noNeighbor.Add(uint64(len(frames)))
+	if len(frames) > 0 {
+		c.log.Debug("xdp: held packets dropped", "to", ip, "sent", queued, "dropped", len(frames), "err", err)
+	}
 }
 
 // reap returns completed transmit frames to txFree.
@@ -568,23 +707,25 @@ func (c *Conn) kick() error {
 }
 
 // build writes the Ethernet frame carrying m into frame and returns its
-// length.
-func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
+// length; while m's neighbour is resolved, it returns the resolution's
+// channel, and the frame's destination address is left zero.
+func (c *Conn) build(frame []byte, m *roce.Message) (int, <-chan struct{}, error) {
 	dst := m.Addr.Addr().Unmap()
 	v4 := c.local.Addr().Unmap().Is4()
 	if dst.Is4() != v4 {
-		return 0, fmt.Errorf("xdp: send to %v from %v: address families differ", m.Addr, c.local)
+		return 0, nil, fmt.Errorf("xdp: send to %v from %v: address families differ", m.Addr, c.local)
 	}
 	if !m.Sendable() {
-		return 0, fmt.Errorf("xdp: send to %v: packet of %d bytes (headers %d, payload %d)", m.Addr, m.N, m.Hdr, len(m.Payload))
+		return 0, nil, fmt.Errorf("xdp: send to %v: packet of %d bytes (headers %d, payload %d)", m.Addr, m.N, m.Hdr, len(m.Payload))
 	}
-	mac, err := c.neighbor(dst)
+	mac, pending, err := c.neighbor(dst)
 	if err != nil {
-		return 0, err
+		c.noNeighbor.Add(1)
+		return 0, nil, err
 	}
 	total := ethHdrLen + roce.IPUDPLen(!v4) + m.Len()
 	if total > len(frame) {
-		return 0, fmt.Errorf("xdp: send to %v: %d-byte frame exceeds the %d-byte UMEM frame", m.Addr, total, len(frame))
+		return 0, nil, fmt.Errorf("xdp: send to %v: %d-byte frame exceeds the %d-byte UMEM frame", m.Addr, total, len(frame))
 	}
 	copy(frame[0:6], mac[:])
 	copy(frame[6:12], c.localMAC[:])
@@ -600,39 +741,57 @@ func (c *Conn) build(frame []byte, m *roce.Message) (int, error) {
 	}
 	hl, err := roce.PutIPUDPHeaders(ip, from, m.Addr, m.Len(), m.ECN)
 	if err != nil {
-		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+		return 0, nil, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}
 	if _, err := m.CopyTo(ip[hl:]); err != nil {
-		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+		return 0, nil, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}
 	if err := roce.PutICRC(ip); err != nil {
-		return 0, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
+		return 0, nil, fmt.Errorf("xdp: send to %v: %w", m.Addr, err)
 	}
-	return total, nil
+	return total, pending, nil
 }
 
 // neighbor returns the Ethernet address for ip: a multicast group's own
 // (01:00:5e or 33:33 and the group's low bits, as the kernel's
 // ip_eth_mc_map and ipv6_eth_mc_map make it), else from the cache or the
-// Neighbors (a miss there is cached once found).
-func (c *Conn) neighbor(ip netip.Addr) ([6]byte, error) {
+// Neighbors (an answer there is cached); or, while the Neighbors resolves
+// it, the resolution's channel. A neighbour that does not answer is an
+// error (the Neighbors holds it as failed for a while, answering at
+// once). Must hold txMu.
+func (c *Conn) neighbor(ip netip.Addr) ([6]byte, <-chan struct{}, error) {
 	if ip.IsMulticast() {
 		mac, err := mcast.EthernetMAC(ip)
-		return mac, err
+		return mac, nil, err
 	}
 	if mac, ok := c.macs[ip]; ok {
-		return mac, nil
+		return mac, nil, nil
 	}
-	hw, err := c.neighbors.HardwareAddr(ip)
-	if err != nil {
-		return [6]byte{}, fmt.Errorf("xdp: send to %v: %w", ip, err)
+	if h := c.held[ip]; h != nil {
+		select {
+		case <-h.pending:
+			// The resolution ended, and routineHeld is about to release
+			// the packets held: this one joins them, unless the
+			// neighbour did not answer.
+			if _, _, err := c.neighbors.Lookup(ip); err != nil {
+				return [6]byte{}, nil, fmt.Errorf("xdp: send to %v: %w", ip, err)
+			}
+		default:
+		}
+		return [6]byte{}, h.pending, nil
 	}
-	if len(hw) != 6 {
-		return [6]byte{}, fmt.Errorf("xdp: send to %v: Ethernet address %v is not 6 bytes", ip, hw)
+	hw, pending, err := c.neighbors.Lookup(ip)
+	switch {
+	case err != nil:
+		return [6]byte{}, nil, fmt.Errorf("xdp: send to %v: %w", ip, err)
+	case pending != nil:
+		return [6]byte{}, pending, nil
+	case len(hw) != 6:
+		return [6]byte{}, nil, fmt.Errorf("xdp: send to %v: Ethernet address %v is not 6 bytes", ip, hw)
 	}
 	mac := [6]byte(hw)
 	c.macs[ip] = mac
-	return mac, nil
+	return mac, nil, nil
 }
 
 // Stats returns the Conn's counters.
@@ -649,6 +808,9 @@ func (c *Conn) Stats() (ConnStats, error) {
 		GroupReceived: c.groupReceived.Load(),
 		GroupOverflow: c.groupOverflow.Load(),
 		GroupUnjoined: c.groupUnjoined.Load(),
+
+		HeldForNeighbor: c.heldPackets.Load(),
+		NoNeighbor:      c.noNeighbor.Load(),
 	}
 	var xs unix.XDPStatistics
 	var serr error
@@ -667,16 +829,22 @@ func (c *Conn) Stats() (ConnStats, error) {
 
 // Close implements roce.PacketConn: it closes the groups' conns still
 // open, unblocks ReadBatch, closes the socket (which leaves the
-// classifier's map with it) and unmaps the rings. The UMEM stays the
-// caller's. Close is idempotent.
+// classifier's map with it), drops the packets held for neighbours
+// (counted as NoNeighbor) and unmaps the rings. The UMEM stays the caller's. Close is idempotent.
 func (c *Conn) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	close(c.done)
 	gerr := c.closeGroups()
 	err := errors.Join(gerr, c.file.Close())
 	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
+	for _, h := range c.held {
+		c.noNeighbor.Add(uint64(len(h.frames)))
+	}
 	c.freeFrames()
-	return errors.Join(err, c.unmap())
+	err = errors.Join(err, c.unmap())
+	c.closeMu.Unlock()
+	c.heldWG.Wait()
+	return err
 }

@@ -27,10 +27,11 @@
 //
 //	prog, err := xdp.Load(xdp.Options{})            // needs root
 //	mode, err := prog.Attach(ifindex)               // native, else generic; logged
+//	neigh, err := xdp.NewResolver(xdp.ResolverOptions{Ifindex: ifindex})
 //	conn, err := xdp.NewConn(xdp.ConnOptions{
 //		Ifindex: ifindex, Queue: 0, UMEM: arena,     // arena: mmap'd, the pool's
 //		LocalAddr: netip.MustParseAddrPort("10.0.0.1:4791"),
-//		Neighbors: arp, Program: prog,               // arp, _ := xdp.OpenProcARP()
+//		Neighbors: neigh, Program: prog,
 //	})
 //	prog.AddQP(localQPN, xdp.QP{RemoteQPN: peerQPN})
 //	n, err := conn.ReadBatch(msgs)                  // a roce.PacketConn
@@ -38,5 +39,10 @@
 // Conn is a roce.PacketConn over an AF_XDP socket (copy mode, or zero-copy
 // where the driver has it) on a UMEM the caller supplies. It builds the
 // Ethernet, IP and UDP headers of what it sends and fills the ICRC; it
-// checks the ICRC of what it receives.
+// checks the ICRC of what it receives. The destination Ethernet address
+// comes from its Neighbors: a Resolver (resolver_linux.go) reads the
+// kernel's neighbour table of the Conn's namespace and has the kernel
+// resolve (ARP, IPv6 neighbour discovery) a peer it does not know; the
+// Conn holds a packet to a neighbour being resolved, without waiting,
+// and sends it once the neighbour answered.
 package xdp

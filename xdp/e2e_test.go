@@ -7,11 +7,13 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/xdp"
 )
@@ -19,13 +21,16 @@ import (
 // side is one end of the end-to-end set-up: a namespace, its veth end, the
 // classifier attached there and an AF_XDP Conn on queue 0.
 type side struct {
-	ns    *netns
-	ifc   string
-	addr  netip.AddrPort
-	prog  *xdp.Program
-	conn  *xdp.Conn
-	qpn   uint32
-	peers xdp.Neighbors
+	ns   *netns
+	ifc  string
+	addr netip.AddrPort
+	prog *xdp.Program
+	conn *xdp.Conn
+	qpn  uint32
+	// neigh resolves the Conn's peers, made with resolve's Timeout and
+	// Hold (set before start).
+	neigh   *xdp.Resolver
+	resolve xdp.ResolverOptions
 	// frames, if set before start, owns the Conn's UMEM (ConnOptions.Frames).
 	frames *testFrames
 }
@@ -56,16 +61,20 @@ func (s *side) tryStart(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts
 	s.prog = loadProgram(tb, opts)
 	var err error
 	s.ns.do(func() {
-		var arp *xdp.ProcARP
-		if arp, err = xdp.OpenProcARP(); err != nil {
-			return
-		}
-		tb.Cleanup(func() { arp.Close() })
-		s.peers = arp
 		var ifi *net.Interface
 		if ifi, err = net.InterfaceByName(s.ifc); err != nil {
 			return
 		}
+		ro := s.resolve
+		ro.Ifindex, ro.Src, ro.Logger = ifi.Index, s.addr.Addr(), testlog.New(tb)
+		if s.neigh, err = xdp.NewResolver(ro); err != nil {
+			return
+		}
+		tb.Cleanup(func() {
+			if err := s.neigh.Close(); err != nil {
+				tb.Errorf("%s: Resolver.Close: %v", s.ifc, err)
+			}
+		})
 		var m xdp.Mode
 		if m, err = s.prog.Attach(ifi.Index); err != nil {
 			return
@@ -75,7 +84,7 @@ func (s *side) tryStart(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts
 			Ifindex:   ifi.Index,
 			UMEM:      umem(tb, 8192*4096), // 2048-entry rings: the receive benchmark's bursts fit
 			LocalAddr: s.addr,
-			Neighbors: s.peers,
+			Neighbors: s.neigh,
 			Program:   s.prog,
 			Mode:      mode,
 			Logger:    testLogger(tb),
@@ -99,8 +108,9 @@ func (s *side) tryStart(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts
 }
 
 // setup builds two namespaces joined by a veth pair with the classifier
-// and a Conn on each end; ARP and the kernel's neighbour tables work as
-// usual (ProcARP), which the first exchange relies on.
+// and a Conn on each end, each resolving the other's Ethernet address
+// through its namespace's neighbour table (a Resolver): nothing needs to
+// have crossed the veth before.
 func setup(tb testing.TB, tag string, mode xdp.BindMode, xmode xdp.Mode) (a, b *side) {
 	return setupWith(tb, tag, mode, xdp.Options{Mode: xmode})
 }
@@ -219,13 +229,33 @@ func TestEndToEnd(t *testing.T) {
 func testEndToEnd(t *testing.T, mode xdp.Mode) {
 	a, b := setup(t, mode.String()[:1], xdp.BindAuto, mode)
 
-	// Non-RoCE traffic reaches the kernel (and teaches both neighbour
-	// tables each other's address, over ARP the classifier passes).
-	udpExchange(t, a.ns, b.ns, netip.MustParseAddrPort("10.99.0.2:9999"), []byte("not roce"))
-	udpExchange(t, b.ns, a.ns, netip.MustParseAddrPort("10.99.0.1:9999"), []byte("back"))
+	// Nothing has crossed the veth: the first packet's neighbour is
+	// resolved (ARP, which the classifier passes) while it is held.
+	t.Run("first packet to a peer never contacted", func(t *testing.T) {
+		if e := neighEntry(t, a.ns, a.ifc, b.addr.Addr()); e != "" {
+			t.Fatalf("%s's neighbour table before the first packet: %q, want no entry", a.ns.name, e)
+		}
+		sendPackets(t, a.conn, b.addr, 0, sendOnly(b.qpn, 0, []byte("first")))
+		if m := readN(t, b.conn, 1)[0]; !bytes.Contains(m.Buf[:m.N], []byte("first")) || m.Addr != a.addr {
+			t.Errorf("first packet: got % x from %v", m.Buf[:m.N], m.Addr)
+		}
+		if e := neighEntry(t, a.ns, a.ifc, b.addr.Addr()); !strings.Contains(e, "lladdr 02:00:00:00:99:0b") {
+			t.Errorf("%s's neighbour table after the first packet: %q, want b's address", a.ns.name, e)
+		}
+		if got, want := a.neigh.Stats().Snapshot(), (xdp.ResolverStatsSnapshot{Asked: 1, Answered: 1}); got != want {
+			t.Errorf("resolver stats %+v, want %+v", got, want)
+		}
+		if st, err := a.conn.Stats(); err != nil || st.HeldForNeighbor != 1 || st.NoNeighbor != 0 || st.Sent != 1 {
+			t.Errorf("conn stats %+v (%v), want the one packet held, then sent", st, err)
+		}
+	})
 
 	t.Run("roce to AF_XDP", func(t *testing.T) {
 		const n = 200
+		before, err := b.prog.QPCounters(b.qpn)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var pkts [][]byte
 		for i := range n {
 			pkts = append(pkts, sendOnly(b.qpn, uint32(i), bytes.Repeat([]byte{byte(i)}, 1+i%64)))
@@ -246,14 +276,19 @@ func testEndToEnd(t *testing.T, mode xdp.Mode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if qc.Packets != n {
-			t.Errorf("qp counters %+v, want %d packets", qc, n)
+		if qc.Packets-before.Packets != n {
+			t.Errorf("qp counters %+v, before %+v: want %d packets more", qc, before, n)
 		}
 		// And back.
 		sendPackets(t, b.conn, a.addr, 0, sendOnly(a.qpn, 1, []byte("reply")))
 		if m := readN(t, a.conn, 1)[0]; !bytes.Contains(m.Buf[:m.N], []byte("reply")) {
 			t.Errorf("reply: got % x", m.Buf[:m.N])
 		}
+	})
+
+	t.Run("non-roce reaches the kernel", func(t *testing.T) {
+		udpExchange(t, a.ns, b.ns, netip.MustParseAddrPort("10.99.0.2:9999"), []byte("not roce"))
+		udpExchange(t, b.ns, a.ns, netip.MustParseAddrPort("10.99.0.1:9999"), []byte("back"))
 	})
 
 	t.Run("unowned qp reaches the kernel", func(t *testing.T) {
@@ -356,8 +391,6 @@ func testEndToEnd(t *testing.T, mode xdp.Mode) {
 // marked packet itself is consumed.
 func TestCNPFromXDP(t *testing.T) {
 	a, b := setupWith(t, "n", xdp.BindAuto, xdp.Options{CNP: true})
-	udpExchange(t, a.ns, b.ns, netip.MustParseAddrPort("10.99.0.2:9999"), []byte("arp"))
-	udpExchange(t, b.ns, a.ns, netip.MustParseAddrPort("10.99.0.1:9999"), []byte("arp"))
 	sendPackets(t, a.conn, b.addr, roce.ECNCE, sendOnly(b.qpn, 5, []byte("marked")))
 	m := readN(t, a.conn, 1)[0]
 	var p roce.Packet
@@ -406,5 +439,51 @@ func TestConnClose(t *testing.T) {
 	}
 	if err := b.conn.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestConnNeighborUnanswered: one batch to an address nobody holds and to
+// b, neither contacted before. WriteBatch returns at once, both packets
+// held; b's arrives while the other's neighbour is still being resolved.
+// Once that failed, a packet to it is refused at once with an error naming
+// it that wraps ErrNoNeighbor; the one held is dropped: both counted.
+func TestConnNeighborUnanswered(t *testing.T) {
+	const timeout = time.Second
+	a, b := &side{resolve: xdp.ResolverOptions{Timeout: timeout, Hold: 5 * time.Second}}, &side{}
+	setupSides(t, "u", a, b, xdp.BindAuto, xdp.Options{})
+	dead := netip.MustParseAddrPort("10.99.0.99:4791")
+	if e := neighEntry(t, a.ns, a.ifc, dead.Addr()) + neighEntry(t, a.ns, a.ifc, b.addr.Addr()); e != "" {
+		t.Fatalf("%s's neighbour table before: %q, want no entries", a.ns.name, e)
+	}
+	p := sendOnly(b.qpn, 0, []byte("not held up"))
+	start := time.Now()
+	n, err := a.conn.WriteBatch([]roce.Message{{Buf: p, N: len(p), Addr: dead}, {Buf: p, N: len(p), Addr: b.addr}})
+	if took := time.Since(start); n != 2 || err != nil || took > timeout/2 {
+		t.Fatalf("WriteBatch = %d, %v in %v; want both sent (held) at once", n, err, took)
+	}
+	readN(t, b.conn, 1)
+	if took := time.Since(start); took >= timeout {
+		t.Errorf("b's packet arrived after %v, when the other's resolution was over: it waited for it", took)
+	}
+	if _, err := a.neigh.HardwareAddr(dead.Addr()); !errors.Is(err, xdp.ErrNoNeighbor) {
+		t.Fatalf("the resolution of %v: %v, want ErrNoNeighbor", dead.Addr(), err)
+	}
+	start = time.Now()
+	n, err = a.conn.WriteBatch([]roce.Message{{Buf: p, N: len(p), Addr: dead}})
+	if took := time.Since(start); n != 0 || !errors.Is(err, xdp.ErrNoNeighbor) || !strings.Contains(err.Error(), dead.Addr().String()) || took > timeout/2 {
+		t.Errorf("WriteBatch to %v after it failed = %d, %v in %v; want at once an error naming it that wraps ErrNoNeighbor", dead, n, err, took)
+	}
+	if st, err := a.conn.Stats(); err != nil || st.HeldForNeighbor != 2 || st.Sent != 1 {
+		t.Errorf("conn stats %+v (%v), want 2 packets held, 1 sent", st, err)
+	}
+	// Close drops what is still held, if the resolution's end has not yet.
+	if err := a.conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := a.conn.Stats(); st.NoNeighbor != 2 { // closed: the kernel's ring counters are gone, the conn's own are not
+		t.Errorf("conn stats %+v, want 2 packets dropped for want of a neighbour: the one held and the one refused", st)
+	}
+	if got, want := a.neigh.Stats().Snapshot(), (xdp.ResolverStatsSnapshot{Asked: 2, Answered: 1, Failed: 1}); got != want {
+		t.Errorf("resolver stats %+v, want %+v", got, want)
 	}
 }

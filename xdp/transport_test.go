@@ -5,7 +5,6 @@ package xdp_test
 import (
 	"bytes"
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -20,8 +19,6 @@ import (
 // retransmits and every message arrives, whole and in order.
 func TestTransportOverAFXDP(t *testing.T) {
 	a, b := setup(t, "t", xdp.BindAuto, xdp.ModeNative)
-	udpExchange(t, a.ns, b.ns, netip.MustParseAddrPort("10.99.0.2:9999"), []byte("arp"))
-	udpExchange(t, b.ns, a.ns, netip.MustParseAddrPort("10.99.0.1:9999"), []byte("arp"))
 
 	const msgs, size = 64, 3000 // 3 packets each at MTU 1024
 	type end struct {

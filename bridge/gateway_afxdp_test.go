@@ -1,0 +1,124 @@
+//go:build linux
+
+package bridge_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
+	testneeds "github.com/rbridge/rbridge/internal/needs"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// TestGatewayAFXDPFirstConnection: a route whose target is behind an
+// AF_XDP leg, on a link the gateway has sent nothing on (its namespace's
+// neighbour table has no entry for the target). The gateway has its
+// kernel resolve the target's Ethernet address, and the client's very
+// first connection goes through, the gateway's REQ sent once: not
+// refused for want of a neighbour entry, nor left to the CM's retry
+// (issue 22). The resolution is counted on /metrics, which promtool
+// passes.
+func TestGatewayAFXDPFirstConnection(t *testing.T) {
+	testneeds.Root(t, "XDP, AF_XDP, network namespaces")
+	_, err := exec.LookPath("ip")
+	testneeds.Check(t, "ip from iproute2", err)
+	tag := fmt.Sprint(os.Getpid() % 100000)
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "rbf"+tag, "10.95.0.1/24", "10.95.0.2/24")
+	neighbour := func() string {
+		t.Helper()
+		out, err := exec.Command("ip", "-n", gwNS, "neigh", "show", "to", "10.95.0.2", "dev", gwIf).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip neigh show: %v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+
+	target := newCMAppIn(t, peerNS, "", "10.95.0.2", nil)
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: GWIF, ip: 10.95.0.1, io: afxdp, netns: GWNS}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7471"}
+    target: {leg: b, addr: "10.95.0.2:7471"}
+`)
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The AF_XDP socket takes 1024 of the pool's 4 KiB frames.
+	g := startGatewayWith(t, cfg, bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: 16 << 20}})
+	if e := neighbour(); e != "" {
+		t.Fatalf("the gateway's neighbour table before the first connection: %q, want no entry for the target", e)
+	}
+
+	client := newCMApp(t, lo("3"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	accepted := make(chan *cm.Conn, 1)
+	tqp := target.qp(t)
+	go func() {
+		r, err := ln.Next(ctx)
+		if err != nil {
+			t.Error(err)
+			accepted <- nil
+			return
+		}
+		if err := tqp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+			t.Error(err)
+		}
+		c, err := r.Accept(ctx, cm.AcceptOptions{QP: tqp})
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
+	if err != nil {
+		t.Fatalf("the first connection through the gateway: %v", err)
+	}
+	tc := <-accepted
+	if tc == nil {
+		t.FailNow()
+	}
+	if e := neighbour(); !strings.Contains(e, "lladdr") {
+		t.Errorf("the gateway's neighbour table after: %q, want the target's address", e)
+	}
+	m, raw := scrape(t, startAdmin(t, g))
+	promtool(t, raw) // an AF_XDP leg's metrics, the neighbours' among them
+	for name, v := range map[string]float64{
+		`rbridge_xdp_neighbor_resolutions_total{leg="b"}`: 1,
+		`rbridge_xdp_neighbor_answered_total{leg="b"}`:    1,
+		`rbridge_xdp_neighbor_failed_total{leg="b"}`:      0,
+		`rbridge_xdp_tx_no_neighbor_total{leg="b"}`:       0,
+		`rbridge_cm_retransmits_total{leg="b"}`:           0, // the first REQ got through
+	} {
+		if got, ok := m[name]; !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
+		}
+	}
+	if got := m[`rbridge_xdp_tx_held_for_neighbor_total{leg="b"}`]; got < 1 {
+		t.Errorf(`rbridge_xdp_tx_held_for_neighbor_total{leg="b"} = %v, want the REQ held while the target was resolved`, got)
+	}
+	if err := cc.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tc.Done():
+	case <-ctx.Done():
+		t.Fatal("the target's connection outlived the client's")
+	}
+}
