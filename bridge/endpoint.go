@@ -96,6 +96,9 @@ type Op struct {
 	// where it lies in its READ (partOff) and whether parts follow (more).
 	split, more  bool
 	cut, partOff int
+	// chain says Frags are the pool\'s largest buffers a long SEND was
+	// copied into (the last one partly filled), not lent frames.
+	chain bool
 }
 
 // Frag is a span of a pool buffer.

@@ -173,6 +173,7 @@ type DirectionStatus struct {
 	Copied      uint64            `json:"copied_bytes"`
 	Failed      uint64            `json:"failed"`
 	NoCredit    uint64            `json:"no_credit"`
+	TooLong     uint64            `json:"too_long"`
 	Queued      int               `json:"queued"`
 	Posted      int               `json:"posted"`
 }
@@ -228,7 +229,7 @@ func (g *Gateway) Status() Status {
 		rs := s.State()
 		dir := func(d int) DirectionStatus {
 			ds := DirectionStatus{Ops: ss.TotalOps(d), Bytes: ss.TotalBytes(d), Copied: ss.Copied[d], Failed: ss.Failed[d], NoCredit: ss.NoCredit[d],
-				Queued: rs[d].Queued, Posted: rs[d].Posted}
+				TooLong: ss.TooLong[d], Queued: rs[d].Queued, Posted: rs[d].Posted}
 			for o, n := range ss.Ops[d] {
 				if n > 0 {
 					if ds.OpsByOpcode == nil {

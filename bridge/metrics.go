@@ -75,6 +75,8 @@ var directionRows = func() []directionRow {
 		{"copied_bytes_total", "Payload bytes the gateway copied while relaying (the rest crossed in the buffers it arrived in).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Copied }},
 		{"operations_failed_total", "Operations the far side failed (each ends its session).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Failed }},
 		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.NoCredit }},
+		{"too_long_total", "SENDs refused with an invalid request NAK: longer than the far leg gathers in the pool's largest buffers.", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.TooLong }},
+		{"read_part_pool_waits_total", "Parts of READs longer than a pool buffer that waited for a buffer before they were posted (backpressure).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.PoolWaits }},
 	}
 	out := make([]directionRow, len(rows))
 	for i, r := range rows {

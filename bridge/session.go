@@ -120,13 +120,20 @@ type SessionStats struct {
 	Copied   [2]atomic.Uint64
 	Failed   [2]atomic.Uint64 // ops the far side failed
 	NoCredit [2]atomic.Uint64 // requests refused for an empty pool (RNR)
+	// TooLong counts SENDs refused for a length the far leg cannot take
+	// (more pieces than it gathers): an invalid request NAK.
+	TooLong [2]atomic.Uint64
+	// PoolWaits counts parts of a long READ that waited for a pool
+	// buffer before they could be posted (backpressure, not a refusal).
+	PoolWaits [2]atomic.Uint64
 }
 
 // SessionStatsSnapshot is SessionStats read at one moment, as plain
 // values, indexed like SessionStats.
 type SessionStatsSnapshot struct {
-	Ops, Bytes               [2][numOpcodes]uint64
-	Copied, Failed, NoCredit [2]uint64
+	Ops, Bytes                        [2][numOpcodes]uint64
+	Copied, Failed, NoCredit, TooLong [2]uint64
+	PoolWaits                         [2]uint64
 }
 
 // Snapshot reads every counter.
@@ -137,6 +144,7 @@ func (s *SessionStats) Snapshot() SessionStatsSnapshot {
 			out.Ops[d][o], out.Bytes[d][o] = s.Ops[d][o].Load(), s.Bytes[d][o].Load()
 		}
 		out.Copied[d], out.Failed[d], out.NoCredit[d] = s.Copied[d].Load(), s.Failed[d].Load(), s.NoCredit[d].Load()
+		out.TooLong[d], out.PoolWaits[d] = s.TooLong[d].Load(), s.PoolWaits[d].Load()
 	}
 	return out
 }
@@ -164,6 +172,8 @@ func (s *SessionStatsSnapshot) add(o SessionStatsSnapshot) {
 		s.Copied[d] += o.Copied[d]
 		s.Failed[d] += o.Failed[d]
 		s.NoCredit[d] += o.NoCredit[d]
+		s.TooLong[d] += o.TooLong[d]
+		s.PoolWaits[d] += o.PoolWaits[d]
 	}
 }
 
@@ -548,21 +558,14 @@ func (r *relay) sendLocked(q *transport.Request, buf *Buf) transport.Reply {
 		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
 	}
 	switch {
-	case lend && op.Buf == nil && len(op.Frags) < r.lim.MaxSGE:
+	case lend && op.Buf == nil && !op.chain && len(op.Frags) < r.lim.MaxSGE:
 		buf.Ref()
 		op.Frags = append(op.Frags, Frag{Buf: buf, Off: foff, Len: len(q.Payload)})
 		op.Len += len(q.Payload)
 	case len(q.Payload) > 0:
-		if end := op.Len + len(q.Payload); op.Buf == nil || end > len(op.Buf.B()) {
-			b, reply, ok := r.getLocked(max(2*end, 4096))
-			if !ok {
-				return reply // the packet comes again; what is assembled stays
-			}
-			r.gatherLocked(op, b)
+		if reply, ok := r.appendLocked(op, q.Payload); !ok {
+			return reply // the packet comes again; what is assembled stays
 		}
-		copy(op.Buf.B()[op.Off+op.Len:], q.Payload)
-		op.Len += len(q.Payload)
-		r.s.stats.Copied[r.dir].Add(uint64(len(q.Payload)))
 	}
 	if !q.Last {
 		return transport.Reply{} // held here; the last packet's answer is the message's
@@ -572,6 +575,105 @@ func (r *relay) sendLocked(q *transport.Request, buf *Buf) transport.Reply {
 	r.enqueueLocked(op)
 	r.endLocked(q.Op)
 	return transport.Reply{Result: transport.Pending}
+}
+
+// appendLocked copies p after op's bytes. They lie in op.Buf while one
+// buffer holds them (grown by doubling), then in a chain of the pool's
+// largest buffers (op.Frags, op.chain) that the far endpoint gathers, as
+// many as its Limits.MaxSGE: a SEND longer than that is refused as the
+// IBTA refuses a SEND longer than the receive it lands in (an invalid
+// request NAK), counted as too long. Lent frames (op.Frags without chain)
+// are copied over first. When the pool has no buffer, nothing changes
+// and the reply says why.
+func (r *relay) appendLocked(op *Op, p []byte) (transport.Reply, bool) {
+	end := op.Len + len(p)
+	largest := r.s.maxChunk
+	switch {
+	case op.chain:
+	case op.Buf != nil && end <= len(op.Buf.B())-op.Off:
+		copy(op.Buf.B()[op.Off+op.Len:], p)
+		op.Len = end
+		r.s.stats.Copied[r.dir].Add(uint64(len(p)))
+		return transport.Reply{}, true
+	case end <= largest:
+		b, reply, ok := r.getLocked(min(max(2*end, 4096), largest))
+		if !ok {
+			return reply, false
+		}
+		r.gatherLocked(op, b)
+		copy(op.Buf.B()[op.Len:], p)
+		op.Len = end
+		r.s.stats.Copied[r.dir].Add(uint64(len(p)))
+		return transport.Reply{}, true
+	}
+	// A chain: buffers enough for what is assembled and p, taken first so
+	// that a pool without them changes nothing.
+	need := (end + largest - 1) / largest
+	have := 0
+	if op.chain {
+		have = len(op.Frags)
+	}
+	if need > max(r.lim.MaxSGE, 1) {
+		r.s.stats.TooLong[r.dir].Add(1)
+		r.s.log.Warn("request refused: a SEND longer than the far leg gathers", "bytes_so_far", end, "largest", largest, "max_sge", r.lim.MaxSGE)
+		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}, false
+	}
+	var fresh [64]*Buf
+	bufs := fresh[:0]
+	for range need - have {
+		b, reply, ok := r.getLocked(largest)
+		if !ok {
+			for _, x := range bufs {
+				x.Release()
+			}
+			return reply, false
+		}
+		bufs = append(bufs, b)
+	}
+	if !op.chain {
+		// Move what is assembled (one buffer, or lent frames) to the chain.
+		old, oldFrags := op.Buf, op.Frags
+		var tmp [1]Frag
+		if old != nil {
+			tmp[0] = Frag{Buf: old, Off: op.Off, Len: op.Len}
+			oldFrags = tmp[:]
+		}
+		chain := make([]Frag, 0, need)
+		for _, b := range bufs {
+			chain = append(chain, Frag{Buf: b})
+		}
+		bufs = bufs[:0]
+		op.Buf, op.Off, op.Len, op.chain = nil, 0, 0, true
+		for _, f := range oldFrags {
+			r.chainCopyLocked(op, f.Buf.B()[f.Off:f.Off+f.Len], chain)
+			f.Buf.Release()
+		}
+		clear(oldFrags)
+		r.chainCopyLocked(op, p, chain)
+		op.Frags = chain[:(op.Len+largest-1)/largest]
+		return transport.Reply{}, true
+	}
+	for _, b := range bufs {
+		op.Frags = append(op.Frags, Frag{Buf: b})
+	}
+	r.chainCopyLocked(op, p, op.Frags)
+	op.Frags = op.Frags[:(op.Len+largest-1)/largest]
+	return transport.Reply{}, true
+}
+
+// chainCopyLocked copies p after op's bytes into chain, whose buffers
+// (the pool's largest) have room for it.
+func (r *relay) chainCopyLocked(op *Op, p []byte, chain []Frag) {
+	largest := r.s.maxChunk
+	r.s.stats.Copied[r.dir].Add(uint64(len(p)))
+	for len(p) > 0 {
+		i, off := op.Len/largest, op.Len%largest
+		f := &chain[i]
+		n := copy(f.Buf.B()[off:largest], p)
+		f.Len = off + n
+		op.Len += n
+		p = p[n:]
+	}
 }
 
 // gatherLocked moves op's bytes (in its buffer or its frags) into b, which
@@ -773,7 +875,7 @@ func (r *relay) cutLocked(op *Op) *Op {
 	} else {
 		var err error
 		if b, err = r.s.pool.Get(n); err != nil {
-			r.s.stats.NoCredit[r.dir].Add(1)
+			r.s.stats.PoolWaits[r.dir].Add(1)
 			if r.posted == 0 && !r.bufWait {
 				r.bufWait = true
 				go r.waitBuf(n)

@@ -109,13 +109,73 @@ func TestSessionLongReadsWithLoss(t *testing.T) {
 			if got := st.Bytes[0][transport.OpRead]; got != uint64(total) {
 				t.Errorf("READ bytes counted: %d, want %d", got, total)
 			}
-			if tc.pool < 1<<20 && st.NoCredit[0] == 0 {
+			if tc.pool < 1<<20 && st.PoolWaits[0] == 0 {
 				t.Errorf("the pool never ran out of buffers for a part: the wait for one proved nothing")
 			}
 			if lost := r.net.Stats().Snapshot().Lost; lost == 0 {
 				t.Errorf("the network dropped nothing: the loss proved nothing")
 			}
 			t.Logf("%d parts on the far leg, the network dropped %d packets", parts, r.net.Stats().Snapshot().Lost)
+		})
+	}
+}
+
+// TestSessionLongSends: a SEND longer than the pool's largest buffer is
+// copied into a chain of them that the far leg gathers; one longer than
+// the far leg gathers is refused with an invalid request NAK, counted, as
+// a responder refuses a SEND longer than its receive. With frames lent
+// (AF_XDP), the frames gathered so far move to the chain.
+func TestSessionLongSends(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		size   int
+		maxSGE int
+		lend   bool
+		want   transport.Status
+	}{
+		{"64KiB+1", 64<<10 + 1, 2, false, transport.StatusSuccess},
+		{"1MiB", 1 << 20, 16, false, transport.StatusSuccess},
+		{"1MiB-lent", 1 << 20, 16, true, transport.StatusSuccess},
+		// 100 frames lent, 100 KiB: past the largest buffer, they move
+		// to a chain at once.
+		{"1MiB-lent-100-pieces", 1 << 20, 100, true, transport.StatusSuccess},
+		{"1MiB+1-too-long", 1<<20 + 1, 16, false, transport.StatusRemInvReqErr},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOpts{net: simnet.Options{Loss: 0.005, Seed: 9}, poolSize: 16 << 20, maxSGE: tc.maxSGE, lend: tc.lend,
+				farMem: 4 << 20, clientMem: 4 << 20})
+			for i := range tc.size {
+				r.cmem[i] = byte(i*31 + i>>10)
+			}
+			if err := r.client.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSendWithImm, Imm: 0xabc, Signaled: true,
+				Local: transport.SGE{MR: r.cmr, Offset: 0, Length: tc.size}}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			wcs := make([]transport.WC, 1)
+			if _, err := r.scq.PollWait(ctx, wcs); err != nil {
+				t.Fatalf("the SEND never completed: %v (session %v)", err, r.sess.Err())
+			}
+			if wcs[0].Status != tc.want {
+				t.Fatalf("the SEND completed with %v, want %v", wcs[0].Status, tc.want)
+			}
+			st := r.sess.Stats().Snapshot()
+			if tc.want != transport.StatusSuccess {
+				if st.TooLong[0] != 1 {
+					t.Errorf("too long counted %d times, want 1", st.TooLong[0])
+				}
+				return
+			}
+			var got []byte
+			for _, e := range r.far.executed() {
+				if e.op == transport.OpSendWithImm && e.imm == 0xabc {
+					got = e.data
+				}
+			}
+			if !bytes.Equal(got, r.cmem[:tc.size]) {
+				t.Fatalf("the far leg received %d bytes, want the %d sent", len(got), tc.size)
+			}
 		})
 	}
 }
