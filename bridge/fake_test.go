@@ -229,10 +229,23 @@ func (f *fakeLeg) execute(op *bridge.Op) bool {
 // delivers a received message (the HCA acknowledged it already): in a
 // pool buffer as a verbs receive lands, when pool is not nil.
 func (f *fakeLeg) send(pool *bridge.Pool, data []byte, imm uint32, withImm bool) transport.Reply {
-	h := f.handler()
-	r := transport.Request{Op: transport.OpSend, First: true, Last: true, Payload: data}
+	op := transport.OpSend
 	if withImm {
-		r.Op, r.Imm = transport.OpSendWithImm, imm
+		op = transport.OpSendWithImm
+	}
+	return f.sendOp(pool, data, op, imm)
+}
+
+// sendOp is send with the opcode given: OpSendWithImm carries arg as its
+// immediate, OpSendWithInv as the rkey it invalidates.
+func (f *fakeLeg) sendOp(pool *bridge.Pool, data []byte, op transport.Opcode, arg uint32) transport.Reply {
+	h := f.handler()
+	r := transport.Request{Op: op, First: true, Last: true, Payload: data}
+	switch op {
+	case transport.OpSendWithImm:
+		r.Imm = arg
+	case transport.OpSendWithInv:
+		r.InvRKey = arg
 	}
 	var b *bridge.Buf
 	f.mu.Lock()

@@ -551,8 +551,9 @@ func TestSessionFarFailureIsNeverAcknowledged(t *testing.T) {
 	}
 }
 
-// SENDs from the far peer reach the client, in order, and the far side
-// learns each was delivered only once the client acknowledged it.
+// SENDs from the far peer reach the client, in order, with their
+// immediates and invalidated rkeys, and the far side learns each was
+// delivered only once the client acknowledged it.
 func TestSessionRelaysFarSends(t *testing.T) {
 	r := newRig(t, rigOpts{net: simnet.Options{Loss: 0.02, Seed: 5}})
 	const n = 50
@@ -572,7 +573,14 @@ func TestSessionRelaysFarSends(t *testing.T) {
 		} else {
 			copied += len(msg)
 		}
-		if reply := r.far.send(pool, msg, uint32(i), i%2 == 0); reply.Result != transport.Pending {
+		op, arg := transport.OpSend, uint32(i)
+		switch {
+		case i%5 == 4: // SEND_WITH_INV: the client sees the key invalidated
+			op, arg = transport.OpSendWithInv, 0x5000+uint32(i)
+		case i%2 == 0:
+			op = transport.OpSendWithImm
+		}
+		if reply := r.far.sendOp(pool, msg, op, arg); reply.Result != transport.Pending {
 			t.Fatalf("far SEND %d: reply %v", i, reply.Result)
 		}
 	}
@@ -580,7 +588,8 @@ func TestSessionRelaysFarSends(t *testing.T) {
 	for i, wc := range got {
 		want := bytes.Repeat([]byte{byte(i)}, 100+i*97)
 		if wc.ID != uint64(i) || wc.Status != transport.StatusSuccess || wc.ByteLen != len(want) ||
-			!bytes.Equal(r.cmem[i*8192:i*8192+wc.ByteLen], want) || wc.HasImm != (i%2 == 0) || wc.HasImm && wc.Imm != uint32(i) {
+			!bytes.Equal(r.cmem[i*8192:i*8192+wc.ByteLen], want) || wc.HasImm != (i%2 == 0 && i%5 != 4) || wc.HasImm && wc.Imm != uint32(i) ||
+			wc.HasInv != (i%5 == 4) || wc.HasInv && wc.InvRKey != 0x5000+uint32(i) {
 			t.Fatalf("receive %d: %+v", i, wc)
 		}
 	}
