@@ -149,7 +149,9 @@ func startRbridge(t testing.TB, netns, path, cfg string, flags ...string) (*sync
 }
 
 // waitListen waits until an rdma_cm listener of the named program exists.
-func waitListen(t testing.TB, comm string) {
+// server, when given, is the listening program's output, shown when it
+// never listened.
+func waitListen(t testing.TB, comm string, server ...fmt.Stringer) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		out, _ := exec.Command("rdma", "resource", "show", "cm_id").CombinedOutput()
@@ -159,7 +161,11 @@ func waitListen(t testing.TB, comm string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never listened:\n%s", comm, out)
+			var said string
+			for _, o := range server {
+				said += "\nit said:\n" + o.String()
+			}
+			t.Fatalf("%s never listened:\n%s%s", comm, out, said)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -229,7 +235,7 @@ func pairOnce(t *testing.T, limit time.Duration, tool string, server, client []s
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitListen(t, tool)
+	waitListen(t, tool, &sout)
 	c := exec.CommandContext(ctx, tool, client...)
 	c.Stdout, c.Stderr = &cout, &cout
 	start := time.Now()
@@ -307,6 +313,11 @@ func TestGuestRunPerftest(t *testing.T) {
 				{"ib_send_bw", []string{"-s", "65536", "-n", "100"}}, // longer than 16 frames: gathered, then copied together
 				{"ib_write_bw", []string{"-s", "65536", "-n", "100"}},
 				{"ib_read_bw", []string{"-s", "65536", "-n", "100"}},
+				// Past the pool's largest buffer: READs in parts, a SEND in a chain.
+				{"ib_read_bw", []string{"-s", "131072", "-n", "40"}},
+				{"ib_read_bw", []string{"-s", "1048576", "-n", "10"}},
+				{"ib_read_bw", []string{"-s", "8388608", "-n", "3"}},
+				{"ib_send_bw", []string{"-s", "1048576", "-n", "10"}},
 				{"ib_send_lat", []string{"-s", "2", "-n", "200"}},
 				// Not ib_write_lat: its server WRITEs too, from the IB side,
 				// into what is the gateway's memory there (see the README).

@@ -64,14 +64,22 @@ for tool in insmod rmmod lsmod depmod modinfo; do ln -sf modprobe "$root/usr/sbi
 # The verbs providers are loaded with dlopen, so ldd of the tools misses them.
 copy_elf "$multiarch"/libibverbs/librxe-rdmav34.so "$multiarch"/libibverbs/libsiw-rdmav34.so
 copy /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver
+# nfsd's userland for an NFSv4 export (no rpcbind: v4 needs none); libtirpc
+# reads /etc/netconfig.
+copy_elf /usr/sbin/rpc.mountd /usr/sbin/exportfs
+copy /etc/netconfig
+mkdir -p "$root/var/lib/nfs"
 # rping's threads need libgcc_s at pthread_exit; nothing links it directly.
 copy_elf "$multiarch"/libgcc_s.so.1
 copy /etc/protocols /etc/services
 
 # Kernel modules: rxe and its dependencies, the rdma_cm user interface, veth and
-# bridges, netem (tests inject loss with tc), siw's dependencies, and the crc
+# bridges, netem (tests inject loss with tc), the NVMe-oF host and target
+# with a ramdisk (brd) for their namespace, nfsd, the NFSv4 client and
+# RPC-over-RDMA (rpcrdma), siw's dependencies, and the crc
 # modules, which are soft dependencies.
 want=(rdma_rxe rdma_ucm ib_uverbs ib_umad veth bridge sch_netem libcrc32c
+	brd nvmet nvmet-rdma nvme-rdma nfsd rpcrdma nfsv4
 	crc32_generic crc32-pclmul crc32c_generic crc32c-intel)
 for dep in $(modinfo -F depends "$siw" | tr ',' ' '); do want+=("$dep"); done
 modprobe -S "$kv" -a --show-depends "${want[@]}" |

@@ -1,0 +1,264 @@
+package gateway_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbridge/rbridge/integration/guest"
+)
+
+// The kernel's NVMe over Fabrics host and target (nvme-rdma, nvmet-rdma)
+// through rbridge run, with a ramdisk (brd) as the namespace. The target
+// is the one-sided initiator: it READs a write's data from the host's
+// memory and WRITEs a read's into it, in pieces of up to the host's
+// largest transfer (128 KiB and more), so every I/O crosses the gateway
+// as RDMA READs and WRITEs as well as the capsules' SENDs.
+
+const nvmeNQN = "nqn.2026-12.io.rbridge:test"
+
+// nvmeTarget exports /dev/ram0 over RDMA at addr:4420 through configfs,
+// until the test ends.
+func nvmeTarget(t *testing.T, addr string) {
+	t.Helper()
+	for _, m := range [][]string{{"brd", "rd_nr=1", "rd_size=131072"}, {"nvmet"}, {"nvmet-rdma"}, {"nvme-rdma"}} {
+		if out, err := exec.Command("/usr/sbin/modprobe", m...).CombinedOutput(); err != nil {
+			t.Fatalf("modprobe %v: %v\n%s", m, err, out)
+		}
+	}
+	cfs := "/sys/kernel/config"
+	if _, err := os.Stat(cfs + "/nvmet"); err != nil {
+		if err := unix.Mount("configfs", cfs, "configfs", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			t.Fatalf("mount configfs: %v", err)
+		}
+	}
+	sub := filepath.Join(cfs, "nvmet/subsystems", nvmeNQN)
+	ns := filepath.Join(sub, "namespaces/1")
+	port := filepath.Join(cfs, "nvmet/ports/1")
+	write := func(path, v string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+			t.Fatalf("nvmet: write %q to %s: %v", v, path, err)
+		}
+	}
+	for _, d := range []string{sub, ns, port} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatalf("nvmet: %v", err)
+		}
+	}
+	write(filepath.Join(sub, "attr_allow_any_host"), "1")
+	write(filepath.Join(sub, "attr_serial"), "rbridge0042")
+	write(filepath.Join(ns, "device_path"), "/dev/ram0")
+	write(filepath.Join(ns, "enable"), "1")
+	write(filepath.Join(port, "addr_trtype"), "rdma")
+	write(filepath.Join(port, "addr_adrfam"), "ipv4")
+	write(filepath.Join(port, "addr_traddr"), addr)
+	write(filepath.Join(port, "addr_trsvcid"), "4420")
+	link := filepath.Join(port, "subsystems", nvmeNQN)
+	if err := os.Symlink(sub, link); err != nil {
+		t.Fatalf("nvmet: enable the port: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = os.Remove(link)
+		_ = os.Remove(port)
+		_ = os.WriteFile(filepath.Join(ns, "enable"), []byte("0"), 0o644)
+		_ = os.Remove(ns)
+		_ = os.Remove(sub)
+	})
+}
+
+// nvmeConnect connects the kernel's host to nqn at traddr:4420 from
+// hostAddr and returns the controller's name (nvmeN); the test's end
+// disconnects it.
+func nvmeConnect(t *testing.T, traddr, hostAddr string) string {
+	t.Helper()
+	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open /dev/nvme-fabrics: %v", err)
+	}
+	defer f.Close()
+	opts := fmt.Sprintf("transport=rdma,traddr=%s,trsvcid=4420,nqn=%s,host_traddr=%s,nr_io_queues=2,queue_size=32,ctrl_loss_tmo=30,reconnect_delay=5",
+		traddr, nvmeNQN, hostAddr)
+	if _, err := f.Write([]byte(opts)); err != nil {
+		t.Fatalf("nvme connect %s: %v\n%s", opts, err, dmesg("nvme"))
+	}
+	buf := make([]byte, 256)
+	n, _ := f.Read(buf)
+	var instance, cntlid int
+	if _, err := fmt.Sscanf(string(buf[:n]), "instance=%d,cntlid=%d", &instance, &cntlid); err != nil {
+		t.Fatalf("nvme connect answered %q: %v", buf[:n], err)
+	}
+	ctrl := fmt.Sprintf("nvme%d", instance)
+	t.Cleanup(func() { nvmeDisconnect(t, ctrl) })
+	return ctrl
+}
+
+func nvmeDisconnect(t *testing.T, ctrl string) {
+	path := "/sys/class/nvme/" + ctrl + "/delete_controller"
+	if _, err := os.Stat(path); err != nil {
+		return // gone already
+	}
+	if err := os.WriteFile(path, []byte("1"), 0o200); err != nil {
+		t.Errorf("disconnect %s: %v", ctrl, err)
+	}
+}
+
+// dmesg returns the kernel's log lines that mention what.
+func dmesg(what string) string {
+	out, _ := exec.Command("dmesg").CombinedOutput()
+	var keep []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(strings.ToLower(l), what) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep[max(len(keep)-40, 0):], "\n")
+}
+
+// nvmeIO writes total bytes of random data to dev at random 4 KiB-aligned
+// offsets within the first span bytes, in I/Os of 4 KiB to 1 MiB, with
+// O_DIRECT (every I/O reaches the target), then reads span back in mixed
+// sizes and compares every byte. It runs under a deadline: I/O stuck in
+// the kernel leaves its thread in uninterruptible sleep.
+func nvmeIO(t *testing.T, dev string, span, total int, seed uint64) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- nvmeIOOnce(dev, span, total, seed) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%v\n%s", err, dmesg("nvme"))
+		}
+	case <-time.After(6 * time.Minute):
+		t.Fatalf("I/O on %s did not end within 6 minutes\n%s", dev, dmesg("nvme"))
+	}
+}
+
+func nvmeIOOnce(dev string, span, total int, seed uint64) error {
+	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dev, err)
+	}
+	defer unix.Close(fd)
+	const maxIO = 1 << 20
+	buf, err := unix.Mmap(-1, 0, maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(buf)
+	shadow := make([]byte, span)
+	// Start from what the device holds, so bytes never written compare too.
+	for off := 0; off < span; off += maxIO {
+		if _, err := unix.Pread(fd, buf, int64(off)); err != nil {
+			return fmt.Errorf("read %s at %d: %w", dev, off, err)
+		}
+		copy(shadow[off:], buf)
+	}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	sizes := []int{4 << 10, 8 << 10, 64 << 10, 128 << 10, 132 << 10, 256 << 10, 1 << 20}
+	for written := 0; written < total; {
+		n := sizes[rng.IntN(len(sizes))]
+		off := rng.IntN((span-n)/4096+1) * 4096
+		for i := range n {
+			buf[i] = byte(rng.Uint32())
+		}
+		if k, err := unix.Pwrite(fd, buf[:n], int64(off)); err != nil || k != n {
+			return fmt.Errorf("write %d bytes to %s at %d: %d, %v", n, dev, off, k, err)
+		}
+		copy(shadow[off:], buf[:n])
+		written += n
+	}
+	for off := 0; off < span; {
+		n := min(sizes[rng.IntN(len(sizes))], span-off)
+		if k, err := unix.Pread(fd, buf[:n], int64(off)); err != nil || k != n {
+			return fmt.Errorf("read %d bytes from %s at %d: %d, %v", n, dev, off, k, err)
+		}
+		if !bytes.Equal(buf[:n], shadow[off:off+n]) {
+			i := 0
+			for buf[i] == shadow[off+i] {
+				i++
+			}
+			return fmt.Errorf("%s: byte %d read back as %#x, written as %#x", dev, off+i, buf[i], shadow[off+i])
+		}
+		off += n
+	}
+	return nil
+}
+
+// TestGuestRunNVMeFromIB: the kernel's NVMe-oF host on the IB fabric
+// (rxe3) reaches the target on the RoCE side (rxe1) through a route on the
+// verbs leg: admin and two I/O queues come up, 64 MiB of random data in
+// I/Os of 4 KiB to 1 MiB is written and read back, and the host sees the
+// target's own serial. The target's READs of 128 KiB and more cross the
+// gateway's userspace leg; they used to end the session.
+func TestGuestRunNVMeFromIB(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) {
+			nvmeTarget(t, ns.PeerIP.String())
+			cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+legs:
+  - name: roce
+    kind: userspace
+    interface: %s
+    ip: %v
+    io: %s
+    netns: %s
+  - name: ib
+    kind: verbs
+    ip: %v
+    device: %s
+routes:
+  - name: nvme
+    listen: {leg: ib, addr: "%v:4420"}
+    target: {leg: roce, addr: "%v:4420"}
+`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ib.GatewayIP, ns.PeerIP)
+			logs := startGateway(t, cfg)
+			ctrl := nvmeConnect(t, ib.GatewayIP.String(), ib.PeerIP.String())
+			serial, err := os.ReadFile("/sys/class/nvme/" + ctrl + "/serial")
+			if err != nil || strings.TrimSpace(string(serial)) != "rbridge0042" {
+				t.Errorf("%s's serial: %q, %v; want the target's rbridge0042", ctrl, serial, err)
+			}
+			dev := "/dev/" + ctrl + "n1"
+			waitFile(t, dev)
+			start := time.Now()
+			nvmeIO(t, dev, 64<<20, 64<<20, 1)
+			t.Logf("64 MiB written and read back through rbridge (%s) in %v", io, time.Since(start).Round(time.Millisecond))
+			// Again after a reconnect: a new admin and I/O queues.
+			nvmeDisconnect(t, ctrl)
+			ctrl = nvmeConnect(t, ib.GatewayIP.String(), ib.PeerIP.String())
+			dev = "/dev/" + ctrl + "n1"
+			waitFile(t, dev)
+			nvmeIO(t, dev, 8<<20, 8<<20, 2)
+			nvmeDisconnect(t, ctrl)
+			if strings.Contains(logs.String(), "session failed") {
+				t.Errorf("a session failed:\n%s", lastLines(logs.String(), 40))
+			}
+			waitSessionsEnded(t, logs)
+		})
+	}
+}
+
+// waitFile waits up to 10 s for path to exist.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within 10 s\n%s", path, dmesg("nvme"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
