@@ -117,7 +117,8 @@
 //
 // The keys are a contract (other tools write the file): they are extended,
 // never renamed. Parse refuses a bad file before anything starts, naming
-// the file, the line and what is wrong; Check adds what only the machine
+// the file, the line and what is wrong (and Load one above MaxFileSize,
+// 1 MiB, unread past it); Check adds what only the machine
 // can tell (an interface or a device that is missing).
 package config
 
@@ -127,7 +128,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -353,11 +353,11 @@ func (es Errors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// Load reads and parses the file at path.
+// Load reads (ReadFile: at most MaxFileSize) and parses the file at path.
 func Load(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	return Parse(path, b)
 }
@@ -366,8 +366,11 @@ func Load(path string) (*Config, error) {
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
 // Parse parses and validates a configuration; name is the file's name in
-// errors, which are of type Errors.
+// errors, which are of type Errors. b above MaxFileSize is refused.
 func Parse(name string, b []byte) (*Config, error) {
+	if len(b) > MaxFileSize {
+		return nil, Errors{tooLarge(name)}
+	}
 	c := &Config{file: name}
 	d := yaml.NewDecoder(bytes.NewReader(b))
 	d.KnownFields(true)

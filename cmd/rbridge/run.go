@@ -85,7 +85,8 @@ The file (YAML):
     listen: "127.0.0.1:9479"      # optional: /metrics and /status; this is the default, "" for none
 
 A bad file is refused before anything starts, with its line and what is
-wrong; a leg whose interface or RDMA device is missing, with the leg's line.
+wrong (a file above 1 MiB unread past that bound); a leg whose interface or
+RDMA device is missing, with the leg's line.
 --check validates the file, looks for the interfaces and devices, and exits.
 
 What crosses: every RC operation whose requester is on a userspace leg, one-
