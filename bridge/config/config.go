@@ -115,6 +115,19 @@
 // address, and the peer's route that listens on its quic leg for the
 // same address takes the session (its target is on one of its own legs).
 //
+// The file is one YAML document. Anchors, aliases and merge keys are read
+// as YAML has them, so that legs or routes may share settings:
+//
+//	legs:
+//	  - &roce {name: roce0, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
+//	  - <<: *roce                   # roce0's keys, but for those given here
+//	    name: roce1
+//	    interface: vgw1
+//	    ip: 198.18.2.3
+//
+// What is wrong in a value an alias or a merge key brought is reported at
+// the line that used it.
+//
 // The keys are a contract (other tools write the file): they are extended,
 // never renamed. Parse refuses a bad file before anything starts, naming
 // the file, the line and what is wrong (and Load one above MaxFileSize,
@@ -123,10 +136,8 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -143,7 +154,9 @@ type Config struct {
 	Groups []Group `yaml:"groups"`
 	Admin  Admin   `yaml:"admin"`
 
-	file string
+	file    string
+	errs    []lineError     // the top level's, found by decode
+	notList map[string]bool // legs:, routes: or groups: given, not as a list
 }
 
 // Leg kinds.
@@ -368,57 +381,83 @@ var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 // Parse parses and validates a configuration; name is the file's name in
 // errors, which are of type Errors. b above MaxFileSize is refused.
 func Parse(name string, b []byte) (*Config, error) {
-	if len(b) > MaxFileSize {
-		return nil, Errors{tooLarge(name)}
+	root, es := document(name, b)
+	if es != nil {
+		return nil, es
 	}
 	c := &Config{file: name}
-	d := yaml.NewDecoder(bytes.NewReader(b))
-	d.KnownFields(true)
-	if err := d.Decode(c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, Errors{{File: name, Msg: "the file is empty: want legs and routes"}}
-		}
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			var es Errors
-			for _, m := range te.Errors {
-				es = append(es, yamlError(name, m))
-			}
-			return nil, es
-		}
-		return nil, Errors{yamlError(name, err.Error())}
-	}
+	c.decode(root)
 	if es := c.validate(); len(es) > 0 {
 		return nil, es
 	}
 	return c, nil
 }
 
-// unknownField is the YAML decoder's word for an unknown top-level key.
-var unknownField = regexp.MustCompile(`^field (\S+) not found in type config\.Config$`)
-
 func yamlError(file, msg string) *Error {
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		var line int
 		fmt.Sscan(m[1], &line)
-		text := m[2]
-		if u := unknownField.FindStringSubmatch(text); u != nil {
-			text = fmt.Sprintf("unknown key %q (known: legs, routes, groups, admin)", u[1])
-		}
-		return &Error{File: file, Line: line, Msg: text}
+		return &Error{File: file, Line: line, Msg: m[2]}
 	}
 	return &Error{File: file, Msg: strings.TrimPrefix(msg, "yaml: ")}
 }
 
-// The file is decoded in two steps: each leg, route and endpoint from its
-// YAML node (UnmarshalYAML: keys checked, values parsed, every problem kept
-// with the line of its value), then validate, which checks the whole.
+// The file is decoded in three steps: its YAML document read, aliases and
+// merge keys resolved (document), then each leg, route and endpoint from
+// its YAML node (decode, UnmarshalYAML: keys checked, values parsed, every
+// problem kept with the line of its value), then validate, which checks
+// the whole.
+
+// decode fills c from the file's root node (resolved: no alias, no merge
+// key), every problem kept with its line for validate.
+func (c *Config) decode(root *yaml.Node) {
+	vals, errs := mapping(root, "", "legs", "routes", "groups", "admin")
+	c.notList = map[string]bool{}
+	items := func(key, of string) []*yaml.Node {
+		n := vals[key]
+		switch {
+		case n == nil || isNull(n):
+			return nil
+		case n.Kind != yaml.SequenceNode:
+			errs = append(errs, lineError{n.Line, fmt.Sprintf("%s: want a list of %s, got %s", key, of, describe(n))})
+			c.notList[key] = true
+			return nil
+		}
+		return n.Content
+	}
+	if legs := items("legs", "legs"); len(legs) > 0 {
+		c.Legs = make([]Leg, len(legs))
+		for i, n := range legs {
+			_ = c.Legs[i].UnmarshalYAML(n)
+		}
+	}
+	if routes := items("routes", "routes"); len(routes) > 0 {
+		c.Routes = make([]Route, len(routes))
+		for i, n := range routes {
+			_ = c.Routes[i].UnmarshalYAML(n)
+		}
+	}
+	if groups := items("groups", "groups"); len(groups) > 0 {
+		c.Groups = make([]Group, len(groups))
+		for i, n := range groups {
+			_ = c.Groups[i].UnmarshalYAML(n)
+		}
+	}
+	if n := vals["admin"]; n != nil && !isNull(n) {
+		_ = c.Admin.UnmarshalYAML(n)
+	}
+	c.errs = errs
+}
 
 // mapping checks that n is a mapping whose keys are all in allowed, and
-// returns the value node of each key.
+// returns the value node of each key; what names it in errors ("": the
+// file's top level).
 func mapping(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Node, []lineError) {
+	if what != "" {
+		what += ": "
+	}
 	if n.Kind != yaml.MappingNode {
-		return nil, []lineError{{n.Line, fmt.Sprintf("%s: want a mapping of keys (%s)", what, strings.Join(allowed, ", "))}}
+		return nil, []lineError{{n.Line, fmt.Sprintf("%swant a mapping of keys (%s), got %s", what, strings.Join(allowed, ", "), describe(n))}}
 	}
 	vals := map[string]*yaml.Node{}
 	var errs []lineError
@@ -430,9 +469,9 @@ func mapping(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Nod
 		}
 		switch {
 		case !known:
-			errs = append(errs, lineError{k.Line, fmt.Sprintf("%s: unknown key %q (known: %s)", what, k.Value, strings.Join(allowed, ", "))})
+			errs = append(errs, lineError{k.Line, fmt.Sprintf("%sunknown key %q (known: %s)", what, k.Value, strings.Join(allowed, ", "))})
 		case vals[k.Value] != nil:
-			errs = append(errs, lineError{k.Line, fmt.Sprintf("%s: key %q given twice", what, k.Value)})
+			errs = append(errs, lineError{k.Line, fmt.Sprintf("%skey %q given twice", what, k.Value)})
 		default:
 			vals[k.Value] = v
 		}
@@ -578,16 +617,18 @@ func (c *Config) validate() Errors {
 	bad := func(line int, format string, args ...any) {
 		es = append(es, &Error{File: c.file, Line: line, Msg: fmt.Sprintf(format, args...)})
 	}
-	if len(c.Legs) == 0 {
-		bad(0, "no legs: a gateway needs one on each fabric")
-	}
-	if len(c.Routes) == 0 && len(c.Groups) == 0 {
-		bad(0, "no routes: nothing would cross the gateway")
-	}
 	keep := func(errs []lineError) {
 		for _, e := range errs {
 			bad(e.line, "%s", e.msg)
 		}
+	}
+	keep(c.errs)
+	// A list that is not one was named above.
+	if len(c.Legs) == 0 && !c.notList["legs"] {
+		bad(0, "no legs: a gateway needs one on each fabric")
+	}
+	if len(c.Routes) == 0 && len(c.Groups) == 0 && !c.notList["routes"] && !c.notList["groups"] {
+		bad(0, "no routes: nothing would cross the gateway")
 	}
 	seen := map[string]int{}
 	for i := range c.Legs {

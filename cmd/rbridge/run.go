@@ -84,6 +84,9 @@ The file (YAML):
   admin:
     listen: "127.0.0.1:9479"      # optional: /metrics and /status; this is the default, "" for none
 
+YAML anchors, aliases and merge keys (- <<: *roce, then the keys that
+differ) share settings between legs or routes.
+
 A bad file is refused before anything starts, with its line and what is
 wrong (a file above 1 MiB unread past that bound); a leg whose interface or
 RDMA device is missing, with the leg's line.
