@@ -485,7 +485,8 @@ type lineError struct {
 	msg  string
 }
 
-// scalar decodes a scalar value into v, noting a failure.
+// scalar decodes a scalar value into v, noting a failure. An int takes a
+// whole number only: YAML's decoder would cut 1024.9 to 1024.
 func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineError) {
 	n := vals[key]
 	if n == nil {
@@ -493,6 +494,10 @@ func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineErr
 	}
 	if n.Kind != yaml.ScalarNode {
 		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s: want a single value", what, key)})
+		return
+	}
+	if _, ok := v.(*int); ok && !isNull(n) && n.ShortTag() != "!!int" {
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: want a whole number", what, key, n.Value)})
 		return
 	}
 	if err := n.Decode(v); err != nil {

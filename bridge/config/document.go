@@ -9,9 +9,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// document reads the file's YAML document and returns its root node with
-// every alias and merge key resolved (see resolver), or what is wrong: not
-// YAML, empty, an alias bomb.
+// document reads the file's one YAML document and returns its root node
+// with every alias and merge key resolved (see resolver), or what is
+// wrong: not YAML, empty, more than one document, an alias bomb.
 func document(file string, b []byte) (*yaml.Node, Errors) {
 	if len(b) > MaxFileSize {
 		return nil, Errors{tooLarge(file)}
@@ -23,6 +23,22 @@ func document(file string, b []byte) (*yaml.Node, Errors) {
 			return nil, Errors{{File: file, Msg: "the file is empty: want legs and routes"}}
 		}
 		return nil, Errors{yamlError(file, err.Error())}
+	}
+	// A second document (after "---") would be ignored: refuse it, as
+	// anything else the gateway would not read. An empty one ("---" at
+	// the end) holds nothing to ignore.
+	for {
+		var more yaml.Node
+		err := d.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, Errors{yamlError(file, err.Error())}
+		}
+		if len(more.Content) > 0 && !isNull(more.Content[0]) {
+			return nil, Errors{{File: file, Line: more.Line, Msg: `only one YAML document: a second begins here ("---"), and the gateway reads the first alone: put its keys in the first`}}
+		}
 	}
 	if len(doc.Content) == 0 || isNull(doc.Content[0]) {
 		return nil, Errors{{File: file, Msg: "the file is empty: want legs and routes"}}

@@ -119,3 +119,19 @@ func TestParseAliasesBad(t *testing.T) {
 		})
 	}
 }
+
+// TestParseOneDocument: a second YAML document would be ignored, so it is
+// refused where it begins; an empty one at the end holds nothing.
+func TestParseOneDocument(t *testing.T) {
+	if _, err := config.Parse("gw.yaml", []byte(good+"---\n")); err != nil {
+		t.Errorf("a file ending in an empty document: %v", err)
+	}
+	if _, err := config.Parse("gw.yaml", []byte("---\n"+good+"...\n")); err != nil {
+		t.Errorf("a document with its markers: %v", err)
+	}
+	file := good + "---\nadmin: {listen: \"\"}\n"
+	_, err := config.Parse("gw.yaml", []byte(file))
+	if want := `gw.yaml:21: only one YAML document: a second begins here ("---")`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q; the file:\n%s", err, want, numbered(file))
+	}
+}
