@@ -268,12 +268,12 @@ func (f *Fallback) UnmarshalYAML(n *yaml.Node) error {
 	f.line = n.Line
 	vals, errs := mapping(n, "fallback", "leg", "addr", "after", "retry")
 	scalar(vals, "leg", "fallback", &f.Leg, &errs)
-	f.Addr, _ = parsed(vals, "addr", "fallback", netip.ParseAddrPort, &errs)
+	f.Addr, _ = parsed(vals, "addr", "fallback", netip.ParseAddrPort, wantAddrPort, &errs)
 	for _, k := range []struct {
 		key string
 		dst *time.Duration
 	}{{"after", &f.After}, {"retry", &f.Retry}} {
-		d, line := parsed(vals, k.key, "fallback", time.ParseDuration, &errs)
+		d, line := parsed(vals, k.key, "fallback", time.ParseDuration, wantDuration, &errs)
 		switch {
 		case line != 0 && (d <= 0 || d > maxFallbackTimer):
 			errs = append(errs, lineError{line, fmt.Sprintf("fallback: %s %v: want a duration above 0 and at most %v", k.key, vals[k.key].Value, maxFallbackTimer)})
@@ -485,8 +485,9 @@ type lineError struct {
 	msg  string
 }
 
-// scalar decodes a scalar value into v, noting a failure. An int takes a
-// whole number only: YAML's decoder would cut 1024.9 to 1024.
+// scalar decodes a scalar value into v (a *string, *int or *bool), noting
+// a failure in the file's terms. An int takes a whole number only: YAML's
+// decoder would cut 1024.9 to 1024.
 func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineError) {
 	n := vals[key]
 	if n == nil {
@@ -501,12 +502,29 @@ func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineErr
 		return
 	}
 	if err := n.Decode(v); err != nil {
-		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: not a %T", what, key, n.Value, v)})
+		want := "want a single value"
+		switch v.(type) {
+		case *int:
+			want = "want a whole number"
+		case *bool:
+			want = "want true or false"
+		}
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: %s", what, key, n.Value, want)})
 	}
 }
 
-// parsed decodes a scalar with parse (netip's parsers), noting a failure.
-func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(string) (T, error), errs *[]lineError) (T, int) {
+// What parsed's parsers want, said in the file's terms (their own errors
+// name Go functions).
+const (
+	wantAddr     = "not an IP address"
+	wantAddrPort = `want an IP address and a port, as "198.18.1.2:4420"`
+	wantPrefix   = `want a prefix, as "239.0.0.0/8"`
+	wantDuration = "want a duration with a unit, as 500ms, 3s or 1m"
+)
+
+// parsed decodes a scalar with parse (netip's parsers, time's), noting a
+// failure as want says it.
+func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(string) (T, error), want string, errs *[]lineError) (T, int) {
 	var zero T
 	var text string
 	scalar(vals, key, what, &text, errs)
@@ -515,7 +533,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 	}
 	v, err := parse(text)
 	if err != nil {
-		*errs = append(*errs, lineError{vals[key].Line, fmt.Sprintf("%s: %s %q: %v", what, key, text, err)})
+		*errs = append(*errs, lineError{vals[key].Line, fmt.Sprintf("%s: %s %q: %s", what, key, text, want)})
 		return zero, vals[key].Line
 	}
 	return v, vals[key].Line
@@ -536,7 +554,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "port", "leg", &l.Port, &errs)
 	scalar(vals, "mtu", "leg", &l.MTU, &errs)
 	scalar(vals, "ecn", "leg", &l.ECN, &errs)
-	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
+	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, wantAddr, &errs)
 	l.errs = errs
 	return nil
 }
@@ -556,12 +574,18 @@ func (a *Admin) UnmarshalYAML(n *yaml.Node) error {
 
 // UnmarshalYAML decodes an endpoint (listen, target) from its node.
 func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
-	e.line = n.Line
-	vals, errs := mapping(n, "endpoint", "leg", "addr")
-	scalar(vals, "leg", "endpoint", &e.Leg, &errs)
-	e.Addr, _ = parsed(vals, "addr", "endpoint", netip.ParseAddrPort, &errs)
-	e.errs = errs
+	e.decode(n, "endpoint")
 	return nil
+}
+
+// decode decodes an endpoint from its node; key is the route's key that
+// holds it (listen, target), for errors.
+func (e *Endpoint) decode(n *yaml.Node, key string) {
+	e.line = n.Line
+	vals, errs := mapping(n, key, "leg", "addr")
+	scalar(vals, "leg", key, &e.Leg, &errs)
+	e.Addr, _ = parsed(vals, "addr", key, netip.ParseAddrPort, wantAddrPort, &errs)
+	e.errs = errs
 }
 
 // UnmarshalYAML decodes a route from its node.
@@ -580,7 +604,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	}
 	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
 		if v := vals[key]; v != nil {
-			_ = e.UnmarshalYAML(v)
+			e.decode(v, key)
 		}
 	}
 	if v := vals["fallback"]; v != nil {
@@ -588,7 +612,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	}
 	if v := vals["allow"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "route: allow: want a list of prefixes, as [\"198.18.3.0/24\"]"})
+			errs = append(errs, lineError{v.Line, "route: allow: want a list of prefixes, as [\"198.18.3.0/24\"], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			p, err := netip.ParsePrefix(item.Value)
@@ -598,7 +622,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 				}
 			}
 			if err != nil {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("route: allow %q: not an address or prefix (%v)", item.Value, err)})
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("route: allow %q: not an address or prefix, as \"198.18.3.0/24\" or \"198.18.3.7\"", item.Value)})
 				continue
 			}
 			r.Allow = append(r.Allow, p.Masked())
@@ -749,8 +773,12 @@ func (c *Config) validate() Errors {
 			if len(e.errs) > 0 {
 				continue
 			}
-			if !e.Addr.IsValid() || e.Addr.Port() == 0 {
-				bad(line, "route %q: %s addr %v: want an IP address and a port, as \"198.18.1.2:4420\"", r.Name, what, e.Addr)
+			switch {
+			case !e.Addr.IsValid():
+				bad(line, "route %q: %s has no addr: %s", r.Name, what, wantAddrPort)
+				continue
+			case e.Addr.Port() == 0:
+				bad(line, "route %q: %s addr %v: port 0: %s", r.Name, what, e.Addr, wantAddrPort)
 				continue
 			}
 			e.Addr = netip.AddrPortFrom(e.Addr.Addr().Unmap(), e.Addr.Port())
@@ -759,7 +787,7 @@ func (c *Config) validate() Errors {
 			}
 		}
 		if ends[0] != nil && r.Listen.Addr.IsValid() {
-			if r.Listen.Addr.Addr() != ends[0].IP && ends[0].Kind != KindQUIC {
+			if r.Listen.Addr.Addr() != ends[0].IP && ends[0].Kind != KindQUIC && ends[0].IP.IsValid() {
 				bad(r.Listen.line, "route %q: listen addr %v is not leg %q's address (%v)", r.Name, r.Listen.Addr, ends[0].Name, ends[0].IP)
 			} else if other, dup := listens[listenKey{r.Listen.Addr, r.UD}]; dup {
 				bad(r.Listen.line, "route %q: listen addr %v is route %q's already", r.Name, r.Listen.Addr, other)
@@ -1086,8 +1114,8 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	}{{"name", &g.Name}, {"roce", &g.RoCE}, {"ib", &g.IB}, {"direction", &g.Direction}, {"mgid", &g.MGID}, {"joined_on", &g.JoinedOn}} {
 		scalar(vals, k.key, "group", k.dst, &errs)
 	}
-	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
-	g.Within, _ = parsed(vals, "within", "group", netip.ParsePrefix, &errs)
+	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, wantAddr, &errs)
+	g.Within, _ = parsed(vals, "within", "group", netip.ParsePrefix, wantPrefix, &errs)
 	scalar(vals, "max_groups", "group", &g.MaxGroups, &errs)
 	g.setKeys = map[string]bool{}
 	for k := range vals {
@@ -1099,7 +1127,7 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "busy_poll", "group", &g.BusyPoll, &errs)
 	if v := vals["busy_poll_cpus"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "group: busy_poll_cpus: want a list of CPU numbers, as [2, 3]"})
+			errs = append(errs, lineError{v.Line, "group: busy_poll_cpus: want a list of CPU numbers, as [2, 3], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			cpu, err := strconv.Atoi(item.Value)
@@ -1111,7 +1139,7 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 		}
 	}
 	g.LoopWindow = DefaultLoopWindow
-	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, &errs); line != 0 {
+	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, wantDuration, &errs); line != 0 {
 		g.LoopWindow = w
 		if w < 0 {
 			errs = append(errs, lineError{line, fmt.Sprintf("group: loop_window %v: want 0 (off) or more", w)})
@@ -1119,12 +1147,12 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	}
 	if v := vals["peers"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"]"})
+			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			a, err := netip.ParseAddr(item.Value)
 			if err != nil {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: peers %q: not an IP address (%v)", item.Value, err)})
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: peers %q: not an IP address", item.Value)})
 				continue
 			}
 			g.Peers = append(g.Peers, a.Unmap())
@@ -1159,6 +1187,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		if g.JoinedOn != "" || g.setKeys["within"] || g.setKeys["max_groups"] {
 			l, _ := c.Leg(g.RoCE)
 			validateJoined(g, l.IP.Is6(), bad)
+		} else if len(g.errs) == 0 && !g.Group.IsValid() {
+			bad(g.line, "group %q: no group: want an IP multicast address (or joined_on)", g.Name)
 		} else if len(g.errs) == 0 && !g.Group.IsMulticast() {
 			bad(g.line, "group %q: group %v is not an IP multicast address", g.Name, g.Group)
 		}
@@ -1330,8 +1360,10 @@ func (c *Config) validateFallback(r *Route, listen *Leg, bad func(int, string, .
 		bad(f.line, "route %q: fallback leg %q is the route's target leg already", r.Name, f.Leg)
 	case listen != nil && f.Leg == listen.Name:
 		bad(f.line, "route %q: fallback leg %q is the leg the route listens on", r.Name, f.Leg)
-	case !f.Addr.IsValid() || f.Addr.Port() == 0:
-		bad(f.line, "route %q: fallback addr %v: want an IP address and a port, as \"198.18.1.2:4420\"", r.Name, f.Addr)
+	case !f.Addr.IsValid():
+		bad(f.line, "route %q: fallback has no addr: %s", r.Name, wantAddrPort)
+	case f.Addr.Port() == 0:
+		bad(f.line, "route %q: fallback addr %v: port 0: %s", r.Name, f.Addr, wantAddrPort)
 	default:
 		f.Addr = netip.AddrPortFrom(f.Addr.Addr().Unmap(), f.Addr.Port())
 	}
