@@ -369,8 +369,12 @@ func (es Errors) Error() string {
 // Load reads (ReadFile: at most MaxFileSize) and parses the file at path.
 func Load(path string) (*Config, error) {
 	b, err := ReadFile(path)
-	if err != nil {
+	var es Errors
+	switch {
+	case errors.As(err, &es):
 		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	return Parse(path, b)
 }
@@ -816,19 +820,27 @@ func (c *Config) validate() Errors {
 		}
 	}
 	c.validateGroups(bad)
-	keep(c.Admin.errs)
-	if !c.Admin.given && len(c.Admin.errs) == 0 {
-		c.Admin.Listen = DefaultAdminListen
+	c.Admin.check(bad)
+	return es
+}
+
+// check checks the admin server's settings and sets its defaults and
+// parsed address.
+func (a *Admin) check(bad func(int, string, ...any)) {
+	for _, e := range a.errs {
+		bad(e.line, "%s", e.msg)
 	}
-	if c.Admin.Listen != "" {
-		ap, err := netip.ParseAddrPort(c.Admin.Listen)
+	if !a.given && len(a.errs) == 0 {
+		a.Listen = DefaultAdminListen
+	}
+	if a.Listen != "" {
+		ap, err := netip.ParseAddrPort(a.Listen)
 		if err != nil {
-			bad(c.Admin.line, "admin: listen %q: want an IP address and a port, as %q, or \"\" for no admin server", c.Admin.Listen, DefaultAdminListen)
+			bad(a.line, "admin: listen %q: want an IP address and a port, as %q, or \"\" for no admin server", a.Listen, DefaultAdminListen)
 		} else {
-			c.Admin.listen = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			a.listen = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		}
 	}
-	return es
 }
 
 // MaxCPU bounds a CPU number in busy_poll_cpus (the kernel's CPU_SETSIZE
