@@ -202,8 +202,6 @@ func describe(n *yaml.Node) string {
 		return "a mapping (keys)"
 	case yaml.SequenceNode:
 		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
 	}
 	switch n.ShortTag() {
 	case "!!null":
