@@ -617,9 +617,24 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 
 func orOne(n int) int { return max(n, 1) }
 
+// ErrSessionsCut matches Close's error when sessions were still closing
+// (their peers not yet answering the disconnect) as its context ended:
+// they were cut as the legs closed under them.
+var ErrSessionsCut = errors.New("sessions cut")
+
+// stopGrace bounds the wait for what the gateway runs itself (accept
+// loops, relays, connections being made) to end once Close cancelled it:
+// they end at once, so one still running then is stuck.
+const stopGrace = 5 * time.Second
+
 // Close stops accepting, ends every session (their connections are
-// disconnected, ops in flight fail back), closes the legs and the pool. ctx
-// bounds the wait for sessions to end.
+// disconnected, ops in flight fail back), closes the legs and the pool.
+// ctx bounds the wait for the sessions' connections to finish closing (the
+// peers answering the disconnect); those still closing when it ends are
+// cut as the legs close, and the error matches ErrSessionsCut. A ctx
+// already done waits for none. What the gateway runs itself ends on Close
+// whatever ctx, and is waited for (up to stopGrace): with no session, a
+// ctx already done closes cleanly.
 func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Lock()
 	g.closing = true
@@ -630,7 +645,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Unlock()
 	g.cancel()
 	for _, s := range ss {
-		s.Close()
+		// End it without waiting (Session.Close would, unbounded): its
+		// teardown runs on a goroutine of its own, and its connect
+		// goroutine, in wg, waits for it, then closes its connections.
+		s.fail(nil, ErrSessionClosed)
 	}
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
@@ -638,7 +656,17 @@ func (g *Gateway) Close(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		err = fmt.Errorf("bridge: gateway: sessions still ending: %w", ctx.Err())
+		// Sessions leave the table once their connections closed; the
+		// rest of the wait group ends on the cancel above.
+		if n := g.Sessions(); n > 0 {
+			err = fmt.Errorf("bridge: gateway: %w: %d sessions still closing (%v)", ErrSessionsCut, n, ctx.Err())
+			break
+		}
+		select {
+		case <-done:
+		case <-time.After(stopGrace):
+			err = fmt.Errorf("bridge: gateway: its accept loops, relays or connections being made still running %v after Close", stopGrace)
+		}
 	}
 	for name, l := range g.legs {
 		if cerr := l.close(); cerr != nil {
@@ -646,9 +674,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 		}
 	}
 	// A buffer may come back a moment after its session ended (a lease
-	// released by a device's goroutine): give them until ctx ends, at
-	// most a second, before calling what is left a leak.
-	wait, stop := context.WithTimeout(ctx, time.Second)
+	// released by a device's goroutine, a leg's receives as it closed):
+	// give them a second, whatever ctx (the sessions ended above), before
+	// calling what is left a leak.
+	wait, stop := context.WithTimeout(context.Background(), time.Second)
 	defer stop()
 	for !g.pool.allFree() && wait.Err() == nil {
 		time.Sleep(5 * time.Millisecond)

@@ -115,19 +115,30 @@
 // address, and the peer's route that listens on its quic leg for the
 // same address takes the session (its target is on one of its own legs).
 //
+// The file is one YAML document. Anchors, aliases and merge keys are read
+// as YAML has them, so that legs or routes may share settings:
+//
+//	legs:
+//	  - &roce {name: roce0, kind: userspace, interface: vgw0, ip: 198.18.1.3, io: udp}
+//	  - <<: *roce                   # roce0's keys, but for those given here
+//	    name: roce1
+//	    interface: vgw1
+//	    ip: 198.18.2.3
+//
+// What is wrong in a value an alias or a merge key brought is reported at
+// the line that used it.
+//
 // The keys are a contract (other tools write the file): they are extended,
 // never renamed. Parse refuses a bad file before anything starts, naming
-// the file, the line and what is wrong; Check adds what only the machine
+// the file, the line and what is wrong (and Load one above MaxFileSize,
+// 1 MiB, unread past it); Check adds what only the machine
 // can tell (an interface or a device that is missing).
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -143,7 +154,9 @@ type Config struct {
 	Groups []Group `yaml:"groups"`
 	Admin  Admin   `yaml:"admin"`
 
-	file string
+	file    string
+	errs    []lineError     // the top level's, found by decode
+	notList map[string]bool // legs:, routes: or groups: given, not as a list
 }
 
 // Leg kinds.
@@ -255,12 +268,12 @@ func (f *Fallback) UnmarshalYAML(n *yaml.Node) error {
 	f.line = n.Line
 	vals, errs := mapping(n, "fallback", "leg", "addr", "after", "retry")
 	scalar(vals, "leg", "fallback", &f.Leg, &errs)
-	f.Addr, _ = parsed(vals, "addr", "fallback", netip.ParseAddrPort, &errs)
+	f.Addr, _ = parsed(vals, "addr", "fallback", netip.ParseAddrPort, wantAddrPort, &errs)
 	for _, k := range []struct {
 		key string
 		dst *time.Duration
 	}{{"after", &f.After}, {"retry", &f.Retry}} {
-		d, line := parsed(vals, k.key, "fallback", time.ParseDuration, &errs)
+		d, line := parsed(vals, k.key, "fallback", time.ParseDuration, wantDuration, &errs)
 		switch {
 		case line != 0 && (d <= 0 || d > maxFallbackTimer):
 			errs = append(errs, lineError{line, fmt.Sprintf("fallback: %s %v: want a duration above 0 and at most %v", k.key, vals[k.key].Value, maxFallbackTimer)})
@@ -353,10 +366,14 @@ func (es Errors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// Load reads and parses the file at path.
+// Load reads (ReadFile: at most MaxFileSize) and parses the file at path.
 func Load(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
+	b, err := ReadFile(path)
+	var es Errors
+	switch {
+	case errors.As(err, &es):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return Parse(path, b)
@@ -366,56 +383,85 @@ func Load(path string) (*Config, error) {
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
 // Parse parses and validates a configuration; name is the file's name in
-// errors, which are of type Errors.
+// errors, which are of type Errors. b above MaxFileSize is refused.
 func Parse(name string, b []byte) (*Config, error) {
-	c := &Config{file: name}
-	d := yaml.NewDecoder(bytes.NewReader(b))
-	d.KnownFields(true)
-	if err := d.Decode(c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, Errors{{File: name, Msg: "the file is empty: want legs and routes"}}
-		}
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			var es Errors
-			for _, m := range te.Errors {
-				es = append(es, yamlError(name, m))
-			}
-			return nil, es
-		}
-		return nil, Errors{yamlError(name, err.Error())}
+	root, es := document(name, b)
+	if es != nil {
+		return nil, es
 	}
+	c := &Config{file: name}
+	c.decode(root)
 	if es := c.validate(); len(es) > 0 {
 		return nil, es
 	}
 	return c, nil
 }
 
-// unknownField is the YAML decoder's word for an unknown top-level key.
-var unknownField = regexp.MustCompile(`^field (\S+) not found in type config\.Config$`)
-
 func yamlError(file, msg string) *Error {
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		var line int
 		fmt.Sscan(m[1], &line)
-		text := m[2]
-		if u := unknownField.FindStringSubmatch(text); u != nil {
-			text = fmt.Sprintf("unknown key %q (known: legs, routes, groups, admin)", u[1])
-		}
-		return &Error{File: file, Line: line, Msg: text}
+		return &Error{File: file, Line: line, Msg: m[2]}
 	}
 	return &Error{File: file, Msg: strings.TrimPrefix(msg, "yaml: ")}
 }
 
-// The file is decoded in two steps: each leg, route and endpoint from its
-// YAML node (UnmarshalYAML: keys checked, values parsed, every problem kept
-// with the line of its value), then validate, which checks the whole.
+// The file is decoded in three steps: its YAML document read, aliases and
+// merge keys resolved (document), then each leg, route and endpoint from
+// its YAML node (decode, UnmarshalYAML: keys checked, values parsed, every
+// problem kept with the line of its value), then validate, which checks
+// the whole.
+
+// decode fills c from the file's root node (resolved: no alias, no merge
+// key), every problem kept with its line for validate.
+func (c *Config) decode(root *yaml.Node) {
+	vals, errs := mapping(root, "", "legs", "routes", "groups", "admin")
+	c.notList = map[string]bool{}
+	items := func(key, of string) []*yaml.Node {
+		n := vals[key]
+		switch {
+		case n == nil || isNull(n):
+			return nil
+		case n.Kind != yaml.SequenceNode:
+			errs = append(errs, lineError{n.Line, fmt.Sprintf("%s: want a list of %s, got %s", key, of, describe(n))})
+			c.notList[key] = true
+			return nil
+		}
+		return n.Content
+	}
+	if legs := items("legs", "legs"); len(legs) > 0 {
+		c.Legs = make([]Leg, len(legs))
+		for i, n := range legs {
+			_ = c.Legs[i].UnmarshalYAML(n)
+		}
+	}
+	if routes := items("routes", "routes"); len(routes) > 0 {
+		c.Routes = make([]Route, len(routes))
+		for i, n := range routes {
+			_ = c.Routes[i].UnmarshalYAML(n)
+		}
+	}
+	if groups := items("groups", "groups"); len(groups) > 0 {
+		c.Groups = make([]Group, len(groups))
+		for i, n := range groups {
+			_ = c.Groups[i].UnmarshalYAML(n)
+		}
+	}
+	if n := vals["admin"]; n != nil && !isNull(n) {
+		_ = c.Admin.UnmarshalYAML(n)
+	}
+	c.errs = errs
+}
 
 // mapping checks that n is a mapping whose keys are all in allowed, and
-// returns the value node of each key.
+// returns the value node of each key; what names it in errors ("": the
+// file's top level).
 func mapping(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Node, []lineError) {
+	if what != "" {
+		what += ": "
+	}
 	if n.Kind != yaml.MappingNode {
-		return nil, []lineError{{n.Line, fmt.Sprintf("%s: want a mapping of keys (%s)", what, strings.Join(allowed, ", "))}}
+		return nil, []lineError{{n.Line, fmt.Sprintf("%swant a mapping of keys (%s), got %s", what, strings.Join(allowed, ", "), describe(n))}}
 	}
 	vals := map[string]*yaml.Node{}
 	var errs []lineError
@@ -427,9 +473,9 @@ func mapping(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Nod
 		}
 		switch {
 		case !known:
-			errs = append(errs, lineError{k.Line, fmt.Sprintf("%s: unknown key %q (known: %s)", what, k.Value, strings.Join(allowed, ", "))})
+			errs = append(errs, lineError{k.Line, fmt.Sprintf("%sunknown key %q (known: %s)", what, k.Value, strings.Join(allowed, ", "))})
 		case vals[k.Value] != nil:
-			errs = append(errs, lineError{k.Line, fmt.Sprintf("%s: key %q given twice", what, k.Value)})
+			errs = append(errs, lineError{k.Line, fmt.Sprintf("%skey %q given twice", what, k.Value)})
 		default:
 			vals[k.Value] = v
 		}
@@ -443,7 +489,9 @@ type lineError struct {
 	msg  string
 }
 
-// scalar decodes a scalar value into v, noting a failure.
+// scalar decodes a scalar value into v (a *string, *int or *bool), noting
+// a failure in the file's terms. An int takes a whole number only: YAML's
+// decoder would cut 1024.9 to 1024.
 func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineError) {
 	n := vals[key]
 	if n == nil {
@@ -453,13 +501,34 @@ func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineErr
 		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s: want a single value", what, key)})
 		return
 	}
+	if _, ok := v.(*int); ok && !isNull(n) && n.ShortTag() != "!!int" {
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: want a whole number", what, key, n.Value)})
+		return
+	}
 	if err := n.Decode(v); err != nil {
-		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: not a %T", what, key, n.Value, v)})
+		want := "want a single value"
+		switch v.(type) {
+		case *int:
+			want = "want a whole number"
+		case *bool:
+			want = "want true or false"
+		}
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: %s", what, key, n.Value, want)})
 	}
 }
 
-// parsed decodes a scalar with parse (netip's parsers), noting a failure.
-func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(string) (T, error), errs *[]lineError) (T, int) {
+// What parsed's parsers want, said in the file's terms (their own errors
+// name Go functions).
+const (
+	wantAddr     = "not an IP address"
+	wantAddrPort = `want an IP address and a port, as "198.18.1.2:4420"`
+	wantPrefix   = `want a prefix, as "239.0.0.0/8"`
+	wantDuration = "want a duration with a unit, as 500ms, 3s or 1m"
+)
+
+// parsed decodes a scalar with parse (netip's parsers, time's), noting a
+// failure as want says it.
+func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(string) (T, error), want string, errs *[]lineError) (T, int) {
 	var zero T
 	var text string
 	scalar(vals, key, what, &text, errs)
@@ -468,7 +537,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 	}
 	v, err := parse(text)
 	if err != nil {
-		*errs = append(*errs, lineError{vals[key].Line, fmt.Sprintf("%s: %s %q: %v", what, key, text, err)})
+		*errs = append(*errs, lineError{vals[key].Line, fmt.Sprintf("%s: %s %q: %s", what, key, text, want)})
 		return zero, vals[key].Line
 	}
 	return v, vals[key].Line
@@ -489,7 +558,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "port", "leg", &l.Port, &errs)
 	scalar(vals, "mtu", "leg", &l.MTU, &errs)
 	scalar(vals, "ecn", "leg", &l.ECN, &errs)
-	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, &errs)
+	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, wantAddr, &errs)
 	l.errs = errs
 	return nil
 }
@@ -509,12 +578,18 @@ func (a *Admin) UnmarshalYAML(n *yaml.Node) error {
 
 // UnmarshalYAML decodes an endpoint (listen, target) from its node.
 func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
-	e.line = n.Line
-	vals, errs := mapping(n, "endpoint", "leg", "addr")
-	scalar(vals, "leg", "endpoint", &e.Leg, &errs)
-	e.Addr, _ = parsed(vals, "addr", "endpoint", netip.ParseAddrPort, &errs)
-	e.errs = errs
+	e.decode(n, "endpoint")
 	return nil
+}
+
+// decode decodes an endpoint from its node; key is the route's key that
+// holds it (listen, target), for errors.
+func (e *Endpoint) decode(n *yaml.Node, key string) {
+	e.line = n.Line
+	vals, errs := mapping(n, key, "leg", "addr")
+	scalar(vals, "leg", key, &e.Leg, &errs)
+	e.Addr, _ = parsed(vals, "addr", key, netip.ParseAddrPort, wantAddrPort, &errs)
+	e.errs = errs
 }
 
 // UnmarshalYAML decodes a route from its node.
@@ -533,7 +608,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	}
 	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
 		if v := vals[key]; v != nil {
-			_ = e.UnmarshalYAML(v)
+			e.decode(v, key)
 		}
 	}
 	if v := vals["fallback"]; v != nil {
@@ -541,7 +616,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	}
 	if v := vals["allow"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "route: allow: want a list of prefixes, as [\"198.18.3.0/24\"]"})
+			errs = append(errs, lineError{v.Line, "route: allow: want a list of prefixes, as [\"198.18.3.0/24\"], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			p, err := netip.ParsePrefix(item.Value)
@@ -551,7 +626,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 				}
 			}
 			if err != nil {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("route: allow %q: not an address or prefix (%v)", item.Value, err)})
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("route: allow %q: not an address or prefix, as \"198.18.3.0/24\" or \"198.18.3.7\"", item.Value)})
 				continue
 			}
 			r.Allow = append(r.Allow, p.Masked())
@@ -575,16 +650,18 @@ func (c *Config) validate() Errors {
 	bad := func(line int, format string, args ...any) {
 		es = append(es, &Error{File: c.file, Line: line, Msg: fmt.Sprintf(format, args...)})
 	}
-	if len(c.Legs) == 0 {
-		bad(0, "no legs: a gateway needs one on each fabric")
-	}
-	if len(c.Routes) == 0 && len(c.Groups) == 0 {
-		bad(0, "no routes: nothing would cross the gateway")
-	}
 	keep := func(errs []lineError) {
 		for _, e := range errs {
 			bad(e.line, "%s", e.msg)
 		}
+	}
+	keep(c.errs)
+	// A list that is not one was named above.
+	if len(c.Legs) == 0 && !c.notList["legs"] {
+		bad(0, "no legs: a gateway needs one on each fabric")
+	}
+	if len(c.Routes) == 0 && len(c.Groups) == 0 && !c.notList["routes"] && !c.notList["groups"] {
+		bad(0, "no routes: nothing would cross the gateway")
 	}
 	seen := map[string]int{}
 	for i := range c.Legs {
@@ -700,8 +777,12 @@ func (c *Config) validate() Errors {
 			if len(e.errs) > 0 {
 				continue
 			}
-			if !e.Addr.IsValid() || e.Addr.Port() == 0 {
-				bad(line, "route %q: %s addr %v: want an IP address and a port, as \"198.18.1.2:4420\"", r.Name, what, e.Addr)
+			switch {
+			case !e.Addr.IsValid():
+				bad(line, "route %q: %s has no addr: %s", r.Name, what, wantAddrPort)
+				continue
+			case e.Addr.Port() == 0:
+				bad(line, "route %q: %s addr %v: port 0: %s", r.Name, what, e.Addr, wantAddrPort)
 				continue
 			}
 			e.Addr = netip.AddrPortFrom(e.Addr.Addr().Unmap(), e.Addr.Port())
@@ -710,7 +791,7 @@ func (c *Config) validate() Errors {
 			}
 		}
 		if ends[0] != nil && r.Listen.Addr.IsValid() {
-			if r.Listen.Addr.Addr() != ends[0].IP && ends[0].Kind != KindQUIC {
+			if r.Listen.Addr.Addr() != ends[0].IP && ends[0].Kind != KindQUIC && ends[0].IP.IsValid() {
 				bad(r.Listen.line, "route %q: listen addr %v is not leg %q's address (%v)", r.Name, r.Listen.Addr, ends[0].Name, ends[0].IP)
 			} else if other, dup := listens[listenKey{r.Listen.Addr, r.UD}]; dup {
 				bad(r.Listen.line, "route %q: listen addr %v is route %q's already", r.Name, r.Listen.Addr, other)
@@ -739,19 +820,27 @@ func (c *Config) validate() Errors {
 		}
 	}
 	c.validateGroups(bad)
-	keep(c.Admin.errs)
-	if !c.Admin.given && len(c.Admin.errs) == 0 {
-		c.Admin.Listen = DefaultAdminListen
+	c.Admin.check(bad)
+	return es
+}
+
+// check checks the admin server's settings and sets its defaults and
+// parsed address.
+func (a *Admin) check(bad func(int, string, ...any)) {
+	for _, e := range a.errs {
+		bad(e.line, "%s", e.msg)
 	}
-	if c.Admin.Listen != "" {
-		ap, err := netip.ParseAddrPort(c.Admin.Listen)
+	if !a.given && len(a.errs) == 0 {
+		a.Listen = DefaultAdminListen
+	}
+	if a.Listen != "" {
+		ap, err := netip.ParseAddrPort(a.Listen)
 		if err != nil {
-			bad(c.Admin.line, "admin: listen %q: want an IP address and a port, as %q, or \"\" for no admin server", c.Admin.Listen, DefaultAdminListen)
+			bad(a.line, "admin: listen %q: want an IP address and a port, as %q, or \"\" for no admin server", a.Listen, DefaultAdminListen)
 		} else {
-			c.Admin.listen = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			a.listen = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		}
 	}
-	return es
 }
 
 // MaxCPU bounds a CPU number in busy_poll_cpus (the kernel's CPU_SETSIZE
@@ -1037,8 +1126,8 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	}{{"name", &g.Name}, {"roce", &g.RoCE}, {"ib", &g.IB}, {"direction", &g.Direction}, {"mgid", &g.MGID}, {"joined_on", &g.JoinedOn}} {
 		scalar(vals, k.key, "group", k.dst, &errs)
 	}
-	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, &errs)
-	g.Within, _ = parsed(vals, "within", "group", netip.ParsePrefix, &errs)
+	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, wantAddr, &errs)
+	g.Within, _ = parsed(vals, "within", "group", netip.ParsePrefix, wantPrefix, &errs)
 	scalar(vals, "max_groups", "group", &g.MaxGroups, &errs)
 	g.setKeys = map[string]bool{}
 	for k := range vals {
@@ -1050,7 +1139,7 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "busy_poll", "group", &g.BusyPoll, &errs)
 	if v := vals["busy_poll_cpus"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "group: busy_poll_cpus: want a list of CPU numbers, as [2, 3]"})
+			errs = append(errs, lineError{v.Line, "group: busy_poll_cpus: want a list of CPU numbers, as [2, 3], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			cpu, err := strconv.Atoi(item.Value)
@@ -1062,7 +1151,7 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 		}
 	}
 	g.LoopWindow = DefaultLoopWindow
-	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, &errs); line != 0 {
+	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, wantDuration, &errs); line != 0 {
 		g.LoopWindow = w
 		if w < 0 {
 			errs = append(errs, lineError{line, fmt.Sprintf("group: loop_window %v: want 0 (off) or more", w)})
@@ -1070,12 +1159,12 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	}
 	if v := vals["peers"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"]"})
+			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			a, err := netip.ParseAddr(item.Value)
 			if err != nil {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: peers %q: not an IP address (%v)", item.Value, err)})
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: peers %q: not an IP address", item.Value)})
 				continue
 			}
 			g.Peers = append(g.Peers, a.Unmap())
@@ -1110,6 +1199,8 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		if g.JoinedOn != "" || g.setKeys["within"] || g.setKeys["max_groups"] {
 			l, _ := c.Leg(g.RoCE)
 			validateJoined(g, l.IP.Is6(), bad)
+		} else if len(g.errs) == 0 && !g.Group.IsValid() {
+			bad(g.line, "group %q: no group: want an IP multicast address (or joined_on)", g.Name)
 		} else if len(g.errs) == 0 && !g.Group.IsMulticast() {
 			bad(g.line, "group %q: group %v is not an IP multicast address", g.Name, g.Group)
 		}
@@ -1281,8 +1372,10 @@ func (c *Config) validateFallback(r *Route, listen *Leg, bad func(int, string, .
 		bad(f.line, "route %q: fallback leg %q is the route's target leg already", r.Name, f.Leg)
 	case listen != nil && f.Leg == listen.Name:
 		bad(f.line, "route %q: fallback leg %q is the leg the route listens on", r.Name, f.Leg)
-	case !f.Addr.IsValid() || f.Addr.Port() == 0:
-		bad(f.line, "route %q: fallback addr %v: want an IP address and a port, as \"198.18.1.2:4420\"", r.Name, f.Addr)
+	case !f.Addr.IsValid():
+		bad(f.line, "route %q: fallback has no addr: %s", r.Name, wantAddrPort)
+	case f.Addr.Port() == 0:
+		bad(f.line, "route %q: fallback addr %v: port 0: %s", r.Name, f.Addr, wantAddrPort)
 	default:
 		f.Addr = netip.AddrPortFrom(f.Addr.Addr().Unmap(), f.Addr.Port())
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,6 +60,9 @@ file is one).`,
   ip netns exec user0 rbridge doctor --config gateway.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.interval < 0 {
+				return &exitError{code: 2, err: fmt.Errorf("--interval %v: want 0 (no counter check) or more", o.interval)}
+			}
 			opts := doctor.Options{Root: o.root, Interval: o.interval, RoCEPriority: o.priority, RoCEDSCP: o.dscp}
 			if o.config != "" {
 				cfg, err := config.Load(o.config)
@@ -67,7 +71,7 @@ file is one).`,
 				}
 				opts.Config = cfg
 			}
-			if o.interval <= 0 {
+			if o.interval == 0 {
 				opts.Interval = -1
 			}
 			rep, err := doctor.Run(opts)

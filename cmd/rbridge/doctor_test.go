@@ -63,6 +63,7 @@ func TestDoctorRefusesBadInput(t *testing.T) {
 		{[]string{"doctor", "--config", "/nonexistent.yaml"}, "config: open /nonexistent.yaml"},
 		{[]string{"doctor", "--roce-priority", "9", "--interval", "0"}, "doctor: RoCE priority 9: want 0 to 7"},
 		{[]string{"doctor", "--root", "/nonexistent", "--interval", "0"}, `doctor: root "/nonexistent"`},
+		{[]string{"doctor", "--interval", "-1s"}, "--interval -1s: want 0 (no counter check) or more"},
 	} {
 		_, _, err := run(t, nil, tc.args...)
 		var ee *exitError

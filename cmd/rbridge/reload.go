@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
@@ -43,8 +42,9 @@ The gateway is reached on its admin server (POST /reload): --admin ADDR, or
 the admin.listen of --config FILE (127.0.0.1:9479 when the file has none, as
 for rbridge run). It is read from the YAML alone, so a file that fails
 rbridge run's checks still leads to the gateway, whose refusal is then the
-answer; a file that is not YAML gives the default address. The gateway
-always re-reads its own file: reload says so when FILE is another one.
+answer; a file that cannot be read, or is not YAML, is bad usage (exit 2),
+named with why. The gateway always re-reads its own file: reload says so
+when FILE is another one.
 
 --json prints the gateway's answer as it sent it:
   {"config", "outcome": "applied" | "refused" | "partial",
@@ -114,35 +114,22 @@ another address).`,
 }
 
 // adminOf is the admin server's address a config file gives: admin.listen,
-// or the default when the file has none (or is not YAML). It is read from
-// the YAML alone, so that a file the gateway would refuse still leads to
-// the gateway.
+// or the default when the file has none. It is read from the YAML alone
+// (config.LoadAdmin), so that a file the gateway would refuse still leads
+// to the gateway; a file that cannot be read, or is not YAML, is an error,
+// never a reason to ask the default address.
 func adminOf(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	a, err := config.LoadAdmin(path)
 	if err != nil {
 		return "", fmt.Errorf("--config: %w", err)
 	}
-	var f struct {
-		Admin *struct {
-			Listen *string `yaml:"listen"`
-		} `yaml:"admin"`
-	}
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		// Not YAML at all: the gateway has no admin key from it either
-		// (it runs an older file); try the default.
-		return config.DefaultAdminListen, nil
-	}
-	if f.Admin == nil || f.Admin.Listen == nil {
-		return config.DefaultAdminListen, nil
-	}
-	listen := *f.Admin.Listen
-	switch ap, err := netip.ParseAddrPort(listen); {
-	case listen == "":
+	switch {
+	case a.Listen == "":
 		return "", fmt.Errorf("--config %s: admin.listen is \"\": that gateway has no admin server to ask (send it SIGHUP)", path)
-	case err == nil && ap.Port() == 0:
-		return "", fmt.Errorf("--config %s: admin.listen %s lets the kernel pick the port: give --admin the address rbridge run logged", path, listen)
+	case a.Addr().Port() == 0:
+		return "", fmt.Errorf("--config %s: admin.listen %s lets the kernel pick the port: give --admin the address rbridge run logged", path, a.Listen)
 	}
-	return listen, nil
+	return a.Listen, nil
 }
 
 // postReload sends POST /reload to the admin server at addr and decodes

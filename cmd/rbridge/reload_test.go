@@ -226,3 +226,34 @@ func freeAddr(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+// TestReloadConfigUnreadable: a --config that cannot be read as YAML is
+// bad usage (exit 2) named with its path and why, never a reason to try
+// the default admin address, where another gateway may listen.
+func TestReloadConfigUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"missing", filepath.Join(dir, "none.yaml"), "none.yaml: no such file or directory"},
+		{"a directory", dir, dir + ": is a directory"},
+		{"not YAML", file("broken.yaml", "admin: {listen: \"127.0.0.1:9479\"\nlegs: [\n"), "broken.yaml:1: did not find expected"},
+		{"admin not a mapping", file("flat.yaml", "legs: []\nadmin: 9479\n"), "flat.yaml:2: admin: want a mapping of keys (listen), got a number (9479)"},
+		{"too large", file("huge.yaml", "#"+strings.Repeat("x", 1<<20)+"\n"), "huge.yaml: the file is larger than 1 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errOut, err := run(t, nil, "reload", "--config", tc.path, "--timeout", "2s")
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(ee.Error(), tc.want) {
+				t.Errorf("rbridge reload --config %s: %v (stderr %q); want exit 2, %q", tc.path, err, errOut, tc.want)
+			}
+		})
+	}
+}
