@@ -1,0 +1,80 @@
+package gateway_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/integration/guest"
+)
+
+// BenchmarkGuestReadThroughVsDirect: unmodified ib_read_bw -R at 1 MiB
+// (READs of 16 pool buffers each, crossing in parts) in one run: through
+// `rbridge run` from the RoCE side (rxe1) to a server on the IB fabric
+// (rxe3), over the userspace leg's UDP socket and over AF_XDP; and direct
+// on the IB fabric (rxe2 to rxe3: the through path's second hop alone).
+// An op is one ib_read_bw run of readIters READs; each row reports
+// perftest's average MB/s, and the through rows x-direct, their rate over
+// the direct row's. It runs only when asked: make integration
+// PKG=./integration/gateway RUN='^$' GUEST_BENCH=GuestReadThroughVsDirect
+// BASELINE=false.
+func BenchmarkGuestReadThroughVsDirect(b *testing.B) {
+	guest.RequireKind(b, "rxe")
+	ns, ib := guest.UserNetns(b), guest.IB(b)
+	const size, readIters = 1 << 20, 20
+	args := []string{"-s", fmt.Sprint(size), "-n", fmt.Sprint(readIters)}
+	var direct float64
+	b.Run("direct-ib", func(b *testing.B) {
+		server := []string{"-R", "-d", ib.PeerDevice, "-p", "18600"}
+		client := []string{"-R", "-d", ib.GatewayDevice, "--source_ip", ib.GatewayIP.String(), "-p", "18600", ib.PeerIP.String()}
+		direct = runPair(b, "ib_read_bw", server, client, args, size)
+	})
+	for _, io := range []string{"udp", "afxdp"} {
+		b.Run("through-"+io, func(b *testing.B) {
+			startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), gatewayConfig(io, ns, ib), "--log-level", "info")
+			server := []string{"-R", "-d", ib.PeerDevice, "-p", "18515"}
+			client := []string{"-R", "-d", ns.PeerDevice, "-p", "18515", ns.IP.String()}
+			mb := runPair(b, "ib_read_bw", server, client, args, size)
+			if direct > 0 {
+				b.ReportMetric(mb/direct, "x-direct")
+			}
+		})
+	}
+}
+
+// runPair runs a perftest pair b.N times and reports its average MB/s.
+func runPair(b *testing.B, tool string, server, client, args []string, size int) float64 {
+	b.Helper()
+	var sum float64
+	for range b.N {
+		c := append(append([]string{}, client[:len(client)-1]...), args...)
+		c = append(c, client[len(client)-1])
+		out, _, err := pairWithin(b, 3*time.Minute, tool, append(append([]string{}, server...), args...), c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mb, err := perftestAverage(out, size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum += mb
+	}
+	mb := sum / float64(b.N)
+	b.ReportMetric(mb, "MB/s")
+	return mb
+}
+
+// perftestAverage finds perftest's result line for size and returns its
+// BW average[MB/sec].
+func perftestAverage(out string, size int) (float64, error) {
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 4 && f[0] == strconv.Itoa(size) {
+			return strconv.ParseFloat(f[3], 64)
+		}
+	}
+	return 0, fmt.Errorf("no result line for %d bytes in:\n%s", size, out)
+}
