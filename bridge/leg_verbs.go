@@ -129,6 +129,10 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 	return dev, vd, nil
 }
 
+// defaultReceives is the receive queue a connection's QP gets when the
+// leg's receives do not ask for more (the endpoint posts 16 unless told).
+const defaultReceives = 64
+
 // maxRelaySGE bounds the pieces a relayed op gathers: a 64 KiB chunk of
 // 4 KiB frames.
 const maxRelaySGE = 16
@@ -140,16 +144,18 @@ func (v *verbsLeg) endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 256})
+	recvs := max(v.cfg.Receives, defaultReceives)
+	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 128 + recvs + 1})
 	if err != nil {
 		return nil, err
 	}
-	qp, err := id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: 64, MaxSendSGE: uint32(vd.maxSGE)}})
+	qp, err := id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: uint32(recvs), MaxSendSGE: uint32(vd.maxSGE)}})
 	if err != nil {
 		cq.Close()
 		return nil, err
 	}
-	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats})
+	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
+		RecvDepth: v.cfg.Receives, RecvSize: v.cfg.ReceiveSize})
 	if err != nil {
 		qp.Close()
 		cq.Close()

@@ -220,28 +220,23 @@ func sameGroup(a, b config.Group) bool {
 
 // legsDiff says how two leg lists differ ("" when they are alike).
 func legsDiff(running, next []config.Leg) string {
-	key := func(l config.Leg) string {
-		return fmt.Sprintf("%s/%s/%v/%s/%d/%s/%s/%s/%v/%s/%s/%s/%s/%s/%s", l.Name, l.Kind, l.IP, l.Device, l.Port, l.Interface, l.IO, l.Netns, l.ECN,
-			l.Listen, l.Peer, l.Cert, l.Key, l.CA, l.PeerName)
-	}
-	have, want := map[string]string{}, map[string]string{}
+	have := map[string]config.Leg{}
 	for _, l := range running {
-		have[l.Name] = key(l)
+		have[l.Name] = l
 	}
-	for _, l := range next {
-		want[l.Name] = key(l)
-	}
+	want := map[string]bool{}
 	var d []string
-	for name, k := range want {
-		switch h, ok := have[name]; {
+	for _, l := range next {
+		want[l.Name] = true
+		switch h, ok := have[l.Name]; {
 		case !ok:
-			d = append(d, fmt.Sprintf("leg %q added", name))
-		case h != k:
-			d = append(d, fmt.Sprintf("leg %q changed", name))
+			d = append(d, fmt.Sprintf("leg %q added", l.Name))
+		case !h.Same(l):
+			d = append(d, fmt.Sprintf("leg %q changed", l.Name))
 		}
 	}
 	for name := range have {
-		if _, ok := want[name]; !ok {
+		if !want[name] {
 			d = append(d, fmt.Sprintf("leg %q removed", name))
 		}
 	}

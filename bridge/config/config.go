@@ -139,6 +139,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -207,10 +208,29 @@ type Leg struct {
 	// Over (quic) names a verbs leg: the tunnel runs over the IPoIB
 	// interface of that leg's port, which must hold IP.
 	Over string `yaml:"over"`
+	// Receives and ReceiveSize (verbs) are the receives each of the leg's
+	// connections keeps posted (default 16, at most 1024) and their size
+	// in bytes (default 65536: the largest SEND a peer may send; 256 to
+	// 65536, a power of two). A peer that may have more SENDs in flight
+	// than Receives meets RNR NAKs, which some protocols never expect
+	// (RPC-over-RDMA grants its client as many as its server's credits,
+	// 64 for nfsd, of at most its inline size, 4 KiB by default).
+	Receives    int `yaml:"receives"`
+	ReceiveSize int `yaml:"receive_size"`
 
 	line         int
 	errs         []lineError
 	listen, peer netip.AddrPort
+}
+
+// MaxReceives bounds a verbs leg's receives per connection.
+const MaxReceives = 1024
+
+// Same reports whether two legs are configured alike, whatever the lines
+// they were read from: every field the file gives is compared.
+func (l Leg) Same(o Leg) bool {
+	l.line, o.line, l.errs, o.errs = 0, 0, nil, nil
+	return reflect.DeepEqual(l, o)
 }
 
 // ListenAddr is a quic leg's parsed Listen (not valid when not given).
@@ -547,7 +567,7 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line = n.Line
 	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size")
 	for _, k := range []struct {
 		key string
 		dst *string
@@ -557,6 +577,8 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	}
 	scalar(vals, "port", "leg", &l.Port, &errs)
 	scalar(vals, "mtu", "leg", &l.MTU, &errs)
+	scalar(vals, "receives", "leg", &l.Receives, &errs)
+	scalar(vals, "receive_size", "leg", &l.ReceiveSize, &errs)
 	scalar(vals, "ecn", "leg", &l.ECN, &errs)
 	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, wantAddr, &errs)
 	l.errs = errs
@@ -688,6 +710,15 @@ func (c *Config) validate() Errors {
 		}
 		if l.MTU != 0 && l.Kind != KindUserspace {
 			bad(l.line, "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
+		}
+		if (l.Receives != 0 || l.ReceiveSize != 0) && l.Kind != KindVerbs {
+			bad(l.line, "leg %q: receives and receive_size are for verbs legs (a userspace leg's receives are its pool's)", l.Name)
+		}
+		if l.Receives < 0 || l.Receives > MaxReceives {
+			bad(l.line, "leg %q: receives %d: want 1 to %d", l.Name, l.Receives, MaxReceives)
+		}
+		if n := l.ReceiveSize; n != 0 && (n < 256 || n > 65536 || n&(n-1) != 0) {
+			bad(l.line, "leg %q: receive_size %d: want a power of two from 256 to 65536 bytes", l.Name, n)
 		}
 		switch l.Kind {
 		case KindQUIC:

@@ -344,6 +344,10 @@ func TestParseBad(t *testing.T) {
 		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
 			[]string{`gw.yaml:9: leg "gw": over "ib9": no such leg`}},
 		{"bad mtu", base(ib+roce+"    mtu: 1500\n", ok), []string{`gw.yaml:5: leg "roce": mtu 1500: want an IB MTU`}},
+		{"receives on a userspace leg", base(ib+roce+"    receives: 64\n", ok), []string{`gw.yaml:5: leg "roce": receives and receive_size are for verbs legs`}},
+		{"too many receives", base(ib+"    receives: 2000\n"+roce, ok), []string{`gw.yaml:2: leg "ib": receives 2000: want 1 to 1024`}},
+		{"receive_size not a power of two", base(ib+"    receive_size: 1000\n"+roce, ok), []string{`gw.yaml:2: leg "ib": receive_size 1000: want a power of two from 256 to 65536 bytes`}},
+		{"receive_size above a pool buffer", base(ib+"    receive_size: 131072\n"+roce, ok), []string{`gw.yaml:2: leg "ib": receive_size 131072`}},
 		{"mtu not whole", base(ib+roce+"    mtu: 1024.9\n", ok), []string{`gw.yaml:9: leg: mtu "1024.9": want a whole number`}},
 		{"port not whole", base(ib+"    port: 1.5\n"+roce, ok), []string{`gw.yaml:5: leg: port "1.5": want a whole number`}},
 		{"port a string", base(ib+"    port: one\n"+roce, ok), []string{`gw.yaml:5: leg: port "one": want a whole number`}},
@@ -585,5 +589,33 @@ func TestParseJoinedBad(t *testing.T) {
 				t.Errorf("error\n%v\nlacks %q; the file:\n%s", err, tc.want, numbered(file))
 			}
 		})
+	}
+}
+
+// TestParseReceives: a verbs leg's receives and their size, and that a
+// change of either is a change of the leg (Leg.Same), as any other key.
+func TestParseReceives(t *testing.T) {
+	text := strings.Replace(good, "    port: 1\n", "    port: 1\n    receives: 128\n    receive_size: 4096\n", 1)
+	c, err := config.Parse("gw.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Legs[0]; l.Receives != 128 || l.ReceiveSize != 4096 {
+		t.Errorf("leg ib: receives %d of %d bytes, want 128 of 4096", l.Receives, l.ReceiveSize)
+	}
+	plain, err := config.Parse("gw.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Legs[0].Same(plain.Legs[0]) {
+		t.Error("a leg whose receives changed reads as the same leg")
+	}
+	// The same keys on other lines are the same leg.
+	moved, err := config.Parse("gw.yaml", []byte("# a comment moves every line\n"+text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Legs[0].Same(moved.Legs[0]) || !c.Legs[1].Same(moved.Legs[1]) {
+		t.Error("legs read from other lines read as changed")
 	}
 }

@@ -71,6 +71,9 @@ The file (YAML):
       kind: verbs                 # a libibverbs device (IB HCA, RoCE HCA, rxe)
       ip: 198.18.3.1              # the gateway's address on this fabric
       device: rxe2                # optional, checked against ip
+      receives: 128               # optional: receives posted per connection
+      receive_size: 4096          # (default 16 of 65536 bytes): RPC-over-RDMA (NFS)
+                                  # needs at least its server's credits
     - name: roce
       kind: userspace             # rbridge's own RoCEv2 transport
       interface: vgw0
