@@ -384,13 +384,27 @@ func TestGuestRunPerftest(t *testing.T) {
 func TestGuestRunRping(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	startGateway(t, gatewayConfig("udp", ns, ib))
-	// The server on the RoCE side issues the one-sided operations (it READs
-	// the client's buffer and WRITEs back): they pass through to the IB side.
-	out := pair(t, "rping", []string{"-s", "-a", ns.PeerIP.String(), "-p", "7174", "-C", "10", "-v"},
-		[]string{"-c", "-I", ib.PeerIP.String(), "-a", ib.GatewayIP.String(), "-p", "7174", "-C", "10", "-v"})
-	if n := strings.Count(out, "ping data:"); n != 10 {
-		t.Errorf("the rping client printed %d verified pings, want 10:\n%s", n, out)
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) {
+			// The first connection of a gateway that has exchanged nothing
+			// with the target: its namespace knows no neighbour (an AF_XDP
+			// leg resolves the target's Ethernet address itself).
+			if out, err := exec.Command("/usr/sbin/ip", "-n", ns.Name, "neigh", "flush", "all").CombinedOutput(); err != nil {
+				t.Fatalf("flush %s's neighbours: %v\n%s", ns.Name, err, out)
+			}
+			if out, _ := exec.Command("/usr/sbin/ip", "-n", ns.Name, "neigh", "show", ns.PeerIP.String()).CombinedOutput(); strings.Contains(string(out), "lladdr") {
+				t.Fatalf("%s still knows %v after the flush: %s", ns.Name, ns.PeerIP, out)
+			}
+			startGateway(t, gatewayConfig(io, ns, ib))
+			// The server on the RoCE side issues the one-sided operations (it
+			// READs the client's buffer and WRITEs back): they pass through to
+			// the IB side.
+			out := pair(t, "rping", []string{"-s", "-a", ns.PeerIP.String(), "-p", "7174", "-C", "10", "-v"},
+				[]string{"-c", "-I", ib.PeerIP.String(), "-a", ib.GatewayIP.String(), "-p", "7174", "-C", "10", "-v"})
+			if n := strings.Count(out, "ping data:"); n != 10 {
+				t.Errorf("the rping client printed %d verified pings, want 10:\n%s", n, out)
+			}
+		})
 	}
 }
 
