@@ -2,10 +2,12 @@ package bridge
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -127,6 +129,30 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 	v.devs[dev] = vd
 	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE)
 	return dev, vd, nil
+}
+
+// rpcrdmaMagic opens RPC-over-RDMA's connection private data (RFC 8797:
+// magic, version, flags, send and receive size); flag bit 0 says its
+// sender takes Send With Invalidate.
+const (
+	rpcrdmaMagic         = 0xf6ab0e18
+	rpcrdmaSendWithInvOK = 1 << 0
+)
+
+// noRemoteInvalidation returns the private data a verbs leg sends its
+// peer: RPC-over-RDMA's, with the promise to take Send With Invalidate
+// cleared. The leg's HCA would execute a peer's invalidation itself,
+// against a key of the far side's that the gateway's device does not hold,
+// and fail the connection; without the promise the peer sends a plain
+// SEND, and the far side invalidates its own key. Any other private data
+// passes unchanged.
+func noRemoteInvalidation(pd []byte) []byte {
+	if len(pd) < 8 || binary.BigEndian.Uint32(pd) != rpcrdmaMagic || pd[5]&rpcrdmaSendWithInvOK == 0 {
+		return pd
+	}
+	out := slices.Clone(pd)
+	out[5] &^= rpcrdmaSendWithInvOK
+	return out
 }
 
 // defaultReceives is the receive queue a connection's QP gets when the
@@ -281,7 +307,7 @@ func (in *verbsIncoming) accept(ctx context.Context, p connParams) (conn, error)
 		in.id.Close()
 		return nil, err
 	}
-	pd := p.privateData
+	pd := noRemoteInvalidation(p.privateData)
 	if len(pd) > 196 {
 		pd = pd[:196] // what an IB CM REP carries
 	}
@@ -371,7 +397,7 @@ func (v *verbsLeg) dial(ctx context.Context, to netip.AddrPort, p connParams) (c
 	if err != nil {
 		return fail(err)
 	}
-	pd := p.privateData
+	pd := noRemoteInvalidation(p.privateData)
 	if len(pd) > 56 {
 		pd = pd[:56] // what rdma_cm gives a REQ after its IP CM header
 	}
