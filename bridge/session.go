@@ -239,6 +239,7 @@ func NewSession(o SessionOptions) (*Session, error) {
 		}
 	}
 	if err := o.A.Start(side{s: s, in: &s.ab}); err != nil {
+		s.cancel()
 		return nil, fmt.Errorf("bridge: new session: start A: %w", err)
 	}
 	if err := o.B.Start(side{s: s, in: &s.ba}); err != nil {

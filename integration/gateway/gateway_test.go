@@ -185,7 +185,7 @@ func pair(t *testing.T, tool string, server, client []string) string {
 }
 
 // pairTries is how many times a pair is run before its error stands.
-const pairTries = 5
+const pairTries = 10
 
 // errPairTimedOut is a pair that was still running at its time limit.
 var errPairTimedOut = errors.New("timed out")
