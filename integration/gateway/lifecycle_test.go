@@ -235,9 +235,9 @@ func TestGuestRunManyConnections(t *testing.T) {
 			q := []string{"-s", "1024", "-n", "5", "-q", strconv.Itoa(conns)}
 			round := func() {
 				t.Helper()
-				pair(t, "ib_send_bw", append([]string{"-R", "-d", ib.PeerDevice, "-p", "18515"}, q...),
+				pairConnections(t, "ib_send_bw", append([]string{"-R", "-d", ib.PeerDevice, "-p", "18515"}, q...),
 					append(append([]string{"-R", "-d", ns.PeerDevice, "-p", "18515"}, q...), ns.IP.String()))
-				pair(t, "ib_send_bw", append([]string{"-R", "-d", ns.PeerDevice, "-p", "7181"}, q...),
+				pairConnections(t, "ib_send_bw", append([]string{"-R", "-d", ns.PeerDevice, "-p", "7181"}, q...),
 					append(append([]string{"-R", "-d", ib.PeerDevice, "-p", "7180"}, q...), ib.GatewayIP.String()))
 			}
 			round() // what the first sessions start (a verbs device's PD and MR) stays
@@ -357,5 +357,30 @@ func waitIdle(t *testing.T, logs *syncBuffer, proc *os.Process, idle gwState) gw
 			proc.Signal(syscall.SIGQUIT)
 			t.Fatalf("rbridge run did not come back to what it held after the first round (leak): %s\nkernel QPs:\n%s", strings.Join(diff, "; "), qps)
 		}
+	}
+}
+
+// pairConnections runs a perftest pair for its connections, not its
+// figures: a run whose transfer ended but whose client could not produce
+// its report (perftest calibrates its clock after the transfer, which
+// under TCG often fails while the gateway tears down many sessions at
+// once) counts as run; the sessions it made are what the caller checks.
+// Other reasons of perftest's own (pairAgain) run it again.
+func pairConnections(t *testing.T, tool string, server, client []string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		out, _, err := pairOnce(t, 3*time.Minute, tool, server, client)
+		switch {
+		case err == nil:
+			return
+		case strings.Contains(out, "#bytes") && strings.Contains(err.Error(), "Can't produce a report"):
+			t.Logf("%s transferred, then could not produce its report under TCG", tool)
+			return
+		}
+		if why, again := pairAgain(err); again && try < pairTries {
+			t.Logf("%s %s; again", tool, why)
+			continue
+		}
+		t.Fatal(err)
 	}
 }
