@@ -48,6 +48,11 @@ type LegStatus struct {
 	IO        string `json:"io,omitempty"`
 	MTU       int    `json:"mtu,omitempty"`
 	MTUWhy    string `json:"mtu_why,omitempty"`
+	// AF_XDP legs: the neighbours (next hops) that did not answer the
+	// kernel's resolution and are refused for now, and how many
+	// resolutions failed since the leg opened.
+	NeighborsUnanswered []string `json:"neighbors_unanswered,omitempty"`
+	NeighborFailures    uint64   `json:"neighbor_failures,omitempty"`
 	// Verbs legs: the device, port and GID the leg's address chose, and
 	// why (each session's MTU is in its side's description).
 	Device   string `json:"device,omitempty"`
@@ -184,6 +189,12 @@ func legStatus(l *config.Leg, lg leg) LegStatus {
 	switch lg := lg.(type) {
 	case *userspaceLeg:
 		st.MTU, st.MTUWhy = lg.mtu, lg.mtuWhy
+		if lg.neigh != nil {
+			for _, a := range lg.neigh.Unanswered() {
+				st.NeighborsUnanswered = append(st.NeighborsUnanswered, a.String())
+			}
+			st.NeighborFailures = lg.neigh.Stats().Failed.Load()
+		}
 	case *quicLeg:
 		st.Listen, st.Peer = l.Listen, l.Peer
 	case *verbsLeg:

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -163,6 +164,22 @@ func NewResolver(opts ResolverOptions) (*Resolver, error) {
 
 // Stats returns the resolver's counters.
 func (r *Resolver) Stats() *ResolverStats { return &r.stats }
+
+// Unanswered returns the next hops that did not answer and are refused
+// now (until their hold ends), in address order: what a status shows.
+func (r *Resolver) Unanswered() []netip.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var out []netip.Addr
+	for a, until := range r.failed {
+		if now.Before(until) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
 
 // Lookup implements Neighbors: the Ethernet address of ip's next hop if
 // the kernel's table has a complete entry for it; else, once the kernel

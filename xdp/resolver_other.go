@@ -40,3 +40,6 @@ func (r *Resolver) HardwareAddr(ip netip.Addr) (net.HardwareAddr, error) {
 
 // Close releases nothing.
 func (r *Resolver) Close() error { return nil }
+
+// Unanswered returns nothing: nothing is resolved here.
+func (r *Resolver) Unanswered() []netip.Addr { return nil }

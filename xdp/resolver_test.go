@@ -203,7 +203,13 @@ func TestResolverNoAnswer(t *testing.T) {
 			if got, want := r.Stats().Snapshot(), (xdp.ResolverStatsSnapshot{Asked: 1, Failed: 1}); got != want {
 				t.Errorf("while held: stats %+v, want %+v: asked again", got, want)
 			}
+			if got := r.Unanswered(); len(got) != 1 || got[0] != ip {
+				t.Errorf("while held: Unanswered() = %v, want [%v]", got, ip)
+			}
 			<-time.After(time.Until(failed.Add(hold)))
+			if got := r.Unanswered(); len(got) != 0 {
+				t.Errorf("after the hold: Unanswered() = %v, want none", got)
+			}
 			ask(2)
 		})
 	}
