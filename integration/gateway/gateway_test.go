@@ -65,6 +65,30 @@ routes:
 `, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ib.PeerIP, ib.GatewayIP, ns.PeerIP, ib.GatewayIP, ns.PeerIP)
 }
 
+// storageConfig is the guest's gateway with one route, name, from the IB
+// fabric's side (the verbs leg on rxe2, with ibKeys' lines added to it) at
+// listenPort to the RoCE side's peer at targetPort, through the userspace
+// leg in user0 over io.
+func storageConfig(io string, ns guest.Netns, ib guest.IBFabric, ibKeys, name string, listenPort, targetPort int) string {
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+legs:
+  - name: roce
+    kind: userspace
+    interface: %s
+    ip: %v
+    io: %s
+    netns: %s
+  - name: ib
+    kind: verbs
+    ip: %v
+    device: %s
+%sroutes:
+  - name: %s
+    listen: {leg: ib, addr: "%v:%d"}
+    target: {leg: roce, addr: "%v:%d"}
+`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ibKeys, name, ib.GatewayIP, listenPort, ns.PeerIP, targetPort)
+}
+
 // startGateway runs `rbridge run` with cfg until the test ends, then stops
 // it with SIGTERM and checks that it exits 0.
 func startGateway(t *testing.T, cfg string) *syncBuffer {

@@ -230,25 +230,9 @@ func TestGuestRunNFSFromIB(t *testing.T) {
 	nfsRoute(t, ib.GatewayIP.String())
 	for _, io := range []string{"udp", "afxdp"} {
 		t.Run(io, func(t *testing.T) {
-			cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
-legs:
-  - name: roce
-    kind: userspace
-    interface: %s
-    ip: %v
-    io: %s
-    netns: %s
-  - name: ib
-    kind: verbs
-    ip: %v
-    device: %s
-    receives: 128       # nfsd grants its client 64 credits, and RPC-over-RDMA never expects RNR
-    receive_size: 4096  # the client's inline size
-routes:
-  - name: nfs
-    listen: {leg: ib, addr: "%v:20050"}
-    target: {leg: roce, addr: "%v:20049"}
-`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ib.GatewayIP, ns.PeerIP)
+			// nfsd grants its client 64 credits, and RPC-over-RDMA never
+			// expects an RNR NAK; 4 KiB is the client's inline size.
+			cfg := storageConfig(io, ns, ib, "    receives: 128\n    receive_size: 4096\n", "nfs", 20050, 20049)
 			// What crosses each fabric: the client's side and the server's.
 			ibTally, roceTally := tallyRoCE(t, "veth5"), tallyRoCE(t, "br1")
 			logs := startGateway(t, cfg)

@@ -206,23 +206,7 @@ func TestGuestRunNVMeFromIB(t *testing.T) {
 	for _, io := range []string{"udp", "afxdp"} {
 		t.Run(io, func(t *testing.T) {
 			nvmeTarget(t, ns.PeerIP.String())
-			cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
-legs:
-  - name: roce
-    kind: userspace
-    interface: %s
-    ip: %v
-    io: %s
-    netns: %s
-  - name: ib
-    kind: verbs
-    ip: %v
-    device: %s
-routes:
-  - name: nvme
-    listen: {leg: ib, addr: "%v:4420"}
-    target: {leg: roce, addr: "%v:4420"}
-`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ib.GatewayIP, ns.PeerIP)
+			cfg := storageConfig(io, ns, ib, "", "nvme", 4420, 4420)
 			logs := startGateway(t, cfg)
 			ctrl := nvmeConnect(t, ib.GatewayIP.String(), ib.PeerIP.String())
 			serial, err := os.ReadFile("/sys/class/nvme/" + ctrl + "/serial")
