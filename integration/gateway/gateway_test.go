@@ -37,9 +37,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// gatewayConfig is the guest's gateway: the userspace leg in user0, the
-// verbs leg on rxe2, a route each way.
-func gatewayConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
+// guestLegs is the admin server and the guest's two legs: the userspace
+// leg in user0 over io, the verbs leg on rxe2 with ibKeys' lines added to
+// it; routes follow.
+func guestLegs(io string, ns guest.Netns, ib guest.IBFabric, ibKeys string) string {
 	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}    # tests bind no fixed port
 legs:
   - name: roce
@@ -52,7 +53,13 @@ legs:
     kind: verbs
     ip: %v
     device: %s
-routes:
+%s`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ibKeys)
+}
+
+// gatewayConfig is the guest's gateway: the userspace leg in user0, the
+// verbs leg on rxe2, a route each way.
+func gatewayConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
+	return guestLegs(io, ns, ib, "") + fmt.Sprintf(`routes:
   - name: to-ib                     # RoCE clients reach the IB side's servers
     listen: {leg: roce, addr: "%v:18515"}
     target: {leg: ib, addr: "%v:18515"}
@@ -62,31 +69,18 @@ routes:
   - name: to-roce-any               # a server that binds every address (perftest) listens on another port
     listen: {leg: ib, addr: "%v:7175"}
     target: {leg: roce, addr: "%v:7176"}
-`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ib.PeerIP, ib.GatewayIP, ns.PeerIP, ib.GatewayIP, ns.PeerIP)
+`, ns.IP, ib.PeerIP, ib.GatewayIP, ns.PeerIP, ib.GatewayIP, ns.PeerIP)
 }
 
 // storageConfig is the guest's gateway with one route, name, from the IB
-// fabric's side (the verbs leg on rxe2, with ibKeys' lines added to it) at
-// listenPort to the RoCE side's peer at targetPort, through the userspace
-// leg in user0 over io.
+// fabric's side (the verbs leg with ibKeys' lines added to it) at
+// listenPort to the RoCE side's peer at targetPort.
 func storageConfig(io string, ns guest.Netns, ib guest.IBFabric, ibKeys, name string, listenPort, targetPort int) string {
-	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
-legs:
-  - name: roce
-    kind: userspace
-    interface: %s
-    ip: %v
-    io: %s
-    netns: %s
-  - name: ib
-    kind: verbs
-    ip: %v
-    device: %s
-%sroutes:
+	return guestLegs(io, ns, ib, ibKeys) + fmt.Sprintf(`routes:
   - name: %s
     listen: {leg: ib, addr: "%v:%d"}
     target: {leg: roce, addr: "%v:%d"}
-`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ibKeys, name, ib.GatewayIP, listenPort, ns.PeerIP, targetPort)
+`, name, ib.GatewayIP, listenPort, ns.PeerIP, targetPort)
 }
 
 // startGateway runs `rbridge run` with cfg until the test ends, then stops
