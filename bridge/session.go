@@ -206,8 +206,9 @@ type relay struct {
 	bufWait bool
 	spare   *Buf
 
-	postMu sync.Mutex // serializes pump: ops leave in queue order
-	batch  [32]*Op    // used under postMu
+	postMu  sync.Mutex // serializes pump: ops leave in queue order
+	refused []*Op      // what r.to refused to take, failed back at the teardown (under postMu)
+	batch   [32]*Op    // used under postMu
 }
 
 // NewSession joins two endpoints and starts relaying. The endpoints'
@@ -331,7 +332,7 @@ func (s *Session) fail(ep Endpoint, err error) {
 		s.drainMu.Unlock()
 	}
 	if s.failing.CompareAndSwap(false, true) {
-		go s.teardown(err)
+		go s.teardown(ep, err)
 	}
 }
 
@@ -357,7 +358,7 @@ func (s *Session) drain(d drainer) {
 	err := s.goneErr
 	s.drainMu.Unlock()
 	if s.failing.CompareAndSwap(false, true) {
-		s.teardown(err)
+		s.teardown(s.gone, err)
 	}
 }
 
@@ -385,7 +386,12 @@ func (r *relay) state() RelayState {
 	return RelayState{Queued: len(r.queue) - r.qhead, Posted: r.posted, RdAtomic: r.rdAtomic, Assembling: r.msg != nil}
 }
 
-func (s *Session) teardown(err error) {
+// teardown ends the session because of ep (nil: the session itself).
+// ep is closed first: what it still held completes back through the other
+// endpoint, which is still open, so each of those requesters learns its
+// operation failed, with the status it failed with, before its own
+// connection goes. Only then is the other endpoint closed.
+func (s *Session) teardown(ep Endpoint, err error) {
 	switch {
 	case errors.Is(err, ErrSessionClosed):
 	case errors.Is(err, ErrPeerDisconnected):
@@ -399,8 +405,18 @@ func (s *Session) teardown(err error) {
 		r.mu.Unlock()
 	}
 	s.cancel()
-	_ = s.a.Close()
-	_ = s.b.Close()
+	first, second := s.a, s.b
+	if ep == s.b {
+		first, second = s.b, s.a
+	}
+	for _, e := range []Endpoint{first, second} {
+		_ = e.Close()
+		for _, r := range []*relay{&s.ab, &s.ba} {
+			if r.to == e {
+				r.failRefused()
+			}
+		}
+	}
 	for _, r := range []*relay{&s.ab, &s.ba} {
 		// A pump under way posts nothing more (dead); what it took
 		// completes through the closed endpoint or fails back.
@@ -799,23 +815,36 @@ func (r *relay) flush() {
 	r.pump()
 }
 
-// pump posts queued ops on r.to as its limits allow.
+// pump posts queued ops on r.to as its limits allow. When r.to refuses a
+// batch, the session ends; what r.to did not take fails back to its
+// requesters at the teardown, once r.to is closed: after every op posted
+// before it completed, as a failed QP completes its work in order.
 func (r *relay) pump() {
-	if failed := r.pumpLocked(); failed != nil {
-		// Nothing of the batch was posted: fail its requests back and end
-		// the session.
-		for _, op := range failed {
-			op.Status = transport.StatusRemOpErr
-			r.done(op)
-		}
+	r.postMu.Lock()
+	failed, err := r.postLocked()
+	r.refused = append(r.refused, failed...)
+	r.postMu.Unlock()
+	if err != nil {
+		r.s.fail(r.to, fmt.Errorf("post on the far endpoint: %w", err))
 	}
 }
 
-// pumpLocked posts under postMu; it returns the ops of a batch the
-// endpoint refused.
-func (r *relay) pumpLocked() []*Op {
+// failRefused fails back what r.to refused; the teardown calls it once
+// r.to is closed (a pump under way finishes first: postMu).
+func (r *relay) failRefused() {
 	r.postMu.Lock()
-	defer r.postMu.Unlock()
+	refused := r.refused
+	r.refused = nil
+	r.postMu.Unlock()
+	for _, op := range refused {
+		op.Status = transport.StatusRemOpErr
+		r.complete(op)
+	}
+}
+
+// postLocked posts under postMu; it returns the ops of a batch the
+// endpoint refused, and why.
+func (r *relay) postLocked() ([]*Op, error) {
 	for {
 		r.mu.Lock()
 		n := 0
@@ -852,14 +881,13 @@ func (r *relay) pumpLocked() []*Op {
 		}
 		r.mu.Unlock()
 		if n == 0 {
-			return nil
+			return nil, nil
 		}
 		k, err := r.to.Post(r.batch[:n])
 		if err != nil {
-			r.s.fail(r.to, fmt.Errorf("post on the far endpoint: %w", err))
 			failed := append([]*Op(nil), r.batch[k:n]...)
 			clear(r.batch[:n])
-			return failed
+			return failed, err
 		}
 		clear(r.batch[:n])
 	}
@@ -911,8 +939,20 @@ func (r *relay) waitBuf(n int) {
 	}
 }
 
-// done completes an op back on r.from.
+// done completes an op back on r.from, then ends the session if the op
+// failed, or posts what its completion made room for.
 func (r *relay) done(op *Op) {
+	status, opcode := r.complete(op)
+	if status != transport.StatusSuccess {
+		r.s.fail(r.to, fmt.Errorf("the far side failed a relayed %v: %v", opcode, status))
+		return
+	}
+	r.pump()
+}
+
+// complete completes op back on r.from and releases it; it returns the
+// op's status and opcode.
+func (r *relay) complete(op *Op) (transport.Status, transport.Opcode) {
 	r.mu.Lock()
 	r.posted--
 	if isReadOrAtomic(op.Opcode) {
@@ -963,11 +1003,7 @@ func (r *relay) done(op *Op) {
 	r.mu.Lock()
 	r.releaseLocked(op) // op is another's from here
 	r.mu.Unlock()
-	if status != transport.StatusSuccess {
-		r.s.fail(r.to, fmt.Errorf("the far side failed a relayed %v: %v", opcode, status))
-		return
-	}
-	r.pump()
+	return status, opcode
 }
 
 func isReadOrAtomic(o transport.Opcode) bool {

@@ -6,6 +6,7 @@ package testlog
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,10 +14,12 @@ import (
 
 // New returns a logger for t. Records at error level fail t (t.Errorf)
 // unless their message contains one of the expected substrings; lower
-// levels are dropped. Records logged after t's cleanup began (goroutines
-// winding down) are dropped.
+// levels are dropped, unless RBRIDGE_TEST_LOG names a level (debug,
+// info, warn): records from it up are then written with t.Log, to trace
+// a failure. Records logged after t's cleanup began (goroutines winding
+// down) are dropped.
 func New(t testing.TB, expected ...string) *slog.Logger {
-	h := &handler{s: &state{t: t, expected: expected}}
+	h := &handler{s: &state{t: t, expected: expected, verbose: verbose()}}
 	t.Cleanup(func() {
 		h.s.mu.Lock()
 		h.s.done = true
@@ -30,6 +33,17 @@ type state struct {
 	expected []string
 	mu       sync.Mutex // guards done and calls into t
 	done     bool
+	verbose  slog.Level // records from this level up are t.Log'ed
+}
+
+// verbose is the level RBRIDGE_TEST_LOG names, or error (nothing more
+// than the failures).
+func verbose() slog.Level {
+	var l slog.Level
+	if v := os.Getenv("RBRIDGE_TEST_LOG"); v != "" && l.UnmarshalText([]byte(v)) == nil {
+		return l
+	}
+	return slog.LevelError
 }
 
 type handler struct {
@@ -37,13 +51,19 @@ type handler struct {
 	attrs []slog.Attr
 }
 
-func (h *handler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+func (h *handler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelError || l >= h.s.verbose
+}
 
 func (h *handler) Handle(_ context.Context, r slog.Record) error {
+	fails := r.Level >= slog.LevelError
 	for _, e := range h.s.expected {
 		if strings.Contains(r.Message, e) {
-			return nil
+			fails = false
 		}
+	}
+	if !fails && r.Level < h.s.verbose {
+		return nil
 	}
 	var b strings.Builder
 	b.WriteString(r.Message)
@@ -56,7 +76,11 @@ func (h *handler) Handle(_ context.Context, r slog.Record) error {
 	})
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
-	if !h.s.done {
+	switch {
+	case h.s.done:
+	case !fails:
+		h.s.t.Logf("%s %s %s", r.Time.Format("15:04:05.000000"), r.Level, b.String())
+	default:
 		h.s.t.Errorf("logged at error level: %s", b.String())
 	}
 	return nil
