@@ -18,16 +18,20 @@ import (
 // is flushed and the failure is reported. It also sends SENDs of its own
 // toward the session, as a verbs peer would (acknowledged on arrival).
 type fakeLeg struct {
-	lim     bridge.Limits
-	mem     []byte
-	base    uint64
-	rkey    uint32
-	delay   time.Duration // at most, uniformly random
-	failOn  uint64        // fail the first op at this remote address; 0 never
-	failAs  transport.Status
-	queue   chan *bridge.Op
-	stop    chan struct{}
-	stopped chan struct{}
+	lim    bridge.Limits
+	mem    []byte
+	base   uint64
+	rkey   uint32
+	delay  time.Duration // at most, uniformly random
+	failOn uint64        // fail the first op at this remote address; 0 never
+	failAs transport.Status
+	// slowFailure: the far QP is in error (Post refuses) this long before
+	// the failed op's completion comes, as a CQ is polled after the QP's
+	// state changed.
+	slowFailure time.Duration
+	queue       chan *bridge.Op
+	stop        chan struct{}
+	stopped     chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	h        bridge.Handler
@@ -141,6 +145,9 @@ func (f *fakeLeg) routineExecute() {
 			f.mu.Unlock()
 			time.Sleep(d)
 			failed := f.execute(op)
+			if failed {
+				time.Sleep(f.slowFailure)
+			}
 			f.handler().Done(op)
 			if failed {
 				f.handler().Failed(errors.New("fake leg: the far QP failed"))

@@ -2,10 +2,12 @@ package bridge
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +48,14 @@ type QUICEndpoint struct {
 
 	mu       sync.Mutex // guards the fields below
 	nextID   uint32
-	inflight map[uint32]*Op  // posted, waiting for their Completion
+	inflight map[uint32]*Op // posted, waiting for their Completion
+	// doneNext is the id of the oldest op posted and not yet handed back
+	// (Done); early holds ops completed ahead of it. The far session
+	// completes out of order (it fails a request at once when it ends, while
+	// an earlier one is still at its far leg): the session here sees them
+	// in post order, as from an RC QP.
+	doneNext uint32
+	early    map[uint32]*Op
 	pending  map[uint32]bool // requests handed to the session, waiting for Complete
 	// parts are the completed parts of READs completed in parts
 	// (Completion.More), held until the last: one Completion frame
@@ -137,7 +146,7 @@ func NewQUICEndpoint(o QUICOptions) (*QUICEndpoint, error) {
 		o.Stats = &QUICStats{}
 	}
 	e := &QUICEndpoint{str: o.Stream, pool: o.Pool, log: o.Logger, window: o.Window, name: o.Name, stats: o.Stats,
-		started: make(chan struct{}), inflight: map[uint32]*Op{}, pending: map[uint32]bool{}, parts: map[uint32][]transport.Completion{},
+		started: make(chan struct{}), inflight: map[uint32]*Op{}, early: map[uint32]*Op{}, pending: map[uint32]bool{}, parts: map[uint32][]transport.Completion{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	e.wg.Add(2)
 	go e.routineRead()
@@ -299,15 +308,27 @@ func (e *QUICEndpoint) fail(err error) {
 	e.flushInflight()
 }
 
-// flushInflight completes every op in flight with StatusWRFlushErr.
+// flushInflight completes every op in flight with StatusWRFlushErr, and
+// hands back with them, in post order, those completed early.
 func (e *QUICEndpoint) flushInflight() {
 	e.mu.Lock()
 	var lost []*Op
+	ids := make([]uint32, 0, len(e.inflight)+len(e.early))
+	for id := range e.early {
+		ids = append(ids, id)
+	}
 	for id, op := range e.inflight {
 		op.Status = transport.StatusWRFlushErr
-		lost = append(lost, op)
+		ids = append(ids, id)
 		delete(e.inflight, id)
+		e.early[id] = op
 	}
+	slices.SortFunc(ids, func(a, b uint32) int { return cmp.Compare(a-e.doneNext, b-e.doneNext) })
+	for _, id := range ids {
+		lost = append(lost, e.early[id])
+	}
+	clear(e.early)
+	e.doneNext = e.nextID
 	for _, o := range e.outq {
 		if o.comp != nil && o.comp.Lease != nil {
 			o.comp.Lease.Release()
@@ -627,23 +648,50 @@ func (e *QUICEndpoint) readCompletion(r io.Reader, fixed []byte, bodyLen int) er
 	if f.DataLen > 0 {
 		if op.Opcode != transport.OpRead || op.Buf == nil || f.DataLen != op.Len {
 			op.Status = transport.StatusBadRespErr
-			(*e.h.Load()).Done(op)
+			e.deliver(f.ID, op)
 			return fmt.Errorf("%w: a Completion of %v op %d with %d bytes of data (want %d of a READ)", tunnel.ErrFrame, op.Opcode, f.ID, f.DataLen, op.Len)
 		}
 		if _, err := io.ReadFull(r, op.Bytes()); err != nil {
 			op.Status = transport.StatusWRFlushErr
-			(*e.h.Load()).Done(op)
+			e.deliver(f.ID, op)
 			return fmt.Errorf("read a READ's data: %w", err)
 		}
 		e.stats.BytesReceived.Add(uint64(f.DataLen))
 	} else if op.Opcode == transport.OpRead && op.Len > 0 && f.Status == transport.StatusSuccess {
 		op.Status = transport.StatusBadRespErr
-		(*e.h.Load()).Done(op)
+		e.deliver(f.ID, op)
 		return fmt.Errorf("%w: a successful READ op %d without its %d bytes", tunnel.ErrFrame, f.ID, op.Len)
 	}
 	e.stats.Completions.Add(1)
-	(*e.h.Load()).Done(op)
+	e.deliver(f.ID, op)
 	return nil
+}
+
+// deliver hands op (completed, id) back to the session in post order:
+// with every op completed early that it was holding back.
+func (e *QUICEndpoint) deliver(id uint32, op *Op) {
+	h := e.h.Load()
+	e.mu.Lock()
+	if id != e.doneNext {
+		e.early[id] = op
+		e.mu.Unlock()
+		return
+	}
+	if len(e.early) == 0 { // in order, as nearly always
+		e.doneNext++
+		e.mu.Unlock()
+		(*h).Done(op)
+		return
+	}
+	ready := []*Op{op}
+	for e.doneNext++; e.early[e.doneNext] != nil; e.doneNext++ {
+		ready = append(ready, e.early[e.doneNext])
+		delete(e.early, e.doneNext)
+	}
+	e.mu.Unlock()
+	for _, op := range ready {
+		(*h).Done(op)
+	}
 }
 
 // readClose ends the session as the far gateway said: its peer

@@ -13,6 +13,7 @@ import (
 	"github.com/rbridge/rbridge/internal/testcert"
 	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/ipoib/tunnel"
+	"github.com/rbridge/rbridge/roce/transport"
 )
 
 // tunnelCreds are two gateways' credentials from one CA.
@@ -144,3 +145,96 @@ func TestQUICEndpointClosesWhenItsCloseCannotBeWritten(t *testing.T) {
 }
 
 func netipAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// pendingRecorder is a Handler that answers every request Pending and
+// hands its token on.
+type pendingRecorder struct{ toks chan transport.Token }
+
+func (p *pendingRecorder) Request(r *transport.Request, _ *bridge.Buf) transport.Reply {
+	p.toks <- r.Token
+	return transport.Reply{Result: transport.Pending}
+}
+func (p *pendingRecorder) Flush()          {}
+func (p *pendingRecorder) Done(*bridge.Op) {}
+func (p *pendingRecorder) Failed(error)    {}
+
+// TestQUICEndpointCompletesInPostOrder: the far gateway's session
+// completes requests out of order (one that is ending fails a request at
+// once while an earlier one is still at its far leg). The endpoint hands
+// them back in the order posted, as the Endpoint contract and an RC send
+// queue do, each with its own status; the session would otherwise see the
+// later failure first and tear down before the earlier op's outcome came.
+// What is still in flight when the endpoint closes is flushed after what
+// completed before it, in post order too.
+func TestQUICEndpointCompletesInPostOrder(t *testing.T) {
+	pool, err := bridge.NewPool(bridge.PoolOptions{Size: 1 << 20, Classes: []int{4 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, _ := tunnelPair(t, pool)
+	done := &doneRecorder{done: make(chan *bridge.Op, 64)}
+	far := &pendingRecorder{toks: make(chan transport.Token, 64)}
+	if err := a.Start(done); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(far); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	ops := make([]*bridge.Op, n)
+	for i := range ops {
+		ops[i] = &bridge.Op{Opcode: transport.OpWrite, Remote: uint64(i) << 12, RKey: 1}
+	}
+	if k, err := a.Post(ops); k != n || err != nil {
+		t.Fatalf("posted %d of %d: %v", k, n, err)
+	}
+	toks := make([]transport.Token, n)
+	for i := range toks {
+		select {
+		case toks[i] = <-far.toks:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the far end had %d of %d requests", i, n)
+		}
+	}
+	// The far end completes 8..1 backwards (7 fails), and never 0 and 9.
+	status := func(i int) transport.Status {
+		if i == 7 {
+			return transport.StatusRemAccessErr
+		}
+		return transport.StatusSuccess
+	}
+	for i := 8; i >= 1; i-- {
+		if err := b.Complete(toks[i], transport.Completion{Status: status(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case op := <-done.done:
+		t.Fatalf("op %d was handed back before op 0, which has not completed", op.Remote>>12)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := b.Complete(toks[0], transport.Completion{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 9 {
+		select {
+		case op := <-done.done:
+			if got := int(op.Remote >> 12); got != i || op.Status != status(i) {
+				t.Fatalf("handed back op %d with %v, want op %d with %v", got, op.Status, i, status(i))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("op %d never handed back", i)
+		}
+	}
+	// Close flushes op 9, still in flight.
+	go a.Close()
+	select {
+	case op := <-done.done:
+		if op.Remote>>12 != 9 || op.Status != transport.StatusWRFlushErr {
+			t.Fatalf("at Close: op %d with %v, want op 9 flushed", op.Remote>>12, op.Status)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("op 9 was not flushed at Close")
+	}
+	_ = b.Close()
+}

@@ -62,6 +62,7 @@ type rigOpts struct {
 	clientPSN         uint32
 	classes           []int // the pool's (default 256, 4 KiB, 64 KiB)
 	farChunk          int   // with tunnel: the far gateway's session's MaxChunk
+	slowFailure       time.Duration
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -89,7 +90,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	r.far = newFakeLeg(uint64(o.failAt)+1, o.farMem, o.delay)
-	r.far.lim.MaxSGE = o.maxSGE
+	r.far.lim.MaxSGE, r.far.slowFailure = o.maxSGE, o.slowFailure
 	if o.failAt > 0 {
 		r.far.failOn, r.far.failAs = r.far.base+uint64(o.failAt-1)*4096, o.failAs
 	}
@@ -472,14 +473,22 @@ func TestSessionFarFailureIsNeverAcknowledged(t *testing.T) {
 		for _, c := range []struct {
 			failAt int // a WRITE
 			tunnel bool
-		}{{1, false}, {7, false}, {22, false}, {1, true}, {22, true}} {
+			// slow: the far side refuses posts for a while before the
+			// failed op completes; what it refused must not overtake it.
+			slow bool
+		}{{1, false, false}, {7, false, false}, {22, false, false}, {1, true, false}, {22, true, false}, {1, false, true}, {1, true, true}} {
 			failAt := c.failAt
 			name := fmt.Sprintf("%v/%d", tc.failAs, failAt)
 			if c.tunnel {
 				name += "/tunnel"
 			}
+			o := rigOpts{delay: 300 * time.Microsecond, failAt: failAt, failAs: tc.failAs, tunnel: c.tunnel}
+			if c.slow {
+				name += "/slow"
+				o.slowFailure = 100 * time.Millisecond
+			}
 			t.Run(name, func(t *testing.T) {
-				r := newRig(t, rigOpts{delay: 300 * time.Microsecond, failAt: failAt, failAs: tc.failAs, tunnel: c.tunnel})
+				r := newRig(t, o)
 				const n = 40
 				for i := range n {
 					wr := transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true, RKey: r.far.rkey,
