@@ -16,7 +16,7 @@ import (
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/ipoib"
-	"github.com/rbridge/rbridge/ipoib/tunnel"
+	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/cm"
 )
 

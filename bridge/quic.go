@@ -14,7 +14,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/rbridge/rbridge/ipoib/tunnel"
+	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/transport"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
-	"github.com/rbridge/rbridge/ipoib/tunnel"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // certWarnAhead is how long before its certificate expires a quic leg is

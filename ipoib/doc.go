@@ -46,6 +46,6 @@
 // failure of the whole list.
 //
 // The QUIC leg between rbridge gateways, which carries the IP fallback, is
-// package ipoib/tunnel (its wire format and TLS) and bridge's quic leg; the
+// package tunnel (its wire format and TLS) and bridge's quic leg; the
 // fallback does not use Host.InterfaceFor yet.
 package ipoib

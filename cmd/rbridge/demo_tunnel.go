@@ -12,7 +12,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testcert"
-	"github.com/rbridge/rbridge/ipoib/tunnel"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // demoTunnel is what demo --tunnel puts between its two gateways: a QUIC

@@ -12,7 +12,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/rbridge/rbridge/internal/testcert"
-	"github.com/rbridge/rbridge/ipoib/tunnel"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // refusals records what OnRefused was told.

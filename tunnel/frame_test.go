@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/rbridge/rbridge/ipoib/tunnel"
+	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/transport"
 )
 
