@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"io"
 	"net/http"
 	"net/netip"
@@ -356,7 +357,7 @@ func TestAdminStatusWhileDraining(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: gatewayConfig(t, ""), Logger: testlog.New(t), ConnectTimeout: 2 * time.Second,
-		Pool: bridge.PoolOptions{Size: 8 << 20}})
+		Pool: pool.Options{Size: 8 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

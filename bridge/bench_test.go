@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"sync"
 	"testing"
@@ -66,19 +67,19 @@ func BenchmarkRelay(b *testing.B) {
 }
 
 func benchRelay(b *testing.B, op transport.Opcode, size int, lent bool) {
-	pool, err := bridge.NewPool(bridge.PoolOptions{Size: 4 << 20})
+	pl, err := pool.New(pool.Options{Size: 4 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
 	near, far := &instantLeg{}, &instantLeg{maxSGE: 16}
-	s, err := bridge.NewSession(bridge.SessionOptions{A: near, B: far, Pool: pool, Logger: testlog.New(b)})
+	s, err := bridge.NewSession(bridge.SessionOptions{A: near, B: far, Pool: pl, Logger: testlog.New(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	payload := make([]byte, size)
-	var frame *bridge.Buf
+	var frame *pool.Buf
 	if lent {
-		if frame, err = pool.Get(4096); err != nil {
+		if frame, err = pl.Get(4096); err != nil {
 			b.Fatal(err)
 		}
 		payload = frame.B()[:size]
@@ -101,7 +102,7 @@ func benchRelay(b *testing.B, op transport.Opcode, size int, lent bool) {
 	if frame != nil {
 		frame.Release()
 	}
-	if err := pool.Close(); err != nil {
+	if err := pl.Close(); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -145,22 +146,22 @@ func BenchmarkThroughVsDirect(b *testing.B) {
 			var server *transport.QP
 			var smr *transport.MR
 			if through {
-				pool, err := bridge.NewPool(bridge.PoolOptions{Size: 16 << 20})
+				pl, err := pool.New(pool.Options{Size: 16 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
-				pmr, _ := spd.RegisterMR(pool.Arena(), transport.AccessLocalWrite)
+				pmr, _ := spd.RegisterMR(pl.Arena(), transport.AccessLocalWrite)
 				ep, err := bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: sdev, PD: spd, MR: pmr})
 				if err != nil {
 					b.Fatal(err)
 				}
 				server = ep.QP()
 				connectPair(b, client, server)
-				sess, err := bridge.NewSession(bridge.SessionOptions{A: ep, B: newFastLeg(), Pool: pool, Logger: testlog.New(b)})
+				sess, err := bridge.NewSession(bridge.SessionOptions{A: ep, B: newFastLeg(), Pool: pl, Logger: testlog.New(b)})
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(func() { sess.Close(); pool.Close() })
+				b.Cleanup(func() { sess.Close(); pl.Close() })
 			} else {
 				smr, _ = spd.RegisterMR(make([]byte, size), transport.AccessLocalWrite)
 				if server, err = sdev.CreateQP(spd, transport.QPInitAttr{Type: transport.RC, SendCQ: rcq, RecvCQ: rcq, MaxRecvWR: 8 * window}); err != nil {

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -45,7 +46,7 @@ type Handler interface {
 	// lock: it must not block or call an endpoint. buf, when not nil,
 	// holds Payload (a received frame or receive buffer the handler may
 	// take a reference to instead of copying).
-	Request(r *transport.Request, buf *Buf) transport.Reply
+	Request(r *transport.Request, buf *pool.Buf) transport.Reply
 	// Flush follows a batch of Requests, with no lock held: the time to
 	// post what they queued.
 	Flush()
@@ -70,8 +71,8 @@ type Limits struct {
 // Op is one work request a session posts on an endpoint.
 type Op struct {
 	Opcode   transport.Opcode
-	Buf      *Buf // the local bytes: sent, written, read into, or the atomic's 8
-	Off, Len int  // the span of Buf (or, with Frags, their total length)
+	Buf      *pool.Buf // the local bytes: sent, written, read into, or the atomic's 8
+	Off, Len int       // the span of Buf (or, with Frags, their total length)
 	// Frags, when not empty (Buf nil), are the bytes of a SEND or WRITE
 	// gathered from where they were received (AF_XDP frames), in order:
 	// at most the endpoint's Limits.MaxSGE.
@@ -103,7 +104,7 @@ type Op struct {
 
 // Frag is a span of a pool buffer.
 type Frag struct {
-	Buf      *Buf
+	Buf      *pool.Buf
 	Off, Len int
 }
 

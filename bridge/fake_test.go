@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -40,7 +41,7 @@ type fakeLeg struct {
 	failed   bool
 	closed   bool
 	inbound  int // SENDs sent toward the session and not completed
-	lent     map[uint32]*bridge.Buf
+	lent     map[uint32]*pool.Buf
 	nextID   uint32
 	inDone   []transport.Status
 	failures int
@@ -235,17 +236,17 @@ func (f *fakeLeg) execute(op *bridge.Op) bool {
 // send delivers a SEND from the far peer to the session, as a verbs leg
 // delivers a received message (the HCA acknowledged it already): in a
 // pool buffer as a verbs receive lands, when pool is not nil.
-func (f *fakeLeg) send(pool *bridge.Pool, data []byte, imm uint32, withImm bool) transport.Reply {
+func (f *fakeLeg) send(pl *pool.Pool, data []byte, imm uint32, withImm bool) transport.Reply {
 	op := transport.OpSend
 	if withImm {
 		op = transport.OpSendWithImm
 	}
-	return f.sendOp(pool, data, op, imm)
+	return f.sendOp(pl, data, op, imm)
 }
 
 // sendOp is send with the opcode given: OpSendWithImm carries arg as its
 // immediate, OpSendWithInv as the rkey it invalidates.
-func (f *fakeLeg) sendOp(pool *bridge.Pool, data []byte, op transport.Opcode, arg uint32) transport.Reply {
+func (f *fakeLeg) sendOp(pl *pool.Pool, data []byte, op transport.Opcode, arg uint32) transport.Reply {
 	h := f.handler()
 	r := transport.Request{Op: op, First: true, Last: true, Payload: data}
 	switch op {
@@ -254,19 +255,19 @@ func (f *fakeLeg) sendOp(pool *bridge.Pool, data []byte, op transport.Opcode, ar
 	case transport.OpSendWithInv:
 		r.InvRKey = arg
 	}
-	var b *bridge.Buf
+	var b *pool.Buf
 	f.mu.Lock()
 	f.inbound++
 	f.nextID++
 	r.Token = transport.ExternalToken(f.nextID)
-	if pool != nil {
+	if pl != nil {
 		var err error
-		if b, err = pool.Get(len(data)); err != nil {
+		if b, err = pl.Get(len(data)); err != nil {
 			panic(err)
 		}
 		r.Payload = b.B()[:copy(b.B(), data)]
 		if f.lent == nil {
-			f.lent = map[uint32]*bridge.Buf{}
+			f.lent = map[uint32]*pool.Buf{}
 		}
 		f.lent[f.nextID] = b
 	}

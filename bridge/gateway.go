@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -16,8 +17,8 @@ import (
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/ipoib"
-	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // A Gateway runs a configuration: it opens every leg, listens on every
@@ -38,7 +39,7 @@ type Gateway struct {
 
 	cfg  *config.Config
 	log  *slog.Logger
-	pool *Pool
+	pool *pool.Pool
 	legs map[string]leg
 	// legStatus describes each leg as opened (for Status).
 	legStatus map[string]LegStatus
@@ -120,7 +121,7 @@ type GatewayOptions struct {
 	Config *config.Config
 	// Pool sizes the gateway's memory pool (default 128 MiB in classes of
 	// 256 B, 4 KiB and 64 KiB).
-	Pool PoolOptions
+	Pool pool.Options
 	// ConnectTimeout bounds connecting to a target (default 30 s).
 	ConnectTimeout time.Duration
 	// StallAfter is how long a userspace leg's receive loop may go
@@ -224,12 +225,12 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	if o.Pool.Classes == nil {
 		o.Pool.Classes = []int{256, 4 << 10, 64 << 10}
 	}
-	pool, err := NewPool(o.Pool)
+	pl, err := pool.New(o.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: gateway: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pool, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
+	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pl, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
 		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
@@ -243,11 +244,11 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		var lg leg
 		switch l.Kind {
 		case config.KindUserspace:
-			lg, err = openUserspaceLeg(l, pool, o.Logger)
+			lg, err = openUserspaceLeg(l, pl, o.Logger)
 		case config.KindVerbs:
-			lg, err = openVerbsLeg(l, pool, o.Logger)
+			lg, err = openVerbsLeg(l, pl, o.Logger)
 		case config.KindQUIC:
-			lg, err = openQUICLeg(l, o.Config, pool, o.Logger)
+			lg, err = openQUICLeg(l, o.Config, pl, o.Logger)
 		default:
 			err = fmt.Errorf("kind %q", l.Kind)
 		}
@@ -494,7 +495,7 @@ func (g *Gateway) Health() error {
 }
 
 // Pool returns the gateway's memory pool.
-func (g *Gateway) Pool() *Pool { return g.pool }
+func (g *Gateway) Pool() *pool.Pool { return g.pool }
 
 // routineAccept takes the route's connection requests, one goroutine each.
 // It ends with the gateway, or when a reload removes the route (ctx);
@@ -679,7 +680,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	// calling what is left a leak.
 	wait, stop := context.WithTimeout(context.Background(), time.Second)
 	defer stop()
-	for !g.pool.allFree() && wait.Err() == nil {
+	for !g.pool.Idle() && wait.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if perr := g.pool.Close(); perr != nil {

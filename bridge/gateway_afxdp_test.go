@@ -5,6 +5,7 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -60,7 +61,7 @@ routes:
 		t.Fatal(err)
 	}
 	// The AF_XDP socket takes 1024 of the pool's 4 KiB frames.
-	g := startGatewayWith(t, cfg, bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: 16 << 20}})
+	g := startGatewayWith(t, cfg, bridge.GatewayOptions{Pool: pool.Options{Size: 16 << 20}})
 	if e := neighbour(); e != "" {
 		t.Fatalf("the gateway's neighbour table before the first connection: %q, want no entry for the target", e)
 	}

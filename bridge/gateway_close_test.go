@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func openGateway(t *testing.T) *bridge.Gateway {
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback gateways run on the host")
 	}
 	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: gatewayConfig(t, ""), Logger: testlog.New(t), ConnectTimeout: 2 * time.Second,
-		Pool: bridge.PoolOptions{Size: 8 << 20, Trace: true}})
+		Pool: pool.Options{Size: 8 << 20, Trace: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

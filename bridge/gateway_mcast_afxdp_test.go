@@ -4,6 +4,7 @@ package bridge_test
 
 import (
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"net/netip"
 	"os"
@@ -62,7 +63,7 @@ groups:
 		t.Fatal(err)
 	}
 	// The AF_XDP socket takes 1024 of the pool's 4 KiB frames.
-	g := startGatewayWith(t, cfg, bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: 16 << 20}})
+	g := startGatewayWith(t, cfg, bridge.GatewayOptions{Pool: pool.Options{Size: 16 << 20}})
 
 	// The member in the peer namespace: its sockets are made there.
 	peerIP := netip.MustParseAddr("10.96.0.2")

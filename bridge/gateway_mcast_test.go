@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"net/netip"
 	"os"
@@ -457,11 +458,11 @@ func cpuTime(t *testing.T) time.Duration {
 func TestGatewayGroupPoolEmpty(t *testing.T) {
 	sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
 	const bufs = 72 // the group's two QPs' receive queues take 64
-	g := startGatewayWith(t, groupConfig(t, config.DirectionRoCEToIB), bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: bufs * 4096, Classes: []int{4096}}})
+	g := startGatewayWith(t, groupConfig(t, config.DirectionRoCEToIB), bridge.GatewayOptions{Pool: pool.Options{Size: bufs * 4096, Classes: []int{4096}}})
 	if free := g.Pool().Stats()[0].Free; free != bufs-64 {
 		t.Fatalf("%d buffers free with the group joined, want %d", free, bufs-64)
 	}
-	var held []*bridge.Buf
+	var held []*pool.Buf
 	for {
 		b, err := g.Pool().Get(4096)
 		if err != nil {

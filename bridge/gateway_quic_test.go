@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"os"
 	"path/filepath"
@@ -355,7 +356,7 @@ func TestGatewayQUICOverIPoIBNeedsTheInterface(t *testing.T) {
 routes:
   - {name: out, listen: {leg: a, addr: "127.0.10.1:7471"}, target: {leg: q, addr: "127.0.10.4:7471"}}
 `)
-	_, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Pool: bridge.PoolOptions{Size: 4 << 20}})
+	_, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Pool: pool.Options{Size: 4 << 20}})
 	if err == nil || !strings.Contains(err.Error(), `leg "q": over "ib"`) {
 		t.Fatalf("start a gateway whose quic leg runs over a verbs leg with no device: %v, want the leg and its over named", err)
 	}

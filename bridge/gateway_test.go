@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"net/netip"
 	"os"
@@ -144,7 +145,7 @@ func startGatewayWith(t testing.TB, cfg *config.Config, o bridge.GatewayOptions)
 	}
 	o.Config, o.Logger, o.ConnectTimeout = cfg, testlog.New(t), 2*time.Second
 	if o.Pool.Size == 0 {
-		o.Pool = bridge.PoolOptions{Size: 8 << 20}
+		o.Pool = pool.Options{Size: 8 << 20}
 	}
 	o.Pool.Trace = true
 	g, err := bridge.StartGateway(o)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"strings"
 	"testing"
@@ -282,7 +283,7 @@ func TestGatewayUDPoolEmpty(t *testing.T) {
 		}
 	}()
 	const bufs = 72 // the pair's two receive queues take 64
-	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{Pool: bridge.PoolOptions{Size: bufs * 4096, Classes: []int{4096}}})
+	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{Pool: pool.Options{Size: bufs * 4096, Classes: []int{4096}}})
 	free := func() int { return g.Pool().Stats()[0].Free }
 	if st := g.Pool().Stats(); len(st) != 1 || st[0].Total != bufs || st[0].Free != bufs {
 		t.Fatalf("pool %+v, want one class of %d free 4 KiB buffers", st, bufs)
@@ -297,7 +298,7 @@ func TestGatewayUDPoolEmpty(t *testing.T) {
 	if got := free(); got != bufs-64 {
 		t.Fatalf("%d buffers free with one UD client, want %d: its pair's receive queues hold 2 x 32", got, bufs-64)
 	}
-	var held []*bridge.Buf
+	var held []*pool.Buf
 	hold := func() {
 		t.Helper()
 		// What a datagram just relayed holds comes back once its send
@@ -309,7 +310,7 @@ func TestGatewayUDPoolEmpty(t *testing.T) {
 		}
 		for {
 			b, err := g.Pool().Get(4096)
-			if errors.Is(err, bridge.ErrPoolExhausted) {
+			if errors.Is(err, pool.ErrExhausted) {
 				return
 			}
 			if err != nil {

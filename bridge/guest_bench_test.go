@@ -3,11 +3,11 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"
 	"github.com/rbridge/rbridge/internal/testlog"
@@ -39,15 +39,15 @@ func BenchmarkGuestGatewayWrite(b *testing.B) {
 			// transport QP on the gateway's AF_XDP conn.
 			guest.RequireKind(b, "rxe")
 			ns := guest.UserNetns(b)
-			pool, err := bridge.NewPool(bridge.PoolOptions{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}})
+			pl, err := pool.New(pool.Options{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}})
 			check(b, err)
 			client := openApp(b, ns.PeerDevice, ns.PeerIP)
-			conn, prog, _ := afxdpConn(b, ns, pool)
+			conn, prog, _ := afxdpConn(b, ns, pl)
 			tdev, err := transport.NewDevice(conn, transport.DeviceOptions{Logger: testlog.New(b)})
 			check(b, err)
 			b.Cleanup(func() {
 				tdev.Close()
-				check(b, pool.Close())
+				check(b, pl.Close())
 			})
 			mem, err := ibv.MapArena(1<<20, ibv.ArenaOptions{})
 			check(b, err)

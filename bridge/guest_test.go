@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"net/netip"
 	"os"
@@ -86,7 +87,7 @@ func connectKernel(t testing.TB, q *ibv.QP, gid ibv.GIDChoice, peerQPN uint32, p
 // gw is the gateway: the pool, the userspace leg toward the client, the
 // verbs leg toward the target, and the session between them.
 type gw struct {
-	pool   *bridge.Pool
+	pool   *pool.Pool
 	near   *bridge.UserspaceEndpoint
 	far    *bridge.VerbsEndpoint
 	vqp    *ibv.QP
@@ -108,7 +109,7 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	ib := guest.IB(t)
 	g := &gw{io: io}
 	var err error
-	g.pool, err = bridge.NewPool(bridge.PoolOptions{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}})
+	g.pool, err = pool.New(pool.Options{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}})
 	check(t, err)
 	g.client = openApp(t, ns.PeerDevice, ns.PeerIP)
 	g.target = openApp(t, ib.PeerDevice, ib.PeerIP)
@@ -116,7 +117,7 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	// The userspace leg, in user0, toward the client.
 	var conn roce.PacketConn
 	var prog *xdp.Program
-	var frames *bridge.Frames
+	var frames *pool.Frames
 	switch io {
 	case "udp":
 		check(t, ns.Do(func() (err error) {
@@ -306,7 +307,7 @@ func exerciseGateway(t *testing.T, g *gw) {
 
 // afxdpConn attaches the classifier to user0's veth and opens an AF_XDP
 // conn on it for the userspace leg.
-func afxdpConn(t testing.TB, ns guest.Netns, pool *bridge.Pool) (roce.PacketConn, *xdp.Program, *bridge.Frames) {
+func afxdpConn(t testing.TB, ns guest.Netns, pl *pool.Pool) (roce.PacketConn, *xdp.Program, *pool.Frames) {
 	t.Helper()
 	p, err := xdp.Load(xdp.Options{Logger: testlog.New(t)})
 	check(t, err)
@@ -315,9 +316,9 @@ func afxdpConn(t testing.TB, ns guest.Netns, pool *bridge.Pool) (roce.PacketConn
 	check(t, err)
 	hw, err := net.ParseMAC(strings.TrimSpace(string(mac)))
 	check(t, err)
-	frames, err := pool.Frames(4096)
+	frames, err := pl.Frames(4096)
 	check(t, err)
-	umem := pool.Arena()
+	umem := pl.Arena()
 	umem = umem[:len(umem)&^4095]
 	var c *xdp.Conn
 	check(t, ns.Do(func() error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -16,8 +17,8 @@ import (
 
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ipoib"
-	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // A quicLeg is the gateway's side of a tunnel to another rbridge gateway:
@@ -36,7 +37,7 @@ type quicLeg struct {
 	name  string
 	l     *config.Leg
 	creds *tunnel.Credentials
-	pool  *Pool
+	pool  *pool.Pool
 	log   *slog.Logger
 	udp   *net.UDPConn
 	tr    *quic.Transport
@@ -60,7 +61,7 @@ type quicLeg struct {
 // quicOpenTimeout bounds reading a stream's Open, and its answer.
 const quicOpenTimeout = 10 * time.Second
 
-func openQUICLeg(l *config.Leg, cfg *config.Config, pool *Pool, log *slog.Logger) (leg, error) {
+func openQUICLeg(l *config.Leg, cfg *config.Config, pl *pool.Pool, log *slog.Logger) (leg, error) {
 	creds, err := tunnel.LoadCredentials(l.Cert, l.Key, l.CA, l.PeerName)
 	if err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func openQUICLeg(l *config.Leg, cfg *config.Config, pool *Pool, log *slog.Logger
 		q.refused.Add(1)
 		q.log.Warn("peer gateway refused: its certificate is not trusted", "err", err)
 	}
-	q = &quicLeg{name: l.Name, l: l, creds: creds, pool: pool, log: log.With("leg", l.Name), udp: udp, tr: &quic.Transport{Conn: udp},
+	q = &quicLeg{name: l.Name, l: l, creds: creds, pool: pl, log: log.With("leg", l.Name), udp: udp, tr: &quic.Transport{Conn: udp},
 		ctx: ctx, cancel: cancel, up: make(chan struct{}), services: map[netip.AddrPort]*quicListener{}}
 	if l.ListenAddr().IsValid() {
 		if q.ln, err = q.tr.Listen(creds.ServerConfig(), tunnel.QUICConfig()); err != nil {

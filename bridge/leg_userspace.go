@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -25,7 +26,7 @@ import (
 type userspaceLeg struct {
 	cfg  *config.Leg
 	log  *slog.Logger
-	pool *Pool
+	pool *pool.Pool
 	dev  *transport.Device
 	cm   *cm.Manager
 	pd   *transport.PD
@@ -36,7 +37,7 @@ type userspaceLeg struct {
 	neigh *xdp.Resolver
 	// frames are the pool's buffers the AF_XDP socket receives into (nil
 	// over UDP).
-	frames *Frames
+	frames *pool.Frames
 	// mtu is the largest path MTU the leg carries, and why (the
 	// interface's MTU, the AF_XDP frame): what its Dials ask for, and the
 	// most its listeners accept.
@@ -50,8 +51,8 @@ type userspaceLeg struct {
 // frameSize is the AF_XDP frame: a pool class of the page size.
 const frameSize = 4096
 
-func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
-	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, pd: transport.NewPD()}
+func openUserspaceLeg(l *config.Leg, pl *pool.Pool, log *slog.Logger) (leg, error) {
+	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, pd: transport.NewPD()}
 	var conn roce.PacketConn
 	err := netns.Do(l.Netns, func() error {
 		ifi, err := net.InterfaceByName(l.Interface)
@@ -85,10 +86,10 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 			}
 			// The pool is the UMEM: received frames are pool buffers that
 			// a session relays from where they landed.
-			if u.frames, err = pool.Frames(frameSize); err != nil {
+			if u.frames, err = pl.Frames(frameSize); err != nil {
 				return err
 			}
-			umem := pool.Arena()
+			umem := pl.Arena()
 			umem = umem[:len(umem)&^(frameSize-1)]
 			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
 				LocalAddr: local, Neighbors: u.neigh, Program: u.prog, Logger: log})
@@ -118,7 +119,7 @@ func openUserspaceLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) 
 		u.close()
 		return nil, err
 	}
-	if u.mr, err = u.pd.RegisterMR(pool.Arena(), transport.AccessLocalWrite); err != nil {
+	if u.mr, err = u.pd.RegisterMR(pl.Arena(), transport.AccessLocalWrite); err != nil {
 		u.close()
 		return nil, err
 	}

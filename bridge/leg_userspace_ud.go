@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"sync"
 
@@ -136,7 +137,7 @@ func (u *userspaceLeg) udPort() (*userspaceUDPort, error) {
 			return nil, fmt.Errorf("UD QP %#x to %v: %w", p.qp.QPN(), a.State, err)
 		}
 	}
-	p.ring, err = newUDRing(u.pool, u.mtu, func(b *Buf) error {
+	p.ring, err = newUDRing(u.pool, u.mtu, func(b *pool.Buf) error {
 		return p.qp.PostRecv(transport.RecvWR{ID: uint64(b.Offset()), Local: transport.SGE{MR: u.mr, Offset: b.Offset(), Length: u.mtu}})
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -24,7 +25,7 @@ const defaultDisconnectTimeout = 5 * time.Second
 type verbsLeg struct {
 	cfg  *config.Leg
 	log  *slog.Logger
-	pool *Pool
+	pool *pool.Pool
 	// gid is the device, port and GID the leg's address chose when it
 	// opened (its port's counters and state are read there; the source GID
 	// of its UD sends).
@@ -48,13 +49,13 @@ type verbsDevice struct {
 	maxSGE int
 }
 
-func openVerbsLeg(l *config.Leg, pool *Pool, log *slog.Logger) (leg, error) {
+func openVerbsLeg(l *config.Leg, pl *pool.Pool, log *slog.Logger) (leg, error) {
 	gid, err := findGID(l)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("verbs leg GID", "leg", l.Name, "device", gid.Device, "port", gid.Port, "index", gid.Index, "why", gid.Reason)
-	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pool, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}, nil
+	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}, nil
 }
 
 // findGID finds the device, port and GID the leg's IP is on, checked

@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"runtime"
 	"runtime/pprof"
@@ -24,12 +25,12 @@ func TestGuestVerbsAcceptedConnLeavesNoGoroutine(t *testing.T) {
 	ib := guest.IB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := NewPool(PoolOptions{Size: 8 << 20, Classes: []int{4 << 10, 64 << 10}})
+	pl, err := pool.New(pool.Options{Size: 8 << 20, Classes: []int{4 << 10, 64 << 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pool.Close() })
-	lg, err := openVerbsLeg(&config.Leg{Name: "ib", Kind: config.KindVerbs, IP: ib.GatewayIP, Device: ib.GatewayDevice}, pool, testlog.New(t))
+	t.Cleanup(func() { pl.Close() })
+	lg, err := openVerbsLeg(&config.Leg{Name: "ib", Kind: config.KindVerbs, IP: ib.GatewayIP, Device: ib.GatewayDevice}, pl, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"sync"
 
@@ -248,7 +249,7 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp spin, busySend 
 		return nil, err
 	}
 	size := p.maxMsg + grhLen
-	p.ring, err = newUDRing(v.pool, size, func(b *Buf) error {
+	p.ring, err = newUDRing(v.pool, size, func(b *pool.Buf) error {
 		sge, err := vd.mr.SGE(b.Offset(), size)
 		if err != nil {
 			return err

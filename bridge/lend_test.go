@@ -1,11 +1,11 @@
 package bridge_test
 
 import (
+	"github.com/rbridge/rbridge/bridge/pool"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/simnet"
 )
@@ -15,7 +15,7 @@ import (
 // the UMEM) and lent, as xdp.Conn lends with ConnOptions.Frames.
 type lendingConn struct {
 	roce.PacketConn
-	frames  *bridge.Frames
+	frames  *pool.Frames
 	arena   []byte
 	scratch []roce.Message
 	dropped atomic.Uint64 // no free frame: the packet is lost, as on a NIC
@@ -25,12 +25,12 @@ var _ roce.FrameLender = (*lendingConn)(nil)
 
 const frameHeadroom = 256 // a packet lands past the frame's start, as on AF_XDP
 
-func newLendingConn(inner roce.PacketConn, pool *bridge.Pool) (*lendingConn, error) {
-	f, err := pool.Frames(4096)
+func newLendingConn(inner roce.PacketConn, pl *pool.Pool) (*lendingConn, error) {
+	f, err := pl.Frames(4096)
 	if err != nil {
 		return nil, err
 	}
-	return &lendingConn{PacketConn: inner, frames: f, arena: pool.Arena()}, nil
+	return &lendingConn{PacketConn: inner, frames: f, arena: pl.Arena()}, nil
 }
 
 func (c *lendingConn) LendsFrames() bool { return true }

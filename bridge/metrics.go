@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"github.com/rbridge/rbridge/bridge/pool"
 	"slices"
 	"sort"
 	"strconv"
@@ -289,7 +290,7 @@ var classifierCounters = newCounters("rbridge_xdp_classifier_", legLabels, []cou
 type metricsSnapshot struct {
 	routes []routeMetrics
 	legs   []legMetrics
-	pool   []ClassStats
+	pool   []pool.ClassStats
 }
 
 type routeMetrics struct {

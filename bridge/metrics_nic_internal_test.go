@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,16 +41,16 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := NewPool(PoolOptions{Size: 1 << 20, Classes: []int{4096}})
+	pl, err := pool.New(pool.Options{Size: 1 << 20, Classes: []int{4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pool.Close() })
+	t.Cleanup(func() { pl.Close() })
 	status := map[string]LegStatus{}
 	for name := range legs {
 		status[name] = LegStatus{Name: name, Kind: config.KindVerbs}
 	}
-	return &Gateway{cfg: cfg, log: testlog.New(t), pool: pool, legs: legs, legStatus: status, sessions: map[*Session]*sessionInfo{},
+	return &Gateway{cfg: cfg, log: testlog.New(t), pool: pl, legs: legs, legStatus: status, sessions: map[*Session]*sessionInfo{},
 		stopped: map[string]error{}, ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}}
 }
 

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"io"
 	"log/slog"
 	"slices"
@@ -14,8 +15,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // A QUICEndpoint is one end of a session carried to another rbridge
@@ -38,7 +39,7 @@ import (
 // guards the fields under it.
 type QUICEndpoint struct {
 	str    *quic.Stream
-	pool   *Pool
+	pool   *pool.Pool
 	log    *slog.Logger
 	window int // the far side's MaxOps
 	name   string
@@ -118,7 +119,7 @@ type QUICOptions struct {
 	// Window is the far side's MaxOps (its Open's or Accept's).
 	Window int
 	// Pool holds the payloads of the Ops that arrive.
-	Pool *Pool
+	Pool *pool.Pool
 	// Name names the endpoint in errors and logs (default "quic stream N").
 	Name   string
 	Logger *slog.Logger
@@ -559,7 +560,7 @@ func (e *QUICEndpoint) readOp(r io.Reader, fixed []byte, bodyLen int) error {
 	}
 	q := transport.Request{Token: transport.ExternalToken(f.ID), Op: f.Opcode, First: true, Last: true,
 		VA: f.Remote, RKey: f.RKey, Length: f.Length, Imm: f.Imm, InvRKey: f.InvRKey, Compare: f.Compare, SwapAdd: f.SwapAdd}
-	var b *Buf
+	var b *pool.Buf
 	if n := f.PayloadLen(); n > 0 {
 		if b, err = e.getBuf(n); err != nil {
 			return err
@@ -611,14 +612,14 @@ func (e *QUICEndpoint) readOp(r io.Reader, fixed []byte, bodyLen int) error {
 }
 
 // getBuf takes a pool buffer of n bytes, waiting while the pool is empty.
-func (e *QUICEndpoint) getBuf(n int) (*Buf, error) {
+func (e *QUICEndpoint) getBuf(n int) (*pool.Buf, error) {
 	wait := 50 * time.Microsecond
 	for {
 		b, err := e.pool.Get(n)
 		if err == nil {
 			return b, nil
 		}
-		if !errors.Is(err, ErrPoolExhausted) {
+		if !errors.Is(err, pool.ErrExhausted) {
 			return nil, fmt.Errorf("a payload of %d bytes: %w", n, err)
 		}
 		e.stats.Waits.Add(1)

@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"sync"
 	"testing"
@@ -95,7 +96,7 @@ type writeSink struct {
 	mem []byte
 }
 
-func (w *writeSink) Request(r *transport.Request, _ *bridge.Buf) transport.Reply {
+func (w *writeSink) Request(r *transport.Request, _ *pool.Buf) transport.Reply {
 	copy(w.mem, r.Payload)
 	return transport.Reply{Result: transport.Done}
 }
@@ -111,7 +112,7 @@ type doneCounter struct {
 	failed error
 }
 
-func (d *doneCounter) Request(*transport.Request, *bridge.Buf) transport.Reply {
+func (d *doneCounter) Request(*transport.Request, *pool.Buf) transport.Reply {
 	return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
 }
 func (d *doneCounter) Flush() {}
@@ -134,11 +135,11 @@ func (d *doneCounter) Failed(err error) {
 }
 
 func benchQUICWrite(b *testing.B, size int) {
-	pool, err := bridge.NewPool(bridge.PoolOptions{Size: 16 << 20})
+	pl, err := pool.New(pool.Options{Size: 16 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
-	qa, qb, stop := tunnelPair(b, pool)
+	qa, qb, stop := tunnelPair(b, pl)
 	dc := &doneCounter{}
 	dc.cond = sync.NewCond(&dc.mu)
 	if err := qa.Start(dc); err != nil {
@@ -151,11 +152,11 @@ func benchQUICWrite(b *testing.B, size int) {
 		qa.Close()
 		qb.Close()
 		stop()
-		pool.Close()
+		pl.Close()
 	})
 	ops := make([]*bridge.Op, legWindow)
 	for i := range ops {
-		buf, err := pool.Get(size)
+		buf, err := pl.Get(size)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"net/netip"
 	"testing"
@@ -12,8 +13,8 @@ import (
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testcert"
 	"github.com/rbridge/rbridge/internal/testlog"
-	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // tunnelCreds are two gateways' credentials from one CA.
@@ -38,14 +39,14 @@ func tunnelCreds(t testing.TB) (a, b *tunnel.Credentials) {
 // tunnelPair is one session's stream between two QUIC endpoints on
 // loopback, the Open and Accept done as two gateways' quic legs do; stop
 // closes the QUIC connection and listener (also at the test's end).
-func tunnelPair(t testing.TB, pool *bridge.Pool) (a, b *bridge.QUICEndpoint, stop func()) {
+func tunnelPair(t testing.TB, pl *pool.Pool) (a, b *bridge.QUICEndpoint, stop func()) {
 	t.Helper()
 	sa, sb, stop := tunnelStreams(t)
 	var err error
-	if a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 48, Pool: pool, Logger: testlog.New(t), Name: "tunnel a"}); err != nil {
+	if a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 48, Pool: pl, Logger: testlog.New(t), Name: "tunnel a"}); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pool, Logger: testlog.New(t), Name: "tunnel b"}); err != nil {
+	if b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pl, Logger: testlog.New(t), Name: "tunnel b"}); err != nil {
 		t.Fatal(err)
 	}
 	return a, b, stop
@@ -117,13 +118,13 @@ func tunnelStreams(t testing.TB) (sa, sb *quic.Stream, stop func()) {
 // second, by which every session whose two peers disconnect at once
 // ended late).
 func TestQUICEndpointClosesWhenItsCloseCannotBeWritten(t *testing.T) {
-	pool, err := bridge.NewPool(bridge.PoolOptions{Size: 1 << 20, Classes: []int{4 << 10}})
+	pl, err := pool.New(pool.Options{Size: 1 << 20, Classes: []int{4 << 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	defer pl.Close()
 	sa, sb, _ := tunnelStreams(t)
-	b, err := bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pool, Logger: testlog.New(t), Name: "tunnel b"})
+	b, err := bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 64, Pool: pl, Logger: testlog.New(t), Name: "tunnel b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func netipAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 // hands its token on.
 type pendingRecorder struct{ toks chan transport.Token }
 
-func (p *pendingRecorder) Request(r *transport.Request, _ *bridge.Buf) transport.Reply {
+func (p *pendingRecorder) Request(r *transport.Request, _ *pool.Buf) transport.Reply {
 	p.toks <- r.Token
 	return transport.Reply{Result: transport.Pending}
 }
@@ -167,11 +168,11 @@ func (p *pendingRecorder) Failed(error)    {}
 // What is still in flight when the endpoint closes is flushed after what
 // completed before it, in post order too.
 func TestQUICEndpointCompletesInPostOrder(t *testing.T) {
-	pool, err := bridge.NewPool(bridge.PoolOptions{Size: 1 << 20, Classes: []int{4 << 10}})
+	pl, err := pool.New(pool.Options{Size: 1 << 20, Classes: []int{4 << 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b, _ := tunnelPair(t, pool)
+	a, b, _ := tunnelPair(t, pl)
 	done := &doneRecorder{done: make(chan *bridge.Op, 64)}
 	far := &pendingRecorder{toks: make(chan transport.Token, 64)}
 	if err := a.Start(done); err != nil {

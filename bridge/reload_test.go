@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestGatewayReload(t *testing.T) {
 	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: parseConfig(t, reloadLegs+`
   - {name: kept, listen: {leg: a, addr: "127.0.10.1:7481"}, target: {leg: b, addr: "127.0.10.4:7471"}}
   - {name: gone, listen: {leg: a, addr: "127.0.10.1:7482"}, target: {leg: b, addr: "127.0.10.4:7471"}}
-`), Logger: testlog.New(t), ConnectTimeout: 2 * time.Second, Pool: bridge.PoolOptions{Size: 8 << 20}})
+`), Logger: testlog.New(t), ConnectTimeout: 2 * time.Second, Pool: pool.Options{Size: 8 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,7 @@ import (
 // order whichever goroutine (a Flush, a Done) pumps.
 type Session struct {
 	log  *slog.Logger
-	pool *Pool
+	pool *pool.Pool
 	a, b Endpoint
 	ab   relay // requests arriving on a, re-issued on b
 	ba   relay // requests arriving on b, re-issued on a
@@ -96,7 +97,7 @@ type SessionOptions struct {
 	// Pool holds every payload in flight; both endpoints must reach its
 	// arena (a userspace endpoint registers it, a verbs endpoint's PD has
 	// it as an MR).
-	Pool *Pool
+	Pool *pool.Pool
 	// MaxChunk bounds a WRITE chunk (default 64 KiB, the pool's class).
 	MaxChunk int
 	// Logger receives the session's events (default slog.Default()).
@@ -204,7 +205,7 @@ type relay struct {
 	// bufWait says a goroutine waits for a pool buffer for the next part
 	// (nothing posted would pump on its completion); spare is what it got.
 	bufWait bool
-	spare   *Buf
+	spare   *pool.Buf
 
 	postMu  sync.Mutex // serializes pump: ops leave in queue order
 	refused []*Op      // what r.to refused to take, failed back at the teardown (under postMu)
@@ -447,13 +448,15 @@ type side struct {
 	in *relay
 }
 
-func (h side) Request(r *transport.Request, buf *Buf) transport.Reply { return h.in.request(r, buf) }
-func (h side) Flush()                                                 { h.in.flush() }
-func (h side) Done(op *Op)                                            { op.relay.done(op) }
-func (h side) Failed(err error)                                       { h.s.fail(h.in.from, err) }
+func (h side) Request(r *transport.Request, buf *pool.Buf) transport.Reply {
+	return h.in.request(r, buf)
+}
+func (h side) Flush()           { h.in.flush() }
+func (h side) Done(op *Op)      { op.relay.done(op) }
+func (h side) Failed(err error) { h.s.fail(h.in.from, err) }
 
 // request takes a request arriving on r.from. It runs under r.from's lock.
-func (r *relay) request(q *transport.Request, buf *Buf) transport.Reply {
+func (r *relay) request(q *transport.Request, buf *pool.Buf) transport.Reply {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.dead {
@@ -518,12 +521,12 @@ func (r *relay) opLocked(q *transport.Request, n int) (*Op, transport.Reply, boo
 
 // getLocked takes a pool buffer of n bytes: an empty class is lack of
 // credit (RNR), a size no class holds is the requester's error.
-func (r *relay) getLocked(n int) (*Buf, transport.Reply, bool) {
+func (r *relay) getLocked(n int) (*pool.Buf, transport.Reply, bool) {
 	b, err := r.s.pool.Get(n)
 	if err == nil {
 		return b, transport.Reply{}, true
 	}
-	if errors.Is(err, ErrPoolExhausted) {
+	if errors.Is(err, pool.ErrExhausted) {
 		r.s.stats.NoCredit[r.dir].Add(1)
 		return nil, transport.Reply{Result: transport.NoCredit}, false
 	}
@@ -533,7 +536,7 @@ func (r *relay) getLocked(n int) (*Buf, transport.Reply, bool) {
 
 // lendLocked relays a whole message that lies in a pool buffer (a verbs
 // receive, an AF_XDP frame) from where it lies: no copy.
-func (r *relay) lendLocked(q *transport.Request, buf *Buf, off int) transport.Reply {
+func (r *relay) lendLocked(q *transport.Request, buf *pool.Buf, off int) transport.Reply {
 	op := r.newOpLocked()
 	op.Opcode, op.Imm, op.InvRKey, op.tok = q.Op, q.Imm, q.InvRKey, q.Token
 	if len(q.Payload) > 0 {
@@ -549,7 +552,7 @@ func (r *relay) lendLocked(q *transport.Request, buf *Buf, off int) transport.Re
 // Packets lent from received frames are gathered where they lie while the
 // far endpoint takes that many pieces; past that, the message is copied
 // together.
-func (r *relay) sendLocked(q *transport.Request, buf *Buf) transport.Reply {
+func (r *relay) sendLocked(q *transport.Request, buf *pool.Buf) transport.Reply {
 	foff, lend := r.lendable(q, buf)
 	op := r.msg
 	if q.First {
@@ -635,7 +638,7 @@ func (r *relay) appendLocked(op *Op, p []byte) (transport.Reply, bool) {
 		r.s.log.Warn("request refused: a SEND longer than the far leg gathers", "bytes_so_far", end, "largest", largest, "max_sge", r.lim.MaxSGE)
 		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}, false
 	}
-	var fresh [64]*Buf
+	var fresh [64]*pool.Buf
 	bufs := fresh[:0]
 	for range need - have {
 		b, reply, ok := r.getLocked(largest)
@@ -695,7 +698,7 @@ func (r *relay) chainCopyLocked(op *Op, p []byte, chain []Frag) {
 
 // gatherLocked moves op's bytes (in its buffer or its frags) into b, which
 // becomes its buffer.
-func (r *relay) gatherLocked(op *Op, b *Buf) {
+func (r *relay) gatherLocked(op *Op, b *pool.Buf) {
 	if op.Buf != nil {
 		copy(b.B(), op.Bytes())
 		op.Buf.Release()
@@ -714,7 +717,7 @@ func (r *relay) gatherLocked(op *Op, b *Buf) {
 
 // lendable says whether q's payload can be relayed from where it was
 // received: it lies in buf (a lent frame) and the far endpoint gathers.
-func (r *relay) lendable(q *transport.Request, buf *Buf) (int, bool) {
+func (r *relay) lendable(q *transport.Request, buf *pool.Buf) (int, bool) {
 	if buf == nil || r.lim.MaxSGE < 2 || len(q.Payload) == 0 {
 		return 0, false
 	}
@@ -725,7 +728,7 @@ func (r *relay) lendable(q *transport.Request, buf *Buf) (int, bool) {
 // chunk is gathered from the frames the packets were received in when
 // they are lent (up to the far endpoint's MaxSGE pieces), else copied into
 // a pool buffer.
-func (r *relay) writeLocked(q *transport.Request, buf *Buf) transport.Reply {
+func (r *relay) writeLocked(q *transport.Request, buf *pool.Buf) transport.Reply {
 	foff, lend := r.lendable(q, buf)
 	op := r.msg
 	if op != nil && !q.First && (op.Buf == nil) != lend && op.Len > 0 {

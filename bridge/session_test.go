@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -27,7 +28,7 @@ import (
 type rig struct {
 	t          *testing.T
 	net        *simnet.Net
-	pool       *bridge.Pool
+	pool       *pool.Pool
 	far        *fakeLeg
 	near       *bridge.UserspaceEndpoint
 	sess       *bridge.Session
@@ -85,7 +86,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if o.clientPSN == 0 {
 		o.clientPSN = 0x777
 	}
-	r.pool, err = bridge.NewPool(bridge.PoolOptions{Size: o.poolSize, Classes: o.classes})
+	r.pool, err = pool.New(pool.Options{Size: o.poolSize, Classes: o.classes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	var gconn roce.PacketConn = gc
-	var frames *bridge.Frames
+	var frames *pool.Frames
 	if o.lend {
 		if r.lender, err = newLendingConn(gc, r.pool); err != nil {
 			t.Fatal(err)
@@ -576,9 +577,9 @@ func TestSessionRelaysFarSends(t *testing.T) {
 		msg := bytes.Repeat([]byte{byte(i)}, 100+i*97)
 		// Every third SEND arrives as a verbs receive lands, in a pool
 		// buffer: it is relayed from there.
-		var pool *bridge.Pool
+		var pl *pool.Pool
 		if i%3 == 0 {
-			pool = r.pool
+			pl = r.pool
 		} else {
 			copied += len(msg)
 		}
@@ -589,7 +590,7 @@ func TestSessionRelaysFarSends(t *testing.T) {
 		case i%2 == 0:
 			op = transport.OpSendWithImm
 		}
-		if reply := r.far.sendOp(pool, msg, op, arg); reply.Result != transport.Pending {
+		if reply := r.far.sendOp(pl, msg, op, arg); reply.Result != transport.Pending {
 			t.Fatalf("far SEND %d: reply %v", i, reply.Result)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -178,7 +179,7 @@ func (r *udRefused) Error() string { return fmt.Sprintf("SIDR_REP status %v", r.
 // udDatagram is a datagram a udPort received: its payload is
 // buf.B()[off:off+n], and buf is the relay's to release.
 type udDatagram struct {
-	buf         *Buf
+	buf         *pool.Buf
 	off, n      int
 	src         netip.Addr
 	srcQPN      uint32
@@ -215,18 +216,18 @@ type udPort interface {
 // udRing keeps a port's receive queue full of pool buffers: posted by
 // work request ID (the buffer's arena offset).
 type udRing struct {
-	pool *Pool
+	pool *pool.Pool
 	size int
-	post func(b *Buf) error
+	post func(b *pool.Buf) error
 
 	mu     sync.Mutex // guards posted
-	posted map[uint64]*Buf
+	posted map[uint64]*pool.Buf
 }
 
-func newUDRing(pool *Pool, size int, post func(b *Buf) error) (*udRing, error) {
-	r := &udRing{pool: pool, size: size, post: post, posted: map[uint64]*Buf{}}
+func newUDRing(pl *pool.Pool, size int, post func(b *pool.Buf) error) (*udRing, error) {
+	r := &udRing{pool: pl, size: size, post: post, posted: map[uint64]*pool.Buf{}}
 	for range udRecvDepth {
-		b, err := pool.Get(size)
+		b, err := pl.Get(size)
 		if err != nil {
 			r.close()
 			return nil, fmt.Errorf("receive buffers: %w", err)
@@ -239,7 +240,7 @@ func newUDRing(pool *Pool, size int, post func(b *Buf) error) (*udRing, error) {
 	return r, nil
 }
 
-func (r *udRing) postBuf(b *Buf) error {
+func (r *udRing) postBuf(b *pool.Buf) error {
 	r.mu.Lock()
 	r.posted[uint64(b.Offset())] = b
 	r.mu.Unlock()
@@ -256,7 +257,7 @@ func (r *udRing) postBuf(b *Buf) error {
 // take returns the buffer of a completed receive, having posted a fresh
 // one in its place; when the pool has none it reposts the same buffer
 // and returns nil (the datagram is dropped: the queue stays full).
-func (r *udRing) take(id uint64) (*Buf, bool, error) {
+func (r *udRing) take(id uint64) (*pool.Buf, bool, error) {
 	r.mu.Lock()
 	b := r.posted[id]
 	delete(r.posted, id)

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"testing"
 )
@@ -37,13 +38,13 @@ func TestGRHSource(t *testing.T) {
 // to post in its place: the same buffer goes back to the queue (which
 // stays full) and the datagram is reported dropped.
 func TestUDRingPoolEmpty(t *testing.T) {
-	pool, err := NewPool(PoolOptions{Size: (udRecvDepth + 1) * 4096, Classes: []int{4096}})
+	pl, err := pool.New(pool.Options{Size: (udRecvDepth + 1) * 4096, Classes: []int{4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	defer pl.Close()
 	var posts []uint64
-	r, err := newUDRing(pool, 4096, func(b *Buf) error { posts = append(posts, uint64(b.Offset())); return nil })
+	r, err := newUDRing(pl, 4096, func(b *pool.Buf) error { posts = append(posts, uint64(b.Offset())); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +65,11 @@ func TestUDRingPoolEmpty(t *testing.T) {
 	}
 	b.Release()
 	r.close()
-	if !pool.allFree() {
+	if !pl.Idle() {
 		t.Error("buffers held after the ring closed")
 	}
-	_, err = newUDRing(pool, 4096, func(*Buf) error { return errors.New("QP gone") })
-	if err == nil || !pool.allFree() {
-		t.Errorf("a ring whose posts fail: %v (buffers all free: %v)", err, pool.allFree())
+	_, err = newUDRing(pl, 4096, func(*pool.Buf) error { return errors.New("QP gone") })
+	if err == nil || !pl.Idle() {
+		t.Errorf("a ring whose posts fail: %v (buffers all free: %v)", err, pl.Idle())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"sync"
 	"sync/atomic"
 
@@ -21,7 +22,7 @@ import (
 type UserspaceEndpoint struct {
 	qp     *transport.QP
 	mr     *transport.MR // the pool's arena in the QP's PD
-	frames *Frames       // the device's AF_XDP frames, or nil
+	frames *pool.Frames  // the device's AF_XDP frames, or nil
 	scq    *transport.CQ
 	rcq    *transport.CQ
 
@@ -58,7 +59,7 @@ type UserspaceOptions struct {
 	// Frames, when the device's conn is AF_XDP over the pool, are the
 	// pool's frames it receives into: a request's payload in one is lent
 	// to the session, which relays it from there.
-	Frames *Frames
+	Frames *pool.Frames
 	// MaxSend is the send queue's depth (default 256).
 	MaxSend int
 	// Disconnect, if set, ends the connection first on Close (roce/cm's
@@ -134,7 +135,7 @@ func (e *UserspaceEndpoint) Request(r *transport.Request) transport.Reply {
 	if h == nil {
 		return transport.Reply{Result: transport.NoCredit}
 	}
-	var buf *Buf
+	var buf *pool.Buf
 	if r.Lent && e.frames != nil {
 		buf, _ = e.frames.Buf(r.Frame)
 	}

@@ -1,6 +1,7 @@
 package bridge_test
 
 import (
+	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // doneRecorder is a Handler that records the ops completed.
 type doneRecorder struct{ done chan *bridge.Op }
 
-func (d *doneRecorder) Request(*transport.Request, *bridge.Buf) transport.Reply {
+func (d *doneRecorder) Request(*transport.Request, *pool.Buf) transport.Reply {
 	return transport.Reply{Result: transport.NoCredit}
 }
 func (d *doneRecorder) Flush()             {}
@@ -31,7 +32,7 @@ func (d *doneRecorder) Failed(error)       {}
 // back: a leak `rbridge run` named at exit.)
 func TestUserspaceEndpointCompletesWhatWasPostedBeforeStart(t *testing.T) {
 	net := simnet.New(simnet.Options{})
-	pool, err := bridge.NewPool(bridge.PoolOptions{Size: 1 << 20, Classes: []int{4096}, Trace: true})
+	pl, err := pool.New(pool.Options{Size: 1 << 20, Classes: []int{4096}, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestUserspaceEndpointCompletesWhatWasPostedBeforeStart(t *testing.T) {
 	}
 	edev, pdev := dev(epAddr), dev(peerAddr)
 	epd := transport.NewPD()
-	pmr, err := epd.RegisterMR(pool.Arena(), transport.AccessLocalWrite)
+	pmr, err := epd.RegisterMR(pl.Arena(), transport.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestUserspaceEndpointCompletesWhatWasPostedBeforeStart(t *testing.T) {
 	if err := peer.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: peerMR, Length: 4096}}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := pool.Get(64)
+	b, err := pl.Get(64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestUserspaceEndpointCompletesWhatWasPostedBeforeStart(t *testing.T) {
 	if err := ep.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.Close(); err != nil {
+	if err := pl.Close(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,7 @@ type VerbsEndpoint struct {
 	qp         *ibv.QP
 	cq         *ibv.CQ
 	mr         *ibv.MR
-	pool       *Pool
+	pool       *pool.Pool
 	recvSize   int
 	disconnect func() error
 	iwarp      bool
@@ -43,7 +44,7 @@ type VerbsEndpoint struct {
 	slots     opSlots    // send work requests by ID
 	sges      []ibv.SGE  // maxSGE per send slot
 	wrs       []ibv.SendWR
-	recvBufs  []*Buf // by receive ID; nil when the slot is free
+	recvBufs  []*pool.Buf // by receive ID; nil when the slot is free
 	recvFree  []uint32
 	recvSGEs  []ibv.SGE
 	rwrs      []ibv.RecvWR
@@ -93,7 +94,7 @@ type VerbsOptions struct {
 	// MR is the pool's arena registered in the QP's PD with local access
 	// only (remote rights are refused: the peer never addresses it).
 	MR   *ibv.MR
-	Pool *Pool
+	Pool *pool.Pool
 	// RecvSize is the largest SEND the peer may send (default 64 KiB; a
 	// pool class must hold it). RecvDepth receives stay posted (default
 	// 16, at most the QP's receive queue): the credit of the peer's SENDs.
@@ -124,12 +125,12 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		o.RecvDepth = 16
 	}
 	o.RecvDepth = min(o.RecvDepth, int(cp.MaxRecvWR))
-	if _, err := o.Pool.classFor(o.RecvSize); err != nil {
+	if err := o.Pool.Holds(o.RecvSize); err != nil {
 		return nil, fmt.Errorf("bridge: verbs endpoint: receive size: %w", err)
 	}
 	e := &VerbsEndpoint{drained: make(chan struct{}), qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
 		slots: newOpSlots(int(cp.MaxSendWR)), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
-		recvBufs: make([]*Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
+		recvBufs: make([]*pool.Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
 	if e.stats = o.Stats; e.stats == nil {
 		e.stats = &VerbsStats{}
 	}
@@ -195,7 +196,7 @@ func (e *VerbsEndpoint) postRecvsLocked() error {
 	for len(e.recvFree) > 0 {
 		b, err := e.pool.Get(e.recvSize)
 		if err != nil {
-			if errors.Is(err, ErrPoolExhausted) {
+			if errors.Is(err, pool.ErrExhausted) {
 				e.stats.RecvStarved.Add(1)
 				break // posted again as buffers come back
 			}

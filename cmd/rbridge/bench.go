@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/udpbaseline"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -208,7 +208,7 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		mr    *transport.MR
 		cq    *transport.CQ
 		c     *udpconn.Conn
-		arena *bridge.Arena
+		arena *pool.Arena
 	}
 	// Message memory comes from an mmap'd arena, not the Go heap: a 1 GiB
 	// message is 1 GiB per side, populated up front, and a size the machine
@@ -230,7 +230,7 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		}
 	}()
 	open := func(ip string) (*side, error) {
-		a, err := bridge.MapArena(slots*o.size, bridge.ArenaOptions{})
+		a, err := pool.MapArena(slots*o.size, pool.ArenaOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("--size %d: message memory for %s: %w", o.size, ip, err)
 		}

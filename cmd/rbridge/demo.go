@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"io"
 	"log/slog"
 	"net"
@@ -175,7 +176,7 @@ func connectQPs(a, b *transport.QP, aAddr, bAddr netip.AddrPort) error {
 // of the tunnel, and gateway B's session from its end to the far leg.
 type demoGateway struct {
 	near, far *transport.Device
-	pool      *bridge.Pool
+	pool      *pool.Pool
 	sess      *bridge.Session
 	tun       *demoTunnel
 	farSess   *bridge.Session // gateway B's, with a tunnel
@@ -205,7 +206,7 @@ func (g *demoGateway) close() {
 func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transport.QP, clientAddr, targetAddr netip.AddrPort, withTunnel bool, log *slog.Logger) (*demoGateway, error) {
 	g := &demoGateway{}
 	var err error
-	if g.pool, err = bridge.NewPool(bridge.PoolOptions{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}}); err != nil {
+	if g.pool, err = pool.New(pool.Options{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}}); err != nil {
 		return nil, err
 	}
 	var eps [2]*bridge.UserspaceEndpoint

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -41,7 +42,7 @@ func (t *demoTunnel) close() {
 	}
 }
 
-func newDemoTunnel(ctx context.Context, addr netip.Addr, pool *bridge.Pool, log *slog.Logger) (*demoTunnel, error) {
+func newDemoTunnel(ctx context.Context, addr netip.Addr, pl *pool.Pool, log *slog.Logger) (*demoTunnel, error) {
 	ca, err := testcert.NewCA("rbridge demo CA")
 	if err != nil {
 		return nil, err
@@ -101,10 +102,10 @@ func newDemoTunnel(ctx context.Context, addr netip.Addr, pool *bridge.Pool, log 
 	if _, _, err := tunnel.ReadMessage(sa, tunnel.TypeAccept); err != nil {
 		return fail(fmt.Errorf("gateway A: the session's Accept: %w", err))
 	}
-	if t.a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 256, Pool: pool, Logger: log, Name: "gateway A's tunnel"}); err != nil {
+	if t.a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 256, Pool: pl, Logger: log, Name: "gateway A's tunnel"}); err != nil {
 		return fail(err)
 	}
-	if t.b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 256, Pool: pool, Logger: log, Name: "gateway B's tunnel"}); err != nil {
+	if t.b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 256, Pool: pl, Logger: log, Name: "gateway B's tunnel"}); err != nil {
 		return fail(err)
 	}
 	return t, nil

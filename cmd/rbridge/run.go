@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"io"
 	"log/slog"
 	"os"
@@ -164,7 +165,7 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
-	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log, Pool: bridge.PoolOptions{Trace: o.trace}})
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log, Pool: pool.Options{Trace: o.trace}})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package bridge
+package pool
 
 import (
 	"context"
@@ -10,22 +10,8 @@ import (
 	"unsafe"
 )
 
-// The pool is the gateway's one memory arena: a contiguous mapping carved
-// into size classes of buffers, so a payload received by one leg can leave
-// through the other without a copy. The arena is what gets registered with
-// every protection domain and used as the AF_XDP UMEM; a buffer's offset in
-// it is its address there.
-//
-//	arena: | class 0: 256 B x n0 | class 1: 1 KiB x n1 | ... | class k: 64 KiB x nk |
-//
-// Buffers are reference counted: each leg that holds a buffer (the receive
-// ring, a work request in flight, a retransmission queue) holds a reference,
-// and the buffer returns to its class when the last one is released. An
-// empty class is backpressure, never a crash: Get reports it and GetWait
-// waits for a release.
-
-// PoolOptions configures a Pool.
-type PoolOptions struct {
+// Options configures a Pool.
+type Options struct {
 	// Size is the arena's size in bytes (default 64 MiB).
 	Size int
 	// Classes are the buffer sizes, ascending powers of two (default 256,
@@ -42,11 +28,11 @@ type PoolOptions struct {
 	Trace bool
 }
 
-// ErrPoolExhausted matches a Get that found its size class empty.
-var ErrPoolExhausted = errors.New("pool exhausted")
+// ErrExhausted matches a Get that found its size class empty.
+var ErrExhausted = errors.New("pool exhausted")
 
-// ErrPoolClosed matches a Get after Close: the arena is gone.
-var ErrPoolClosed = errors.New("pool closed")
+// ErrClosed matches a Get after Close: the arena is gone.
+var ErrClosed = errors.New("pool closed")
 
 // Pool is a refcounted buffer pool over one arena.
 type Pool struct {
@@ -65,7 +51,7 @@ type sizeClass struct {
 
 	gets, exhausted, overreleased atomic.Uint64
 
-	trace *bufTrace // nil unless PoolOptions.Trace
+	trace *bufTrace // nil unless Options.Trace
 }
 
 // Buf is a buffer of the pool. Its memory is B(); it stays valid while a
@@ -77,8 +63,8 @@ type Buf struct {
 	refs  atomic.Int32
 }
 
-// NewPool maps the arena and carves it.
-func NewPool(opts PoolOptions) (*Pool, error) {
+// New maps the arena and carves it.
+func New(opts Options) (*Pool, error) {
 	if opts.Size == 0 {
 		opts.Size = 64 << 20
 	}
@@ -205,7 +191,7 @@ func (p *Pool) Largest() int { return p.classes[len(p.classes)-1].size }
 // classFor returns the smallest class that holds n bytes.
 func (p *Pool) classFor(n int) (*sizeClass, error) {
 	if p.closed.Load() {
-		return nil, fmt.Errorf("bridge: get a %d-byte buffer: %w", n, ErrPoolClosed)
+		return nil, fmt.Errorf("bridge: get a %d-byte buffer: %w", n, ErrClosed)
 	}
 	for _, c := range p.classes {
 		if n <= c.size {
@@ -215,8 +201,15 @@ func (p *Pool) classFor(n int) (*sizeClass, error) {
 	return nil, fmt.Errorf("bridge: no pool class holds %d bytes (largest %d)", n, p.classes[len(p.classes)-1].size)
 }
 
+// Holds says why the pool cannot give a buffer of n bytes (closed, or no
+// class that large), or nil when it can (once one is free).
+func (p *Pool) Holds(n int) error {
+	_, err := p.classFor(n)
+	return err
+}
+
 // Get returns a buffer of at least n bytes with one reference, or an error
-// matching ErrPoolExhausted when its class is empty (ErrPoolClosed after
+// matching ErrExhausted when its class is empty (ErrClosed after
 // Close).
 func (p *Pool) Get(n int) (*Buf, error) {
 	c, err := p.classFor(n)
@@ -228,7 +221,7 @@ func (p *Pool) Get(n int) (*Buf, error) {
 		return b, nil
 	}
 	c.exhausted.Add(1)
-	return nil, fmt.Errorf("bridge: %d-byte buffers: %w", c.size, ErrPoolExhausted)
+	return nil, fmt.Errorf("bridge: %d-byte buffers: %w", c.size, ErrExhausted)
 }
 
 // GetWait is Get that waits for a release while the class is empty.
@@ -348,8 +341,8 @@ func (p *Pool) Stats() []ClassStats {
 	return out
 }
 
-// allFree reports whether every buffer is back in its class.
-func (p *Pool) allFree() bool {
+// Idle reports whether every buffer is back in its class.
+func (p *Pool) Idle() bool {
 	for _, s := range p.Stats() {
 		if s.Free != s.Total {
 			return false
@@ -358,7 +351,7 @@ func (p *Pool) allFree() bool {
 	return true
 }
 
-// Close unmaps the arena; later Gets fail with ErrPoolClosed. Every buffer
+// Close unmaps the arena; later Gets fail with ErrClosed. Every buffer
 // must have been released: Close refuses otherwise, as the memory may still
 // be in a NIC's hands. It is idempotent, and must not race with Get.
 func (p *Pool) Close() error {

@@ -1,19 +1,18 @@
-package bridge_test
+package pool_test
 
 import (
 	"context"
 	"errors"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rbridge/rbridge/bridge"
 )
 
-func newPool(t *testing.T, o bridge.PoolOptions) *bridge.Pool {
+func newPool(t *testing.T, o pool.Options) *pool.Pool {
 	t.Helper()
-	p, err := bridge.NewPool(o)
+	p, err := pool.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +25,7 @@ func newPool(t *testing.T, o bridge.PoolOptions) *bridge.Pool {
 }
 
 func TestPoolClasses(t *testing.T) {
-	p := newPool(t, bridge.PoolOptions{Size: 1 << 20, Classes: []int{256, 4096}})
+	p := newPool(t, pool.Options{Size: 1 << 20, Classes: []int{256, 4096}})
 	t.Logf("arena backing: %s", p.Backing())
 	small, err := p.Get(100)
 	if err != nil {
@@ -53,11 +52,11 @@ func TestPoolClasses(t *testing.T) {
 }
 
 func TestPoolBackpressure(t *testing.T) {
-	p := newPool(t, bridge.PoolOptions{Size: 8 * 4096, Classes: []int{4096}})
-	var held []*bridge.Buf
+	p := newPool(t, pool.Options{Size: 8 * 4096, Classes: []int{4096}})
+	var held []*pool.Buf
 	for {
 		b, err := p.Get(4096)
-		if errors.Is(err, bridge.ErrPoolExhausted) {
+		if errors.Is(err, pool.ErrExhausted) {
 			break
 		}
 		if err != nil {
@@ -69,7 +68,7 @@ func TestPoolBackpressure(t *testing.T) {
 		t.Fatalf("got %d buffers from a pool of 8", len(held))
 	}
 	// GetWait blocks until a release, then gets that buffer.
-	got := make(chan *bridge.Buf)
+	got := make(chan *pool.Buf)
 	go func() {
 		b, err := p.GetWait(context.Background(), 10)
 		if err != nil {
@@ -107,7 +106,7 @@ func TestPoolBackpressure(t *testing.T) {
 }
 
 func TestPoolRefcount(t *testing.T) {
-	p := newPool(t, bridge.PoolOptions{Size: 2 * 4096, Classes: []int{4096}})
+	p := newPool(t, pool.Options{Size: 2 * 4096, Classes: []int{4096}})
 	b, _ := p.Get(1)
 	b.Ref() // a second holder: say, a retransmission queue
 	b.Release()
@@ -138,7 +137,7 @@ func TestPoolRefcount(t *testing.T) {
 }
 
 func TestPoolConcurrent(t *testing.T) {
-	p := newPool(t, bridge.PoolOptions{Size: 64 * 1024, Classes: []int{1024}})
+	p := newPool(t, pool.Options{Size: 64 * 1024, Classes: []int{1024}})
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -172,13 +171,13 @@ func TestPoolConcurrent(t *testing.T) {
 }
 
 func TestPoolOptionErrors(t *testing.T) {
-	for _, o := range []bridge.PoolOptions{
+	for _, o := range []pool.Options{
 		{Size: 1 << 20, Classes: []int{4096, 256}},
 		{Size: 1 << 20, Classes: []int{1000}},
 		{Size: 1000, Classes: []int{4096}},
 		{Size: 1 << 20, Classes: []int{}},
 	} {
-		if p, err := bridge.NewPool(o); err == nil {
+		if p, err := pool.New(o); err == nil {
 			p.Close()
 			t.Errorf("options %+v: no error", o)
 		}
@@ -188,7 +187,7 @@ func TestPoolOptionErrors(t *testing.T) {
 // TestPoolClosed: after Close the arena is unmapped, and a Get says so
 // instead of handing out memory that is no longer there.
 func TestPoolClosed(t *testing.T) {
-	p, err := bridge.NewPool(bridge.PoolOptions{Size: 2 * 4096, Classes: []int{4096}})
+	p, err := pool.New(pool.Options{Size: 2 * 4096, Classes: []int{4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,16 +197,16 @@ func TestPoolClosed(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if b, err := p.Get(10); !errors.Is(err, bridge.ErrPoolClosed) {
-		t.Errorf("Get after Close = %v, %v; want ErrPoolClosed", b, err)
+	if b, err := p.Get(10); !errors.Is(err, pool.ErrClosed) {
+		t.Errorf("Get after Close = %v, %v; want ErrClosed", b, err)
 	}
-	if b, err := p.GetWait(context.Background(), 10); !errors.Is(err, bridge.ErrPoolClosed) {
-		t.Errorf("GetWait after Close = %v, %v; want ErrPoolClosed", b, err)
+	if b, err := p.GetWait(context.Background(), 10); !errors.Is(err, pool.ErrClosed) {
+		t.Errorf("GetWait after Close = %v, %v; want ErrClosed", b, err)
 	}
 }
 
 func BenchmarkPoolGetRelease(b *testing.B) {
-	p, err := bridge.NewPool(bridge.PoolOptions{Size: 16 << 20})
+	p, err := pool.New(pool.Options{Size: 16 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -238,7 +237,7 @@ func BenchmarkSyncPoolGetPut(b *testing.B) {
 // that took and referenced each buffer still held, and not the buffers
 // that came back.
 func TestPoolTraceNamesHolders(t *testing.T) {
-	p, err := bridge.NewPool(bridge.PoolOptions{Size: 1 << 20, Classes: []int{4096}, Trace: true})
+	p, err := pool.New(pool.Options{Size: 1 << 20, Classes: []int{4096}, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +269,7 @@ func TestPoolTraceNamesHolders(t *testing.T) {
 
 // holdOne takes a buffer, references it and drops one reference: the
 // trace shows all three, from here.
-func holdOne(t *testing.T, p *bridge.Pool) *bridge.Buf {
+func holdOne(t *testing.T, p *pool.Pool) *pool.Buf {
 	b, err := p.Get(100)
 	if err != nil {
 		t.Fatal(err)

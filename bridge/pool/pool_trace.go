@@ -1,4 +1,4 @@
-package bridge
+package pool
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// bufTrace is PoolOptions.Trace's record of a class: for each buffer, its
+// bufTrace is Options.Trace's record of a class: for each buffer, its
 // last few events with the call stack that made each.
 type bufTrace struct {
 	mu   sync.Mutex

@@ -1,0 +1,24 @@
+// Package pool is rbridge's registered memory: one contiguous arena
+// mapped outside the Go heap (internal/arena: hugepages, else THP), carved
+// into size classes of reference-counted buffers, registered once with
+// every protection domain and used as the AF_XDP UMEM, so a payload
+// received by one leg can leave through the other without a copy.
+//
+// The pool is the gateway's one memory arena: a contiguous mapping carved
+// into size classes of buffers, so a payload received by one leg can leave
+// through the other without a copy. The arena is what gets registered with
+// every protection domain and used as the AF_XDP UMEM; a buffer's offset in
+// it is its address there.
+//
+//	arena: | class 0: 256 B x n0 | class 1: 1 KiB x n1 | ... | class k: 64 KiB x nk |
+//
+// Buffers are reference counted: each leg that holds a buffer (the receive
+// ring, a work request in flight, a retransmission queue) holds a reference,
+// and the buffer returns to its class when the last one is released. An
+// empty class is backpressure, never a crash: Get reports it and GetWait
+// waits for a release.
+//
+// Files: pool.go (the classes, Get and GetWait, Buf, Frames for AF_XDP),
+// arena.go (the mapping), pool_trace.go (Options.Trace: who last took,
+// referenced and released each buffer, named when Close finds one held).
+package pool
