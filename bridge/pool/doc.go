@@ -4,11 +4,8 @@
 // every protection domain and used as the AF_XDP UMEM, so a payload
 // received by one leg can leave through the other without a copy.
 //
-// The pool is the gateway's one memory arena: a contiguous mapping carved
-// into size classes of buffers, so a payload received by one leg can leave
-// through the other without a copy. The arena is what gets registered with
-// every protection domain and used as the AF_XDP UMEM; a buffer's offset in
-// it is its address there.
+// A buffer's offset in the arena is its address in every registration and
+// in the UMEM.
 //
 //	arena: | class 0: 256 B x n0 | class 1: 1 KiB x n1 | ... | class k: 64 KiB x nk |
 //
