@@ -3,6 +3,7 @@ package bridge
 import (
 	"errors"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"sync/atomic"
 
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -122,3 +123,41 @@ var ErrPeerDisconnected = errors.New("the peer disconnected")
 
 // ErrEndpointFailed matches posts on an endpoint whose connection failed.
 var ErrEndpointFailed = errors.New("endpoint failed")
+
+// Two kinds of endpoint tell the session more, by implementing these
+// optional interfaces.
+
+// A Drainer is an endpoint whose peer's requests were acknowledged before
+// the session relayed them (a verbs QP: the HCA acknowledges a SEND as it
+// lands): when its connection ends, the session first relays what it had
+// received, then ends.
+type Drainer interface {
+	Endpoint
+	// Drained is closed once every request the endpoint received has
+	// been handed to the session (its QP's receives flushed).
+	Drained() <-chan struct{}
+}
+
+// A StartNotifier is an endpoint that can fail before the session has
+// started both endpoints (a verbs client that disconnected before its
+// connection was handed over): the session calls Started once both
+// started, and the endpoint reports such a failure to its Handler then.
+type StartNotifier interface {
+	Endpoint
+	Started()
+}
+
+// A HandlerSlot holds an endpoint's Handler: empty until Start sets it,
+// once. Every endpoint keeps one, read from its own goroutines.
+type HandlerSlot struct{ p atomic.Pointer[Handler] }
+
+// Set stores h; it reports false when the slot was set already.
+func (s *HandlerSlot) Set(h Handler) bool { return s.p.CompareAndSwap(nil, &h) }
+
+// Get returns the Handler, nil before Set.
+func (s *HandlerSlot) Get() Handler {
+	if p := s.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

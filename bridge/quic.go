@@ -44,7 +44,7 @@ type QUICEndpoint struct {
 	window int // the far side's MaxOps
 	name   string
 
-	h       atomic.Pointer[Handler]
+	h       HandlerSlot
 	started chan struct{} // closed by Start
 
 	mu       sync.Mutex // guards the fields below
@@ -162,7 +162,7 @@ func (e *QUICEndpoint) Stats() *QUICStats { return e.stats }
 
 // Start implements Endpoint.
 func (e *QUICEndpoint) Start(h Handler) error {
-	if !e.h.CompareAndSwap(nil, &h) {
+	if !e.h.Set(h) {
 		return errors.New("bridge: quic endpoint started twice")
 	}
 	close(e.started)
@@ -303,8 +303,8 @@ func (e *QUICEndpoint) fail(err error) {
 	}
 	err = fmt.Errorf("bridge: %s: %w", e.name, err)
 	e.stop(err, false)
-	if h := e.h.Load(); h != nil {
-		(*h).Failed(err)
+	if h := e.h.Get(); h != nil {
+		h.Failed(err)
 	}
 	e.flushInflight()
 }
@@ -343,10 +343,10 @@ func (e *QUICEndpoint) flushInflight() {
 	clear(e.parts)
 	clear(e.pending)
 	e.mu.Unlock()
-	h := e.h.Load()
+	h := e.h.Get()
 	for _, op := range lost {
 		if h != nil {
-			(*h).Done(op)
+			h.Done(op)
 		}
 	}
 }
@@ -580,7 +580,7 @@ func (e *QUICEndpoint) readOp(r io.Reader, fixed []byte, bodyLen int) error {
 	}
 	e.pending[f.ID] = true
 	e.mu.Unlock()
-	h := *e.h.Load()
+	h := e.h.Get()
 	wait := 50 * time.Microsecond
 	for {
 		reply := h.Request(&q, b)
@@ -671,7 +671,7 @@ func (e *QUICEndpoint) readCompletion(r io.Reader, fixed []byte, bodyLen int) er
 // deliver hands op (completed, id) back to the session in post order:
 // with every op completed early that it was holding back.
 func (e *QUICEndpoint) deliver(id uint32, op *Op) {
-	h := e.h.Load()
+	h := e.h.Get()
 	e.mu.Lock()
 	if id != e.doneNext {
 		e.early[id] = op
@@ -681,7 +681,7 @@ func (e *QUICEndpoint) deliver(id uint32, op *Op) {
 	if len(e.early) == 0 { // in order, as nearly always
 		e.doneNext++
 		e.mu.Unlock()
-		(*h).Done(op)
+		h.Done(op)
 		return
 	}
 	ready := []*Op{op}
@@ -691,7 +691,7 @@ func (e *QUICEndpoint) deliver(id uint32, op *Op) {
 	}
 	e.mu.Unlock()
 	for _, op := range ready {
-		(*h).Done(op)
+		h.Done(op)
 	}
 }
 

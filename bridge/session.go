@@ -78,15 +78,6 @@ type Session struct {
 	draining bool
 }
 
-// A drainer is an endpoint that acknowledged what it received before the
-// session relayed it (the verbs endpoint): when its connection ends, the
-// session relays what it received before ending.
-type drainer interface {
-	// Drained is closed once every request the endpoint received has
-	// been handed to the session (its QP's receives flushed).
-	Drained() <-chan struct{}
-}
-
 // drainTimeout bounds how long a session whose endpoint's connection
 // ended keeps relaying what that endpoint had received.
 const drainTimeout = 5 * time.Second
@@ -249,8 +240,8 @@ func NewSession(o SessionOptions) (*Session, error) {
 		return nil, fmt.Errorf("bridge: new session: start B: %w", err)
 	}
 	for _, ep := range []Endpoint{o.A, o.B} {
-		if e, ok := ep.(interface{ startFailed() }); ok {
-			e.startFailed()
+		if e, ok := ep.(StartNotifier); ok {
+			e.Started()
 		}
 	}
 	return s, nil
@@ -302,7 +293,7 @@ func (s *Session) Close() error {
 
 // fail ends the session because of ep (nil: the session itself, or
 // both); callers after the first return at once (an endpoint's Close
-// reports its flushed ops, which fail again). When ep is a drainer, the
+// reports its flushed ops, which fail again). When ep is a Drainer, the
 // session first relays what ep received (drain), and only a failure of
 // the other side cuts that short. The teardown runs on a goroutine of its
 // own: fail is called from endpoints' goroutines that closing an endpoint
@@ -324,7 +315,7 @@ func (s *Session) fail(ep Endpoint, err error) {
 			s.log.Warn("the other side failed while relaying what a disconnected peer had sent", "err", err)
 		}
 	default:
-		if d, ok := ep.(drainer); ok && !errors.Is(err, ErrSessionClosed) && !s.failing.Load() {
+		if d, ok := ep.(Drainer); ok && !errors.Is(err, ErrSessionClosed) && !s.failing.Load() {
 			s.draining, s.gone, s.goneErr = true, ep, err
 			s.drainMu.Unlock()
 			go s.drain(d)
@@ -340,7 +331,7 @@ func (s *Session) fail(ep Endpoint, err error) {
 // drain waits until the ended endpoint handed over all it received and
 // the relay from it is idle (everything posted on the other side and
 // completed there), at most drainTimeout, then tears the session down.
-func (s *Session) drain(d drainer) {
+func (s *Session) drain(d Drainer) {
 	r := &s.ab
 	if s.gone == s.b {
 		r = &s.ba

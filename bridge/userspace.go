@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
 	"sync"
-	"sync/atomic"
 
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -26,7 +25,7 @@ type UserspaceEndpoint struct {
 	scq    *transport.CQ
 	rcq    *transport.CQ
 
-	h atomic.Pointer[Handler]
+	h HandlerSlot
 
 	mu     sync.Mutex // guards slots, wrs, closed
 	slots  opSlots    // the ops posted, by work request ID
@@ -104,7 +103,7 @@ func (e *UserspaceEndpoint) SetDisconnect(f func() error) {
 // the send CQ until it: they reach h. h takes them even when Start
 // fails, so that what was posted still completes through it.
 func (e *UserspaceEndpoint) Start(h Handler) error {
-	if !e.h.CompareAndSwap(nil, &h) {
+	if !e.h.Set(h) {
 		return errors.New("bridge: userspace endpoint started twice")
 	}
 	e.mu.Lock()
@@ -131,7 +130,7 @@ func (e *UserspaceEndpoint) Limits() Limits {
 
 // Request implements transport.Target: the session's, once started.
 func (e *UserspaceEndpoint) Request(r *transport.Request) transport.Reply {
-	h := e.h.Load()
+	h := e.h.Get()
 	if h == nil {
 		return transport.Reply{Result: transport.NoCredit}
 	}
@@ -139,13 +138,13 @@ func (e *UserspaceEndpoint) Request(r *transport.Request) transport.Reply {
 	if r.Lent && e.frames != nil {
 		buf, _ = e.frames.Buf(r.Frame)
 	}
-	return (*h).Request(r, buf)
+	return h.Request(r, buf)
 }
 
 // Flush implements transport.Flusher.
 func (e *UserspaceEndpoint) Flush() {
-	if h := e.h.Load(); h != nil {
-		(*h).Flush()
+	if h := e.h.Get(); h != nil {
+		h.Flush()
 	}
 }
 
@@ -261,15 +260,15 @@ func (e *UserspaceEndpoint) done(wcs []transport.WC) {
 		if (op.Opcode == transport.OpCompareSwap || op.Opcode == transport.OpFetchAdd) && wc.Status == transport.StatusSuccess {
 			op.Orig = binary.LittleEndian.Uint64(op.Bytes())
 		}
-		if h := e.h.Load(); h != nil {
-			(*h).Done(op)
+		if h := e.h.Get(); h != nil {
+			h.Done(op)
 		}
 	}
 }
 
 func (e *UserspaceEndpoint) report(err error) {
-	if h := e.h.Load(); h != nil {
-		(*h).Failed(fmt.Errorf("bridge: QP %#x: %w", e.qp.QPN(), err))
+	if h := e.h.Get(); h != nil {
+		h.Failed(fmt.Errorf("bridge: QP %#x: %w", e.qp.QPN(), err))
 	}
 }
 

@@ -38,7 +38,7 @@ type VerbsEndpoint struct {
 	iwarp      bool
 	maxSGE     int // SGEs per send work request (the QP's cap)
 
-	h atomic.Pointer[Handler]
+	h HandlerSlot
 
 	mu        sync.Mutex // guards the fields below
 	slots     opSlots    // send work requests by ID
@@ -80,7 +80,10 @@ func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
 	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load()}
 }
 
-var _ Endpoint = (*VerbsEndpoint)(nil)
+var (
+	_ Drainer       = (*VerbsEndpoint)(nil)
+	_ StartNotifier = (*VerbsEndpoint)(nil)
+)
 
 // recvBit marks the work request IDs of receives.
 const recvBit = 1 << 63
@@ -152,7 +155,7 @@ func (e *VerbsEndpoint) Stats() *VerbsStats { return e.stats }
 
 // Start implements Endpoint.
 func (e *VerbsEndpoint) Start(h Handler) error {
-	if !e.h.CompareAndSwap(nil, &h) {
+	if !e.h.Set(h) {
 		return errors.New("bridge: verbs endpoint started twice")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -162,15 +165,15 @@ func (e *VerbsEndpoint) Start(h Handler) error {
 	return nil
 }
 
-// startFailed tells the session, once both its endpoints started, of a
-// failure reported before (a client that disconnected before its
-// connection was handed over).
-func (e *VerbsEndpoint) startFailed() {
+// Started implements StartNotifier: the session, once both its endpoints
+// started, learns of a failure reported before (a client that
+// disconnected before its connection was handed over).
+func (e *VerbsEndpoint) Started() {
 	e.mu.Lock()
 	early := e.early
 	e.mu.Unlock()
-	if h := e.h.Load(); h != nil && early != nil {
-		(*h).Failed(early)
+	if h := e.h.Get(); h != nil && early != nil {
+		h.Failed(early)
 	}
 }
 
@@ -322,7 +325,7 @@ func (e *VerbsEndpoint) Fail(err error) {
 	e.report(err)
 }
 
-// Drained implements the session's drainer: it is closed once the QP's
+// Drained implements Drainer: it is closed once the QP's
 // receive queue flushed (its connection ended), so every SEND the HCA
 // acknowledged has been handed to the session, which relays them before
 // it ends.
@@ -332,8 +335,8 @@ func (e *VerbsEndpoint) markDrained() { e.drainOnce.Do(func() { close(e.drained)
 
 func (e *VerbsEndpoint) report(err error) {
 	err = fmt.Errorf("bridge: verbs QP %d: %w", e.qp.QPN(), err)
-	if h := e.h.Load(); h != nil {
-		(*h).Failed(err)
+	if h := e.h.Get(); h != nil {
+		h.Failed(err)
 		return
 	}
 	e.mu.Lock()
@@ -348,7 +351,7 @@ func (e *VerbsEndpoint) report(err error) {
 func (e *VerbsEndpoint) routineCompletions(ctx context.Context) {
 	defer e.wg.Done()
 	wcs := make([]ibv.WorkCompletion, 64)
-	h := *e.h.Load()
+	h := e.h.Get()
 	for {
 		n, err := e.cq.Wait(ctx, wcs)
 		if err != nil {
@@ -450,7 +453,7 @@ func (e *VerbsEndpoint) Close() error {
 			_ = e.disconnect()
 		}
 		err := e.qp.ToErr()
-		if h := e.h.Load(); h != nil && err == nil {
+		if h := e.h.Get(); h != nil && err == nil {
 			// The completion goroutine reports the flushed work.
 			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && e.outstanding() > 0; {
 				time.Sleep(time.Millisecond)
@@ -462,7 +465,7 @@ func (e *VerbsEndpoint) Close() error {
 		}
 		// Whatever did not flush (no goroutine, or a device that stopped
 		// answering) completes here.
-		h := e.h.Load()
+		h := e.h.Get()
 		e.mu.Lock()
 		var lost []*Op
 		for id := range e.slots.size() {
@@ -474,7 +477,7 @@ func (e *VerbsEndpoint) Close() error {
 		e.mu.Unlock()
 		for _, op := range lost {
 			if h != nil {
-				(*h).Done(op)
+				h.Done(op)
 			}
 		}
 		e.closeErr = errors.Join(e.qp.Close(), e.cq.Close())
