@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"net/netip"
 	"sync"
 	"testing"
@@ -18,17 +19,17 @@ import (
 // benchmark says (drain), and counts completions of its requests: the
 // session's own cost, with no network and no far side behind it.
 type instantLeg struct {
-	h         bridge.Handler
-	posted    []*bridge.Op
+	h         session.Handler
+	posted    []*session.Op
 	completed int
 	maxSGE    int
 }
 
-func (l *instantLeg) Start(h bridge.Handler) error { l.h = h; return nil }
-func (l *instantLeg) Limits() bridge.Limits {
-	return bridge.Limits{MaxSend: 256, MaxRdAtomic: 16, MTU: 4096, MaxSGE: l.maxSGE}
+func (l *instantLeg) Start(h session.Handler) error { l.h = h; return nil }
+func (l *instantLeg) Limits() session.Limits {
+	return session.Limits{MaxSend: 256, MaxRdAtomic: 16, MTU: 4096, MaxSGE: l.maxSGE}
 }
-func (l *instantLeg) Post(ops []*bridge.Op) (int, error) {
+func (l *instantLeg) Post(ops []*session.Op) (int, error) {
 	l.posted = append(l.posted, ops...)
 	return len(ops), nil
 }
@@ -72,7 +73,7 @@ func benchRelay(b *testing.B, op transport.Opcode, size int, lent bool) {
 		b.Fatal(err)
 	}
 	near, far := &instantLeg{}, &instantLeg{maxSGE: 16}
-	s, err := bridge.NewSession(bridge.SessionOptions{A: near, B: far, Pool: pl, Logger: testlog.New(b)})
+	s, err := session.New(session.Options{A: near, B: far, Pool: pl, Logger: testlog.New(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func BenchmarkThroughVsDirect(b *testing.B) {
 				}
 				server = ep.QP()
 				connectPair(b, client, server)
-				sess, err := bridge.NewSession(bridge.SessionOptions{A: ep, B: newFastLeg(), Pool: pl, Logger: testlog.New(b)})
+				sess, err := session.New(session.Options{A: ep, B: newFastLeg(), Pool: pl, Logger: testlog.New(b)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -223,17 +224,17 @@ func BenchmarkThroughVsDirect(b *testing.B) {
 // fastLeg completes what is posted on it at once, on a goroutine of its
 // own, as a far HCA would.
 type fastLeg struct {
-	h    bridge.Handler
-	ch   chan *bridge.Op
+	h    session.Handler
+	ch   chan *session.Op
 	done chan struct{}
 	once sync.Once
 }
 
 func newFastLeg() *fastLeg {
-	return &fastLeg{ch: make(chan *bridge.Op, 256), done: make(chan struct{})}
+	return &fastLeg{ch: make(chan *session.Op, 256), done: make(chan struct{})}
 }
 
-func (l *fastLeg) Start(h bridge.Handler) error {
+func (l *fastLeg) Start(h session.Handler) error {
 	l.h = h
 	go func() {
 		for {
@@ -249,16 +250,16 @@ func (l *fastLeg) Start(h bridge.Handler) error {
 	return nil
 }
 
-func (l *fastLeg) Limits() bridge.Limits {
-	return bridge.Limits{MaxSend: 256, MaxRdAtomic: 16, MTU: 4096}
+func (l *fastLeg) Limits() session.Limits {
+	return session.Limits{MaxSend: 256, MaxRdAtomic: 16, MTU: 4096}
 }
 
-func (l *fastLeg) Post(ops []*bridge.Op) (int, error) {
+func (l *fastLeg) Post(ops []*session.Op) (int, error) {
 	for i, op := range ops {
 		select {
 		case l.ch <- op:
 		case <-l.done:
-			return i, bridge.ErrEndpointFailed
+			return i, session.ErrEndpointFailed
 		}
 	}
 	return len(ops), nil

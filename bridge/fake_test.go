@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/roce/transport"
 )
 
@@ -19,7 +19,7 @@ import (
 // is flushed and the failure is reported. It also sends SENDs of its own
 // toward the session, as a verbs peer would (acknowledged on arrival).
 type fakeLeg struct {
-	lim    bridge.Limits
+	lim    session.Limits
 	mem    []byte
 	base   uint64
 	rkey   uint32
@@ -30,12 +30,12 @@ type fakeLeg struct {
 	// the failed op's completion comes, as a CQ is polled after the QP's
 	// state changed.
 	slowFailure time.Duration
-	queue       chan *bridge.Op
+	queue       chan *session.Op
 	stop        chan struct{}
 	stopped     chan struct{}
 
 	mu       sync.Mutex // guards the fields below
-	h        bridge.Handler
+	h        session.Handler
 	rng      *rand.Rand
 	log      []farExec // every op executed, in order
 	failed   bool
@@ -61,29 +61,29 @@ type farExec struct {
 }
 
 func newFakeLeg(seed uint64, memSize int, delay time.Duration) *fakeLeg {
-	f := &fakeLeg{lim: bridge.Limits{MaxSend: 64, MaxRdAtomic: 4, MTU: 4096}, mem: make([]byte, memSize), base: 0x7f0000000000, rkey: 0x1234,
-		delay: delay, queue: make(chan *bridge.Op, 64), stop: make(chan struct{}), stopped: make(chan struct{}),
+	f := &fakeLeg{lim: session.Limits{MaxSend: 64, MaxRdAtomic: 4, MTU: 4096}, mem: make([]byte, memSize), base: 0x7f0000000000, rkey: 0x1234,
+		delay: delay, queue: make(chan *session.Op, 64), stop: make(chan struct{}), stopped: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(seed, 7))}
 	go f.routineExecute()
 	return f
 }
 
-var _ bridge.Endpoint = (*fakeLeg)(nil)
+var _ session.Endpoint = (*fakeLeg)(nil)
 
-func (f *fakeLeg) Start(h bridge.Handler) error {
+func (f *fakeLeg) Start(h session.Handler) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.h = h
 	return nil
 }
 
-func (f *fakeLeg) Limits() bridge.Limits { return f.lim }
+func (f *fakeLeg) Limits() session.Limits { return f.lim }
 
-func (f *fakeLeg) Post(ops []*bridge.Op) (int, error) {
+func (f *fakeLeg) Post(ops []*session.Op) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed || f.failed {
-		return 0, bridge.ErrEndpointFailed
+		return 0, session.ErrEndpointFailed
 	}
 	if len(f.queue)+len(ops) > cap(f.queue) {
 		return 0, errors.New("fake leg: posted beyond MaxSend")
@@ -128,7 +128,7 @@ func (f *fakeLeg) Close() error {
 	}
 }
 
-func (f *fakeLeg) handler() bridge.Handler {
+func (f *fakeLeg) handler() session.Handler {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.h
@@ -159,7 +159,7 @@ func (f *fakeLeg) routineExecute() {
 
 // execute runs op against the far memory; it reports whether the far QP
 // failed now.
-func (f *fakeLeg) execute(op *bridge.Op) bool {
+func (f *fakeLeg) execute(op *session.Op) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failed {

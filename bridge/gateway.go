@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -57,7 +58,7 @@ type Gateway struct {
 	reloadMu sync.Mutex
 
 	mu        sync.Mutex // guards the fields below
-	sessions  map[*Session]*sessionInfo
+	sessions  map[*session.Session]*sessionInfo
 	closing   bool             // Close began: draining
 	closed    bool             // Close ended
 	reloading bool             // a Reload runs
@@ -73,7 +74,7 @@ type Gateway struct {
 	// totals never go back); routeStats counts each route's connections.
 	// A route's entries are made when it starts and kept when a reload
 	// removes it (its totals stay).
-	ended      map[string]*SessionStatsSnapshot
+	ended      map[string]*session.StatsSnapshot
 	routeStats map[string]*GatewayStats
 	// fallbacks is each route's choice between target and fallback (for
 	// routes with one), kept across reloads like routeStats.
@@ -190,7 +191,7 @@ type incoming interface {
 
 // conn is an established connection on a leg.
 type conn interface {
-	endpoint() Endpoint
+	endpoint() session.Endpoint
 	params() connParams // the peer's: a dial's REP
 	describe() string   // QPNs and MTU, for the logs
 	close() error       // disconnects and frees what endpoint does not
@@ -231,8 +232,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pl, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
-		sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
-		ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
+		sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
+		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{}}
 	fail := func(err error) (*Gateway, error) {
@@ -315,7 +316,7 @@ func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 	g.routes[r.Name] = run
 	if g.routeStats[r.Name] == nil {
 		g.routeStats[r.Name] = &GatewayStats{}
-		g.ended[r.Name] = &SessionStatsSnapshot{}
+		g.ended[r.Name] = &session.StatsSnapshot{}
 	}
 	if g.fallbacks[r.Name] == nil {
 		g.fallbacks[r.Name] = &fallbackState{}
@@ -571,7 +572,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 		_ = out.close()
 		return
 	}
-	s, err := NewSession(SessionOptions{A: c.endpoint(), B: out.endpoint(), Pool: g.pool, Logger: log})
+	s, err := session.New(session.Options{A: c.endpoint(), B: out.endpoint(), Pool: g.pool, Logger: log})
 	if err != nil {
 		// Both connections are up, so this is one of them ending before
 		// the session started (a peer that disconnected at once).
@@ -610,7 +611,7 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	_ = out.close()
 	g.mu.Lock()
 	delete(g.sessions, s)
-	g.ended[r.Name].add(s.Stats().Snapshot())
+	g.ended[r.Name].Add(s.Stats().Snapshot())
 	g.mu.Unlock()
 	g.stats.Ended.Add(1)
 	rs.Ended.Add(1)
@@ -639,7 +640,7 @@ const stopGrace = 5 * time.Second
 func (g *Gateway) Close(ctx context.Context) error {
 	g.mu.Lock()
 	g.closing = true
-	var ss []*Session
+	var ss []*session.Session
 	for s := range g.sessions {
 		ss = append(ss, s)
 	}
@@ -649,7 +650,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		// End it without waiting (Session.Close would, unbounded): its
 		// teardown runs on a goroutine of its own, and its connect
 		// goroutine, in wg, waits for it, then closes its connections.
-		s.fail(nil, ErrSessionClosed)
+		s.Cut()
 	}
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()

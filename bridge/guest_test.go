@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"net"
 	"net/netip"
 	"os"
@@ -92,7 +93,7 @@ type gw struct {
 	far    *bridge.VerbsEndpoint
 	vqp    *ibv.QP
 	vmr    *ibv.MR
-	sess   *bridge.Session
+	sess   *session.Session
 	client *app
 	target *app
 	io     string
@@ -176,7 +177,7 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	g.far, err = bridge.NewVerbsEndpoint(bridge.VerbsOptions{QP: g.vqp, CQ: vcq, MR: g.vmr, Pool: g.pool, RecvDepth: 32})
 	check(t, err)
 
-	g.sess, err = bridge.NewSession(bridge.SessionOptions{A: g.near, B: g.far, Pool: g.pool, Logger: testlog.New(t, "session failed")})
+	g.sess, err = session.New(session.Options{A: g.near, B: g.far, Pool: g.pool, Logger: testlog.New(t, "session failed")})
 	check(t, err)
 	t.Cleanup(func() {
 		_ = g.sess.Close()

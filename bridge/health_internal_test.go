@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"github.com/rbridge/rbridge/bridge/session"
 	"net/netip"
 	"os"
 	"strings"
@@ -29,7 +30,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cfg: cfg, sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{}}
+	g := &Gateway{cfg: cfg, sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{}}
 	if err := g.Health(); err != nil {
 		t.Errorf("every accept loop running: %v", err)
 	}
@@ -105,7 +106,7 @@ func TestHealthReceiveLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer dev.Close()
-			g := &Gateway{legs: map[string]leg{"roce": &userspaceLeg{dev: dev}}, sessions: map[*Session]*sessionInfo{},
+			g := &Gateway{legs: map[string]leg{"roce": &userspaceLeg{dev: dev}}, sessions: map[*session.Session]*sessionInfo{},
 				stopped: map[string]error{}, stall: 100 * time.Millisecond}
 			if err := g.Health(); err != nil {
 				t.Fatalf("a device just started: %v", err)
@@ -138,7 +139,7 @@ func (p failingPort) close() error                                              
 // the gateway (its context ended) does not.
 func TestHealthGroupStopped(t *testing.T) {
 	newGateway := func() *Gateway {
-		return &Gateway{legs: map[string]leg{}, sessions: map[*Session]*sessionInfo{}, stopped: map[string]error{},
+		return &Gateway{legs: map[string]leg{}, sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{},
 			halted: map[string]error{}, log: testlog.New(t, "multicast group stopped relaying")}
 	}
 	run := func(g *Gateway, ctx context.Context) {

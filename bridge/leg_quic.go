@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -509,7 +510,7 @@ type quicConn struct {
 	desc string
 }
 
-func (c *quicConn) endpoint() Endpoint { return c.ep }
-func (c *quicConn) params() connParams { return c.p }
-func (c *quicConn) describe() string   { return c.desc }
-func (c *quicConn) close() error       { return c.ep.Close() }
+func (c *quicConn) endpoint() session.Endpoint { return c.ep }
+func (c *quicConn) params() connParams         { return c.p }
+func (c *quicConn) describe() string           { return c.desc }
+func (c *quicConn) close() error               { return c.ep.Close() }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -323,7 +324,7 @@ func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
 	return &userspaceConn{u: u, ep: ep, c: c}
 }
 
-func (c *userspaceConn) endpoint() Endpoint { return c.ep }
+func (c *userspaceConn) endpoint() session.Endpoint { return c.ep }
 
 func (c *userspaceConn) params() connParams {
 	a := c.ep.QP().Query()

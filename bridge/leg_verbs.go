@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -333,7 +334,7 @@ func (in *verbsIncoming) accept(ctx context.Context, p connParams) (conn, error)
 				// sent is on the CQ, acknowledged by the HCA. The session
 				// relays it to the target, then ends.
 				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p, passive: true}
-				ep.Fail(ErrPeerDisconnected) // told to the session when it starts
+				ep.Fail(session.ErrPeerDisconnected) // told to the session when it starts
 				go c.watch(in.events)
 				return c, nil
 			}
@@ -454,13 +455,13 @@ type verbsConn struct {
 func (c *verbsConn) watch(events <-chan ibv.CMEvent) {
 	for ev := range events {
 		if ev.Type == ibv.CMDisconnected {
-			c.ep.Fail(ErrPeerDisconnected)
+			c.ep.Fail(session.ErrPeerDisconnected)
 			return
 		}
 	}
 }
 
-func (c *verbsConn) endpoint() Endpoint { return c.ep }
+func (c *verbsConn) endpoint() session.Endpoint { return c.ep }
 
 func (c *verbsConn) params() connParams {
 	return connParams{privateData: c.p.PrivateData, respRes: int(c.p.ResponderResources), initDepth: int(c.p.InitiatorDepth)}

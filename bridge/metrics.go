@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"slices"
 	"sort"
 	"strconv"
@@ -61,23 +62,23 @@ var routeCounters = newCounters("rbridge_route_", []string{"route"}, []counterRo
 })
 
 // directionRow is a route counter per direction, from its sessions'
-// SessionStats.
+// session.Stats.
 type directionRow struct {
 	desc *prometheus.Desc
-	val  func(*SessionStatsSnapshot) *[2]uint64
+	val  func(*session.StatsSnapshot) *[2]uint64
 }
 
 var directionRows = func() []directionRow {
 	labels := []string{"route", "direction"}
 	rows := []struct {
 		name, help string
-		val        func(*SessionStatsSnapshot) *[2]uint64
+		val        func(*session.StatsSnapshot) *[2]uint64
 	}{
-		{"copied_bytes_total", "Payload bytes the gateway copied while relaying (the rest crossed in the buffers it arrived in).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Copied }},
-		{"operations_failed_total", "Operations the far side failed (each ends its session).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.Failed }},
-		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.NoCredit }},
-		{"too_long_total", "SENDs refused with an invalid request NAK: longer than the far leg gathers in the pool's largest buffers.", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.TooLong }},
-		{"read_part_pool_waits_total", "Parts of READs longer than a pool buffer that waited for a buffer before they were posted (backpressure).", func(s *SessionStatsSnapshot) *[2]uint64 { return &s.PoolWaits }},
+		{"copied_bytes_total", "Payload bytes the gateway copied while relaying (the rest crossed in the buffers it arrived in).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Copied }},
+		{"operations_failed_total", "Operations the far side failed (each ends its session).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Failed }},
+		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.NoCredit }},
+		{"too_long_total", "SENDs refused with an invalid request NAK: longer than the far leg gathers in the pool's largest buffers.", func(s *session.StatsSnapshot) *[2]uint64 { return &s.TooLong }},
+		{"read_part_pool_waits_total", "Parts of READs longer than a pool buffer that waited for a buffer before they were posted (backpressure).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.PoolWaits }},
 	}
 	out := make([]directionRow, len(rows))
 	for i, r := range rows {
@@ -126,16 +127,16 @@ var udDropCauses = []struct {
 // opcodeRow is a route counter per direction and opcode.
 type opcodeRow struct {
 	desc *prometheus.Desc
-	val  func(*SessionStatsSnapshot) *[2][numOpcodes]uint64
+	val  func(*session.StatsSnapshot) *[2][session.NumOpcodes]uint64
 }
 
 var opcodeRows = []opcodeRow{
 	{prometheus.NewDesc("rbridge_route_operations_total",
 		"Operations relayed toward the far side, by opcode: a message once, when its last packet arrived (a WRITE posted in chunks as it arrives counts once); a READ or atomic as it arrived. Failures are rbridge_route_operations_failed_total.",
-		[]string{"route", "direction", "opcode"}, nil), func(s *SessionStatsSnapshot) *[2][numOpcodes]uint64 { return &s.Ops }},
+		[]string{"route", "direction", "opcode"}, nil), func(s *session.StatsSnapshot) *[2][session.NumOpcodes]uint64 { return &s.Ops }},
 	{prometheus.NewDesc("rbridge_route_payload_bytes_total",
 		"Payload bytes of the operations relayed, by opcode: a SEND's or WRITE's payload, the length a READ reads, an atomic's 8.",
-		[]string{"route", "direction", "opcode"}, nil), func(s *SessionStatsSnapshot) *[2][numOpcodes]uint64 { return &s.Bytes }},
+		[]string{"route", "direction", "opcode"}, nil), func(s *session.StatsSnapshot) *[2][session.NumOpcodes]uint64 { return &s.Bytes }},
 }
 
 var (
@@ -297,8 +298,8 @@ type routeMetrics struct {
 	name     string
 	open     int
 	gw       GatewayStatsSnapshot
-	sessions SessionStatsSnapshot // ended sessions' and running ones'
-	ud       *UDStatsSnapshot     // a UD route's
+	sessions session.StatsSnapshot // ended sessions' and running ones'
+	ud       *UDStatsSnapshot      // a UD route's
 }
 
 type legMetrics struct {
@@ -344,7 +345,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 		}
 		r := &m.routes[i]
 		r.open++
-		r.sessions.add(s.Stats().Snapshot())
+		r.sessions.Add(s.Stats().Snapshot())
 	}
 	cfg := g.cfg
 	g.mu.Unlock()
@@ -480,7 +481,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for _, row := range opcodeRows {
 			v := row.val(&r.sessions)
 			for d, dir := range directions {
-				for o := range numOpcodes {
+				for o := range session.NumOpcodes {
 					ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d][o]), r.name, dir, opcodes[o].name)
 				}
 			}

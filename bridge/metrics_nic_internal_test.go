@@ -3,6 +3,7 @@ package bridge
 import (
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,8 +51,8 @@ routes:
 	for name := range legs {
 		status[name] = LegStatus{Name: name, Kind: config.KindVerbs}
 	}
-	return &Gateway{cfg: cfg, log: testlog.New(t), pool: pl, legs: legs, legStatus: status, sessions: map[*Session]*sessionInfo{},
-		stopped: map[string]error{}, ended: map[string]*SessionStatsSnapshot{}, routeStats: map[string]*GatewayStats{}}
+	return &Gateway{cfg: cfg, log: testlog.New(t), pool: pl, legs: legs, legStatus: status, sessions: map[*session.Session]*sessionInfo{},
+		stopped: map[string]error{}, ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}}
 }
 
 func first(m map[string]string) string {

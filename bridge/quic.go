@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"io"
 	"log/slog"
 	"slices"
@@ -44,19 +45,19 @@ type QUICEndpoint struct {
 	window int // the far side's MaxOps
 	name   string
 
-	h       HandlerSlot
+	h       session.HandlerSlot
 	started chan struct{} // closed by Start
 
 	mu       sync.Mutex // guards the fields below
 	nextID   uint32
-	inflight map[uint32]*Op // posted, waiting for their Completion
+	inflight map[uint32]*session.Op // posted, waiting for their Completion
 	// doneNext is the id of the oldest op posted and not yet handed back
 	// (Done); early holds ops completed ahead of it. The far session
 	// completes out of order (it fails a request at once when it ends, while
 	// an earlier one is still at its far leg): the session here sees them
 	// in post order, as from an RC QP.
 	doneNext uint32
-	early    map[uint32]*Op
+	early    map[uint32]*session.Op
 	pending  map[uint32]bool // requests handed to the session, waiting for Complete
 	// parts are the completed parts of READs completed in parts
 	// (Completion.More), held until the last: one Completion frame
@@ -99,7 +100,7 @@ func (s *QUICStats) Snapshot() QUICStatsSnapshot {
 // quicOut is a frame queued for the writer: an op, a completion or the
 // end of the session.
 type quicOut struct {
-	op    *Op
+	op    *session.Op
 	id    uint32
 	comp  *transport.Completion
 	parts []transport.Completion // a READ's parts, before comp's data
@@ -147,7 +148,7 @@ func NewQUICEndpoint(o QUICOptions) (*QUICEndpoint, error) {
 		o.Stats = &QUICStats{}
 	}
 	e := &QUICEndpoint{str: o.Stream, pool: o.Pool, log: o.Logger, window: o.Window, name: o.Name, stats: o.Stats,
-		started: make(chan struct{}), inflight: map[uint32]*Op{}, early: map[uint32]*Op{}, pending: map[uint32]bool{}, parts: map[uint32][]transport.Completion{},
+		started: make(chan struct{}), inflight: map[uint32]*session.Op{}, early: map[uint32]*session.Op{}, pending: map[uint32]bool{}, parts: map[uint32][]transport.Completion{},
 		wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	e.wg.Add(2)
 	go e.routineRead()
@@ -155,13 +156,13 @@ func NewQUICEndpoint(o QUICOptions) (*QUICEndpoint, error) {
 	return e, nil
 }
 
-var _ Endpoint = (*QUICEndpoint)(nil)
+var _ session.Endpoint = (*QUICEndpoint)(nil)
 
 // Stats returns the endpoint's counters (QUICOptions.Stats when given).
 func (e *QUICEndpoint) Stats() *QUICStats { return e.stats }
 
 // Start implements Endpoint.
-func (e *QUICEndpoint) Start(h Handler) error {
+func (e *QUICEndpoint) Start(h session.Handler) error {
 	if !e.h.Set(h) {
 		return errors.New("bridge: quic endpoint started twice")
 	}
@@ -172,16 +173,16 @@ func (e *QUICEndpoint) Start(h Handler) error {
 // Limits implements Endpoint: the far side's window; READs and atomics
 // beyond what its target takes wait in the far session's queue. Payloads
 // are written from where they lie, in as many pieces as they come.
-func (e *QUICEndpoint) Limits() Limits {
-	return Limits{MaxSend: e.window, MaxRdAtomic: e.window, MTU: 4096, MaxSGE: 16}
+func (e *QUICEndpoint) Limits() session.Limits {
+	return session.Limits{MaxSend: e.window, MaxRdAtomic: e.window, MTU: 4096, MaxSGE: 16}
 }
 
 // Post implements Endpoint.
-func (e *QUICEndpoint) Post(ops []*Op) (int, error) {
+func (e *QUICEndpoint) Post(ops []*session.Op) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err != nil || e.closing {
-		return 0, fmt.Errorf("bridge: post on %s: %w", e.name, ErrEndpointFailed)
+		return 0, fmt.Errorf("bridge: post on %s: %w", e.name, session.ErrEndpointFailed)
 	}
 	if len(e.inflight)+len(ops) > e.window {
 		return 0, fmt.Errorf("bridge: post %d ops on %s: %d of a window of %d in flight", len(ops), e.name, len(e.inflight), e.window)
@@ -267,7 +268,7 @@ func (e *QUICEndpoint) Close() error {
 		case <-e.quit:
 		case <-time.After(time.Second):
 		}
-		e.stop(ErrSessionClosed, false)
+		e.stop(session.ErrClosed, false)
 		e.wg.Wait()
 		e.flushInflight()
 	})
@@ -313,7 +314,7 @@ func (e *QUICEndpoint) fail(err error) {
 // hands back with them, in post order, those completed early.
 func (e *QUICEndpoint) flushInflight() {
 	e.mu.Lock()
-	var lost []*Op
+	var lost []*session.Op
 	ids := make([]uint32, 0, len(e.inflight)+len(e.early))
 	for id := range e.early {
 		ids = append(ids, id)
@@ -393,7 +394,7 @@ func (e *QUICEndpoint) routineWrite() {
 		}
 		if closed {
 			_ = e.str.Close() // the write side ends after the Close frame
-			e.stop(ErrSessionClosed, true)
+			e.stop(session.ErrClosed, true)
 			return
 		}
 	}
@@ -435,7 +436,7 @@ func (e *QUICEndpoint) writeFailed(err error) {
 // reading what the far side sent before it fails.
 const quicDrainGrace = time.Second
 
-func (e *QUICEndpoint) writeOp(w *bufio.Writer, hdr []byte, op *Op, id uint32) ([]byte, error) {
+func (e *QUICEndpoint) writeOp(w *bufio.Writer, hdr []byte, op *session.Op, id uint32) ([]byte, error) {
 	f := tunnel.OpFields{Opcode: op.Opcode, ID: id, Remote: op.Remote, RKey: op.RKey, Imm: op.Imm, InvRKey: op.InvRKey,
 		Length: uint32(op.Len), Compare: op.Compare, SwapAdd: op.SwapAdd}
 	hdr, err := f.Append(hdr)
@@ -625,7 +626,7 @@ func (e *QUICEndpoint) getBuf(n int) (*pool.Buf, error) {
 		e.stats.Waits.Add(1)
 		select {
 		case <-e.quit:
-			return nil, ErrSessionClosed
+			return nil, session.ErrClosed
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 10*time.Millisecond)
@@ -670,7 +671,7 @@ func (e *QUICEndpoint) readCompletion(r io.Reader, fixed []byte, bodyLen int) er
 
 // deliver hands op (completed, id) back to the session in post order:
 // with every op completed early that it was holding back.
-func (e *QUICEndpoint) deliver(id uint32, op *Op) {
+func (e *QUICEndpoint) deliver(id uint32, op *session.Op) {
 	h := e.h.Get()
 	e.mu.Lock()
 	if id != e.doneNext {
@@ -684,7 +685,7 @@ func (e *QUICEndpoint) deliver(id uint32, op *Op) {
 		h.Done(op)
 		return
 	}
-	ready := []*Op{op}
+	ready := []*session.Op{op}
 	for e.doneNext++; e.early[e.doneNext] != nil; e.doneNext++ {
 		ready = append(ready, e.early[e.doneNext])
 		delete(e.early, e.doneNext)
@@ -708,7 +709,7 @@ func (e *QUICEndpoint) readClose(r io.Reader, fixed []byte, rest int) error {
 		return err
 	}
 	f := c.Fields()
-	why := fmt.Errorf("the far gateway's side ended: %w", ErrPeerDisconnected)
+	why := fmt.Errorf("the far gateway's side ended: %w", session.ErrPeerDisconnected)
 	if f.Code == tunnel.CloseFailed {
 		why = fmt.Errorf("the far gateway's side failed: %s", f.Reason)
 	}

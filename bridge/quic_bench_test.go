@@ -3,11 +3,11 @@ package bridge_test
 import (
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"net/netip"
 	"sync"
 	"testing"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -100,9 +100,9 @@ func (w *writeSink) Request(r *transport.Request, _ *pool.Buf) transport.Reply {
 	copy(w.mem, r.Payload)
 	return transport.Reply{Result: transport.Done}
 }
-func (w *writeSink) Flush()             {}
-func (w *writeSink) Done(op *bridge.Op) {}
-func (w *writeSink) Failed(err error)   {}
+func (w *writeSink) Flush()              {}
+func (w *writeSink) Done(op *session.Op) {}
+func (w *writeSink) Failed(err error)    {}
 
 // doneCounter is the near session's side: it counts completions.
 type doneCounter struct {
@@ -116,7 +116,7 @@ func (d *doneCounter) Request(*transport.Request, *pool.Buf) transport.Reply {
 	return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
 }
 func (d *doneCounter) Flush() {}
-func (d *doneCounter) Done(op *bridge.Op) {
+func (d *doneCounter) Done(op *session.Op) {
 	d.mu.Lock()
 	d.done++
 	if op.Status != transport.StatusSuccess && d.failed == nil {
@@ -154,20 +154,20 @@ func benchQUICWrite(b *testing.B, size int) {
 		stop()
 		pl.Close()
 	})
-	ops := make([]*bridge.Op, legWindow)
+	ops := make([]*session.Op, legWindow)
 	for i := range ops {
 		buf, err := pl.Get(size)
 		if err != nil {
 			b.Fatal(err)
 		}
-		ops[i] = &bridge.Op{Opcode: transport.OpWrite, Buf: buf, Len: size, Remote: 0x1000, RKey: 7}
+		ops[i] = &session.Op{Opcode: transport.OpWrite, Buf: buf, Len: size, Remote: 0x1000, RKey: 7}
 	}
 	b.Cleanup(func() {
 		for _, op := range ops {
 			op.Buf.Release()
 		}
 	})
-	one := make([]*bridge.Op, 1)
+	one := make([]*session.Op, 1)
 	posted := 0
 	b.SetBytes(int64(size))
 	b.ReportAllocs()

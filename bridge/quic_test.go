@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"net"
 	"net/netip"
 	"testing"
@@ -155,9 +156,9 @@ func (p *pendingRecorder) Request(r *transport.Request, _ *pool.Buf) transport.R
 	p.toks <- r.Token
 	return transport.Reply{Result: transport.Pending}
 }
-func (p *pendingRecorder) Flush()          {}
-func (p *pendingRecorder) Done(*bridge.Op) {}
-func (p *pendingRecorder) Failed(error)    {}
+func (p *pendingRecorder) Flush()           {}
+func (p *pendingRecorder) Done(*session.Op) {}
+func (p *pendingRecorder) Failed(error)     {}
 
 // TestQUICEndpointCompletesInPostOrder: the far gateway's session
 // completes requests out of order (one that is ending fails a request at
@@ -173,7 +174,7 @@ func TestQUICEndpointCompletesInPostOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, _ := tunnelPair(t, pl)
-	done := &doneRecorder{done: make(chan *bridge.Op, 64)}
+	done := &doneRecorder{done: make(chan *session.Op, 64)}
 	far := &pendingRecorder{toks: make(chan transport.Token, 64)}
 	if err := a.Start(done); err != nil {
 		t.Fatal(err)
@@ -182,9 +183,9 @@ func TestQUICEndpointCompletesInPostOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 10
-	ops := make([]*bridge.Op, n)
+	ops := make([]*session.Op, n)
 	for i := range ops {
-		ops[i] = &bridge.Op{Opcode: transport.OpWrite, Remote: uint64(i) << 12, RKey: 1}
+		ops[i] = &session.Op{Opcode: transport.OpWrite, Remote: uint64(i) << 12, RKey: 1}
 	}
 	if k, err := a.Post(ops); k != n || err != nil {
 		t.Fatalf("posted %d of %d: %v", k, n, err)

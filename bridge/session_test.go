@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -31,16 +32,16 @@ type rig struct {
 	pool       *pool.Pool
 	far        *fakeLeg
 	near       *bridge.UserspaceEndpoint
-	sess       *bridge.Session
+	sess       *session.Session
 	client     *transport.QP
 	cmem       []byte
 	cmr        *transport.MR
 	scq        *transport.CQ
 	rcq        *transport.CQ
 	clients    *transport.Device
-	lender     *lendingConn    // with rigOpts.lend
-	drainer    *drainingLeg    // with rigOpts.drains: the far leg as the session has it
-	farSess    *bridge.Session // with rigOpts.tunnel: the far gateway's session
+	lender     *lendingConn     // with rigOpts.lend
+	drainer    *drainingLeg     // with rigOpts.drains: the far leg as the session has it
+	farSess    *session.Session // with rigOpts.tunnel: the far gateway's session
 	stopTunnel func()
 }
 
@@ -158,7 +159,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 			}
 		}
 	}
-	var far bridge.Endpoint = r.far
+	var far session.Endpoint = r.far
 	if o.drains {
 		r.drainer = &drainingLeg{fakeLeg: r.far, drained: make(chan struct{})}
 		far = r.drainer
@@ -166,13 +167,13 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if o.tunnel {
 		qa, qb, stop := tunnelPair(t, r.pool)
 		r.stopTunnel = stop
-		r.farSess, err = bridge.NewSession(bridge.SessionOptions{A: qb, B: far, Pool: r.pool, MaxChunk: o.farChunk, Logger: testlog.New(t)})
+		r.farSess, err = session.New(session.Options{A: qb, B: far, Pool: r.pool, MaxChunk: o.farChunk, Logger: testlog.New(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		far = qa
 	}
-	r.sess, err = bridge.NewSession(bridge.SessionOptions{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t)})
+	r.sess, err = session.New(session.Options{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,7 +649,7 @@ func TestSessionDeliversWhatAPeerSentBeforeItDisconnected(t *testing.T) {
 	}
 	// The peer disconnects; its receive queue flushed, nothing more comes.
 	close(r.drainer.drained)
-	r.far.handler().Failed(fmt.Errorf("the far QP: %w", bridge.ErrPeerDisconnected))
+	r.far.handler().Failed(fmt.Errorf("the far QP: %w", session.ErrPeerDisconnected))
 	got := r.receives(n, "SENDs sent before the disconnect reached the client")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -662,7 +663,7 @@ func TestSessionDeliversWhatAPeerSentBeforeItDisconnected(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the session did not end after relaying what the disconnected peer sent")
 	}
-	if err := r.sess.Err(); !errors.Is(err, bridge.ErrPeerDisconnected) {
+	if err := r.sess.Err(); !errors.Is(err, session.ErrPeerDisconnected) {
 		t.Errorf("the session ended with %v, want the peer's disconnect", err)
 	}
 	if r.net.Stats().Lost.Load() == 0 {

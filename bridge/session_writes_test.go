@@ -2,12 +2,12 @@ package bridge_test
 
 import (
 	"context"
+	"github.com/rbridge/rbridge/bridge/session"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -48,7 +48,7 @@ func TestSessionManyLongWritesWithLoss(t *testing.T) {
 	}
 	st := r.sess.Stats().Snapshot()
 	withImm := uint64(n / 3)
-	var want bridge.SessionStatsSnapshot
+	var want session.StatsSnapshot
 	want.Ops[0][transport.OpWrite], want.Ops[0][transport.OpWriteWithImm] = n-withImm, withImm
 	want.Bytes[0][transport.OpWrite], want.Bytes[0][transport.OpWriteWithImm] = (n-withImm)*size, withImm*size
 	if d := cmp.Diff(want.Ops, st.Ops); d != "" {

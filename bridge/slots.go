@@ -1,14 +1,16 @@
 package bridge
 
+import "github.com/rbridge/rbridge/bridge/session"
+
 // opSlots names the ops an endpoint has posted by work request ID, so a
 // completion finds its op. Its user guards it with the endpoint's mutex.
 type opSlots struct {
-	ops  []*Op    // by ID; nil when free
-	free []uint32 // IDs free, a stack
+	ops  []*session.Op // by ID; nil when free
+	free []uint32      // IDs free, a stack
 }
 
 func newOpSlots(n int) opSlots {
-	s := opSlots{ops: make([]*Op, n), free: make([]uint32, n)}
+	s := opSlots{ops: make([]*session.Op, n), free: make([]uint32, n)}
 	for i := range s.free {
 		s.free[i] = uint32(n - 1 - i)
 	}
@@ -20,7 +22,7 @@ func (s *opSlots) size() int      { return len(s.ops) }
 func (s *opSlots) available() int { return len(s.free) }
 
 // take gives op an ID; the caller checked available.
-func (s *opSlots) take(op *Op) uint32 {
+func (s *opSlots) take(op *session.Op) uint32 {
 	id := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
 	s.ops[id] = op
@@ -28,7 +30,7 @@ func (s *opSlots) take(op *Op) uint32 {
 }
 
 // done frees id and returns its op, nil when it held none.
-func (s *opSlots) done(id uint64) *Op {
+func (s *opSlots) done(id uint64) *session.Op {
 	if id >= uint64(len(s.ops)) {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"github.com/rbridge/rbridge/bridge/session"
 	"testing"
 
 	"github.com/rbridge/rbridge/ibv"
@@ -27,8 +28,8 @@ func TestOpcodeTable(t *testing.T) {
 		}
 		// The sessions' counters are indexed by opcode, the metrics'
 		// label named from the table: both need the table in order.
-		if int(o) >= len(opcodes) || int(o) >= numOpcodes {
-			t.Fatalf("%v is beyond the opcode table (%d) or the counted opcodes (%d)", o, len(opcodes), numOpcodes)
+		if int(o) >= len(opcodes) || int(o) >= session.NumOpcodes {
+			t.Fatalf("%v is beyond the opcode table (%d) or the counted opcodes (%d)", o, len(opcodes), session.NumOpcodes)
 		}
 		if opcodes[o].t != o {
 			t.Errorf("%v is not at its own index of the opcode table", o)
@@ -37,8 +38,8 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%v is named %q in the metrics, want %q", o, got, labels[o])
 		}
 	}
-	if len(opcodes) != numOpcodes {
-		t.Errorf("%d opcodes in the table, %d counted", len(opcodes), numOpcodes)
+	if len(opcodes) != session.NumOpcodes {
+		t.Errorf("%d opcodes in the table, %d counted", len(opcodes), session.NumOpcodes)
 	}
 	for _, v := range []ibv.Opcode{ibv.OpLocalInv, ibv.OpBindMW} {
 		if o, ok := transportOpcode(v); ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -460,7 +461,7 @@ func (g *Gateway) startUDRoute(c *config.Config, r *config.Route) error {
 	g.routes[r.Name] = run
 	if g.routeStats[r.Name] == nil {
 		g.routeStats[r.Name] = &GatewayStats{}
-		g.ended[r.Name] = &SessionStatsSnapshot{}
+		g.ended[r.Name] = &session.StatsSnapshot{}
 	}
 	ur := g.udRoutes[r.Name]
 	if ur == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"sync"
 
 	"github.com/rbridge/rbridge/roce/transport"
@@ -17,7 +18,7 @@ import (
 // it, which is what makes completion end to end on this leg.
 //
 // Create it, connect its QP (QP()) as any transport QP is connected (by
-// roce/cm, or by hand), then give it to NewSession.
+// roce/cm, or by hand), then give it to session.New.
 type UserspaceEndpoint struct {
 	qp     *transport.QP
 	mr     *transport.MR // the pool's arena in the QP's PD
@@ -25,7 +26,7 @@ type UserspaceEndpoint struct {
 	scq    *transport.CQ
 	rcq    *transport.CQ
 
-	h HandlerSlot
+	h session.HandlerSlot
 
 	mu     sync.Mutex // guards slots, wrs, closed
 	slots  opSlots    // the ops posted, by work request ID
@@ -43,7 +44,7 @@ type UserspaceEndpoint struct {
 }
 
 var (
-	_ Endpoint          = (*UserspaceEndpoint)(nil)
+	_ session.Endpoint  = (*UserspaceEndpoint)(nil)
 	_ transport.Target  = (*UserspaceEndpoint)(nil)
 	_ transport.Flusher = (*UserspaceEndpoint)(nil)
 )
@@ -102,7 +103,7 @@ func (e *UserspaceEndpoint) SetDisconnect(f func() error) {
 // session posts on one endpoint as soon as the other started) wait in
 // the send CQ until it: they reach h. h takes them even when Start
 // fails, so that what was posted still completes through it.
-func (e *UserspaceEndpoint) Start(h Handler) error {
+func (e *UserspaceEndpoint) Start(h session.Handler) error {
 	if !e.h.Set(h) {
 		return errors.New("bridge: userspace endpoint started twice")
 	}
@@ -119,13 +120,13 @@ func (e *UserspaceEndpoint) Start(h Handler) error {
 }
 
 // Limits implements Endpoint.
-func (e *UserspaceEndpoint) Limits() Limits {
+func (e *UserspaceEndpoint) Limits() session.Limits {
 	a := e.qp.Query()
 	rd := a.MaxRdAtomic
 	if rd <= 0 {
 		rd = 16
 	}
-	return Limits{MaxSend: e.slots.size(), MaxRdAtomic: rd, MTU: a.PathMTU}
+	return session.Limits{MaxSend: e.slots.size(), MaxRdAtomic: rd, MTU: a.PathMTU}
 }
 
 // Request implements transport.Target: the session's, once started.
@@ -160,11 +161,11 @@ func (e *UserspaceEndpoint) Complete(tok transport.Token, c transport.Completion
 }
 
 // Post implements Endpoint.
-func (e *UserspaceEndpoint) Post(ops []*Op) (int, error) {
+func (e *UserspaceEndpoint) Post(ops []*session.Op) (int, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return 0, fmt.Errorf("bridge: post on QP %#x: %w", e.qp.QPN(), ErrEndpointFailed)
+		return 0, fmt.Errorf("bridge: post on QP %#x: %w", e.qp.QPN(), session.ErrEndpointFailed)
 	}
 	if len(ops) > e.slots.available() {
 		e.mu.Unlock()
@@ -234,7 +235,7 @@ func (e *UserspaceEndpoint) leftRTS() error {
 	gone := e.peerGone
 	e.mu.Unlock()
 	if gone != nil && gone() {
-		return ErrPeerDisconnected
+		return session.ErrPeerDisconnected
 	}
 	return errors.New("the userspace QP left RTS (a transport error)")
 }

@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"net/netip"
 	"testing"
 	"time"
@@ -13,14 +14,14 @@ import (
 )
 
 // doneRecorder is a Handler that records the ops completed.
-type doneRecorder struct{ done chan *bridge.Op }
+type doneRecorder struct{ done chan *session.Op }
 
 func (d *doneRecorder) Request(*transport.Request, *pool.Buf) transport.Reply {
 	return transport.Reply{Result: transport.NoCredit}
 }
-func (d *doneRecorder) Flush()             {}
-func (d *doneRecorder) Done(op *bridge.Op) { d.done <- op }
-func (d *doneRecorder) Failed(error)       {}
+func (d *doneRecorder) Flush()              {}
+func (d *doneRecorder) Done(op *session.Op) { d.done <- op }
+func (d *doneRecorder) Failed(error)        {}
 
 // TestUserspaceEndpointCompletesWhatWasPostedBeforeStart: a session
 // starts its endpoints one after the other, so the first one's peer can
@@ -90,8 +91,8 @@ func TestUserspaceEndpointCompletesWhatWasPostedBeforeStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(b.B(), "posted before start")
-	op := &bridge.Op{Opcode: transport.OpSend, Buf: b, Len: 19}
-	if n, err := ep.Post([]*bridge.Op{op}); n != 1 || err != nil {
+	op := &session.Op{Opcode: transport.OpSend, Buf: b, Len: 19}
+	if n, err := ep.Post([]*session.Op{op}); n != 1 || err != nil {
 		t.Fatalf("post before start: %d, %v", n, err)
 	}
 	// The peer has it (and acknowledged it) before the endpoint starts.
@@ -104,7 +105,7 @@ func TestUserspaceEndpointCompletesWhatWasPostedBeforeStart(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // the acknowledgement's completion comes to the endpoint
-	h := &doneRecorder{done: make(chan *bridge.Op, 1)}
+	h := &doneRecorder{done: make(chan *session.Op, 1)}
 	if err := ep.Start(h); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,7 @@ type VerbsEndpoint struct {
 	iwarp      bool
 	maxSGE     int // SGEs per send work request (the QP's cap)
 
-	h HandlerSlot
+	h session.HandlerSlot
 
 	mu        sync.Mutex // guards the fields below
 	slots     opSlots    // send work requests by ID
@@ -81,8 +82,8 @@ func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
 }
 
 var (
-	_ Drainer       = (*VerbsEndpoint)(nil)
-	_ StartNotifier = (*VerbsEndpoint)(nil)
+	_ session.Drainer       = (*VerbsEndpoint)(nil)
+	_ session.StartNotifier = (*VerbsEndpoint)(nil)
 )
 
 // recvBit marks the work request IDs of receives.
@@ -154,7 +155,7 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 func (e *VerbsEndpoint) Stats() *VerbsStats { return e.stats }
 
 // Start implements Endpoint.
-func (e *VerbsEndpoint) Start(h Handler) error {
+func (e *VerbsEndpoint) Start(h session.Handler) error {
 	if !e.h.Set(h) {
 		return errors.New("bridge: verbs endpoint started twice")
 	}
@@ -178,8 +179,8 @@ func (e *VerbsEndpoint) Started() {
 }
 
 // Limits implements Endpoint.
-func (e *VerbsEndpoint) Limits() Limits {
-	l := Limits{MaxSend: e.slots.size(), MaxRdAtomic: 1, MTU: 1024, MaxSGE: e.maxSGE}
+func (e *VerbsEndpoint) Limits() session.Limits {
+	l := session.Limits{MaxSend: e.slots.size(), MaxRdAtomic: 1, MTU: 1024, MaxSGE: e.maxSGE}
 	if a, err := e.qp.Query(); err == nil {
 		l.MaxRdAtomic = max(int(a.MaxRdAtomic), 1)
 		if a.PathMTU.Valid() {
@@ -227,11 +228,11 @@ func (e *VerbsEndpoint) postRecvsLocked() error {
 }
 
 // Post implements Endpoint.
-func (e *VerbsEndpoint) Post(ops []*Op) (int, error) {
+func (e *VerbsEndpoint) Post(ops []*session.Op) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closing {
-		return 0, fmt.Errorf("bridge: post on verbs QP %d: %w", e.qp.QPN(), ErrEndpointFailed)
+		return 0, fmt.Errorf("bridge: post on verbs QP %d: %w", e.qp.QPN(), session.ErrEndpointFailed)
 	}
 	if len(ops) > e.slots.available() {
 		return 0, fmt.Errorf("bridge: post %d ops on verbs QP %d: %d slots free", len(ops), e.qp.QPN(), e.slots.available())
@@ -365,7 +366,7 @@ func (e *VerbsEndpoint) routineCompletions(ctx context.Context) {
 	}
 }
 
-func (e *VerbsEndpoint) handle(h Handler, wcs []ibv.WorkCompletion) {
+func (e *VerbsEndpoint) handle(h session.Handler, wcs []ibv.WorkCompletion) {
 	for i := range wcs {
 		wc := &wcs[i]
 		if wc.ID&recvBit != 0 {
@@ -387,7 +388,7 @@ func (e *VerbsEndpoint) handle(h Handler, wcs []ibv.WorkCompletion) {
 }
 
 // received hands a received SEND to the session.
-func (e *VerbsEndpoint) received(h Handler, wc *ibv.WorkCompletion) {
+func (e *VerbsEndpoint) received(h session.Handler, wc *ibv.WorkCompletion) {
 	id := uint32(wc.ID &^ recvBit)
 	e.mu.Lock()
 	e.posted--
@@ -467,7 +468,7 @@ func (e *VerbsEndpoint) Close() error {
 		// answering) completes here.
 		h := e.h.Get()
 		e.mu.Lock()
-		var lost []*Op
+		var lost []*session.Op
 		for id := range e.slots.size() {
 			if op := e.slots.done(uint64(id)); op != nil {
 				op.Status = transport.StatusWRFlushErr

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 	"io"
 	"log/slog"
 	"net"
@@ -177,9 +178,9 @@ func connectQPs(a, b *transport.QP, aAddr, bAddr netip.AddrPort) error {
 type demoGateway struct {
 	near, far *transport.Device
 	pool      *pool.Pool
-	sess      *bridge.Session
+	sess      *session.Session
 	tun       *demoTunnel
-	farSess   *bridge.Session // gateway B's, with a tunnel
+	farSess   *session.Session // gateway B's, with a tunnel
 }
 
 func (g *demoGateway) close() {
@@ -234,19 +235,19 @@ func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transp
 		g.close()
 		return nil, err
 	}
-	var far bridge.Endpoint = eps[1]
+	var far session.Endpoint = eps[1]
 	if withTunnel {
 		if g.tun, err = newDemoTunnel(ctx, addr, g.pool, log); err != nil {
 			g.close()
 			return nil, fmt.Errorf("tunnel: %w", err)
 		}
-		if g.farSess, err = bridge.NewSession(bridge.SessionOptions{A: g.tun.b, B: eps[1], Pool: g.pool, Logger: log}); err != nil {
+		if g.farSess, err = session.New(session.Options{A: g.tun.b, B: eps[1], Pool: g.pool, Logger: log}); err != nil {
 			g.close()
 			return nil, err
 		}
 		far = g.tun.a
 	}
-	if g.sess, err = bridge.NewSession(bridge.SessionOptions{A: eps[0], B: far, Pool: g.pool, Logger: log}); err != nil {
+	if g.sess, err = session.New(session.Options{A: eps[0], B: far, Pool: g.pool, Logger: log}); err != nil {
 		g.close()
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"context"
@@ -64,7 +64,7 @@ type Session struct {
 
 	maxChunk int
 
-	stats SessionStats
+	stats Stats
 
 	failing atomic.Bool
 	ctx     context.Context // canceled at teardown: ends waits for the pool
@@ -82,8 +82,8 @@ type Session struct {
 // ended keeps relaying what that endpoint had received.
 const drainTimeout = 5 * time.Second
 
-// SessionOptions configures NewSession.
-type SessionOptions struct {
+// Options configures New.
+type Options struct {
 	A, B Endpoint
 	// Pool holds every payload in flight; both endpoints must reach its
 	// arena (a userspace endpoint registers it, a verbs endpoint's PD has
@@ -95,18 +95,18 @@ type SessionOptions struct {
 	Logger *slog.Logger
 }
 
-// numOpcodes is how many send opcodes a session relays, each counted
+// NumOpcodes is how many send opcodes a session relays, each counted
 // apart: transport's OpSend to OpFetchAdd, numbered from 0.
-const numOpcodes = int(transport.OpFetchAdd) + 1
+const NumOpcodes = int(transport.OpFetchAdd) + 1
 
-// SessionStats counts a session's work; every field is updated atomically.
+// Stats counts a session's work; every field is updated atomically.
 // Operations are counted as messages: once each, when the last packet of
 // a SEND or WRITE arrived (a WRITE posted in chunks as it arrives counts
 // once, all its bytes at its end), a READ or atomic as it arrives.
-type SessionStats struct {
+type Stats struct {
 	// Indexed by direction: 0 is A to B, 1 is B to A; Ops and Bytes then
 	// by opcode (transport.Opcode).
-	Ops, Bytes [2][numOpcodes]atomic.Uint64
+	Ops, Bytes [2][NumOpcodes]atomic.Uint64
 	// Bytes are the payload: a SEND's or WRITE's, the length a READ
 	// reads, an atomic's 8.
 	Copied   [2]atomic.Uint64
@@ -120,19 +120,19 @@ type SessionStats struct {
 	PoolWaits [2]atomic.Uint64
 }
 
-// SessionStatsSnapshot is SessionStats read at one moment, as plain
-// values, indexed like SessionStats.
-type SessionStatsSnapshot struct {
-	Ops, Bytes                        [2][numOpcodes]uint64
+// StatsSnapshot is Stats read at one moment, as plain
+// values, indexed like Stats.
+type StatsSnapshot struct {
+	Ops, Bytes                        [2][NumOpcodes]uint64
 	Copied, Failed, NoCredit, TooLong [2]uint64
 	PoolWaits                         [2]uint64
 }
 
 // Snapshot reads every counter.
-func (s *SessionStats) Snapshot() SessionStatsSnapshot {
-	var out SessionStatsSnapshot
+func (s *Stats) Snapshot() StatsSnapshot {
+	var out StatsSnapshot
 	for d := range 2 {
-		for o := range numOpcodes {
+		for o := range NumOpcodes {
 			out.Ops[d][o], out.Bytes[d][o] = s.Ops[d][o].Load(), s.Bytes[d][o].Load()
 		}
 		out.Copied[d], out.Failed[d], out.NoCredit[d] = s.Copied[d].Load(), s.Failed[d].Load(), s.NoCredit[d].Load()
@@ -143,10 +143,10 @@ func (s *SessionStats) Snapshot() SessionStatsSnapshot {
 
 // TotalOps and TotalBytes sum direction d's operations and bytes over
 // every opcode.
-func (s SessionStatsSnapshot) TotalOps(d int) uint64   { return sum(&s.Ops[d]) }
-func (s SessionStatsSnapshot) TotalBytes(d int) uint64 { return sum(&s.Bytes[d]) }
+func (s StatsSnapshot) TotalOps(d int) uint64   { return sum(&s.Ops[d]) }
+func (s StatsSnapshot) TotalBytes(d int) uint64 { return sum(&s.Bytes[d]) }
 
-func sum(v *[numOpcodes]uint64) uint64 {
+func sum(v *[NumOpcodes]uint64) uint64 {
 	var n uint64
 	for _, x := range v {
 		n += x
@@ -154,10 +154,10 @@ func sum(v *[numOpcodes]uint64) uint64 {
 	return n
 }
 
-// add adds o's counts to s.
-func (s *SessionStatsSnapshot) add(o SessionStatsSnapshot) {
+// Add adds o's counts to s.
+func (s *StatsSnapshot) Add(o StatsSnapshot) {
 	for d := range 2 {
-		for k := range numOpcodes {
+		for k := range NumOpcodes {
 			s.Ops[d][k] += o.Ops[d][k]
 			s.Bytes[d][k] += o.Bytes[d][k]
 		}
@@ -203,9 +203,9 @@ type relay struct {
 	batch   [32]*Op    // used under postMu
 }
 
-// NewSession joins two endpoints and starts relaying. The endpoints'
+// New joins two endpoints and starts relaying. The endpoints'
 // connections must be established (the QPs in RTS).
-func NewSession(o SessionOptions) (*Session, error) {
+func New(o Options) (*Session, error) {
 	if o.A == nil || o.B == nil || o.Pool == nil {
 		return nil, errors.New("bridge: new session: two endpoints and a pool are required")
 	}
@@ -248,12 +248,12 @@ func NewSession(o SessionOptions) (*Session, error) {
 }
 
 // Stats returns the session's counters.
-func (s *Session) Stats() *SessionStats { return &s.stats }
+func (s *Session) Stats() *Stats { return &s.stats }
 
 // Done is closed when the session has ended; Err says why.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
-// Err returns why the session ended (nil while it runs, ErrSessionClosed
+// Err returns why the session ended (nil while it runs, ErrClosed
 // after Close).
 func (s *Session) Err() error {
 	select {
@@ -279,16 +279,22 @@ func (s *Session) State() [2]RelayState {
 	return out
 }
 
-// ErrSessionClosed is the end of a session that Close ended.
-var ErrSessionClosed = errors.New("session closed")
+// ErrClosed is the end of a session that Close ended.
+var ErrClosed = errors.New("session closed")
 
 // Close ends the session and waits until it has: both endpoints are
 // closed, ops in flight completed with errors and every buffer is back in
 // the pool.
 func (s *Session) Close() error {
-	s.fail(nil, ErrSessionClosed)
+	s.Cut()
 	<-s.done
 	return nil
+}
+
+// Cut ends the session without waiting for its teardown, which runs on a
+// goroutine of its own (Close waits for it); Done says when it ended.
+func (s *Session) Cut() {
+	s.fail(nil, ErrClosed)
 }
 
 // fail ends the session because of ep (nil: the session itself, or
@@ -315,7 +321,7 @@ func (s *Session) fail(ep Endpoint, err error) {
 			s.log.Warn("the other side failed while relaying what a disconnected peer had sent", "err", err)
 		}
 	default:
-		if d, ok := ep.(Drainer); ok && !errors.Is(err, ErrSessionClosed) && !s.failing.Load() {
+		if d, ok := ep.(Drainer); ok && !errors.Is(err, ErrClosed) && !s.failing.Load() {
 			s.draining, s.gone, s.goneErr = true, ep, err
 			s.drainMu.Unlock()
 			go s.drain(d)
@@ -385,7 +391,7 @@ func (r *relay) state() RelayState {
 // connection goes. Only then is the other endpoint closed.
 func (s *Session) teardown(ep Endpoint, err error) {
 	switch {
-	case errors.Is(err, ErrSessionClosed):
+	case errors.Is(err, ErrClosed):
 	case errors.Is(err, ErrPeerDisconnected):
 		s.log.Info("a peer disconnected: the other connection is disconnected too", "why", err)
 	default:
@@ -780,7 +786,7 @@ func (r *relay) enqueueLocked(op *Op) {
 // endLocked counts the message whose last op was queued: one operation of
 // opcode o, with every byte its ops queued.
 func (r *relay) endLocked(o transport.Opcode) {
-	if int(o) < numOpcodes {
+	if int(o) < NumOpcodes {
 		r.s.stats.Ops[r.dir][o].Add(1)
 		r.s.stats.Bytes[r.dir][o].Add(r.msgBytes)
 	}

@@ -1,0 +1,15 @@
+// Package session is rbridge's RC data plane, with no I/O of its own: a
+// Session pairs two Endpoints (a connected RC queue pair on each leg) and
+// relays every operation between them with end-to-end completion.
+//
+// Files, in the order an operation travels:
+//   - endpoint.go: the Endpoint contract a leg implements (Post, Complete,
+//     Limits, Close; Done in post order), the Handler it calls, the Op it
+//     carries, and the optional Drainer and StartNotifier;
+//   - session.go: a session's lifecycle (New, drain, teardown, Cut and
+//     Close) and the relay: request, send, write and lend, pump, done.
+//
+// The legs that implement Endpoint live in package bridge (userspace.go,
+// verbs.go, quic.go); the pool the relay takes its buffers from is package
+// pool.
+package session
