@@ -3,11 +3,12 @@ package bridge_test
 import (
 	"context"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"net/netip"
 	"sync"
 	"testing"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testlog"

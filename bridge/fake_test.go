@@ -3,11 +3,12 @@ package bridge_test
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/rbridge/rbridge/roce/transport"
 )

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -14,9 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/internal/portcounters"
 	"github.com/rbridge/rbridge/ipoib"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/tunnel"
@@ -174,6 +176,39 @@ type leg interface {
 	// dial connects to a target; a refusal is a *rejected.
 	dial(ctx context.Context, to netip.AddrPort, p connParams) (conn, error)
 	close() error
+
+	// status fills what the leg knows of itself now, beyond its
+	// configuration: the MTU it carries, the GID it chose, its unanswered
+	// neighbours, its peer gateways.
+	status(st *LegStatus)
+	// link reads the leg's link (sysRoot: where sysfs is): its state,
+	// whether it is up, and a verbs port as read (nil for other legs, or
+	// when unreadable).
+	link(sysRoot string) (state string, up bool, port *portcounters.Port)
+	// counters fills the leg's counters for a scrape.
+	counters(c *legCounters)
+	// objects adds what the leg holds open to st.
+	objects(st *GatewayState)
+	// health says why the leg cannot work now (a receive loop that has
+	// not come round for stall), nil when it can.
+	health(now time.Time, stall time.Duration) error
+	// nicPort names the verbs port whose counters /metrics shows; ok is
+	// false for other legs.
+	nicPort() (device string, port int, ok bool)
+}
+
+// A groupLeg is a leg that carries multicast groups (userspace and verbs
+// legs).
+type groupLeg interface {
+	leg
+	// groupPort joins group on the leg, as side (0 RoCE, 1 IB) of gc; the
+	// port receives unless sendOnly. own is the gateway's address there,
+	// qkey the group's Q_Key (a verbs leg learns it from the join; rdma_cm's
+	// for UDP port space otherwise).
+	groupPort(ctx context.Context, gc *config.Group, side int, sendOnly bool, timeout time.Duration, s spin) (p udPort, own netip.Addr, qkey uint32, err error)
+	// joinedLink finds the Ethernet link of the members of a joined
+	// group: its interface, network namespace and the gateway's address.
+	joinedLink() (ifname, ns string, addr netip.Addr, err error)
 }
 
 type listener interface {
@@ -257,7 +292,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			return fail(fmt.Errorf("%s:%d: leg %q: %w", o.Config.File(), l.Line(), l.Name, err))
 		}
 		g.legs[l.Name] = lg
-		g.legStatus[l.Name] = legStatus(l, lg)
+		g.legStatus[l.Name] = legStatus(l)
 		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
 	}
 	g.openNICs("/sys")
@@ -280,11 +315,11 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 func (g *Gateway) openNICs(root string) {
 	g.sysRoot, g.nics = root, map[string]*nicPort{}
 	for name, l := range g.legs {
-		v, ok := l.(*verbsLeg)
+		dev, port, ok := l.nicPort()
 		if !ok {
 			continue
 		}
-		n, err := newNICPort(root, name, v.gid.Device, v.gid.Port)
+		n, err := newNICPort(root, name, dev, port)
 		if err != nil {
 			g.log.Warn("verbs leg: the NIC's port counters are unreadable: /metrics goes without them", "leg", name, "err", err)
 			continue
@@ -397,10 +432,7 @@ func (g *Gateway) State() GatewayState {
 		st.PoolInUse += c.Total - c.Free
 	}
 	for _, l := range g.legs {
-		if u, ok := l.(*userspaceLeg); ok {
-			st.UserspaceQPs += u.dev.NumQPs()
-			st.UserspaceCMConns += u.cm.NumConns()
-		}
+		l.objects(&st)
 	}
 	v := ibv.LiveObjects()
 	st.VerbsQPs, st.VerbsCQs, st.VerbsCMIDs, st.VerbsEventChannels = v["QP"], v["CQ"], v["CMID"], v["EventChannel"]
@@ -473,12 +505,8 @@ func (g *Gateway) Health() error {
 	now := time.Now()
 	var errs []error
 	for name, l := range g.legs {
-		u, ok := l.(*userspaceLeg)
-		if !ok || u.dev == nil {
-			continue
-		}
-		if last, wakes := u.dev.ReceiveHeartbeat(); wakes && now.Sub(last) > g.stall {
-			errs = append(errs, fmt.Errorf("bridge: gateway: leg %q: the receive loop has not come round for %v: stuck", name, now.Sub(last).Round(time.Millisecond)))
+		if err := l.health(now, g.stall); err != nil {
+			errs = append(errs, fmt.Errorf("bridge: gateway: leg %q: %w", name, err))
 		}
 	}
 	g.mu.Lock()

@@ -5,13 +5,14 @@ package bridge_test
 import (
 	"context"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"

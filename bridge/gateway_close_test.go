@@ -3,10 +3,11 @@ package bridge_test
 import (
 	"context"
 	"errors"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/integration/guest"

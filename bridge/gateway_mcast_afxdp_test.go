@@ -4,13 +4,14 @@ package bridge_test
 
 import (
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"

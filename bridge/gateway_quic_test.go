@@ -3,13 +3,14 @@ package bridge_test
 import (
 	"context"
 	"errors"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testcert"

@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"fmt"
 	"sort"
 	"time"
 
@@ -183,30 +182,10 @@ type DirectionStatus struct {
 	Posted      int               `json:"posted"`
 }
 
-// legStatus is what the gateway knows of a leg once open.
-func legStatus(l *config.Leg, lg leg) LegStatus {
-	st := LegStatus{Name: l.Name, Kind: l.Kind, IP: l.IP.String(), Interface: l.Interface, Netns: l.Netns, IO: l.IO, Device: l.Device, Port: l.Port}
-	switch lg := lg.(type) {
-	case *userspaceLeg:
-		st.MTU, st.MTUWhy = lg.mtu, lg.mtuWhy
-		if lg.neigh != nil {
-			for _, a := range lg.neigh.Unanswered() {
-				st.NeighborsUnanswered = append(st.NeighborsUnanswered, a.String())
-			}
-			st.NeighborFailures = lg.neigh.Stats().Failed.Load()
-		}
-	case *quicLeg:
-		st.Listen, st.Peer = l.Listen, l.Peer
-	case *verbsLeg:
-		// The choice openVerbsLeg made and logged, made again: it is the
-		// GID table's, so the same while the table is.
-		if gid, err := findGID(l); err == nil {
-			st.Device, st.Port, st.GIDIndex, st.GID, st.GIDWhy = gid.Device, gid.Port, gid.Index, gid.GID.String(), gid.Reason
-		} else {
-			st.GIDWhy = err.Error()
-		}
-	}
-	return st
+// legStatus is what a leg's configuration says of it; the leg adds what
+// it knows (leg.status).
+func legStatus(l *config.Leg) LegStatus {
+	return LegStatus{Name: l.Name, Kind: l.Kind, IP: l.IP.String(), Interface: l.Interface, Netns: l.Netns, IO: l.IO, Device: l.Device, Port: l.Port}
 }
 
 // Status returns what the gateway runs now. Sessions are sorted by route,
@@ -219,9 +198,8 @@ func (g *Gateway) Status() Status {
 	for i := range cfg.Legs {
 		ls := g.legStatus[cfg.Legs[i].Name]
 		ls.State, ls.Up, _ = g.linkState(ls.Name)
-		if q, ok := g.legs[ls.Name].(*quicLeg); ok {
-			n := q.peerConns()
-			ls.PeerConns, ls.PeerRefused = &n, q.refused.Load()
+		if l := g.legs[ls.Name]; l != nil {
+			l.status(&ls)
 		}
 		st.Legs = append(st.Legs, ls)
 	}
@@ -300,29 +278,13 @@ func (g *Gateway) Status() Status {
 // linkState reads leg name's link: its state and whether it is up, and a
 // verbs leg's port as read (nil for userspace legs, or when unreadable).
 func (g *Gateway) linkState(name string) (string, bool, *portcounters.Port) {
-	switch l := g.legs[name].(type) {
-	case *verbsLeg:
-		root := g.sysRoot
-		if root == "" {
-			root = "/sys"
-		}
-		p, err := portcounters.Read(root, l.gid.Device, l.gid.Port)
-		if err != nil {
-			return "unreadable: " + err.Error(), false, nil
-		}
-		return p.State, p.Active(), &p
-	case *userspaceLeg:
-		s, err := operState(l.cfg.Netns, l.cfg.Interface)
-		if err != nil {
-			return "unreadable: " + err.Error(), false, nil
-		}
-		return s, s == "up" || s == "unknown", nil
-	case *quicLeg:
-		// Its link is the tunnel to the peer gateway.
-		if n := l.peerConns(); n > 0 {
-			return fmt.Sprintf("connected (%d)", n), true, nil
-		}
-		return "no peer connection", false, nil
+	l := g.legs[name]
+	if l == nil {
+		return "unknown leg", false, nil
 	}
-	return "unknown leg", false, nil
+	root := g.sysRoot
+	if root == "" {
+		root = "/sys"
+	}
+	return l.link(root)
 }

@@ -3,10 +3,11 @@ package bridge_test
 import (
 	"context"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"

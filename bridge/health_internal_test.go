@@ -3,13 +3,14 @@ package bridge
 import (
 	"context"
 	"errors"
-	"github.com/rbridge/rbridge/bridge/session"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/internal/testlog"

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
-	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/igmp"
 	"github.com/rbridge/rbridge/internal/netns"
 )
@@ -123,14 +122,8 @@ const maxNoted = 256
 // joinedLink finds the Ethernet link of the members' leg: its interface,
 // network namespace and the gateway's address there.
 func (g *Gateway) joinedLink(name string) (ifname, ns string, addr netip.Addr, err error) {
-	switch l := g.legs[name].(type) {
-	case *userspaceLeg:
-		return l.cfg.Interface, l.cfg.Netns, l.cfg.IP, nil
-	case *verbsLeg:
-		if l.gid.Netdev == "" || l.gid.Type != ibv.GIDTypeRoCEv2 {
-			return "", "", netip.Addr{}, fmt.Errorf("leg %q is on %s, an InfiniBand port: membership there is the subnet administrator's, not IGMP's; joined_on needs an Ethernet link on the members' side (a RoCE port or a userspace leg)", name, l.gid.GIDEntry)
-		}
-		return l.gid.Netdev, "", l.cfg.IP, nil
+	if l, ok := g.legs[name].(groupLeg); ok {
+		return l.joinedLink()
 	}
 	return "", "", netip.Addr{}, fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
 }

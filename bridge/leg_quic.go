@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,6 +11,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/internal/portcounters"
 
 	"github.com/quic-go/quic-go"
 
@@ -514,3 +516,27 @@ func (c *quicConn) endpoint() session.Endpoint { return c.ep }
 func (c *quicConn) params() connParams         { return c.p }
 func (c *quicConn) describe() string           { return c.desc }
 func (c *quicConn) close() error               { return c.ep.Close() }
+
+func (q *quicLeg) status(st *LegStatus) {
+	n := q.peerConns()
+	st.Listen, st.Peer = q.l.Listen, q.l.Peer
+	st.PeerConns, st.PeerRefused = &n, q.refused.Load()
+}
+
+// link is the tunnel to the peer gateway.
+func (q *quicLeg) link(string) (string, bool, *portcounters.Port) {
+	if n := q.peerConns(); n > 0 {
+		return fmt.Sprintf("connected (%d)", n), true, nil
+	}
+	return "no peer connection", false, nil
+}
+
+func (q *quicLeg) counters(c *legCounters) {
+	c.quic = &quicLegSnapshot{QUICStatsSnapshot: q.stats.Snapshot(), Refused: q.refused.Load(), Conns: q.peerConns()}
+}
+
+func (q *quicLeg) objects(*GatewayState) {}
+
+func (q *quicLeg) health(time.Time, time.Duration) error { return nil }
+
+func (q *quicLeg) nicPort() (string, int, bool) { return "", 0, false }

@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net"
 	"net/netip"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/internal/portcounters"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -340,4 +342,68 @@ func (c *userspaceConn) close() error {
 	err := c.ep.Close() // disconnects first
 	c.u.forget(c.ep)
 	return err
+}
+
+func (u *userspaceLeg) status(st *LegStatus) {
+	st.MTU, st.MTUWhy = u.mtu, u.mtuWhy
+	if u.neigh != nil {
+		for _, a := range u.neigh.Unanswered() {
+			st.NeighborsUnanswered = append(st.NeighborsUnanswered, a.String())
+		}
+		st.NeighborFailures = u.neigh.Stats().Failed.Load()
+	}
+}
+
+func (u *userspaceLeg) link(string) (string, bool, *portcounters.Port) {
+	s, err := operState(u.cfg.Netns, u.cfg.Interface)
+	if err != nil {
+		return "unreadable: " + err.Error(), false, nil
+	}
+	return s, s == "up" || s == "unknown", nil
+}
+
+func (u *userspaceLeg) counters(c *legCounters) {
+	c.mtu, c.limited = u.mtu, u.dev.RateLimitedQPs()
+	t, m := u.dev.Stats().Snapshot(), u.cm.Stats().Snapshot()
+	c.transport, c.cm = &t, &m
+	switch pc := u.pconn.(type) {
+	case *udpconn.Conn:
+		s := pc.Stats().Snapshot()
+		c.udp = &s
+	case *xdp.Conn:
+		// Without the kernel's ring counters the socket's own still
+		// count: the error only leaves RXRingDrops zero.
+		s, _ := pc.Stats()
+		c.xdp = &s
+	}
+	if u.neigh != nil {
+		s := u.neigh.Stats().Snapshot()
+		c.neigh = &s
+	}
+	if u.prog != nil {
+		if p, err := u.prog.Counters(); err == nil {
+			c.prog = &p
+		}
+	}
+}
+
+func (u *userspaceLeg) objects(st *GatewayState) {
+	st.UserspaceQPs += u.dev.NumQPs()
+	st.UserspaceCMConns += u.cm.NumConns()
+}
+
+func (u *userspaceLeg) health(now time.Time, stall time.Duration) error {
+	if u.dev == nil {
+		return nil
+	}
+	if last, wakes := u.dev.ReceiveHeartbeat(); wakes && now.Sub(last) > stall {
+		return fmt.Errorf("the receive loop has not come round for %v: stuck", now.Sub(last).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (u *userspaceLeg) nicPort() (string, int, bool) { return "", 0, false }
+
+func (u *userspaceLeg) joinedLink() (string, string, netip.Addr, error) {
+	return u.cfg.Interface, u.cfg.Netns, u.cfg.IP, nil
 }

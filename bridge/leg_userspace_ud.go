@@ -4,13 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
+	"net"
 	"net/netip"
 	"sync"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/internal/netns"
 
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
 	"github.com/rbridge/rbridge/xdp"
 )
 
@@ -237,4 +243,85 @@ func (p *userspaceUDPort) close() error {
 		p.ring.close()
 	})
 	return err
+}
+
+// A busy-polled group's conn is read without waiting, on either io.
+var (
+	_ transport.TryReader = (*udpconn.Conn)(nil)
+	_ transport.TryReader = (*xdp.GroupConn)(nil)
+)
+
+// openGroupPort makes the leg's UD QP for a group; attached to it (receive)
+// through a socket bound to the group and joined on the leg's interface
+// (io: udp), or through the group's conn on the leg's AF_XDP socket, whose
+// classifier steers the group's datagrams to it while a kernel socket
+// holds the membership on the interface (io: afxdp). With sp on, the
+// group's conn is read by the port's recv (polled): over UDP the group's
+// socket, with SO_BUSY_POLL; over AF_XDP the GroupConn's queue, which the
+// leg's receive goroutine fills from the AF_XDP socket as it reads it.
+func (u *userspaceLeg) openGroupPort(group netip.Addr, receive bool, sp spin) (*userspaceUDPort, error) {
+	p, err := u.udPort()
+	if err != nil {
+		return nil, err
+	}
+	p.spin = sp
+	p.peerNote = fmt.Sprintf("group %v", group)
+	if !receive {
+		p.peerNote += " (send only)"
+		return p, nil
+	}
+	if _, ok := u.pconn.(*xdp.Conn); ok {
+		p.peerNote += " (AF_XDP: the classifier redirects it)"
+	}
+	open := func() (roce.PacketConn, error) {
+		var c roce.PacketConn
+		err := netns.Do(u.cfg.Netns, func() error {
+			if xc, ok := u.pconn.(*xdp.Conn); ok {
+				// The classifier steers the group's datagrams to the
+				// leg's AF_XDP socket; the kernel holds the membership.
+				gc, err := xc.JoinGroup(group)
+				if err != nil {
+					return err
+				}
+				c = gc
+				return nil
+			}
+			ifi, err := net.InterfaceByName(u.cfg.Interface)
+			if err != nil {
+				return err
+			}
+			uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: sp.on})
+			if err != nil {
+				return err
+			}
+			if sp.on && !uc.SocketBusyPoll() {
+				u.log.Info("group socket without SO_BUSY_POLL (needs CAP_NET_ADMIN): it is polled all the same", "group", group)
+			}
+			c = uc
+			return nil
+		})
+		return c, err
+	}
+	if sp.on {
+		if p.poller, err = u.dev.AttachMulticastPolled(p.qp, group, open); err != nil {
+			p.close()
+			return nil, err
+		}
+		return p, nil
+	}
+	if err := u.dev.AttachMulticast(p.qp, group, open); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+var _ groupLeg = (*userspaceLeg)(nil)
+
+func (u *userspaceLeg) groupPort(_ context.Context, gc *config.Group, _ int, sendOnly bool, _ time.Duration, sp spin) (udPort, netip.Addr, uint32, error) {
+	p, err := u.openGroupPort(gc.Group, !sendOnly, sp)
+	if err != nil {
+		return nil, u.cfg.IP, cm.RDMAUDPQKey, err // a nil *userspaceUDPort would not be a nil udPort
+	}
+	return p, u.cfg.IP, cm.RDMAUDPQKey, nil
 }

@@ -5,13 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/internal/portcounters"
 
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
@@ -504,4 +506,35 @@ func (c *verbsConn) close() error {
 		}
 	})
 	return err
+}
+
+func (v *verbsLeg) status(st *LegStatus) {
+	// The choice openVerbsLeg made and logged.
+	st.Device, st.Port, st.GIDIndex, st.GID, st.GIDWhy = v.gid.Device, v.gid.Port, v.gid.Index, v.gid.GID.String(), v.gid.Reason
+}
+
+func (v *verbsLeg) link(sysRoot string) (string, bool, *portcounters.Port) {
+	p, err := portcounters.Read(sysRoot, v.gid.Device, v.gid.Port)
+	if err != nil {
+		return "unreadable: " + err.Error(), false, nil
+	}
+	return p.State, p.Active(), &p
+}
+
+func (v *verbsLeg) counters(c *legCounters) {
+	s := v.stats.Snapshot()
+	c.verbs = &s
+}
+
+func (v *verbsLeg) objects(*GatewayState) {} // ibv.LiveObjects counts them all
+
+func (v *verbsLeg) health(time.Time, time.Duration) error { return nil }
+
+func (v *verbsLeg) nicPort() (string, int, bool) { return v.gid.Device, v.gid.Port, true }
+
+func (v *verbsLeg) joinedLink() (string, string, netip.Addr, error) {
+	if v.gid.Netdev == "" || v.gid.Type != ibv.GIDTypeRoCEv2 {
+		return "", "", netip.Addr{}, fmt.Errorf("leg %q is on %s, an InfiniBand port: membership there is the subnet administrator's, not IGMP's; joined_on needs an Ethernet link on the members' side (a RoCE port or a userspace leg)", v.cfg.Name, v.gid.GIDEntry)
+	}
+	return v.gid.Netdev, "", v.cfg.IP, nil
 }

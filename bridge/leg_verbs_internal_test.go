@@ -3,12 +3,13 @@ package bridge
 import (
 	"bytes"
 	"context"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"runtime"
 	"runtime/pprof"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/roce/cm"
@@ -393,4 +397,88 @@ func (p *verbsUDPort) close() error {
 		p.ring.close()
 	})
 	return err
+}
+
+// openGroupPort joins a group on the leg with an rdma_cm id of its own (send
+// only when sendOnly) and makes the id's UD QP; it returns the group's
+// Q_Key from the join.
+func (v *verbsLeg) openGroupPort(ctx context.Context, group netip.Addr, sendOnly, ipoib bool, timeout time.Duration, sp spin, busySend bool) (*verbsUDPort, uint32, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, 0, err
+	}
+	// IPoIB's port space makes the kernel join the IPoIB form of the
+	// MGID with the Q_Key of the port's IPoIB broadcast group.
+	ps := ibv.PortSpaceUDP
+	if ipoib {
+		ps = ibv.PortSpaceIPoIB
+	}
+	id, err := ch.NewID(ps)
+	if err == nil {
+		err = id.ResolveAddr(v.cfg.IP, netip.AddrPortFrom(group, 0), 5*time.Second)
+	}
+	if err == nil {
+		_, err = ch.Expect(ctx, ibv.CMAddrResolved)
+	}
+	if err != nil {
+		ch.Close()
+		if ipoib && errors.Is(err, syscall.EINVAL) {
+			return nil, 0, fmt.Errorf("resolve %v from %v in IPoIB's port space: %w (mgid ipoib needs an InfiniBand port: the kernel refuses that port space on RoCE, where a group's MGID is its IP mapping; use mgid: rdma_cm)", group, v.cfg.IP, err)
+		}
+		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
+	}
+	p, err := v.udPort(id, ch, sp, busySend)
+	if err != nil {
+		ch.Close()
+		return nil, 0, err
+	}
+	if err := id.JoinMulticast(group, ibv.JoinOptions{SendOnly: sendOnly}); err != nil {
+		p.close()
+		return nil, 0, err
+	}
+	p.group = group
+	ev, err := ch.Next(ctx)
+	if err == nil && ev.Type != ibv.CMMulticastJoin {
+		err = fmt.Errorf("join %v: %v (status %d)", group, ev.Type, ev.Status)
+	}
+	if err != nil {
+		p.close()
+		return nil, 0, err
+	}
+	if ipoib && ev.QKey != 0 {
+		// librdmacm gave the QP rdma_cm's Q_Key; the members of an IPoIB
+		// group send with the group's, which the QP must hold to take
+		// their datagrams.
+		if err := p.qp.Modify(&ibv.QPAttr{QKey: ev.QKey}, ibv.QPAttrQKey); err != nil {
+			p.close()
+			return nil, 0, fmt.Errorf("set the QP's Q_Key to group %v's %#x: %w", group, ev.QKey, err)
+		}
+	}
+	ah, err := p.vd.pd.NewAH(ev.AH)
+	if err != nil {
+		p.close()
+		return nil, 0, fmt.Errorf("address handle to group %v: %w", group, err)
+	}
+	p.mu.Lock()
+	p.ahs[group] = ah
+	p.mu.Unlock()
+	p.peerNote = fmt.Sprintf("group %v MGID %v", group, netip.AddrFrom16(ev.AH.GRH.DGID))
+	if sendOnly {
+		p.peerNote += " (send only)"
+	}
+	return p, ev.QKey, nil
+}
+
+var _ groupLeg = (*verbsLeg)(nil)
+
+// groupPort joins on side 1 (IB) in IPoIB's form when the group asks for
+// it (mgid: ipoib).
+func (v *verbsLeg) groupPort(ctx context.Context, gc *config.Group, side int, sendOnly bool, timeout time.Duration, sp spin) (udPort, netip.Addr, uint32, error) {
+	p, qkey, err := v.openGroupPort(ctx, gc.Group, sendOnly, gc.MGID == config.MGIDIPoIB && side == 1, timeout, sp, gc.BusyPoll)
+	if err != nil {
+		return nil, v.cfg.IP, cm.RDMAUDPQKey, err // a nil *verbsUDPort would not be a nil udPort
+	}
+	return p, v.cfg.IP, qkey, nil
 }

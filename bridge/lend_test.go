@@ -1,10 +1,11 @@
 package bridge_test
 
 import (
-	"github.com/rbridge/rbridge/bridge/pool"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/simnet"

@@ -2,24 +2,16 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
-	"github.com/rbridge/rbridge/ibv"
-	"github.com/rbridge/rbridge/internal/netns"
-	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
-	"github.com/rbridge/rbridge/roce/udpconn"
-	"github.com/rbridge/rbridge/xdp"
 )
 
 // Multicast groups (config groups:). For each group the gateway has one UD
@@ -116,21 +108,12 @@ func (g *Gateway) openGroup(ctx context.Context, gc *config.Group) (*groupRun, e
 		receive := r.relays(side)
 		// A port is set only when made: a nil *port in the interface would
 		// not be nil to fail.
-		switch l := g.legs[name].(type) {
-		case *userspaceLeg:
-			var p *userspaceUDPort
-			if p, err = l.groupPort(gc.Group, receive, r.spins[side]); err == nil {
+		if l, ok := g.legs[name].(groupLeg); ok {
+			var p udPort
+			if p, r.own[side], r.qkey[side], err = l.groupPort(ctx, gc, side, !receive, g.timeout, r.spins[side]); err == nil {
 				r.ports[side] = p
 			}
-			r.own[side] = l.cfg.IP
-		case *verbsLeg:
-			var p *verbsUDPort
-			var qkey uint32
-			if p, qkey, err = l.groupPort(ctx, gc.Group, !receive, gc.MGID == config.MGIDIPoIB && side == 1, g.timeout, r.spins[side], gc.BusyPoll); err == nil {
-				r.ports[side] = p
-			}
-			r.own[side], r.qkey[side] = l.cfg.IP, qkey
-		default:
+		} else {
 			err = fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
 		}
 		if err != nil {
@@ -338,147 +321,4 @@ func (g *Gateway) GroupStats(name string) *UDStatsSnapshot {
 		}
 	}
 	return nil
-}
-
-// A busy-polled group's conn is read without waiting, on either io.
-var (
-	_ transport.TryReader = (*udpconn.Conn)(nil)
-	_ transport.TryReader = (*xdp.GroupConn)(nil)
-)
-
-// groupPort makes the leg's UD QP for a group; attached to it (receive)
-// through a socket bound to the group and joined on the leg's interface
-// (io: udp), or through the group's conn on the leg's AF_XDP socket, whose
-// classifier steers the group's datagrams to it while a kernel socket
-// holds the membership on the interface (io: afxdp). With sp on, the
-// group's conn is read by the port's recv (polled): over UDP the group's
-// socket, with SO_BUSY_POLL; over AF_XDP the GroupConn's queue, which the
-// leg's receive goroutine fills from the AF_XDP socket as it reads it.
-func (u *userspaceLeg) groupPort(group netip.Addr, receive bool, sp spin) (*userspaceUDPort, error) {
-	p, err := u.udPort()
-	if err != nil {
-		return nil, err
-	}
-	p.spin = sp
-	p.peerNote = fmt.Sprintf("group %v", group)
-	if !receive {
-		p.peerNote += " (send only)"
-		return p, nil
-	}
-	if _, ok := u.pconn.(*xdp.Conn); ok {
-		p.peerNote += " (AF_XDP: the classifier redirects it)"
-	}
-	open := func() (roce.PacketConn, error) {
-		var c roce.PacketConn
-		err := netns.Do(u.cfg.Netns, func() error {
-			if xc, ok := u.pconn.(*xdp.Conn); ok {
-				// The classifier steers the group's datagrams to the
-				// leg's AF_XDP socket; the kernel holds the membership.
-				gc, err := xc.JoinGroup(group)
-				if err != nil {
-					return err
-				}
-				c = gc
-				return nil
-			}
-			ifi, err := net.InterfaceByName(u.cfg.Interface)
-			if err != nil {
-				return err
-			}
-			uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: sp.on})
-			if err != nil {
-				return err
-			}
-			if sp.on && !uc.SocketBusyPoll() {
-				u.log.Info("group socket without SO_BUSY_POLL (needs CAP_NET_ADMIN): it is polled all the same", "group", group)
-			}
-			c = uc
-			return nil
-		})
-		return c, err
-	}
-	if sp.on {
-		if p.poller, err = u.dev.AttachMulticastPolled(p.qp, group, open); err != nil {
-			p.close()
-			return nil, err
-		}
-		return p, nil
-	}
-	if err := u.dev.AttachMulticast(p.qp, group, open); err != nil {
-		p.close()
-		return nil, err
-	}
-	return p, nil
-}
-
-// groupPort joins a group on the leg with an rdma_cm id of its own (send
-// only when sendOnly) and makes the id's UD QP; it returns the group's
-// Q_Key from the join.
-func (v *verbsLeg) groupPort(ctx context.Context, group netip.Addr, sendOnly, ipoib bool, timeout time.Duration, sp spin, busySend bool) (*verbsUDPort, uint32, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ch, err := ibv.NewEventChannel()
-	if err != nil {
-		return nil, 0, err
-	}
-	// IPoIB's port space makes the kernel join the IPoIB form of the
-	// MGID with the Q_Key of the port's IPoIB broadcast group.
-	ps := ibv.PortSpaceUDP
-	if ipoib {
-		ps = ibv.PortSpaceIPoIB
-	}
-	id, err := ch.NewID(ps)
-	if err == nil {
-		err = id.ResolveAddr(v.cfg.IP, netip.AddrPortFrom(group, 0), 5*time.Second)
-	}
-	if err == nil {
-		_, err = ch.Expect(ctx, ibv.CMAddrResolved)
-	}
-	if err != nil {
-		ch.Close()
-		if ipoib && errors.Is(err, syscall.EINVAL) {
-			return nil, 0, fmt.Errorf("resolve %v from %v in IPoIB's port space: %w (mgid ipoib needs an InfiniBand port: the kernel refuses that port space on RoCE, where a group's MGID is its IP mapping; use mgid: rdma_cm)", group, v.cfg.IP, err)
-		}
-		return nil, 0, fmt.Errorf("resolve %v from %v: %w", group, v.cfg.IP, err)
-	}
-	p, err := v.udPort(id, ch, sp, busySend)
-	if err != nil {
-		ch.Close()
-		return nil, 0, err
-	}
-	if err := id.JoinMulticast(group, ibv.JoinOptions{SendOnly: sendOnly}); err != nil {
-		p.close()
-		return nil, 0, err
-	}
-	p.group = group
-	ev, err := ch.Next(ctx)
-	if err == nil && ev.Type != ibv.CMMulticastJoin {
-		err = fmt.Errorf("join %v: %v (status %d)", group, ev.Type, ev.Status)
-	}
-	if err != nil {
-		p.close()
-		return nil, 0, err
-	}
-	if ipoib && ev.QKey != 0 {
-		// librdmacm gave the QP rdma_cm's Q_Key; the members of an IPoIB
-		// group send with the group's, which the QP must hold to take
-		// their datagrams.
-		if err := p.qp.Modify(&ibv.QPAttr{QKey: ev.QKey}, ibv.QPAttrQKey); err != nil {
-			p.close()
-			return nil, 0, fmt.Errorf("set the QP's Q_Key to group %v's %#x: %w", group, ev.QKey, err)
-		}
-	}
-	ah, err := p.vd.pd.NewAH(ev.AH)
-	if err != nil {
-		p.close()
-		return nil, 0, fmt.Errorf("address handle to group %v: %w", group, err)
-	}
-	p.mu.Lock()
-	p.ahs[group] = ah
-	p.mu.Unlock()
-	p.peerNote = fmt.Sprintf("group %v MGID %v", group, netip.AddrFrom16(ev.AH.GRH.DGID))
-	if sendOnly {
-		p.peerNote += " (send only)"
-	}
-	return p, ev.QKey, nil
 }

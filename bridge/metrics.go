@@ -1,12 +1,13 @@
 package bridge
 
 import (
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -303,13 +304,19 @@ type routeMetrics struct {
 }
 
 type legMetrics struct {
-	name      string
-	mtu       int    // userspace legs
-	limited   int    // userspace legs: QPs DCQCN holds below line rate
-	state     string // the link's state (LegStatus.State)
-	up        bool
-	nic       *nicPort // verbs legs whose port counters were found
-	port      *portcounters.Port
+	name  string
+	state string // the link's state (LegStatus.State)
+	up    bool
+	nic   *nicPort // verbs legs whose port counters were found
+	port  *portcounters.Port
+	legCounters
+}
+
+// legCounters are a leg's own counters at a scrape: each leg fills its
+// kind's (leg.counters).
+type legCounters struct {
+	mtu       int // userspace legs
+	limited   int // userspace legs: QPs DCQCN holds below line rate
 	verbs     *VerbsStatsSnapshot
 	quic      *quicLegSnapshot
 	transport *transport.StatsSnapshot
@@ -358,36 +365,8 @@ func (g *Gateway) metrics() metricsSnapshot {
 	for i := range cfg.Legs {
 		name := cfg.Legs[i].Name
 		lm := legMetrics{name: name}
-		if u, ok := g.legs[name].(*userspaceLeg); ok {
-			lm.mtu, lm.limited = u.mtu, u.dev.RateLimitedQPs()
-			t, c := u.dev.Stats().Snapshot(), u.cm.Stats().Snapshot()
-			lm.transport, lm.cm = &t, &c
-			switch pc := u.pconn.(type) {
-			case *udpconn.Conn:
-				s := pc.Stats().Snapshot()
-				lm.udp = &s
-			case *xdp.Conn:
-				// Without the kernel's ring counters the socket's own
-				// still count: the error only leaves RXRingDrops zero.
-				s, _ := pc.Stats()
-				lm.xdp = &s
-			}
-			if u.neigh != nil {
-				s := u.neigh.Stats().Snapshot()
-				lm.neigh = &s
-			}
-			if u.prog != nil {
-				if c, err := u.prog.Counters(); err == nil {
-					lm.prog = &c
-				}
-			}
-		}
-		if v, ok := g.legs[name].(*verbsLeg); ok {
-			s := v.stats.Snapshot()
-			lm.verbs = &s
-		}
-		if q, ok := g.legs[name].(*quicLeg); ok {
-			lm.quic = &quicLegSnapshot{QUICStatsSnapshot: q.stats.Snapshot(), Refused: q.refused.Load(), Conns: q.peerConns()}
+		if l := g.legs[name]; l != nil {
+			l.counters(&lm.legCounters)
 		}
 		// A verbs leg's port is read once for its state and counters; a
 		// port unreadable now (the device went away) is down and has no

@@ -2,12 +2,13 @@ package bridge
 
 import (
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"

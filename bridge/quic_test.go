@@ -2,12 +2,13 @@ package bridge_test
 
 import (
 	"context"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/quic-go/quic-go"
 

@@ -3,11 +3,12 @@ package bridge_test
 import (
 	"context"
 	"errors"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"

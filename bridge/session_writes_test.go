@@ -2,9 +2,10 @@ package bridge_test
 
 import (
 	"context"
-	"github.com/rbridge/rbridge/bridge/session"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/google/go-cmp/cmp"
 

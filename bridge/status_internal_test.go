@@ -1,8 +1,9 @@
 package bridge
 
 import (
-	"github.com/rbridge/rbridge/bridge/session"
 	"testing"
+
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/roce/transport"

@@ -2,9 +2,10 @@ package bridge
 
 import (
 	"errors"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"net/netip"
 	"testing"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 )
 
 func TestGRHSource(t *testing.T) {

@@ -5,11 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/roce"
