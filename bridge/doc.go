@@ -1,20 +1,47 @@
-// Package bridge joins rbridge's two legs: routes (a listener on one fabric
-// mapped to a target on the other, with ACLs), sessions that pair a queue
-// pair on each leg, the relay that moves work requests between them with end
-// to end completion semantics, and the registered memory pool (one hugepage
-// backed arena, carved into refcounted size classes, registered once with
-// every protection domain and used as the AF_XDP UMEM).
+// Package bridge is rbridge's gateway: it opens a configuration's legs,
+// listens on every route, and for each client that connects pairs a queue
+// pair on each leg in a session (package session) that relays between them
+// with end-to-end completion, out of one registered memory pool (package
+// pool).
 //
-// Built so far: the pool (pool.go) and the arena it carves (arena.go),
-// which other users of large message memory map too (rbridge bench);
-// sessions and the relay (session.go) between two Endpoints (endpoint.go):
-// the userspace RoCEv2 transport's (userspace.go) and a verbs QP's
-// (verbs.go); the gateway (gateway.go) that runs a config's legs
-// (leg_userspace.go, leg_verbs.go) and routes; its admin server (admin.go)
-// with the Prometheus collector that reads every counter's Snapshot at
-// scrape time (metrics.go) and the gateway's Status (gateway_status.go);
-// UD routes (ud.go: SIDR answered once the target answered, a pair of UD
-// QPs per client; leg_userspace_ud.go, leg_verbs_ud.go) and multicast
-// groups (mcast.go), with their rate limits (mcast_rate.go) and busy-poll
-// receive loops (busypoll.go).
+// # An RC operation, from leg to leg
+//
+//   - gateway.go: StartGateway opens the legs behind one interface (leg:
+//     listen, dial, status, link, counters, health) and runs each route's
+//     accept loop: a client's connection request is answered only once the
+//     target accepted on the other leg, then the two connections become a
+//     session. fallback.go sends new sessions through a peer gateway while
+//     a route's target does not answer; reload.go applies a changed
+//     configuration without touching what did not change.
+//   - the legs, one file per kind: leg_userspace.go (rbridge's own RoCEv2
+//     transport over UDP or AF_XDP, with its CM on QP1), leg_verbs.go (an
+//     HCA through libibverbs and librdmacm), leg_quic.go (a peer gateway
+//     over QUIC: package tunnel's framing).
+//   - the endpoints a session drives, one per kind: endpoint_userspace.go
+//     (its responder hands every request to the session before anything
+//     is acknowledged), endpoint_verbs.go (the HCA acknowledges SENDs as
+//     they land; endpoint_verbs_status.go is the one table between verbs'
+//     and transport's opcodes and statuses), endpoint_quic.go (Op and
+//     Completion frames on the session's stream); endpoint_slots.go names
+//     posted ops by work request ID.
+//
+// # A datagram
+//
+//   - ud.go: UD routes (SIDR answered once the target answered, a pair of
+//     UD QPs per client), with leg_userspace_ud.go and leg_verbs_ud.go,
+//     and udlimit.go's rate limits.
+//   - mcast.go: multicast groups relayed between the legs, mcast_loop.go's
+//     filter against a datagram coming back round, busypoll*.go's polled
+//     receive loops; joined.go relays groups the members joined by IGMP or
+//     MLD (joined_on).
+//
+// # Watching it
+//
+//   - gateway_status.go: Status (/status and rbridge status) and linkState;
+//     metrics.go: the Prometheus collector that reads every counter's
+//     Snapshot at scrape time; metrics_nic.go: a verbs port's counters;
+//     admin.go: the admin server (/metrics, /status, /healthz, /reload).
+//   - defaults.go: what the gateway takes when its options leave it out;
+//     link_*.go: an interface's operational state; bindtodevice_*.go: a
+//     quic leg's socket bound to its interface.
 package bridge

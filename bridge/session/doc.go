@@ -9,7 +9,7 @@
 //   - session.go: a session's lifecycle (New, drain, teardown, Cut and
 //     Close) and the relay: request, send, write and lend, pump, done.
 //
-// The legs that implement Endpoint live in package bridge (userspace.go,
-// verbs.go, quic.go); the pool the relay takes its buffers from is package
-// pool.
+// The endpoints live with their legs in package bridge
+// (endpoint_userspace.go, endpoint_verbs.go, endpoint_quic.go); the pool
+// the relay takes its buffers from is package pool.
 package session
