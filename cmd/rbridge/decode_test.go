@@ -27,7 +27,7 @@ func run(t *testing.T, stdin []byte, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
-// TestDecodeSample runs the README's first command: one line per packet of
+// TestDecodeSample runs the README's tour's decode command: one line per packet of
 // the sample capture on standard output, the summary on standard error.
 func TestDecodeSample(t *testing.T) {
 	out, summary, err := run(t, nil, "decode", samplePath)
