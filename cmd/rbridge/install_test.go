@@ -154,4 +154,7 @@ func TestExampleConfig(t *testing.T) {
 	if len(c.Legs) != 2 || len(c.Routes) != 2 {
 		t.Errorf("%d legs, %d routes; want 2 and 2", len(c.Legs), len(c.Routes))
 	}
+	if text := readFile(t, "../../dist/rbridge.yaml"); !strings.Contains(text, "docs/configuration.md") {
+		t.Error("the example does not point at docs/configuration.md, the reference of its keys")
+	}
 }
