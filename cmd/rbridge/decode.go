@@ -41,8 +41,7 @@ icrc is the CRC-32 value; on the wire it is stored little-endian, so
 Wireshark, which shows the four bytes in wire order, prints it byte-swapped.
 
 A summary goes to standard error, also when the capture ends in the middle
-of a packet (the error follows it). The exit status is 0 when the capture
-was read to the end, whatever its packets held.`,
+of a packet (the error follows it).`,
 		Example: `  rbridge decode testdata/sample.pcapng
   rbridge decode --json capture.pcap | jq 'select(.opcode == "RC_RDMA_READ_REQUEST")'
   rbridge decode --json capture.pcap | jq 'select(.ip.ecn == 3) | .dst'

@@ -108,10 +108,14 @@ memory, which refuses them with a remote access error). See the README.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.drain < 0 {
-				return &exitError{code: 2, err: fmt.Errorf("--drain %v: want 0 (end the sessions at once) or more", o.drain)}
+				return usageError(cmd, fmt.Errorf("--drain %v: want 0 (end the sessions at once) or more", o.drain))
 			}
 			if o.config == "" {
-				return errors.New("--config FILE is required (rbridge demo runs the gateway without one)")
+				return usageError(cmd, errors.New("--config FILE is required (rbridge demo runs the gateway without one)"))
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+				return usageError(cmd, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -155,7 +159,7 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	}
 	cfg, err := config.Load(o.config)
 	if err != nil {
-		return err
+		return &exitError{code: exitUsage, err: err}
 	}
 	if o.check {
 		if err := bridge.CheckLegs(cfg); err != nil {

@@ -46,22 +46,18 @@ server's /status, and prints it as tables:
 
 --json prints /status's JSON as the gateway sent it. The admin server's
 address is the config's admin.listen (127.0.0.1:9479 unless the file says
-otherwise); the same server has Prometheus metrics on /metrics.
-
-The exit status is 0 when the gateway answered, 1 when it could not be
-reached (not running, no admin server, another address) or answered with an
-error, 2 for bad usage.`,
+otherwise); the same server has Prometheus metrics on /metrics.`,
 		Example: `  rbridge status
   rbridge status --admin 127.0.0.1:9500 --json | jq '.sessions | length'`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return &exitError{code: 2, err: fmt.Errorf("status takes no arguments, got %q", args)}
+				return fmt.Errorf("status takes no arguments, got %q", args)
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := netip.ParseAddrPort(o.admin); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("--admin %q: want an IP address and a port, as %q", o.admin, config.DefaultAdminListen)}
+				return usageError(cmd, fmt.Errorf("--admin %q: want an IP address and a port, as %q", o.admin, config.DefaultAdminListen))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -69,7 +65,7 @@ error, 2 for bad usage.`,
 			}
 			body, err := fetchStatus(ctx, o.admin, o.timeout)
 			if err != nil {
-				return &exitError{code: 1, err: err}
+				return err // exitNoGateway, or exitFailed for an error answered
 			}
 			if o.json {
 				_, err := cmd.OutOrStdout().Write(body)
@@ -85,7 +81,6 @@ error, 2 for bad usage.`,
 			return writeDatagramTables(cmd.OutOrStdout(), &st)
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	f := cmd.Flags()
 	f.StringVar(&o.admin, "admin", config.DefaultAdminListen, "the gateway's admin server (the config's admin.listen)")
 	f.BoolVar(&o.json, "json", false, "print the JSON the gateway sent instead of tables")
@@ -104,7 +99,7 @@ func fetchStatus(ctx context.Context, addr string, timeout time.Duration) ([]byt
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)
+		return nil, &exitError{code: exitNoGateway, err: fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

@@ -66,7 +66,8 @@ inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  0         any           st
 	}
 }
 
-// TestStatusExitStatus: bad usage is 2, a gateway that is not there 1.
+// TestStatusExitStatus: bad usage is 2, a gateway that is not there 3 (as
+// for reload).
 func TestStatusExitStatus(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,7 +80,7 @@ func TestStatusExitStatus(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"status", "--admin", gone}, 1, "cannot reach the gateway's admin server"},
+		{[]string{"status", "--admin", gone}, 3, "cannot reach the gateway's admin server"},
 		{[]string{"status", "--admin", "localhost"}, 2, `--admin "localhost": want an IP address and a port`},
 		{[]string{"status", "--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
 		{[]string{"status", "extra"}, 2, "status takes no arguments"},
