@@ -103,7 +103,7 @@ What crosses: every RC operation whose requester is on a userspace leg, one-
 sided ones with the target's own address and rkey; from a verbs leg, the SEND
 family only (the HCA executes one-sided operations against the gateway's own
 memory, which refuses them with a remote access error). See the README.`,
-		Example: `  rbridge run --config /etc/rbridge/gateway.yaml
+		Example: `  rbridge run --config /etc/rbridge/rbridge.yaml
   rbridge run --config gateway.yaml --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
