@@ -95,9 +95,11 @@ YAML anchors, aliases and merge keys (- <<: *roce, then the keys that
 differ) share settings between legs or routes.
 
 A bad file is refused before anything starts, with its line and what is
-wrong (a file above 1 MiB unread past that bound); a leg whose interface or
-RDMA device is missing, with the leg's line.
---check validates the file, looks for the interfaces and devices, and exits.
+wrong (a file above 1 MiB unread past that bound); so is a host that lacks
+what the file needs, every problem at once: a leg's interface or RDMA
+device missing, an io: afxdp leg on an interface without an Ethernet
+address, a quic leg's ip not on this host, the admin server's port taken.
+--check does all of this and exits.
 
 What crosses: every RC operation whose requester is on a userspace leg, one-
 sided ones with the target's own address and rkey; from a verbs leg, the SEND
@@ -161,11 +163,12 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
+	// What the host lacks, all of it, before anything starts.
+	if err := checkHost(cfg); err != nil {
+		return err
+	}
 	if o.check {
-		if err := bridge.CheckLegs(cfg); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found)\n", o.config, len(cfg.Legs), len(cfg.Routes))
+		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found, the admin port free)\n", o.config, len(cfg.Legs), len(cfg.Routes))
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
@@ -179,7 +182,7 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 			Reload: func() bridge.ReloadReport { return reload(g, log, notify) }})
 		if err != nil {
 			g.Close(context.Background())
-			return fmt.Errorf("%s:%d: admin: listen %s: %w", cfg.File(), cfg.Admin.Line(), cfg.Admin.Listen, err)
+			return adminListenError(cfg, err)
 		}
 		// It serves while the gateway drains, and stops after.
 		defer admin.Close(context.Background())
