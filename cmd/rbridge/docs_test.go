@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,5 +216,37 @@ func TestTourLoopback(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("rbridge run did not stop within 30 s of SIGTERM")
+	}
+}
+
+// TestRunLogFormatJSON: --log-format json makes every line rbridge run
+// logs one JSON object.
+func TestRunLogFormatJSON(t *testing.T) {
+	src := readFile(t, filepath.Join(repoRoot, "testdata", "loopback.yaml"))
+	src = strings.NewReplacer(`"127.0.0.1:9479"`, `"127.0.0.1:0"`, "127.0.20.", "127.0.22.").Replace(src)
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startRun(t, nil, "run", "--config", cfg, "--log-format", "json")
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.logs.String(), `"msg":"gateway running"`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rbridge run did not log gateway running as JSON")
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-p.exited; err != nil {
+		t.Fatalf("rbridge run after SIGTERM: %v", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m["msg"] == nil {
+			t.Errorf("not a JSON log line: %q (%v)", l, err)
+		}
+	}
+	if _, _, err := run(t, nil, "run", "--config", cfg, "--log-format", "yaml"); !strings.Contains(errString(err), `--log-format "yaml": want text or json`) {
+		t.Errorf("--log-format yaml: %v", err)
 	}
 }

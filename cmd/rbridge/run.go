@@ -22,6 +22,7 @@ type runOptions struct {
 	config   string
 	check    bool
 	logLevel string
+	logJSON  bool
 	drain    time.Duration
 	trace    bool
 }
@@ -119,6 +120,13 @@ memory, which refuses them with a remote access error). See the README.`,
 			if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 				return usageError(cmd, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel))
 			}
+			switch format, _ := cmd.Flags().GetString("log-format"); format {
+			case "text":
+			case "json":
+				o.logJSON = true
+			default:
+				return usageError(cmd, fmt.Errorf("--log-format %q: want text or json", format))
+			}
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -130,6 +138,7 @@ memory, which refuses them with a remote access error). See the README.`,
 	f.StringVar(&o.config, "config", "", "the gateway's config file (YAML)")
 	f.BoolVar(&o.check, "check", false, "validate the config file and exit")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.String("log-format", "text", "text (key=value) or json (one object a line, slog's JSON handler)")
 	f.DurationVar(&o.drain, "drain", 10*time.Second, "on SIGINT/SIGTERM, how long the sessions' connections get to close before they are cut (0: cut at once)")
 	f.BoolVar(&o.trace, "trace-pool", false, "record who takes and releases each pool buffer, and name the holders of any still held at exit (slower: for finding a leak)")
 	return cmd
@@ -171,7 +180,11 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found, the admin port free)\n", o.config, len(cfg.Legs), len(cfg.Routes))
 		return nil
 	}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})
+	if o.logJSON {
+		handler = slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(handler)
 	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log, Pool: bridge.PoolOptions{Trace: o.trace}})
 	if err != nil {
 		return err
