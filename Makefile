@@ -22,7 +22,7 @@ DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibver
                 ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
                 cpio linux-source-6.1 xz-utils gcc make prometheus nfs-kernel-server
 
-.PHONY: help deps deps-vm integration baseline-docs build install test unit nocgo bench generate check-generate fmt vet
+.PHONY: help deps deps-vm integration baseline-docs build install test test-host unit nocgo bench generate check-generate fmt vet
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -45,23 +45,29 @@ build: ## build bin/rbridge (BIN=), stamped with git describe and the commit
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rbridge
 
 # `make install` (root): the binary, the systemd unit with its paths filled in,
-# and the example config (as rbridge.yaml.example, and as rbridge.yaml when
-# there is none yet). PREFIX, BINDIR, UNITDIR, SYSCONFDIR and DESTDIR as usual.
+# and the example config as rbridge.yaml.example only: its interfaces and
+# addresses are placeholders, so the unit would refuse it (ExecStartPre's
+# --check) and restart until systemd gave up. Copy it to rbridge.yaml and
+# edit it first. PREFIX, BINDIR, UNITDIR, SYSCONFDIR and DESTDIR as usual.
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
 DESTDIR    ?=
 
-install: build ## install bin/rbridge, dist/rbridge.service and dist/rbridge.yaml (PREFIX=, DESTDIR=, ...)
+install: build ## install bin/rbridge, dist/rbridge.service and dist/rbridge.yaml as an example (PREFIX=, DESTDIR=, ...)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/rbridge
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/rbridge
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' dist/rbridge.service > $(DESTDIR)$(UNITDIR)/rbridge.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/rbridge.service
 	install -m 0644 dist/rbridge.yaml $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml.example
-	test -e $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml || install -m 0644 dist/rbridge.yaml $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml
+	@test -e $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml || { \
+	  echo "next: cp $(SYSCONFDIR)/rbridge/rbridge.yaml.example $(SYSCONFDIR)/rbridge/rbridge.yaml, edit its legs (interfaces, addresses) and routes,"; \
+	  echo "      rbridge run --config $(SYSCONFDIR)/rbridge/rbridge.yaml --check, then systemctl enable --now rbridge"; }
 
-test: deps vet check-generate unit nocgo integration ## the whole suite: install what it needs, vet, generated code, unit, no-cgo, root and guest tests
+test: test-host integration ## the whole suite: install what it needs, vet, generated code, unit, no-cgo, root and guest tests
+
+test-host: deps vet check-generate unit nocgo ## the whole suite but the qemu guest (make integration)
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -334,6 +335,15 @@ func TestOutput(t *testing.T) {
 	}
 	if !strings.Contains(text.String(), "error     kernel_roce  eth1 (leg roce)") || !strings.Contains(text.String(), "-> devlink dev param set") {
 		t.Errorf("the table lacks the kernel_roce row or its fix:\n%s", text.String())
+	}
+	// A finding about the leg itself (a quic leg's certificate) names it once.
+	text.Reset()
+	leg := &doctor.Report{Findings: []doctor.Finding{{Check: "tunnel", Subject: "leg gw", Leg: "gw", Severity: doctor.OK, Message: "ok"}}}
+	if err := leg.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if s := text.String(); !regexp.MustCompile(`tunnel +leg gw +ok`).MatchString(s) || strings.Contains(s, "(leg gw)") {
+		t.Errorf("a leg's own finding:\n%s", s)
 	}
 	var js bytes.Buffer
 	if err := r.WriteJSON(&js); err != nil {

@@ -17,7 +17,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	var n [3]int
 	for _, f := range r.Findings {
 		subj := f.Subject
-		if f.Leg != "" {
+		if f.Leg != "" && subj != "leg "+f.Leg { // a leg's own finding names it once
 			subj += " (leg " + f.Leg + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Severity, f.Check, subj, oneLine(f.Message))

@@ -55,14 +55,15 @@ many as fit in 64 MiB for larger ones, at least one. A 1 GiB --size takes
 1 GiB per side, and a size that the machine, the cgroup or ulimit -v cannot
 hold is refused with that limit.
 
-The gateway's own paths (InfiniBand to RoCEv2) will join this command as
-they are built.`,
+It measures the transport alone; rbridge demo measures a path through the
+gateway against the direct one, and docs/performance.md has the gateway's
+figures between real devices.`,
 		Example: `  rbridge bench --size 65536 --duration 5s
   rbridge bench --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
-				return err
+				return usageError(cmd, err)
 			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},

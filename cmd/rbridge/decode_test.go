@@ -27,7 +27,7 @@ func run(t *testing.T, stdin []byte, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
-// TestDecodeSample runs the README's first command: one line per packet of
+// TestDecodeSample runs the README's tour's decode command: one line per packet of
 // the sample capture on standard output, the summary on standard error.
 func TestDecodeSample(t *testing.T) {
 	out, summary, err := run(t, nil, "decode", samplePath)
@@ -37,7 +37,7 @@ func TestDecodeSample(t *testing.T) {
 	if n := strings.Count(out, "\n"); n != 20 {
 		t.Errorf("%d lines, want 20:\n%s", n, out)
 	}
-	if want := samplePath + ": 20 packets: 19 RoCEv2, 1 other, 0 malformed, 1 bad ICRC, 1 cut by the capture\n"; summary != want {
+	if want := samplePath + ": 20 packets: 19 RoCEv2 (1 with a bad ICRC, 1 cut by the capture), 0 malformed, 1 other\n"; summary != want {
 		t.Errorf("summary %q, want %q", summary, want)
 	}
 	out, _, err = run(t, nil, "decode", "--json", samplePath)
@@ -124,11 +124,12 @@ func TestDecodeStdinAndErrors(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		{"missing file", nil, []string{"decode", "/nonexistent.pcap"}, "no such file"},
+		{"missing file", nil, []string{"decode", "/nonexistent.pcap"}, "decode /nonexistent.pcap: no such file or directory"},
 		{"directory", nil, []string{"decode", dir}, "decode " + dir + ": a directory, not a capture file"},
 		{"not a capture", []byte("hello, world"), []string{"decode", "-"}, "not a pcap or pcapng file"},
 		{"empty", nil, []string{"decode", "-"}, "empty or truncated"},
-		{"no file", nil, []string{"decode"}, "accepts 1 arg"},
+		{"no file", nil, []string{"decode"}, "decode takes one capture file (- for standard input), got 0 arguments"},
+		{"bad port", nil, []string{"decode", "--port", "0", "-"}, "--port 0: want 1 to 65535"},
 		{"pcapng cut in a block", sample[:len(sample)-100], []string{"decode", "-"}, "after packet 18: pcapng: the file ends inside a block"},
 		{"pcap cut in a packet", pcapFile[:len(pcapFile)-10], []string{"decode", "-"}, "after packet 37"},
 	} {
@@ -139,7 +140,7 @@ func TestDecodeStdinAndErrors(t *testing.T) {
 	}
 	// A capture cut short still gets its summary line, then the error.
 	_, summary, err := run(t, sample[:len(sample)-100], "decode", "-")
-	if want := "stdin: 18 packets: 18 RoCEv2, 0 other, 0 malformed, 1 bad ICRC, 0 cut by the capture\n"; summary != want {
+	if want := "stdin: 18 packets: 18 RoCEv2 (1 with a bad ICRC, 0 cut by the capture), 0 malformed, 0 other\n"; summary != want {
 		t.Errorf("cut capture: summary %q, want %q", summary, want)
 	}
 	if err == nil || !strings.Contains(err.Error(), "decode stdin: after packet 18: pcapng: the file ends inside a block") {
@@ -147,7 +148,7 @@ func TestDecodeStdinAndErrors(t *testing.T) {
 	}
 	// Also when the cut is in the first packet; not when in the file header.
 	_, summary, err = run(t, pcapFile[:24+10], "decode", "-")
-	if want := "stdin: 0 packets: 0 RoCEv2, 0 other, 0 malformed, 0 bad ICRC, 0 cut by the capture\n"; summary != want || err == nil {
+	if want := "stdin: 0 packets: 0 RoCEv2 (0 with a bad ICRC, 0 cut by the capture), 0 malformed, 0 other\n"; summary != want || err == nil {
 		t.Errorf("capture cut in its first packet: summary %q, %v; want %q and an error", summary, err, want)
 	}
 	if _, summary, err = run(t, pcapFile[:20], "decode", "-"); summary != "" || err == nil {

@@ -64,7 +64,7 @@ completed it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
-				return err
+				return usageError(cmd, err)
 			}
 			ctx := cmd.Context()
 			if ctx == nil {

@@ -50,24 +50,20 @@ gateway, and prints each finding with its severity and what to do:
 With --config the legs say which interfaces and devices to check; without
 one every RDMA device and network interface is. Interfaces in another
 network namespace get their sysctls checked there; their NIC (sysfs) is
-checked by running doctor again under ip netns exec NAMESPACE.
-
-The exit status is 0 when every finding is ok, 1 when the worst is a
-warning, 2 when it is an error or the doctor could not run (a bad config
-file is one).`,
+checked by running doctor again under ip netns exec NAMESPACE.`,
 		Example: `  rbridge doctor --config /etc/rbridge/rbridge.yaml
   rbridge doctor --json | jq '.findings[] | select(.severity != "ok")'
   ip netns exec user0 rbridge doctor --config gateway.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.interval < 0 {
-				return &exitError{code: 2, err: fmt.Errorf("--interval %v: want 0 (no counter check) or more", o.interval)}
+				return usageError(cmd, fmt.Errorf("--interval %v: want 0 (no counter check) or more", o.interval))
 			}
 			opts := doctor.Options{Root: o.root, Interval: o.interval, RoCEPriority: o.priority, RoCEDSCP: o.dscp}
 			if o.config != "" {
 				cfg, err := config.Load(o.config)
 				if err != nil {
-					return &exitError{code: 2, err: err}
+					return &exitError{code: exitUsage, err: err}
 				}
 				opts.Config = cfg
 			}
@@ -76,7 +72,7 @@ file is one).`,
 			}
 			rep, err := doctor.Run(opts)
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return &exitError{code: exitUsage, err: err}
 			}
 			if o.json {
 				err = rep.WriteJSON(cmd.OutOrStdout())
@@ -88,9 +84,9 @@ file is one).`,
 			}
 			switch rep.Worst() {
 			case doctor.Warn:
-				return &exitError{code: 1}
+				return &exitError{code: exitFailed}
 			case doctor.Error:
-				return &exitError{code: 2}
+				return &exitError{code: exitUsage}
 			}
 			return nil
 		},

@@ -84,7 +84,7 @@ func TestDoctorExitStatusFromMain(t *testing.T) {
 	}{
 		{[]string{"doctor", "--root", "../../doctor/testdata/bad", "--interval", "0"}, 2, ""},
 		{[]string{"doctor", "--config", "/nonexistent.yaml"}, 2, "rbridge: config: open /nonexistent.yaml: no such file or directory\n"},
-		{[]string{"doctor", "--no-such-flag"}, 1, "rbridge: unknown flag: --no-such-flag\n"},
+		{[]string{"doctor", "--no-such-flag"}, 2, "rbridge: unknown flag: --no-such-flag\nrbridge: see 'rbridge doctor --help'\n"},
 	} {
 		cmd := exec.Command(os.Args[0], tc.args...)
 		cmd.Env = append(os.Environ(), "RBRIDGE_TEST_AS_MAIN=1")

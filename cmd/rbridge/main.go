@@ -24,28 +24,15 @@ func main() {
 			if ee.err != nil {
 				fmt.Fprintln(os.Stderr, "rbridge:", ee.err)
 			}
+			if ee.help != "" {
+				fmt.Fprintf(os.Stderr, "rbridge: see '%s --help'\n", ee.help)
+			}
 			os.Exit(ee.code)
 		}
 		fmt.Fprintln(os.Stderr, "rbridge:", err)
-		os.Exit(1)
+		os.Exit(exitFailed)
 	}
 }
-
-// exitError ends the command with an exit status of its own (doctor: 1 for
-// warnings, 2 for errors) instead of 1, printing err first if there is one.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err != nil {
-		return e.err.Error()
-	}
-	return fmt.Sprintf("exit status %d", e.code)
-}
-
-func (e *exitError) Unwrap() error { return e.err }
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -54,18 +41,25 @@ func newRootCommand() *cobra.Command {
 		Long: `rbridge joins an InfiniBand island to a RoCEv2 fleet: applications on either
 side use plain verbs and rdma_cm and reach the other side through the gateway.
 
-Available now: the gateway (run), a running gateway's legs, routes and
-sessions (status), making it re-read its config file (reload), checking the
-host and both fabrics for what RDMA needs (doctor), decoding RoCEv2
-captures (decode), listing RDMA devices and the GID rbridge would choose
-(devices), measuring the userspace RoCEv2 transport against plain UDP
-(bench), and the build's version.`,
+The commands: the gateway (run); a client, the gateway and a target in one
+process, with no RDMA hardware (demo); a running gateway's legs, routes and
+sessions (status); making it re-read its config file (reload); checking the
+host and both fabrics for what RDMA needs (doctor); decoding RoCEv2
+captures (decode); listing RDMA devices and the GID rbridge would choose
+(devices); measuring the userspace RoCEv2 transport against plain UDP
+(bench); and the build's version.
+
+The same exit status means the same for every command: 0 it did its job, 1
+it ran and failed (doctor: warnings), 2 bad usage or an input file it cannot
+use (doctor: also errors found), 3 no gateway answered (status, reload).
+Each command's --help says what each means for it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion(),
 	}
 	root.SetVersionTemplate("rbridge {{.Version}}\n")
 	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand(), newStatusCommand(), newReloadCommand())
+	enforceUsage(root)
 	return root
 }
 

@@ -48,34 +48,29 @@ when FILE is another one.
 
 --json prints the gateway's answer as it sent it:
   {"config", "outcome": "applied" | "refused" | "partial",
-   "added", "removed", "changed", "unchanged", "error"}
-
-The exit status is 0 when the file was applied, 1 when it was refused
-(nothing changed) or applied only in part (a route could not listen), 2 for
-bad usage, 3 when no gateway answered (not running, no admin server, or
-another address).`,
+   "added", "removed", "changed", "unchanged", "error"}`,
 		Example: `  rbridge reload
   rbridge reload --config /etc/rbridge/rbridge.yaml
   rbridge reload --admin 127.0.0.1:9500 --json | jq -r .outcome`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return &exitError{code: 2, err: fmt.Errorf("reload takes no arguments, got %q", args)}
+				return fmt.Errorf("reload takes no arguments, got %q", args)
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("admin") && o.config != "" {
-				return &exitError{code: 2, err: errors.New("--admin and --config both name the gateway: give one")}
+				return usageError(cmd, errors.New("--admin and --config both name the gateway: give one"))
 			}
 			addr := o.admin
 			if o.config != "" {
 				var err error
 				if addr, err = adminOf(o.config); err != nil {
-					return &exitError{code: 2, err: err}
+					return &exitError{code: exitUsage, err: err}
 				}
 			}
 			if _, err := netip.ParseAddrPort(addr); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("--admin %q: want an IP address and a port, as %q", addr, config.DefaultAdminListen)}
+				return usageError(cmd, fmt.Errorf("--admin %q: want an IP address and a port, as %q", addr, config.DefaultAdminListen))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -83,7 +78,7 @@ another address).`,
 			}
 			body, rep, err := postReload(ctx, addr, o.timeout)
 			if err != nil {
-				return &exitError{code: 3, err: err}
+				return err // exitNoGateway, or exitFailed for an error answered
 			}
 			if o.json {
 				if _, err := cmd.OutOrStdout().Write(body); err != nil {
@@ -95,16 +90,13 @@ another address).`,
 			if o.config != "" && !sameFile(o.config, rep.Config) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "rbridge: note: the gateway re-read its own file %s, not %s\n", rep.Config, o.config)
 			}
-			switch rep.Outcome {
-			case bridge.ReloadApplied:
+			if rep.Outcome == bridge.ReloadApplied {
 				return nil
-			case bridge.ReloadRefused:
-				return &exitError{code: 1, err: fmt.Errorf("reload of %s refused, the running routes stay: %s", rep.Config, rep.Error)}
 			}
-			return &exitError{code: 1, err: fmt.Errorf("reload of %s applied only in part: %s", rep.Config, rep.Error)}
+			// What went wrong is in the answer printed: said once.
+			return &exitError{code: exitFailed}
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	f := cmd.Flags()
 	f.StringVar(&o.admin, "admin", config.DefaultAdminListen, "the gateway's admin server (the config's admin.listen)")
 	f.StringVar(&o.config, "config", "", "the gateway's config file, to find its admin server in")
@@ -144,7 +136,7 @@ func postReload(ctx context.Context, addr string, timeout time.Duration) ([]byte
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)
+		return nil, nil, &exitError{code: exitNoGateway, err: fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -167,9 +159,9 @@ func printReload(w io.Writer, rep *bridge.ReloadReport) {
 	case bridge.ReloadApplied:
 		fmt.Fprintf(w, "reloaded %s: %s\n", rep.Config, rep.Routes())
 	case bridge.ReloadRefused:
-		fmt.Fprintf(w, "refused %s: the running routes stay\n", rep.Config)
+		fmt.Fprintf(w, "refused %s, the running routes stay: %s\n", rep.Config, rep.Error)
 	default:
-		fmt.Fprintf(w, "reloaded %s in part: %s\n", rep.Config, rep.Routes())
+		fmt.Fprintf(w, "reloaded %s in part: %s; not applied: %s\n", rep.Config, rep.Routes(), rep.Error)
 	}
 }
 

@@ -164,8 +164,8 @@ routes:
 	// Refused: the running routes stay.
 	write(cfg, "legs: [ this is not yaml\n")
 	out, errOut, code = reload("--admin", admin)
-	if code != 1 || out != "refused "+cfg+": the running routes stay\n" || !strings.Contains(errOut, "reload of "+cfg+" refused, the running routes stay: ") {
-		t.Errorf("reload of a bad file: exit %d, %q, stderr %q; want 1 and why", code, out, errOut)
+	if code != 1 || !strings.HasPrefix(out, "refused "+cfg+", the running routes stay: "+cfg+":1: ") || strings.Count(out, "\n") != 1 || errOut != "exit status 1" {
+		t.Errorf("reload of a bad file: exit %d, %q, stderr %q; want 1 and why, said once", code, out, errOut)
 	}
 	if got := routes(); got != "first second" {
 		t.Errorf("routes after a refused reload: %q, want the running ones", got)

@@ -23,6 +23,7 @@ type runOptions struct {
 	config   string
 	check    bool
 	logLevel string
+	logJSON  bool
 	drain    time.Duration
 	trace    bool
 }
@@ -65,7 +66,8 @@ for as long as the gateway's health check passes (every route's accept loop
 alive, every userspace leg's receive loop coming round at least every 5 s,
 the session table not stuck): a stuck gateway is restarted.
 
-The file (YAML):
+The file (YAML), in short; every key with its type, default and the legs or
+routes it applies to is in docs/configuration.md in rbridge's source:
 
   legs:
     - name: ib
@@ -95,23 +97,36 @@ YAML anchors, aliases and merge keys (- <<: *roce, then the keys that
 differ) share settings between legs or routes.
 
 A bad file is refused before anything starts, with its line and what is
-wrong (a file above 1 MiB unread past that bound); a leg whose interface or
-RDMA device is missing, with the leg's line.
---check validates the file, looks for the interfaces and devices, and exits.
+wrong (a file above 1 MiB unread past that bound); so is a host that lacks
+what the file needs, every problem at once: a leg's interface or RDMA
+device missing, an io: afxdp leg on an interface without an Ethernet
+address, a quic leg's ip not on this host, the admin server's port taken.
+--check does all of this and exits.
 
 What crosses: every RC operation whose requester is on a userspace leg, one-
 sided ones with the target's own address and rkey; from a verbs leg, the SEND
 family only (the HCA executes one-sided operations against the gateway's own
 memory, which refuses them with a remote access error). See the README.`,
-		Example: `  rbridge run --config /etc/rbridge/gateway.yaml
+		Example: `  rbridge run --config /etc/rbridge/rbridge.yaml
   rbridge run --config gateway.yaml --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.drain < 0 {
-				return &exitError{code: 2, err: fmt.Errorf("--drain %v: want 0 (end the sessions at once) or more", o.drain)}
+				return usageError(cmd, fmt.Errorf("--drain %v: want 0 (end the sessions at once) or more", o.drain))
 			}
 			if o.config == "" {
-				return errors.New("--config FILE is required (rbridge demo runs the gateway without one)")
+				return usageError(cmd, errors.New("--config FILE is required (rbridge demo runs the gateway without one)"))
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+				return usageError(cmd, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel))
+			}
+			switch format, _ := cmd.Flags().GetString("log-format"); format {
+			case "text":
+			case "json":
+				o.logJSON = true
+			default:
+				return usageError(cmd, fmt.Errorf("--log-format %q: want text or json", format))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -124,6 +139,7 @@ memory, which refuses them with a remote access error). See the README.`,
 	f.StringVar(&o.config, "config", "", "the gateway's config file (YAML)")
 	f.BoolVar(&o.check, "check", false, "validate the config file and exit")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.String("log-format", "text", "text (key=value) or json (one object a line, slog's JSON handler)")
 	f.DurationVar(&o.drain, "drain", 10*time.Second, "on SIGINT/SIGTERM, how long the sessions' connections get to close before they are cut (0: cut at once)")
 	f.BoolVar(&o.trace, "trace-pool", false, "record who takes and releases each pool buffer, and name the holders of any still held at exit (slower: for finding a leak)")
 	return cmd
@@ -155,16 +171,21 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	}
 	cfg, err := config.Load(o.config)
 	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	// What the host lacks, all of it, before anything starts.
+	if err := checkHost(cfg); err != nil {
 		return err
 	}
 	if o.check {
-		if err := bridge.CheckLegs(cfg); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found)\n", o.config, len(cfg.Legs), len(cfg.Routes))
+		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found, the admin port free)\n", o.config, len(cfg.Legs), len(cfg.Routes))
 		return nil
 	}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})
+	if o.logJSON {
+		handler = slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(handler)
 	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log, Pool: pool.Options{Trace: o.trace}})
 	if err != nil {
 		return err
@@ -175,7 +196,7 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 			Reload: func() bridge.ReloadReport { return reload(g, log, notify) }})
 		if err != nil {
 			g.Close(context.Background())
-			return fmt.Errorf("%s:%d: admin: listen %s: %w", cfg.File(), cfg.Admin.Line(), cfg.Admin.Listen, err)
+			return adminListenError(cfg, err)
 		}
 		// It serves while the gateway drains, and stops after.
 		defer admin.Close(context.Background())

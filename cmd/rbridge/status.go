@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 type statusOptions struct {
 	admin   string
+	config  string
 	json    bool
 	timeout time.Duration
 }
@@ -26,7 +28,7 @@ type statusOptions struct {
 func newStatusCommand() *cobra.Command {
 	o := statusOptions{}
 	cmd := &cobra.Command{
-		Use:   "status [--admin ADDR] [--json]",
+		Use:   "status [--admin ADDR | --config FILE] [--json]",
 		Short: "Show a running gateway's legs, routes and sessions",
 		Long: `status asks a running gateway (rbridge run) for what it runs, on its admin
 server's /status, and prints it as tables:
@@ -44,24 +46,32 @@ server's /status, and prints it as tables:
             connections (QPNs, path MTU and how it was chosen; a userspace
             side with DCQCN, its rate)
 
---json prints /status's JSON as the gateway sent it. The admin server's
-address is the config's admin.listen (127.0.0.1:9479 unless the file says
-otherwise); the same server has Prometheus metrics on /metrics.
-
-The exit status is 0 when the gateway answered, 1 when it could not be
-reached (not running, no admin server, another address) or answered with an
-error, 2 for bad usage.`,
+--json prints /status's JSON as the gateway sent it. The gateway is reached
+on its admin server: --admin ADDR, or the admin.listen of --config FILE
+(127.0.0.1:9479 when the file has none, as for rbridge run), as rbridge
+reload finds it; the same server has Prometheus metrics on /metrics.`,
 		Example: `  rbridge status
+  rbridge status --config /etc/rbridge/rbridge.yaml
   rbridge status --admin 127.0.0.1:9500 --json | jq '.sessions | length'`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return &exitError{code: 2, err: fmt.Errorf("status takes no arguments, got %q", args)}
+				return fmt.Errorf("status takes no arguments, got %q", args)
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("admin") && o.config != "" {
+				return usageError(cmd, errors.New("--admin and --config both name the gateway: give one"))
+			}
+			if o.config != "" {
+				addr, err := adminOf(o.config)
+				if err != nil {
+					return &exitError{code: exitUsage, err: err}
+				}
+				o.admin = addr
+			}
 			if _, err := netip.ParseAddrPort(o.admin); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("--admin %q: want an IP address and a port, as %q", o.admin, config.DefaultAdminListen)}
+				return usageError(cmd, fmt.Errorf("--admin %q: want an IP address and a port, as %q", o.admin, config.DefaultAdminListen))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
@@ -69,7 +79,7 @@ error, 2 for bad usage.`,
 			}
 			body, err := fetchStatus(ctx, o.admin, o.timeout)
 			if err != nil {
-				return &exitError{code: 1, err: err}
+				return err // exitNoGateway, or exitFailed for an error answered
 			}
 			if o.json {
 				_, err := cmd.OutOrStdout().Write(body)
@@ -85,9 +95,9 @@ error, 2 for bad usage.`,
 			return writeDatagramTables(cmd.OutOrStdout(), &st)
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	f := cmd.Flags()
 	f.StringVar(&o.admin, "admin", config.DefaultAdminListen, "the gateway's admin server (the config's admin.listen)")
+	f.StringVar(&o.config, "config", "", "the gateway's config file, to find its admin server in")
 	f.BoolVar(&o.json, "json", false, "print the JSON the gateway sent instead of tables")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the gateway's answer")
 	return cmd
@@ -104,7 +114,7 @@ func fetchStatus(ctx context.Context, addr string, timeout time.Duration) ([]byt
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)
+		return nil, &exitError{code: exitNoGateway, err: fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

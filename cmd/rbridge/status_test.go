@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -66,7 +69,8 @@ inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  0         any           st
 	}
 }
 
-// TestStatusExitStatus: bad usage is 2, a gateway that is not there 1.
+// TestStatusExitStatus: bad usage is 2, a gateway that is not there 3 (as
+// for reload).
 func TestStatusExitStatus(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -74,15 +78,23 @@ func TestStatusExitStatus(t *testing.T) {
 	}
 	gone := ln.Addr().String()
 	ln.Close() // nothing listens there now
+	goneFile := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(goneFile, fmt.Appendf(nil, "admin: {listen: %q}\n", gone), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"status", "--admin", gone}, 1, "cannot reach the gateway's admin server"},
+		{[]string{"status", "--admin", gone}, 3, "cannot reach the gateway's admin server"},
 		{[]string{"status", "--admin", "localhost"}, 2, `--admin "localhost": want an IP address and a port`},
 		{[]string{"status", "--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
 		{[]string{"status", "extra"}, 2, "status takes no arguments"},
+		{[]string{"status", "--config", "/nonexistent.yaml"}, 2, "/nonexistent.yaml"},
+		{[]string{"status", "--config", gone}, 2, gone},
+		{[]string{"status", "--config", goneFile}, 3, "cannot reach the gateway's admin server"},
+		{[]string{"status", "--config", goneFile, "--admin", gone}, 2, "--admin and --config both name the gateway"},
 	} {
 		_, _, err := run(t, nil, tc.args...)
 		var ee *exitError
@@ -190,5 +202,27 @@ func TestStatusTableQUIC(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestStatusConfig: status --config asks the admin server the file names,
+// as reload --config does.
+func TestStatusConfig(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/status" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"state": "running"}`)
+	}))
+	defer srv.Close()
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "admin: {listen: %q}\n", srv.Listener.Addr().String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(t, nil, "status", "--config", cfg)
+	if err != nil || !strings.Contains(out, "gateway running") {
+		t.Errorf("rbridge status --config %s: %v\n%s", cfg, err, out)
 	}
 }

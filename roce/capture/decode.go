@@ -12,14 +12,21 @@ import (
 // Decode dissects p, the packet numbered n (from 1) in its capture: the link
 // layer, VLAN tags, IPv4 or IPv6 (options, extension headers and fragments
 // recognised), UDP, and for UDP to port 4791 the transport headers and the
-// ICRC.
+// ICRC. DecodePort does the same for RoCEv2 on another UDP port.
 //
 // It reports only what the capture holds. A packet the capture's snap
 // length cut is decoded up to the cut and marked as cut (Record.Cut); a
 // packet shorter on the wire than its headers is malformed. Fragments are
 // named as such, not reassembled.
-func Decode(n int, p Packet) *Record {
-	d := &dissector{data: p.Data, wire: max(p.Length, len(p.Data)), rec: &Record{N: n}}
+func Decode(n int, p Packet) *Record { return DecodePort(n, p, roce.Port) }
+
+// DecodePort is Decode with RoCEv2 on UDP port port (a test's, a demo's)
+// instead of 4791.
+func DecodePort(n int, p Packet, port uint16) *Record {
+	d := &dissector{data: p.Data, wire: max(p.Length, len(p.Data)), port: port, rec: &Record{N: n, Capture: p.Note}}
+	if p.Interfaces > 1 {
+		d.rec.Interface = &p.Interface
+	}
 	if !p.Time.IsZero() {
 		d.rec.time = p.Time.UTC()
 		d.rec.Time = d.rec.time.Format(time.RFC3339Nano)
@@ -51,6 +58,7 @@ func Decode(n int, p Packet) *Record {
 type dissector struct {
 	data []byte // the bytes captured
 	wire int    // the packet's length on the wire
+	port uint16 // RoCEv2's UDP port
 	rec  *Record
 
 	ipStart, ipEnd int        // the IP packet, header to the end of its payload
@@ -347,13 +355,13 @@ func (d *dissector) udp(off int) {
 	if off+4 <= len(d.data) {
 		// The ports, captured even if the rest of the header is not.
 		d.setPorts(off)
-		d.rec.RoCE = binary.BigEndian.Uint16(d.data[off+2:]) == roce.Port
+		d.rec.RoCE = binary.BigEndian.Uint16(d.data[off+2:]) == d.port
 	}
 	if !d.need(off+udpHdr, "UDP header") {
 		return
 	}
 	if !d.rec.RoCE {
-		d.notRoCE("UDP port %d, not %d", binary.BigEndian.Uint16(d.data[off+2:]), roce.Port)
+		d.notRoCE("UDP port %d, not %d", binary.BigEndian.Uint16(d.data[off+2:]), d.port)
 		return
 	}
 	switch ulen := int(binary.BigEndian.Uint16(d.data[off+4:])); {

@@ -136,7 +136,7 @@ func TestDecodeSampleText(t *testing.T) {
 			}
 		}
 	}
-	if got, want := st.String(), "20 packets: 19 RoCEv2, 1 other, 0 malformed, 1 bad ICRC, 1 cut by the capture"; got != want {
+	if got, want := st.String(), "20 packets: 19 RoCEv2 (1 with a bad ICRC, 1 cut by the capture), 0 malformed, 1 other"; got != want {
 		t.Errorf("summary %q, want %q", got, want)
 	}
 }

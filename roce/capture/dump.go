@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/rbridge/rbridge/roce"
 )
 
 // Format is how Dump renders records.
@@ -17,14 +19,16 @@ const (
 	JSON               // one JSON object per packet per line
 )
 
-// Stats counts the packets of a capture by what Decode made of them.
+// Stats counts the packets of a capture by what Decode made of them:
+// each is RoCEv2, malformed or other (Packets is their sum); BadICRC and
+// Cut count some of the RoCEv2 ones.
 type Stats struct {
 	Packets   int
-	RoCE      int // UDP to port 4791, whatever else is wrong with them
+	RoCE      int // RoCEv2 whose headers decoded (or were cut by the capture)
 	Other     int // not RoCEv2
-	Malformed int // RoCEv2 with a malformed header
-	BadICRC   int
-	Cut       int // cut by the capture's snap length
+	Malformed int // UDP to the RoCEv2 port whose headers do not decode
+	BadICRC   int // RoCEv2 with an ICRC that does not match
+	Cut       int // RoCEv2 cut by the capture's snap length
 }
 
 // Add counts r.
@@ -40,17 +44,31 @@ func (s *Stats) Add(r *Record) {
 		s.RoCE++
 		s.BadICRC++
 	case r.Error != "":
-		s.RoCE++
 		s.Malformed++
 	default:
 		s.RoCE++
 	}
 }
 
-// String is the summary line rbridge decode prints.
+// String is the summary line rbridge decode prints: "20 packets: 19
+// RoCEv2 (1 with a bad ICRC, 1 cut by the capture), 0 malformed, 1 other".
 func (s Stats) String() string {
-	return fmt.Sprintf("%d packets: %d RoCEv2, %d other, %d malformed, %d bad ICRC, %d cut by the capture",
-		s.Packets, s.RoCE, s.Other, s.Malformed, s.BadICRC, s.Cut)
+	return fmt.Sprintf("%s: %d RoCEv2 (%d with a bad ICRC, %d cut by the capture), %d malformed, %d other",
+		plural(s.Packets, "packet"), s.RoCE, s.BadICRC, s.Cut, s.Malformed, s.Other)
+}
+
+// plural is n things, "1 packet" or "2 packets".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// DumpOptions are Dump's: the format and RoCEv2's UDP port (0: 4791).
+type DumpOptions struct {
+	Format Format
+	Port   uint16
 }
 
 // Dump reads the rest of the capture from r and writes one record per
@@ -62,16 +80,24 @@ func (s Stats) String() string {
 // input has nothing more buffered, before it waits for more, so each line
 // appears as its packet arrives; a file is written in large writes.
 func Dump(w io.Writer, r *Reader, f Format) (Stats, error) {
+	return DumpWith(w, r, DumpOptions{Format: f})
+}
+
+// DumpWith is Dump with options.
+func DumpWith(w io.Writer, r *Reader, o DumpOptions) (Stats, error) {
 	var st Stats
 	bw := bufio.NewWriter(w)
-	err := dump(bw, r, f, &st)
+	if o.Port == 0 {
+		o.Port = roce.Port
+	}
+	err := dump(bw, r, o, &st)
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
 	}
 	return st, err
 }
 
-func dump(bw *bufio.Writer, cr *Reader, f Format, st *Stats) error {
+func dump(bw *bufio.Writer, cr *Reader, o DumpOptions, st *Stats) error {
 	enc := json.NewEncoder(bw)
 	for {
 		if cr.br.Buffered() == 0 {
@@ -86,9 +112,9 @@ func dump(bw *bufio.Writer, cr *Reader, f Format, st *Stats) error {
 		if err != nil {
 			return fmt.Errorf("after packet %d: %w", st.Packets, err)
 		}
-		rec := Decode(st.Packets+1, p)
+		rec := DecodePort(st.Packets+1, p, o.Port)
 		st.Add(rec)
-		if f == JSON {
+		if o.Format == JSON {
 			err = enc.Encode(rec)
 		} else {
 			_, err = bw.WriteString(rec.Text() + "\n")

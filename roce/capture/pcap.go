@@ -53,6 +53,7 @@ func (r *Reader) readPcapHeader() error {
 	}
 	// The snap length (h[16:20]) only bounds what a capture kept; libpcap
 	// and tshark read files that give 0, and so does this reader.
+	r.snapLen = r.order.Uint32(h[16:])
 	r.linkType = LinkType(r.order.Uint32(h[20:]) & pcapLinkTypeMask)
 	return nil
 }
@@ -77,6 +78,7 @@ func (r *Reader) nextPcap() (Packet, error) {
 		Length:   int(max(origLen, capLen)),
 		Time:     time.Unix(int64(sec), int64(frac)).UTC(),
 		LinkType: r.linkType,
+		Note:     lengthNote(capLen, origLen, r.snapLen),
 	}
 	p.Data, got, err = r.readFull(int(capLen))
 	if err != nil {

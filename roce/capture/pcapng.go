@@ -171,7 +171,7 @@ func (r *Reader) packetBlock(typ uint32, body []byte) (Packet, error) {
 		id = int(r.order.Uint16(body))
 	}
 	if id >= len(r.ifaces) {
-		return Packet{}, fmt.Errorf("pcapng: a packet on interface %d, but the section describes %d interfaces", id, len(r.ifaces))
+		return Packet{}, fmt.Errorf("pcapng: a packet on interface %d, but the section describes %s", id, plural(len(r.ifaces), "interface"))
 	}
 	in := &r.ifaces[id]
 	ts := uint64(r.order.Uint32(body[4:]))<<32 | uint64(r.order.Uint32(body[8:]))
@@ -180,11 +180,13 @@ func (r *Reader) packetBlock(typ uint32, body []byte) (Packet, error) {
 		return Packet{}, fmt.Errorf("pcapng: a packet block claims %d captured bytes and holds %d", capLen, len(body)-fixed)
 	}
 	return Packet{
-		Data:      body[fixed : fixed+capLen],
-		Length:    int(max(origLen, capLen)),
-		Time:      in.time(ts),
-		LinkType:  in.linkType,
-		Interface: id,
+		Data:       body[fixed : fixed+capLen],
+		Length:     int(max(origLen, capLen)),
+		Time:       in.time(ts),
+		LinkType:   in.linkType,
+		Interface:  id,
+		Interfaces: len(r.ifaces),
+		Note:       lengthNote(capLen, origLen, in.snapLen),
 	}, nil
 }
 
@@ -203,7 +205,7 @@ func (r *Reader) simplePacket(body []byte) (Packet, error) {
 	if in.snapLen != 0 {
 		capLen = min(capLen, in.snapLen)
 	}
-	return Packet{Data: body[4 : 4+capLen], Length: int(origLen), LinkType: in.linkType}, nil
+	return Packet{Data: body[4 : 4+capLen], Length: int(origLen), LinkType: in.linkType, Interfaces: len(r.ifaces)}, nil
 }
 
 // time converts a timestamp in the interface's units.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -17,6 +18,26 @@ type Packet struct {
 	Time      time.Time // when it was captured (zero for a pcapng simple packet block)
 	LinkType  LinkType  // the link-layer header Data starts with
 	Interface int       // the pcapng interface it was captured on; 0 in a pcap file
+	// Interfaces is how many interfaces the pcapng section describes (0 in
+	// a pcap file): with more than one, a record names its packet's.
+	Interfaces int
+	// Note says what the capture's record header claimed that does not
+	// add up (a capture length above the snap length, an original length
+	// below the capture length); the packet is read as captured.
+	Note string
+}
+
+// lengthNote checks a packet record's lengths against each other and the
+// snap length (0: none given), saying what does not add up.
+func lengthNote(capLen, origLen, snapLen uint32) string {
+	var notes []string
+	if snapLen != 0 && capLen > snapLen {
+		notes = append(notes, fmt.Sprintf("the capture kept %d bytes, above its snap length of %d", capLen, snapLen))
+	}
+	if origLen < capLen {
+		notes = append(notes, fmt.Sprintf("the record's original length %d is below the %d bytes captured: taken as %d", origLen, capLen, capLen))
+	}
+	return strings.Join(notes, "; ")
 }
 
 // Reader reads the packets of a pcap or pcapng capture, or of either
@@ -32,6 +53,7 @@ type Reader struct {
 	order    binary.ByteOrder
 	nanos    bool
 	linkType LinkType
+	snapLen  uint32
 
 	// pcapng: the interfaces of the current section, and its byte order
 	ifaces []ngInterface

@@ -25,6 +25,12 @@ type Record struct {
 	IP      *IPRecord     `json:"ip,omitempty"`     // once the IP header's fixed part is captured
 	NotRoCE string        `json:"not_roce,omitempty"`
 	Note    string        `json:"note,omitempty"` // something not checked, not an error
+	// Interface is the pcapng interface the packet was captured on, given
+	// when the capture has more than one.
+	Interface *int `json:"interface,omitempty"`
+	// Capture is what the capture file's record of the packet claimed that
+	// does not add up (its lengths); the packet was read as captured.
+	Capture string `json:"capture,omitempty"`
 
 	cut  bool      // the capture's snap length cut the packet
 	time time.Time // Time, for the text form
@@ -294,6 +300,9 @@ func (r *Record) Text() string {
 // appendLink writes what the link and IP headers say beyond the addresses,
 // where it differs from a plain untagged frame with DSCP 0.
 func (r *Record) appendLink(sb *strings.Builder) {
+	if r.Interface != nil {
+		fmt.Fprintf(sb, " if=%d", *r.Interface)
+	}
 	for _, v := range r.VLAN {
 		fmt.Fprintf(sb, " vlan=%d pcp=%d", v.ID, v.PCP)
 		if v.DEI {
@@ -308,5 +317,8 @@ func (r *Record) appendLink(sb *strings.Builder) {
 			fmt.Fprintf(sb, " ifindex=%d", c.IfIndex)
 		}
 		sb.WriteString(" " + c.PacketType)
+	}
+	if r.Capture != "" {
+		sb.WriteString(" (capture: " + r.Capture + ")")
 	}
 }
