@@ -22,7 +22,7 @@ DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibver
                 ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
                 cpio linux-source-6.1 xz-utils gcc make prometheus nfs-kernel-server
 
-.PHONY: help deps deps-vm integration baseline-docs build install test test-host unit nocgo bench generate check-generate fmt vet
+.PHONY: help deps deps-vm integration baseline-docs build install test test-host unit race nocgo bench generate check-generate fmt vet
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -67,7 +67,7 @@ install: build ## install bin/rbridge, dist/rbridge.service and dist/rbridge.yam
 
 test: test-host integration ## the whole suite: install what it needs, vet, generated code, unit, no-cgo, root and guest tests
 
-test-host: deps vet check-generate unit nocgo ## the whole suite but the qemu guest (make integration)
+test-host: deps vet check-generate unit race nocgo ## the whole suite but the qemu guest (make integration)
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -79,6 +79,12 @@ vet:
 REQUIRE_ROOT ?= 1
 unit: ## go test over every package (root tests must run: REQUIRE_ROOT=0 to let them skip)
 	RBRIDGE_REQUIRE_ORACLES=1 RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) $(GO) test -count=1 $(PKGS)
+
+# The race detector over the packages whose goroutines share memory: the relay,
+# the legs, the transport, the tunnel (about 3 minutes on two cores).
+RACE_PKGS ?= ./bridge/... ./roce/... ./tunnel/... ./ulp/...
+race: ## go test -race over the packages that run goroutines
+	RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) $(GO) test -race -count=1 $(RACE_PKGS)
 
 # The README's first command builds without cgo: everything must build so, and the
 # packages whose code changes without it (ibv's stub and what imports ibv) are
