@@ -1,9 +1,7 @@
 package bridge
 
 import (
-	"context"
 	"fmt"
-	"runtime"
 
 	"github.com/rbridge/rbridge/bridge/config"
 )
@@ -28,13 +26,6 @@ import (
 // warns when it has not. The thread is never unlocked: it ends with its
 // loop (Go parks it for good if it was the main thread), and its
 // affinity with it.
-
-// spin is how one receive loop waits: sleeping (on false), or polling,
-// pinned to cpu (-1: wherever the kernel runs its thread).
-type spin struct {
-	on  bool
-	cpu int
-}
 
 // groupSpins is the spin of each of a group's directions (0 roce_to_ib,
 // 1 ib_to_roce): busy_poll_cpus in the order of the directions relayed.
@@ -66,45 +57,4 @@ func groupSpins(gc *config.Group, relays func(dir int) bool) ([2]spin, error) {
 		}
 	}
 	return s, nil
-}
-
-// String describes the spin for a port's description.
-func (s spin) String() string {
-	switch {
-	case !s.on:
-		return ""
-	case s.cpu < 0:
-		return ", busy-polled"
-	}
-	return fmt.Sprintf(", busy-polled on CPU %d", s.cpu)
-}
-
-// pin locks the calling goroutine, a receive loop, to its OS thread, and
-// that thread to the spin's CPU when it has one. The goroutine must not
-// unlock it.
-func (s spin) pin() error {
-	if !s.on {
-		return nil
-	}
-	runtime.LockOSThread()
-	if s.cpu < 0 {
-		return nil
-	}
-	return pinThread(s.cpu)
-}
-
-// spinWait polls with poll until it returns a completion or an error, or
-// ctx ends, without yielding.
-func spinWait(ctx context.Context, poll func() (int, error)) (int, error) {
-	done := ctx.Done()
-	for {
-		if n, err := poll(); n > 0 || err != nil {
-			return n, err
-		}
-		select {
-		case <-done:
-			return 0, ctx.Err()
-		default:
-		}
-	}
 }

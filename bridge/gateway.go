@@ -18,7 +18,6 @@ import (
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/internal/netns"
-	"github.com/rbridge/rbridge/internal/portcounters"
 	"github.com/rbridge/rbridge/ipoib"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/tunnel"
@@ -151,85 +150,6 @@ type sessionInfo struct {
 	in, out        conn
 	desc           [2]string // in's and out's describe(), as they came up
 	fallback       bool      // connected through the route's fallback
-}
-
-// connParams are what a connection request carries through the gateway.
-type connParams struct {
-	privateData        []byte
-	respRes, initDepth int
-	// client is who connects, for a leg that carries it on (quic).
-	client netip.AddrPort
-}
-
-// rejected is a refusal to pass back to a client: the far side's reason
-// and private data, or a timeout.
-type rejected struct {
-	reason      cm.RejectReason
-	privateData []byte
-}
-
-func (r *rejected) Error() string { return fmt.Sprintf("rejected: %v", r.reason) }
-
-// A leg is one fabric the gateway sits on, as routes use it.
-type leg interface {
-	listen(addr netip.AddrPort) (listener, error)
-	// dial connects to a target; a refusal is a *rejected.
-	dial(ctx context.Context, to netip.AddrPort, p connParams) (conn, error)
-	close() error
-
-	// status fills what the leg knows of itself now, beyond its
-	// configuration: the MTU it carries, the GID it chose, its unanswered
-	// neighbours, its peer gateways.
-	status(st *LegStatus)
-	// link reads the leg's link (sysRoot: where sysfs is): its state,
-	// whether it is up, and a verbs port as read (nil for other legs, or
-	// when unreadable).
-	link(sysRoot string) (state string, up bool, port *portcounters.Port)
-	// counters fills the leg's counters for a scrape.
-	counters(c *legCounters)
-	// objects adds what the leg holds open to st.
-	objects(st *GatewayState)
-	// health says why the leg cannot work now (a receive loop that has
-	// not come round for stall), nil when it can.
-	health(now time.Time, stall time.Duration) error
-	// nicPort names the verbs port whose counters /metrics shows; ok is
-	// false for other legs.
-	nicPort() (device string, port int, ok bool)
-}
-
-// A groupLeg is a leg that carries multicast groups (userspace and verbs
-// legs).
-type groupLeg interface {
-	leg
-	// groupPort joins group on the leg, as side (0 RoCE, 1 IB) of gc; the
-	// port receives unless sendOnly. own is the gateway's address there,
-	// qkey the group's Q_Key (a verbs leg learns it from the join; rdma_cm's
-	// for UDP port space otherwise).
-	groupPort(ctx context.Context, gc *config.Group, side int, sendOnly bool, timeout time.Duration, s spin) (p udPort, own netip.Addr, qkey uint32, err error)
-	// joinedLink finds the Ethernet link of the members of a joined
-	// group: its interface, network namespace and the gateway's address.
-	joinedLink() (ifname, ns string, addr netip.Addr, err error)
-}
-
-type listener interface {
-	next(ctx context.Context) (incoming, error)
-	close() error
-}
-
-// incoming is a client's connection request, held until answered.
-type incoming interface {
-	remote() netip.AddrPort
-	params() connParams
-	accept(ctx context.Context, p connParams) (conn, error)
-	reject(r *rejected) error
-}
-
-// conn is an established connection on a leg.
-type conn interface {
-	endpoint() session.Endpoint
-	params() connParams // the peer's: a dial's REP
-	describe() string   // QPNs and MTU, for the logs
-	close() error       // disconnects and frees what endpoint does not
 }
 
 // StartGateway opens the legs and starts listening on every route.
@@ -432,7 +352,9 @@ func (g *Gateway) State() GatewayState {
 		st.PoolInUse += c.Total - c.Free
 	}
 	for _, l := range g.legs {
-		l.objects(&st)
+		qps, conns := l.objects()
+		st.UserspaceQPs += qps
+		st.UserspaceCMConns += conns
 	}
 	v := ibv.LiveObjects()
 	st.VerbsQPs, st.VerbsCQs, st.VerbsCMIDs, st.VerbsEventChannels = v["QP"], v["CQ"], v["CMID"], v["EventChannel"]

@@ -27,47 +27,6 @@ type Status struct {
 	Joined []JoinedStatus `json:"joined,omitempty"`
 }
 
-// LegStatus describes one leg.
-type LegStatus struct {
-	Name string `json:"name"`
-	Kind string `json:"kind"`
-	IP   string `json:"ip"`
-	// State is the link's: a verbs leg's port state (ACTIVE, DOWN, INIT,
-	// ... as sysfs names it), a userspace leg's interface's operational
-	// state (up, down, lowerlayerdown, unknown, ...), a quic leg's
-	// tunnels ("connected (N)", "no peer connection"); "unreadable: why"
-	// when it cannot be read. Up says it carries traffic (ACTIVE; up, or
-	// unknown as loopback's is, which the kernel counts as up).
-	State string `json:"state"`
-	Up    bool   `json:"up"`
-	// Userspace legs: the interface, its network namespace, the packet
-	// I/O, and the largest path MTU the leg carries and why.
-	Interface string `json:"interface,omitempty"`
-	Netns     string `json:"netns,omitempty"`
-	IO        string `json:"io,omitempty"`
-	MTU       int    `json:"mtu,omitempty"`
-	MTUWhy    string `json:"mtu_why,omitempty"`
-	// AF_XDP legs: the neighbours (next hops) that did not answer the
-	// kernel's resolution and are refused for now, and how many
-	// resolutions failed since the leg opened.
-	NeighborsUnanswered []string `json:"neighbors_unanswered,omitempty"`
-	NeighborFailures    uint64   `json:"neighbor_failures,omitempty"`
-	// Verbs legs: the device, port and GID the leg's address chose, and
-	// why (each session's MTU is in its side's description).
-	Device   string `json:"device,omitempty"`
-	Port     int    `json:"port,omitempty"`
-	GIDIndex int    `json:"gid_index,omitempty"`
-	GID      string `json:"gid,omitempty"`
-	GIDWhy   string `json:"gid_why,omitempty"`
-	// Quic legs: where the leg accepts the peer gateway and where it
-	// connects to it, and how many connections to it are up.
-	Listen    string `json:"listen,omitempty"`
-	Peer      string `json:"peer,omitempty"`
-	PeerConns *int   `json:"peer_connections,omitempty"`
-	// PeerRefused counts the peer certificates the leg refused.
-	PeerRefused uint64 `json:"peer_refused,omitempty"`
-}
-
 // RouteStatus describes one route.
 type RouteStatus struct {
 	Name      string   `json:"name"`

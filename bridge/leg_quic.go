@@ -535,7 +535,7 @@ func (q *quicLeg) counters(c *legCounters) {
 	c.quic = &quicLegSnapshot{QUICStatsSnapshot: q.stats.Snapshot(), Refused: q.refused.Load(), Conns: q.peerConns()}
 }
 
-func (q *quicLeg) objects(*GatewayState) {}
+func (q *quicLeg) objects() (int, int) { return 0, 0 }
 
 func (q *quicLeg) health(time.Time, time.Duration) error { return nil }
 

@@ -387,10 +387,7 @@ func (u *userspaceLeg) counters(c *legCounters) {
 	}
 }
 
-func (u *userspaceLeg) objects(st *GatewayState) {
-	st.UserspaceQPs += u.dev.NumQPs()
-	st.UserspaceCMConns += u.cm.NumConns()
-}
+func (u *userspaceLeg) objects() (int, int) { return u.dev.NumQPs(), u.cm.NumConns() }
 
 func (u *userspaceLeg) health(now time.Time, stall time.Duration) error {
 	if u.dev == nil {

@@ -526,7 +526,7 @@ func (v *verbsLeg) counters(c *legCounters) {
 	c.verbs = &s
 }
 
-func (v *verbsLeg) objects(*GatewayState) {} // ibv.LiveObjects counts them all
+func (v *verbsLeg) objects() (int, int) { return 0, 0 } // ibv.LiveObjects counts them all
 
 func (v *verbsLeg) health(time.Time, time.Duration) error { return nil }
 

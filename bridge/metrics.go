@@ -255,13 +255,6 @@ var quicCounters = newCounters("rbridge_quic_", legLabels, []counterRow[quicLegS
 	{"peer_refused_total", "Peer gateway certificates refused (another CA, expired, the wrong name).", func(s *quicLegSnapshot) uint64 { return s.Refused }},
 })
 
-// quicLegSnapshot is a quic leg's counters at one moment.
-type quicLegSnapshot struct {
-	QUICStatsSnapshot
-	Refused uint64
-	Conns   int
-}
-
 var descQUICConns = prometheus.NewDesc("rbridge_quic_peer_connections", "Connections to the peer gateway that are up.", legLabels, nil)
 
 var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsStatsSnapshot]{
@@ -310,21 +303,6 @@ type legMetrics struct {
 	nic   *nicPort // verbs legs whose port counters were found
 	port  *portcounters.Port
 	legCounters
-}
-
-// legCounters are a leg's own counters at a scrape: each leg fills its
-// kind's (leg.counters).
-type legCounters struct {
-	mtu       int // userspace legs
-	limited   int // userspace legs: QPs DCQCN holds below line rate
-	verbs     *VerbsStatsSnapshot
-	quic      *quicLegSnapshot
-	transport *transport.StatsSnapshot
-	cm        *cm.StatsSnapshot
-	udp       *udpconn.StatsSnapshot
-	xdp       *xdp.ConnStats
-	neigh     *xdp.ResolverStatsSnapshot
-	prog      *xdp.Counters
 }
 
 // metrics reads the gateway's counters.

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -61,9 +60,6 @@ import (
 // DefaultUDIdle is how long a UD client's pair of QPs lives without
 // traffic.
 const DefaultUDIdle = 2 * time.Minute
-
-// udRecvDepth is the receives each gateway UD QP keeps posted.
-const udRecvDepth = 32
 
 // maxUDPairs bounds a route's UD clients at once; beyond it a SIDR_REQ is
 // answered SIDRNoQP.
@@ -137,156 +133,6 @@ func (s *UDStatsSnapshot) Drops() []UDDrop {
 		out[i] = UDDrop{Cause: c.cause, N: *c.val(s)}
 	}
 	return out
-}
-
-// A udLeg is a leg that carries UD routes.
-type udLeg interface {
-	listenUD(addr netip.AddrPort) (udListener, error)
-	// dialUD makes the target-side QP and resolves the service at to
-	// with it; a refusal is a *udRefused.
-	dialUD(ctx context.Context, to netip.AddrPort, privateData []byte) (udPort, udService, error)
-}
-
-type udListener interface {
-	next(ctx context.Context) (udIncoming, error)
-	close() error
-}
-
-// udIncoming is a client's SIDR_REQ, held until answered.
-type udIncoming interface {
-	remote() netip.AddrPort
-	privateData() []byte
-	// accept makes the client-side QP and answers with it.
-	accept(privateData []byte) (udPort, error)
-	reject(status cm.SIDRStatus, privateData []byte) error
-	// drop forgets the request unanswered.
-	drop()
-}
-
-// udService is what a SIDR_REP named.
-type udService struct {
-	addr        netip.Addr
-	qpn, qkey   uint32
-	privateData []byte
-}
-
-// udRefused is a target's SIDR_REP with a status other than success.
-type udRefused struct {
-	status      cm.SIDRStatus
-	privateData []byte
-}
-
-func (r *udRefused) Error() string { return fmt.Sprintf("SIDR_REP status %v", r.status) }
-
-// udDatagram is a datagram a udPort received: its payload is
-// buf.B()[off:off+n], and buf is the relay's to release.
-type udDatagram struct {
-	buf         *pool.Buf
-	off, n      int
-	src         netip.Addr
-	srcQPN      uint32
-	imm         uint32
-	hasImm      bool
-	poolEmpty   bool // no buffer to repost: the datagram is dropped, buf is nil
-	tooLongHere bool // longer than the receive (cannot happen within the leg's MTU)
-}
-
-func (d *udDatagram) payload() []byte { return d.buf.B()[d.off : d.off+d.n] }
-
-// udDest is where a udPort sends.
-type udDest struct {
-	addr      netip.Addr
-	qpn, qkey uint32
-}
-
-// udPort is one of the gateway's UD QPs, with its receive queue kept full
-// of pool buffers. recv is called by one goroutine, send by one other.
-type udPort interface {
-	qpn() uint32
-	mtu() int // the largest datagram the leg carries
-	recv(ctx context.Context) (*udDatagram, error)
-	// send sends d's payload to dst; d's buffer may be released when it
-	// returns.
-	send(ctx context.Context, d *udDatagram, dst udDest, imm uint32, hasImm bool) error
-	// noReceive counts what arrived with no receive posted, where the
-	// leg can tell (0 where the HCA drops them unseen).
-	noReceive() uint64
-	describe() string
-	close() error
-}
-
-// udRing keeps a port's receive queue full of pool buffers: posted by
-// work request ID (the buffer's arena offset).
-type udRing struct {
-	pool *pool.Pool
-	size int
-	post func(b *pool.Buf) error
-
-	mu     sync.Mutex // guards posted
-	posted map[uint64]*pool.Buf
-}
-
-func newUDRing(pl *pool.Pool, size int, post func(b *pool.Buf) error) (*udRing, error) {
-	r := &udRing{pool: pl, size: size, post: post, posted: map[uint64]*pool.Buf{}}
-	for range udRecvDepth {
-		b, err := pl.Get(size)
-		if err != nil {
-			r.close()
-			return nil, fmt.Errorf("receive buffers: %w", err)
-		}
-		if err := r.postBuf(b); err != nil {
-			r.close()
-			return nil, err
-		}
-	}
-	return r, nil
-}
-
-func (r *udRing) postBuf(b *pool.Buf) error {
-	r.mu.Lock()
-	r.posted[uint64(b.Offset())] = b
-	r.mu.Unlock()
-	if err := r.post(b); err != nil {
-		r.mu.Lock()
-		delete(r.posted, uint64(b.Offset()))
-		r.mu.Unlock()
-		b.Release()
-		return fmt.Errorf("post a receive: %w", err)
-	}
-	return nil
-}
-
-// take returns the buffer of a completed receive, having posted a fresh
-// one in its place; when the pool has none it reposts the same buffer
-// and returns nil (the datagram is dropped: the queue stays full).
-func (r *udRing) take(id uint64) (*pool.Buf, bool, error) {
-	r.mu.Lock()
-	b := r.posted[id]
-	delete(r.posted, id)
-	r.mu.Unlock()
-	if b == nil {
-		return nil, false, fmt.Errorf("receive completion %#x for no posted buffer", id)
-	}
-	fresh, err := r.pool.Get(r.size)
-	if err != nil {
-		return nil, true, r.postBuf(b)
-	}
-	if err := r.postBuf(fresh); err != nil {
-		b.Release()
-		return nil, false, err
-	}
-	return b, false, nil
-}
-
-// close releases the posted buffers (the QP is gone or in error: nothing
-// lands in them any more).
-func (r *udRing) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for id, b := range r.posted {
-		b.Release()
-		delete(r.posted, id)
-	}
 }
 
 // udPair relays one client's datagrams: client (the listen leg's QP, the
