@@ -264,9 +264,9 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 			t.Errorf("pool class %s: no rbridge_pool_buffers", size)
 		}
 	}
-	for _, leg := range []string{"a", "b"} {
-		if v, ok := after[`rbridge_leg_up{leg="`+leg+`"}`]; !ok || v != 1 {
-			t.Errorf("rbridge_leg_up{leg=%q} = %v (present %v), want 1: lo is up", leg, v, ok)
+	for _, lg := range []string{"a", "b"} {
+		if v, ok := after[`rbridge_leg_up{leg="`+lg+`"}`]; !ok || v != 1 {
+			t.Errorf("rbridge_leg_up{leg=%q} = %v (present %v), want 1: lo is up", lg, v, ok)
 		}
 	}
 	if after[`rbridge_leg_path_mtu_bytes{leg="a"}`] != 4096 {

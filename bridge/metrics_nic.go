@@ -33,12 +33,12 @@ type nicPort struct {
 
 // newNICPort reads a port's counters under the sysfs at root and describes
 // their metrics.
-func newNICPort(root, leg, device string, port int) (*nicPort, error) {
+func newNICPort(root, lg, device string, port int) (*nicPort, error) {
 	p, err := portcounters.Read(root, device, port)
 	if err != nil {
 		return nil, err
 	}
-	n := &nicPort{leg: leg, device: device, port: port, descs: map[string]*prometheus.Desc{}}
+	n := &nicPort{leg: lg, device: device, port: port, descs: map[string]*prometheus.Desc{}}
 	for _, c := range p.Counters {
 		name := nicMetricName(c)
 		if _, ok := n.descs[name]; ok {

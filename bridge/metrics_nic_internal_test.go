@@ -298,7 +298,7 @@ func TestLegLinkState(t *testing.T) {
 		t.Fatal("no rbridge_leg_up{leg=ib}")
 		return -1
 	}
-	leg := func() LegStatus {
+	lg := func() LegStatus {
 		t.Helper()
 		for _, l := range g.Status().Legs {
 			if l.Name == "ib" {
@@ -308,19 +308,19 @@ func TestLegLinkState(t *testing.T) {
 		t.Fatal("no leg ib in the status")
 		return LegStatus{}
 	}
-	if l := leg(); l.State != "ACTIVE" || !l.Up || up() != 1 {
+	if l := lg(); l.State != "ACTIVE" || !l.Up || up() != 1 {
 		t.Errorf("an ACTIVE port: state %q, up %v, rbridge_leg_up %v", l.State, l.Up, up())
 	}
 	if err := os.WriteFile(filepath.Join(root, "class/infiniband/mlx5_0/ports/1/state"), []byte("1: DOWN\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if l := leg(); l.State != "DOWN" || l.Up || up() != 0 {
+	if l := lg(); l.State != "DOWN" || l.Up || up() != 0 {
 		t.Errorf("a DOWN port: state %q, up %v, rbridge_leg_up %v", l.State, l.Up, up())
 	}
 	if err := os.RemoveAll(filepath.Join(root, "class/infiniband/mlx5_0")); err != nil {
 		t.Fatal(err)
 	}
-	if l := leg(); !strings.HasPrefix(l.State, "unreadable: ") || l.Up || up() != 0 {
+	if l := lg(); !strings.HasPrefix(l.State, "unreadable: ") || l.Up || up() != 0 {
 		t.Errorf("a port gone: state %q, up %v, rbridge_leg_up %v", l.State, l.Up, up())
 	}
 }

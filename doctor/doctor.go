@@ -219,10 +219,10 @@ func Run(o Options) (*Report, error) {
 
 func (h *host) add(f Finding) { h.rep.Findings = append(h.rep.Findings, f) }
 
-func (h *host) finding(check, subject string, leg *config.Leg, sev Severity, msg, fix string) {
+func (h *host) finding(check, subject string, lg *config.Leg, sev Severity, msg, fix string) {
 	f := Finding{Check: check, Subject: subject, Severity: sev, Message: msg, Fix: fix}
-	if leg != nil {
-		f.Leg = leg.Name
+	if lg != nil {
+		f.Leg = lg.Name
 	}
 	h.add(f)
 }

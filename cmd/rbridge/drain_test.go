@@ -68,12 +68,12 @@ admin: {listen: ""}
 // are not a failure to stop (exit 0); anything else Close met still is.
 func TestStoppedKeepsFailures(t *testing.T) {
 	cut := fmt.Errorf("bridge: gateway: %w: 2 sessions still closing (%v)", bridge.ErrSessionsCut, context.DeadlineExceeded)
-	leg := errors.New(`leg "a": close failed`)
+	lg := errors.New(`leg "a": close failed`)
 	log := testlog.New(t)
 	for _, tc := range []struct {
 		name    string
 		in, out error
-	}{{"clean", nil, nil}, {"cut", cut, nil}, {"cut and a leg", errors.Join(cut, leg), leg}, {"a leg", leg, leg}} {
+	}{{"clean", nil, nil}, {"cut", cut, nil}, {"cut and a leg", errors.Join(cut, lg), lg}, {"a leg", lg, lg}} {
 		got := stopped(tc.in, time.Second, log)
 		if (got == nil) != (tc.out == nil) || got != nil && (!errors.Is(got, tc.out) || errors.Is(got, bridge.ErrSessionsCut)) {
 			t.Errorf("%s: stopped(%v) = %v, want %v", tc.name, tc.in, got, tc.out)
