@@ -7,10 +7,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -153,7 +154,7 @@ func BenchmarkThroughVsDirect(b *testing.B) {
 					b.Fatal(err)
 				}
 				pmr, _ := spd.RegisterMR(pl.Arena(), transport.AccessLocalWrite)
-				ep, err := bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: sdev, PD: spd, MR: pmr})
+				ep, err := leg.NewUserspaceEndpoint(leg.UserspaceOptions{Device: sdev, PD: spd, MR: pmr})
 				if err != nil {
 					b.Fatal(err)
 				}

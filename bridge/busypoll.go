@@ -3,6 +3,8 @@ package bridge
 import (
 	"fmt"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/config"
 )
 
@@ -29,15 +31,15 @@ import (
 
 // groupSpins is the spin of each of a group's directions (0 roce_to_ib,
 // 1 ib_to_roce): busy_poll_cpus in the order of the directions relayed.
-func groupSpins(gc *config.Group, relays func(dir int) bool) ([2]spin, error) {
-	s := [2]spin{{cpu: -1}, {cpu: -1}}
+func groupSpins(gc *config.Group, relays func(dir int) bool) ([2]leg.Spin, error) {
+	s := [2]leg.Spin{{CPU: -1}, {CPU: -1}}
 	if !gc.BusyPoll {
 		return s, nil
 	}
 	var allowed map[int]bool
 	if len(gc.BusyPollCPUs) > 0 {
 		var err error
-		if allowed, err = allowedCPUs(); err != nil {
+		if allowed, err = leg.AllowedCPUs(); err != nil {
 			return s, fmt.Errorf("busy_poll_cpus: %w", err)
 		}
 	}
@@ -46,13 +48,13 @@ func groupSpins(gc *config.Group, relays func(dir int) bool) ([2]spin, error) {
 		if !relays(dir) {
 			continue
 		}
-		s[dir].on = true
+		s[dir].On = true
 		if next < len(gc.BusyPollCPUs) {
 			c := gc.BusyPollCPUs[next]
 			if !allowed[c] {
 				return s, fmt.Errorf("busy_poll_cpus: CPU %d is not one this process may run on (%d allowed)", c, len(allowed))
 			}
-			s[dir].cpu = c
+			s[dir].CPU = c
 			next++
 		}
 	}

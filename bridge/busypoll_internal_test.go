@@ -3,13 +3,15 @@ package bridge
 import (
 	"testing"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/config"
 )
 
 // TestGroupSpins: busy_poll_cpus go to the directions relayed, in order;
 // a CPU the process may not run on is refused.
 func TestGroupSpins(t *testing.T) {
-	allowed, err := allowedCPUs()
+	allowed, err := leg.AllowedCPUs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,13 +24,13 @@ func TestGroupSpins(t *testing.T) {
 		direction string
 		busy      bool
 		cpus      []int
-		want      [2]spin
+		want      [2]leg.Spin
 	}{
-		{"off", config.DirectionBoth, false, nil, [2]spin{{cpu: -1}, {cpu: -1}}},
-		{"both unpinned", config.DirectionBoth, true, nil, [2]spin{{on: true, cpu: -1}, {on: true, cpu: -1}}},
-		{"both, one CPU", config.DirectionBoth, true, []int{cpu}, [2]spin{{on: true, cpu: cpu}, {on: true, cpu: -1}}},
-		{"ib_to_roce pinned", config.DirectionIBToRoCE, true, []int{cpu}, [2]spin{{cpu: -1}, {on: true, cpu: cpu}}},
-		{"roce_to_ib", config.DirectionRoCEToIB, true, nil, [2]spin{{on: true, cpu: -1}, {cpu: -1}}},
+		{"off", config.DirectionBoth, false, nil, [2]leg.Spin{{CPU: -1}, {CPU: -1}}},
+		{"both unpinned", config.DirectionBoth, true, nil, [2]leg.Spin{{On: true, CPU: -1}, {On: true, CPU: -1}}},
+		{"both, one CPU", config.DirectionBoth, true, []int{cpu}, [2]leg.Spin{{On: true, CPU: cpu}, {On: true, CPU: -1}}},
+		{"ib_to_roce pinned", config.DirectionIBToRoCE, true, []int{cpu}, [2]leg.Spin{{CPU: -1}, {On: true, CPU: cpu}}},
+		{"roce_to_ib", config.DirectionRoCEToIB, true, nil, [2]leg.Spin{{On: true, CPU: -1}, {CPU: -1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &groupRun{cfg: &config.Group{Direction: tc.direction, BusyPoll: tc.busy, BusyPollCPUs: tc.cpus}}

@@ -6,34 +6,26 @@
 //
 // # An RC operation, from leg to leg
 //
-//   - gateway.go: StartGateway opens the legs behind one interface (leg:
+//   - gateway.go: StartGateway opens the legs (package leg: one interface,
 //     listen, dial, status, link, counters, health) and runs each route's
 //     accept loop: a client's connection request is answered only once the
 //     target accepted on the other leg, then the two connections become a
 //     session. fallback.go sends new sessions through a peer gateway while
 //     a route's target does not answer; reload.go applies a changed
 //     configuration without touching what did not change.
-//   - the legs, one file per kind: leg_userspace.go (rbridge's own RoCEv2
-//     transport over UDP or AF_XDP, with its CM on QP1), leg_verbs.go (an
-//     HCA through libibverbs and librdmacm), leg_quic.go (a peer gateway
-//     over QUIC: package tunnel's framing).
-//   - the endpoints a session drives, one per kind: endpoint_userspace.go
-//     (its responder hands every request to the session before anything
-//     is acknowledged), endpoint_verbs.go (the HCA acknowledges SENDs as
-//     they land; endpoint_verbs_status.go is the one table between verbs'
-//     and transport's opcodes and statuses), endpoint_quic.go (Op and
-//     Completion frames on the session's stream); endpoint_slots.go names
-//     posted ops by work request ID.
+//   - the legs are package leg, behind one interface: rbridge's own
+//     RoCEv2 transport (userspace), an HCA (verbs), a peer gateway (quic),
+//     each with its session.Endpoint.
 //
 // # A datagram
 //
 //   - ud.go: UD routes (SIDR answered once the target answered, a pair of
-//     UD QPs per client), with leg_userspace_ud.go and leg_verbs_ud.go,
-//     and udlimit.go's rate limits.
-//   - mcast.go: multicast groups relayed between the legs, mcast_loop.go's
-//     filter against a datagram coming back round, busypoll*.go's polled
-//     receive loops; joined.go relays groups the members joined by IGMP or
-//     MLD (joined_on).
+//     UD QPs per client: each leg's UDPort), and udlimit.go's rate limits.
+//   - mcast.go: multicast groups relayed between the legs (each leg's
+//     GroupLeg port), mcast_loop.go's filter against a datagram coming
+//     back round, busypoll.go's polled receive loops per direction;
+//     joined.go relays groups the members joined by IGMP or MLD
+//     (joined_on).
 //
 // # Watching it
 //
@@ -41,7 +33,5 @@
 //     metrics.go: the Prometheus collector that reads every counter's
 //     Snapshot at scrape time; metrics_nic.go: a verbs port's counters;
 //     admin.go: the admin server (/metrics, /status, /healthz, /reload).
-//   - defaults.go: what the gateway takes when its options leave it out;
-//     link_*.go: an interface's operational state; bindtodevice_*.go: a
-//     quic leg's socket bound to its interface.
+//   - defaults.go: what the gateway takes when its options leave it out.
 package bridge

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/config"
 )
 
@@ -101,10 +103,10 @@ func (f *fallbackState) reached(now time.Time) time.Duration {
 // dialTarget connects to the route's target, or to its fallback while the
 // target cannot be reached; it says whether the connection is the
 // fallback's.
-func (g *Gateway) dialTarget(ctx context.Context, r *config.Route, p connParams, log *slog.Logger, rs *GatewayStats) (conn, bool, error) {
+func (g *Gateway) dialTarget(ctx context.Context, r *config.Route, p leg.Params, log *slog.Logger, rs *GatewayStats) (leg.Conn, bool, error) {
 	target := g.legs[r.Target.Leg]
 	if r.Fallback.Leg == "" {
-		c, err := target.dial(ctx, r.Target.Addr, p)
+		c, err := target.Dial(ctx, r.Target.Addr, p)
 		return c, false, err
 	}
 	g.mu.Lock()
@@ -119,9 +121,9 @@ func (g *Gateway) dialTarget(ctx context.Context, r *config.Route, p connParams,
 	}
 	if fb.tryTarget(time.Now()) {
 		tctx, cancel := context.WithTimeout(ctx, after)
-		c, err := target.dial(tctx, r.Target.Addr, p)
+		c, err := target.Dial(tctx, r.Target.Addr, p)
 		cancel()
-		var rj *rejected
+		var rj *leg.Rejected
 		if err == nil || errors.As(err, &rj) || ctx.Err() != nil {
 			if d := fb.reached(time.Now()); d > 0 {
 				log.Warn("route's target answers again: new sessions connect to it, not through the fallback",
@@ -137,7 +139,7 @@ func (g *Gateway) dialTarget(ctx context.Context, r *config.Route, p connParams,
 				"why", why, "fallback", r.Fallback.Leg, "fallback_target", r.Fallback.Addr, "retry_every", retry)
 		}
 	}
-	c, err := g.legs[r.Fallback.Leg].dial(ctx, r.Fallback.Addr, p)
+	c, err := g.legs[r.Fallback.Leg].Dial(ctx, r.Fallback.Addr, p)
 	if err != nil {
 		return nil, true, fmt.Errorf("the fallback through leg %q: %w", r.Fallback.Leg, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
 
@@ -42,9 +44,9 @@ type Gateway struct {
 	cfg  *config.Config
 	log  *slog.Logger
 	pool *pool.Pool
-	legs map[string]leg
+	legs map[string]leg.Leg
 	// legStatus describes each leg as opened (for Status).
-	legStatus map[string]LegStatus
+	legStatus map[string]leg.Status
 	// sysRoot is where sysfs is mounted ("/sys"); nics are the verbs
 	// legs' ports whose counters /metrics exports, by leg name.
 	sysRoot string
@@ -147,7 +149,7 @@ type sessionInfo struct {
 	route          string
 	client, target netip.AddrPort
 	started        time.Time
-	in, out        conn
+	in, out        leg.Conn
 	desc           [2]string // in's and out's describe(), as they came up
 	fallback       bool      // connected through the route's fallback
 }
@@ -186,9 +188,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		return nil, fmt.Errorf("bridge: gateway: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pl, legs: map[string]leg{}, ctx: ctx, cancel: cancel,
+	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pl, legs: map[string]leg.Leg{}, ctx: ctx, cancel: cancel,
 		sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
-		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]LegStatus{},
+		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]leg.Status{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{}}
 	fail := func(err error) (*Gateway, error) {
@@ -197,14 +199,14 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	for i := range o.Config.Legs {
 		l := &o.Config.Legs[i]
-		var lg leg
+		var lg leg.Leg
 		switch l.Kind {
 		case config.KindUserspace:
-			lg, err = openUserspaceLeg(l, pl, o.Logger)
+			lg, err = leg.OpenUserspace(l, pl, o.Logger)
 		case config.KindVerbs:
-			lg, err = openVerbsLeg(l, pl, o.Logger)
+			lg, err = leg.OpenVerbs(l, pl, o.Logger)
 		case config.KindQUIC:
-			lg, err = openQUICLeg(l, o.Config, pl, o.Logger)
+			lg, err = leg.OpenQUIC(l, o.Config, pl, o.Logger)
 		default:
 			err = fmt.Errorf("kind %q", l.Kind)
 		}
@@ -235,7 +237,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 func (g *Gateway) openNICs(root string) {
 	g.sysRoot, g.nics = root, map[string]*nicPort{}
 	for name, l := range g.legs {
-		dev, port, ok := l.nicPort()
+		dev, port, ok := l.NICPort()
 		if !ok {
 			continue
 		}
@@ -260,7 +262,7 @@ func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 	if r.UD {
 		return g.startUDRoute(c, r)
 	}
-	ln, err := g.legs[r.Listen.Leg].listen(r.Listen.Addr)
+	ln, err := g.legs[r.Listen.Leg].Listen(r.Listen.Addr)
 	if err != nil {
 		return fmt.Errorf("%s:%d: route %q: listen on %v: %w", c.File(), r.Line(), r.Name, r.Listen.Addr, err)
 	}
@@ -299,14 +301,14 @@ func CheckLegs(cfg *config.Config) error {
 				if err != nil {
 					return fmt.Errorf("interface %s: %w", l.Interface, err)
 				}
-				return hasAddr(ifi, l.IP)
+				return leg.HasAddr(ifi, l.IP)
 			})
 		case config.KindVerbs:
-			_, err = findGID(l)
+			_, err = leg.FindGID(l)
 		case config.KindQUIC:
 			_, err = tunnel.LoadCredentials(l.Cert, l.Key, l.CA, l.PeerName)
 			if v, ok := cfg.Leg(l.Over); ok && err == nil {
-				_, err = ipoibOf(l, v, ipoib.NewHost(ipoib.Options{}))
+				_, err = leg.IPoIBOf(l, v, ipoib.NewHost(ipoib.Options{}))
 			}
 		}
 		if err != nil {
@@ -352,7 +354,7 @@ func (g *Gateway) State() GatewayState {
 		st.PoolInUse += c.Total - c.Free
 	}
 	for _, l := range g.legs {
-		qps, conns := l.objects()
+		qps, conns := l.Objects()
 		st.UserspaceQPs += qps
 		st.UserspaceCMConns += conns
 	}
@@ -376,10 +378,8 @@ func (g *Gateway) LogState() {
 		st := s.State()
 		attrs := []any{"route", info.route, "client", info.client, "age", time.Since(info.started).Round(time.Millisecond),
 			"to_target", st[0], "to_client", st[1]}
-		for side, c := range map[string]conn{"client_side": info.in, "target_side": info.out} {
-			if u, ok := c.(*userspaceConn); ok {
-				attrs = append(attrs, side+"_responder", u.ep.QP().Responder(), side+"_device", u.u.dev.Stats().Snapshot())
-			}
+		for side, c := range map[string]leg.Conn{"client_side": info.in, "target_side": info.out} {
+			attrs = append(attrs, leg.StateAttrs(c, side)...)
 		}
 		g.log.Info("session state", attrs...)
 	}
@@ -427,7 +427,7 @@ func (g *Gateway) Health() error {
 	now := time.Now()
 	var errs []error
 	for name, l := range g.legs {
-		if err := l.health(now, g.stall); err != nil {
+		if err := l.Health(now, g.stall); err != nil {
 			errs = append(errs, fmt.Errorf("bridge: gateway: leg %q: %w", name, err))
 		}
 	}
@@ -451,13 +451,13 @@ func (g *Gateway) Pool() *pool.Pool { return g.pool }
 // routineAccept takes the route's connection requests, one goroutine each.
 // It ends with the gateway, or when a reload removes the route (ctx);
 // sessions it started go on until they end.
-func (g *Gateway) routineAccept(ctx context.Context, run *routeRun, ln listener) {
+func (g *Gateway) routineAccept(ctx context.Context, run *routeRun, ln leg.Listener) {
 	defer g.wg.Done()
 	defer close(run.done)
-	defer ln.close()
+	defer ln.Close()
 	r, timeout := run.r, g.timeout
 	for {
-		in, err := ln.next(ctx)
+		in, err := ln.Next(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				g.log.Error("route stopped accepting", "route", r.Name, "err", err)
@@ -476,8 +476,8 @@ func (g *Gateway) routineAccept(ctx context.Context, run *routeRun, ln listener)
 }
 
 // connect connects a client's request through to the route's target.
-func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
-	client := in.remote()
+func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duration) {
+	client := in.Remote()
 	base := g.log.With("route", r.Name, "client", client)
 	log := base.With("target", r.Target.Addr)
 	g.mu.Lock()
@@ -487,54 +487,54 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 		g.stats.Refused.Add(1)
 		rs.Refused.Add(1)
 		log.Warn("client not allowed by the route: rejected")
-		_ = in.reject(&rejected{reason: cm.RejectConsumerDefined})
+		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
 		return
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
-	p := in.params()
-	p.client = client
+	p := in.Params()
+	p.Client = client
 	out, fellBack, err := g.dialTarget(ctx, r, p, log, rs)
 	if err != nil {
-		var rj *rejected
+		var rj *leg.Rejected
 		if !errors.As(err, &rj) {
-			rj = &rejected{reason: cm.RejectTimeout}
+			rj = &leg.Rejected{Reason: cm.RejectTimeout}
 		}
 		g.stats.Rejected.Add(1)
 		rs.Rejected.Add(1)
-		log.Warn("target did not accept: client rejected with the same", "reason", rj.reason, "err", err)
-		_ = in.reject(rj)
+		log.Warn("target did not accept: client rejected with the same", "reason", rj.Reason, "err", err)
+		_ = in.Reject(rj)
 		return
 	}
 	if fellBack { // the session's lines name where it goes
 		log = base.With("target", r.Fallback.Addr, "through", r.Fallback.Leg)
 	}
-	tp := out.params()
+	tp := out.Params()
 	// What both ends allow: the client may have as many READs outstanding
 	// here as the target takes, and take as many as the target issues.
-	cp := connParams{privateData: tp.privateData,
-		respRes: min(orOne(p.initDepth), orOne(tp.respRes)), initDepth: min(orOne(p.respRes), orOne(tp.initDepth))}
-	c, err := in.accept(ctx, cp)
+	cp := leg.Params{PrivateData: tp.PrivateData,
+		RespRes: min(orOne(p.InitDepth), orOne(tp.RespRes)), InitDepth: min(orOne(p.RespRes), orOne(tp.InitDepth))}
+	c, err := in.Accept(ctx, cp)
 	if err != nil {
 		g.stats.Failed.Add(1)
 		rs.Failed.Add(1)
 		log.Warn("accepting the client failed: the target's connection is closed", "err", err)
-		_ = out.close()
+		_ = out.Close()
 		return
 	}
-	s, err := session.New(session.Options{A: c.endpoint(), B: out.endpoint(), Pool: g.pool, Logger: log})
+	s, err := session.New(session.Options{A: c.Endpoint(), B: out.Endpoint(), Pool: g.pool, Logger: log})
 	if err != nil {
 		// Both connections are up, so this is one of them ending before
 		// the session started (a peer that disconnected at once).
 		g.stats.Failed.Add(1)
 		rs.Failed.Add(1)
 		log.Warn("the session could not start: both connections are closed", "err", err)
-		_ = c.close()
-		_ = out.close()
+		_ = c.Close()
+		_ = out.Close()
 		return
 	}
 	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out,
-		desc: [2]string{c.describe(), out.describe()}, fallback: fellBack}
+		desc: [2]string{c.Describe(), out.Describe()}, fallback: fellBack}
 	if fellBack {
 		info.target = r.Fallback.Addr
 	}
@@ -542,8 +542,8 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	if g.closing {
 		g.mu.Unlock()
 		s.Close()
-		_ = c.close()
-		_ = out.close()
+		_ = c.Close()
+		_ = out.Close()
 		return
 	}
 	g.sessions[s] = info
@@ -551,14 +551,14 @@ func (g *Gateway) connect(r *config.Route, in incoming, timeout time.Duration) {
 	g.stats.Accepted.Add(1)
 	rs.Accepted.Add(1)
 	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1], "through_fallback", fellBack,
-		"responder_resources", cp.respRes, "initiator_depth", cp.initDepth)
+		"responder_resources", cp.RespRes, "initiator_depth", cp.InitDepth)
 	<-s.Done()
 	st := s.Stats().Snapshot()
 	log.Info("session ended", "why", s.Err(), "age", time.Since(info.started).Round(time.Millisecond),
 		"ops_to_target", st.TotalOps(0), "ops_to_client", st.TotalOps(1), "bytes_to_target", st.TotalBytes(0),
 		"bytes_to_client", st.TotalBytes(1), "failed", st.Failed[0]+st.Failed[1])
-	_ = c.close()
-	_ = out.close()
+	_ = c.Close()
+	_ = out.Close()
 	g.mu.Lock()
 	delete(g.sessions, s)
 	g.ended[r.Name].Add(s.Stats().Snapshot())
@@ -621,7 +621,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		}
 	}
 	for name, l := range g.legs {
-		if cerr := l.close(); cerr != nil {
+		if cerr := l.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("leg %q: %w", name, cerr))
 		}
 	}

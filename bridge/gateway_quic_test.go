@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/leg"
 
 	"github.com/rbridge/rbridge/bridge/pool"
 
@@ -162,7 +165,7 @@ func TestGatewaysThroughQUIC(t *testing.T) {
 
 	// A target address no route of gateway B listens for: the client is
 	// rejected with invalid service ID, as a CM with no listener would.
-	_, err = client.cm.Dial(ctx, netipAP(lo("1:7472")), cm.DialOptions{QP: client.qp(t)})
+	_, err = client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7472")), cm.DialOptions{QP: client.qp(t)})
 	if !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
 		t.Errorf("dial a target B has no route for: %v, want a reject with invalid service ID", err)
 	}
@@ -237,7 +240,7 @@ func TestGatewayQUICRefusesUntrustedPeer(t *testing.T) {
 			ga, gb := quicGateways(t, filesA["gw-a"], filesB["gw-b"], tc.aCA, tc.bCA)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			_, err := client.cm.Dial(ctx, netipAP(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
+			_, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
 			var rej *cm.RejectError
 			if !errors.As(err, &rej) {
 				t.Fatalf("dial through an untrusted tunnel: %v, want a reject", err)
@@ -245,7 +248,7 @@ func TestGatewayQUICRefusesUntrustedPeer(t *testing.T) {
 			// A dialer's TLS 1.3 handshake is done before the listener has
 			// checked its certificate: the connection the listener refuses
 			// lives a round trip at A, then goes.
-			var sa, sb bridge.LegStatus
+			var sa, sb leg.Status
 			waitUntil(t, "no connection between gateways that must not trust each other", func() bool {
 				sa, sb = ga.Status().Legs[1], gb.Status().Legs[0]
 				return *sa.PeerConns == 0 && *sb.PeerConns == 0

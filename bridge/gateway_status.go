@@ -4,6 +4,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+	"github.com/rbridge/rbridge/roce/transport"
+
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/internal/portcounters"
 )
@@ -15,7 +18,7 @@ type Status struct {
 	// State is what the gateway is doing: running, reloading, draining
 	// (SIGTERM: it accepts nothing more and ends its sessions) or stopped.
 	State    RunState        `json:"state"`
-	Legs     []LegStatus     `json:"legs"`
+	Legs     []leg.Status    `json:"legs"`
 	Routes   []RouteStatus   `json:"routes"`
 	Sessions []SessionStatus `json:"sessions"`
 	// UDClients are the UD routes' clients relaying now (ud.go).
@@ -90,14 +93,10 @@ type XDPQPStatus struct {
 
 // xdpStatus is the classifier's count of c's QP, when c is on an AF_XDP
 // leg.
-func xdpStatus(c conn) *XDPQPStatus {
-	u, ok := c.(*userspaceConn)
-	if !ok || u.u.prog == nil {
+func xdpStatus(c leg.Conn) *XDPQPStatus {
+	q, ok := leg.XDPCounters(c)
+	if !ok {
 		return nil
-	}
-	q, err := u.u.prog.QPCounters(u.ep.QP().QPN())
-	if err != nil {
-		return nil // the QP left the classifier as the session ended
 	}
 	return &XDPQPStatus{Packets: q.Packets, Bytes: q.Bytes, ECNCE: q.ECNCE, CNPs: q.CNPs}
 }
@@ -113,12 +112,11 @@ type DCQCNStatus struct {
 }
 
 // dcqcnStatus is c's DCQCN, when it has one.
-func dcqcnStatus(c conn) *DCQCNStatus {
-	u, ok := c.(*userspaceConn)
+func dcqcnStatus(c leg.Conn) *DCQCNStatus {
+	st, ok := leg.QPStats(c)
 	if !ok {
 		return nil
 	}
-	st := u.ep.QP().Stats()
 	if st.Rate == 0 { // no DCQCN: the leg has no ecn
 		return nil
 	}
@@ -143,8 +141,8 @@ type DirectionStatus struct {
 
 // legStatus is what a leg's configuration says of it; the leg adds what
 // it knows (leg.status).
-func legStatus(l *config.Leg) LegStatus {
-	return LegStatus{Name: l.Name, Kind: l.Kind, IP: l.IP.String(), Interface: l.Interface, Netns: l.Netns, IO: l.IO, Device: l.Device, Port: l.Port}
+func legStatus(l *config.Leg) leg.Status {
+	return leg.Status{Name: l.Name, Kind: l.Kind, IP: l.IP.String(), Interface: l.Interface, Netns: l.Netns, IO: l.IO, Device: l.Device, Port: l.Port}
 }
 
 // Status returns what the gateway runs now. Sessions are sorted by route,
@@ -153,12 +151,12 @@ func (g *Gateway) Status() Status {
 	g.mu.Lock()
 	cfg := g.cfg // a reload replaces it
 	g.mu.Unlock()
-	st := Status{Legs: make([]LegStatus, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{}}
+	st := Status{Legs: make([]leg.Status, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{}}
 	for i := range cfg.Legs {
 		ls := g.legStatus[cfg.Legs[i].Name]
 		ls.State, ls.Up, _ = g.linkState(ls.Name)
 		if l := g.legs[ls.Name]; l != nil {
-			l.status(&ls)
+			l.Status(&ls)
 		}
 		st.Legs = append(st.Legs, ls)
 	}
@@ -169,9 +167,9 @@ func (g *Gateway) Status() Status {
 	st.Joined = g.joinedStatus()
 	g.mu.Lock()
 	open := map[string]int{}
-	var sides [][2]conn // each session's, in st.Sessions' order: asked after the lock
+	var sides [][2]leg.Conn // each session's, in st.Sessions' order: asked after the lock
 	for s, info := range g.sessions {
-		sides = append(sides, [2]conn{info.in, info.out})
+		sides = append(sides, [2]leg.Conn{info.in, info.out})
 		open[info.route]++
 		ss := s.Stats().Snapshot()
 		rs := s.State()
@@ -183,7 +181,7 @@ func (g *Gateway) Status() Status {
 					if ds.OpsByOpcode == nil {
 						ds.OpsByOpcode = map[string]uint64{}
 					}
-					ds.OpsByOpcode[opcodes[o].name] = n
+					ds.OpsByOpcode[leg.OpcodeName(transport.Opcode(o))] = n
 				}
 			}
 			return ds
@@ -245,5 +243,5 @@ func (g *Gateway) linkState(name string) (string, bool, *portcounters.Port) {
 	if root == "" {
 		root = "/sys"
 	}
-	return l.link(root)
+	return l.Link(root)
 }

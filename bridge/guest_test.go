@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"
 	"github.com/rbridge/rbridge/internal/testlog"
@@ -90,8 +91,8 @@ func connectKernel(t testing.TB, q *ibv.QP, gid ibv.GIDChoice, peerQPN uint32, p
 // verbs leg toward the target, and the session between them.
 type gw struct {
 	pool   *pool.Pool
-	near   *bridge.UserspaceEndpoint
-	far    *bridge.VerbsEndpoint
+	near   *leg.UserspaceEndpoint
+	far    *leg.VerbsEndpoint
 	vqp    *ibv.QP
 	vmr    *ibv.MR
 	sess   *session.Session
@@ -137,7 +138,7 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	tpd := transport.NewPD()
 	tmr, err := tpd.RegisterMR(g.pool.Arena(), transport.AccessLocalWrite)
 	check(t, err)
-	g.near, err = bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: tdev, PD: tpd, MR: tmr, Frames: frames})
+	g.near, err = leg.NewUserspaceEndpoint(leg.UserspaceOptions{Device: tdev, PD: tpd, MR: tmr, Frames: frames})
 	check(t, err)
 	const cPSN, nPSN = 0x100, 0xfffff0
 	connectKernel(t, g.client.qp, g.client.gid, g.near.QP().QPN(), ns.IP, cPSN, nPSN, 14, 7)
@@ -175,7 +176,7 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	const vPSN, tPSN = 0x2000, 0x3000
 	connectKernel(t, g.vqp, vgid, g.target.qp.QPN(), ib.PeerIP, vPSN, tPSN, 14, 7)
 	connectKernel(t, g.target.qp, g.target.gid, g.vqp.QPN(), ib.GatewayIP, tPSN, vPSN, 14, 7)
-	g.far, err = bridge.NewVerbsEndpoint(bridge.VerbsOptions{QP: g.vqp, CQ: vcq, MR: g.vmr, Pool: g.pool, RecvDepth: 32})
+	g.far, err = leg.NewVerbsEndpoint(leg.VerbsOptions{QP: g.vqp, CQ: vcq, MR: g.vmr, Pool: g.pool, RecvDepth: 32})
 	check(t, err)
 
 	g.sess, err = session.New(session.Options{A: g.near, B: g.far, Pool: g.pool, Logger: testlog.New(t, "session failed")})

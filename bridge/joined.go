@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/internal/igmp"
 	"github.com/rbridge/rbridge/internal/netns"
@@ -122,8 +124,8 @@ const maxNoted = 256
 // joinedLink finds the Ethernet link of the members' leg: its interface,
 // network namespace and the gateway's address there.
 func (g *Gateway) joinedLink(name string) (ifname, ns string, addr netip.Addr, err error) {
-	if l, ok := g.legs[name].(groupLeg); ok {
-		return l.joinedLink()
+	if l, ok := g.legs[name].(leg.GroupLeg); ok {
+		return l.JoinedLink()
 	}
 	return "", "", netip.Addr{}, fmt.Errorf("leg %q: groups are on userspace and verbs legs", name)
 }

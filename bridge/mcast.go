@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -45,14 +47,14 @@ var groupDirs = [2]string{config.DirectionRoCEToIB, config.DirectionIBToRoCE}
 type groupRun struct {
 	cfg   *config.Group
 	stats *UDStats
-	ports [2]udPort     // 0 the RoCE leg's, 1 the IB leg's
+	ports [2]leg.UDPort // 0 the RoCE leg's, 1 the IB leg's
 	own   [2]netip.Addr // each leg's address: a datagram from it and the port's QPN is the gateway's
 	qkey  [2]uint32     // the group's Q_Key on each leg
 	loops *loopFilter   // what the group admitted lately, both ways (nil: loop_window 0)
 	// limit is the rate limit in force; a reload may swap it.
 	limit limitSlot
 	// spins is how each direction's receive loop waits (busy_poll).
-	spins [2]spin
+	spins [2]leg.Spin
 	// cancel ends the group's relaying; done is closed once it ended and
 	// its QPs are closed.
 	cancel context.CancelFunc
@@ -98,7 +100,7 @@ func (g *Gateway) openGroup(ctx context.Context, gc *config.Group) (*groupRun, e
 	fail := func(err error) (*groupRun, error) {
 		for _, p := range r.ports {
 			if p != nil {
-				_ = p.close()
+				_ = p.Close()
 			}
 		}
 		return nil, err
@@ -108,9 +110,9 @@ func (g *Gateway) openGroup(ctx context.Context, gc *config.Group) (*groupRun, e
 		receive := r.relays(side)
 		// A port is set only when made: a nil *port in the interface would
 		// not be nil to fail.
-		if l, ok := g.legs[name].(groupLeg); ok {
-			var p udPort
-			if p, r.own[side], r.qkey[side], err = l.groupPort(ctx, gc, side, !receive, g.timeout, r.spins[side]); err == nil {
+		if l, ok := g.legs[name].(leg.GroupLeg); ok {
+			var p leg.UDPort
+			if p, r.own[side], r.qkey[side], err = l.GroupPort(ctx, gc, side, !receive, g.timeout, r.spins[side]); err == nil {
 				r.ports[side] = p
 			}
 		} else {
@@ -121,9 +123,9 @@ func (g *Gateway) openGroup(ctx context.Context, gc *config.Group) (*groupRun, e
 		}
 	}
 	g.log.Info("multicast group joined", "group", gc.Name, "address", gc.Group, "direction", gc.Direction,
-		"roce_side", r.ports[0].describe(), "ib_side", r.ports[1].describe())
+		"roce_side", r.ports[0].Describe(), "ib_side", r.ports[1].Describe())
 	for _, s := range r.spins {
-		if !s.on {
+		if !s.On {
 			continue
 		}
 		if n, procs := g.busyLoops.Add(1), runtime.GOMAXPROCS(0); int(n) >= procs {
@@ -162,8 +164,8 @@ func (r *groupRun) run(ctx context.Context, g *Gateway) {
 	}
 	wg.Wait()
 	for _, p := range r.ports {
-		if err := p.close(); err != nil {
-			g.log.Warn("multicast group's QP not closed cleanly", "group", r.cfg.Name, "qp", p.describe(), "err", err)
+		if err := p.Close(); err != nil {
+			g.log.Warn("multicast group's QP not closed cleanly", "group", r.cfg.Name, "qp", p.Describe(), "err", err)
 		}
 	}
 }
@@ -172,12 +174,12 @@ func (r *groupRun) run(ctx context.Context, g *Gateway) {
 // group on the other leg: dir 0 from the RoCE leg.
 func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 	from, to := r.ports[dir], r.ports[1-dir]
-	dst := udDest{addr: r.cfg.Group, qpn: transport.MulticastQPN, qkey: r.qkey[1-dir]}
-	if err := r.spins[dir].pin(); err != nil {
-		g.log.Warn("multicast receive loop not pinned: it busy-polls where the kernel runs its thread", "group", r.cfg.Name, "qp", from.describe(), "err", err)
+	dst := leg.UDDest{Addr: r.cfg.Group, QPN: transport.MulticastQPN, QKey: r.qkey[1-dir]}
+	if err := r.spins[dir].Pin(); err != nil {
+		g.log.Warn("multicast receive loop not pinned: it busy-polls where the kernel runs its thread", "group", r.cfg.Name, "qp", from.Describe(), "err", err)
 	}
 	for {
-		d, err := from.recv(ctx)
+		d, err := from.Recv(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				g.log.Error("multicast group stopped relaying", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
@@ -188,38 +190,38 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 			return
 		}
 		switch {
-		case d.poolEmpty:
+		case d.PoolEmpty:
 			r.stats.DropPoolEmpty[dir].Add(1)
 			continue
 		case r.isOwn(d):
 			r.stats.DropOwn[dir].Add(1)
-		case slices.Contains(r.cfg.Peers, d.src):
+		case slices.Contains(r.cfg.Peers, d.Src):
 			r.stats.DropPeer[dir].Add(1)
-		case d.n > to.mtu() || d.tooLongHere:
+		case d.N > to.MTU() || d.TooLongHere:
 			r.stats.DropTooLong[dir].Add(1)
-		case r.loops != nil && !r.loops.admit(r.loops.key(d.payload(), d.imm, d.hasImm), dir, d.src, d.srcQPN, time.Now().UnixNano()):
+		case r.loops != nil && !r.loops.admit(r.loops.key(d.Payload(), d.Imm, d.HasImm), dir, d.Src, d.SrcQPN, time.Now().UnixNano()):
 			r.stats.DropLoop[dir].Add(1)
-		case !r.limit.allow(dir, d.n):
+		case !r.limit.allow(dir, d.N):
 			r.stats.DropRate[dir].Add(1)
 		default:
-			if err := to.send(ctx, d, dst, d.imm, d.hasImm); err != nil {
+			if err := to.Send(ctx, d, dst, d.Imm, d.HasImm); err != nil {
 				r.stats.DropSendFailed[dir].Add(1)
 				if ctx.Err() == nil {
 					g.log.Warn("multicast send failed", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
 				}
 			} else {
 				r.stats.Datagrams[dir].Add(1)
-				r.stats.Bytes[dir].Add(uint64(d.n))
+				r.stats.Bytes[dir].Add(uint64(d.N))
 			}
 		}
-		d.buf.Release()
+		d.Buf.Release()
 	}
 }
 
 // isOwn reports whether d came from one of the group's own QPs.
-func (r *groupRun) isOwn(d *udDatagram) bool {
+func (r *groupRun) isOwn(d *leg.Datagram) bool {
 	for side, p := range r.ports {
-		if d.srcQPN == p.qpn() && d.src == r.own[side] {
+		if d.SrcQPN == p.QPN() && d.Src == r.own[side] {
 			return true
 		}
 	}
@@ -258,13 +260,9 @@ type XDPGroupStatus struct {
 // xdpStatus is the classifier's count of the group on side's leg, when
 // that side receives the group on an AF_XDP leg.
 func (r *groupRun) xdpStatus(side int) *XDPGroupStatus {
-	p, ok := r.ports[side].(*userspaceUDPort)
-	if !ok || p.u.prog == nil {
+	c, ok := leg.GroupXDPCounters(r.ports[side], r.cfg.Group)
+	if !ok {
 		return nil
-	}
-	c, err := p.u.prog.GroupCounters(r.cfg.Group)
-	if err != nil {
-		return nil // a send-only side, or the group left as the gateway stops
 	}
 	return &XDPGroupStatus{Packets: c.Packets, Bytes: c.Bytes, ECNCE: c.ECNCE}
 }
@@ -302,10 +300,10 @@ func (g *Gateway) groupStatus() []GroupStatus {
 // found it ("" for a group of the file).
 func (r *groupRun) status(joinedOf string) GroupStatus {
 	s := r.stats.Snapshot()
-	s.DropNoReceive[0] += r.ports[0].noReceive()
-	s.DropNoReceive[1] += r.ports[1].noReceive()
+	s.DropNoReceive[0] += r.ports[0].NoReceive()
+	s.DropNoReceive[1] += r.ports[1].NoReceive()
 	gs := GroupStatus{Name: r.cfg.Name, Group: r.cfg.Group.String(), RoCELeg: r.cfg.RoCE, IBLeg: r.cfg.IB,
-		Direction: r.cfg.Direction, RoCESide: r.ports[0].describe(), IBSide: r.ports[1].describe(), Stats: s,
+		Direction: r.cfg.Direction, RoCESide: r.ports[0].Describe(), IBSide: r.ports[1].Describe(), Stats: s,
 		RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1), FoundBy: joinedOf}
 	if rt := r.limit.rate(); rt.Limited() {
 		gs.Rate = &rt

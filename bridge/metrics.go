@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
 
@@ -244,22 +246,22 @@ var neighborCounters = newCounters("rbridge_xdp_neighbor_", legLabels, []counter
 
 // The verbs endpoints' counters, over every connection of a verbs leg.
 // A quic leg's counters, over its sessions' streams.
-var quicCounters = newCounters("rbridge_quic_", legLabels, []counterRow[quicLegSnapshot]{
-	{"ops_sent_total", "RDMA operations sent to the peer gateway (Op frames).", func(s *quicLegSnapshot) uint64 { return s.OpsSent }},
-	{"ops_received_total", "RDMA operations received from the peer gateway (Op frames).", func(s *quicLegSnapshot) uint64 { return s.OpsReceived }},
-	{"sent_bytes_total", "Payload and READ data bytes sent to the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.BytesSent }},
-	{"received_bytes_total", "Payload and READ data bytes received from the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.BytesReceived }},
-	{"completions_sent_total", "Completions sent back for operations the peer gateway sent.", func(s *quicLegSnapshot) uint64 { return s.CompletionsSent }},
-	{"completions_received_total", "Completions received for operations sent to the peer gateway.", func(s *quicLegSnapshot) uint64 { return s.Completions }},
-	{"credit_waits_total", "Operations from the peer gateway that waited for pool buffers or session credit (the stream held: backpressure).", func(s *quicLegSnapshot) uint64 { return s.Waits }},
-	{"peer_refused_total", "Peer gateway certificates refused (another CA, expired, the wrong name).", func(s *quicLegSnapshot) uint64 { return s.Refused }},
+var quicCounters = newCounters("rbridge_quic_", legLabels, []counterRow[leg.QUICLegSnapshot]{
+	{"ops_sent_total", "RDMA operations sent to the peer gateway (Op frames).", func(s *leg.QUICLegSnapshot) uint64 { return s.OpsSent }},
+	{"ops_received_total", "RDMA operations received from the peer gateway (Op frames).", func(s *leg.QUICLegSnapshot) uint64 { return s.OpsReceived }},
+	{"sent_bytes_total", "Payload and READ data bytes sent to the peer gateway.", func(s *leg.QUICLegSnapshot) uint64 { return s.BytesSent }},
+	{"received_bytes_total", "Payload and READ data bytes received from the peer gateway.", func(s *leg.QUICLegSnapshot) uint64 { return s.BytesReceived }},
+	{"completions_sent_total", "Completions sent back for operations the peer gateway sent.", func(s *leg.QUICLegSnapshot) uint64 { return s.CompletionsSent }},
+	{"completions_received_total", "Completions received for operations sent to the peer gateway.", func(s *leg.QUICLegSnapshot) uint64 { return s.Completions }},
+	{"credit_waits_total", "Operations from the peer gateway that waited for pool buffers or session credit (the stream held: backpressure).", func(s *leg.QUICLegSnapshot) uint64 { return s.Waits }},
+	{"peer_refused_total", "Peer gateway certificates refused (another CA, expired, the wrong name).", func(s *leg.QUICLegSnapshot) uint64 { return s.Refused }},
 })
 
 var descQUICConns = prometheus.NewDesc("rbridge_quic_peer_connections", "Connections to the peer gateway that are up.", legLabels, nil)
 
-var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[VerbsStatsSnapshot]{
-	{"lost_acked_total", "SENDs the HCA acknowledged to the peer that the far side then failed: each ended its session with an error on both connections (a verbs leg acknowledges on arrival, before relaying).", func(s *VerbsStatsSnapshot) uint64 { return s.LostAcked }},
-	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
+var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[leg.VerbsStatsSnapshot]{
+	{"lost_acked_total", "SENDs the HCA acknowledged to the peer that the far side then failed: each ended its session with an error on both connections (a verbs leg acknowledges on arrival, before relaying).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.LostAcked }},
+	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
 })
 
 // The XDP classifier's counters (a userspace leg with io: afxdp): what it
@@ -302,7 +304,7 @@ type legMetrics struct {
 	up    bool
 	nic   *nicPort // verbs legs whose port counters were found
 	port  *portcounters.Port
-	legCounters
+	leg.Counters
 }
 
 // metrics reads the gateway's counters.
@@ -344,7 +346,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 		name := cfg.Legs[i].Name
 		lm := legMetrics{name: name}
 		if l := g.legs[name]; l != nil {
-			l.counters(&lm.legCounters)
+			l.Counters(&lm.Counters)
 		}
 		// A verbs leg's port is read once for its state and counters; a
 		// port unreadable now (the device went away) is down and has no
@@ -439,7 +441,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			v := row.val(&r.sessions)
 			for d, dir := range directions {
 				for o := range session.NumOpcodes {
-					ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d][o]), r.name, dir, opcodes[o].name)
+					ch <- prometheus.MustNewConstMetric(row.desc, prometheus.CounterValue, float64(v[d][o]), r.name, dir, leg.OpcodeName(transport.Opcode(o)))
 				}
 			}
 		}
@@ -488,10 +490,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descLegUp, prometheus.GaugeValue, up, l.name)
-		if l.mtu > 0 {
-			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.mtu), l.name)
+		if l.MTU > 0 {
+			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.MTU), l.name)
 		}
-		if t := l.transport; t != nil {
+		if t := l.Transport; t != nil {
 			collect(ch, transportCounters, t, l.name)
 			for i, code := range nakCodeNames {
 				ch <- prometheus.MustNewConstMetric(descNAKsSent, prometheus.CounterValue, float64(t.TxNAKCodes[i]), l.name, code)
@@ -500,29 +502,29 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			for i, st := range statusNames[1:] {
 				ch <- prometheus.MustNewConstMetric(descErrorWCs, prometheus.CounterValue, float64(t.ErrorCompletions[i+1]), l.name, st)
 			}
-			ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.GaugeValue, float64(l.limited), l.name)
+			ch <- prometheus.MustNewConstMetric(descRateLimited, prometheus.GaugeValue, float64(l.Limited), l.name)
 		}
-		if l.cm != nil {
-			collect(ch, cmCounters, l.cm, l.name)
+		if l.CM != nil {
+			collect(ch, cmCounters, l.CM, l.name)
 		}
-		if l.udp != nil {
-			collect(ch, udpCounters, l.udp, l.name)
+		if l.UDP != nil {
+			collect(ch, udpCounters, l.UDP, l.name)
 		}
-		if l.xdp != nil {
-			collect(ch, xdpCounters, l.xdp, l.name)
+		if l.XDP != nil {
+			collect(ch, xdpCounters, l.XDP, l.name)
 		}
-		if l.neigh != nil {
-			collect(ch, neighborCounters, l.neigh, l.name)
+		if l.Neigh != nil {
+			collect(ch, neighborCounters, l.Neigh, l.name)
 		}
-		if l.verbs != nil {
-			collect(ch, verbsCounters, l.verbs, l.name)
+		if l.Verbs != nil {
+			collect(ch, verbsCounters, l.Verbs, l.name)
 		}
-		if l.prog != nil {
-			collect(ch, classifierCounters, l.prog, l.name)
+		if l.Prog != nil {
+			collect(ch, classifierCounters, l.Prog, l.name)
 		}
-		if l.quic != nil {
-			collect(ch, quicCounters, l.quic, l.name)
-			ch <- prometheus.MustNewConstMetric(descQUICConns, prometheus.GaugeValue, float64(l.quic.Conns), l.name)
+		if l.QUIC != nil {
+			collect(ch, quicCounters, l.QUIC, l.name)
+			ch <- prometheus.MustNewConstMetric(descQUICConns, prometheus.GaugeValue, float64(l.QUIC.Conns), l.name)
 		}
 		if l.nic != nil {
 			l.nic.collect(ch, l.port)

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/leg"
 
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
@@ -16,7 +19,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rbridge/rbridge/bridge/config"
-	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/integration/guest"
 	"github.com/rbridge/rbridge/internal/portcounters"
 	"github.com/rbridge/rbridge/internal/testlog"
@@ -27,13 +29,13 @@ import (
 func verbsGateway(t *testing.T, ports map[string]string) *Gateway {
 	t.Helper()
 	y := "legs:\n"
-	legs := map[string]leg{}
+	legs := map[string]leg.Leg{}
 	for name, dp := range ports {
 		dev, port, _ := strings.Cut(dp, "/")
 		y += fmt.Sprintf("  - {name: %s, kind: verbs, ip: 198.18.3.%d, device: %s}\n", name, len(legs)+1, dev)
 		var n int
 		fmt.Sscan(port, &n)
-		legs[name] = &verbsLeg{gid: ibv.GIDChoice{GIDEntry: ibv.GIDEntry{Device: dev, Port: n}}}
+		legs[name] = &verbsDouble{dev: dev, port: n}
 	}
 	y += `  - {name: roce, kind: userspace, interface: lo, ip: 127.0.0.1, io: udp}
 routes:
@@ -48,9 +50,9 @@ routes:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pl.Close() })
-	status := map[string]LegStatus{}
+	status := map[string]leg.Status{}
 	for name := range legs {
-		status[name] = LegStatus{Name: name, Kind: config.KindVerbs}
+		status[name] = leg.Status{Name: name, Kind: config.KindVerbs}
 	}
 	return &Gateway{cfg: cfg, log: testlog.New(t), pool: pl, legs: legs, legStatus: status, sessions: map[*session.Session]*sessionInfo{},
 		stopped: map[string]error{}, ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}}
@@ -245,7 +247,7 @@ func portcountersCounter(dir, name string, bytes bool) portcounters.Counter {
 func TestMetricsVerbsLeg(t *testing.T) {
 	g := verbsGateway(t, map[string]string{"ib": "mlx5_9/1"})
 	g.openNICs(sysTree(t, nil))
-	v := g.legs["ib"].(*verbsLeg)
+	v := g.legs["ib"].(*verbsDouble)
 	v.stats.LostAcked.Add(2)
 	v.stats.RecvStarved.Add(5)
 	reg := prometheus.NewPedanticRegistry()
@@ -298,7 +300,7 @@ func TestLegLinkState(t *testing.T) {
 		t.Fatal("no rbridge_leg_up{leg=ib}")
 		return -1
 	}
-	lg := func() LegStatus {
+	lg := func() leg.Status {
 		t.Helper()
 		for _, l := range g.Status().Legs {
 			if l.Name == "ib" {
@@ -306,7 +308,7 @@ func TestLegLinkState(t *testing.T) {
 			}
 		}
 		t.Fatal("no leg ib in the status")
-		return LegStatus{}
+		return leg.Status{}
 	}
 	if l := lg(); l.State != "ACTIVE" || !l.Up || up() != 1 {
 		t.Errorf("an ACTIVE port: state %q, up %v, rbridge_leg_up %v", l.State, l.Up, up())
@@ -343,3 +345,25 @@ func TestRunState(t *testing.T) {
 		}
 	}
 }
+
+// verbsDouble stands for a verbs leg on a port whose sysfs the test built:
+// what the gateway asks of it for /metrics and /status.
+type verbsDouble struct {
+	leg.Leg // nil: what a test here does not ask
+	dev     string
+	port    int
+	stats   leg.VerbsStats
+}
+
+func (v *verbsDouble) NICPort() (string, int, bool) { return v.dev, v.port, true }
+func (v *verbsDouble) Link(root string) (string, bool, *portcounters.Port) {
+	return leg.PortLink(root, v.dev, v.port)
+}
+func (v *verbsDouble) Counters(c *leg.Counters) {
+	s := v.stats.Snapshot()
+	c.Verbs = &s
+}
+func (v *verbsDouble) Status(*leg.Status)                    {}
+func (v *verbsDouble) Health(time.Time, time.Duration) error { return nil }
+func (v *verbsDouble) Objects() (int, int)                   { return 0, 0 }
+func (v *verbsDouble) Close() error                          { return nil }

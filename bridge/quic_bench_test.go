@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rbridge/rbridge/bridge/leg/legtest"
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
 
@@ -140,7 +141,7 @@ func benchQUICWrite(b *testing.B, size int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	qa, qb, stop := tunnelPair(b, pl)
+	qa, qb, stop := legtest.QUICPair(b, pl)
 	dc := &doneCounter{}
 	dc.cond = sync.NewCond(&dc.mu)
 	if err := qa.Start(dc); err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/rbridge/rbridge/bridge/session"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -142,17 +144,17 @@ type udPair struct {
 	stats     *UDStats
 	limit     *limitSlot // the route's, shared by its clients
 	log       *slog.Logger
-	client    udPort
-	target    udPort
+	client    leg.UDPort
+	target    leg.UDPort
 	requester netip.Addr // who resolved: the only address the client side takes
-	svc       udService
+	svc       leg.UDService
 	started   time.Time
 	idle      time.Duration
 
 	last atomic.Int64 // UnixNano of the last datagram either way
 
 	mu       sync.Mutex // guards peer, havePeer
-	peer     udDest     // the client's QP, from its first datagram
+	peer     leg.UDDest // the client's QP, from its first datagram
 	havePeer bool
 
 	cancel context.CancelFunc
@@ -173,10 +175,10 @@ type UDClientStatus struct {
 
 func (p *udPair) status() UDClientStatus {
 	p.mu.Lock()
-	qpn := p.peer.qpn
+	qpn := p.peer.QPN
 	p.mu.Unlock()
-	return UDClientStatus{Route: p.route, Client: p.requester.String(), ClientQPN: qpn, ClientSide: p.client.describe(),
-		TargetSide: p.target.describe(), TargetQPN: p.svc.qpn, Started: p.started}
+	return UDClientStatus{Route: p.route, Client: p.requester.String(), ClientQPN: qpn, ClientSide: p.client.Describe(),
+		TargetSide: p.target.Describe(), TargetQPN: p.svc.QPN, Started: p.started}
 }
 
 // run relays until ctx ends or the pair has been idle for p.idle.
@@ -201,9 +203,9 @@ func (p *udPair) run(ctx context.Context) {
 	}
 	p.cancel()
 	wg.Wait()
-	for _, port := range []udPort{p.client, p.target} {
-		if err := port.close(); err != nil {
-			p.log.Warn("UD client's QP not closed cleanly", "qp", port.describe(), "err", err)
+	for _, port := range []leg.UDPort{p.client, p.target} {
+		if err := port.Close(); err != nil {
+			p.log.Warn("UD client's QP not closed cleanly", "qp", port.Describe(), "err", err)
 		}
 	}
 }
@@ -216,7 +218,7 @@ func (p *udPair) routineRelay(ctx context.Context, dir int) {
 		from, to = p.target, p.client
 	}
 	for {
-		d, err := from.recv(ctx)
+		d, err := from.Recv(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn("UD receive failed: the client's QPs are closed", "direction", directions[dir], "err", err)
@@ -225,60 +227,60 @@ func (p *udPair) routineRelay(ctx context.Context, dir int) {
 			return
 		}
 		p.last.Store(time.Now().UnixNano())
-		if d.poolEmpty {
+		if d.PoolEmpty {
 			p.stats.DropPoolEmpty[dir].Add(1)
 			continue
 		}
 		p.relay(ctx, dir, d, to)
-		d.buf.Release()
+		d.Buf.Release()
 	}
 }
 
-func (p *udPair) relay(ctx context.Context, dir int, d *udDatagram, to udPort) {
-	var dst udDest
+func (p *udPair) relay(ctx context.Context, dir int, d *leg.Datagram, to leg.UDPort) {
+	var dst leg.UDDest
 	p.mu.Lock()
 	known := true
 	switch {
 	case dir == 1:
 		// From the target's address only, and once the client sent
 		// something (before, there is nowhere to send it).
-		known = p.havePeer && d.src == p.svc.addr
+		known = p.havePeer && d.Src == p.svc.Addr
 		dst = p.peer
-	case !p.havePeer && d.src == p.requester:
-		p.peer, p.havePeer = udDest{addr: d.src, qpn: d.srcQPN, qkey: cm.RDMAUDPQKey}, true
-		p.log.Info("UD client's QP", "qpn", d.srcQPN)
+	case !p.havePeer && d.Src == p.requester:
+		p.peer, p.havePeer = leg.UDDest{Addr: d.Src, QPN: d.SrcQPN, QKey: cm.RDMAUDPQKey}, true
+		p.log.Info("UD client's QP", "qpn", d.SrcQPN)
 	default:
-		known = p.havePeer && d.src == p.peer.addr && d.srcQPN == p.peer.qpn
+		known = p.havePeer && d.Src == p.peer.Addr && d.SrcQPN == p.peer.QPN
 	}
 	p.mu.Unlock()
 	if dir == 0 {
-		dst = udDest{addr: p.svc.addr, qpn: p.svc.qpn, qkey: p.svc.qkey}
+		dst = leg.UDDest{Addr: p.svc.Addr, QPN: p.svc.QPN, QKey: p.svc.QKey}
 	}
 	switch {
 	case !known:
 		p.stats.DropUnknownPeer[dir].Add(1)
 		return
-	case d.n > to.mtu() || d.tooLongHere:
+	case d.N > to.MTU() || d.TooLongHere:
 		p.stats.DropTooLong[dir].Add(1)
 		return
-	case !p.limit.allow(dir, d.n):
+	case !p.limit.allow(dir, d.N):
 		p.stats.DropRate[dir].Add(1)
 		return
 	}
-	imm := d.imm
-	if d.hasImm && imm == d.srcQPN {
-		imm = to.qpn()
+	imm := d.Imm
+	if d.HasImm && imm == d.SrcQPN {
+		imm = to.QPN()
 		p.stats.ImmQPNRewritten[dir].Add(1)
 	}
-	if err := to.send(ctx, d, dst, imm, d.hasImm); err != nil {
+	if err := to.Send(ctx, d, dst, imm, d.HasImm); err != nil {
 		p.stats.DropSendFailed[dir].Add(1)
 		if ctx.Err() == nil {
-			p.log.Warn("UD send failed", "direction", directions[dir], "to", dst.addr, "qpn", dst.qpn, "err", err)
+			p.log.Warn("UD send failed", "direction", directions[dir], "to", dst.Addr, "qpn", dst.QPN, "err", err)
 		}
 		return
 	}
 	p.stats.Datagrams[dir].Add(1)
-	p.stats.Bytes[dir].Add(uint64(d.n))
+	p.stats.Bytes[dir].Add(uint64(d.N))
 }
 
 // udRoute is what the gateway keeps of a UD route, across reloads.
@@ -292,12 +294,12 @@ type udRoute struct {
 // startUDRoute listens on r's address in the UDP port space and starts
 // its resolution loop.
 func (g *Gateway) startUDRoute(c *config.Config, r *config.Route) error {
-	from, ok1 := g.legs[r.Listen.Leg].(udLeg)
-	_, ok2 := g.legs[r.Target.Leg].(udLeg)
+	from, ok1 := g.legs[r.Listen.Leg].(leg.UDLeg)
+	_, ok2 := g.legs[r.Target.Leg].(leg.UDLeg)
 	if !ok1 || !ok2 {
 		return fmt.Errorf("%s:%d: route %q: ud: legs %q and %q must both be userspace or verbs legs", c.File(), r.Line(), r.Name, r.Listen.Leg, r.Target.Leg)
 	}
-	ln, err := from.listenUD(r.Listen.Addr)
+	ln, err := from.ListenUD(r.Listen.Addr)
 	if err != nil {
 		return fmt.Errorf("%s:%d: route %q: listen for SIDR on %v: %w", c.File(), r.Line(), r.Name, r.Listen.Addr, err)
 	}
@@ -325,12 +327,12 @@ func (g *Gateway) startUDRoute(c *config.Config, r *config.Route) error {
 }
 
 // routineResolve takes the route's SIDR_REQs, one goroutine each.
-func (g *Gateway) routineResolve(ctx context.Context, run *routeRun, ln udListener) {
+func (g *Gateway) routineResolve(ctx context.Context, run *routeRun, ln leg.UDListener) {
 	defer g.wg.Done()
 	defer close(run.done)
-	defer ln.close()
+	defer ln.Close()
 	for {
-		in, err := ln.next(ctx)
+		in, err := ln.Next(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				g.log.Error("UD route stopped resolving", "route", run.r.Name, "err", err)
@@ -350,8 +352,8 @@ func (g *Gateway) routineResolve(ctx context.Context, run *routeRun, ln udListen
 
 // resolveUD answers a client's SIDR_REQ once the target answered the
 // gateway's, and relays the client's datagrams until the pair ends.
-func (g *Gateway) resolveUD(r *config.Route, in udIncoming) {
-	client := in.remote()
+func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
+	client := in.Remote()
 	log := g.log.With("route", r.Name, "client", client, "target", r.Target.Addr)
 	g.mu.Lock()
 	ur, closing := g.udRoutes[r.Name], g.closing
@@ -366,38 +368,38 @@ func (g *Gateway) resolveUD(r *config.Route, in udIncoming) {
 	noQP := func(why string, err error) {
 		st.NoQP.Add(1)
 		log.Warn("UD client answered \"no QP\": "+why, "err", err)
-		_ = in.reject(cm.SIDRNoQP, nil)
+		_ = in.Reject(cm.SIDRNoQP, nil)
 	}
 	switch {
 	case closing:
-		in.drop()
+		in.Drop()
 		return
 	case !r.Allowed(client.Addr()):
 		st.Refused.Add(1)
 		log.Warn("UD client not allowed by the route: rejected")
-		_ = in.reject(cm.SIDRReject, nil)
+		_ = in.Reject(cm.SIDRReject, nil)
 		return
 	case n >= maxUDPairs:
 		noQP("the route has its most clients", fmt.Errorf("%d UD clients", n))
 		return
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, g.timeout)
-	out, svc, err := g.legs[r.Target.Leg].(udLeg).dialUD(ctx, r.Target.Addr, in.privateData())
+	out, svc, err := g.legs[r.Target.Leg].(leg.UDLeg).DialUD(ctx, r.Target.Addr, in.PrivateData())
 	cancel()
 	if err != nil {
-		var rf *udRefused
+		var rf *leg.UDRefused
 		if errors.As(err, &rf) {
 			st.Refused.Add(1)
-			log.Warn("target refused the UD client's resolution: the client gets the same", "status", rf.status)
-			_ = in.reject(rf.status, rf.privateData)
+			log.Warn("target refused the UD client's resolution: the client gets the same", "status", rf.Status)
+			_ = in.Reject(rf.Status, rf.PrivateData)
 			return
 		}
 		noQP("the target could not be resolved", err)
 		return
 	}
-	c, err := in.accept(svc.privateData)
+	c, err := in.Accept(svc.PrivateData)
 	if err != nil {
-		_ = out.close()
+		_ = out.Close()
 		noQP("the client-side QP could not be made", err)
 		return
 	}
@@ -406,22 +408,22 @@ func (g *Gateway) resolveUD(r *config.Route, in udIncoming) {
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
-		_ = c.close()
-		_ = out.close()
+		_ = c.Close()
+		_ = out.Close()
 		return
 	}
 	g.udPairs[p] = struct{}{}
 	g.mu.Unlock()
 	st.Resolved.Add(1)
-	log.Info("UD client resolved", "client_side", c.describe(), "target_side", out.describe(), "target_qpn", svc.qpn, "target_qkey", fmt.Sprintf("%#x", svc.qkey))
+	log.Info("UD client resolved", "client_side", c.Describe(), "target_side", out.Describe(), "target_qpn", svc.QPN, "target_qkey", fmt.Sprintf("%#x", svc.QKey))
 	p.run(g.ctx)
 	s := st.Snapshot()
 	log.Info("UD client ended", "age", time.Since(p.started).Round(time.Millisecond), "route_datagrams_to_target", s.Datagrams[0], "route_datagrams_to_client", s.Datagrams[1])
 	g.mu.Lock()
 	delete(g.udPairs, p)
 	// Under the lock with the delete: UDStats adds running pairs' own.
-	st.DropNoReceive[0].Add(c.noReceive())
-	st.DropNoReceive[1].Add(out.noReceive())
+	st.DropNoReceive[0].Add(c.NoReceive())
+	st.DropNoReceive[1].Add(out.NoReceive())
 	g.mu.Unlock()
 }
 
@@ -437,8 +439,8 @@ func (g *Gateway) UDStats(route string) *UDStatsSnapshot {
 	s := ur.stats.Snapshot()
 	for p := range g.udPairs {
 		if p.route == route {
-			s.DropNoReceive[0] += p.client.noReceive()
-			s.DropNoReceive[1] += p.target.noReceive()
+			s.DropNoReceive[0] += p.client.NoReceive()
+			s.DropNoReceive[1] += p.target.NoReceive()
 		}
 	}
 	return &s

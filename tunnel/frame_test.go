@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/rbridge/rbridge/tunnel"
 	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/tunnel"
 )
 
 // decoded is a frame read back whole.

@@ -17,7 +17,7 @@ import (
 // is registered for local access only).
 //
 // The session speaks one vocabulary to both: transport's Opcode, Status
-// and Request; a verbs endpoint translates (the table in bridge/endpoint_verbs_status.go).
+// and Request; a verbs endpoint translates (the table in bridge/leg/endpoint_verbs_status.go).
 type Endpoint interface {
 	// Start hands the endpoint its session. Requests that arrive before
 	// are refused for lack of credit (the peer retries them).

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"io"
 	"log/slog"
 	"net/netip"
 	"sync/atomic"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 
 	"github.com/spf13/cobra"
 

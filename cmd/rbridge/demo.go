@@ -7,17 +7,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
-	"github.com/rbridge/rbridge/bridge/session"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+
 	"github.com/spf13/cobra"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
 )
@@ -210,7 +211,7 @@ func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transp
 	if g.pool, err = pool.New(pool.Options{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}}); err != nil {
 		return nil, err
 	}
-	var eps [2]*bridge.UserspaceEndpoint
+	var eps [2]*leg.UserspaceEndpoint
 	for i, dev := range []**transport.Device{&g.near, &g.far} {
 		if *dev, err = newDemoDevice(addr, log); err != nil {
 			g.close()
@@ -222,7 +223,7 @@ func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transp
 			g.close()
 			return nil, err
 		}
-		if eps[i], err = bridge.NewUserspaceEndpoint(bridge.UserspaceOptions{Device: *dev, PD: pd, MR: mr}); err != nil {
+		if eps[i], err = leg.NewUserspaceEndpoint(leg.UserspaceOptions{Device: *dev, PD: pd, MR: mr}); err != nil {
 			g.close()
 			return nil, err
 		}

@@ -3,15 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/rbridge/rbridge/bridge/pool"
 	"log/slog"
 	"net"
 	"net/netip"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+	"github.com/rbridge/rbridge/bridge/pool"
+
 	"github.com/quic-go/quic-go"
 
-	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/internal/testcert"
 	"github.com/rbridge/rbridge/tunnel"
 )
@@ -23,11 +24,11 @@ type demoTunnel struct {
 	ln   *quic.Listener
 	conn *quic.Conn
 	srv  *quic.Conn
-	a, b *bridge.QUICEndpoint
+	a, b *leg.QUICEndpoint
 }
 
 func (t *demoTunnel) close() {
-	for _, e := range []*bridge.QUICEndpoint{t.a, t.b} {
+	for _, e := range []*leg.QUICEndpoint{t.a, t.b} {
 		if e != nil {
 			e.Close()
 		}
@@ -102,10 +103,10 @@ func newDemoTunnel(ctx context.Context, addr netip.Addr, pl *pool.Pool, log *slo
 	if _, _, err := tunnel.ReadMessage(sa, tunnel.TypeAccept); err != nil {
 		return fail(fmt.Errorf("gateway A: the session's Accept: %w", err))
 	}
-	if t.a, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sa, Window: 256, Pool: pl, Logger: log, Name: "gateway A's tunnel"}); err != nil {
+	if t.a, err = leg.NewQUICEndpoint(leg.QUICOptions{Stream: sa, Window: 256, Pool: pl, Logger: log, Name: "gateway A's tunnel"}); err != nil {
 		return fail(err)
 	}
-	if t.b, err = bridge.NewQUICEndpoint(bridge.QUICOptions{Stream: sb, Window: 256, Pool: pl, Logger: log, Name: "gateway B's tunnel"}); err != nil {
+	if t.b, err = leg.NewQUICEndpoint(leg.QUICOptions{Stream: sb, Window: 256, Pool: pl, Logger: log, Name: "gateway B's tunnel"}); err != nil {
 		return fail(err)
 	}
 	return t, nil

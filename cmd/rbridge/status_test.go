@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/leg"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rbridge/rbridge/bridge"
@@ -26,7 +28,7 @@ import (
 func TestStatusTable(t *testing.T) {
 	st := &bridge.Status{
 		State: bridge.StateDraining,
-		Legs: []bridge.LegStatus{
+		Legs: []leg.Status{
 			{Name: "roce", Kind: "userspace", IP: "10.20.0.1", State: "up", Up: true, Interface: "eth1", IO: "afxdp", MTU: 2048, MTUWhy: "interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048"},
 			{Name: "ib", Kind: "verbs", IP: "10.10.0.1", State: "DOWN", Device: "mlx5_0", Port: 1, GIDIndex: 3, GID: "::ffff:10.10.0.1", GIDWhy: "RoCEv2 GID of 10.10.0.1"},
 		},
@@ -175,7 +177,7 @@ admin: {listen: "127.0.0.1:0"}
 func TestStatusTableQUIC(t *testing.T) {
 	since := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
 	st := &bridge.Status{
-		Legs: []bridge.LegStatus{
+		Legs: []leg.Status{
 			{Name: "gw-b", Kind: "quic", IP: "10.0.0.1", State: "connected (1)", Up: true, Peer: "10.0.0.2:7471", PeerRefused: 2},
 		},
 		Routes: []bridge.RouteStatus{

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package leg
+
+import "fmt"
+
+// PinThread needs Linux's sched_setaffinity.
+func PinThread(cpu int) error {
+	return fmt.Errorf("pin to CPU %d: %w", cpu, ErrNotSupported)
+}
+
+// AllowedCPUs needs Linux's sched_getaffinity.
+func AllowedCPUs() (map[int]bool, error) {
+	return nil, fmt.Errorf("the CPUs the process may run on: %w", ErrNotSupported)
+}

@@ -1,0 +1,298 @@
+package leg
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// UserspaceEndpoint is an Endpoint on rbridge's own RoCEv2 transport: an
+// RC QP whose responder hands every request to the session (the QP's
+// transport.Target) and acknowledges it only once the session completed
+// it, which is what makes completion end to end on this leg.
+//
+// Create it, connect its QP (QP()) as any transport QP is connected (by
+// roce/cm, or by hand), then give it to session.New.
+type UserspaceEndpoint struct {
+	qp     *transport.QP
+	mr     *transport.MR // the pool's arena in the QP's PD
+	frames *pool.Frames  // the device's AF_XDP frames, or nil
+	scq    *transport.CQ
+	rcq    *transport.CQ
+
+	h session.HandlerSlot
+
+	mu     sync.Mutex // guards slots, wrs, closed
+	slots  opSlots    // the ops posted, by work request ID
+	wrs    []transport.SendWR
+	closed bool
+
+	disconnect func() error
+	peerGone   func() bool        // reports a peer's disconnect (roce/cm)
+	abandon    context.CancelFunc // the QP left RTS (Abandon)
+	abandoned  context.Context
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
+}
+
+var (
+	_ session.Endpoint  = (*UserspaceEndpoint)(nil)
+	_ transport.Target  = (*UserspaceEndpoint)(nil)
+	_ transport.Flusher = (*UserspaceEndpoint)(nil)
+)
+
+// UserspaceOptions configures NewUserspaceEndpoint.
+type UserspaceOptions struct {
+	Device *transport.Device
+	PD     *transport.PD
+	// MR is the pool's arena registered in PD (local write access is
+	// enough: peers never address it).
+	MR *transport.MR
+	// Frames, when the device's conn is AF_XDP over the pool, are the
+	// pool's frames it receives into: a request's payload in one is lent
+	// to the session, which relays it from there.
+	Frames *pool.Frames
+	// MaxSend is the send queue's depth (default 256).
+	MaxSend int
+	// Disconnect, if set, ends the connection first on Close (roce/cm's
+	// DREQ).
+	Disconnect func() error
+}
+
+// NewUserspaceEndpoint creates the endpoint's QP (in RESET).
+func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
+	if o.Device == nil || o.PD == nil || o.MR == nil {
+		return nil, errors.New("bridge: userspace endpoint: a device, a PD and the pool's MR are required")
+	}
+	if o.MaxSend <= 0 {
+		o.MaxSend = 256
+	}
+	e := &UserspaceEndpoint{mr: o.MR, frames: o.Frames, disconnect: o.Disconnect, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
+		slots: newOpSlots(o.MaxSend)}
+	qp, err := o.Device.CreateQP(o.PD, transport.QPInitAttr{Type: transport.RC, SendCQ: e.scq, RecvCQ: e.rcq,
+		MaxSendWR: o.MaxSend, MaxRecvWR: 1, Target: e})
+	if err != nil {
+		return nil, fmt.Errorf("bridge: userspace endpoint: %w", err)
+	}
+	e.qp = qp
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.abandoned, e.abandon = context.WithCancel(e.ctx)
+	return e, nil
+}
+
+// QP returns the endpoint's queue pair, to connect.
+func (e *UserspaceEndpoint) QP() *transport.QP { return e.qp }
+
+// SetDisconnect sets what Close calls first to end the connection (for a
+// connection made after the endpoint).
+func (e *UserspaceEndpoint) SetDisconnect(f func() error) {
+	e.mu.Lock()
+	e.disconnect = f
+	e.mu.Unlock()
+}
+
+// Start implements Endpoint. The completions of ops posted before it (a
+// session posts on one endpoint as soon as the other started) wait in
+// the send CQ until it: they reach h. h takes them even when Start
+// fails, so that what was posted still completes through it.
+func (e *UserspaceEndpoint) Start(h session.Handler) error {
+	if !e.h.Set(h) {
+		return errors.New("bridge: userspace endpoint started twice")
+	}
+	e.mu.Lock()
+	if !e.closed {
+		e.wg.Add(1)
+		go e.routineCompletions(e.ctx, e.abandoned)
+	}
+	e.mu.Unlock()
+	if s := e.qp.State(); s != transport.StateRTS {
+		return fmt.Errorf("bridge: userspace endpoint QP %#x is in %v, not RTS", e.qp.QPN(), s)
+	}
+	return nil
+}
+
+// Limits implements Endpoint.
+func (e *UserspaceEndpoint) Limits() session.Limits {
+	a := e.qp.Query()
+	rd := a.MaxRdAtomic
+	if rd <= 0 {
+		rd = 16
+	}
+	return session.Limits{MaxSend: e.slots.size(), MaxRdAtomic: rd, MTU: a.PathMTU}
+}
+
+// Request implements transport.Target: the session's, once started.
+func (e *UserspaceEndpoint) Request(r *transport.Request) transport.Reply {
+	h := e.h.Get()
+	if h == nil {
+		return transport.Reply{Result: transport.NoCredit}
+	}
+	var buf *pool.Buf
+	if r.Lent && e.frames != nil {
+		buf, _ = e.frames.Buf(r.Frame)
+	}
+	return h.Request(r, buf)
+}
+
+// Flush implements transport.Flusher.
+func (e *UserspaceEndpoint) Flush() {
+	if h := e.h.Get(); h != nil {
+		h.Flush()
+	}
+}
+
+// Abandon implements transport.Target: the QP left RTS. It runs under the
+// QP's lock; the completion goroutine tells the session.
+func (e *UserspaceEndpoint) Abandon() {
+	e.abandon()
+}
+
+// Complete implements Endpoint.
+func (e *UserspaceEndpoint) Complete(tok transport.Token, c transport.Completion) error {
+	return e.qp.Complete(tok, c)
+}
+
+// Post implements Endpoint.
+func (e *UserspaceEndpoint) Post(ops []*session.Op) (int, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return 0, fmt.Errorf("bridge: post on QP %#x: %w", e.qp.QPN(), session.ErrEndpointFailed)
+	}
+	if len(ops) > e.slots.available() {
+		e.mu.Unlock()
+		return 0, fmt.Errorf("bridge: post %d ops on QP %#x: %d slots free", len(ops), e.qp.QPN(), e.slots.available())
+	}
+	e.wrs = e.wrs[:0]
+	for _, op := range ops {
+		if len(op.Frags) > 0 { // Limits.MaxSGE is 1: the session never gathers for it
+			e.mu.Unlock()
+			return 0, fmt.Errorf("bridge: post on QP %#x: a %v gathered from %d pieces (the transport takes one)", e.qp.QPN(), op.Opcode, len(op.Frags))
+		}
+	}
+	for _, op := range ops {
+		id := e.slots.Take(op)
+		wr := transport.SendWR{ID: uint64(id), Opcode: op.Opcode, Remote: op.Remote, RKey: op.RKey, Imm: op.Imm,
+			InvRKey: op.InvRKey, Compare: op.Compare, SwapAdd: op.SwapAdd, Signaled: true}
+		if op.Len > 0 {
+			wr.Local = transport.SGE{MR: e.mr, Offset: op.Buf.Offset() + op.Off, Length: op.Len}
+		}
+		e.wrs = append(e.wrs, wr)
+	}
+	err := e.qp.PostSend(e.wrs...)
+	if err != nil {
+		for _, wr := range e.wrs {
+			e.slots.done(wr.ID)
+		}
+	}
+	clear(e.wrs)
+	e.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("bridge: %w", err) // the transport posts all or none
+	}
+	return len(ops), nil
+}
+
+// routineCompletions reports the send CQ's completions as Done, and the
+// QP's failure (Abandon) as Failed.
+func (e *UserspaceEndpoint) routineCompletions(ctx, abandoned context.Context) {
+	defer e.wg.Done()
+	wcs := make([]transport.WC, 64)
+	waitCtx := abandoned
+	for {
+		n := e.scq.Poll(wcs)
+		if n == 0 {
+			if ctx.Err() != nil {
+				return
+			}
+			if waitCtx == abandoned && abandoned.Err() != nil {
+				e.report(e.leftRTS())
+				waitCtx = ctx
+				continue
+			}
+			if err := e.scq.Wait(waitCtx); errors.Is(err, transport.ErrCQOverflow) {
+				e.report(err)
+				return
+			}
+			continue
+		}
+		e.done(wcs[:n])
+	}
+}
+
+// leftRTS says why the QP left RTS: the peer's disconnect when the
+// connection's owner says so (PeerGone), else a QP error.
+func (e *UserspaceEndpoint) leftRTS() error {
+	e.mu.Lock()
+	gone := e.peerGone
+	e.mu.Unlock()
+	if gone != nil && gone() {
+		return session.ErrPeerDisconnected
+	}
+	return errors.New("the userspace QP left RTS (a transport error)")
+}
+
+// SetPeerGone sets how the endpoint tells a peer's disconnect (the QP
+// leaves RTS for it too) from a QP error.
+func (e *UserspaceEndpoint) SetPeerGone(f func() bool) {
+	e.mu.Lock()
+	e.peerGone = f
+	e.mu.Unlock()
+}
+
+// done hands completions to the session.
+func (e *UserspaceEndpoint) done(wcs []transport.WC) {
+	for _, wc := range wcs {
+		e.mu.Lock()
+		op := e.slots.done(wc.ID)
+		e.mu.Unlock()
+		if op == nil {
+			continue
+		}
+		op.Status = wc.Status
+		if (op.Opcode == transport.OpCompareSwap || op.Opcode == transport.OpFetchAdd) && wc.Status == transport.StatusSuccess {
+			op.Orig = binary.LittleEndian.Uint64(op.Bytes())
+		}
+		if h := e.h.Get(); h != nil {
+			h.Done(op)
+		}
+	}
+}
+
+func (e *UserspaceEndpoint) report(err error) {
+	if h := e.h.Get(); h != nil {
+		h.Failed(fmt.Errorf("bridge: QP %#x: %w", e.qp.QPN(), err))
+	}
+}
+
+// Close implements Endpoint: the QP is closed, every op posted completes
+// (flushed) through Done, and the completion goroutine ends.
+func (e *UserspaceEndpoint) Close() error {
+	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		d := e.disconnect
+		e.mu.Unlock()
+		if d != nil {
+			_ = d()
+		}
+		_ = e.qp.Close() // flushes every WQE into the CQ
+		e.cancel()
+		e.wg.Wait()
+		// What the goroutine had not taken yet.
+		wcs := make([]transport.WC, 64)
+		for n := e.scq.Poll(wcs); n > 0; n = e.scq.Poll(wcs) {
+			e.done(wcs[:n])
+		}
+	})
+	return nil
+}

@@ -1,0 +1,363 @@
+package leg
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/internal/portcounters"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+	"github.com/rbridge/rbridge/xdp"
+)
+
+// connParams are what a connection request carries through the gateway.
+type Params struct {
+	PrivateData        []byte
+	RespRes, InitDepth int
+	// client is who connects, for a leg that carries it on (quic).
+	Client netip.AddrPort
+}
+
+// rejected is a refusal to pass back to a client: the far side's reason
+// and private data, or a timeout.
+type Rejected struct {
+	Reason      cm.RejectReason
+	PrivateData []byte
+}
+
+func (r *Rejected) Error() string { return fmt.Sprintf("rejected: %v", r.Reason) }
+
+// A leg is one fabric the gateway sits on, as routes use it.
+type Leg interface {
+	Listen(addr netip.AddrPort) (Listener, error)
+	// dial connects to a target; a refusal is a *rejected.
+	Dial(ctx context.Context, to netip.AddrPort, p Params) (Conn, error)
+	Close() error
+
+	// status fills what the leg knows of itself now, beyond its
+	// configuration: the MTU it carries, the GID it chose, its unanswered
+	// neighbours, its peer gateways.
+	Status(st *Status)
+	// link reads the leg's link (sysRoot: where sysfs is): its state,
+	// whether it is up, and a verbs port as read (nil for other legs, or
+	// when unreadable).
+	Link(sysRoot string) (state string, up bool, port *portcounters.Port)
+	// counters fills the leg's counters for a scrape.
+	Counters(c *Counters)
+	// objects counts what the leg holds open: userspace QPs (QP 1 among
+	// them) and CM connections.
+	Objects() (qps, cmConns int)
+	// health says why the leg cannot work now (a receive loop that has
+	// not come round for stall), nil when it can.
+	Health(now time.Time, stall time.Duration) error
+	// nicPort names the verbs port whose counters /metrics shows; ok is
+	// false for other legs.
+	NICPort() (device string, port int, ok bool)
+}
+
+// A groupLeg is a leg that carries multicast groups (userspace and verbs
+// legs).
+type GroupLeg interface {
+	Leg
+	// groupPort joins group on the leg, as side (0 RoCE, 1 IB) of gc; the
+	// port receives unless sendOnly. own is the gateway's address there,
+	// qkey the group's Q_Key (a verbs leg learns it from the join; rdma_cm's
+	// for UDP port space otherwise).
+	GroupPort(ctx context.Context, gc *config.Group, side int, sendOnly bool, timeout time.Duration, s Spin) (p UDPort, own netip.Addr, qkey uint32, err error)
+	// joinedLink finds the Ethernet link of the members of a joined
+	// group: its interface, network namespace and the gateway's address.
+	JoinedLink() (ifname, ns string, addr netip.Addr, err error)
+}
+
+type Listener interface {
+	Next(ctx context.Context) (Incoming, error)
+	Close() error
+}
+
+// incoming is a client's connection request, held until answered.
+type Incoming interface {
+	Remote() netip.AddrPort
+	Params() Params
+	Accept(ctx context.Context, p Params) (Conn, error)
+	Reject(r *Rejected) error
+}
+
+// conn is an established connection on a leg.
+type Conn interface {
+	Endpoint() session.Endpoint
+	Params() Params   // the peer's: a dial's REP
+	Describe() string // QPNs and MTU, for the logs
+	Close() error     // disconnects and frees what endpoint does not
+}
+
+// udRecvDepth is the receives each gateway UD QP keeps posted.
+const UDRecvDepth = 32
+
+// A udLeg is a leg that carries UD routes.
+type UDLeg interface {
+	ListenUD(addr netip.AddrPort) (UDListener, error)
+	// dialUD makes the target-side QP and resolves the service at to
+	// with it; a refusal is a *udRefused.
+	DialUD(ctx context.Context, to netip.AddrPort, privateData []byte) (UDPort, UDService, error)
+}
+
+type UDListener interface {
+	Next(ctx context.Context) (UDIncoming, error)
+	Close() error
+}
+
+// udIncoming is a client's SIDR_REQ, held until answered.
+type UDIncoming interface {
+	Remote() netip.AddrPort
+	PrivateData() []byte
+	// accept makes the client-side QP and answers with it.
+	Accept(privateData []byte) (UDPort, error)
+	Reject(status cm.SIDRStatus, privateData []byte) error
+	// drop forgets the request unanswered.
+	Drop()
+}
+
+// udService is what a SIDR_REP named.
+type UDService struct {
+	Addr        netip.Addr
+	QPN, QKey   uint32
+	PrivateData []byte
+}
+
+// udRefused is a target's SIDR_REP with a status other than success.
+type UDRefused struct {
+	Status      cm.SIDRStatus
+	PrivateData []byte
+}
+
+func (r *UDRefused) Error() string { return fmt.Sprintf("SIDR_REP status %v", r.Status) }
+
+// udDatagram is a datagram a udPort received: its payload is
+// buf.B()[off:off+n], and buf is the relay's to release.
+type Datagram struct {
+	Buf         *pool.Buf
+	Off, N      int
+	Src         netip.Addr
+	SrcQPN      uint32
+	Imm         uint32
+	HasImm      bool
+	PoolEmpty   bool // no buffer to repost: the datagram is dropped, buf is nil
+	TooLongHere bool // longer than the receive (cannot happen within the leg's MTU)
+}
+
+func (d *Datagram) Payload() []byte { return d.Buf.B()[d.Off : d.Off+d.N] }
+
+// udDest is where a udPort sends.
+type UDDest struct {
+	Addr      netip.Addr
+	QPN, QKey uint32
+}
+
+// udPort is one of the gateway's UD QPs, with its receive queue kept full
+// of pool buffers. recv is called by one goroutine, send by one other.
+type UDPort interface {
+	QPN() uint32
+	MTU() int // the largest datagram the leg carries
+	Recv(ctx context.Context) (*Datagram, error)
+	// send sends d's payload to dst; d's buffer may be released when it
+	// returns.
+	Send(ctx context.Context, d *Datagram, dst UDDest, imm uint32, hasImm bool) error
+	// noReceive counts what arrived with no receive posted, where the
+	// leg can tell (0 where the HCA drops them unseen).
+	NoReceive() uint64
+	Describe() string
+	Close() error
+}
+
+// udRing keeps a port's receive queue full of pool buffers: posted by
+// work request ID (the buffer's arena offset).
+type UDRing struct {
+	pool *pool.Pool
+	size int
+	post func(b *pool.Buf) error
+
+	mu     sync.Mutex // guards posted
+	posted map[uint64]*pool.Buf
+}
+
+func NewUDRing(pl *pool.Pool, size int, post func(b *pool.Buf) error) (*UDRing, error) {
+	r := &UDRing{pool: pl, size: size, post: post, posted: map[uint64]*pool.Buf{}}
+	for range UDRecvDepth {
+		b, err := pl.Get(size)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("receive buffers: %w", err)
+		}
+		if err := r.PostBuf(b); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *UDRing) PostBuf(b *pool.Buf) error {
+	r.mu.Lock()
+	r.posted[uint64(b.Offset())] = b
+	r.mu.Unlock()
+	if err := r.post(b); err != nil {
+		r.mu.Lock()
+		delete(r.posted, uint64(b.Offset()))
+		r.mu.Unlock()
+		b.Release()
+		return fmt.Errorf("post a receive: %w", err)
+	}
+	return nil
+}
+
+// take returns the buffer of a completed receive, having posted a fresh
+// one in its place; when the pool has none it reposts the same buffer
+// and returns nil (the datagram is dropped: the queue stays full).
+func (r *UDRing) Take(id uint64) (*pool.Buf, bool, error) {
+	r.mu.Lock()
+	b := r.posted[id]
+	delete(r.posted, id)
+	r.mu.Unlock()
+	if b == nil {
+		return nil, false, fmt.Errorf("receive completion %#x for no posted buffer", id)
+	}
+	fresh, err := r.pool.Get(r.size)
+	if err != nil {
+		return nil, true, r.PostBuf(b)
+	}
+	if err := r.PostBuf(fresh); err != nil {
+		b.Release()
+		return nil, false, err
+	}
+	return b, false, nil
+}
+
+// close releases the posted buffers (the QP is gone or in error: nothing
+// lands in them any more).
+func (r *UDRing) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, b := range r.posted {
+		b.Release()
+		delete(r.posted, id)
+	}
+}
+
+// spin is how one receive loop waits: sleeping (on false), or polling,
+// pinned to cpu (-1: wherever the kernel runs its thread).
+type Spin struct {
+	On  bool
+	CPU int
+}
+
+// String describes the spin for a port's description.
+func (s Spin) String() string {
+	switch {
+	case !s.On:
+		return ""
+	case s.CPU < 0:
+		return ", busy-polled"
+	}
+	return fmt.Sprintf(", busy-polled on CPU %d", s.CPU)
+}
+
+// pin locks the calling goroutine, a receive loop, to its OS thread, and
+// that thread to the spin's CPU when it has one. The goroutine must not
+// unlock it.
+func (s Spin) Pin() error {
+	if !s.On {
+		return nil
+	}
+	runtime.LockOSThread()
+	if s.CPU < 0 {
+		return nil
+	}
+	return PinThread(s.CPU)
+}
+
+// spinWait polls with poll until it returns a completion or an error, or
+// ctx ends, without yielding.
+func SpinWait(ctx context.Context, poll func() (int, error)) (int, error) {
+	done := ctx.Done()
+	for {
+		if n, err := poll(); n > 0 || err != nil {
+			return n, err
+		}
+		select {
+		case <-done:
+			return 0, ctx.Err()
+		default:
+		}
+	}
+}
+
+// LegStatus describes one leg.
+type Status struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	IP   string `json:"ip"`
+	// State is the link's: a verbs leg's port state (ACTIVE, DOWN, INIT,
+	// ... as sysfs names it), a userspace leg's interface's operational
+	// state (up, down, lowerlayerdown, unknown, ...), a quic leg's
+	// tunnels ("connected (N)", "no peer connection"); "unreadable: why"
+	// when it cannot be read. Up says it carries traffic (ACTIVE; up, or
+	// unknown as loopback's is, which the kernel counts as up).
+	State string `json:"state"`
+	Up    bool   `json:"up"`
+	// Userspace legs: the interface, its network namespace, the packet
+	// I/O, and the largest path MTU the leg carries and why.
+	Interface string `json:"interface,omitempty"`
+	Netns     string `json:"netns,omitempty"`
+	IO        string `json:"io,omitempty"`
+	MTU       int    `json:"mtu,omitempty"`
+	MTUWhy    string `json:"mtu_why,omitempty"`
+	// AF_XDP legs: the neighbours (next hops) that did not answer the
+	// kernel's resolution and are refused for now, and how many
+	// resolutions failed since the leg opened.
+	NeighborsUnanswered []string `json:"neighbors_unanswered,omitempty"`
+	NeighborFailures    uint64   `json:"neighbor_failures,omitempty"`
+	// Verbs legs: the device, port and GID the leg's address chose, and
+	// why (each session's MTU is in its side's description).
+	Device   string `json:"device,omitempty"`
+	Port     int    `json:"port,omitempty"`
+	GIDIndex int    `json:"gid_index,omitempty"`
+	GID      string `json:"gid,omitempty"`
+	GIDWhy   string `json:"gid_why,omitempty"`
+	// Quic legs: where the leg accepts the peer gateway and where it
+	// connects to it, and how many connections to it are up.
+	Listen    string `json:"listen,omitempty"`
+	Peer      string `json:"peer,omitempty"`
+	PeerConns *int   `json:"peer_connections,omitempty"`
+	// PeerRefused counts the peer certificates the leg refused.
+	PeerRefused uint64 `json:"peer_refused,omitempty"`
+}
+
+// quicLegSnapshot is a quic leg's counters at one moment.
+type QUICLegSnapshot struct {
+	QUICStatsSnapshot
+	Refused uint64
+	Conns   int
+}
+
+// legCounters are a leg's own counters at a scrape: each leg fills its
+// kind's (leg.counters).
+type Counters struct {
+	MTU       int // userspace legs
+	Limited   int // userspace legs: QPs DCQCN holds below line rate
+	Verbs     *VerbsStatsSnapshot
+	QUIC      *QUICLegSnapshot
+	Transport *transport.StatsSnapshot
+	CM        *cm.StatsSnapshot
+	UDP       *udpconn.StatsSnapshot
+	XDP       *xdp.ConnStats
+	Neigh     *xdp.ResolverStatsSnapshot
+	Prog      *xdp.Counters
+}

@@ -1,0 +1,457 @@
+package leg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/internal/netns"
+	"github.com/rbridge/rbridge/internal/portcounters"
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+	"github.com/rbridge/rbridge/xdp"
+)
+
+// userspaceLeg is a leg on rbridge's own RoCEv2 transport: a device on the
+// interface's UDP socket or AF_XDP queue, and the IB CM on its QP 1, so
+// that unmodified rdma_cm applications connect to it and it to them.
+type userspaceLeg struct {
+	cfg  *config.Leg
+	log  *slog.Logger
+	pool *pool.Pool
+	dev  *transport.Device
+	CM   *cm.Manager
+	pd   *transport.PD
+	mr   *transport.MR
+	Prog *xdp.Program // AF_XDP: the classifier, which must know the leg's QPs
+	// neigh resolves the peers' Ethernet addresses (AF_XDP), in the leg's
+	// namespace.
+	Neigh *xdp.Resolver
+	// frames are the pool's buffers the AF_XDP socket receives into (nil
+	// over UDP).
+	frames *pool.Frames
+	// mtu is the largest path MTU the leg carries, and why (the
+	// interface's MTU, the AF_XDP frame): what its Dials ask for, and the
+	// most its listeners accept.
+	MTU    int
+	mtuWhy string
+	// pconn is the device's packet I/O (a *udpconn.Conn or *xdp.Conn),
+	// for its counters.
+	pconn roce.PacketConn
+}
+
+// frameSize is the AF_XDP frame: a pool class of the page size.
+const frameSize = 4096
+
+func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
+	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, pd: transport.NewPD()}
+	var conn roce.PacketConn
+	err := netns.Do(l.Netns, func() error {
+		ifi, err := net.InterfaceByName(l.Interface)
+		if err != nil {
+			return fmt.Errorf("interface %s: %w", l.Interface, err)
+		}
+		if err := HasAddr(ifi, l.IP); err != nil {
+			return err
+		}
+		u.MTU, u.mtuWhy = legMTU(ifi, l.IO)
+		if l.MTU > 0 && l.MTU < u.MTU {
+			u.MTU, u.mtuWhy = l.MTU, fmt.Sprintf("the leg's mtu %d (%s)", l.MTU, u.mtuWhy)
+		}
+		local := netip.AddrPortFrom(l.IP, roce.Port)
+		switch l.IO {
+		case config.IOUDP:
+			// Its multicast (groups) leaves on the leg's interface.
+			conn, err = udpconn.Listen(udpconn.Options{Addr: local, Interface: ifi.Index})
+			return err
+		case config.IOAFXDP:
+			if u.Prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {
+				return err
+			}
+			if _, err := u.Prog.Attach(ifi.Index); err != nil {
+				return err
+			}
+			// This namespace's neighbours, resolved by its kernel when
+			// unknown.
+			if u.Neigh, err = xdp.NewResolver(xdp.ResolverOptions{Ifindex: ifi.Index, Src: l.IP, Logger: log}); err != nil {
+				return err
+			}
+			// The pool is the UMEM: received frames are pool buffers that
+			// a session relays from where they landed.
+			if u.frames, err = pl.Frames(frameSize); err != nil {
+				return err
+			}
+			umem := pl.Arena()
+			umem = umem[:len(umem)&^(frameSize-1)]
+			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
+				LocalAddr: local, Neighbors: u.Neigh, Program: u.Prog, Logger: log})
+			if err != nil {
+				return err
+			}
+			return u.Prog.AddQP(1, xdp.QP{}) // the CM's MADs
+		}
+		return fmt.Errorf("io %q", l.IO)
+	})
+	if err != nil {
+		u.Close()
+		return nil, fmt.Errorf("%s in network namespace %q: %w", l.Interface, l.Netns, err)
+	}
+	if u.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: log}); err != nil {
+		conn.Close()
+		u.Close()
+		return nil, err
+	}
+	u.pconn = conn
+	if u.MTU == 0 {
+		u.Close()
+		return nil, fmt.Errorf("%s: %s: too small for RoCE", l.Interface, u.mtuWhy)
+	}
+	log.Info("userspace leg path MTU", "leg", l.Name, "mtu", u.MTU, "why", u.mtuWhy)
+	if u.CM, err = cm.New(cm.Options{Device: u.dev, Addr: l.IP, Logger: log, MaxPathMTU: u.MTU}); err != nil {
+		u.Close()
+		return nil, err
+	}
+	if u.mr, err = u.pd.RegisterMR(pl.Arena(), transport.AccessLocalWrite); err != nil {
+		u.Close()
+		return nil, err
+	}
+	return u, nil
+}
+
+// afxdpMaxMTU is the largest path MTU over AF_XDP: a packet and its
+// Ethernet, IP and UDP headers fit a 4 KiB frame only up to 2048 (the
+// kernel keeps 256 bytes of headroom in each).
+const afxdpMaxMTU = 2048
+
+// legMTU is the path MTU a userspace leg on ifi carries: the largest IB MTU
+// whose packets fit the interface's MTU once RoCEv2's headers are taken off
+// (as the kernel's rdma_cm computes it for a RoCE port, iboe_get_mtu), and
+// over AF_XDP at most what a frame holds.
+func legMTU(ifi *net.Interface, io string) (int, string) {
+	mtu := ibv.MTUForNetdev(ifi.MTU).Bytes()
+	why := fmt.Sprintf("interface %s MTU %d carries RoCE MTU %d", ifi.Name, ifi.MTU, mtu)
+	if ifi.Flags&net.FlagLoopback != 0 {
+		mtu, why = 4096, fmt.Sprintf("interface %s is loopback", ifi.Name)
+	}
+	if io == config.IOAFXDP && mtu > afxdpMaxMTU {
+		mtu, why = afxdpMaxMTU, why+fmt.Sprintf(", AF_XDP's 4 KiB frames %d", afxdpMaxMTU)
+	}
+	return mtu, why
+}
+
+// HasAddr checks that the interface holds ip.
+func HasAddr(ifi *net.Interface, ip netip.Addr) error {
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", ifi.Name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if got, ok := netip.AddrFromSlice(n.IP); ok && got.Unmap() == ip {
+				return nil
+			}
+			if ifi.Flags&net.FlagLoopback != 0 && n.Contains(ip.AsSlice()) {
+				return nil // every address of a loopback prefix is local (127.0.0.0/8)
+			}
+		}
+	}
+	return fmt.Errorf("interface %s does not hold %v (it has %v)", ifi.Name, ip, addrs)
+}
+
+func (u *userspaceLeg) Close() error {
+	var errs []error
+	if u.CM != nil {
+		errs = append(errs, u.CM.Close())
+	}
+	if u.dev != nil {
+		errs = append(errs, u.dev.Close())
+	}
+	if u.Prog != nil {
+		errs = append(errs, u.Prog.Close())
+	}
+	if u.Neigh != nil {
+		errs = append(errs, u.Neigh.Close()) // after the device, whose conn sends through it
+	}
+	return errors.Join(errs...)
+}
+
+// endpoint makes an endpoint whose QP the classifier sends to this leg.
+func (u *userspaceLeg) Endpoint() (*UserspaceEndpoint, error) {
+	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.dev, PD: u.pd, MR: u.mr, Frames: u.frames})
+	if err != nil {
+		return nil, err
+	}
+	if u.Prog != nil {
+		if err := u.Prog.AddQP(ep.QP().QPN(), xdp.QP{}); err != nil {
+			ep.Close()
+			return nil, err
+		}
+	}
+	return ep, nil
+}
+
+func (u *userspaceLeg) forget(ep *UserspaceEndpoint) {
+	if u.Prog != nil {
+		_ = u.Prog.RemoveQP(ep.QP().QPN())
+	}
+}
+
+func (u *userspaceLeg) Listen(addr netip.AddrPort) (Listener, error) {
+	l, err := u.CM.Listen(addr.Port(), 64)
+	if err != nil {
+		return nil, err
+	}
+	return &userspaceListener{u: u, l: l}, nil
+}
+
+type userspaceListener struct {
+	u *userspaceLeg
+	l *cm.Listener
+}
+
+func (l *userspaceListener) Next(ctx context.Context) (Incoming, error) {
+	r, err := l.l.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &userspaceIncoming{u: l.u, r: r}, nil
+}
+
+func (l *userspaceListener) Close() error { return l.l.Close() }
+
+type userspaceIncoming struct {
+	u *userspaceLeg
+	r *cm.Request
+}
+
+func (in *userspaceIncoming) Remote() netip.AddrPort {
+	if in.r.HasIPCM {
+		return netip.AddrPortFrom(in.r.IPCM.Src, in.r.IPCM.SrcPort)
+	}
+	return netip.AddrPortFrom(in.r.Remote, 0)
+}
+
+func (in *userspaceIncoming) Params() Params {
+	return Params{PrivateData: in.r.PrivateData, RespRes: int(in.r.REQ.ResponderResources), InitDepth: int(in.r.REQ.InitiatorDepth)}
+}
+
+func (in *userspaceIncoming) Accept(ctx context.Context, p Params) (Conn, error) {
+	ep, err := in.u.Endpoint()
+	if err != nil {
+		_ = in.r.RejectWith(cm.RejectNoResources, nil)
+		return nil, err
+	}
+	c, err := in.r.Accept(ctx, cm.AcceptOptions{QP: ep.QP(), PrivateData: p.PrivateData, ResponderResources: p.RespRes, InitiatorDepth: p.InitDepth, ECN: in.u.cfg.ECN})
+	if err != nil {
+		in.u.forget(ep)
+		ep.Close()
+		return nil, err
+	}
+	uc := in.u.conn(ep, c)
+	uc.mtuWhy = fmt.Sprintf("the client's REQ (the leg takes up to %d: %s)", in.u.MTU, in.u.mtuWhy)
+	return uc, nil
+}
+
+func (in *userspaceIncoming) Reject(r *Rejected) error {
+	pd := r.PrivateData
+	if len(pd) > cm.REJPrivateDataLen {
+		pd = pd[:cm.REJPrivateDataLen]
+	}
+	return in.r.RejectWith(r.Reason, pd)
+}
+
+func (u *userspaceLeg) Dial(ctx context.Context, to netip.AddrPort, p Params) (Conn, error) {
+	ep, err := u.Endpoint()
+	if err != nil {
+		return nil, err
+	}
+	pd := p.PrivateData
+	if len(pd) > cm.REQIPCMPrivateDataLen {
+		pd = pd[:cm.REQIPCMPrivateDataLen] // the IP CM header takes its 36 bytes from the same 92
+	}
+	c, err := u.CM.Dial(ctx, to, cm.DialOptions{QP: ep.QP(), PrivateData: pd, ResponderResources: p.RespRes, InitiatorDepth: p.InitDepth, PathMTU: u.MTU, ECN: u.cfg.ECN})
+	if err != nil {
+		u.forget(ep)
+		ep.Close()
+		var rj *cm.RejectError
+		if errors.As(err, &rj) {
+			return nil, &Rejected{Reason: rj.Reason, PrivateData: rj.PrivateData}
+		}
+		return nil, err
+	}
+	uc := u.conn(ep, c)
+	if got := ep.QP().Query().PathMTU; got < u.MTU {
+		uc.mtuWhy = fmt.Sprintf("asked %d (%s); the target's REP lowered it to its port's", u.MTU, u.mtuWhy)
+	} else {
+		uc.mtuWhy = fmt.Sprintf("asked %d: %s", u.MTU, u.mtuWhy)
+	}
+	return uc, nil
+}
+
+// userspaceConn is an established connection of the userspace leg.
+type userspaceConn struct {
+	u      *userspaceLeg
+	ep     *UserspaceEndpoint
+	c      *cm.Conn
+	mtuWhy string // how the path MTU was chosen, for the logs
+}
+
+func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
+	ep.SetDisconnect(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultDisconnectTimeout)
+		defer cancel()
+		return c.Disconnect(ctx)
+	})
+	ep.SetPeerGone(func() bool {
+		// A DREQ releases the connection before the QP's error reaches
+		// the endpoint; a transport error leaves it established.
+		select {
+		case <-c.Done():
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+	return &userspaceConn{u: u, ep: ep, c: c}
+}
+
+func (c *userspaceConn) Endpoint() session.Endpoint { return c.ep }
+
+func (c *userspaceConn) Params() Params {
+	a := c.ep.QP().Query()
+	return Params{PrivateData: c.c.PrivateData(), RespRes: a.MaxRdAtomic, InitDepth: a.MaxDestRdAtomic}
+}
+
+func (c *userspaceConn) Describe() string {
+	a := c.ep.QP().Query()
+	return fmt.Sprintf("userspace QP %#x <-> %v QP %#x, MTU %d: %s", c.ep.QP().QPN(), c.c.RemoteAddr(), c.c.RemoteQPN(), a.PathMTU, c.mtuWhy)
+}
+
+func (c *userspaceConn) Close() error {
+	err := c.ep.Close() // disconnects first
+	c.u.forget(c.ep)
+	return err
+}
+
+func (u *userspaceLeg) Status(st *Status) {
+	st.MTU, st.MTUWhy = u.MTU, u.mtuWhy
+	if u.Neigh != nil {
+		for _, a := range u.Neigh.Unanswered() {
+			st.NeighborsUnanswered = append(st.NeighborsUnanswered, a.String())
+		}
+		st.NeighborFailures = u.Neigh.Stats().Failed.Load()
+	}
+}
+
+func (u *userspaceLeg) Link(string) (string, bool, *portcounters.Port) {
+	s, err := OperState(u.cfg.Netns, u.cfg.Interface)
+	if err != nil {
+		return "unreadable: " + err.Error(), false, nil
+	}
+	return s, s == "up" || s == "unknown", nil
+}
+
+func (u *userspaceLeg) Counters(c *Counters) {
+	c.MTU, c.Limited = u.MTU, u.dev.RateLimitedQPs()
+	t, m := u.dev.Stats().Snapshot(), u.CM.Stats().Snapshot()
+	c.Transport, c.CM = &t, &m
+	switch pc := u.pconn.(type) {
+	case *udpconn.Conn:
+		s := pc.Stats().Snapshot()
+		c.UDP = &s
+	case *xdp.Conn:
+		// Without the kernel's ring counters the socket's own still
+		// count: the error only leaves RXRingDrops zero.
+		s, _ := pc.Stats()
+		c.XDP = &s
+	}
+	if u.Neigh != nil {
+		s := u.Neigh.Stats().Snapshot()
+		c.Neigh = &s
+	}
+	if u.Prog != nil {
+		if p, err := u.Prog.Counters(); err == nil {
+			c.Prog = &p
+		}
+	}
+}
+
+func (u *userspaceLeg) Objects() (int, int) { return u.dev.NumQPs(), u.CM.NumConns() }
+
+func (u *userspaceLeg) Health(now time.Time, stall time.Duration) error {
+	if u.dev == nil {
+		return nil
+	}
+	if last, wakes := u.dev.ReceiveHeartbeat(); wakes && now.Sub(last) > stall {
+		return fmt.Errorf("the receive loop has not come round for %v: stuck", now.Sub(last).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (u *userspaceLeg) NICPort() (string, int, bool) { return "", 0, false }
+
+func (u *userspaceLeg) JoinedLink() (string, string, netip.Addr, error) {
+	return u.cfg.Interface, u.cfg.Netns, u.cfg.IP, nil
+}
+
+// What the gateway shows of a connection or a group port on rbridge's own
+// transport; false (or nil) for other legs.
+
+// XDPCounters is the classifier's count of c's QP, when c is on an AF_XDP
+// leg.
+func XDPCounters(c Conn) (xdp.QPCounters, bool) {
+	u, ok := c.(*userspaceConn)
+	if !ok || u.u.Prog == nil {
+		return xdp.QPCounters{}, false
+	}
+	q, err := u.u.Prog.QPCounters(u.ep.QP().QPN())
+	if err != nil {
+		return xdp.QPCounters{}, false // the QP left the classifier as the session ended
+	}
+	return q, true
+}
+
+// QPStats is c's QP's counters (its DCQCN among them), when c is on a
+// userspace leg.
+func QPStats(c Conn) (transport.QPStats, bool) {
+	u, ok := c.(*userspaceConn)
+	if !ok {
+		return transport.QPStats{}, false
+	}
+	return u.ep.QP().Stats(), true
+}
+
+// StateAttrs are the log attributes of c's responder and device (side
+// names them), when c is on a userspace leg.
+func StateAttrs(c Conn, side string) []any {
+	u, ok := c.(*userspaceConn)
+	if !ok {
+		return nil
+	}
+	return []any{side + "_responder", u.ep.QP().Responder(), side + "_device", u.u.dev.Stats().Snapshot()}
+}
+
+// GroupXDPCounters is the classifier's count of group on p, when p is a
+// group port receiving on an AF_XDP leg.
+func GroupXDPCounters(p UDPort, group netip.Addr) (xdp.GroupCounters, bool) {
+	up, ok := p.(*userspaceUDPort)
+	if !ok || up.u.Prog == nil {
+		return xdp.GroupCounters{}, false
+	}
+	c, err := up.u.Prog.GroupCounters(group)
+	if err != nil {
+		return xdp.GroupCounters{}, false // a send-only side, or the group left as the gateway stops
+	}
+	return c, true
+}

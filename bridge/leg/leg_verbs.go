@@ -1,0 +1,546 @@
+package leg
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/internal/portcounters"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/roce/cm"
+)
+
+// defaultDisconnectTimeout bounds a disconnect's wait for the peer.
+const defaultDisconnectTimeout = 5 * time.Second
+
+// verbsLeg is a leg on a libibverbs device, connected through librdmacm:
+// an InfiniBand HCA, a RoCE HCA, rxe, or siw (two-sided operations only).
+type verbsLeg struct {
+	cfg  *config.Leg
+	log  *slog.Logger
+	pool *pool.Pool
+	// gid is the device, port and GID the leg's address chose when it
+	// opened (its port's counters and state are read there; the source GID
+	// of its UD sends).
+	gid ibv.GIDChoice
+	// stats counts what the leg's endpoints could not relay, over all of
+	// them.
+	stats VerbsStats
+
+	mu   sync.Mutex // guards devs
+	devs map[*ibv.Device]*verbsDevice
+}
+
+// verbsDevice is what the leg made on one device: a PD and the pool's MR
+// in it (local access only).
+type verbsDevice struct {
+	pd    *ibv.PD
+	mr    *ibv.MR
+	iwarp bool
+	// maxSGE is the SGEs a send work request gathers: a relayed message
+	// from the frames it arrived in.
+	maxSGE int
+}
+
+func OpenVerbs(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
+	gid, err := FindGID(l)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("verbs leg GID", "leg", l.Name, "device", gid.Device, "port", gid.Port, "index", gid.Index, "why", gid.Reason)
+	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}, nil
+}
+
+// findGID finds the device, port and GID the leg's IP is on, checked
+// against the device and port the config names.
+func FindGID(l *config.Leg) (ibv.GIDChoice, error) {
+	names, err := ibv.DeviceNames()
+	if err != nil {
+		return ibv.GIDChoice{}, err
+	}
+	var table []ibv.GIDEntry
+	for _, n := range names {
+		d, err := ibv.OpenDevice(n)
+		if err != nil {
+			return ibv.GIDChoice{}, err
+		}
+		t, err := d.GIDTable()
+		d.Close()
+		if err != nil {
+			return ibv.GIDChoice{}, fmt.Errorf("device %s: %w", n, err)
+		}
+		table = append(table, t...)
+	}
+	if len(names) == 0 {
+		return ibv.GIDChoice{}, fmt.Errorf("no RDMA device on this host holds %v: %w", l.IP, ibv.ErrNoGID)
+	}
+	return ibv.ChooseGID(table, ibv.GIDQuery{IP: l.IP, Device: l.Device, Port: l.Port})
+}
+
+func (v *verbsLeg) Close() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var errs []error
+	for d, vd := range v.devs {
+		errs = append(errs, vd.mr.Close(), vd.pd.Close())
+		delete(v.devs, d)
+	}
+	return errors.Join(errs...)
+}
+
+// device returns the PD and MR on the device an id resolved to, made on
+// first use, and checks it against the leg's device and port.
+func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
+	dev, err := id.Device()
+	if err != nil {
+		return nil, nil, err
+	}
+	if v.cfg.Device != "" && dev.Name() != v.cfg.Device {
+		return nil, nil, fmt.Errorf("%v is on device %s, not the leg's %s", v.cfg.IP, dev.Name(), v.cfg.Device)
+	}
+	if v.cfg.Port != 0 && id.Port() != v.cfg.Port {
+		return nil, nil, fmt.Errorf("%v is on %s port %d, not the leg's port %d", v.cfg.IP, dev.Name(), id.Port(), v.cfg.Port)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vd := v.devs[dev]; vd != nil {
+		return dev, vd, nil
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, nil, err
+	}
+	mr, err := pd.RegMR(v.pool.Arena(), ibv.AccessLocalWrite)
+	if err != nil {
+		pd.Close()
+		return nil, nil, err
+	}
+	vd := &verbsDevice{pd: pd, mr: mr, maxSGE: 1}
+	if info, err := dev.Info(); err == nil {
+		vd.iwarp = info.Transport == ibv.TransportIWARP
+		vd.maxSGE = min(max(info.Attr.MaxSGE, 1), maxRelaySGE)
+	}
+	v.devs[dev] = vd
+	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE)
+	return dev, vd, nil
+}
+
+// rpcrdmaMagic opens RPC-over-RDMA's connection private data (RFC 8797:
+// magic, version, flags, send and receive size); flag bit 0 says its
+// sender takes Send With Invalidate.
+const (
+	rpcrdmaMagic         = 0xf6ab0e18
+	rpcrdmaSendWithInvOK = 1 << 0
+)
+
+// noRemoteInvalidation returns the private data a verbs leg sends its
+// peer: RPC-over-RDMA's, with the promise to take Send With Invalidate
+// cleared. The leg's HCA would execute a peer's invalidation itself,
+// against a key of the far side's that the gateway's device does not hold,
+// and fail the connection; without the promise the peer sends a plain
+// SEND, and the far side invalidates its own key. Any other private data
+// passes unchanged.
+func noRemoteInvalidation(pd []byte) []byte {
+	if len(pd) < 8 || binary.BigEndian.Uint32(pd) != rpcrdmaMagic || pd[5]&rpcrdmaSendWithInvOK == 0 {
+		return pd
+	}
+	out := slices.Clone(pd)
+	out[5] &^= rpcrdmaSendWithInvOK
+	return out
+}
+
+// defaultReceives is the receive queue a connection's QP gets when the
+// leg's receives do not ask for more (the endpoint posts 16 unless told).
+const defaultReceives = 64
+
+// maxRelaySGE bounds the pieces a relayed op gathers: a 64 KiB chunk of
+// 4 KiB frames.
+const maxRelaySGE = 16
+
+// endpoint makes the QP of a connection on id, and its endpoint (receives
+// posted) before the connection is established.
+func (v *verbsLeg) Endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
+	dev, vd, err := v.device(id)
+	if err != nil {
+		return nil, err
+	}
+	recvs := max(v.cfg.Receives, defaultReceives)
+	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 128 + recvs + 1})
+	if err != nil {
+		return nil, err
+	}
+	qp, err := id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: uint32(recvs), MaxSendSGE: uint32(vd.maxSGE)}})
+	if err != nil {
+		cq.Close()
+		return nil, err
+	}
+	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
+		RecvDepth: v.cfg.Receives, RecvSize: v.cfg.ReceiveSize})
+	if err != nil {
+		qp.Close()
+		cq.Close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+func (v *verbsLeg) Listen(addr netip.AddrPort) (Listener, error) {
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	id, err := ch.NewID(ibv.PortSpaceTCP)
+	if err == nil {
+		err = id.Bind(addr)
+	}
+	if err == nil {
+		err = id.Listen(64)
+	}
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	l := &verbsListener{v: v, ch: ch, id: id, reqs: make(chan ibv.CMEvent, 64), conns: map[*ibv.CMID]chan ibv.CMEvent{}, done: make(chan struct{})}
+	go l.routineEvents()
+	return l, nil
+}
+
+// verbsListener demultiplexes its event channel: connection requests to
+// next, the events of each connection to its own channel.
+type verbsListener struct {
+	v    *verbsLeg
+	ch   *ibv.EventChannel
+	id   *ibv.CMID
+	reqs chan ibv.CMEvent
+	done chan struct{}
+
+	mu    sync.Mutex // guards conns
+	conns map[*ibv.CMID]chan ibv.CMEvent
+}
+
+func (l *verbsListener) routineEvents() {
+	defer close(l.done)
+	for {
+		ev, err := l.ch.Next(context.Background())
+		if err != nil {
+			return // the channel was closed
+		}
+		if ev.Type == ibv.CMConnectRequest {
+			select {
+			case l.reqs <- ev:
+			default:
+				l.v.log.Warn("too many connection requests waiting: rejected", "from", ev.ID.RemoteAddr())
+				_ = ev.ID.Reject(nil)
+				ev.ID.Close()
+			}
+			continue
+		}
+		// Sent under the lock: forget closes the channel.
+		l.mu.Lock()
+		if c := l.conns[ev.ID]; c != nil {
+			select {
+			case c <- ev:
+			default:
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *verbsListener) Next(ctx context.Context) (Incoming, error) {
+	select {
+	case ev := <-l.reqs:
+		events := make(chan ibv.CMEvent, 8)
+		l.mu.Lock()
+		l.conns[ev.ID] = events
+		l.mu.Unlock()
+		return &verbsIncoming{l: l, id: ev.ID, p: ev.Param, events: events}, nil
+	case <-l.done:
+		return nil, errors.New("rdma_cm listener closed")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *verbsListener) Close() error {
+	err := l.ch.Close() // closes the listening id too, and ends routineEvents
+	<-l.done
+	return err
+}
+
+// forget stops passing id's events on and closes its channel, which ends
+// the watch of its connection: a connection the gateway disconnects first
+// gets its DISCONNECTED event after it was forgotten, or never.
+func (l *verbsListener) forget(id *ibv.CMID) {
+	l.mu.Lock()
+	if c := l.conns[id]; c != nil {
+		close(c)
+		delete(l.conns, id)
+	}
+	l.mu.Unlock()
+}
+
+type verbsIncoming struct {
+	l      *verbsListener
+	id     *ibv.CMID
+	p      ibv.ConnParam
+	events chan ibv.CMEvent
+}
+
+func (in *verbsIncoming) Remote() netip.AddrPort { return in.id.RemoteAddr() }
+
+func (in *verbsIncoming) Params() Params {
+	return Params{PrivateData: in.p.PrivateData, RespRes: int(in.p.ResponderResources), InitDepth: int(in.p.InitiatorDepth)}
+}
+
+func (in *verbsIncoming) Accept(ctx context.Context, p Params) (Conn, error) {
+	ep, err := in.l.v.Endpoint(in.id)
+	if err != nil {
+		_ = in.id.Reject(nil)
+		in.l.forget(in.id)
+		in.id.Close()
+		return nil, err
+	}
+	pd := noRemoteInvalidation(p.PrivateData)
+	if len(pd) > 196 {
+		pd = pd[:196] // what an IB CM REP carries
+	}
+	if err := in.id.Accept(ibv.ConnParam{PrivateData: pd, ResponderResources: uint8(min(p.RespRes, 255)),
+		InitiatorDepth: uint8(min(p.InitDepth, 255)), RNRRetryCount: 7, NoMTUTrailer: true}); err != nil {
+		ep.Close()
+		in.l.forget(in.id)
+		in.id.Close()
+		return nil, err
+	}
+	for {
+		select {
+		case ev := <-in.events:
+			switch ev.Type {
+			case ibv.CMEstablished:
+				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p, passive: true}
+				go c.watch(in.events)
+				return c, nil
+			case ibv.CMDisconnected:
+				// The client connected and left before its ESTABLISHED
+				// reached us (it sent at once and disconnected): what it
+				// sent is on the CQ, acknowledged by the HCA. The session
+				// relays it to the target, then ends.
+				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p, passive: true}
+				ep.Fail(session.ErrPeerDisconnected) // told to the session when it starts
+				go c.watch(in.events)
+				return c, nil
+			}
+			ep.Close()
+			in.l.forget(in.id)
+			in.id.Close()
+			return nil, fmt.Errorf("accept: the client's connection ended in %v (status %d)", ev.Type, ev.Status)
+		case <-ctx.Done():
+			ep.Close()
+			in.l.forget(in.id)
+			in.id.Close()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (in *verbsIncoming) Reject(r *Rejected) error {
+	defer in.id.Close()
+	defer in.l.forget(in.id)
+	// librdmacm rejects with the consumer-defined reason only; the reason
+	// the target gave travels in the log.
+	return in.id.Reject(r.PrivateData)
+}
+
+// resolve makes an rdma_cm id in port space ps on ch and resolves its
+// address and route to to, from the leg's address.
+func (v *verbsLeg) resolve(ctx context.Context, ch *ibv.EventChannel, ps ibv.PortSpace, to netip.AddrPort) (*ibv.CMID, error) {
+	id, err := ch.NewID(ps)
+	if err != nil {
+		return nil, err
+	}
+	timeout := 5 * time.Second
+	if err := id.ResolveAddr(v.cfg.IP, to, timeout); err != nil {
+		return nil, err
+	}
+	if _, err := ch.Expect(ctx, ibv.CMAddrResolved); err != nil {
+		return nil, fmt.Errorf("resolve %v: %w", to, err)
+	}
+	if err := id.ResolveRoute(timeout); err != nil {
+		return nil, err
+	}
+	if _, err := ch.Expect(ctx, ibv.CMRouteResolved); err != nil {
+		return nil, fmt.Errorf("route to %v: %w", to, err)
+	}
+	return id, nil
+}
+
+func (v *verbsLeg) Dial(ctx context.Context, to netip.AddrPort, p Params) (Conn, error) {
+	ch, err := ibv.NewEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (Conn, error) {
+		ch.Close()
+		return nil, err
+	}
+	id, err := v.resolve(ctx, ch, ibv.PortSpaceTCP, to)
+	if err != nil {
+		return fail(err)
+	}
+	ep, err := v.Endpoint(id)
+	if err != nil {
+		return fail(err)
+	}
+	pd := noRemoteInvalidation(p.PrivateData)
+	if len(pd) > 56 {
+		pd = pd[:56] // what rdma_cm gives a REQ after its IP CM header
+	}
+	err = id.Connect(ibv.ConnParam{PrivateData: pd, ResponderResources: uint8(min(p.RespRes, 255)), InitiatorDepth: uint8(min(p.InitDepth, 255)),
+		RetryCount: 7, RNRRetryCount: 7, NoMTUTrailer: true})
+	if err != nil {
+		ep.Close()
+		return fail(err)
+	}
+	ev, err := ch.Next(ctx)
+	if err == nil && ev.Type != ibv.CMEstablished {
+		switch ev.Type {
+		case ibv.CMRejected:
+			err = &Rejected{Reason: cm.RejectReason(ev.Status), PrivateData: ev.Param.PrivateData}
+		case ibv.CMUnreachable:
+			err = &Rejected{Reason: cm.RejectTimeout}
+		default:
+			err = fmt.Errorf("connect to %v: %v (status %d): %w", to, ev.Type, ev.Status, ev.Err)
+		}
+	}
+	if err != nil {
+		ep.Close()
+		return fail(err)
+	}
+	events := make(chan ibv.CMEvent, 8)
+	c := &verbsConn{ep: ep, id: id, ch: ch, p: ev.Param}
+	go func() {
+		for {
+			ev, err := ch.Next(context.Background())
+			if err != nil {
+				close(events)
+				return
+			}
+			events <- ev
+		}
+	}()
+	go c.watch(events)
+	return c, nil
+}
+
+// verbsConn is an established rdma_cm connection of the verbs leg.
+type verbsConn struct {
+	ep      *VerbsEndpoint
+	id      *ibv.CMID
+	ch      *ibv.EventChannel // a dial's own channel; nil for an accepted one
+	p       ibv.ConnParam     // the peer's
+	passive bool              // accepted (the client's REQ), not dialled
+	forget  func()
+	once    sync.Once
+}
+
+// watch ends the session when the peer disconnects.
+func (c *verbsConn) watch(events <-chan ibv.CMEvent) {
+	for ev := range events {
+		if ev.Type == ibv.CMDisconnected {
+			c.ep.Fail(session.ErrPeerDisconnected)
+			return
+		}
+	}
+}
+
+func (c *verbsConn) Endpoint() session.Endpoint { return c.ep }
+
+func (c *verbsConn) Params() Params {
+	return Params{PrivateData: c.p.PrivateData, RespRes: int(c.p.ResponderResources), InitDepth: int(c.p.InitiatorDepth)}
+}
+
+func (c *verbsConn) Describe() string {
+	mtu := 0
+	if a, err := c.ep.qp.Query(); err == nil {
+		mtu = a.PathMTU.Bytes()
+	}
+	return fmt.Sprintf("verbs QP %d <-> %v, MTU %d: %s", c.ep.qp.QPN(), c.id.RemoteAddr(), mtu, c.mtuWhy())
+}
+
+// mtuWhy says where rdma_cm's path MTU came from: the port's active MTU
+// (a RoCE port's follows its netdev's MTU), and for an accepted
+// connection the client's REQ too (the smaller of the two).
+func (c *verbsConn) mtuWhy() string {
+	port := "the port's active MTU"
+	if dev, err := c.id.Device(); err == nil {
+		if pi, err := dev.QueryPort(c.id.Port()); err == nil {
+			port = fmt.Sprintf("%s port %d's active MTU %d", dev.Name(), c.id.Port(), pi.ActiveMTU.Bytes())
+		}
+	}
+	if c.passive {
+		return "the smaller of the client's REQ and " + port
+	}
+	return port + ", as rdma_cm asks in the REQ"
+}
+
+func (c *verbsConn) Close() error {
+	var err error
+	c.once.Do(func() {
+		err = c.ep.Close() // disconnects first
+		if c.forget != nil {
+			c.forget()
+		}
+		err = errors.Join(err, c.id.Close())
+		if c.ch != nil {
+			err = errors.Join(err, c.ch.Close())
+		}
+	})
+	return err
+}
+
+func (v *verbsLeg) Status(st *Status) {
+	// The choice openVerbsLeg made and logged.
+	st.Device, st.Port, st.GIDIndex, st.GID, st.GIDWhy = v.gid.Device, v.gid.Port, v.gid.Index, v.gid.GID.String(), v.gid.Reason
+}
+
+func (v *verbsLeg) Link(sysRoot string) (string, bool, *portcounters.Port) {
+	return PortLink(sysRoot, v.gid.Device, v.gid.Port)
+}
+
+// PortLink reads an RDMA port's link in the sysfs at sysRoot: its state,
+// whether it is up (ACTIVE), and the port as read (nil when unreadable).
+func PortLink(sysRoot, device string, port int) (string, bool, *portcounters.Port) {
+	p, err := portcounters.Read(sysRoot, device, port)
+	if err != nil {
+		return "unreadable: " + err.Error(), false, nil
+	}
+	return p.State, p.Active(), &p
+}
+
+func (v *verbsLeg) Counters(c *Counters) {
+	s := v.stats.Snapshot()
+	c.Verbs = &s
+}
+
+func (v *verbsLeg) Objects() (int, int) { return 0, 0 } // ibv.LiveObjects counts them all
+
+func (v *verbsLeg) Health(time.Time, time.Duration) error { return nil }
+
+func (v *verbsLeg) NICPort() (string, int, bool) { return v.gid.Device, v.gid.Port, true }
+
+func (v *verbsLeg) JoinedLink() (string, string, netip.Addr, error) {
+	if v.gid.Netdev == "" || v.gid.Type != ibv.GIDTypeRoCEv2 {
+		return "", "", netip.Addr{}, fmt.Errorf("leg %q is on %s, an InfiniBand port: membership there is the subnet administrator's, not IGMP's; joined_on needs an Ethernet link on the members' side (a RoCE port or a userspace leg)", v.cfg.Name, v.gid.GIDEntry)
+	}
+	return v.gid.Netdev, "", v.cfg.IP, nil
+}

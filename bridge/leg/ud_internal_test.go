@@ -1,0 +1,76 @@
+package leg
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/rbridge/rbridge/bridge/pool"
+)
+
+func TestGRHSource(t *testing.T) {
+	v4 := make([]byte, grhLen) // RoCEv2 over IPv4: 20 zero bytes, then the IPv4 header
+	v4[20] = 0x45
+	copy(v4[32:36], []byte{198, 18, 1, 2})
+	v6 := make([]byte, grhLen) // a GRH or IPv6 header
+	v6[0] = 0x60
+	copy(v6[8:24], netip.MustParseAddr("fd00::7").AsSlice())
+	mapped := make([]byte, grhLen) // a GRH whose IPv4-mapped source GID has 0x45 at byte 20, as an IPv4 header would
+	mapped[0] = 0x60
+	m := netip.MustParseAddr("::ffff:69.18.3.2").As16()
+	copy(mapped[8:24], m[:])
+	copy(mapped[24:40], netip.MustParseAddr("::ffff:198.18.3.1").AsSlice())
+	for _, tc := range []struct {
+		name string
+		grh  []byte
+		want netip.Addr
+	}{
+		{"RoCEv2 IPv4", v4, netip.MustParseAddr("198.18.1.2")},
+		{"IPv6", v6, netip.MustParseAddr("fd00::7")},
+		{"IPv4-mapped GID", mapped, netip.MustParseAddr("69.18.3.2")},
+	} {
+		if got := grhSource(tc.grh); got != tc.want {
+			t.Errorf("%s: source %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestUDRingPoolEmpty: a receive completes while the pool has no buffer
+// to post in its place: the same buffer goes back to the queue (which
+// stays full) and the datagram is reported dropped.
+func TestUDRingPoolEmpty(t *testing.T) {
+	pl, err := pool.New(pool.Options{Size: (UDRecvDepth + 1) * 4096, Classes: []int{4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	var posts []uint64
+	r, err := NewUDRing(pl, 4096, func(b *pool.Buf) error { posts = append(posts, uint64(b.Offset())); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := posts[0]
+	b, empty, err := r.Take(first) // one buffer left in the pool: posted instead
+	if err != nil || empty || b == nil || uint64(b.Offset()) != first {
+		t.Fatalf("take with a buffer free: %v, %v, %v", b, empty, err)
+	}
+	b2, empty, err := r.Take(posts[1]) // none left
+	if err != nil || !empty || b2 != nil || posts[len(posts)-1] != posts[1] {
+		t.Fatalf("take with the pool empty: buffer %v, dropped %v, %v; last post %#x, want %#x reposted", b2, empty, err, posts[len(posts)-1], posts[1])
+	}
+	if len(r.posted) != UDRecvDepth {
+		t.Errorf("%d receives posted, want %d", len(r.posted), UDRecvDepth)
+	}
+	if _, _, err := r.Take(0xdead000); err == nil {
+		t.Error("a completion for no posted buffer: no error")
+	}
+	b.Release()
+	r.Close()
+	if !pl.Idle() {
+		t.Error("buffers held after the ring closed")
+	}
+	_, err = NewUDRing(pl, 4096, func(*pool.Buf) error { return errors.New("QP gone") })
+	if err == nil || !pl.Idle() {
+		t.Errorf("a ring whose posts fail: %v (buffers all free: %v)", err, pl.Idle())
+	}
+}
