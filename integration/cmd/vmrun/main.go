@@ -33,7 +33,7 @@ func main() {
 		benchTime   = flag.String("benchtime", "1s", "-test.benchtime for the benchmarks")
 		count       = flag.Int("count", 1, "-test.count: run each test and benchmark this many times (spread of guest figures under TCG)")
 		timeout     = flag.Duration("timeout", 12*time.Minute, "kill the guest after this long")
-		testTimeout = flag.Duration("test-timeout", 20*time.Minute, "-test.timeout for each test binary and device pass")
+		testTimeout = flag.Duration("test-timeout", 30*time.Minute, "-test.timeout for each test binary and device pass")
 		baseline    = flag.Bool("baseline", true, "run the perftest/rping direct-path baseline")
 		tests       = flag.Bool("tests", true, "run the test binaries (false: setup and baseline only)")
 		docs        = flag.String("docs", "", "write the baseline into this markdown file (e.g. docs/performance.md)")
