@@ -259,6 +259,21 @@ func TestGatewayQUICRefusesUntrustedPeer(t *testing.T) {
 			if (sa.PeerRefused > 0) != tc.aRefuses || (sb.PeerRefused > 0) != tc.bRefuses {
 				t.Errorf("certificates refused: gateway A %d, gateway B %d; want A %v, B %v", sa.PeerRefused, sb.PeerRefused, tc.aRefuses, tc.bRefuses)
 			}
+			if sa.PeerWhy == "" {
+				t.Error("gateway A's quic leg is down and its status does not say why")
+			}
+			// A backs off whichever side refuses: over two seconds a few
+			// attempts (100 ms doubling, with jitter), not one every few
+			// milliseconds.
+			before := sa.PeerRefused + sb.PeerRefused
+			time.Sleep(2 * time.Second)
+			sa, sb = ga.Status().Legs[1], gb.Status().Legs[0]
+			if n := sa.PeerRefused + sb.PeerRefused - before; n > 6 {
+				t.Errorf("%d refused attempts in 2 s: gateway A does not back off", n)
+			}
+			if *sa.PeerConns != 0 {
+				t.Errorf("gateway A counts %d peer connections to a peer that refuses it", *sa.PeerConns)
+			}
 		})
 	}
 }

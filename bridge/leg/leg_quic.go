@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -59,6 +60,14 @@ type quicLeg struct {
 	conns    []*quic.Conn
 	up       chan struct{} // closed and replaced when a connection comes up
 	services map[netip.AddrPort]*quicListener
+	// why is the last reason the tunnel to the peer went down or could
+	// not come up (a dial's error, a refusal), shown in status while no
+	// connection is up.
+	why string
+	// refusedLog rate-limits the log of refused peer certificates: the
+	// first, then at most one a minute with how many were not logged.
+	refusedLogAt time.Time
+	refusedQuiet uint64
 }
 
 // quicOpenTimeout bounds reading a stream's Open, and its answer.
@@ -91,10 +100,7 @@ func OpenQUIC(l *config.Leg, cfg *config.Config, pl *pool.Pool, log *slog.Logger
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var q *quicLeg
-	creds.OnRefused = func(err error) {
-		q.refused.Add(1)
-		q.log.Warn("peer gateway refused: its certificate is not trusted", "err", err)
-	}
+	creds.OnRefused = func(err error) { q.onRefused(err, time.Now()) }
 	q = &quicLeg{name: l.Name, l: l, creds: creds, pool: pl, log: log.With("leg", l.Name), UDP: udp, tr: &quic.Transport{Conn: udp},
 		ctx: ctx, cancel: cancel, up: make(chan struct{}), services: map[netip.AddrPort]*quicListener{}}
 	if l.ListenAddr().IsValid() {
@@ -184,6 +190,7 @@ func (q *quicLeg) addConn(c *quic.Conn, how string) {
 	}
 	q.log.Info("peer gateway connected", "how", how, "remote", c.RemoteAddr(), "certificate", peer)
 	q.mu.Lock()
+	q.why = ""
 	q.conns = append(q.conns, c)
 	close(q.up)
 	q.up = make(chan struct{})
@@ -213,6 +220,9 @@ func (q *quicLeg) dropConn(c *quic.Conn, err error) {
 			break
 		}
 	}
+	if q.ctx.Err() == nil {
+		q.why = "the connection to the peer ended: " + err.Error()
+	}
 	q.mu.Unlock()
 	if q.ctx.Err() == nil {
 		q.log.Warn("peer gateway connection ended: its sessions end", "remote", c.RemoteAddr(), "err", err)
@@ -237,7 +247,12 @@ func (q *quicLeg) routineAccept() {
 }
 
 // routineDial connects to the peer gateway and reconnects when the
-// connection ends, backing off up to 5 s between attempts.
+// connection ends. Attempts back off exponentially with jitter (dialBackoff)
+// whichever side refuses: a dial that fails, and a connection the peer
+// closes before it proved itself (a certificate the peer refuses ends the
+// connection just after the client's side of the handshake completed),
+// each wait the next step, logged once per step; only a connection that
+// stayed up dialSettled starts the steps again.
 func (q *quicLeg) routineDial() {
 	defer q.wg.Done()
 	peer := q.l.PeerAddr()
@@ -245,32 +260,114 @@ func (q *quicLeg) routineDial() {
 	if name == "" {
 		name = peer.Addr().String()
 	}
-	wait := 100 * time.Millisecond
+	var b dialBackoff
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(peer.Port())))
 	for q.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(q.ctx, 5*time.Second)
 		c, err := q.tr.Dial(ctx, net.UDPAddrFromAddrPort(peer), q.creds.ClientConfig(name), tunnel.QUICConfig())
 		cancel()
+		if err == nil {
+			err = q.confirm(c)
+		}
 		if err != nil {
 			if q.ctx.Err() != nil {
 				return
 			}
-			q.log.Warn("connecting to the peer gateway failed: retrying", "peer", peer, "in", wait, "err", err)
+			wait := b.next(rng)
+			q.setWhy(err.Error())
+			q.log.Warn("connecting to the peer gateway failed: retrying", "peer", peer, "in", wait.Round(time.Millisecond), "attempt", b.step, "err", err)
 			select {
 			case <-q.ctx.Done():
 				return
 			case <-time.After(wait):
 			}
-			wait = min(2*wait, 5*time.Second)
 			continue
 		}
-		wait = 100 * time.Millisecond
+		up := time.Now()
 		q.addConn(c, "dialed")
 		select {
 		case <-q.ctx.Done():
 			return
 		case <-c.Context().Done():
 		}
+		if time.Since(up) >= dialSettled {
+			b.reset()
+			continue // a connection that served: dial again at once
+		}
+		wait := b.next(rng)
+		q.log.Warn("the peer gateway ended the connection at once: retrying", "peer", peer, "in", wait.Round(time.Millisecond), "attempt", b.step)
+		select {
+		case <-q.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
 	}
+}
+
+// confirm waits until c proved itself or ended: a client's handshake
+// completes before the server checked the client's certificate, and a
+// server that refuses it closes the connection a round trip later. c is
+// taken as up once three smoothed round trips (at least 50 ms, at most a
+// second) passed without that; the error is the close's.
+func (q *quicLeg) confirm(c *quic.Conn) error {
+	wait := min(max(3*c.ConnectionStats().SmoothedRTT, 50*time.Millisecond), time.Second)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-c.Context().Done():
+		return fmt.Errorf("the peer gateway closed the connection as it came up: %w", context.Cause(c.Context()))
+	case <-q.ctx.Done():
+		_ = c.CloseWithError(0, "leg closed")
+		return q.ctx.Err()
+	}
+}
+
+// dialSettled is how long a connection to the peer must stay up for the
+// next dial to start the backoff again.
+const dialSettled = 10 * time.Second
+
+// dialBackoff is the wait before the next dial to the peer gateway:
+// 100 ms doubling to 30 s, each with up to a quarter more at random so
+// that gateways restarted together do not dial in step.
+type dialBackoff struct{ step int }
+
+const (
+	dialFirstWait = 100 * time.Millisecond
+	dialMaxWait   = 30 * time.Second
+)
+
+func (b *dialBackoff) next(rng *rand.Rand) time.Duration {
+	d := dialFirstWait << min(b.step, 20)
+	d = min(d, dialMaxWait)
+	b.step++
+	return d + time.Duration(rng.Int64N(int64(d)/4+1))
+}
+
+func (b *dialBackoff) reset() { b.step = 0 }
+
+// onRefused counts a peer certificate refused; the log has the first, then
+// at most one a minute with how many it did not show.
+func (q *quicLeg) onRefused(err error, now time.Time) {
+	q.refused.Add(1)
+	q.mu.Lock()
+	q.why = "the peer's certificate was refused: " + err.Error()
+	if !q.refusedLogAt.IsZero() && now.Sub(q.refusedLogAt) < time.Minute {
+		q.refusedQuiet++
+		q.mu.Unlock()
+		return
+	}
+	quiet := q.refusedQuiet
+	q.refusedLogAt, q.refusedQuiet = now, 0
+	q.mu.Unlock()
+	q.log.Warn("peer gateway refused: its certificate is not trusted", "err", err, "not_logged_since", quiet)
+}
+
+func (q *quicLeg) setWhy(why string) {
+	q.mu.Lock()
+	q.why = why
+	q.mu.Unlock()
 }
 
 // routineStreams takes the sessions the peer opens on c.
@@ -521,6 +618,11 @@ func (q *quicLeg) Status(st *Status) {
 	n := q.peerConns()
 	st.Listen, st.Peer = q.l.Listen, q.l.Peer
 	st.PeerConns, st.PeerRefused = &n, q.refused.Load()
+	if n == 0 {
+		q.mu.Lock()
+		st.PeerWhy = q.why
+		q.mu.Unlock()
+	}
 }
 
 // link is the tunnel to the peer gateway.

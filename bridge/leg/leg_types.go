@@ -338,6 +338,9 @@ type Status struct {
 	PeerConns *int   `json:"peer_connections,omitempty"`
 	// PeerRefused counts the peer certificates the leg refused.
 	PeerRefused uint64 `json:"peer_refused,omitempty"`
+	// PeerWhy is why a quic leg has no connection to its peer: the last
+	// dial's error, or a refusal (empty while one is up).
+	PeerWhy string `json:"peer_why,omitempty"`
 }
 
 // quicLegSnapshot is a quic leg's counters at one moment.

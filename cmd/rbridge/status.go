@@ -156,9 +156,14 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 				ends = append(ends, "peer "+l.Peer)
 			}
 			on = strings.Join(ends, ", ")
-			if l.PeerRefused > 0 {
-				why = fmt.Sprintf("%d peer certificates refused", l.PeerRefused)
+			var whys []string
+			if l.PeerWhy != "" {
+				whys = append(whys, l.PeerWhy)
 			}
+			if l.PeerRefused > 0 {
+				whys = append(whys, fmt.Sprintf("%d peer certificates refused", l.PeerRefused))
+			}
+			why = strings.Join(whys, "; ")
 		}
 		link := l.State
 		if !l.Up {
