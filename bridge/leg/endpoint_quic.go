@@ -3,6 +3,7 @@ package leg
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -615,23 +616,32 @@ func (e *QUICEndpoint) readOp(r io.Reader, fixed []byte, bodyLen int) error {
 
 // getBuf takes a pool buffer of n bytes, waiting while the pool is empty.
 func (e *QUICEndpoint) getBuf(n int) (*pool.Buf, error) {
-	wait := 50 * time.Microsecond
-	for {
-		b, err := e.pool.Get(n)
-		if err == nil {
-			return b, nil
-		}
-		if !errors.Is(err, pool.ErrExhausted) {
-			return nil, fmt.Errorf("a payload of %d bytes: %w", n, err)
-		}
-		e.stats.Waits.Add(1)
+	b, err := e.pool.Get(n)
+	if err == nil {
+		return b, nil
+	}
+	if !errors.Is(err, pool.ErrExhausted) {
+		return nil, fmt.Errorf("a payload of %d bytes: %w", n, err)
+	}
+	// The pool is empty: wait for a release, or for the endpoint's end.
+	e.stats.Waits.Add(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
 		select {
 		case <-e.quit:
-			return nil, session.ErrClosed
-		case <-time.After(wait):
+			cancel()
+		case <-ctx.Done():
 		}
-		wait = min(2*wait, 10*time.Millisecond)
+	}()
+	b, err = e.pool.GetWait(ctx, n)
+	switch {
+	case err == nil:
+		return b, nil
+	case ctx.Err() != nil:
+		return nil, session.ErrClosed
 	}
+	return nil, fmt.Errorf("a payload of %d bytes: %w", n, err)
 }
 
 // readCompletion completes the op a Completion frame names.

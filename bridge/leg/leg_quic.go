@@ -586,9 +586,7 @@ func (in *quicIncoming) Accept(ctx context.Context, p Params) (Conn, error) {
 
 func (in *quicIncoming) Reject(r *Rejected) error {
 	pd := r.PrivateData
-	if len(pd) > tunnel.MaxPrivateData {
-		pd = pd[:tunnel.MaxPrivateData]
-	}
+	pd = clip(pd, tunnel.MaxPrivateData)
 	f := tunnel.RejectFields{Reason: uint16(r.Reason), PrivateData: pd}
 	b, err := f.Append(nil)
 	if err == nil {

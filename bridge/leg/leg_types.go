@@ -364,3 +364,14 @@ type Counters struct {
 	Neigh     *xdp.ResolverStatsSnapshot
 	Prog      *xdp.Counters
 }
+
+// clip cuts private data to the n bytes a message carries (an IB CM REP's
+// 196, what rdma_cm leaves of a REQ's 92 after its IP CM header, a
+// SIDR_REP's 136, a tunnel frame's): the rest of a peer's private data
+// cannot cross, as between two HCAs.
+func clip(pd []byte, n int) []byte {
+	if len(pd) > n {
+		return pd[:n]
+	}
+	return pd
+}

@@ -68,9 +68,7 @@ func (in *userspaceUDIncoming) Accept(privateData []byte) (UDPort, error) {
 		_ = in.r.Reject(cm.SIDRNoQP, nil)
 		return nil, err
 	}
-	if len(privateData) > cm.SIDRREPPrivateDataLen {
-		privateData = privateData[:cm.SIDRREPPrivateDataLen]
-	}
+	privateData = clip(privateData, cm.SIDRREPPrivateDataLen)
 	if err := in.r.Accept(cm.SIDRAcceptOptions{QP: p.qp, QKey: cm.RDMAUDPQKey, PrivateData: privateData}); err != nil {
 		p.Close()
 		return nil, err
@@ -79,9 +77,7 @@ func (in *userspaceUDIncoming) Accept(privateData []byte) (UDPort, error) {
 }
 
 func (in *userspaceUDIncoming) Reject(status cm.SIDRStatus, privateData []byte) error {
-	if len(privateData) > cm.SIDRREPPrivateDataLen {
-		privateData = privateData[:cm.SIDRREPPrivateDataLen]
-	}
+	privateData = clip(privateData, cm.SIDRREPPrivateDataLen)
 	return in.r.Reject(status, privateData)
 }
 

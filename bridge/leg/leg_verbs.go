@@ -311,10 +311,7 @@ func (in *verbsIncoming) Accept(ctx context.Context, p Params) (Conn, error) {
 		in.id.Close()
 		return nil, err
 	}
-	pd := noRemoteInvalidation(p.PrivateData)
-	if len(pd) > 196 {
-		pd = pd[:196] // what an IB CM REP carries
-	}
+	pd := clip(noRemoteInvalidation(p.PrivateData), cm.REPPrivateDataLen)
 	if err := in.id.Accept(ibv.ConnParam{PrivateData: pd, ResponderResources: uint8(min(p.RespRes, 255)),
 		InitiatorDepth: uint8(min(p.InitDepth, 255)), RNRRetryCount: 7, NoMTUTrailer: true}); err != nil {
 		ep.Close()
@@ -401,10 +398,7 @@ func (v *verbsLeg) Dial(ctx context.Context, to netip.AddrPort, p Params) (Conn,
 	if err != nil {
 		return fail(err)
 	}
-	pd := noRemoteInvalidation(p.PrivateData)
-	if len(pd) > 56 {
-		pd = pd[:56] // what rdma_cm gives a REQ after its IP CM header
-	}
+	pd := clip(noRemoteInvalidation(p.PrivateData), cm.REQIPCMPrivateDataLen)
 	err = id.Connect(ibv.ConnParam{PrivateData: pd, ResponderResources: uint8(min(p.RespRes, 255)), InitiatorDepth: uint8(min(p.InitDepth, 255)),
 		RetryCount: 7, RNRRetryCount: 7, NoMTUTrailer: true})
 	if err != nil {

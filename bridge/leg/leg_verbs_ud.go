@@ -120,9 +120,7 @@ func (in *verbsUDIncoming) Accept(privateData []byte) (UDPort, error) {
 		in.id.Close()
 		return nil, err
 	}
-	if len(privateData) > cm.SIDRREPPrivateDataLen {
-		privateData = privateData[:cm.SIDRREPPrivateDataLen]
-	}
+	privateData = clip(privateData, cm.SIDRREPPrivateDataLen)
 	if err := in.id.Accept(ibv.ConnParam{PrivateData: privateData, NoMTUTrailer: true}); err != nil {
 		p.Close()
 		return nil, err
@@ -132,9 +130,7 @@ func (in *verbsUDIncoming) Accept(privateData []byte) (UDPort, error) {
 
 func (in *verbsUDIncoming) Reject(_ cm.SIDRStatus, privateData []byte) error {
 	defer in.id.Close()
-	if len(privateData) > cm.SIDRREPPrivateDataLen {
-		privateData = privateData[:cm.SIDRREPPrivateDataLen]
-	}
+	privateData = clip(privateData, cm.SIDRREPPrivateDataLen)
 	return in.id.Reject(privateData)
 }
 
