@@ -141,3 +141,68 @@ func TestQUICEndpointCompletesInPostOrder(t *testing.T) {
 	}
 	_ = b.Close()
 }
+
+// TestQUICEndpointWaitsForThePool: an Op frame whose payload finds the
+// receiving gateway's pool empty waits for a buffer to come back (counted),
+// then reaches the session; none is lost, and the wait ends with the
+// endpoint.
+func TestQUICEndpointWaitsForThePool(t *testing.T) {
+	sa, sb, _ := legtest.QUICStreams(t)
+	pa, err := pool.New(pool.Options{Size: 64 << 10, Classes: []int{4 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := pool.New(pool.Options{Size: 8 << 10, Classes: []int{4 << 10}}) // two buffers
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := leg.NewQUICEndpoint(leg.QUICOptions{Stream: sa, Window: 8, Pool: pa, Logger: testlog.New(t), Name: "tunnel a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := leg.NewQUICEndpoint(leg.QUICOptions{Stream: sb, Window: 8, Pool: pb, Logger: testlog.New(t), Name: "tunnel b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := &pendingRecorder{toks: make(chan transport.Token, 8)}
+	if err := a.Start(&doneRecorder{done: make(chan *session.Op, 8)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(far); err != nil {
+		t.Fatal(err)
+	}
+	held := make([]*pool.Buf, 2)
+	for i := range held {
+		if held[i], err = pb.Get(4 << 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf, err := pa.Get(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Post([]*session.Op{{Opcode: transport.OpSend, Buf: buf, Len: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Stats().Waits.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the receiving endpoint never waited for its empty pool")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-far.toks:
+		t.Fatal("a SEND reached the session with no buffer to hold it")
+	case <-time.After(100 * time.Millisecond):
+	}
+	held[0].Release()
+	select {
+	case <-far.toks:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the SEND did not arrive once a buffer came back")
+	}
+	held[1].Release()
+	go a.Close()
+	_ = b.Close()
+}
