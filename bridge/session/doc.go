@@ -9,9 +9,9 @@
 //   - session.go: a session's lifecycle (New, drain, teardown, Cut and
 //     Close) and the relay: request, send, write and lend, pump, done.
 //
-// The endpoints live with their legs in package leg (endpoint_userspace.go,
-// endpoint_verbs.go, endpoint_quic.go); the pool the relay takes its
-// buffers from is package pool. The tests run a session between a
+// The endpoints live with their legs in package leg
+// (bridge/leg/endpoint_*.go); the pool the relay takes its buffers from is
+// package pool. The tests run a session between a
 // userspace endpoint and a fake far leg over a lossy simulated network
 // (session_test.go, fake_test.go), and across a quic tunnel.
 package session
