@@ -64,7 +64,9 @@
 //	    within: 239.0.0.0/8         # optional: only groups in this prefix (default 224.0.0.0/4; ff00::/8 between IPv6 legs)
 //	    max_groups: 64              # optional: the most taken at once (default 64); the rest counted, not joined
 //	admin:
-//	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
+//	  listen: "127.0.0.1:9479"      # optional: /metrics, /status and /healthz over HTTP; this is the default, "" turns it off
+//	  control: /run/rbridge/control.sock  # optional: the unix socket rbridge reload uses (mode 0600); the default for root, "" turns it off
+//	  hosts: [gw1.example.com]      # optional: names the admin server answers besides localhost and IP addresses
 //
 // A route with ud: true crosses rdma_cm's UDP port space: the gateway
 // answers a client's service ID resolution (SIDR_REQ) for the listen
@@ -139,6 +141,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -243,21 +247,64 @@ func (l *Leg) PeerAddr() netip.AddrPort { return l.peer }
 // no admin key: local only.
 const DefaultAdminListen = "127.0.0.1:9479"
 
-// Admin is the admin HTTP server (metrics and status).
-type Admin struct {
-	// Listen is its address, an IP and a port ("127.0.0.1:9479"; port 0
-	// lets the kernel pick); empty: no admin server. Without the key it
-	// is DefaultAdminListen.
-	Listen string `yaml:"listen"`
+// DefaultAdminControl is the control socket's path when the file gives
+// none, for a gateway run as root (DefaultControl says which path a
+// gateway run by another user takes).
+const DefaultAdminControl = "/run/rbridge/control.sock"
 
-	line   int
-	given  bool // the file has admin.listen
-	errs   []lineError
-	listen netip.AddrPort
+// maxSocketPath is the longest path a unix socket may have: sockaddr_un's
+// sun_path holds 108 bytes, the last a NUL.
+const maxSocketPath = 107
+
+// DefaultControl is the control socket's path when the file gives none:
+// DefaultAdminControl for root; for another user, rbridge/control.sock in
+// its runtime directory ($XDG_RUNTIME_DIR, the user's own, as /run is
+// root's), or DefaultAdminControl when it has none.
+func DefaultControl() string {
+	if os.Geteuid() != 0 {
+		if d := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
+			if p := filepath.Join(d, "rbridge", "control.sock"); len(p) <= maxSocketPath {
+				return p
+			}
+		}
+	}
+	return DefaultAdminControl
 }
 
-// Line is where the admin key is in its file (0 when it is not).
+// Admin is the gateway's operator endpoints: the admin HTTP server, which
+// serves what reads (metrics, status, health) over TCP, and the control
+// socket, which takes what changes the gateway (a reload) from local
+// processes alone.
+type Admin struct {
+	// Listen is the admin server's address, an IP and a port
+	// ("127.0.0.1:9479"; port 0 lets the kernel pick); empty: no admin
+	// server. Without the key it is DefaultAdminListen.
+	Listen string `yaml:"listen"`
+	// Control is the path of the control socket, a unix domain socket
+	// (mode 0600, in a directory made 0700 when missing); empty: none (a
+	// reload is then SIGHUP's alone). Without the key it is
+	// DefaultControl().
+	Control string `yaml:"control"`
+	// Hosts are the names, besides localhost, that the admin server
+	// answers requests addressed to (their Host header); an IP address is
+	// always answered. A name not listed is refused: a web page whose
+	// name was rebound to the gateway's address (DNS rebinding) cannot
+	// read it. Lower-case, without a trailing dot.
+	Hosts []string `yaml:"hosts"`
+
+	line        int // admin.listen's, else the admin key's
+	controlLine int // admin.control's (0: not given)
+	given       bool
+	errs        []lineError
+	listen      netip.AddrPort
+}
+
+// Line is where admin.listen is in its file (the admin key's line when
+// it has none; 0 when the file has no admin key).
 func (a *Admin) Line() int { return a.line }
+
+// ControlLine is where admin.control is in its file (0 when it is not).
+func (a *Admin) ControlLine() int { return a.controlLine }
 
 // Addr is the parsed Listen address; it is not valid when the admin
 // server is off.
@@ -588,15 +635,36 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 // UnmarshalYAML decodes the admin server's settings from their node.
 func (a *Admin) UnmarshalYAML(n *yaml.Node) error {
 	a.line = n.Line
-	vals, errs := mapping(n, "admin", "listen")
+	vals, errs := mapping(n, "admin", "listen", "control", "hosts")
 	if v := vals["listen"]; v != nil {
 		a.given = true
 		a.line = v.Line
 		scalar(vals, "listen", "admin", &a.Listen, &errs)
 	}
+	if v := vals["control"]; v != nil {
+		a.controlLine = v.Line
+		scalar(vals, "control", "admin", &a.Control, &errs)
+	}
+	if v := vals["hosts"]; v != nil && !isNull(v) {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "admin: hosts: want a list of host names, as [\"gw1.example.com\"], got " + describe(v)})
+		}
+		for _, item := range v.Content {
+			name := strings.TrimSuffix(strings.ToLower(item.Value), ".")
+			if item.Kind != yaml.ScalarNode || !hostPattern.MatchString(name) {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("admin: hosts %q: want a host name, as \"gw1.example.com\" (letters, digits, '-' and '.')", item.Value)})
+				continue
+			}
+			a.Hosts = append(a.Hosts, name)
+		}
+	}
 	a.errs = errs
 	return nil
 }
+
+// hostPattern is a DNS host name: labels of letters, digits and '-', not
+// beginning or ending with '-', joined by dots.
+var hostPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 
 // UnmarshalYAML decodes an endpoint (listen, target) from its node.
 func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
@@ -871,6 +939,19 @@ func (a *Admin) check(bad func(int, string, ...any)) {
 		} else {
 			a.listen = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		}
+	}
+	switch {
+	case a.controlLine == 0:
+		a.Control = DefaultControl()
+	case a.Control == "":
+	case !filepath.IsAbs(a.Control):
+		bad(a.controlLine, "admin: control %q: want an absolute path, as %q, or \"\" for no control socket", a.Control, DefaultAdminControl)
+	case strings.HasSuffix(a.Control, "/"):
+		bad(a.controlLine, "admin: control %q: want the socket's path, not a directory's, as %q", a.Control, DefaultAdminControl)
+	case len(a.Control) > maxSocketPath:
+		bad(a.controlLine, "admin: control %q: %d bytes long, above the %d a unix socket's path may have", a.Control, len(a.Control), maxSocketPath)
+	default:
+		a.Control = filepath.Clean(a.Control)
 	}
 }
 

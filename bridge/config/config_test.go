@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -263,11 +264,16 @@ func TestParseAdmin(t *testing.T) {
 		name, extra string
 		listen      string
 		addr        netip.AddrPort
+		control     string
+		hosts       []string
 	}{
-		{"absent: local by default", "", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen)},
-		{"given", "admin:\n  listen: \"[::1]:9500\"\n", "[::1]:9500", netip.MustParseAddrPort("[::1]:9500")},
-		{"any port", "admin: {listen: \"127.0.0.1:0\"}\n", "127.0.0.1:0", netip.MustParseAddrPort("127.0.0.1:0")},
-		{"off", "admin: {listen: \"\"}\n", "", netip.AddrPort{}},
+		{"absent: local by default", "", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), config.DefaultControl(), nil},
+		{"given", "admin:\n  listen: \"[::1]:9500\"\n", "[::1]:9500", netip.MustParseAddrPort("[::1]:9500"), config.DefaultControl(), nil},
+		{"any port", "admin: {listen: \"127.0.0.1:0\"}\n", "127.0.0.1:0", netip.MustParseAddrPort("127.0.0.1:0"), config.DefaultControl(), nil},
+		{"off, control on", "admin: {listen: \"\"}\n", "", netip.AddrPort{}, config.DefaultControl(), nil},
+		{"control elsewhere", "admin: {control: /var/run/gw//c.sock}\n", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), "/var/run/gw/c.sock", nil},
+		{"control off", "admin: {control: \"\"}\n", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), "", nil},
+		{"hosts", "admin: {hosts: [GW1.Example.com., gw1]}\n", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), config.DefaultControl(), []string{"gw1.example.com", "gw1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := config.Parse("gw.yaml", []byte(good+tc.extra))
@@ -277,7 +283,30 @@ func TestParseAdmin(t *testing.T) {
 			if c.Admin.Listen != tc.listen || c.Admin.Addr() != tc.addr {
 				t.Errorf("admin listen %q (%v), want %q (%v)", c.Admin.Listen, c.Admin.Addr(), tc.listen, tc.addr)
 			}
+			if c.Admin.Control != tc.control {
+				t.Errorf("admin control %q, want %q", c.Admin.Control, tc.control)
+			}
+			if d := cmp.Diff(tc.hosts, c.Admin.Hosts); d != "" {
+				t.Errorf("admin hosts (-want +got):\n%s", d)
+			}
 		})
+	}
+}
+
+// TestDefaultControl: root's control socket is in /run; another user's in
+// its own runtime directory, or /run's when it has none.
+func TestDefaultControl(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	want := "/run/user/1000/rbridge/control.sock"
+	if os.Geteuid() == 0 {
+		want = config.DefaultAdminControl
+	}
+	if got := config.DefaultControl(); got != want {
+		t.Errorf("DefaultControl() as uid %d with XDG_RUNTIME_DIR=/run/user/1000: %q, want %q", os.Geteuid(), got, want)
+	}
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	if got := config.DefaultControl(); got != config.DefaultAdminControl {
+		t.Errorf("DefaultControl() without XDG_RUNTIME_DIR: %q, want %q", got, config.DefaultAdminControl)
 	}
 }
 
@@ -316,7 +345,13 @@ func TestParseBad(t *testing.T) {
 		{"no routes", base(ib+roce, ""), []string{"gw.yaml: no routes"}},
 		{"admin listen without port", base(ib+roce, ok) + "admin:\n  listen: 127.0.0.1\n", []string{`gw.yaml:14: admin: listen "127.0.0.1": want an IP address and a port`}},
 		{"admin listen a host name", base(ib+roce, ok) + "admin: {listen: \"localhost:9479\"}\n", []string{`gw.yaml:13: admin: listen "localhost:9479"`}},
-		{"unknown admin key", base(ib+roce, ok) + "admin:\n  port: 9479\n", []string{`gw.yaml:14: admin: unknown key "port" (known: listen)`}},
+		{"unknown admin key", base(ib+roce, ok) + "admin:\n  port: 9479\n", []string{`gw.yaml:14: admin: unknown key "port" (known: listen, control, hosts)`}},
+		{"admin control relative", base(ib+roce, ok) + "admin:\n  control: run/c.sock\n", []string{`gw.yaml:14: admin: control "run/c.sock": want an absolute path, as "/run/rbridge/control.sock", or "" for no control socket`}},
+		{"admin control a directory", base(ib+roce, ok) + "admin:\n  control: /run/rbridge/\n", []string{`gw.yaml:14: admin: control "/run/rbridge/": want the socket's path, not a directory's`}},
+		{"admin control too long", base(ib+roce, ok) + "admin:\n  control: /" + strings.Repeat("x", 107) + "\n", []string{`gw.yaml:14: admin: control "/xxx`, `": 108 bytes long, above the 107 a unix socket's path may have`}},
+		{"admin control a list", base(ib+roce, ok) + "admin:\n  control: [a]\n", []string{`gw.yaml:14: admin: control: want a single value`}},
+		{"admin hosts a name", base(ib+roce, ok) + "admin:\n  hosts: gw1\n", []string{`gw.yaml:14: admin: hosts: want a list of host names, as ["gw1.example.com"], got "gw1"`}},
+		{"admin hosts a wildcard", base(ib+roce, ok) + "admin:\n  hosts:\n    - gw1\n    - \"*.example.com\"\n", []string{`gw.yaml:16: admin: hosts "*.example.com": want a host name, as "gw1.example.com" (letters, digits, '-' and '.')`}},
 		{"target is the gateway", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.3:1"}`)), []string{`gw.yaml:12: route "r": target addr 198.18.1.3:1 is the gateway's own address`}},
 		{"quic without listen or peer", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
 			[]string{`gw.yaml:5: leg "gw": a quic leg needs listen (accept the peer gateway) or peer`}},

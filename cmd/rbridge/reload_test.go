@@ -245,7 +245,7 @@ func TestReloadConfigUnreadable(t *testing.T) {
 		{"missing", filepath.Join(dir, "none.yaml"), "none.yaml: no such file or directory"},
 		{"a directory", dir, dir + ": is a directory"},
 		{"not YAML", file("broken.yaml", "admin: {listen: \"127.0.0.1:9479\"\nlegs: [\n"), "broken.yaml:1: did not find expected"},
-		{"admin not a mapping", file("flat.yaml", "legs: []\nadmin: 9479\n"), "flat.yaml:2: admin: want a mapping of keys (listen), got a number (9479)"},
+		{"admin not a mapping", file("flat.yaml", "legs: []\nadmin: 9479\n"), "flat.yaml:2: admin: want a mapping of keys (listen, control, hosts), got a number (9479)"},
 		{"too large", file("huge.yaml", "#"+strings.Repeat("x", 1<<20)+"\n"), "huge.yaml: the file is larger than 1 MiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
