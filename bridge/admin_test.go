@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -552,64 +555,156 @@ func TestAdminDCQCN(t *testing.T) {
 	t.Logf("target side: %s", last)
 }
 
-// TestAdminReload: POST /reload answers the reload's report (a gateway
-// whose file is gone refuses, 422, and says why), refuses a browser's
-// cross-origin request and other methods, and is not there without
-// AdminOptions.Reload.
-func TestAdminReload(t *testing.T) {
+// TestAdminServesNoControl: the admin server's TCP listener serves what
+// reads alone: POST /reload there is refused (404) with where control
+// is, and changes nothing; other methods on what it serves are refused.
+func TestAdminServesNoControl(t *testing.T) {
 	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest)
 	g := startGateway(t, gatewayConfig(t, ""))
-	a, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: "127.0.0.1:0", Logger: testlog.New(t), Reload: g.ReloadConfigFile})
+	a, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: "127.0.0.1:0", Logger: testlog.New(t), Control: "/run/rbridge/control.sock"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close(context.Background())
 	base := "http://" + a.Addr().String()
-	post := func(h http.Header) (int, []byte) {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, base+"/reload", nil)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		body         string
+	}{
+		{http.MethodPost, "/reload", http.StatusNotFound, "reload is not served over TCP: it is on the gateway's control socket /run/rbridge/control.sock (admin.control)"},
+		{http.MethodGet, "/reload", http.StatusNotFound, "rbridge reload --control /run/rbridge/control.sock, or SIGHUP"},
+		{http.MethodPost, "/status", http.StatusMethodNotAllowed, ""},
+		{http.MethodDelete, "/metrics", http.StatusMethodNotAllowed, ""},
+		{http.MethodHead, "/healthz", http.StatusOK, ""},
+	} {
+		req, err := http.NewRequest(tc.method, base+tc.path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header = h
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(b), tc.body) {
+			t.Errorf("%s %s: %d %q; want %d, %q", tc.method, tc.path, resp.StatusCode, b, tc.code, tc.body)
+		}
 	}
-	code, b := post(http.Header{})
-	var rep bridge.ReloadReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatalf("/reload: %d %s: %v", code, b, err)
+	if st := g.Status(); st.State != bridge.StateRunning || len(st.Routes) != 1 {
+		t.Errorf("after POST /reload over TCP: %s, routes %+v; want running as it was", st.State, st.Routes)
 	}
-	// The gateway's config came from gw.yaml, which no file holds.
-	if code != http.StatusUnprocessableEntity || rep.Outcome != bridge.ReloadRefused || rep.Config != "gw.yaml" || !strings.Contains(rep.Error, "gw.yaml") {
-		t.Errorf("/reload of a file that is gone: %d %+v; want 422, refused, why", code, rep)
-	}
-	if st := g.Status(); len(st.Routes) != 1 || st.Routes[0].Name != "r" {
-		t.Errorf("routes after a refused reload: %+v", st.Routes)
-	}
-	if code, b := post(http.Header{"Origin": {"http://example.com"}}); code != http.StatusForbidden {
-		t.Errorf("/reload from a page of another site: %d %s, want 403", code, b)
-	}
-	resp, err := http.Get(base + "/reload")
+	off, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: "127.0.0.1:0", Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET /reload: %d, want 405", resp.StatusCode)
-	}
-	plain := startAdmin(t, g) // no Reload
-	resp, err = http.Post(plain+"/reload", "", nil)
+	defer off.Close(context.Background())
+	resp, err := http.Post("http://"+off.Addr().String()+"/reload", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("POST /reload without AdminOptions.Reload: %d, want 404", resp.StatusCode)
+	if want := `send the gateway SIGHUP (its control socket is off: admin.control is "")`; resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), want) {
+		t.Errorf("POST /reload with no control socket: %d %q; want 404, %q", resp.StatusCode, b, want)
 	}
+}
+
+// TestAdminHostChecked: the admin server answers requests addressed to an
+// IP address, localhost or a name in AdminOptions.Hosts; another name (a
+// rebound one, in a browser) is refused 421 with why.
+func TestAdminHostChecked(t *testing.T) {
+	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest)
+	g := startGateway(t, gatewayConfig(t, ""))
+	a, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: "127.0.0.1:0", Logger: testlog.New(t), Hosts: []string{"gw1.example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	port := a.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct {
+		host string
+		code int
+	}{
+		{fmt.Sprintf("127.0.0.1:%d", port), http.StatusOK},
+		{"127.0.0.1", http.StatusOK},
+		{"[::1]:9479", http.StatusOK},
+		{"[::1]", http.StatusOK},
+		{"198.18.3.1:9479", http.StatusOK},
+		{"localhost:9479", http.StatusOK},
+		{"LocalHost.", http.StatusOK},
+		{"gw1.example.com:9479", http.StatusOK},
+		{"GW1.example.com", http.StatusOK},
+		{"attacker.example.com:9479", http.StatusMisdirectedRequest},
+		{"gw1.example.com.attacker.example", http.StatusMisdirectedRequest},
+		{"127.0.0.1.nip.io", http.StatusMisdirectedRequest},
+		{"localhost.attacker.example", http.StatusMisdirectedRequest},
+	} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+a.Addr().String()+"/status", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = tc.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("GET /status for host %q: %d %q, want %d", tc.host, resp.StatusCode, b, tc.code)
+		}
+		if want := fmt.Sprintf("host %q is not this admin server's: it answers requests addressed to an IP address, localhost, or a name in admin.hosts (a guard against DNS rebinding)\n", tc.host); tc.code != http.StatusOK && string(b) != want {
+			t.Errorf("GET /status for host %q: %q, want %q", tc.host, b, want)
+		}
+	}
+}
+
+// TestAdminNonLoopbackWarns: an admin server on an address that is not a
+// loopback one says at warning level that what it serves is readable
+// from the network; one on loopback says nothing of the kind.
+func TestAdminNonLoopbackWarns(t *testing.T) {
+	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest)
+	g := startGateway(t, gatewayConfig(t, ""))
+	for _, tc := range []struct {
+		addr string
+		want string // "": no warning
+	}{
+		{"0.0.0.0:0", `level=WARN msg="metrics and status are readable from the network" at=0.0.0.0:`},
+		{"127.0.0.1:0", ""},
+		{"[::1]:0", ""},
+	} {
+		var logs logBuffer
+		a, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: tc.addr, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close(context.Background())
+		switch l := logs.String(); {
+		case tc.want == "" && strings.Contains(l, "WARN"):
+			t.Errorf("admin server on %s warned:\n%s", tc.addr, l)
+		case !strings.Contains(l, tc.want) || tc.want != "" && !strings.Contains(l, "hint=\"/metrics, /status and /healthz are readable from every network this host is on"):
+			t.Errorf("admin server on %s logged:\n%s\nwant %q and the hint", tc.addr, l, tc.want)
+		}
+	}
+}
+
+// logBuffer is a log's text, written by the logger's goroutines and read
+// by the test's.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

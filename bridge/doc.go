@@ -32,6 +32,9 @@
 //   - gateway_status.go: Status (/status and rbridge status) and linkState;
 //     metrics.go: the Prometheus collector that reads every counter's
 //     Snapshot at scrape time; metrics_nic.go: a verbs port's counters;
-//     admin.go: the admin server (/metrics, /status, /healthz, /reload).
+//     admin.go: the admin server, reads over TCP (/metrics, /status,
+//     /healthz; requests for a Host it does not know refused).
+//     control.go: the control socket, changes over a unix socket
+//     (/reload), its peers' credentials in control_linux.go.
 //   - defaults.go: what the gateway takes when its options leave it out.
 package bridge

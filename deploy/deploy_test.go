@@ -62,6 +62,7 @@ type object struct {
 					ConfigMap struct {
 						Name string `yaml:"name"`
 					} `yaml:"configMap"`
+					EmptyDir *struct{} `yaml:"emptyDir"`
 				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
@@ -116,6 +117,26 @@ func TestKubernetesDaemonSet(t *testing.T) {
 	cfg, err := config.Parse("ConfigMap "+file, []byte(cm.Data[file]))
 	if err != nil {
 		t.Fatalf("the ConfigMap's %s: %v", file, err)
+	}
+
+	// The control socket's directory is writable: the root file system
+	// is read-only. The container runs as root: its default is root's.
+	control := cfg.Admin.Control
+	if cfg.Admin.ControlLine() == 0 {
+		control = config.DefaultAdminControl
+	}
+	if control != "" {
+		writable := false
+		for _, vm := range c.VolumeMounts {
+			for _, v := range spec.Volumes {
+				if v.Name == vm.Name && vm.MountPath == path.Dir(control) && v.EmptyDir != nil {
+					writable = true
+				}
+			}
+		}
+		if !writable {
+			t.Errorf("the control socket %s: its directory is no emptyDir mounted (the root file system is read-only)", control)
+		}
 	}
 
 	// The probes reach the admin server's health check.

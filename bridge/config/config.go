@@ -64,7 +64,9 @@
 //	    within: 239.0.0.0/8         # optional: only groups in this prefix (default 224.0.0.0/4; ff00::/8 between IPv6 legs)
 //	    max_groups: 64              # optional: the most taken at once (default 64); the rest counted, not joined
 //	admin:
-//	  listen: "127.0.0.1:9479"      # optional: /metrics and /status over HTTP; this is the default, "" turns it off
+//	  listen: "127.0.0.1:9479"      # optional: /metrics, /status and /healthz over HTTP; this is the default, "" turns it off
+//	  control: /run/rbridge/control.sock  # optional: the unix socket rbridge reload uses (mode 0600); the default for root, "" turns it off
+//	  hosts: [gw1.example.com]      # optional: names the admin server answers besides localhost and IP addresses
 //
 // A route with ud: true crosses rdma_cm's UDP port space: the gateway
 // answers a client's service ID resolution (SIDR_REQ) for the listen
@@ -139,8 +141,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,7 +162,7 @@ type Config struct {
 
 	file    string
 	errs    []lineError     // the top level's, found by decode
-	notList map[string]bool // legs:, routes: or groups: given, not as a list
+	notList map[string]bool // legs:, routes: or groups: given, not as a list (or the file not a mapping)
 }
 
 // Leg kinds.
@@ -219,7 +224,9 @@ type Leg struct {
 	ReceiveSize int `yaml:"receive_size"`
 
 	line         int
-	errs         []lineError
+	keys         keyLines
+	notMapping   bool        // said in errs; nothing more to say
+	errs         []lineError // what is wrong, named with the leg in validate
 	listen, peer netip.AddrPort
 }
 
@@ -229,7 +236,7 @@ const MaxReceives = 1024
 // Same reports whether two legs are configured alike, whatever the lines
 // they were read from: every field the file gives is compared.
 func (l Leg) Same(o Leg) bool {
-	l.line, o.line, l.errs, o.errs = 0, 0, nil, nil
+	l.line, o.line, l.keys, o.keys, l.errs, o.errs = 0, 0, nil, nil, nil, nil
 	return reflect.DeepEqual(l, o)
 }
 
@@ -243,21 +250,64 @@ func (l *Leg) PeerAddr() netip.AddrPort { return l.peer }
 // no admin key: local only.
 const DefaultAdminListen = "127.0.0.1:9479"
 
-// Admin is the admin HTTP server (metrics and status).
-type Admin struct {
-	// Listen is its address, an IP and a port ("127.0.0.1:9479"; port 0
-	// lets the kernel pick); empty: no admin server. Without the key it
-	// is DefaultAdminListen.
-	Listen string `yaml:"listen"`
+// DefaultAdminControl is the control socket's path when the file gives
+// none, for a gateway run as root (DefaultControl says which path a
+// gateway run by another user takes).
+const DefaultAdminControl = "/run/rbridge/control.sock"
 
-	line   int
-	given  bool // the file has admin.listen
-	errs   []lineError
-	listen netip.AddrPort
+// maxSocketPath is the longest path a unix socket may have: sockaddr_un's
+// sun_path holds 108 bytes, the last a NUL.
+const maxSocketPath = 107
+
+// DefaultControl is the control socket's path when the file gives none:
+// DefaultAdminControl for root; for another user, rbridge/control.sock in
+// its runtime directory ($XDG_RUNTIME_DIR, the user's own, as /run is
+// root's), or DefaultAdminControl when it has none.
+func DefaultControl() string {
+	if os.Geteuid() != 0 {
+		if d := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
+			if p := filepath.Join(d, "rbridge", "control.sock"); len(p) <= maxSocketPath {
+				return p
+			}
+		}
+	}
+	return DefaultAdminControl
 }
 
-// Line is where the admin key is in its file (0 when it is not).
+// Admin is the gateway's operator endpoints: the admin HTTP server, which
+// serves what reads (metrics, status, health) over TCP, and the control
+// socket, which takes what changes the gateway (a reload) from local
+// processes alone.
+type Admin struct {
+	// Listen is the admin server's address, an IP and a port
+	// ("127.0.0.1:9479"; port 0 lets the kernel pick); empty: no admin
+	// server. Without the key it is DefaultAdminListen.
+	Listen string `yaml:"listen"`
+	// Control is the path of the control socket, a unix domain socket
+	// (mode 0600, in a directory made 0700 when missing); empty: none (a
+	// reload is then SIGHUP's alone). Without the key it is
+	// DefaultControl().
+	Control string `yaml:"control"`
+	// Hosts are the names, besides localhost, that the admin server
+	// answers requests addressed to (their Host header); an IP address is
+	// always answered. A name not listed is refused: a web page whose
+	// name was rebound to the gateway's address (DNS rebinding) cannot
+	// read it. Lower-case, without a trailing dot.
+	Hosts []string `yaml:"hosts"`
+
+	line        int // admin.listen's, else the admin key's
+	controlLine int // admin.control's (0: not given)
+	given       bool
+	errs        []lineError
+	listen      netip.AddrPort
+}
+
+// Line is where admin.listen is in its file (the admin key's line when
+// it has none; 0 when the file has no admin key).
 func (a *Admin) Line() int { return a.line }
+
+// ControlLine is where admin.control is in its file (0 when it is not).
+func (a *Admin) ControlLine() int { return a.controlLine }
 
 // Addr is the parsed Listen address; it is not valid when the admin
 // server is off.
@@ -295,7 +345,7 @@ func (f *Fallback) UnmarshalYAML(n *yaml.Node) error {
 	}{{"after", &f.After}, {"retry", &f.Retry}} {
 		d, line := parsed(vals, k.key, "fallback", time.ParseDuration, wantDuration, &errs)
 		switch {
-		case line != 0 && (d <= 0 || d > maxFallbackTimer):
+		case line != 0 && (d <= 0 || d > maxFallbackTimer): // given, and a duration
 			errs = append(errs, lineError{line, fmt.Sprintf("fallback: %s %v: want a duration above 0 and at most %v", k.key, vals[k.key].Value, maxFallbackTimer)})
 		default:
 			*k.dst = d
@@ -322,10 +372,12 @@ type Route struct {
 	// zero Rate has no limit.
 	Rate Rate `yaml:"rate"`
 
-	line     int
-	errs     []lineError
-	rateLine int         // where rate: is (0: not given)
-	rateErrs []lineError // named with the route in validate
+	line       int
+	keys       keyLines
+	notMapping bool        // said in errs; nothing more to say
+	errs       []lineError // what is wrong, named with the route in validate
+	rateLine   int         // where rate: is (0: not given)
+	rateErrs   []lineError // named with the route in validate
 }
 
 // Line is where the leg is defined in its file.
@@ -437,6 +489,9 @@ func yamlError(file, msg string) *Error {
 func (c *Config) decode(root *yaml.Node) {
 	vals, errs := mapping(root, "", "legs", "routes", "groups", "admin")
 	c.notList = map[string]bool{}
+	if vals == nil { // not a mapping: said so, and there is nothing more to say
+		c.notList = map[string]bool{"legs": true, "routes": true, "groups": true}
+	}
 	items := func(key, of string) []*yaml.Node {
 		n := vals[key]
 		switch {
@@ -509,6 +564,43 @@ type lineError struct {
 	msg  string
 }
 
+// keyLines are the lines of a mapping's keys, so that what is wrong with
+// a key is reported at its own line, not the mapping's first.
+type keyLines map[string]int
+
+// linesOf returns the lines of the keys of n (a mapping).
+func linesOf(n *yaml.Node) keyLines {
+	k := keyLines{}
+	if n.Kind != yaml.MappingNode {
+		return k
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if _, seen := k[n.Content[i].Value]; !seen {
+			k[n.Content[i].Value] = n.Content[i].Line
+		}
+	}
+	return k
+}
+
+// at is the line of the first of keys the mapping gives, or def when it
+// gives none of them.
+func (k keyLines) at(def int, keys ...string) int {
+	for _, key := range keys {
+		if line := k[key]; line != 0 {
+			return line
+		}
+	}
+	return def
+}
+
+// prefix is what, as it begins a message ("" for none).
+func prefix(what string) string {
+	if what == "" {
+		return ""
+	}
+	return what + ": "
+}
+
 // scalar decodes a scalar value into v (a *string, *int or *bool), noting
 // a failure in the file's terms. An int takes a whole number only: YAML's
 // decoder would cut 1024.9 to 1024.
@@ -518,11 +610,11 @@ func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineErr
 		return
 	}
 	if n.Kind != yaml.ScalarNode {
-		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s: want a single value", what, key)})
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s%s: want a single value, got %s", prefix(what), key, describe(n))})
 		return
 	}
 	if _, ok := v.(*int); ok && !isNull(n) && n.ShortTag() != "!!int" {
-		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: want a whole number", what, key, n.Value)})
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s%s %q: want a whole number", prefix(what), key, n.Value)})
 		return
 	}
 	if err := n.Decode(v); err != nil {
@@ -533,7 +625,7 @@ func scalar(vals map[string]*yaml.Node, key, what string, v any, errs *[]lineErr
 		case *bool:
 			want = "want true or false"
 		}
-		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s: %s %q: %s", what, key, n.Value, want)})
+		*errs = append(*errs, lineError{n.Line, fmt.Sprintf("%s%s %q: %s", prefix(what), key, n.Value, want)})
 	}
 }
 
@@ -547,7 +639,8 @@ const (
 )
 
 // parsed decodes a scalar with parse (netip's parsers, time's), noting a
-// failure as want says it.
+// failure as want says it; the line is its value's, 0 when the key is not
+// given or its value does not parse.
 func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(string) (T, error), want string, errs *[]lineError) (T, int) {
 	var zero T
 	var text string
@@ -557,30 +650,32 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 	}
 	v, err := parse(text)
 	if err != nil {
-		*errs = append(*errs, lineError{vals[key].Line, fmt.Sprintf("%s: %s %q: %s", what, key, text, want)})
-		return zero, vals[key].Line
+		*errs = append(*errs, lineError{vals[key].Line, fmt.Sprintf("%s%s %q: %s", prefix(what), key, text, want)})
+		return zero, 0
 	}
 	return v, vals[key].Line
 }
 
 // UnmarshalYAML decodes a leg from its node.
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
-	l.line = n.Line
-	vals, errs := mapping(n, "leg", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
+	l.line, l.keys = n.Line, linesOf(n)
+	// What is wrong is named with the leg in validate.
+	vals, errs := mapping(n, "", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
 		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size")
+	l.notMapping = vals == nil
 	for _, k := range []struct {
 		key string
 		dst *string
 	}{{"name", &l.Name}, {"kind", &l.Kind}, {"device", &l.Device}, {"interface", &l.Interface}, {"io", &l.IO}, {"netns", &l.Netns},
 		{"listen", &l.Listen}, {"peer", &l.Peer}, {"cert", &l.Cert}, {"key", &l.Key}, {"ca", &l.CA}, {"peer_name", &l.PeerName}, {"over", &l.Over}} {
-		scalar(vals, k.key, "leg", k.dst, &errs)
+		scalar(vals, k.key, "", k.dst, &errs)
 	}
-	scalar(vals, "port", "leg", &l.Port, &errs)
-	scalar(vals, "mtu", "leg", &l.MTU, &errs)
-	scalar(vals, "receives", "leg", &l.Receives, &errs)
-	scalar(vals, "receive_size", "leg", &l.ReceiveSize, &errs)
-	scalar(vals, "ecn", "leg", &l.ECN, &errs)
-	l.IP, _ = parsed(vals, "ip", "leg", netip.ParseAddr, wantAddr, &errs)
+	scalar(vals, "port", "", &l.Port, &errs)
+	scalar(vals, "mtu", "", &l.MTU, &errs)
+	scalar(vals, "receives", "", &l.Receives, &errs)
+	scalar(vals, "receive_size", "", &l.ReceiveSize, &errs)
+	scalar(vals, "ecn", "", &l.ECN, &errs)
+	l.IP, _ = parsed(vals, "ip", "", netip.ParseAddr, wantAddr, &errs)
 	l.errs = errs
 	return nil
 }
@@ -588,15 +683,36 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 // UnmarshalYAML decodes the admin server's settings from their node.
 func (a *Admin) UnmarshalYAML(n *yaml.Node) error {
 	a.line = n.Line
-	vals, errs := mapping(n, "admin", "listen")
+	vals, errs := mapping(n, "admin", "listen", "control", "hosts")
 	if v := vals["listen"]; v != nil {
 		a.given = true
 		a.line = v.Line
 		scalar(vals, "listen", "admin", &a.Listen, &errs)
 	}
+	if v := vals["control"]; v != nil {
+		a.controlLine = v.Line
+		scalar(vals, "control", "admin", &a.Control, &errs)
+	}
+	if v := vals["hosts"]; v != nil && !isNull(v) {
+		if v.Kind != yaml.SequenceNode {
+			errs = append(errs, lineError{v.Line, "admin: hosts: want a list of host names, as [\"gw1.example.com\"], got " + describe(v)})
+		}
+		for _, item := range v.Content {
+			name := strings.TrimSuffix(strings.ToLower(item.Value), ".")
+			if item.Kind != yaml.ScalarNode || !hostPattern.MatchString(name) {
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("admin: hosts %q: want a host name, as \"gw1.example.com\" (letters, digits, '-' and '.')", item.Value)})
+				continue
+			}
+			a.Hosts = append(a.Hosts, name)
+		}
+	}
 	a.errs = errs
 	return nil
 }
+
+// hostPattern is a DNS host name: labels of letters, digits and '-', not
+// beginning or ending with '-', joined by dots.
+var hostPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
 
 // UnmarshalYAML decodes an endpoint (listen, target) from its node.
 func (e *Endpoint) UnmarshalYAML(n *yaml.Node) error {
@@ -616,16 +732,18 @@ func (e *Endpoint) decode(n *yaml.Node, key string) {
 
 // UnmarshalYAML decodes a route from its node.
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
-	r.line = n.Line
-	vals, errs := mapping(n, "route", "name", "listen", "target", "allow", "fallback", "ud", "rate")
-	scalar(vals, "name", "route", &r.Name, &errs)
+	r.line, r.keys = n.Line, linesOf(n)
+	// What is wrong is named with the route in validate.
+	vals, errs := mapping(n, "", "name", "listen", "target", "allow", "fallback", "ud", "rate")
+	r.notMapping = vals == nil
+	scalar(vals, "name", "", &r.Name, &errs)
 	if v := vals["rate"]; v != nil {
 		r.rateLine = v.Line
 		r.rateErrs = decodeRate(v, &r.Rate)
 	}
 	if v := vals["ud"]; v != nil {
 		if err := v.Decode(&r.UD); err != nil {
-			errs = append(errs, lineError{v.Line, fmt.Sprintf("route: ud %q: want true or false", v.Value)})
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("ud %q: want true or false", v.Value)})
 		}
 	}
 	for key, e := range map[string]*Endpoint{"listen": &r.Listen, "target": &r.Target} {
@@ -638,7 +756,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	}
 	if v := vals["allow"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "route: allow: want a list of prefixes, as [\"198.18.3.0/24\"], got " + describe(v)})
+			errs = append(errs, lineError{v.Line, "allow: want a list of prefixes, as [\"198.18.3.0/24\"], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			p, err := netip.ParsePrefix(item.Value)
@@ -648,7 +766,7 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 				}
 			}
 			if err != nil {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("route: allow %q: not an address or prefix, as \"198.18.3.0/24\" or \"198.18.3.7\"", item.Value)})
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("allow %q: not an address or prefix, as \"198.18.3.0/24\" or \"198.18.3.7\"", item.Value)})
 				continue
 			}
 			r.Allow = append(r.Allow, p.Masked())
@@ -656,6 +774,16 @@ func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	}
 	r.errs = errs
 	return nil
+}
+
+// owner begins a message about what a leg, a route or a group holds: its
+// kind and its name ("route \"storage\": "), or the kind alone for one
+// without a name (which is an error of its own).
+func owner(kind, name string) string {
+	if name == "" {
+		return kind + ": "
+	}
+	return fmt.Sprintf("%s %q: ", kind, name)
 }
 
 // listenKey is a listen address in one of rdma_cm's port spaces (UD or
@@ -688,92 +816,100 @@ func (c *Config) validate() Errors {
 	seen := map[string]int{}
 	for i := range c.Legs {
 		l := &c.Legs[i]
-		keep(l.errs)
+		at := func(keys ...string) int { return l.keys.at(l.line, keys...) }
+		for _, e := range l.errs {
+			bad(e.line, "%s%s", owner("leg", l.Name), e.msg)
+		}
+		if l.notMapping {
+			continue
+		}
 		switch {
 		case l.Name == "":
 			bad(l.line, "leg without a name")
 		case !namePattern.MatchString(l.Name):
-			bad(l.line, "leg name %q: letters, digits, '.', '_' and '-' only", l.Name)
+			bad(at("name"), "leg name %q: letters, digits, '.', '_' and '-' only", l.Name)
 		case seen[l.Name] != 0:
-			bad(l.line, "leg %q is defined twice (first at line %d)", l.Name, seen[l.Name])
+			bad(at("name"), "leg %q is defined twice (first at line %d)", l.Name, seen[l.Name])
 		default:
-			seen[l.Name] = l.line
+			seen[l.Name] = at("name")
 		}
 		if !l.IP.IsValid() && len(l.errs) == 0 {
 			bad(l.line, "leg %q: no ip: the gateway's address on this fabric", l.Name)
 		} else if l.IP.IsUnspecified() || l.IP.IsMulticast() {
-			bad(l.line, "leg %q: ip %v is not an address the gateway can have", l.Name, l.IP)
+			bad(at("ip"), "leg %q: ip %v is not an address the gateway can have", l.Name, l.IP)
 		}
 		l.IP = l.IP.Unmap()
 		if l.Kind != KindQUIC && (l.Listen != "" || l.Peer != "" || l.Cert != "" || l.Key != "" || l.CA != "" || l.PeerName != "" || l.Over != "") {
-			bad(l.line, "leg %q: listen, peer, cert, key, ca, peer_name and over are for quic legs", l.Name)
+			bad(at("listen", "peer", "cert", "key", "ca", "peer_name", "over"), "leg %q: listen, peer, cert, key, ca, peer_name and over are for quic legs", l.Name)
 		}
 		if l.MTU != 0 && l.Kind != KindUserspace {
-			bad(l.line, "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
+			bad(at("mtu"), "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
 		}
 		if (l.Receives != 0 || l.ReceiveSize != 0) && l.Kind != KindVerbs {
-			bad(l.line, "leg %q: receives and receive_size are for verbs legs (a userspace leg's receives are its pool's)", l.Name)
+			bad(at("receives", "receive_size"), "leg %q: receives and receive_size are for verbs legs (a userspace leg's receives are its pool's)", l.Name)
 		}
 		if l.Receives < 0 || l.Receives > MaxReceives {
-			bad(l.line, "leg %q: receives %d: want 1 to %d", l.Name, l.Receives, MaxReceives)
+			bad(at("receives"), "leg %q: receives %d: want 1 to %d", l.Name, l.Receives, MaxReceives)
 		}
 		if n := l.ReceiveSize; n != 0 && (n < 256 || n > 65536 || n&(n-1) != 0) {
-			bad(l.line, "leg %q: receive_size %d: want a power of two from 256 to 65536 bytes", l.Name, n)
+			bad(at("receive_size"), "leg %q: receive_size %d: want a power of two from 256 to 65536 bytes", l.Name, n)
 		}
 		switch l.Kind {
 		case KindQUIC:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" || l.Device != "" || l.Port != 0 {
-				bad(l.line, "leg %q: interface, io, netns, device and port are not for quic legs (listen and peer say where)", l.Name)
+				bad(at("interface", "io", "netns", "device", "port"), "leg %q: interface, io, netns, device and port are not for quic legs (listen and peer say where)", l.Name)
 			}
 			if l.ECN {
-				bad(l.line, "leg %q: ecn is for userspace legs; a quic leg's congestion control is QUIC's", l.Name)
+				bad(at("ecn"), "leg %q: ecn is for userspace legs; a quic leg's congestion control is QUIC's", l.Name)
 			}
 			c.validateQUIC(l, bad)
 		case KindVerbs:
 			if l.Interface != "" || l.IO != "" || l.Netns != "" {
-				bad(l.line, "leg %q: interface, io and netns are for userspace legs; a verbs leg is found by its ip (or device)", l.Name)
+				bad(at("interface", "io", "netns"), "leg %q: interface, io and netns are for userspace legs; a verbs leg is found by its ip (or device)", l.Name)
 			}
 			if l.ECN {
-				bad(l.line, "leg %q: ecn is for userspace legs; a verbs leg's NIC runs its own congestion control", l.Name)
+				bad(at("ecn"), "leg %q: ecn is for userspace legs; a verbs leg's NIC runs its own congestion control", l.Name)
 			}
 			if l.Port < 0 || l.Port > 255 {
-				bad(l.line, "leg %q: port %d: want 1 to 255", l.Name, l.Port)
+				bad(at("port"), "leg %q: port %d: want 1 to 255", l.Name, l.Port)
 			}
 		case KindUserspace:
 			if l.Interface == "" {
 				bad(l.line, "leg %q: a userspace leg needs the interface it runs on", l.Name)
 			}
 			if l.Device != "" || l.Port != 0 {
-				bad(l.line, "leg %q: device and port are for verbs legs", l.Name)
+				bad(at("device", "port"), "leg %q: device and port are for verbs legs", l.Name)
 			}
 			switch l.MTU {
 			case 0, 256, 512, 1024, 2048, 4096:
 			default:
-				bad(l.line, "leg %q: mtu %d: want an IB MTU (256, 512, 1024, 2048 or 4096)", l.Name, l.MTU)
+				bad(at("mtu"), "leg %q: mtu %d: want an IB MTU (256, 512, 1024, 2048 or 4096)", l.Name, l.MTU)
 			}
 			switch l.IO {
 			case "":
 				l.IO = IOAFXDP
 			case IOAFXDP, IOUDP:
 			default:
-				bad(l.line, "leg %q: io %q: want afxdp or udp", l.Name, l.IO)
+				bad(at("io"), "leg %q: io %q: want afxdp or udp", l.Name, l.IO)
 			}
 		case "":
 			bad(l.line, "leg %q: no kind: want verbs, userspace or quic", l.Name)
 		default:
-			bad(l.line, "leg %q: kind %q: want verbs, userspace or quic", l.Name, l.Kind)
+			bad(at("kind"), "leg %q: kind %q: want verbs, userspace or quic", l.Name, l.Kind)
 		}
 	}
 	routes := map[string]int{}
 	listens := map[listenKey]string{}
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		keep(r.errs)
-		keep(r.Listen.errs)
-		keep(r.Target.errs)
-		keep(r.Fallback.errs)
-		for _, e := range r.rateErrs {
-			bad(e.line, "route %q: %s", r.Name, e.msg)
+		at := func(keys ...string) int { return r.keys.at(r.line, keys...) }
+		for _, errs := range [][]lineError{r.errs, r.Listen.errs, r.Target.errs, r.Fallback.errs, r.rateErrs} {
+			for _, e := range errs {
+				bad(e.line, "%s%s", owner("route", r.Name), e.msg)
+			}
+		}
+		if r.notMapping {
+			continue
 		}
 		if r.rateLine != 0 && !r.UD {
 			bad(r.rateLine, "route %q: rate: a rate limit is for UD routes (ud: true); an RC route's pace is its transport's flow control, which drops nothing", r.Name)
@@ -782,18 +918,18 @@ func (c *Config) validate() Errors {
 		case r.Name == "":
 			bad(r.line, "route without a name")
 		case !namePattern.MatchString(r.Name):
-			bad(r.line, "route name %q: letters, digits, '.', '_' and '-' only", r.Name)
+			bad(at("name"), "route name %q: letters, digits, '.', '_' and '-' only", r.Name)
 		case routes[r.Name] != 0:
-			bad(r.line, "route %q is defined twice (first at line %d)", r.Name, routes[r.Name])
+			bad(at("name"), "route %q is defined twice (first at line %d)", r.Name, routes[r.Name])
 		default:
-			routes[r.Name] = r.line
+			routes[r.Name] = at("name")
 		}
 		var ends [2]*Leg
 		for j, e := range []*Endpoint{&r.Listen, &r.Target} {
 			what := [2]string{"listen", "target"}[j]
 			line := e.line
 			if line == 0 {
-				line = r.line
+				line = r.line // not given
 			}
 			if e.Leg == "" {
 				bad(line, "route %q: %s has no leg", r.Name, what)
@@ -801,7 +937,9 @@ func (c *Config) validate() Errors {
 			}
 			l, ok := c.Leg(e.Leg)
 			if !ok {
-				bad(line, "route %q: %s leg %q does not exist", r.Name, what, e.Leg)
+				if !c.notList["legs"] { // else no leg could be read
+					bad(line, "route %q: %s leg %q does not exist", r.Name, what, e.Leg)
+				}
 				continue
 			}
 			ends[j] = l
@@ -831,7 +969,7 @@ func (c *Config) validate() Errors {
 			}
 		}
 		if ends[0] != nil && ends[0] == ends[1] {
-			bad(r.line, "route %q: listen and target are both on leg %q: a route crosses from one leg to the other", r.Name, ends[0].Name)
+			bad(r.Target.line, "route %q: listen and target are both on leg %q: a route crosses from one leg to the other", r.Name, ends[0].Name)
 		}
 		if r.Fallback.line != 0 && len(r.Fallback.errs) == 0 {
 			c.validateFallback(r, ends[0], bad)
@@ -839,7 +977,7 @@ func (c *Config) validate() Errors {
 		if r.UD {
 			for _, l := range ends {
 				if l != nil && l.Kind == KindQUIC {
-					bad(r.line, "route %q: ud: leg %q is a quic leg; UD routes are on userspace and verbs legs", r.Name, l.Name)
+					bad(at("ud"), "route %q: ud: leg %q is a quic leg; UD routes are on userspace and verbs legs", r.Name, l.Name)
 				}
 			}
 			if r.Fallback.line != 0 {
@@ -852,6 +990,9 @@ func (c *Config) validate() Errors {
 	}
 	c.validateGroups(bad)
 	c.Admin.check(bad)
+	// In the file's order, as a reader goes through it (those of no line,
+	// the file's as a whole, first).
+	slices.SortStableFunc(es, func(a, b *Error) int { return a.Line - b.Line })
 	return es
 }
 
@@ -872,6 +1013,19 @@ func (a *Admin) check(bad func(int, string, ...any)) {
 			a.listen = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 		}
 	}
+	switch {
+	case a.controlLine == 0:
+		a.Control = DefaultControl()
+	case a.Control == "":
+	case !filepath.IsAbs(a.Control):
+		bad(a.controlLine, "admin: control %q: want an absolute path, as %q, or \"\" for no control socket", a.Control, DefaultAdminControl)
+	case strings.HasSuffix(a.Control, "/"):
+		bad(a.controlLine, "admin: control %q: want the socket's path, not a directory's, as %q", a.Control, DefaultAdminControl)
+	case len(a.Control) > maxSocketPath:
+		bad(a.controlLine, "admin: control %q: %d bytes long, above the %d a unix socket's path may have", a.Control, len(a.Control), maxSocketPath)
+	default:
+		a.Control = filepath.Clean(a.Control)
+	}
 }
 
 // MaxCPU bounds a CPU number in busy_poll_cpus (the kernel's CPU_SETSIZE
@@ -881,19 +1035,20 @@ const MaxCPU = 1024
 // validateBusyPoll checks a group's busy_poll and busy_poll_cpus (its
 // direction is checked and defaulted).
 func validateBusyPoll(g *Group, bad func(int, string, ...any)) {
+	line := g.keys.at(g.line, "busy_poll_cpus")
 	if len(g.BusyPollCPUs) > 0 && !g.BusyPoll {
-		bad(g.line, "group %q: busy_poll_cpus without busy_poll: true", g.Name)
+		bad(line, "group %q: busy_poll_cpus without busy_poll: true", g.Name)
 	}
 	if dirs := map[string]int{DirectionBoth: 2, DirectionRoCEToIB: 1, DirectionIBToRoCE: 1}[g.Direction]; dirs > 0 && len(g.BusyPollCPUs) > dirs {
-		bad(g.line, "group %q: busy_poll_cpus: %d CPUs for %d receive loops (one per direction relayed, %s)", g.Name, len(g.BusyPollCPUs), dirs, g.Direction)
+		bad(line, "group %q: busy_poll_cpus: %d CPUs for %d receive loops (one per direction relayed, %s)", g.Name, len(g.BusyPollCPUs), dirs, g.Direction)
 	}
 	seen := map[int]bool{}
 	for _, cpu := range g.BusyPollCPUs {
 		switch {
 		case cpu < 0 || cpu >= MaxCPU:
-			bad(g.line, "group %q: busy_poll_cpus: CPU %d: want 0 to %d", g.Name, cpu, MaxCPU-1)
+			bad(line, "group %q: busy_poll_cpus: CPU %d: want 0 to %d", g.Name, cpu, MaxCPU-1)
 		case seen[cpu]:
-			bad(g.line, "group %q: busy_poll_cpus: CPU %d given twice", g.Name, cpu)
+			bad(line, "group %q: busy_poll_cpus: CPU %d given twice", g.Name, cpu)
 		}
 		seen[cpu] = true
 	}
@@ -1002,10 +1157,12 @@ type Group struct {
 	// relays, or whose other gateways are all in Peers).
 	LoopWindow time.Duration `yaml:"loop_window"`
 
-	line     int
-	errs     []lineError
-	rateErrs []lineError     // named with the group in validateGroups
-	setKeys  map[string]bool // the keys the file gave
+	line       int
+	keys       keyLines
+	notMapping bool            // said in errs; nothing more to say
+	errs       []lineError     // what is wrong, named with the group in validateGroups
+	rateErrs   []lineError     // named with the group in validateGroups
+	setKeys    map[string]bool // the keys the file gave
 }
 
 // Rate is a limit on a group's or a UD route's datagrams, per direction:
@@ -1148,18 +1305,20 @@ func (g *Group) Line() int { return g.line }
 
 // UnmarshalYAML decodes a group from its node.
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
-	g.line = n.Line
-	vals, errs := mapping(n, "group", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus",
+	g.line, g.keys = n.Line, linesOf(n)
+	// What is wrong is named with the group in validateGroups.
+	vals, errs := mapping(n, "", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus",
 		"joined_on", "within", "max_groups")
+	g.notMapping = vals == nil
 	for _, k := range []struct {
 		key string
 		dst *string
 	}{{"name", &g.Name}, {"roce", &g.RoCE}, {"ib", &g.IB}, {"direction", &g.Direction}, {"mgid", &g.MGID}, {"joined_on", &g.JoinedOn}} {
-		scalar(vals, k.key, "group", k.dst, &errs)
+		scalar(vals, k.key, "", k.dst, &errs)
 	}
-	g.Group, _ = parsed(vals, "group", "group", netip.ParseAddr, wantAddr, &errs)
-	g.Within, _ = parsed(vals, "within", "group", netip.ParsePrefix, wantPrefix, &errs)
-	scalar(vals, "max_groups", "group", &g.MaxGroups, &errs)
+	g.Group, _ = parsed(vals, "group", "", netip.ParseAddr, wantAddr, &errs)
+	g.Within, _ = parsed(vals, "within", "", netip.ParsePrefix, wantPrefix, &errs)
+	scalar(vals, "max_groups", "", &g.MaxGroups, &errs)
 	g.setKeys = map[string]bool{}
 	for k := range vals {
 		g.setKeys[k] = true
@@ -1167,35 +1326,35 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	if v := vals["rate"]; v != nil {
 		g.rateErrs = decodeRate(v, &g.Rate)
 	}
-	scalar(vals, "busy_poll", "group", &g.BusyPoll, &errs)
+	scalar(vals, "busy_poll", "", &g.BusyPoll, &errs)
 	if v := vals["busy_poll_cpus"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "group: busy_poll_cpus: want a list of CPU numbers, as [2, 3], got " + describe(v)})
+			errs = append(errs, lineError{v.Line, "busy_poll_cpus: want a list of CPU numbers, as [2, 3], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			cpu, err := strconv.Atoi(item.Value)
 			if err != nil || item.Kind != yaml.ScalarNode {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: busy_poll_cpus %q: not a CPU number", item.Value)})
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("busy_poll_cpus %q: not a CPU number", item.Value)})
 				continue
 			}
 			g.BusyPollCPUs = append(g.BusyPollCPUs, cpu)
 		}
 	}
 	g.LoopWindow = DefaultLoopWindow
-	if w, line := parsed(vals, "loop_window", "group", time.ParseDuration, wantDuration, &errs); line != 0 {
+	if w, line := parsed(vals, "loop_window", "", time.ParseDuration, wantDuration, &errs); line != 0 {
 		g.LoopWindow = w
 		if w < 0 {
-			errs = append(errs, lineError{line, fmt.Sprintf("group: loop_window %v: want 0 (off) or more", w)})
+			errs = append(errs, lineError{line, fmt.Sprintf("loop_window %v: want 0 (off) or more", w)})
 		}
 	}
 	if v := vals["peers"]; v != nil {
 		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "group: peers: want a list of addresses, as [\"198.18.1.9\"], got " + describe(v)})
+			errs = append(errs, lineError{v.Line, "peers: want a list of addresses, as [\"198.18.1.9\"], got " + describe(v)})
 		}
 		for _, item := range v.Content {
 			a, err := netip.ParseAddr(item.Value)
 			if err != nil {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("group: peers %q: not an IP address", item.Value)})
+				errs = append(errs, lineError{item.Line, fmt.Sprintf("peers %q: not an IP address", item.Value)})
 				continue
 			}
 			g.Peers = append(g.Peers, a.Unmap())
@@ -1210,21 +1369,24 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 	names := map[string]int{}
 	for i := range c.Groups {
 		g := &c.Groups[i]
-		for _, e := range g.errs {
-			bad(e.line, "%s", e.msg)
+		at := func(keys ...string) int { return g.keys.at(g.line, keys...) }
+		for _, errs := range [][]lineError{g.errs, g.rateErrs} {
+			for _, e := range errs {
+				bad(e.line, "%s%s", owner("group", g.Name), e.msg)
+			}
 		}
-		for _, e := range g.rateErrs {
-			bad(e.line, "group %q: %s", g.Name, e.msg)
+		if g.notMapping {
+			continue
 		}
 		switch {
 		case g.Name == "":
 			bad(g.line, "group without a name")
 		case !namePattern.MatchString(g.Name):
-			bad(g.line, "group name %q: letters, digits, '.', '_' and '-' only", g.Name)
+			bad(at("name"), "group name %q: letters, digits, '.', '_' and '-' only", g.Name)
 		case names[g.Name] != 0:
-			bad(g.line, "group %q is defined twice (first at line %d)", g.Name, names[g.Name])
+			bad(at("name"), "group %q is defined twice (first at line %d)", g.Name, names[g.Name])
 		default:
-			names[g.Name] = g.line
+			names[g.Name] = at("name")
 		}
 		g.Group = g.Group.Unmap()
 		if g.JoinedOn != "" || g.setKeys["within"] || g.setKeys["max_groups"] {
@@ -1233,14 +1395,14 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 		} else if len(g.errs) == 0 && !g.Group.IsValid() {
 			bad(g.line, "group %q: no group: want an IP multicast address (or joined_on)", g.Name)
 		} else if len(g.errs) == 0 && !g.Group.IsMulticast() {
-			bad(g.line, "group %q: group %v is not an IP multicast address", g.Name, g.Group)
+			bad(at("group"), "group %q: group %v is not an IP multicast address", g.Name, g.Group)
 		}
 		switch g.Direction {
 		case "":
 			g.Direction = DirectionBoth
 		case DirectionBoth, DirectionIBToRoCE, DirectionRoCEToIB:
 		default:
-			bad(g.line, "group %q: direction %q: want both, ib_to_roce or roce_to_ib", g.Name, g.Direction)
+			bad(at("direction"), "group %q: direction %q: want both, ib_to_roce or roce_to_ib", g.Name, g.Direction)
 		}
 		validateBusyPoll(g, bad)
 		switch g.MGID {
@@ -1248,43 +1410,45 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 			g.MGID = MGIDRDMACM
 		case MGIDRDMACM, MGIDIPoIB:
 		default:
-			bad(g.line, "group %q: mgid %q: want rdma_cm or ipoib", g.Name, g.MGID)
+			bad(at("mgid"), "group %q: mgid %q: want rdma_cm or ipoib", g.Name, g.MGID)
 		}
 		for _, side := range []struct{ key, leg string }{{"roce", g.RoCE}, {"ib", g.IB}} {
 			l, ok := c.Leg(side.leg)
+			line := at(side.key)
 			switch {
 			case side.leg == "":
 				bad(g.line, "group %q: no %s leg", g.Name, side.key)
+			case !ok && c.notList["legs"]: // no leg could be read
 			case !ok:
-				bad(g.line, "group %q: %s leg %q does not exist", g.Name, side.key, side.leg)
+				bad(line, "group %q: %s leg %q does not exist", g.Name, side.key, side.leg)
 			case l.Kind == KindQUIC:
-				bad(g.line, "group %q: %s leg %q is a quic leg; groups are on userspace and verbs legs", g.Name, side.key, side.leg)
+				bad(line, "group %q: %s leg %q is a quic leg; groups are on userspace and verbs legs", g.Name, side.key, side.leg)
 			case side.key == "roce" && l.Kind != KindUserspace:
-				bad(g.line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
+				bad(line, "group %q: roce leg %q: want a userspace leg", g.Name, side.leg)
 			case l.IP.IsValid() && g.Group.IsValid() && l.IP.Is4() != g.Group.Is4():
-				bad(g.line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
+				bad(line, "group %q: %s leg %q is not of the group's address family", g.Name, side.key, side.leg)
 			case g.JoinedOn != "" && l.IP.IsValid() && g.Within.IsValid() && l.IP.Is4() != g.Within.Addr().Is4():
-				bad(g.line, "group %q: %s leg %q is not of within %v's address family", g.Name, side.key, side.leg, g.Within)
+				bad(line, "group %q: %s leg %q is not of within %v's address family", g.Name, side.key, side.leg, g.Within)
 			case side.key == "ib" && g.MGID == MGIDIPoIB && l.Kind != KindVerbs:
-				bad(g.line, "group %q: mgid ipoib: ib leg %q is a %s leg; the IPoIB form is joined on a verbs leg's InfiniBand port", g.Name, side.leg, l.Kind)
+				bad(line, "group %q: mgid ipoib: ib leg %q is a %s leg; the IPoIB form is joined on a verbs leg's InfiniBand port", g.Name, side.leg, l.Kind)
 			}
 		}
 		if g.RoCE != "" && g.RoCE == g.IB {
-			bad(g.line, "group %q: roce and ib are both leg %q", g.Name, g.RoCE)
+			bad(at("ib"), "group %q: roce and ib are both leg %q", g.Name, g.RoCE)
 		}
 		if g.JoinedOn != "" && g.Within.IsValid() {
 			for j := range c.Groups[:i] {
 				o := &c.Groups[j]
 				samePair := (o.RoCE == g.RoCE && o.IB == g.IB) || (o.RoCE == g.IB && o.IB == g.RoCE)
 				if o.JoinedOn != "" && o.Within.IsValid() && samePair && o.Within.Overlaps(g.Within) {
-					bad(g.line, "group %q: within %v overlaps group %q's %v between the same legs: a group joined there would be relayed twice, or both ways by two relays blind to each other's sends (a loop); name a group joined on both sides, with direction both", g.Name, g.Within, o.Name, o.Within)
+					bad(at("within", "joined_on"), "group %q: within %v overlaps group %q's %v between the same legs: a group joined there would be relayed twice, or both ways by two relays blind to each other's sends (a loop); name a group joined on both sides, with direction both", g.Name, g.Within, o.Name, o.Within)
 				}
 			}
 		}
 		for _, p := range g.Peers {
 			for _, name := range []string{g.RoCE, g.IB} {
 				if l, ok := c.Leg(name); ok && l.IP == p {
-					bad(g.line, "group %q: peer %v is leg %q's own address: peers are other gateways'", g.Name, p, name)
+					bad(at("peers"), "group %q: peer %v is leg %q's own address: peers are other gateways'", g.Name, p, name)
 				}
 			}
 		}
@@ -1295,6 +1459,7 @@ func (c *Config) validateGroups(bad func(int, string, ...any)) {
 // sets its direction and defaults; v6 says its legs are IPv6 ones (the
 // default within is then DefaultWithin6).
 func validateJoined(g *Group, v6 bool, bad func(int, string, ...any)) {
+	at := func(keys ...string) int { return g.keys.at(g.line, keys...) }
 	var dir string
 	switch g.JoinedOn {
 	case SideIB:
@@ -1302,24 +1467,24 @@ func validateJoined(g *Group, v6 bool, bad func(int, string, ...any)) {
 	case SideRoCE:
 		dir = DirectionIBToRoCE
 	case "":
-		bad(g.line, "group %q: within and max_groups go with joined_on (roce or ib)", g.Name)
+		bad(at("within", "max_groups"), "group %q: within and max_groups go with joined_on (roce or ib)", g.Name)
 		return
 	default:
-		bad(g.line, "group %q: joined_on %q: want roce or ib (the side whose members' joins are relayed to)", g.Name, g.JoinedOn)
+		bad(at("joined_on"), "group %q: joined_on %q: want roce or ib (the side whose members' joins are relayed to)", g.Name, g.JoinedOn)
 		return
 	}
 	if g.setKeys["group"] {
-		bad(g.line, "group %q: joined_on %s and group %v: a joined_on entry names no group (its groups are those joined on the %s side); give one or the other", g.Name, g.JoinedOn, g.Group, g.JoinedOn)
+		bad(at("group"), "group %q: joined_on %s and group %v: a joined_on entry names no group (its groups are those joined on the %s side); give one or the other", g.Name, g.JoinedOn, g.Group, g.JoinedOn)
 	}
 	if g.Direction != "" && g.Direction != dir {
-		bad(g.line, "group %q: direction %s: joined_on %s relays %s (to the members on the %s side), the only direction it has", g.Name, g.Direction, g.JoinedOn, dir, g.JoinedOn)
+		bad(at("direction"), "group %q: direction %s: joined_on %s relays %s (to the members on the %s side), the only direction it has", g.Name, g.Direction, g.JoinedOn, dir, g.JoinedOn)
 	}
 	g.Direction = dir
 	if g.BusyPoll || len(g.BusyPollCPUs) > 0 {
-		bad(g.line, "group %q: busy_poll with joined_on: each group found would hold a CPU while it lasts; busy-poll groups named by address", g.Name)
+		bad(at("busy_poll", "busy_poll_cpus"), "group %q: busy_poll with joined_on: each group found would hold a CPU while it lasts; busy-poll groups named by address", g.Name)
 	}
 	if g.MGID == MGIDIPoIB && g.JoinedOn == SideIB {
-		bad(g.line, "group %q: mgid ipoib with joined_on ib: members are found by IGMP on an Ethernet link, where a group's MGID is its IP mapping", g.Name)
+		bad(at("mgid"), "group %q: mgid ipoib with joined_on ib: members are found by IGMP on an Ethernet link, where a group's MGID is its IP mapping", g.Name)
 	}
 	block := DefaultWithin
 	if g.Within.Addr().Is6() || !g.setKeys["within"] && v6 {
@@ -1331,20 +1496,21 @@ func validateJoined(g *Group, v6 bool, bad func(int, string, ...any)) {
 	case !g.Within.IsValid():
 		// parsed said why
 	case !block.Contains(g.Within.Addr()) || g.Within.Bits() < block.Bits():
-		bad(g.line, "group %q: within %v: not within the multicast block %v", g.Name, g.Within, block)
+		bad(at("within"), "group %q: within %v: not within the multicast block %v", g.Name, g.Within, block)
 	case g.Within.Masked() != g.Within:
-		bad(g.line, "group %q: within %v: host bits set (the prefix is %v)", g.Name, g.Within, g.Within.Masked())
+		bad(at("within"), "group %q: within %v: host bits set (the prefix is %v)", g.Name, g.Within, g.Within.Masked())
 	}
 	switch {
 	case !g.setKeys["max_groups"]:
 		g.MaxGroups = DefaultMaxGroups
 	case g.MaxGroups < 1 || g.MaxGroups > MaxMaxGroups:
-		bad(g.line, "group %q: max_groups %d: want 1 to %d", g.Name, g.MaxGroups, MaxMaxGroups)
+		bad(at("max_groups"), "group %q: max_groups %d: want 1 to %d", g.Name, g.MaxGroups, MaxMaxGroups)
 	}
 }
 
 // validateQUIC checks a quic leg's addresses and files.
 func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
+	at := func(keys ...string) int { return l.keys.at(l.line, keys...) }
 	for _, a := range []struct {
 		key, text string
 		dst       *netip.AddrPort
@@ -1354,7 +1520,7 @@ func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
 		}
 		ap, err := netip.ParseAddrPort(a.text)
 		if err != nil || ap.Port() == 0 {
-			bad(l.line, "leg %q: %s %q: want an IP address and a port, as \"10.0.0.2:7471\"", l.Name, a.key, a.text)
+			bad(at(a.key), "leg %q: %s %q: want an IP address and a port, as \"10.0.0.2:7471\"", l.Name, a.key, a.text)
 			continue
 		}
 		*a.dst = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
@@ -1363,17 +1529,17 @@ func (c *Config) validateQUIC(l *Leg, bad func(int, string, ...any)) {
 		bad(l.line, "leg %q: a quic leg needs listen (accept the peer gateway) or peer (connect to it), or both", l.Name)
 	}
 	if l.listen.IsValid() && l.IP.IsValid() && l.listen.Addr() != l.IP {
-		bad(l.line, "leg %q: listen %v is not the leg's address (%v)", l.Name, l.listen, l.IP)
+		bad(at("listen"), "leg %q: listen %v is not the leg's address (%v)", l.Name, l.listen, l.IP)
 	}
 	if l.peer.IsValid() && l.IP.IsValid() && l.peer.Addr().Is4() != l.IP.Is4() {
-		bad(l.line, "leg %q: peer %v is not of the leg's address family (%v)", l.Name, l.peer, l.IP)
+		bad(at("peer"), "leg %q: peer %v is not of the leg's address family (%v)", l.Name, l.peer, l.IP)
 	}
 	if l.Over != "" {
 		switch v, ok := c.Leg(l.Over); {
 		case !ok:
-			bad(l.line, "leg %q: over %q: no such leg", l.Name, l.Over)
+			bad(at("over"), "leg %q: over %q: no such leg", l.Name, l.Over)
 		case v.Kind != KindVerbs:
-			bad(l.line, "leg %q: over %q: a %s leg; over names a verbs leg, whose port's IPoIB interface the tunnel runs on", l.Name, l.Over, v.Kind)
+			bad(at("over"), "leg %q: over %q: a %s leg; over names a verbs leg, whose port's IPoIB interface the tunnel runs on", l.Name, l.Over, v.Kind)
 		}
 	}
 	for _, f := range []struct{ key, v string }{{"cert", l.Cert}, {"key", l.Key}, {"ca", l.CA}} {

@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -235,15 +236,15 @@ func TestParseRateBad(t *testing.T) {
 		{"burst without rate", "", "    rate: {packets: 10, burst_bytes: 1MB}\n", `gw.yaml:9: group "ticks": rate: burst_bytes without bytes`},
 		{"byte burst below a datagram", "", "    rate:\n      bytes: 1MB\n      burst_bytes: 1000\n", `gw.yaml:11: group "ticks": rate: burst_bytes 1000: below 4096 bytes`},
 		{"zero burst", "", "    rate: {packets: 10, burst_packets: 0}\n", `gw.yaml:9: group "ticks": rate: burst_packets 0: nothing would cross`},
-		{"busy_poll_cpus alone", "", "    busy_poll_cpus: [1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus without busy_poll: true`},
-		{"busy_poll_cpus negative", "", "    busy_poll: true\n    busy_poll_cpus: [-1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU -1: want 0 to 1023`},
-		{"busy_poll_cpus too large", "", "    busy_poll: true\n    busy_poll_cpus: [1024]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU 1024: want 0 to 1023`},
-		{"busy_poll_cpus twice", "", "    busy_poll: true\n    busy_poll_cpus: [1, 1]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: CPU 1 given twice`},
-		{"busy_poll_cpus too many", "", "    busy_poll: true\n    direction: ib_to_roce\n    busy_poll_cpus: [1, 2]\n", `gw.yaml:5: group "ticks": busy_poll_cpus: 2 CPUs for 1 receive loops (one per direction relayed, ib_to_roce)`},
-		{"busy_poll_cpus not a list", "", "    busy_poll: true\n    busy_poll_cpus: 1\n", `gw.yaml:10: group: busy_poll_cpus: want a list of CPU numbers`},
-		{"busy_poll_cpus not numbers", "", "    busy_poll: true\n    busy_poll_cpus: [one]\n", `gw.yaml:10: group: busy_poll_cpus "one": not a CPU number`},
-		{"busy_poll not a bool", "", "    busy_poll: fast\n", `gw.yaml:9: group: busy_poll "fast": want true or false`},
-		{"busy_poll on a leg", ", busy_poll: true", "", `gw.yaml:2: leg: unknown key "busy_poll"`},
+		{"busy_poll_cpus alone", "", "    busy_poll_cpus: [1]\n", `gw.yaml:9: group "ticks": busy_poll_cpus without busy_poll: true`},
+		{"busy_poll_cpus negative", "", "    busy_poll: true\n    busy_poll_cpus: [-1]\n", `gw.yaml:10: group "ticks": busy_poll_cpus: CPU -1: want 0 to 1023`},
+		{"busy_poll_cpus too large", "", "    busy_poll: true\n    busy_poll_cpus: [1024]\n", `gw.yaml:10: group "ticks": busy_poll_cpus: CPU 1024: want 0 to 1023`},
+		{"busy_poll_cpus twice", "", "    busy_poll: true\n    busy_poll_cpus: [1, 1]\n", `gw.yaml:10: group "ticks": busy_poll_cpus: CPU 1 given twice`},
+		{"busy_poll_cpus too many", "", "    busy_poll: true\n    direction: ib_to_roce\n    busy_poll_cpus: [1, 2]\n", `gw.yaml:11: group "ticks": busy_poll_cpus: 2 CPUs for 1 receive loops (one per direction relayed, ib_to_roce)`},
+		{"busy_poll_cpus not a list", "", "    busy_poll: true\n    busy_poll_cpus: 1\n", `gw.yaml:10: group "ticks": busy_poll_cpus: want a list of CPU numbers`},
+		{"busy_poll_cpus not numbers", "", "    busy_poll: true\n    busy_poll_cpus: [one]\n", `gw.yaml:10: group "ticks": busy_poll_cpus "one": not a CPU number`},
+		{"busy_poll not a bool", "", "    busy_poll: fast\n", `gw.yaml:9: group "ticks": busy_poll "fast": want true or false`},
+		{"busy_poll on a leg", ", busy_poll: true", "", `gw.yaml:2: leg "ib": unknown key "busy_poll"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := groupFile(tc.legKeys, tc.groupKeys)
@@ -263,11 +264,16 @@ func TestParseAdmin(t *testing.T) {
 		name, extra string
 		listen      string
 		addr        netip.AddrPort
+		control     string
+		hosts       []string
 	}{
-		{"absent: local by default", "", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen)},
-		{"given", "admin:\n  listen: \"[::1]:9500\"\n", "[::1]:9500", netip.MustParseAddrPort("[::1]:9500")},
-		{"any port", "admin: {listen: \"127.0.0.1:0\"}\n", "127.0.0.1:0", netip.MustParseAddrPort("127.0.0.1:0")},
-		{"off", "admin: {listen: \"\"}\n", "", netip.AddrPort{}},
+		{"absent: local by default", "", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), config.DefaultControl(), nil},
+		{"given", "admin:\n  listen: \"[::1]:9500\"\n", "[::1]:9500", netip.MustParseAddrPort("[::1]:9500"), config.DefaultControl(), nil},
+		{"any port", "admin: {listen: \"127.0.0.1:0\"}\n", "127.0.0.1:0", netip.MustParseAddrPort("127.0.0.1:0"), config.DefaultControl(), nil},
+		{"off, control on", "admin: {listen: \"\"}\n", "", netip.AddrPort{}, config.DefaultControl(), nil},
+		{"control elsewhere", "admin: {control: /var/run/gw//c.sock}\n", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), "/var/run/gw/c.sock", nil},
+		{"control off", "admin: {control: \"\"}\n", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), "", nil},
+		{"hosts", "admin: {hosts: [GW1.Example.com., gw1]}\n", config.DefaultAdminListen, netip.MustParseAddrPort(config.DefaultAdminListen), config.DefaultControl(), []string{"gw1.example.com", "gw1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := config.Parse("gw.yaml", []byte(good+tc.extra))
@@ -277,7 +283,30 @@ func TestParseAdmin(t *testing.T) {
 			if c.Admin.Listen != tc.listen || c.Admin.Addr() != tc.addr {
 				t.Errorf("admin listen %q (%v), want %q (%v)", c.Admin.Listen, c.Admin.Addr(), tc.listen, tc.addr)
 			}
+			if c.Admin.Control != tc.control {
+				t.Errorf("admin control %q, want %q", c.Admin.Control, tc.control)
+			}
+			if d := cmp.Diff(tc.hosts, c.Admin.Hosts); d != "" {
+				t.Errorf("admin hosts (-want +got):\n%s", d)
+			}
 		})
+	}
+}
+
+// TestDefaultControl: root's control socket is in /run; another user's in
+// its own runtime directory, or /run's when it has none.
+func TestDefaultControl(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+	want := "/run/user/1000/rbridge/control.sock"
+	if os.Geteuid() == 0 {
+		want = config.DefaultAdminControl
+	}
+	if got := config.DefaultControl(); got != want {
+		t.Errorf("DefaultControl() as uid %d with XDG_RUNTIME_DIR=/run/user/1000: %q, want %q", os.Geteuid(), got, want)
+	}
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	if got := config.DefaultControl(); got != config.DefaultAdminControl {
+		t.Errorf("DefaultControl() without XDG_RUNTIME_DIR: %q, want %q", got, config.DefaultAdminControl)
 	}
 }
 
@@ -296,75 +325,81 @@ func TestParseBad(t *testing.T) {
 		{"empty", "", []string{"gw.yaml: the file is empty"}},
 		{"not yaml", "legs: [", []string{"gw.yaml:1:"}},
 		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, groups, admin)`}},
-		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg: unknown key "colour"`}},
-		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: listen: unknown key "port"`}},
-		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:2: leg "ib": kind "verbz": want verbs, userspace or quic`}},
-		{"bad ip", base("  - name: ib\n    kind: verbs\n    ip: 198.18.3.x\n"+roce, ok), []string{`gw.yaml:4: leg: ip "198.18.3.x"`}},
+		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg "ib": unknown key "colour"`}},
+		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen: unknown key "port"`}},
+		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:3: leg "ib": kind "verbz": want verbs, userspace or quic`}},
+		{"bad ip", base("  - name: ib\n    kind: verbs\n    ip: 198.18.3.x\n"+roce, ok), []string{`gw.yaml:4: leg "ib": ip "198.18.3.x"`}},
 		{"no ip", base("  - name: ib\n    kind: verbs\n"+roce, ok), []string{`gw.yaml:2: leg "ib": no ip`}},
 		{"userspace without interface", base(ib+"  - name: roce\n    kind: userspace\n    ip: 198.18.1.3\n", ok), []string{`gw.yaml:5: leg "roce": a userspace leg needs the interface`}},
-		{"bad io", base(ib+roce+"    io: dpdk\n", ok), []string{`gw.yaml:5: leg "roce": io "dpdk": want afxdp or udp`}},
-		{"verbs with interface", base(ib+"    interface: eth0\n"+roce, ok), []string{`gw.yaml:2: leg "ib": interface, io and netns are for userspace legs`}},
-		{"verbs with ecn", base(ib+"    ecn: true\n"+roce, ok), []string{`gw.yaml:2: leg "ib": ecn is for userspace legs`}},
-		{"ecn not a bool", base(ib+roce+"    ecn: maybe\n", ok), []string{`gw.yaml:9: leg: ecn`}},
+		{"bad io", base(ib+roce+"    io: dpdk\n", ok), []string{`gw.yaml:9: leg "roce": io "dpdk": want afxdp or udp`}},
+		{"verbs with interface", base(ib+"    interface: eth0\n"+roce, ok), []string{`gw.yaml:5: leg "ib": interface, io and netns are for userspace legs`}},
+		{"verbs with ecn", base(ib+"    ecn: true\n"+roce, ok), []string{`gw.yaml:5: leg "ib": ecn is for userspace legs`}},
+		{"ecn not a bool", base(ib+roce+"    ecn: maybe\n", ok), []string{`gw.yaml:9: leg "roce": ecn`}},
 		{"duplicate leg", base(ib+ib+roce, ok), []string{`gw.yaml:5: leg "ib" is defined twice (first at line 2)`}},
 		{"missing leg", base(ib+roce, route(`{leg: nope, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen leg "nope" does not exist`}},
 		{"listen not the leg's", base(ib+roce, route(`{leg: ib, addr: "198.18.3.9:1"}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen addr 198.18.3.9:1 is not leg "ib"'s address (198.18.3.1)`}},
-		{"no port", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.2"}`)), []string{`gw.yaml:12: target: addr "198.18.1.2": want an IP address and a port`}},
-		{"same leg", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: ib, addr: "198.18.3.2:1"}`)), []string{`gw.yaml:10: route "r": listen and target are both on leg "ib"`}},
+		{"no port", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.2"}`)), []string{`gw.yaml:12: route "r": target: addr "198.18.1.2": want an IP address and a port`}},
+		{"same leg", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: ib, addr: "198.18.3.2:1"}`)), []string{`gw.yaml:12: route "r": listen and target are both on leg "ib"`}},
 		{"two routes on one listen", base(ib+roce, ok+strings.Replace(ok, "name: r", "name: s", 1)), []string{`gw.yaml:14: route "s": listen addr 198.18.3.1:1 is route "r"'s already`}},
-		{"bad allow", base(ib+roce, ok+"    allow: [198.18.3.0/33]\n"), []string{`gw.yaml:13: route: allow "198.18.3.0/33"`}},
+		{"bad allow", base(ib+roce, ok+"    allow: [198.18.3.0/33]\n"), []string{`gw.yaml:13: route "r": allow "198.18.3.0/33"`}},
 		{"no routes", base(ib+roce, ""), []string{"gw.yaml: no routes"}},
 		{"admin listen without port", base(ib+roce, ok) + "admin:\n  listen: 127.0.0.1\n", []string{`gw.yaml:14: admin: listen "127.0.0.1": want an IP address and a port`}},
 		{"admin listen a host name", base(ib+roce, ok) + "admin: {listen: \"localhost:9479\"}\n", []string{`gw.yaml:13: admin: listen "localhost:9479"`}},
-		{"unknown admin key", base(ib+roce, ok) + "admin:\n  port: 9479\n", []string{`gw.yaml:14: admin: unknown key "port" (known: listen)`}},
+		{"unknown admin key", base(ib+roce, ok) + "admin:\n  port: 9479\n", []string{`gw.yaml:14: admin: unknown key "port" (known: listen, control, hosts)`}},
+		{"admin control relative", base(ib+roce, ok) + "admin:\n  control: run/c.sock\n", []string{`gw.yaml:14: admin: control "run/c.sock": want an absolute path, as "/run/rbridge/control.sock", or "" for no control socket`}},
+		{"admin control a directory", base(ib+roce, ok) + "admin:\n  control: /run/rbridge/\n", []string{`gw.yaml:14: admin: control "/run/rbridge/": want the socket's path, not a directory's`}},
+		{"admin control too long", base(ib+roce, ok) + "admin:\n  control: /" + strings.Repeat("x", 107) + "\n", []string{`gw.yaml:14: admin: control "/xxx`, `": 108 bytes long, above the 107 a unix socket's path may have`}},
+		{"admin control a list", base(ib+roce, ok) + "admin:\n  control: [a]\n", []string{`gw.yaml:14: admin: control: want a single value`}},
+		{"admin hosts a name", base(ib+roce, ok) + "admin:\n  hosts: gw1\n", []string{`gw.yaml:14: admin: hosts: want a list of host names, as ["gw1.example.com"], got "gw1"`}},
+		{"admin hosts a wildcard", base(ib+roce, ok) + "admin:\n  hosts:\n    - gw1\n    - \"*.example.com\"\n", []string{`gw.yaml:16: admin: hosts "*.example.com": want a host name, as "gw1.example.com" (letters, digits, '-' and '.')`}},
 		{"target is the gateway", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: roce, addr: "198.18.1.3:1"}`)), []string{`gw.yaml:12: route "r": target addr 198.18.1.3:1 is the gateway's own address`}},
 		{"quic without listen or peer", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
 			[]string{`gw.yaml:5: leg "gw": a quic leg needs listen (accept the peer gateway) or peer`}},
 		{"quic without tls files", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
 			[]string{`gw.yaml:5: leg "gw": a quic leg needs cert (PEM)`, `needs key`, `needs ca`}},
 		{"quic bad peer", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: 10.0.0.2\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
-			[]string{`gw.yaml:5: leg "gw": peer "10.0.0.2": want an IP address and a port`}},
+			[]string{`gw.yaml:8: leg "gw": peer "10.0.0.2": want an IP address and a port`}},
 		{"quic listen not the leg's", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    listen: \"10.0.0.9:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
-			[]string{`gw.yaml:5: leg "gw": listen 10.0.0.9:7471 is not the leg's address (10.0.0.1)`}},
+			[]string{`gw.yaml:8: leg "gw": listen 10.0.0.9:7471 is not the leg's address (10.0.0.1)`}},
 		{"quic with interface", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    interface: eth0\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
-			[]string{`gw.yaml:5: leg "gw": interface, io, netns, device and port are not for quic legs`}},
+			[]string{`gw.yaml:8: leg "gw": interface, io, netns, device and port are not for quic legs`}},
 		{"quic with ecn", base(ib+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    ecn: true\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)),
-			[]string{`gw.yaml:5: leg "gw": ecn is for userspace legs`}},
+			[]string{`gw.yaml:8: leg "gw": ecn is for userspace legs`}},
 		{"fallback on a verbs leg", base(ib+roce, ok+"    fallback: {leg: ib, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "ib" is a verbs leg: a fallback goes through a peer gateway`}},
 		{"fallback leg missing", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback leg "gw" does not exist`}},
 		{"fallback without leg", base(ib+roce, ok+"    fallback: {addr: \"198.18.3.9:1\"}\n"), []string{`gw.yaml:13: route "r": fallback has no leg`}},
 		{"fallback without addr", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n", ok+"    fallback: {leg: gw}\n"),
 			[]string{`gw.yaml:20: route "r": fallback has no addr: want an IP address and a port`}},
-		{"fallback after without unit", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 3}\n"), []string{`gw.yaml:13: fallback: after "3": want a duration with a unit, as 500ms, 3s or 1m`}},
-		{"fallback retry zero", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", retry: 0s}\n"), []string{`gw.yaml:13: fallback: retry 0s: want a duration above 0 and at most 1h0m0s`}},
-		{"fallback after a day", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 24h}\n"), []string{`gw.yaml:13: fallback: after 24h: want a duration above 0 and at most 1h0m0s`}},
-		{"fallback unknown key", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", timeout: 3s}\n"), []string{`gw.yaml:13: fallback: unknown key "timeout"`}},
+		{"fallback after without unit", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 3}\n"), []string{`gw.yaml:13: route "r": fallback: after "3": want a duration with a unit, as 500ms, 3s or 1m`}},
+		{"fallback retry zero", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", retry: 0s}\n"), []string{`gw.yaml:13: route "r": fallback: retry 0s: want a duration above 0 and at most 1h0m0s`}},
+		{"fallback after a day", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", after: 24h}\n"), []string{`gw.yaml:13: route "r": fallback: after 24h: want a duration above 0 and at most 1h0m0s`}},
+		{"fallback unknown key", base(ib+roce, ok+"    fallback: {leg: gw, addr: \"198.18.3.9:1\", timeout: 3s}\n"), []string{`gw.yaml:13: route "r": fallback: unknown key "timeout"`}},
 		{"quic over a userspace leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: roce\n    cert: a\n    key: b\n    ca: c\n", ok),
-			[]string{`gw.yaml:9: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
+			[]string{`gw.yaml:13: leg "gw": over "roce": a userspace leg; over names a verbs leg`}},
 		{"quic over nothing", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    over: ib9\n    cert: a\n    key: b\n    ca: c\n", ok),
-			[]string{`gw.yaml:9: leg "gw": over "ib9": no such leg`}},
-		{"bad mtu", base(ib+roce+"    mtu: 1500\n", ok), []string{`gw.yaml:5: leg "roce": mtu 1500: want an IB MTU`}},
-		{"receives on a userspace leg", base(ib+roce+"    receives: 64\n", ok), []string{`gw.yaml:5: leg "roce": receives and receive_size are for verbs legs`}},
-		{"too many receives", base(ib+"    receives: 2000\n"+roce, ok), []string{`gw.yaml:2: leg "ib": receives 2000: want 1 to 1024`}},
-		{"receive_size not a power of two", base(ib+"    receive_size: 1000\n"+roce, ok), []string{`gw.yaml:2: leg "ib": receive_size 1000: want a power of two from 256 to 65536 bytes`}},
-		{"receive_size above a pool buffer", base(ib+"    receive_size: 131072\n"+roce, ok), []string{`gw.yaml:2: leg "ib": receive_size 131072`}},
-		{"mtu not whole", base(ib+roce+"    mtu: 1024.9\n", ok), []string{`gw.yaml:9: leg: mtu "1024.9": want a whole number`}},
-		{"port not whole", base(ib+"    port: 1.5\n"+roce, ok), []string{`gw.yaml:5: leg: port "1.5": want a whole number`}},
-		{"port a string", base(ib+"    port: one\n"+roce, ok), []string{`gw.yaml:5: leg: port "one": want a whole number`}},
-		{"mtu on a verbs leg", base(ib+"    mtu: 1024\n"+roce, ok), []string{`gw.yaml:2: leg "ib": mtu is for userspace legs`}},
+			[]string{`gw.yaml:13: leg "gw": over "ib9": no such leg`}},
+		{"bad mtu", base(ib+roce+"    mtu: 1500\n", ok), []string{`gw.yaml:9: leg "roce": mtu 1500: want an IB MTU`}},
+		{"receives on a userspace leg", base(ib+roce+"    receives: 64\n", ok), []string{`gw.yaml:9: leg "roce": receives and receive_size are for verbs legs`}},
+		{"too many receives", base(ib+"    receives: 2000\n"+roce, ok), []string{`gw.yaml:5: leg "ib": receives 2000: want 1 to 1024`}},
+		{"receive_size not a power of two", base(ib+"    receive_size: 1000\n"+roce, ok), []string{`gw.yaml:5: leg "ib": receive_size 1000: want a power of two from 256 to 65536 bytes`}},
+		{"receive_size above a pool buffer", base(ib+"    receive_size: 131072\n"+roce, ok), []string{`gw.yaml:5: leg "ib": receive_size 131072`}},
+		{"mtu not whole", base(ib+roce+"    mtu: 1024.9\n", ok), []string{`gw.yaml:9: leg "roce": mtu "1024.9": want a whole number`}},
+		{"port not whole", base(ib+"    port: 1.5\n"+roce, ok), []string{`gw.yaml:5: leg "ib": port "1.5": want a whole number`}},
+		{"port a string", base(ib+"    port: one\n"+roce, ok), []string{`gw.yaml:5: leg "ib": port "one": want a whole number`}},
+		{"mtu on a verbs leg", base(ib+"    mtu: 1024\n"+roce, ok), []string{`gw.yaml:5: leg "ib": mtu is for userspace legs`}},
 		{"group not multicast", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 10.1.1.1, roce: roce, ib: ib}\n", []string{`gw.yaml:15: group "g": group 10.1.1.1 is not an IP multicast address`}},
 		{"group roce side on a verbs leg", base(ib+roce, ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: ib, ib: roce}\n", []string{`gw.yaml:14: group "g": roce leg "ib": want a userspace leg`}},
 		{"group bad direction", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, direction: up}\n", []string{`group "g": direction "up": want both, ib_to_roce or roce_to_ib`}},
 		{"group ipoib mgid on userspace", base(ib+roce+"    io: udp\n  - {name: roce2, kind: userspace, interface: vgw1, ip: 198.18.2.3, io: udp}\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: roce2, mgid: ipoib}\n",
 			[]string{`group "g": mgid ipoib: ib leg "roce2" is a userspace leg`}},
 		{"group bad mgid", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, mgid: ib}\n", []string{`group "g": mgid "ib": want rdma_cm or ipoib`}},
-		{"group peer not an address", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [gw2]}\n", []string{`gw.yaml:15: group: peers "gw2": not an IP address`}},
-		{"group peers not a list", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: 198.18.1.9}\n", []string{`gw.yaml:15: group: peers: want a list of addresses`}},
-		{"group loop_window not a duration", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: 500}\n", []string{`gw.yaml:15: group: loop_window "500": want a duration with a unit`}},
-		{"group loop_window negative", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: -1s}\n", []string{`gw.yaml:15: group: loop_window -1s: want 0 (off) or more`}},
+		{"group peer not an address", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [gw2]}\n", []string{`gw.yaml:15: group "g": peers "gw2": not an IP address`}},
+		{"group peers not a list", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: 198.18.1.9}\n", []string{`gw.yaml:15: group "g": peers: want a list of addresses`}},
+		{"group loop_window not a duration", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: 500}\n", []string{`gw.yaml:15: group "g": loop_window "500": want a duration with a unit`}},
+		{"group loop_window negative", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, loop_window: -1s}\n", []string{`gw.yaml:15: group "g": loop_window -1s: want 0 (off) or more`}},
 		{"group peer is the gateway's own", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib, peers: [198.18.3.1]}\n", []string{`gw.yaml:15: group "g": peer 198.18.3.1 is leg "ib"'s own address`}},
 		{"group leg missing", base(ib+roce+"    io: udp\n", ok) + "groups:\n  - {name: g, group: 239.1.1.1, roce: roce, ib: ib9}\n", []string{`group "g": ib leg "ib9" does not exist`}},
-		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route: ud "yes please": want true or false`}},
+		{"ud not a bool", base(ib+roce, ok+"    ud: yes please\n"), []string{`gw.yaml:13: route "r": ud "yes please": want true or false`}},
 		{"rate on an RC route", base(ib+roce, ok+"    rate: {packets: 10}\n"),
 			[]string{`gw.yaml:13: route "r": rate: a rate limit is for UD routes (ud: true); an RC route's pace is its transport's flow control`}},
 		{"bad rate on a UD route", base(ib+roce, ok+"    ud: true\n    rate:\n      packets: 0\n"),
@@ -376,7 +411,7 @@ func TestParseBad(t *testing.T) {
 		{"ud route on a quic leg", base(ib+roce+"  - name: gw\n    kind: quic\n    ip: 10.0.0.1\n    peer: \"10.0.0.2:7471\"\n    cert: a\n    key: b\n    ca: c\n",
 			route(`{leg: ib, addr: "198.18.3.1:1"}`, `{leg: gw, addr: "198.18.9.2:1"}`)+"    ud: true\n"),
 			[]string{`route "r": ud: leg "gw" is a quic leg; UD routes are on userspace and verbs legs`}},
-		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:5: leg "roce": listen, peer, cert, key, ca, peer_name and over are for quic legs`}},
+		{"tls files on a userspace leg", base(ib+roce+"    cert: x.crt\n", ok), []string{`gw.yaml:9: leg "roce": listen, peer, cert, key, ca, peer_name and over are for quic legs`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tc.file))
@@ -558,21 +593,21 @@ groups:
 // with the group and its line.
 func TestParseJoinedBad(t *testing.T) {
 	for _, tc := range []struct{ name, keys, want string }{
-		{"bad side", "    joined_on: both\n", `gw.yaml:5: group "feeds": joined_on "both": want roce or ib`},
-		{"and a group", "    joined_on: ib\n    group: 239.1.1.1\n", `gw.yaml:5: group "feeds": joined_on ib and group 239.1.1.1: a joined_on entry names no group`},
-		{"another direction", "    joined_on: ib\n    direction: both\n", `gw.yaml:5: group "feeds": direction both: joined_on ib relays roce_to_ib`},
-		{"busy_poll", "    joined_on: roce\n    busy_poll: true\n", `gw.yaml:5: group "feeds": busy_poll with joined_on`},
-		{"ipoib on the members' ib", "    joined_on: ib\n    mgid: ipoib\n", `gw.yaml:5: group "feeds": mgid ipoib with joined_on ib`},
-		{"within IPv6, legs IPv4", "    joined_on: ib\n    within: ff05::/16\n", `gw.yaml:5: group "feeds": ib leg "ib" is not of within ff05::/16's address family`},
-		{"within unicast", "    joined_on: ib\n    within: 10.0.0.0/8\n", `gw.yaml:5: group "feeds": within 10.0.0.0/8: not within the multicast block 224.0.0.0/4`},
-		{"within too wide", "    joined_on: ib\n    within: 192.0.0.0/2\n", `gw.yaml:5: group "feeds": within 192.0.0.0/2: not within the multicast block`},
-		{"within IPv6 unicast", "    joined_on: ib\n    within: fd00::/8\n", `gw.yaml:5: group "feeds": within fd00::/8: not within the multicast block ff00::/8`},
-		{"within host bits", "    joined_on: ib\n    within: 239.1.2.3/8\n", `gw.yaml:5: group "feeds": within 239.1.2.3/8: host bits set (the prefix is 239.0.0.0/8)`},
-		{"within not a prefix", "    joined_on: ib\n    within: 239.1.2.3\n", `gw.yaml:9: group: within "239.1.2.3": want a prefix, as "239.0.0.0/8"`},
-		{"max_groups zero", "    joined_on: ib\n    max_groups: 0\n", `gw.yaml:5: group "feeds": max_groups 0: want 1 to 1024`},
-		{"max_groups not whole", "    joined_on: ib\n    max_groups: 2.5\n", `gw.yaml:9: group: max_groups "2.5": want a whole number`},
-		{"max_groups too many", "    joined_on: ib\n    max_groups: 5000\n", `gw.yaml:5: group "feeds": max_groups 5000: want 1 to 1024`},
-		{"within without joined_on", "    group: 239.1.1.1\n    within: 239.0.0.0/8\n", `gw.yaml:5: group "feeds": within and max_groups go with joined_on`},
+		{"bad side", "    joined_on: both\n", `gw.yaml:8: group "feeds": joined_on "both": want roce or ib`},
+		{"and a group", "    joined_on: ib\n    group: 239.1.1.1\n", `gw.yaml:9: group "feeds": joined_on ib and group 239.1.1.1: a joined_on entry names no group`},
+		{"another direction", "    joined_on: ib\n    direction: both\n", `gw.yaml:9: group "feeds": direction both: joined_on ib relays roce_to_ib`},
+		{"busy_poll", "    joined_on: roce\n    busy_poll: true\n", `gw.yaml:9: group "feeds": busy_poll with joined_on`},
+		{"ipoib on the members' ib", "    joined_on: ib\n    mgid: ipoib\n", `gw.yaml:9: group "feeds": mgid ipoib with joined_on ib`},
+		{"within IPv6, legs IPv4", "    joined_on: ib\n    within: ff05::/16\n", `gw.yaml:7: group "feeds": ib leg "ib" is not of within ff05::/16's address family`},
+		{"within unicast", "    joined_on: ib\n    within: 10.0.0.0/8\n", `gw.yaml:9: group "feeds": within 10.0.0.0/8: not within the multicast block 224.0.0.0/4`},
+		{"within too wide", "    joined_on: ib\n    within: 192.0.0.0/2\n", `gw.yaml:9: group "feeds": within 192.0.0.0/2: not within the multicast block`},
+		{"within IPv6 unicast", "    joined_on: ib\n    within: fd00::/8\n", `gw.yaml:9: group "feeds": within fd00::/8: not within the multicast block ff00::/8`},
+		{"within host bits", "    joined_on: ib\n    within: 239.1.2.3/8\n", `gw.yaml:9: group "feeds": within 239.1.2.3/8: host bits set (the prefix is 239.0.0.0/8)`},
+		{"within not a prefix", "    joined_on: ib\n    within: 239.1.2.3\n", `gw.yaml:9: group "feeds": within "239.1.2.3": want a prefix, as "239.0.0.0/8"`},
+		{"max_groups zero", "    joined_on: ib\n    max_groups: 0\n", `gw.yaml:9: group "feeds": max_groups 0: want 1 to 1024`},
+		{"max_groups not whole", "    joined_on: ib\n    max_groups: 2.5\n", `gw.yaml:9: group "feeds": max_groups "2.5": want a whole number`},
+		{"max_groups too many", "    joined_on: ib\n    max_groups: 5000\n", `gw.yaml:9: group "feeds": max_groups 5000: want 1 to 1024`},
+		{"within without joined_on", "    group: 239.1.1.1\n    within: 239.0.0.0/8\n", `gw.yaml:9: group "feeds": within and max_groups go with joined_on`},
 		{"neither group nor side", "", `gw.yaml:5: group "feeds": no group: want an IP multicast address (or joined_on)`},
 		{"overlapping on one leg", "    joined_on: ib\n    within: 239.0.0.0/8\n  - {name: more, joined_on: ib, roce: roce, ib: ib, within: 239.1.0.0/16}\n",
 			`gw.yaml:10: group "more": within 239.1.0.0/16 overlaps group "feeds"'s 239.0.0.0/8 between the same legs: a group joined there would be relayed twice`},

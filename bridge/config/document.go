@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -22,7 +23,7 @@ func document(file string, b []byte) (*yaml.Node, Errors) {
 		if errors.Is(err, io.EOF) {
 			return nil, Errors{{File: file, Msg: "the file is empty: want legs and routes"}}
 		}
-		return nil, Errors{yamlError(file, err.Error())}
+		return nil, Errors{tabError(b, yamlError(file, err.Error()))}
 	}
 	// A second document (after "---") would be ignored: refuse it, as
 	// anything else the gateway would not read. An empty one ("---" at
@@ -34,7 +35,7 @@ func document(file string, b []byte) (*yaml.Node, Errors) {
 			break
 		}
 		if err != nil {
-			return nil, Errors{yamlError(file, err.Error())}
+			return nil, Errors{tabError(b, yamlError(file, err.Error()))}
 		}
 		if len(more.Content) > 0 && !isNull(more.Content[0]) {
 			return nil, Errors{{File: file, Line: more.Line, Msg: `only one YAML document: a second begins here ("---"), and the gateway reads the first alone: put its keys in the first`}}
@@ -212,4 +213,22 @@ func describe(n *yaml.Node) string {
 		return n.Value
 	}
 	return fmt.Sprintf("%q", n.Value)
+}
+
+// tabError says what the YAML decoder's complaint about a tab means, at
+// the tab's own line: the decoder reports a tab in the indentation at the
+// line before it ("found a tab character that violates indentation"), or
+// as a character that "cannot start any token".
+func tabError(b []byte, e *Error) *Error {
+	if !strings.Contains(e.Msg, "tab character") && !strings.Contains(e.Msg, "cannot start any token") {
+		return e
+	}
+	lines := strings.Split(string(b), "\n")
+	for n := max(e.Line, 1); n <= len(lines) && n <= e.Line+1; n++ {
+		indent := len(lines[n-1]) - len(strings.TrimLeft(lines[n-1], " \t"))
+		if col := strings.IndexByte(lines[n-1][:indent], '\t'); col >= 0 {
+			return &Error{File: e.File, Line: n, Msg: fmt.Sprintf("a tab in the indentation (column %d): YAML indents with spaces alone", col+1)}
+		}
+	}
+	return e
 }

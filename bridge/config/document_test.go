@@ -87,18 +87,18 @@ func TestParseAliasesBad(t *testing.T) {
 		want       []string
 	}{
 		{"in a merged leg", anchoredLegs + "  - &bad {name: x, kind: userspace, interface: lo, ip: 127.0.0.x}\n  - <<: *bad\n    name: c\n",
-			[]string{`gw.yaml:11: leg: ip "127.0.0.x"`, `gw.yaml:12: leg: ip "127.0.0.x"`}},
+			[]string{`gw.yaml:11: leg "x": ip "127.0.0.x"`, `gw.yaml:12: leg "c": ip "127.0.0.x"`}},
 		{"in an aliased list", anchoredLegs + `routes:
   - {name: r, listen: {leg: a, addr: "127.0.0.1:1"}, target: {leg: b, addr: "127.0.0.9:1"}, allow: &nets [nonsense]}
   - name: s
     listen: {leg: a, addr: "127.0.0.1:2"}
     target: {leg: b, addr: "127.0.0.9:1"}
     allow: *nets
-`, []string{`gw.yaml:12: route: allow "nonsense"`, `gw.yaml:16: route: allow "nonsense"`}},
+`, []string{`gw.yaml:12: route "r": allow "nonsense"`, `gw.yaml:16: route "s": allow "nonsense"`}},
 		{"merging a list", "legs:\n  - <<: [a, b]\n", []string{`gw.yaml:2: <<: want a mapping, or a list of mappings, to merge (as <<: *name), got "a"`}},
 		{"merging a number", "legs:\n  - name: a\n    <<: 5\n", []string{`gw.yaml:3: <<: want a mapping, or a list of mappings, to merge (as <<: *name), got a number (5)`}},
 		{"merging twice", "legs:\n  - <<: {name: a}\n    <<: {kind: verbs}\n", []string{`gw.yaml:3: <<: given twice (first at line 2): merge several mappings as <<: [*a, *b]`}},
-		{"a quoted <<", "legs:\n  - {name: a, \"<<\": {kind: verbs}}\n", []string{`gw.yaml:2: leg: unknown key "<<"`}},
+		{"a quoted <<", "legs:\n  - {name: a, \"<<\": {kind: verbs}}\n", []string{`gw.yaml:2: leg "a": unknown key "<<"`}},
 		{"a bomb", bomb, []string{"gw.yaml:6: aliases expand to more than 100000 values: a file that multiplies itself (an alias bomb)?"}},
 		{"nested deep", deep, []string{"gw.yaml:19: alias *d0: aliases nested more than 16 deep"}},
 	} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
@@ -57,7 +58,35 @@ func checkHost(cfg *config.Config) error {
 	if err := checkAdminPort(cfg); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkControl(cfg); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// checkControl reports whether the control socket can be made at its
+// path (bridge.CheckControl), making nothing.
+func checkControl(cfg *config.Config) error {
+	if cfg.Admin.Control == "" {
+		return nil
+	}
+	if err := bridge.CheckControl(cfg.Admin.Control); err != nil {
+		return controlError(cfg, err)
+	}
+	return nil
+}
+
+// controlError names the control socket that could not be made, at its
+// line, or as the default when the file has none.
+func controlError(cfg *config.Config, err error) error {
+	if inner := errors.Unwrap(err); inner != nil && strings.HasPrefix(err.Error(), "bridge: control socket") {
+		err = inner
+	}
+	a := &cfg.Admin
+	if a.ControlLine() == 0 {
+		return fmt.Errorf("%s: admin: control %s (the default: the file has no admin.control): %w (admin.control \"\" turns the socket off: reload by SIGHUP then)", cfg.File(), a.Control, err)
+	}
+	return fmt.Errorf("%s:%d: admin: control %s: %w", cfg.File(), a.ControlLine(), a.Control, err)
 }
 
 // canBindUDP reports whether a UDP socket can be bound to ip.
@@ -80,7 +109,11 @@ func checkAdminPort(cfg *config.Config) error {
 	if a.Listen == "" || a.Addr().Port() == 0 {
 		return nil
 	}
-	ln, err := net.Listen("tcp", a.Listen)
+	network := "tcp"
+	if a.Addr().Addr().Is4() {
+		network = "tcp4" // as the admin server listens: 0.0.0.0 is IPv4's alone
+	}
+	ln, err := net.Listen(network, a.Listen)
 	if err != nil {
 		return adminListenError(cfg, err)
 	}

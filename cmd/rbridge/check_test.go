@@ -15,8 +15,9 @@ import (
 // TestCheckFindsHostProblems: run --check finds what run would fail on,
 // every problem at once with its line: io: afxdp on an interface without
 // an Ethernet address (lo), a quic leg's ip that is not on this host, and
-// the admin server's port taken; run itself refuses to start with the same
-// list, before anything starts.
+// the admin server's port taken, and the control socket's path a file of
+// another kind; run itself refuses to start with the same list, before
+// anything starts.
 func TestCheckFindsHostProblems(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,6 +39,7 @@ routes:
   - {name: r, listen: {leg: a, addr: "127.0.21.1:7471"}, target: {leg: q, addr: "10.9.9.9:7471"}}
 admin:
   listen: %[2]q
+  control: %[1]s/gw.yaml
 `, dir, busy.Addr().String())
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -46,6 +48,7 @@ admin:
 		cfg + `:2: leg "a": io afxdp on interface lo, which has no Ethernet address`,
 		cfg + `:3: leg "q": `, // its certificate files are missing: CheckLegs says so
 		cfg + ":13: admin: listen " + busy.Addr().String() + ": ",
+		cfg + ":14: admin: control " + cfg + ": a regular file is there, not a socket: remove it or give admin.control another path",
 	}
 	for _, args := range [][]string{{"run", "--config", cfg, "--check"}, {"run", "--config", cfg}} {
 		_, _, err := run(t, nil, args...)
@@ -73,7 +76,7 @@ func TestCheckQUICAddress(t *testing.T) {
   - {name: q, kind: quic, ip: 192.0.2.77, peer: "192.0.2.1:7471", cert: %[1]s/gw.crt, key: %[1]s/gw.key, ca: %[1]s/ca.crt}
 routes:
   - {name: r, listen: {leg: a, addr: "127.0.21.1:7471"}, target: {leg: q, addr: "10.9.9.9:7471"}}
-admin: {listen: "127.0.0.1:0"}
+admin: {listen: "127.0.0.1:0", control: ""}
 `, dir)
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -98,5 +101,34 @@ func writeTestCerts(t *testing.T, dir string) {
 	}
 	if _, _, _, err := ca.Files(dir, "gw", leaf); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCheckNotesNonLoopbackAdmin: run --check passes an admin server on
+// an address that is not a loopback one, and says that what it serves is
+// readable from the network.
+func TestCheckNotesNonLoopbackAdmin(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	for _, tc := range []struct{ listen, note string }{
+		{"0.0.0.0:0", "note: admin.listen 0.0.0.0:0 is not a loopback address: /metrics, /status and /healthz are readable from every network this host is on (control is not: it is on the unix socket admin.control)"},
+		{"127.0.0.1:0", ""},
+	} {
+		text := fmt.Sprintf(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.23.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.23.2, io: udp}
+routes:
+  - {name: r, listen: {leg: a, addr: "127.0.23.1:7471"}, target: {leg: b, addr: "127.0.23.4:7471"}}
+admin: {listen: %q, control: ""}
+`, tc.listen)
+		if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := run(t, nil, "run", "--config", cfg, "--check")
+		if err != nil {
+			t.Fatalf("run --check with admin.listen %s: %v", tc.listen, err)
+		}
+		if tc.note == "" && strings.Contains(out, "note:") || !strings.Contains(out, tc.note) {
+			t.Errorf("run --check with admin.listen %s:\n%s\nwant %q", tc.listen, out, tc.note)
+		}
 	}
 }

@@ -189,8 +189,11 @@ func TestTourLoopback(t *testing.T) {
 	if !strings.Contains(src, admin) {
 		t.Fatalf("testdata/loopback.yaml does not listen on %s, which the tour's commands use", admin)
 	}
-	cfg := filepath.Join(t.TempDir(), "loopback.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.Replace(src, admin, `"127.0.0.1:0"`, 1)), 0o644); err != nil {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "loopback.yaml")
+	// The control socket where this test alone has it (the tour's is the default).
+	control := filepath.Join(dir, "control.sock")
+	if err := os.WriteFile(cfg, []byte(strings.Replace(src, admin, `"127.0.0.1:0"`+"\n  control: "+control, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, _, err := run(t, nil, "run", "--config", cfg, "--check"); err != nil || !strings.Contains(out, "2 legs, 1 routes: ok") {
@@ -202,7 +205,7 @@ func TestTourLoopback(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`(?m)^echo +a 127\.0\.20\.1:7471 +b 127\.0\.20\.3:7471 .*accepting`).MatchString(out) {
 		t.Errorf("rbridge status: %v\n%s", err, out)
 	}
-	out, _, err = run(t, nil, "reload", "--admin", addr)
+	out, _, err = run(t, nil, "reload", "--control", control)
 	if err != nil || !strings.Contains(out, "unchanged echo") {
 		t.Errorf("rbridge reload: %v\n%s", err, out)
 	}
@@ -223,7 +226,7 @@ func TestTourLoopback(t *testing.T) {
 // logs one JSON object.
 func TestRunLogFormatJSON(t *testing.T) {
 	src := readFile(t, filepath.Join(repoRoot, "testdata", "loopback.yaml"))
-	src = strings.NewReplacer(`"127.0.0.1:9479"`, `"127.0.0.1:0"`, "127.0.20.", "127.0.22.").Replace(src)
+	src = strings.NewReplacer(`"127.0.0.1:9479"`, `"127.0.0.1:0"`+"\n  control: \"\"", "127.0.20.", "127.0.22.").Replace(src)
 	cfg := filepath.Join(t.TempDir(), "gw.yaml")
 	if err := os.WriteFile(cfg, []byte(src), 0o644); err != nil {
 		t.Fatal(err)

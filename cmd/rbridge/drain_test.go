@@ -30,7 +30,7 @@ routes:
   - name: r
     listen: {leg: a, addr: "127.0.18.1:7471"}
     target: {leg: b, addr: "127.0.18.4:7471"}
-admin: {listen: ""}
+admin: {listen: "", control: ""}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestBadUsageIsTwo(t *testing.T) {
 		[]string{"bench", "--window", "0"},
 		[]string{"doctor", "--interval", "-1s"},
 		[]string{"status", "--admin", "nonsense"},
-		[]string{"reload", "--admin", "nonsense"},
+		[]string{"reload", "--control", "nonsense"},
 	)
 	for _, args := range cases {
 		_, _, err := run(t, nil, args...)

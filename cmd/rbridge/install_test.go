@@ -148,6 +148,11 @@ func TestUnitFile(t *testing.T) {
 	if _, ok := u["PrivateDevices"]; ok {
 		t.Error("PrivateDevices hides /dev/infiniband from the verbs legs")
 	}
+	// The control socket's directory is made for it (ProtectSystem=strict
+	// leaves /run read-only), the service's own.
+	if dir := "/run/" + u["RuntimeDirectory"]; dir != filepath.Dir(config.DefaultAdminControl) || u["RuntimeDirectoryMode"] != "0700" {
+		t.Errorf("RuntimeDirectory=%s RuntimeDirectoryMode=%s: want %s made 0700, the control socket's directory", u["RuntimeDirectory"], u["RuntimeDirectoryMode"], filepath.Dir(config.DefaultAdminControl))
+	}
 }
 
 // TestExampleConfig: the example make install ships is a valid config.
@@ -158,6 +163,9 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if len(c.Legs) != 2 || len(c.Routes) != 2 {
 		t.Errorf("%d legs, %d routes; want 2 and 2", len(c.Legs), len(c.Routes))
+	}
+	if c.Admin.Control != config.DefaultAdminControl {
+		t.Errorf("admin.control %q, want %q, in the directory the unit makes", c.Admin.Control, config.DefaultAdminControl)
 	}
 	if text := readFile(t, "../../dist/rbridge.yaml"); !strings.Contains(text, "docs/configuration.md") {
 		t.Error("the example does not point at docs/configuration.md, the reference of its keys")

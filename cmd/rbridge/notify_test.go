@@ -117,7 +117,7 @@ routes:
   - name: r
     listen: {leg: a, addr: "127.0.13.1:7471"}
     target: {leg: b, addr: "127.0.13.4:7471"}
-admin: {listen: "127.0.0.1:0"}
+admin: {listen: "127.0.0.1:0", control: ""}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,15 +21,15 @@ import (
 )
 
 type reloadOptions struct {
-	admin, config string
-	json          bool
-	timeout       time.Duration
+	control, config, admin string
+	json                   bool
+	timeout                time.Duration
 }
 
 func newReloadCommand() *cobra.Command {
 	o := reloadOptions{}
 	cmd := &cobra.Command{
-		Use:   "reload [--admin ADDR | --config FILE] [--json]",
+		Use:   "reload [--control PATH | --config FILE] [--json]",
 		Short: "Make a running gateway re-read its config file, and say what changed",
 		Long: `reload asks a running gateway (rbridge run) to re-read the config file it was
 started with and apply its routes, as SIGHUP (systemctl reload) does, and
@@ -38,20 +39,23 @@ unchanged (not touched), or why the file was refused (it does not parse,
 or its legs differ: legs need a restart), in which case the running routes
 stay as they were.
 
-The gateway is reached on its admin server (POST /reload): --admin ADDR, or
-the admin.listen of --config FILE (127.0.0.1:9479 when the file has none, as
-for rbridge run). It is read from the YAML alone, so a file that fails
-rbridge run's checks still leads to the gateway, whose refusal is then the
-answer; a file that cannot be read, or is not YAML, is bad usage (exit 2),
-named with why. The gateway always re-reads its own file: reload says so
-when FILE is another one.
+The gateway is reached on its control socket (POST /reload on a unix
+socket, never over the network): --control PATH, or the admin.control of
+--config FILE, or ` + config.DefaultAdminControl + ` (for root; another user's
+gateway makes it in $XDG_RUNTIME_DIR/rbridge/ by default). The socket is
+mode 0600: run reload as the gateway's user (root: sudo rbridge reload).
+The gateway logs who asked (pid, uid, gid). FILE is read from the YAML
+alone, so a file that fails rbridge run's checks still leads to the
+gateway, whose refusal is then the answer; a file that cannot be read, or
+is not YAML, is bad usage (exit 2), named with why. The gateway always
+re-reads its own file: reload says so when FILE is another one.
 
 --json prints the gateway's answer as it sent it:
   {"config", "outcome": "applied" | "refused" | "partial",
    "added", "removed", "changed", "unchanged", "error"}`,
-		Example: `  rbridge reload
+		Example: `  sudo rbridge reload
   rbridge reload --config /etc/rbridge/rbridge.yaml
-  rbridge reload --admin 127.0.0.1:9500 --json | jq -r .outcome`,
+  rbridge reload --control /run/rbridge/gw2.sock --json | jq -r .outcome`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("reload takes no arguments, got %q", args)
@@ -59,24 +63,27 @@ when FILE is another one.
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Flags().Changed("admin") && o.config != "" {
-				return usageError(cmd, errors.New("--admin and --config both name the gateway: give one"))
+			if cmd.Flags().Changed("admin") {
+				return usageError(cmd, fmt.Errorf("--admin %s: reload is not served on the admin server's TCP address (anyone who reaches it could reload the gateway): it goes through the gateway's control socket, --control PATH (admin.control; %s by default), or --config FILE", o.admin, config.DefaultAdminControl))
 			}
-			addr := o.admin
+			if cmd.Flags().Changed("control") && o.config != "" {
+				return usageError(cmd, errors.New("--control and --config both name the gateway: give one"))
+			}
+			path := o.control
 			if o.config != "" {
 				var err error
-				if addr, err = adminOf(o.config); err != nil {
+				if path, err = controlOf(o.config); err != nil {
 					return &exitError{code: exitUsage, err: err}
 				}
 			}
-			if _, err := netip.ParseAddrPort(addr); err != nil {
-				return usageError(cmd, fmt.Errorf("--admin %q: want an IP address and a port, as %q", addr, config.DefaultAdminListen))
+			if !filepath.IsAbs(path) {
+				return usageError(cmd, fmt.Errorf("--control %q: want the control socket's absolute path, as %q", path, config.DefaultAdminControl))
 			}
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			body, rep, err := postReload(ctx, addr, o.timeout)
+			body, rep, err := postReload(ctx, path, o.timeout)
 			if err != nil {
 				return err // exitNoGateway, or exitFailed for an error answered
 			}
@@ -98,57 +105,64 @@ when FILE is another one.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.admin, "admin", config.DefaultAdminListen, "the gateway's admin server (the config's admin.listen)")
-	f.StringVar(&o.config, "config", "", "the gateway's config file, to find its admin server in")
+	f.StringVar(&o.control, "control", config.DefaultControl(), "the gateway's control socket (the config's admin.control)")
+	f.StringVar(&o.config, "config", "", "the gateway's config file, to find its control socket in")
 	f.BoolVar(&o.json, "json", false, "print the JSON the gateway answered")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the gateway's answer (a reload waits for removed routes' listeners to close)")
+	// --admin was reload's way to the gateway when the admin server took
+	// reloads: refused with where control is now.
+	f.StringVar(&o.admin, "admin", "", "")
+	_ = f.MarkHidden("admin")
 	return cmd
 }
 
-// adminOf is the admin server's address a config file gives: admin.listen,
-// or the default when the file has none. It is read from the YAML alone
-// (config.LoadAdmin), so that a file the gateway would refuse still leads
-// to the gateway; a file that cannot be read, or is not YAML, is an error,
-// never a reason to ask the default address.
-func adminOf(path string) (string, error) {
+// controlOf is the control socket's path a config file gives:
+// admin.control, or the default when the file has none. It is read from
+// the YAML alone (config.LoadAdmin), so that a file the gateway would
+// refuse still leads to the gateway; a file that cannot be read, or is
+// not YAML, is an error, never a reason to ask the default socket.
+func controlOf(path string) (string, error) {
 	a, err := config.LoadAdmin(path)
 	if err != nil {
 		return "", fmt.Errorf("--config: %w", err)
 	}
-	switch {
-	case a.Listen == "":
-		return "", fmt.Errorf("--config %s: admin.listen is \"\": that gateway has no admin server to ask (send it SIGHUP)", path)
-	case a.Addr().Port() == 0:
-		return "", fmt.Errorf("--config %s: admin.listen %s lets the kernel pick the port: give --admin the address rbridge run logged", path, a.Listen)
+	if a.Control == "" {
+		return "", fmt.Errorf("--config %s: admin.control is \"\": that gateway has no control socket to ask (send it SIGHUP: systemctl reload rbridge)", path)
 	}
-	return a.Listen, nil
+	return a.Control, nil
 }
 
-// postReload sends POST /reload to the admin server at addr and decodes
+// postReload sends POST /reload to the control socket at path and decodes
 // its answer.
-func postReload(ctx context.Context, addr string, timeout time.Duration) ([]byte, *bridge.ReloadReport, error) {
+func postReload(ctx context.Context, path string, timeout time.Duration) ([]byte, *bridge.ReloadReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	url := "http://" + addr + "/reload"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}}
+	defer client.CloseIdleConnections()
+	// The host is a placeholder: the socket is the address.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost/reload", nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reload: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, nil, &exitError{code: exitNoGateway, err: fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)}
+	resp, err := client.Do(req)
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return nil, nil, &exitError{code: exitNoGateway, err: fmt.Errorf("cannot open the gateway's control socket %s: permission denied: it is its gateway's user's alone (mode 0600): run rbridge reload as that user (root: sudo rbridge reload)", path)}
+	case err != nil:
+		return nil, nil, &exitError{code: exitNoGateway, err: fmt.Errorf("cannot reach the gateway's control socket: %w (is rbridge run running, with admin.control %s?)", err, path)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reload: reading POST %s: %w", url, err)
+		return nil, nil, fmt.Errorf("reload: reading the answer on %s: %w", path, err)
 	}
 	var rep bridge.ReloadReport
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || json.Unmarshal(body, &rep) != nil || rep.Outcome == "" {
-		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
-			return nil, nil, fmt.Errorf("the gateway at %s does not take POST /reload (an older rbridge run): send it SIGHUP", addr)
-		}
-		return nil, nil, fmt.Errorf("reload: POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+		return nil, nil, fmt.Errorf("reload: POST /reload on %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return body, &rep, nil
 }

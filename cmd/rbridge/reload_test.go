@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,7 +26,7 @@ import (
 func TestRunReloadsOnSIGHUP(t *testing.T) {
 	// 127.0.16.0/24: this test's own, so parallel packages do not take
 	// its RoCEv2 ports.
-	const legs = `admin: {listen: "127.0.0.1:0"}
+	const legs = `admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.16.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.16.2, io: udp}
@@ -61,7 +63,7 @@ routes:
 	sock.next(t, "RELOADING=1", 10*time.Second)
 	sock.next(t, "READY=1", 10*time.Second)
 	waitLog(`msg=reloaded`)
-	if l := logs.String(); !strings.Contains(l, `routes="added second; removed first"`) || !strings.Contains(l, "route=second listen=127.0.16.1:7472") {
+	if l := logs.String(); !strings.Contains(l, `msg="reload asked by SIGHUP"`) || !strings.Contains(l, `routes="added second; removed first"`) || !strings.Contains(l, "route=second listen=127.0.16.1:7472") {
 		t.Errorf("the reload did not start second and stop first")
 	}
 
@@ -85,20 +87,23 @@ routes:
 }
 
 // TestReloadCommand: rbridge reload asks a running gateway to re-read its
-// file. A changed file is applied and the routes it changed are printed
-// (exit 0); a file that does not parse is refused with why, exit 1, and
-// the running routes stay (rbridge status shows them); found through
-// another file's admin.listen, it says the gateway re-read its own; with
-// no gateway there, exit 3 and a clear error.
+// file, on its control socket. A changed file is applied and the routes
+// it changed are printed (exit 0), and the gateway logs who asked (this
+// process's uid); a file that does not parse is refused with why, exit 1,
+// and the running routes stay (rbridge status shows them); found through
+// another file's admin.control, it says the gateway re-read its own; with
+// no gateway there, exit 3 and a clear error; --admin (the TCP address,
+// which takes no reload) is bad usage that says where control is.
 func TestReloadCommand(t *testing.T) {
+	dir := t.TempDir()
+	control := filepath.Join(dir, "run", "control.sock")
 	// 127.0.17.0/24: this test's own.
-	const legs = `admin: {listen: "127.0.0.1:0"}
+	legs := fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: %q}
 legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.17.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.17.2, io: udp}
 routes:
-`
-	dir := t.TempDir()
+`, control)
 	cfg := filepath.Join(dir, "gw.yaml")
 	write := func(path, s string) {
 		t.Helper()
@@ -140,18 +145,25 @@ routes:
 		}
 		return strings.Join(names, " ")
 	}
+	if fi, err := os.Stat(control); err != nil || fi.Mode() != os.ModeSocket|0o600 {
+		t.Fatalf("the control socket %s: %v, %v; want a socket of mode 0600", control, fi, err)
+	}
 
-	// Applied.
+	// Applied, and who asked logged.
 	write(cfg, legs+first+`  - {name: second, listen: {leg: a, addr: "127.0.17.1:7472"}, target: {leg: b, addr: "127.0.17.4:7471"}}
 `)
-	out, errOut, code := reload("--admin", admin)
+	out, errOut, code := reload("--control", control)
 	if want := "reloaded " + cfg + ": added second; unchanged first\n"; code != 0 || out != want {
 		t.Errorf("reload of a good file: exit %d, %q (stderr %q); want 0, %q", code, out, errOut, want)
 	}
 	if got := routes(); got != "first second" {
 		t.Errorf("routes after the reload: %q", got)
 	}
-	out, _, code = reload("--admin", admin, "--json")
+	asked := fmt.Sprintf(`level=INFO msg="reload asked on the control socket" pid=%d uid=%d gid=%d`, os.Getpid(), os.Getuid(), os.Getgid())
+	if l := p.logs.String(); !strings.Contains(l, asked) {
+		t.Errorf("the gateway's log does not say who asked (%q):\n%s", asked, l)
+	}
+	out, _, code = reload("--config", cfg, "--json")
 	var rep bridge.ReloadReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
 		t.Fatalf("reload --json: exit %d, %v:\n%s", code, err, out)
@@ -161,9 +173,20 @@ routes:
 		t.Errorf("reload --json of the same file (-want +got):\n%s", d)
 	}
 
+	// Not over TCP: the admin server answers 404 with where control is.
+	resp, err := http.Post("http://"+admin+"/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "rbridge reload --control "+control) {
+		t.Errorf("POST /reload on the admin server: %s %q; want 404 and where control is", resp.Status, b)
+	}
+
 	// Refused: the running routes stay.
 	write(cfg, "legs: [ this is not yaml\n")
-	out, errOut, code = reload("--admin", admin)
+	out, errOut, code = reload("--control", control)
 	if code != 1 || !strings.HasPrefix(out, "refused "+cfg+", the running routes stay: "+cfg+":1: ") || strings.Count(out, "\n") != 1 || errOut != "exit status 1" {
 		t.Errorf("reload of a bad file: exit %d, %q, stderr %q; want 1 and why, said once", code, out, errOut)
 	}
@@ -174,26 +197,27 @@ routes:
 		t.Error("the gateway did not log the refusal")
 	}
 
-	// Through another file's admin.listen (a file rbridge run would
+	// Through another file's admin.control (a file rbridge run would
 	// refuse: no routes): the gateway re-reads its own.
 	other := filepath.Join(dir, "other.yaml")
-	write(other, fmt.Sprintf("admin: {listen: %q}\nlegs: []\n", admin))
+	write(other, fmt.Sprintf("admin: {control: %q}\nlegs: []\n", control))
 	_, errOut, code = reload("--config", other)
 	if code != 1 || !strings.Contains(errOut, "the gateway re-read its own file "+cfg+", not "+other) {
 		t.Errorf("reload --config %s: exit %d, stderr %q", other, code, errOut)
 	}
 
 	// Bad usage, and no gateway there.
-	write(other, "admin: {listen: \"127.0.0.1:0\"}\n")
+	write(other, "admin: {control: \"\"}\n")
 	for _, tc := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"--config", other}, 2, "lets the kernel pick the port: give --admin the address rbridge run logged"},
-		{[]string{"--admin", admin, "--config", cfg}, 2, "--admin and --config both name the gateway"},
-		{[]string{"--admin", "localhost"}, 2, `--admin "localhost": want an IP address and a port`},
-		{[]string{"--admin", freeAddr(t)}, 3, "cannot reach the gateway's admin server"},
+		{[]string{"--config", other}, 2, `admin.control is "": that gateway has no control socket to ask (send it SIGHUP: systemctl reload rbridge)`},
+		{[]string{"--control", control, "--config", cfg}, 2, "--control and --config both name the gateway"},
+		{[]string{"--control", "control.sock"}, 2, `--control "control.sock": want the control socket's absolute path, as "/run/rbridge/control.sock"`},
+		{[]string{"--control", filepath.Join(dir, "none.sock")}, 3, "cannot reach the gateway's control socket"},
+		{[]string{"--admin", admin}, 2, "--admin " + admin + ": reload is not served on the admin server's TCP address"},
 	} {
 		if _, errOut, code := reload(tc.args...); code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("rbridge reload %v: exit %d, %q; want %d, %q", tc.args, code, errOut, tc.code, tc.want)
@@ -245,7 +269,7 @@ func TestReloadConfigUnreadable(t *testing.T) {
 		{"missing", filepath.Join(dir, "none.yaml"), "none.yaml: no such file or directory"},
 		{"a directory", dir, dir + ": is a directory"},
 		{"not YAML", file("broken.yaml", "admin: {listen: \"127.0.0.1:9479\"\nlegs: [\n"), "broken.yaml:1: did not find expected"},
-		{"admin not a mapping", file("flat.yaml", "legs: []\nadmin: 9479\n"), "flat.yaml:2: admin: want a mapping of keys (listen), got a number (9479)"},
+		{"admin not a mapping", file("flat.yaml", "legs: []\nadmin: 9479\n"), "flat.yaml:2: admin: want a mapping of keys (listen, control, hosts), got a number (9479)"},
 		{"too large", file("huge.yaml", "#"+strings.Repeat("x", 1<<20)+"\n"), "huge.yaml: the file is larger than 1 MiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

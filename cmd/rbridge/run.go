@@ -47,12 +47,16 @@ accepting while their sessions go on until they end, changed routes are
 restarted the same way, unchanged ones and their sessions are not touched;
 a file that does not parse, or whose legs differ (legs are opened once:
 restart for them), is refused and the running routes stay. The admin
-server (admin.listen, 127.0.0.1:9479 by default) serves Prometheus metrics
-on /metrics, and on /status as JSON (what rbridge status prints) the
-gateway's state (running, reloading, draining, stopped), the legs with
-their link state, the routes and the sessions, and takes POST /reload (what
-rbridge reload sends: the same as SIGHUP, answered with what it did); it
-serves while sessions drain, and /status says draining then. On
+server (admin.listen, 127.0.0.1:9479 by default) serves what reads, over
+TCP: Prometheus metrics on /metrics, and on /status as JSON (what rbridge
+status prints) the gateway's state (running, reloading, draining,
+stopped), the legs with their link state, the routes and the sessions; an
+address that is not a loopback one is logged at warning. The control
+socket (admin.control, /run/rbridge/control.sock by default: a unix
+socket of mode 0600 that no remote peer can reach) takes POST /reload
+(what rbridge reload sends: the same as SIGHUP, answered with what it
+did), and the log says who asked (pid, uid, gid). Both serve while
+sessions drain, and /status says draining then. On
 SIGINT or SIGTERM it stops accepting, ends every session (both connections
 disconnected), releases everything and exits 0. --drain bounds how long
 the sessions' connections get to close (their peers answering the
@@ -92,7 +96,9 @@ routes it applies to is in docs/configuration.md in rbridge's source:
       target: {leg: ib, addr: "198.18.3.2:4420"}
       allow: ["198.18.1.0/24"]    # optional; default any client
   admin:
-    listen: "127.0.0.1:9479"      # optional: /metrics and /status; this is the default, "" for none
+    listen: "127.0.0.1:9479"      # optional: /metrics, /status, /healthz; this is the default, "" for none
+    control: /run/rbridge/control.sock  # optional: rbridge reload's socket; the default, "" for none
+    hosts: [gw1.example.com]      # optional: names the admin server answers (besides IPs, localhost)
 
 YAML anchors, aliases and merge keys (- <<: *roce, then the keys that
 differ) share settings between legs or routes.
@@ -101,8 +107,9 @@ A bad file is refused before anything starts, with its line and what is
 wrong (a file above 1 MiB unread past that bound); so is a host that lacks
 what the file needs, every problem at once: a leg's interface or RDMA
 device missing, an io: afxdp leg on an interface without an Ethernet
-address, a quic leg's ip not on this host, the admin server's port taken.
---check does all of this and exits.
+address, a quic leg's ip not on this host, the admin server's port taken,
+the control socket's path another gateway's. --check does all of this and
+exits (and notes an admin.listen that is not a loopback address).
 
 What crosses: every RC operation whose requester is on a userspace leg, one-
 sided ones with the target's own address and rkey; from a verbs leg, the SEND
@@ -180,6 +187,9 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 	}
 	if o.check {
 		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found, the admin port free)\n", o.config, len(cfg.Legs), len(cfg.Routes))
+		if a := cfg.Admin.Addr(); a.IsValid() && !a.Addr().IsLoopback() {
+			fmt.Fprintf(out, "note: admin.listen %s is not a loopback address: %s\n", cfg.Admin.Listen, bridge.NonLoopbackNote(a))
+		}
 		return nil
 	}
 	var handler slog.Handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})
@@ -192,15 +202,24 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		return err
 	}
 	notify := func(state string) { sdNotify(log, state) }
+	// Both serve while the gateway drains, and stop after.
 	if cfg.Admin.Listen != "" {
 		admin, err := bridge.StartAdmin(bridge.AdminOptions{Gateway: g, Addr: cfg.Admin.Listen, Logger: log,
-			Reload: func() bridge.ReloadReport { return reload(g, log, notify) }})
+			Hosts: cfg.Admin.Hosts, Control: cfg.Admin.Control})
 		if err != nil {
 			g.Close(context.Background())
 			return adminListenError(cfg, err)
 		}
-		// It serves while the gateway drains, and stops after.
 		defer admin.Close(context.Background())
+	}
+	if cfg.Admin.Control != "" {
+		control, err := bridge.StartControl(bridge.ControlOptions{Path: cfg.Admin.Control, Logger: log,
+			Reload: func() bridge.ReloadReport { return reload(g, log, notify) }})
+		if err != nil {
+			g.Close(context.Background())
+			return controlError(cfg, err)
+		}
+		defer control.Close(context.Background())
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGHUP)
@@ -226,6 +245,7 @@ wait:
 				g.LogState()
 				continue
 			case syscall.SIGHUP:
+				log.Info("reload asked by SIGHUP")
 				reload(g, log, notify)
 				continue
 			}

@@ -48,8 +48,9 @@ server's /status, and prints it as tables:
 
 --json prints /status's JSON as the gateway sent it. The gateway is reached
 on its admin server: --admin ADDR, or the admin.listen of --config FILE
-(127.0.0.1:9479 when the file has none, as for rbridge run), as rbridge
-reload finds it; the same server has Prometheus metrics on /metrics.`,
+(127.0.0.1:9479 when the file has none, as for rbridge run); the same
+server has Prometheus metrics on /metrics. It serves what reads alone:
+rbridge reload goes through the gateway's control socket.`,
 		Example: `  rbridge status
   rbridge status --config /etc/rbridge/rbridge.yaml
   rbridge status --admin 127.0.0.1:9500 --json | jq '.sessions | length'`,
@@ -239,4 +240,23 @@ func dcqcnNote(d *bridge.DCQCNStatus) string {
 		state = fmt.Sprintf("cut %d times by %d CNPs", d.Cuts, d.CNPs)
 	}
 	return fmt.Sprintf("; DCQCN %.4g Gb/s, %s", d.RateBytesPerSecond*8/1e9, state)
+}
+
+// adminOf is the admin server's address a config file gives: admin.listen,
+// or the default when the file has none. It is read from the YAML alone
+// (config.LoadAdmin), so that a file that the gateway would refuse still
+// leads to the gateway; a file that cannot be read, or is not YAML, is an
+// error, never a reason to ask the default address.
+func adminOf(path string) (string, error) {
+	a, err := config.LoadAdmin(path)
+	if err != nil {
+		return "", fmt.Errorf("--config: %w", err)
+	}
+	switch {
+	case a.Listen == "":
+		return "", fmt.Errorf("--config %s: admin.listen is \"\": that gateway has no admin server to ask", path)
+	case a.Addr().Port() == 0:
+		return "", fmt.Errorf("--config %s: admin.listen %s lets the kernel pick the port: give --admin the address rbridge run logged", path, a.Listen)
+	}
+	return a.Listen, nil
 }

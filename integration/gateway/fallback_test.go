@@ -83,7 +83,7 @@ func (q *quicTopo) cutDirect(on bool) error {
 // fallbackConfigA is gateway A's file: its route to rping's server on
 // rxeq1 through its direct leg, with the fallback through gw-b.
 func (q *quicTopo) fallbackConfigA() string {
-	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}    # in its own namespace
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}    # in its own namespace
 legs:
   - {name: roce, kind: userspace, interface: vqa1, ip: %v, io: udp}
   - {name: direct, kind: userspace, interface: %s, ip: %v, io: udp}

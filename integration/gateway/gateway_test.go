@@ -41,7 +41,7 @@ func (s *syncBuffer) String() string {
 // leg in user0 over io, the verbs leg on rxe2 with ibKeys' lines added to
 // it; routes follow.
 func guestLegs(io string, ns guest.Netns, ib guest.IBFabric, ibKeys string) string {
-	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}    # tests bind no fixed port
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}    # tests bind no fixed port
 legs:
   - name: roce
     kind: userspace

@@ -20,7 +20,7 @@ import (
 // side's (rxe1 and the user0 namespace's wire) to the IB fabric's (rxe2,
 // rxe3) and back, the userspace leg on io (udp or afxdp).
 func mcastConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
-	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: roce, kind: userspace, interface: %s, ip: %v, io: %s, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
@@ -146,7 +146,7 @@ func mckeyPair(ctx context.Context, group, sender, receiver string, count, size 
 func TestGuestRunMGIDIPoIBOnRoCE(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	cfg := fmt.Sprintf(`admin: {listen: ""}
+	cfg := fmt.Sprintf(`admin: {listen: "", control: ""}
 legs:
   - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
@@ -191,7 +191,7 @@ func TestGuestRunMckeyBusyPoll(t *testing.T) {
 		{"afxdp", "afxdp", "roce_to_ib", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+			logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: roce, kind: userspace, interface: %s, ip: %v, io: %s, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
@@ -243,7 +243,7 @@ groups:
 func TestGuestRunJoined(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
@@ -289,7 +289,7 @@ groups:
 func TestGuestRunMckeyTooLong(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	logs := startGateway(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s, mtu: 512}
   - {name: ib, kind: verbs, ip: %v, device: %s}

@@ -197,12 +197,19 @@ func statusVia(hc *http.Client, admin string) (bridge.Status, error) {
 // connection's SENDs besides), the verbs leg's NIC counting the packets;
 // both scrapes go to the host, where promtool lints them. A SIGHUP that
 // adds a route and removes another leaves an rping session on a third
-// undisturbed, and rbridge reload then finds nothing to change.
+// undisturbed, and rbridge reload (on the control socket) then finds
+// nothing to change.
 func TestGuestRunOperations(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	cfg := gatewayConfig("udp", ns, ib)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.yaml")
+	// The control socket rbridge reload uses, this test's own.
+	control := filepath.Join(dir, "control.sock")
+	cfg := strings.Replace(gatewayConfig("udp", ns, ib), `control: ""`, "control: "+control, 1)
+	if !strings.Contains(cfg, "control: "+control) {
+		t.Fatal("the guest's config has no admin.control to set")
+	}
 	logs, proc := startGatewayAt(t, path, cfg)
 	admin := adminAddr(t, logs)
 	bin := guest.Rbridge(t)
@@ -374,10 +381,14 @@ func TestGuestRunOperations(t *testing.T) {
 	if got := strings.Join(routes, " "); got != "to-ib to-roce added" {
 		t.Errorf("/status routes after the reload: %q, want to-ib to-roce added", got)
 	}
-	// rbridge reload: the file is the one SIGHUP applied, nothing to change.
-	if out, err := exec.Command(bin, "reload", "--admin", admin).CombinedOutput(); err != nil ||
+	// rbridge reload, on the control socket: the file is the one SIGHUP
+	// applied, nothing to change; the gateway logs who asked.
+	if out, err := exec.Command(bin, "reload", "--control", control).CombinedOutput(); err != nil ||
 		string(out) != "reloaded "+path+": unchanged added, to-ib, to-roce\n" {
 		t.Errorf("rbridge reload: %v: %q", err, out)
+	}
+	if l := waitLog(t, logs, `msg="reload asked on the control socket"`); !strings.Contains(l, " uid=0 ") {
+		t.Errorf("the reload asked on the control socket, logged without root's uid: %s", l)
 	}
 	_, b := scrape(t, admin)
 	guest.Artifact(t, "metrics.prom", b)

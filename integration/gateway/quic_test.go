@@ -216,13 +216,13 @@ func (q *quicTopo) writeCerts(t *testing.T) {
 // userspace leg and target rxeq1's servers through gw-b; B's listen on
 // its quic leg for those addresses and dial them on its userspace leg.
 func (q *quicTopo) configs() (a, b string) {
-	a = fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}    # in its own namespace
+	a = fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}    # in its own namespace
 legs:
   - {name: roce, kind: userspace, interface: vqa1, ip: %v, io: udp}
   - {name: gw-b, kind: quic, ip: %v, peer: "%v:%d", peer_name: gw-b, cert: %s, key: %s, ca: %s}
 routes:
 `, q.gwAUser, q.gwAQUIC, q.gwBQUIC, q.quicPort, q.certA, q.keyA, q.ca)
-	b = fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	b = fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: gw-a, kind: quic, ip: %v, listen: "%v:%d", peer_name: gw-a, cert: %s, key: %s, ca: %s}
   - {name: roce, kind: userspace, interface: vqb1, ip: %v, io: udp}

@@ -44,7 +44,7 @@ func BenchmarkGuestUDThroughVsDirect(b *testing.B) {
 	ibMember := joinUD(b, ib.PeerIP, group, false)
 	roceMember := joinUD(b, d.IP, roceGroup, false)
 
-	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: roce, kind: userspace, interface: %s, ip: %v, io: udp, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}

@@ -22,7 +22,7 @@ const udaddyPort = 7174
 // udConfig is the guest's gateway with a UD route each way on udaddy's
 // port.
 func udConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
-	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
   - {name: roce, kind: userspace, interface: %s, ip: %v, io: %s, netns: %s}
   - {name: ib, kind: verbs, ip: %v, device: %s}
