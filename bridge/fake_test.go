@@ -275,6 +275,15 @@ func (f *fakeLeg) sendOp(pl *pool.Pool, data []byte, op transport.Opcode, arg ui
 	f.mu.Unlock()
 	reply := h.Request(&r, b)
 	h.Flush()
+	if reply.Result != transport.Pending {
+		// As a verbs endpoint: the SEND was acknowledged on arrival, its
+		// outcome is the receive's completion.
+		c := transport.Completion{}
+		if reply.Result != transport.Done {
+			c.Status = transport.StatusRemOpErr
+		}
+		_ = f.Complete(r.Token, c)
+	}
 	return reply
 }
 

@@ -66,6 +66,8 @@ type rigOpts struct {
 	classes           []int // the pool's (default 256, 4 KiB, 64 KiB)
 	farChunk          int   // with tunnel: the far gateway's session's MaxChunk
 	slowFailure       time.Duration
+	// protocol is the session's (the near one's, with tunnel).
+	protocol session.Protocol
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -174,7 +176,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		}
 		far = qa
 	}
-	r.sess, err = session.New(session.Options{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t)})
+	r.sess, err = session.New(session.Options{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t), Protocol: o.protocol})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,14 @@
 //     Limits, Close; Done in post order), the Handler it calls, the Op it
 //     carries, and the optional Drainer and StartNotifier;
 //   - session.go: a session's lifecycle (New, drain, teardown, Cut and
-//     Close) and the relay: request, send, write and lend, pump, done.
+//     Close) and the relay: request, send, write and lend, pump, done;
+//   - protocol.go: the Protocol a route may carry (Options.Protocol),
+//     handed every SEND-family message whole (Message, its bytes as
+//     Pieces) before the relay queues it, and each one's completion; a
+//     refusal fails the message back and ends the session.
 //
 // The endpoints live with their legs in package bridge
 // (endpoint_userspace.go, endpoint_verbs.go, endpoint_quic.go); the pool
-// the relay takes its buffers from is package pool.
+// the relay takes its buffers from is package pool; the Protocols are in
+// package staging.
 package session
