@@ -774,6 +774,18 @@ func (r *relay) writeLocked(q *transport.Request, buf *pool.Buf) transport.Reply
 		op.Opcode = transport.OpWrite
 		r.msg = op
 	}
+	if !lend && len(q.Payload) > 0 && (op.Buf == nil || len(q.Payload) > len(op.Buf.B())-op.Off-op.Len) {
+		// More than the chunk holds: a packet is at most the requester's
+		// MTU, so only a leg that delivers a WRITE whole (a peer gateway's
+		// Op frame) can ask it, and only past the pool's largest buffer.
+		// Refused: never posted with a length past its buffer (the bytes
+		// there are other buffers').
+		r.msg = nil
+		r.releaseLocked(op)
+		r.s.stats.TooLong[r.dir].Add(1)
+		r.s.log.Warn("request refused: a WRITE request longer than a chunk", "bytes", len(q.Payload), "largest", r.s.maxChunk)
+		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
+	}
 	switch {
 	case lend:
 		buf.Ref()
