@@ -204,6 +204,21 @@ func (r *relay) messageLocked(op *Op) (transport.Reply, bool) {
 	return transport.Reply{}, true
 }
 
+// causeOf is why the session ends when err ended it: a refusal of the
+// protocol's comes first, whatever followed from it (the refused sender's
+// QP leaves RTS once it got its NAK, before the session ends on its own).
+func (s *Session) causeOf(err error) error {
+	for _, r := range []*relay{&s.ab, &s.ba} {
+		r.mu.Lock()
+		refusal := r.refusal
+		r.mu.Unlock()
+		if refusal != nil && !errors.Is(err, ErrRefused) {
+			return fmt.Errorf("%w; then: %w", refusal, err)
+		}
+	}
+	return err
+}
+
 // endAfterRefusal ends the session once what r queued before a refused
 // message was posted and completed (at most drainTimeout), so that those
 // requesters learn their own outcome, and the refused message's sender

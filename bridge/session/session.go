@@ -405,6 +405,7 @@ func (r *relay) state() RelayState {
 // operation failed, with the status it failed with, before its own
 // connection goes. Only then is the other endpoint closed.
 func (s *Session) teardown(ep Endpoint, err error) {
+	err = s.causeOf(err)
 	switch {
 	case errors.Is(err, ErrClosed):
 	case errors.Is(err, ErrPeerDisconnected):
