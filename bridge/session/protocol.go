@@ -33,9 +33,10 @@ type Protocol interface {
 	//
 	// An error refuses the message: it fails back to its sender (an
 	// invalid request NAK, or an error completion of a receive that a
-	// verbs leg acknowledged already), nothing more is relayed in that
-	// direction, and the session ends with an error that matches
-	// ErrRefused and wraps this one. The error names what was wrong with
+	// verbs leg acknowledged already), nothing after it is relayed in that
+	// direction (what came before is, and completes), and then the
+	// session ends with an error that matches ErrRefused and wraps this
+	// one. The error names what was wrong with
 	// the message; Message names the message (Describe).
 	Message(m *Message) error
 	// Sent reports the far endpoint's completion of a message Message
