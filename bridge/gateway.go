@@ -16,6 +16,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/bridge/staging"
 
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
@@ -82,6 +83,11 @@ type Gateway struct {
 	// fallbacks is each route's choice between target and fallback (for
 	// routes with one), kept across reloads like routeStats.
 	fallbacks map[string]*fallbackState
+	// protocols counts, per route and protocol, what the sessions of a
+	// route with a protocol saw of it: made when such a route starts,
+	// kept across reloads like routeStats (a route whose protocol changed
+	// counts anew under the new one).
+	protocols map[routeProtocol]*staging.Stats
 
 	fallbackAfter, fallbackRetry time.Duration
 
@@ -191,7 +197,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pl, legs: map[string]leg.Leg{}, ctx: ctx, cancel: cancel,
 		sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]leg.Status{},
-		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry,
+		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry, protocols: map[routeProtocol]*staging.Stats{},
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
@@ -257,6 +263,9 @@ type routeRun struct {
 	done   chan struct{} // closed when the loop ended and its listener closed
 }
 
+// routeProtocol names a route's protocol counters.
+type routeProtocol struct{ route, protocol string }
+
 // startRoute listens on r's address and starts its accept loop.
 func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 	if r.UD {
@@ -277,6 +286,9 @@ func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 	}
 	if g.fallbacks[r.Name] == nil {
 		g.fallbacks[r.Name] = &fallbackState{}
+	}
+	if rp := (routeProtocol{r.Name, r.Protocol}); r.Protocol != "" && g.protocols[rp] == nil {
+		g.protocols[rp] = &staging.Stats{}
 	}
 	g.mu.Unlock()
 	g.wg.Add(1)
@@ -490,6 +502,24 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
 		return
 	}
+	// The protocol the route carries: one Protocol a session (a queue
+	// pair), the host's side the client's (A).
+	var proto session.Protocol
+	if r.Protocol != "" {
+		g.mu.Lock()
+		ps := g.protocols[routeProtocol{r.Name, r.Protocol}]
+		g.mu.Unlock()
+		var err error
+		if proto, err = staging.New(staging.Options{Protocol: r.Protocol, Route: r.Name, Host: 0, Stats: ps, Logger: base}); err != nil {
+			// Cannot happen: config checked the protocol, startRoute made
+			// its counters.
+			g.stats.Rejected.Add(1)
+			rs.Rejected.Add(1)
+			log.Error("the route's protocol cannot be served: client rejected", "err", err)
+			_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
 	defer cancel()
 	p := in.Params()
@@ -522,7 +552,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		_ = out.Close()
 		return
 	}
-	s, err := session.New(session.Options{A: c.Endpoint(), B: out.Endpoint(), Pool: g.pool, Logger: log})
+	s, err := session.New(session.Options{A: c.Endpoint(), B: out.Endpoint(), Pool: g.pool, Logger: log, Protocol: proto})
 	if err != nil {
 		// Both connections are up, so this is one of them ending before
 		// the session started (a peer that disconnected at once).

@@ -38,7 +38,10 @@ type RouteStatus struct {
 	TargetLeg string   `json:"target_leg"`
 	Target    string   `json:"target"`
 	Allow     []string `json:"allow,omitempty"`
-	Sessions  int      `json:"sessions"` // running now
+	// Protocol is the upper-layer protocol the route carries (its
+	// sessions parse its messages), when it names one.
+	Protocol string `json:"protocol,omitempty"`
+	Sessions int    `json:"sessions"` // running now
 	// Stopped is why the route's accept loop ended, when it did.
 	Stopped string `json:"stopped,omitempty"`
 	// Fallback is the route's fallback, when it has one, and whether new
@@ -207,7 +210,7 @@ func (g *Gateway) Status() Status {
 	for i := range cfg.Routes {
 		r := &cfg.Routes[i]
 		rs := RouteStatus{Name: r.Name, ListenLeg: r.Listen.Leg, Listen: r.Listen.Addr.String(), TargetLeg: r.Target.Leg, Target: r.Target.Addr.String(),
-			Sessions: open[r.Name], Stopped: stopped[r.Name]}
+			Protocol: r.Protocol, Sessions: open[r.Name], Stopped: stopped[r.Name]}
 		if f := fallbacks[r.Name]; f != nil && r.Fallback.Leg != "" {
 			rs.Fallback = f.status(r)
 		}

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/bridge/staging"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,8 +24,9 @@ import (
 
 // The gateway's Prometheus metrics are read from its Snapshots at scrape
 // time by one collector (NewCollector): nothing is counted twice. Labels
-// have bounded values only: leg and route (from the config), direction
-// (to_target, to_client; rx, tx), a send opcode (send, send_with_imm,
+// have bounded values only: leg, route and protocol (from the config),
+// direction (to_target, to_client; rx, tx; a protocol's data direction),
+// why (what was wrong in a protocol), a send opcode (send, send_with_imm,
 // send_with_inv, write, write_with_imm, read, compare_swap, fetch_add), a
 // pool class's size, and a verbs leg's
 // device and port (the one its address chose). Per-QPN and per-client
@@ -89,6 +92,26 @@ var directionRows = func() []directionRow {
 	}
 	return out
 }()
+
+// The counters of a route's protocol (package staging), per route and
+// protocol, from its staging.Stats.
+var protocolLabels = []string{"route", "protocol"}
+
+var protocolCounters = newCounters("rbridge_route_protocol_", protocolLabels, []counterRow[staging.StatsSnapshot]{
+	{"descriptors_total", "Memory descriptors the route's commands carried that name memory (nvme: keyed SGL data blocks of a length above 0).", func(s *staging.StatsSnapshot) uint64 { return s.Descriptors }},
+	{"described_bytes_total", "Bytes the route's commands' memory descriptors named (the data the far side READs or WRITEs).", func(s *staging.StatsSnapshot) uint64 { return s.DescribedBytes }},
+	{"remote_invalidations_total", "Memory descriptors that asked the far side to invalidate their key remotely (nvme: the keyed SGL invalidate subtype).", func(s *staging.StatsSnapshot) uint64 { return s.Invalidations }},
+	{"completions_total", "Completions the route's controllers (targets) sent back to their hosts.", func(s *staging.StatsSnapshot) uint64 { return s.Completions }},
+})
+
+var (
+	descProtocolCommands = prometheus.NewDesc("rbridge_route_protocol_commands_total",
+		"Commands the route's hosts (clients) sent, by the way their data moves (none, host_to_controller: the target READs the host's memory, controller_to_host: it WRITEs it, bidirectional).",
+		[]string{"route", "protocol", "direction"}, nil)
+	descProtocolErrors = prometheus.NewDesc("rbridge_route_protocol_errors_total",
+		"What was wrong in the route's protocol, by why (malformed_command, malformed_completion: not understood, the session ended; unknown_command_id: a completion for no outstanding command, reused_command_id: a command whose ID was outstanding: counted, relayed).",
+		[]string{"route", "protocol", "why"}, nil)
+)
 
 // The UD route counters (ud.go), from its UDStats.
 var udRouteCounters = newCounters("rbridge_route_ud_", []string{"route"}, []counterRow[UDStatsSnapshot]{
@@ -285,9 +308,10 @@ var classifierCounters = newCounters("rbridge_xdp_classifier_", legLabels, []cou
 
 // metricsSnapshot is what a scrape reads of a gateway, at one moment.
 type metricsSnapshot struct {
-	routes []routeMetrics
-	legs   []legMetrics
-	pool   []pool.ClassStats
+	routes    []routeMetrics
+	protocols []protocolMetrics
+	legs      []legMetrics
+	pool      []pool.ClassStats
 }
 
 type routeMetrics struct {
@@ -296,6 +320,12 @@ type routeMetrics struct {
 	gw       GatewayStatsSnapshot
 	sessions session.StatsSnapshot // ended sessions' and running ones'
 	ud       *UDStatsSnapshot      // a UD route's
+}
+
+// protocolMetrics are a route's protocol's counters.
+type protocolMetrics struct {
+	routeProtocol
+	stats staging.StatsSnapshot
 }
 
 type legMetrics struct {
@@ -334,8 +364,14 @@ func (g *Gateway) metrics() metricsSnapshot {
 		r.open++
 		r.sessions.Add(s.Stats().Snapshot())
 	}
+	for rp, st := range g.protocols {
+		m.protocols = append(m.protocols, protocolMetrics{routeProtocol: rp, stats: st.Snapshot()})
+	}
 	cfg := g.cfg
 	g.mu.Unlock()
+	slices.SortFunc(m.protocols, func(a, b protocolMetrics) int {
+		return cmp.Or(strings.Compare(a.route, b.route), strings.Compare(a.protocol, b.protocol))
+	})
 	// The route's GatewayStats after its sessions: a session counted
 	// above has been accepted.
 	for i := range m.routes {
@@ -391,6 +427,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- r.desc
 	}
 	describe(ch, udRouteCounters)
+	describe(ch, protocolCounters)
+	ch <- descProtocolCommands
+	ch <- descProtocolErrors
 	for _, d := range []*prometheus.Desc{descUDDatagrams, descUDBytes, descUDImm, descUDDropped, descGroupDatagrams, descGroupBytes, descGroupDropped,
 		descJoinedGroups, descJoinedEvents, descJoinedIGMP} {
 		ch <- d
@@ -447,6 +486,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if r.ud != nil {
 			collectUD(ch, r.name, r.ud)
+		}
+	}
+	for i := range m.protocols {
+		p := &m.protocols[i]
+		collect(ch, protocolCounters, &p.stats, p.route, p.protocol)
+		for d, n := range p.stats.Commands {
+			ch <- prometheus.MustNewConstMetric(descProtocolCommands, prometheus.CounterValue, float64(n), p.route, p.protocol, staging.DataDirection(d).String())
+		}
+		for w, n := range p.stats.Errors {
+			ch <- prometheus.MustNewConstMetric(descProtocolErrors, prometheus.CounterValue, float64(n), p.route, p.protocol, staging.Why(w).String())
 		}
 	}
 	for _, gs := range c.g.groupStatus() {

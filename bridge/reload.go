@@ -105,7 +105,7 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 		switch {
 		case !ok:
 			res.Removed = append(res.Removed, name)
-		case !sameRoute(run.r, r) || dead[name]:
+		case !run.r.Same(*r) || dead[name]:
 			// Restarted: startUDRoute puts a new rate in force.
 			res.Changed = append(res.Changed, name)
 		default:
@@ -147,16 +147,6 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 		return res, fmt.Errorf("bridge: reload %s: %w", cfg.File(), err)
 	}
 	return res, nil
-}
-
-// sameRoute reports whether two routes listen, target and allow alike (in
-// the same port space), whatever their rate limits (which a reload
-// changes in place).
-func sameRoute(a, b *config.Route) bool {
-	return a.Listen.Leg == b.Listen.Leg && a.Listen.Addr == b.Listen.Addr &&
-		a.Target.Leg == b.Target.Leg && a.Target.Addr == b.Target.Addr && slices.Equal(a.Allow, b.Allow) &&
-		a.Fallback.Leg == b.Fallback.Leg && a.Fallback.Addr == b.Fallback.Addr && a.Fallback.After == b.Fallback.After &&
-		a.Fallback.Retry == b.Fallback.Retry && a.UD == b.UD
 }
 
 // reloadRates puts in force the rate limits of cfg's groups (the running

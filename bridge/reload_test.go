@@ -108,3 +108,39 @@ func TestGatewayReload(t *testing.T) {
 	_ = cc.Disconnect(ctx)
 	_ = nc.Disconnect(ctx)
 }
+
+// TestGatewayReloadProtocol: a route whose protocol a reload adds,
+// changes or removes is a changed route (restarted); one reloaded as it
+// was is unchanged; /status names the protocol in force, and the
+// protocol's counters stay on /metrics.
+func TestGatewayReloadProtocol(t *testing.T) {
+	const r = `
+  - {name: r, listen: {leg: a, addr: "127.0.10.1:7484"}, target: {leg: b, addr: "127.0.10.4:7471"}`
+	g := startGateway(t, parseConfig(t, reloadLegs+r+"}\n"))
+	base := startAdmin(t, g)
+	for _, step := range []struct{ protocol, want string }{
+		{"nvme", "changed r"},
+		{"nvme", "unchanged r"},
+		{"", "changed r"},
+	} {
+		y := reloadLegs + r + "}\n"
+		if step.protocol != "" {
+			y = reloadLegs + r + ", protocol: " + step.protocol + "}\n"
+		}
+		res, err := g.Reload(parseConfig(t, y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.String(); got != step.want {
+			t.Errorf("reload to protocol %q: %q, want %q", step.protocol, got, step.want)
+		}
+		if st := g.Status(); len(st.Routes) != 1 || st.Routes[0].Protocol != step.protocol {
+			t.Errorf("after the reload to protocol %q, /status routes: %+v", step.protocol, st.Routes)
+		}
+	}
+	m, b := scrape(t, base)
+	promtool(t, b)
+	if _, ok := m[`rbridge_route_protocol_completions_total{protocol="nvme",route="r"}`]; !ok {
+		t.Error("the route's nvme counters left /metrics when its protocol was removed")
+	}
+}

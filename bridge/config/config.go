@@ -33,6 +33,7 @@
 //	    allow: ["198.18.3.0/24"]                      # optional: client addresses allowed; default any
 //	    fallback: {leg: gw-b, addr: "198.18.1.2:4420"} # optional: when the target cannot be reached here, through gw-b
 //	                                  # (also after: 3s, how long the target gets to answer; retry: 15s, how often it is tried again)
+//	    protocol: nvme                                # optional, RC routes: the protocol carried, its messages parsed and counted
 //	  - name: feed-lookup                             # a UD service (rdma_cm's UDP port space: udaddy, SIDR)
 //	    ud: true                                      # optional, default false: datagrams, not connections
 //	    listen: {leg: roce, addr: "198.18.1.3:7174"}
@@ -371,13 +372,57 @@ type Route struct {
 	// each direction on its own, across all its clients together; the
 	// zero Rate has no limit.
 	Rate Rate `yaml:"rate"`
+	// Protocol (RC routes only) names the upper-layer protocol the route
+	// carries (ProtocolNVMe), whose messages its sessions parse in both
+	// directions; "" relays them as they are.
+	Protocol string `yaml:"protocol"`
 
-	line       int
-	keys       keyLines
-	notMapping bool        // said in errs; nothing more to say
-	errs       []lineError // what is wrong, named with the route in validate
-	rateLine   int         // where rate: is (0: not given)
-	rateErrs   []lineError // named with the route in validate
+	line         int
+	keys         keyLines
+	notMapping   bool        // said in errs; nothing more to say
+	errs         []lineError // what is wrong, named with the route in validate
+	rateLine     int         // where rate: is (0: not given)
+	rateErrs     []lineError // named with the route in validate
+	protocolLine int         // where protocol: is (0: not given)
+}
+
+// Upper-layer protocols a route may carry.
+const (
+	// ProtocolNVMe is NVMe over Fabrics on RDMA: the listen side is the
+	// host, the target side the controller (its subsystem's port).
+	ProtocolNVMe = "nvme"
+)
+
+// Protocols are the protocols a route may name, in the order errors list
+// them.
+var Protocols = []string{ProtocolNVMe}
+
+// plannedProtocols are protocols a route may not name yet, with what
+// says so.
+var plannedProtocols = map[string]string{
+	"nfs":  "NFS over RDMA (RPC-over-RDMA) is not understood yet",
+	"iser": "iSER is not understood yet",
+}
+
+// Same reports whether two routes are configured alike, whatever the
+// lines they were read from and their rate limits (which a reload changes
+// in place): every other field the file gives is compared, so that a new
+// field never reads as unchanged.
+func (r Route) Same(o Route) bool {
+	return reflect.DeepEqual(r.normalized(), o.normalized())
+}
+
+// normalized is r without what Same ignores.
+func (r Route) normalized() Route {
+	r.Rate, r.line, r.keys, r.notMapping, r.errs, r.rateLine, r.rateErrs, r.protocolLine = Rate{}, 0, nil, false, nil, 0, nil, 0
+	for _, e := range []*Endpoint{&r.Listen, &r.Target, &r.Fallback.Endpoint} {
+		e.line, e.errs = 0, nil
+	}
+	r.Fallback.line, r.Fallback.errs = 0, nil
+	if len(r.Allow) == 0 {
+		r.Allow = nil
+	}
+	return r
 }
 
 // Line is where the leg is defined in its file.
@@ -734,9 +779,15 @@ func (e *Endpoint) decode(n *yaml.Node, key string) {
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	r.line, r.keys = n.Line, linesOf(n)
 	// What is wrong is named with the route in validate.
-	vals, errs := mapping(n, "", "name", "listen", "target", "allow", "fallback", "ud", "rate")
+	vals, errs := mapping(n, "", "name", "listen", "target", "allow", "fallback", "ud", "rate", "protocol")
 	r.notMapping = vals == nil
 	scalar(vals, "name", "", &r.Name, &errs)
+	if v := vals["protocol"]; v != nil {
+		n := len(errs)
+		if scalar(vals, "protocol", "", &r.Protocol, &errs); len(errs) == n {
+			r.protocolLine = v.Line
+		}
+	}
 	if v := vals["rate"]; v != nil {
 		r.rateLine = v.Line
 		r.rateErrs = decodeRate(v, &r.Rate)
@@ -984,6 +1035,9 @@ func (c *Config) validate() Errors {
 				bad(r.Fallback.line, "route %q: ud: a UD route has no fallback", r.Name)
 			}
 		}
+		if r.protocolLine != 0 {
+			r.checkProtocol(bad)
+		}
 		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP && ends[1].Kind != KindQUIC {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
 		}
@@ -994,6 +1048,24 @@ func (c *Config) validate() Errors {
 	// the file's as a whole, first).
 	slices.SortStableFunc(es, func(a, b *Error) int { return a.Line - b.Line })
 	return es
+}
+
+// checkProtocol checks a route's protocol: one this gateway understands,
+// on an RC route.
+func (r *Route) checkProtocol(bad func(int, string, ...any)) {
+	known := strings.Join(Protocols, ", ")
+	switch {
+	case slices.Contains(Protocols, r.Protocol):
+		if r.UD {
+			bad(r.protocolLine, "route %q: protocol %s: a protocol is for RC routes; a UD route's datagrams are relayed as they are", r.Name, r.Protocol)
+		}
+	case r.Protocol == "":
+		bad(r.protocolLine, "route %q: protocol is empty: want one of %s (or no protocol key: messages relayed as they are)", r.Name, known)
+	case plannedProtocols[strings.ToLower(r.Protocol)] != "":
+		bad(r.protocolLine, "route %q: protocol %q: %s; known: %s", r.Name, r.Protocol, plannedProtocols[strings.ToLower(r.Protocol)], known)
+	default:
+		bad(r.protocolLine, "route %q: protocol %q is not one rbridge understands; known: %s", r.Name, r.Protocol, known)
+	}
 }
 
 // check checks the admin server's settings and sets its defaults and

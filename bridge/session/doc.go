@@ -7,11 +7,16 @@
 //     Limits, Close; Done in post order), the Handler it calls, the Op it
 //     carries, and the optional Drainer and StartNotifier;
 //   - session.go: a session's lifecycle (New, drain, teardown, Cut and
-//     Close) and the relay: request, send, write and lend, pump, done.
+//     Close) and the relay: request, send, write and lend, pump, done;
+//   - protocol.go: the Protocol a route may carry (Options.Protocol),
+//     handed every SEND-family message whole (Message, its bytes as
+//     Pieces) before the relay queues it, and each one's completion; a
+//     refusal fails the message back and ends the session.
 //
 // The endpoints live with their legs in package leg
 // (bridge/leg/endpoint_*.go); the pool the relay takes its buffers from is
-// package pool. The tests run a session between a
-// userspace endpoint and a fake far leg over a lossy simulated network
-// (session_test.go, fake_test.go), and across a quic tunnel.
+// package pool; the Protocols are in package staging. The tests run a
+// session between a userspace endpoint and a fake far leg over a lossy
+// simulated network (session_test.go, fake_test.go), and across a quic
+// tunnel.
 package session

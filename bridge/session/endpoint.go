@@ -98,9 +98,13 @@ type Op struct {
 	// where it lies in its READ (partOff) and whether parts follow (more).
 	split, more  bool
 	cut, partOff int
-	// chain says Frags are the pool\'s largest buffers a long SEND was
+	// chain says Frags are the pool's largest buffers a long SEND was
 	// copied into (the last one partly filled), not lent frames.
 	chain bool
+	// ulp says the session's Protocol accepted the op's message and gave
+	// it ulpTag: its completion is reported to the Protocol.
+	ulp    bool
+	ulpTag uint64
 }
 
 // Frag is a span of a pool buffer.

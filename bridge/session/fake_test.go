@@ -35,16 +35,19 @@ type fakeLeg struct {
 	stop        chan struct{}
 	stopped     chan struct{}
 
-	mu       sync.Mutex // guards the fields below
-	h        session.Handler
-	rng      *rand.Rand
-	log      []farExec // every op executed, in order
-	failed   bool
-	closed   bool
-	inbound  int // SENDs sent toward the session and not completed
-	lent     map[uint32]*pool.Buf
-	nextID   uint32
-	inDone   []transport.Status
+	mu      sync.Mutex // guards the fields below
+	h       session.Handler
+	rng     *rand.Rand
+	log     []farExec // every op executed, in order
+	failed  bool
+	closed  bool
+	inbound int // SENDs sent toward the session and not completed
+	lent    map[uint32]*pool.Buf
+	nextID  uint32
+	inDone  []transport.Status
+	// results are the far peer's own requests' outcomes (request), by
+	// token id: a READ's data gathered over its parts.
+	results  map[uint32]*farResult
 	failures int
 	gathered int // ops executed from gathered frags
 }
@@ -98,6 +101,16 @@ func (f *fakeLeg) Post(ops []*session.Op) (int, error) {
 func (f *fakeLeg) Complete(tok transport.Token, c transport.Completion) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if res := f.results[tok.ID()]; res != nil {
+		res.data = append(res.data, c.Data...)
+		if c.Lease != nil {
+			c.Lease.Release()
+		}
+		if c.More {
+			return nil // a READ's part: the rest follows
+		}
+		res.status, res.done = c.Status, true
+	}
 	f.inbound--
 	f.inDone = append(f.inDone, c.Status)
 	if b := f.lent[tok.ID()]; b != nil {
@@ -275,7 +288,58 @@ func (f *fakeLeg) sendOp(pl *pool.Pool, data []byte, op transport.Opcode, arg ui
 	f.mu.Unlock()
 	reply := h.Request(&r, b)
 	h.Flush()
+	if reply.Result != transport.Pending {
+		// As a verbs endpoint: the SEND was acknowledged on arrival, its
+		// outcome is the receive's completion.
+		c := transport.Completion{}
+		if reply.Result != transport.Done {
+			c.Status = transport.StatusRemOpErr
+		}
+		_ = f.Complete(r.Token, c)
+	}
 	return reply
+}
+
+// farResult is the outcome of a request of the far peer's own.
+type farResult struct {
+	done   bool
+	status transport.Status
+	data   []byte // a READ's
+}
+
+// request hands the session a request of the far peer's own toward the
+// client (a one-sided READ or WRITE of its memory, as a peer behind a leg
+// that delivers them: the quic leg's, or the userspace one's) and returns
+// its token's id, for result.
+func (f *fakeLeg) request(q transport.Request) (uint32, transport.Reply) {
+	h := f.handler()
+	f.mu.Lock()
+	f.inbound++
+	f.nextID++
+	id := f.nextID
+	if f.results == nil {
+		f.results = map[uint32]*farResult{}
+	}
+	f.results[id] = &farResult{}
+	f.mu.Unlock()
+	q.Token, q.First, q.Last = transport.ExternalToken(id), true, true
+	reply := h.Request(&q, nil)
+	h.Flush()
+	if reply.Result != transport.Pending {
+		_ = f.Complete(q.Token, transport.Completion{Status: reply.Status, Data: reply.Data, Lease: reply.Lease})
+	}
+	return id, reply
+}
+
+// result returns the outcome of request id once it completed.
+func (f *fakeLeg) result(id uint32) (farResult, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	res := f.results[id]
+	if res == nil || !res.done {
+		return farResult{}, false
+	}
+	return *res, true
 }
 
 func (f *fakeLeg) executed() []farExec {

@@ -63,6 +63,7 @@ type Session struct {
 	ba   relay // requests arriving on b, re-issued on a
 
 	maxChunk int
+	proto    Protocol // nil: messages relayed as they are
 
 	stats Stats
 
@@ -93,6 +94,10 @@ type Options struct {
 	MaxChunk int
 	// Logger receives the session's events (default slog.Default()).
 	Logger *slog.Logger
+	// Protocol, when not nil, is the upper-layer protocol the session
+	// carries: it sees every SEND-family message before it is posted on
+	// the far endpoint, and may rewrite or refuse it.
+	Protocol Protocol
 }
 
 // NumOpcodes is how many send opcodes a session relays, each counted
@@ -197,6 +202,13 @@ type relay struct {
 	// (nothing posted would pump on its completion); spare is what it got.
 	bufWait bool
 	spare   *pool.Buf
+	// seq counts the SEND-family messages handed to the protocol; m and
+	// pieces are the view it is handed, reused. refusal is why it refused
+	// one: nothing more is taken from r.from.
+	seq     uint64
+	m       Message
+	pieces  Pieces
+	refusal error
 
 	postMu  sync.Mutex // serializes pump: ops leave in queue order
 	refused []*Op      // what r.to refused to take, failed back at the teardown (under postMu)
@@ -216,7 +228,7 @@ func New(o Options) (*Session, error) {
 		o.MaxChunk = 64 << 10
 	}
 	o.MaxChunk = min(o.MaxChunk, o.Pool.Largest())
-	s := &Session{log: o.Logger, pool: o.Pool, a: o.A, b: o.B, maxChunk: o.MaxChunk, done: make(chan struct{})}
+	s := &Session{log: o.Logger, pool: o.Pool, a: o.A, b: o.B, maxChunk: o.MaxChunk, proto: o.Protocol, done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	la, lb := o.A.Limits(), o.B.Limits()
 	s.ab = relay{s: s, dir: 0, from: o.A, to: o.B, lim: lb, fromMTU: la.MTU}
@@ -349,7 +361,7 @@ func (s *Session) drain(d Drainer) {
 	case <-deadline.C:
 	}
 	r.flush() // an open WRITE chunk goes too
-	if !r.waitIdle(deadline.C) {
+	if !r.waitIdle(deadline.C, nil) {
 		s.log.Warn("what a disconnected peer had sent was not all relayed in time: the rest fails", "timeout", drainTimeout, "state", r.state())
 	}
 	s.drainMu.Lock()
@@ -361,8 +373,9 @@ func (s *Session) drain(d Drainer) {
 }
 
 // waitIdle waits until the relay holds nothing (no op queued, assembling
-// or posted), or deadline fires; it reports whether it went idle.
-func (r *relay) waitIdle(deadline <-chan time.Time) bool {
+// or posted), or deadline fires, or stop closes; it reports whether it
+// went idle.
+func (r *relay) waitIdle(deadline <-chan time.Time, stop <-chan struct{}) bool {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -373,6 +386,8 @@ func (r *relay) waitIdle(deadline <-chan time.Time) bool {
 		select {
 		case <-tick.C:
 		case <-deadline:
+			return false
+		case <-stop:
 			return false
 		}
 	}
@@ -390,6 +405,7 @@ func (r *relay) state() RelayState {
 // operation failed, with the status it failed with, before its own
 // connection goes. Only then is the other endpoint closed.
 func (s *Session) teardown(ep Endpoint, err error) {
+	err = s.causeOf(err)
 	switch {
 	case errors.Is(err, ErrClosed):
 	case errors.Is(err, ErrPeerDisconnected):
@@ -456,7 +472,7 @@ func (h side) Failed(err error) { h.s.fail(h.in.from, err) }
 func (r *relay) request(q *transport.Request, buf *pool.Buf) transport.Reply {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.dead {
+	if r.dead || r.refusal != nil {
 		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemOpErr}
 	}
 	switch q.Op {
@@ -540,6 +556,9 @@ func (r *relay) lendLocked(q *transport.Request, buf *pool.Buf, off int) transpo
 		buf.Ref()
 		op.Buf, op.Off, op.Len = buf, off, len(q.Payload)
 	}
+	if reply, ok := r.messageLocked(op); !ok {
+		return reply
+	}
 	r.enqueueLocked(op)
 	r.endLocked(q.Op)
 	return transport.Reply{Result: transport.Pending}
@@ -589,6 +608,9 @@ func (r *relay) sendLocked(q *transport.Request, buf *pool.Buf) transport.Reply 
 	}
 	op.Opcode, op.Imm, op.InvRKey, op.tok = q.Op, q.Imm, q.InvRKey, q.Token
 	r.msg = nil
+	if reply, ok := r.messageLocked(op); !ok {
+		return reply
+	}
 	r.enqueueLocked(op)
 	r.endLocked(q.Op)
 	return transport.Reply{Result: transport.Pending}
@@ -752,6 +774,18 @@ func (r *relay) writeLocked(q *transport.Request, buf *pool.Buf) transport.Reply
 		}
 		op.Opcode = transport.OpWrite
 		r.msg = op
+	}
+	if !lend && len(q.Payload) > 0 && (op.Buf == nil || len(q.Payload) > len(op.Buf.B())-op.Off-op.Len) {
+		// More than the chunk holds: a packet is at most the requester's
+		// MTU, so only a leg that delivers a WRITE whole (a peer gateway's
+		// Op frame) can ask it, and only past the pool's largest buffer.
+		// Refused: never posted with a length past its buffer (the bytes
+		// there are other buffers').
+		r.msg = nil
+		r.releaseLocked(op)
+		r.s.stats.TooLong[r.dir].Add(1)
+		r.s.log.Warn("request refused: a WRITE request longer than a chunk", "bytes", len(q.Payload), "largest", r.s.maxChunk)
+		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
 	}
 	switch {
 	case lend:
@@ -995,6 +1029,9 @@ func (r *relay) complete(op *Op) (transport.Status, transport.Opcode) {
 		}
 	case transport.OpCompareSwap, transport.OpFetchAdd:
 		c.Orig = op.Orig
+	}
+	if op.ulp {
+		r.s.proto.Sent(r.dir, op.ulpTag, op.Status)
 	}
 	if err := r.from.Complete(op.tok, c); err != nil && !errors.Is(err, transport.ErrStaleToken) {
 		r.s.fail(r.from, fmt.Errorf("complete a relayed %v: %w", op.Opcode, err))

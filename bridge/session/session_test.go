@@ -68,6 +68,11 @@ type rigOpts struct {
 	classes           []int // the pool's (default 256, 4 KiB, 64 KiB)
 	farChunk          int   // with tunnel: the far gateway's session's MaxChunk
 	slowFailure       time.Duration
+	// protocol is the session's (the near one's, with tunnel).
+	protocol session.Protocol
+	// clientAccess is the remote access the client's memory grants (the
+	// far peer's own READs and WRITEs of it: request), beyond local.
+	clientAccess transport.Access
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -136,7 +141,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	}
 	cpd := transport.NewPD()
 	r.cmem = make([]byte, o.clientMem)
-	if r.cmr, err = cpd.RegisterMR(r.cmem, transport.AccessLocalWrite); err != nil {
+	if r.cmr, err = cpd.RegisterMR(r.cmem, transport.AccessLocalWrite|o.clientAccess); err != nil {
 		t.Fatal(err)
 	}
 	r.scq, r.rcq = transport.NewCQ(4096), transport.NewCQ(4096)
@@ -176,7 +181,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		}
 		far = qa
 	}
-	r.sess, err = session.New(session.Options{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t)})
+	r.sess, err = session.New(session.Options{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t), Protocol: o.protocol})
 	if err != nil {
 		t.Fatal(err)
 	}

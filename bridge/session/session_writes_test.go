@@ -1,6 +1,7 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -62,5 +63,38 @@ func TestSessionManyLongWritesWithLoss(t *testing.T) {
 		t.Errorf("%d WRITEs reached the far leg in %d ops: none in chunks, the count per message proved nothing", n, chunks)
 	} else {
 		t.Logf("%d WRITEs reached the far leg in %d chunks", n, chunks)
+	}
+}
+
+// TestSessionRefusesWriteLongerThanAChunk: a WRITE request delivered
+// whole (as a peer gateway's Op frame is) that is longer than the pool's
+// largest buffer is refused with an invalid request NAK and counted as
+// too long, never posted with a length past its buffer (whose next bytes
+// are other buffers'); one that fits crosses.
+func TestSessionRefusesWriteLongerThanAChunk(t *testing.T) {
+	r := newRig(t, rigOpts{clientAccess: transport.AccessRemoteWrite})
+	for _, n := range []int{64 << 10, 64<<10 + 1, 128 << 10} {
+		clear(r.cmem[:256<<10])
+		payload := bytes.Repeat([]byte{0x5c}, n)
+		id, reply := r.far.request(transport.Request{Op: transport.OpWrite, VA: r.cmr.Addr(), RKey: r.cmr.RKey(), Length: uint32(n), Payload: payload})
+		if n <= 64<<10 {
+			if reply.Result != transport.Pending {
+				t.Fatalf("a WRITE of %d bytes: reply %v", n, reply.Result)
+			}
+			waitUntil(t, "the WRITE completed", func() bool { _, ok := r.far.result(id); return ok })
+			if res, _ := r.far.result(id); res.status != transport.StatusSuccess || !bytes.Equal(r.cmem[:n], payload) {
+				t.Fatalf("a WRITE of %d bytes: %v", n, res.status)
+			}
+			continue
+		}
+		if reply.Result != transport.Failed || reply.Status != transport.StatusRemInvReqErr {
+			t.Fatalf("a WRITE of %d bytes: reply %v %v, want failed with remote invalid request", n, reply.Result, reply.Status)
+		}
+		if bytes.ContainsAny(r.cmem[:256<<10], "\x5c") {
+			t.Fatalf("a refused WRITE of %d bytes wrote the client's memory", n)
+		}
+	}
+	if got := r.sess.Stats().TooLong[1].Load(); got != 2 {
+		t.Errorf("%d too long, want 2", got)
 	}
 }

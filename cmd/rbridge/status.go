@@ -39,7 +39,8 @@ server's /status, and prints it as tables:
             a userspace leg's interface's operational state, a quic leg's
             tunnels to its peer; "(down)" when it carries no traffic), the interface (userspace) or the device,
             port and GID (verbs), and the path MTU with why
-  routes    listen and target address with their legs, sessions running, the
+  routes    listen and target address with their legs, the protocol the route
+            carries (its messages parsed; - for none), sessions running, the
             clients allowed, and why the route stopped accepting if it did
   sessions  every session: route, client, target, age, operations and bytes
             each way, what waits in each direction's queue, and both
@@ -173,9 +174,12 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, l.IP, link, on, mtu, why)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "ROUTE\tLISTEN\tTARGET\tSESSIONS\tALLOW\tSTATE")
+	fmt.Fprintln(tw, "ROUTE\tLISTEN\tTARGET\tPROTOCOL\tSESSIONS\tALLOW\tSTATE")
 	for _, r := range st.Routes {
-		allow, state := "any", "accepting"
+		allow, state, proto := "any", "accepting", "-"
+		if r.Protocol != "" {
+			proto = r.Protocol
+		}
 		if len(r.Allow) > 0 {
 			allow = strings.Join(r.Allow, ",")
 		}
@@ -189,7 +193,7 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 				state += fmt.Sprintf("; fallback %s %s", f.Leg, f.Target)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t%d\t%s\t%s\n", r.Name, r.ListenLeg, r.Listen, r.TargetLeg, r.Target, r.Sessions, allow, state)
+		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t%s\t%d\t%s\t%s\n", r.Name, r.ListenLeg, r.Listen, r.TargetLeg, r.Target, proto, r.Sessions, allow, state)
 	}
 	fmt.Fprintln(tw)
 	if len(st.Sessions) == 0 {

@@ -33,7 +33,7 @@ func TestStatusTable(t *testing.T) {
 			{Name: "ib", Kind: "verbs", IP: "10.10.0.1", State: "DOWN", Device: "mlx5_0", Port: 1, GIDIndex: 3, GID: "::ffff:10.10.0.1", GIDWhy: "RoCEv2 GID of 10.10.0.1"},
 		},
 		Routes: []bridge.RouteStatus{
-			{Name: "storage", ListenLeg: "roce", Listen: "10.20.0.1:4420", TargetLeg: "ib", Target: "10.10.0.2:4420", Allow: []string{"10.20.0.0/16"}, Sessions: 1},
+			{Name: "storage", ListenLeg: "roce", Listen: "10.20.0.1:4420", TargetLeg: "ib", Target: "10.10.0.2:4420", Allow: []string{"10.20.0.0/16"}, Protocol: "nvme", Sessions: 1},
 			{Name: "inference", ListenLeg: "ib", Listen: "10.10.0.1:18515", TargetLeg: "roce", Target: "10.20.0.7:18515", Stopped: "listener closed"},
 		},
 		Sessions: []bridge.SessionStatus{{Route: "storage", Client: "10.20.0.9:50000", Target: "10.10.0.2:4420",
@@ -52,9 +52,9 @@ LEG   KIND       IP         LINK         ON                                    M
 roce  userspace  10.20.0.1  up           eth1 (afxdp)                          2048  interface eth1 MTU 9000 carries RoCE MTU 4096, AF_XDP's 4 KiB frames 2048
 ib    verbs      10.10.0.1  DOWN (down)  mlx5_0 port 1 GID 3 ::ffff:10.10.0.1  -     RoCEv2 GID of 10.10.0.1
 
-ROUTE      LISTEN               TARGET                SESSIONS  ALLOW         STATE
-storage    roce 10.20.0.1:4420  ib 10.10.0.2:4420     1         10.20.0.0/16  accepting
-inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  0         any           stopped: listener closed
+ROUTE      LISTEN               TARGET                PROTOCOL  SESSIONS  ALLOW         STATE
+storage    roce 10.20.0.1:4420  ib 10.10.0.2:4420     nvme      1         10.20.0.0/16  accepting
+inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  -         0         any           stopped: listener closed
 
 #  ROUTE    CLIENT           TARGET          AGE   OPS>T  BYTES>T  OPS<T  BYTES<T  FAILED  QUEUED
 1  storage  10.20.0.9:50000  10.10.0.2:4420  1m1s  2      38       1      4096     1       1/0
@@ -151,7 +151,7 @@ admin: {listen: "127.0.0.1:0", control: ""}
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"gateway running\n", "a    userspace  127.0.14.1  unknown  lo (udp)  4096  interface lo is loopback", "r      a 127.0.14.1:7471  b 127.0.14.4:7471  0", "no sessions"} {
+	for _, want := range []string{"gateway running\n", "a    userspace  127.0.14.1  unknown  lo (udp)  4096  interface lo is loopback", "r      a 127.0.14.1:7471  b 127.0.14.4:7471  -         0", "no sessions"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}

@@ -1,0 +1,27 @@
+// Package staging is rbridge's understanding of the upper-layer protocols
+// a route may carry (a route's protocol: key): one session.Protocol per
+// session, which the session hands every SEND-family message it relays,
+// whole, in both directions, before it is posted on the far side.
+//
+// Today it inspects and counts, and rewrites nothing. It is where
+// protocol-aware staging will live (design.md, "Protocol-aware staging"):
+// rewriting a command's memory descriptors to gateway staging memory when
+// the peer that executes the one-sided operation sits behind a verbs leg,
+// and moving the data itself.
+//
+// Files:
+//
+//   - staging.go: New, the one switch from a route's protocol to its
+//     Protocol; Options; the Stats every protocol counts into (one per
+//     route and protocol, shared by the route's sessions) and Why, what
+//     was wrong;
+//   - nvme.go: NVMe over Fabrics on RDMA (package ulp/nvme parses): the
+//     host side's messages are command capsules, the controller side's
+//     completions, each matched to its command by command ID on its queue
+//     (a session is one queue: the admin queue, or one I/O queue).
+//
+// Concurrency: a session calls its Protocol from both directions at once;
+// each Protocol guards its state with a mutex of its own, a leaf lock
+// (taken under the session's relay lock, never calling out). Stats are
+// atomic counters.
+package staging

@@ -1,0 +1,144 @@
+package staging
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/session"
+)
+
+// Options configures New.
+type Options struct {
+	// Protocol is the route's protocol (config.ProtocolNVMe).
+	Protocol string
+	// Route names the route, in errors.
+	Route string
+	// Host is the session direction that carries the host's (the
+	// initiator's) messages: 0 when the host is on endpoint A. The gateway
+	// puts the side that connected, the route's listen side, on A.
+	Host int
+	// Stats is where the session counts (shared by the route's sessions).
+	Stats *Stats
+	// Logger receives what is wrong but not fatal (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+// ErrUnknownProtocol matches New's error for a protocol it does not
+// understand.
+var ErrUnknownProtocol = errors.New("unknown protocol")
+
+// New returns the Protocol of one session of a route that carries
+// o.Protocol.
+func New(o Options) (session.Protocol, error) {
+	if o.Stats == nil || o.Host < 0 || o.Host > 1 {
+		return nil, fmt.Errorf("staging: route %q: new: stats and a host direction (0 or 1) are required", o.Route)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	switch o.Protocol {
+	case config.ProtocolNVMe:
+		return newNVMeQueue(o), nil
+	}
+	return nil, fmt.Errorf("staging: route %q: protocol %q: %w", o.Route, o.Protocol, ErrUnknownProtocol)
+}
+
+// DataDirection is the way the data of a command moves: a command's
+// descriptors name the host's memory, which the controller READs (host to
+// controller) or WRITEs (controller to host).
+type DataDirection uint8
+
+// Data directions (NVMe's, the low two bits of the opcode).
+const (
+	DataNone DataDirection = iota
+	DataHostToController
+	DataControllerToHost
+	DataBidirectional
+	NumDataDirections
+)
+
+var dataDirectionNames = [NumDataDirections]string{"none", "host_to_controller", "controller_to_host", "bidirectional"}
+
+// String names d as the metrics' direction label does.
+func (d DataDirection) String() string {
+	if d < NumDataDirections {
+		return dataDirectionNames[d]
+	}
+	return fmt.Sprintf("DataDirection(%d)", uint8(d))
+}
+
+// Why is what was wrong with a message.
+type Why uint8
+
+// What can be wrong. The malformed ones end the session (a message the
+// gateway does not understand is never relayed); the others are counted,
+// logged (the first of each in a session) and relayed: the host learns of
+// them from its own protocol stack.
+const (
+	// WhyMalformedCommand: a message from the host side that is not a
+	// command capsule.
+	WhyMalformedCommand Why = iota
+	// WhyMalformedCompletion: a message from the controller side that is
+	// not a completion.
+	WhyMalformedCompletion
+	// WhyUnknownCommandID: a completion for no command outstanding on its
+	// queue.
+	WhyUnknownCommandID
+	// WhyReusedCommandID: a command whose ID is outstanding on its queue
+	// already.
+	WhyReusedCommandID
+	NumWhys
+)
+
+var whyNames = [NumWhys]string{"malformed_command", "malformed_completion", "unknown_command_id", "reused_command_id"}
+
+// String names w as the metrics' why label does.
+func (w Why) String() string {
+	if w < NumWhys {
+		return whyNames[w]
+	}
+	return fmt.Sprintf("Why(%d)", uint8(w))
+}
+
+// Stats counts what a route's sessions saw of its protocol; every field
+// is updated atomically.
+type Stats struct {
+	// Commands counts the host's commands by the way their data moves.
+	Commands [NumDataDirections]atomic.Uint64
+	// Descriptors counts the memory descriptors the commands carry that
+	// name memory (NVMe: keyed SGL data blocks of a length above 0), and
+	// DescribedBytes the bytes they name; Invalidations counts those
+	// that ask the controller to invalidate their key remotely (NVMe: the
+	// invalidate subtype).
+	Descriptors, DescribedBytes, Invalidations atomic.Uint64
+	// Completions counts the controller's completions.
+	Completions atomic.Uint64
+	// Errors counts what was wrong, by Why.
+	Errors [NumWhys]atomic.Uint64
+}
+
+// StatsSnapshot is Stats read at one moment, as plain values.
+type StatsSnapshot struct {
+	Commands                                   [NumDataDirections]uint64
+	Descriptors, DescribedBytes, Invalidations uint64
+	Completions                                uint64
+	Errors                                     [NumWhys]uint64
+}
+
+// Snapshot reads every counter.
+func (s *Stats) Snapshot() StatsSnapshot {
+	var out StatsSnapshot
+	for i := range s.Commands {
+		out.Commands[i] = s.Commands[i].Load()
+	}
+	out.Descriptors, out.DescribedBytes, out.Invalidations = s.Descriptors.Load(), s.DescribedBytes.Load(), s.Invalidations.Load()
+	out.Completions = s.Completions.Load()
+	for i := range s.Errors {
+		out.Errors[i] = s.Errors[i].Load()
+	}
+	return out
+}
