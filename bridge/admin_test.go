@@ -708,3 +708,67 @@ func (l *logBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestAdminBuildAndUptime: /metrics names the binary (rbridge_build_info,
+// 1 with its version, commit and Go version as labels) and /status says
+// the version, when the gateway started and how long ago.
+func TestAdminBuildAndUptime(t *testing.T) {
+	build := bridge.BuildInfo{Version: "v9.8.7", Commit: "abc123", GoVersion: "go1.26"}
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: gatewayConfig(t, ""), Logger: testlog.New(t), Pool: pool.Options{Size: 4 << 20}, Build: build})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	base := startAdmin(t, g)
+	m, raw := scrape(t, base)
+	promtool(t, raw)
+	if v := m[`rbridge_build_info{commit="abc123",goversion="go1.26",version="v9.8.7"}`]; v != 1 {
+		t.Errorf("rbridge_build_info with the build's labels: %v; want 1", v)
+	}
+	time.Sleep(20 * time.Millisecond)
+	var st bridge.Status
+	if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != "v9.8.7 (commit abc123) go1.26" {
+		t.Errorf("/status version %q", st.Version)
+	}
+	if since := time.Since(st.Started); st.Started.IsZero() || since < 20*time.Millisecond || since > time.Minute {
+		t.Errorf("/status started %v (%v ago)", st.Started, since)
+	}
+	if st.UptimeSeconds < 0.02 {
+		t.Errorf("/status uptime %v s, want at least 0.02", st.UptimeSeconds)
+	}
+}
+
+// TestLogStateKeyValue: the state rbridge run logs on SIGUSR1 is key=value
+// throughout, the pool's classes included (it was Go's struct syntax:
+// pool="[{Size:256 ...}]").
+func TestLogStateKeyValue(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: gatewayConfig(t, ""), Logger: log, Pool: pool.Options{Size: 4 << 20, Classes: []int{256, 4096}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	g.LogState()
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, "pool.4096.in_use=") || !strings.Contains(out, "pool.256.total=") || strings.Contains(out, "{Size:") {
+		t.Errorf("the state's pool is not key=value:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +47,11 @@ type Gateway struct {
 	cfg  *config.Config
 	log  *slog.Logger
 	pool *pool.Pool
-	legs map[string]leg.Leg
+	// build and started are what the binary is and when the gateway
+	// started (/status, rbridge_build_info); set once.
+	build   BuildInfo
+	started time.Time
+	legs    map[string]leg.Leg
 	// legStatus describes each leg as opened (for Status).
 	legStatus map[string]leg.Status
 	// sysRoot is where sysfs is mounted ("/sys"); nics are the verbs
@@ -126,6 +132,29 @@ func (s *GatewayStats) Snapshot() GatewayStatsSnapshot {
 		Failed: s.Failed.Load(), Ended: s.Ended.Load(), Fallbacks: s.Fallbacks.Load(), FellBack: s.FellBack.Load()}
 }
 
+// BuildInfo names the binary a gateway runs in.
+type BuildInfo struct {
+	Version   string // a release, or "devel"
+	Commit    string // the VCS revision, "" when not recorded
+	GoVersion string
+}
+
+// String is the build as one line: "v1.2.3 (commit abc) go1.26", or ""
+// when nothing is known.
+func (b BuildInfo) String() string {
+	var parts []string
+	if b.Version != "" {
+		parts = append(parts, b.Version)
+	}
+	if b.Commit != "" {
+		parts = append(parts, "(commit "+b.Commit+")")
+	}
+	if b.GoVersion != "" {
+		parts = append(parts, b.GoVersion)
+	}
+	return strings.Join(parts, " ")
+}
+
 // GatewayOptions configures StartGateway.
 type GatewayOptions struct {
 	Config *config.Config
@@ -148,6 +177,8 @@ type GatewayOptions struct {
 	// without a datagram either way (DefaultUDIdle).
 	UDIdle time.Duration
 	Logger *slog.Logger
+	// Build names the binary that runs (rbridge_build_info, /status).
+	Build BuildInfo
 }
 
 // sessionInfo is what the gateway knows of a session.
@@ -194,7 +225,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		return nil, fmt.Errorf("bridge: gateway: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pl, legs: map[string]leg.Leg{}, ctx: ctx, cancel: cancel,
+	g := &Gateway{cfg: o.Config, log: o.Logger, pool: pl, legs: map[string]leg.Leg{}, ctx: ctx, cancel: cancel, build: o.Build, started: time.Now(),
 		sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]leg.Status{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry, protocols: map[routeProtocol]*staging.Stats{},
@@ -385,7 +416,7 @@ func (g *Gateway) LogState() {
 	g.log.Info("gateway state", "sessions", st.Sessions, "goroutines", st.Goroutines, "pool_in_use", st.PoolInUse,
 		slog.Group("userspace", "qps", st.UserspaceQPs, "cm_conns", st.UserspaceCMConns),
 		slog.Group("verbs", "qps", st.VerbsQPs, "cqs", st.VerbsCQs, "cm_ids", st.VerbsCMIDs, "event_channels", st.VerbsEventChannels),
-		"pool", g.pool.Stats())
+		poolAttrs(g.pool.Stats()))
 	for s, info := range g.sessions {
 		st := s.State()
 		attrs := []any{"route", info.route, "client", info.client, "age", time.Since(info.started).Round(time.Millisecond),
@@ -395,6 +426,16 @@ func (g *Gateway) LogState() {
 		}
 		g.log.Info("session state", attrs...)
 	}
+}
+
+// poolAttrs are the pool's classes as log attributes, one group a class
+// ("pool.4096.in_use=3 pool.4096.total=512 ..."), key=value as the rest.
+func poolAttrs(cs []pool.ClassStats) slog.Attr {
+	attrs := make([]any, 0, len(cs))
+	for _, c := range cs {
+		attrs = append(attrs, slog.Group(strconv.Itoa(c.Size), "in_use", c.Total-c.Free, "total", c.Total, "gets", c.Gets, "exhausted", c.Exhausted, "overreleased", c.Overreleased))
+	}
+	return slog.Group("pool", attrs...)
 }
 
 // RunState is what a gateway is doing, as Status shows it.

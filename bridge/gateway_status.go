@@ -17,10 +17,15 @@ import (
 type Status struct {
 	// State is what the gateway is doing: running, reloading, draining
 	// (SIGTERM: it accepts nothing more and ends its sessions) or stopped.
-	State    RunState        `json:"state"`
-	Legs     []leg.Status    `json:"legs"`
-	Routes   []RouteStatus   `json:"routes"`
-	Sessions []SessionStatus `json:"sessions"`
+	State RunState `json:"state"`
+	// Version is the binary's (BuildInfo: version, commit, Go).
+	Version string `json:"version,omitempty"`
+	// Started is when the gateway started, and Uptime how long ago.
+	Started       time.Time       `json:"started"`
+	UptimeSeconds float64         `json:"uptime_seconds"`
+	Legs          []leg.Status    `json:"legs"`
+	Routes        []RouteStatus   `json:"routes"`
+	Sessions      []SessionStatus `json:"sessions"`
 	// UDClients are the UD routes' clients relaying now (ud.go).
 	UDClients []UDClientStatus `json:"ud_clients,omitempty"`
 	// Groups are the multicast groups relayed (mcast.go).
@@ -154,7 +159,8 @@ func (g *Gateway) Status() Status {
 	g.mu.Lock()
 	cfg := g.cfg // a reload replaces it
 	g.mu.Unlock()
-	st := Status{Legs: make([]leg.Status, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{}}
+	st := Status{Legs: make([]leg.Status, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{},
+		Version: g.build.String(), Started: g.started, UptimeSeconds: time.Since(g.started).Round(time.Millisecond).Seconds()}
 	for i := range cfg.Legs {
 		ls := g.legStatus[cfg.Legs[i].Name]
 		ls.State, ls.Up, _ = g.linkState(ls.Name)

@@ -449,7 +449,12 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- descQUICConns
+	ch <- descBuildInfo
 }
+
+// descBuildInfo is the binary the gateway runs in, as a constant 1 with
+// labels, the Prometheus convention.
+var descBuildInfo = prometheus.NewDesc("rbridge_build_info", "The rbridge binary running: its version, VCS commit and Go version (always 1).", []string{"version", "commit", "goversion"}, nil)
 
 func describe[S any](ch chan<- *prometheus.Desc, cs []counter[S]) {
 	for _, c := range cs {
@@ -465,6 +470,8 @@ func collect[S any](ch chan<- prometheus.Metric, cs []counter[S], s *S, labels .
 
 // Collect implements prometheus.Collector.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	b := c.g.build
+	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, b.Version, b.Commit, b.GoVersion)
 	m := c.g.metrics()
 	for i := range m.routes {
 		r := &m.routes[i]

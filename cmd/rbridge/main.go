@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/rbridge/rbridge/bridge"
 )
 
 // version and commit are set at link time (make build: -ldflags "-X
@@ -79,16 +81,22 @@ func newVersionCommand() *cobra.Command {
 // after "rbridge": the stamped version and commit, else what the Go build
 // recorded, and the Go version.
 func buildVersion() string {
+	b := buildInfo()
+	if b.Version == "devel" && b.Commit != "" {
+		return "devel " + b.Commit + " " + b.GoVersion
+	}
+	return b.String()
+}
+
+// buildInfo is the binary's version, commit and Go version: the stamped
+// ones (make build), else what the Go build recorded.
+func buildInfo() bridge.BuildInfo {
 	if version != "" {
-		v := version
-		if commit != "" {
-			v += " (commit " + commit + ")"
-		}
-		return v + " " + runtime.Version()
+		return bridge.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()}
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return bridge.BuildInfo{Version: "unknown"}
 	}
 	v := bi.Main.Version
 	var rev, dirty string
@@ -106,7 +114,7 @@ func buildVersion() string {
 		if len(rev) > 12 {
 			rev = rev[:12]
 		}
-		return "devel " + rev + dirty + " " + bi.GoVersion
+		return bridge.BuildInfo{Version: "devel", Commit: rev + dirty, GoVersion: bi.GoVersion}
 	}
-	return v + " " + bi.GoVersion
+	return bridge.BuildInfo{Version: v, GoVersion: bi.GoVersion}
 }

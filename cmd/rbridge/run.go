@@ -197,7 +197,7 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		handler = slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level})
 	}
 	log := slog.New(handler)
-	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log, Pool: pool.Options{Trace: o.trace}})
+	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: log, Pool: pool.Options{Trace: o.trace}, Build: buildInfo()})
 	if err != nil {
 		return err
 	}

@@ -133,7 +133,18 @@ func fetchStatus(ctx context.Context, addr string, timeout time.Duration) ([]byt
 // tables.
 func writeStatusTable(w io.Writer, st *bridge.Status) error {
 	if st.State != "" {
-		fmt.Fprintf(w, "gateway %s\n\n", st.State)
+		fmt.Fprintf(w, "gateway %s\n", st.State)
+		var about []string
+		if !st.Started.IsZero() {
+			about = append(about, fmt.Sprintf("up %v", (time.Duration(st.UptimeSeconds)*time.Second).Round(time.Second)))
+		}
+		if st.Version != "" {
+			about = append(about, "rbridge "+st.Version)
+		}
+		if len(about) > 0 {
+			fmt.Fprintln(w, strings.Join(about, "; "))
+		}
+		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LEG\tKIND\tIP\tLINK\tON\tMTU\tWHY")
