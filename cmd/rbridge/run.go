@@ -123,7 +123,11 @@ memory, which refuses them with a remote access error). See the README.`,
 				return usageError(cmd, fmt.Errorf("--drain %v: want 0 (end the sessions at once) or more", o.drain))
 			}
 			if o.config == "" {
-				return usageError(cmd, errors.New("--config FILE is required (rbridge demo runs the gateway without one)"))
+				path, err := defaultConfig()
+				if err != nil {
+					return usageError(cmd, err)
+				}
+				o.config = path
 			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -144,7 +148,7 @@ memory, which refuses them with a remote access error). See the README.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.config, "config", "", "the gateway's config file (YAML)")
+	f.StringVar(&o.config, "config", "", "the gateway's config file (YAML; default $"+configEnv+", else "+defaultConfigPath+")")
 	f.BoolVar(&o.check, "check", false, "validate the config file and exit")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.String("log-format", "text", "text (key=value) or json (one object a line, slog's JSON handler)")
@@ -285,4 +289,22 @@ func stopped(err error, drain time.Duration, log *slog.Logger) error {
 		rest = append(rest, e)
 	}
 	return errors.Join(rest...)
+}
+
+// The config file run reads when --config is not given.
+const (
+	configEnv         = "RBRIDGE_CONFIG"
+	defaultConfigPath = "/etc/rbridge/rbridge.yaml"
+)
+
+// defaultConfig is $RBRIDGE_CONFIG, else /etc/rbridge/rbridge.yaml when it
+// exists; the error says what was looked for.
+func defaultConfig() (string, error) {
+	if p := os.Getenv(configEnv); p != "" {
+		return p, nil
+	}
+	if _, err := os.Stat(defaultConfigPath); err != nil {
+		return "", fmt.Errorf("no --config FILE, $%s unset, and %s: %w (rbridge demo runs the gateway without one)", configEnv, defaultConfigPath, err)
+	}
+	return defaultConfigPath, nil
 }
