@@ -386,6 +386,7 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 	if o.jsonOut {
 		e := json.NewEncoder(out)
 		e.SetIndent("", "  ")
+		e.SetEscapeHTML(false) // "client -> target", not \u003e
 		return e.Encode(r)
 	}
 	fmt.Fprintf(out, "%-8s %10s %14s %16s\n", "path", "writes", "write MB/s", "SEND round trip")

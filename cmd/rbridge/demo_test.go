@@ -20,6 +20,9 @@ func testDemo(t *testing.T, tunnel bool) {
 	if err := runDemo(context.Background(), o, &out, &errs); err != nil {
 		t.Fatalf("demo: %v\n%s", err, errs.String())
 	}
+	if bytes.Contains(out.Bytes(), []byte(`\u003e`)) || !bytes.Contains(out.Bytes(), []byte("client -> target")) {
+		t.Errorf("the JSON escapes -> (want it as written):\n%s", out.String())
+	}
 	var r demoReport
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("demo's JSON: %v\n%s", err, out.String())

@@ -22,6 +22,7 @@ import (
 // session's stream on it, opened as a quic leg opens one.
 type demoTunnel struct {
 	ln   *quic.Listener
+	dial *quic.Transport // gateway A's socket, on --addr as every other
 	conn *quic.Conn
 	srv  *quic.Conn
 	a, b *leg.QUICEndpoint
@@ -40,6 +41,10 @@ func (t *demoTunnel) close() {
 	}
 	if t.ln != nil {
 		t.ln.Close()
+	}
+	if t.dial != nil {
+		t.dial.Close()
+		t.dial.Conn.Close()
 	}
 }
 
@@ -68,7 +73,12 @@ func newDemoTunnel(ctx context.Context, addr netip.Addr, pl *pool.Pool, log *slo
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if t.conn, err = quic.DialAddr(ctx, t.ln.Addr().String(), creds[0].ClientConfig("gateway-b"), tunnel.QUICConfig()); err != nil {
+	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, 0)))
+	if err != nil {
+		return fail(fmt.Errorf("gateway A's QUIC socket: %w", err))
+	}
+	t.dial = &quic.Transport{Conn: udp}
+	if t.conn, err = t.dial.Dial(ctx, t.ln.Addr(), creds[0].ClientConfig("gateway-b"), tunnel.QUICConfig()); err != nil {
 		return fail(fmt.Errorf("connect gateway A to gateway B: %w", err))
 	}
 	sa, err := t.conn.OpenStreamSync(ctx)
