@@ -342,8 +342,15 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 		for _, c := range r.Crossed {
 			fmt.Fprintf(out, "crossed  %-22s %7d B  %-18s %s\n", c.Op, c.Bytes, c.Way, c.Result)
 		}
-		fmt.Fprintf(out, "session: %d ops, %d bytes client to target; %d ops, %d bytes back; %d bytes copied into the pool\n",
-			r.Session.Ops[0], r.Session.Bytes[0], r.Session.Ops[1], r.Session.Bytes[1], r.Session.Copied[0]+r.Session.Copied[1])
+		// The counts are the session's on the gateway the client reaches
+		// (gateway A with --tunnel: what gateway B copies is its own), by
+		// who asked: a READ's bytes are the client's, though they come back.
+		whose := "the gateway's session"
+		if o.tunnel {
+			whose = "gateway A's session"
+		}
+		fmt.Fprintf(out, "%s: the client's %d ops named %d bytes (a READ's among them); the target's %d ops, %d bytes; %d bytes copied into its pool\n",
+			whose, r.Session.Ops[0], r.Session.Bytes[0], r.Session.Ops[1], r.Session.Bytes[1], r.Session.Copied[0]+r.Session.Copied[1])
 		fmt.Fprintf(out, "measuring %d-byte RDMA WRITEs and 64-byte SEND round trips, %v each, direct and through the gateway...\n", o.size, o.duration)
 	}
 
