@@ -5,12 +5,15 @@ PKGS    ?= ./...
 BENCH   ?= .
 BENCHTIME ?= 1s
 
-# Debian packages the tests need, by purpose. `make deps` installs the missing ones.
-# (prometheus is there for promtool, which lints a /metrics scrape.)
+# Debian packages, by purpose. `make deps-build` installs what building needs (cgo
+# over libibverbs and librdmacm); `make deps` adds what the tests and code generation
+# need: the oracles (scapy, tshark), promtool (prometheus: lints a /metrics scrape),
+# clang for the XDP program, systemd for the unit's check.
 DEBS_ORACLES := python3-scapy tshark prometheus
 DEBS_CGO     := gcc libibverbs-dev librdmacm-dev
 DEBS_BPF     := clang llvm libbpf-dev
 DEBS_UNIT    := systemd
+DEBS_BUILD   := $(DEBS_CGO)
 DEBS         := $(DEBS_ORACLES) $(DEBS_CGO) $(DEBS_BPF) $(DEBS_UNIT)
 # The integration guest: qemu, Debian's kernel, the RDMA userland copied into its
 # initramfs, and what builds siw.ko (Debian's kernel ships no siw). `make deps-vm`
@@ -22,12 +25,15 @@ DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibver
                 ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
                 cpio linux-source-6.1 xz-utils gcc make prometheus nfs-kernel-server
 
-.PHONY: help deps deps-vm integration baseline-docs build install test test-host unit race nocgo bench generate check-generate fmt vet
+.PHONY: help deps deps-build deps-vm integration baseline-docs build install test test-host unit race nocgo bench generate check-generate fmt vet
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
-deps: ## install the Debian packages the tests need (only the missing ones)
+deps-build: ## install the Debian packages building needs (gcc, libibverbs-dev, librdmacm-dev; only the missing ones)
+	@bash scripts/deps.sh $(DEBS_BUILD)
+
+deps: ## install the Debian packages building, the tests and generation need (only the missing ones)
 	@bash scripts/deps.sh $(DEBS)
 
 deps-vm: ## install what the integration guest needs (only the missing packages)
