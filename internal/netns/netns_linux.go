@@ -3,6 +3,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -29,6 +30,9 @@ func Do(name string, f func() error) error {
 		}
 		defer fd.Close()
 		if err := unix.Setns(int(fd.Fd()), unix.CLONE_NEWNET); err != nil {
+			if errors.Is(err, unix.EPERM) {
+				err = fmt.Errorf("%w: entering another network namespace needs CAP_SYS_ADMIN: run as root", err)
+			}
 			errc <- fmt.Errorf("enter network namespace %s: %w", name, err)
 			return
 		}
