@@ -59,14 +59,20 @@ PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
+# Shell completion, where bash-completion, zsh and fish look.
+COMPLETIONDIR ?= $(PREFIX)/share
 DESTDIR    ?=
 
-install: build ## install bin/rbridge, dist/rbridge.service and dist/rbridge.yaml as an example (PREFIX=, DESTDIR=, ...)
+install: build ## install bin/rbridge, dist/rbridge.service, dist/rbridge.yaml as an example, and shell completion (PREFIX=, DESTDIR=, ...)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/rbridge
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/rbridge
 	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' dist/rbridge.service > $(DESTDIR)$(UNITDIR)/rbridge.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/rbridge.service
 	install -m 0644 dist/rbridge.yaml $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml.example
+	install -d $(DESTDIR)$(COMPLETIONDIR)/bash-completion/completions $(DESTDIR)$(COMPLETIONDIR)/zsh/vendor-completions $(DESTDIR)$(COMPLETIONDIR)/fish/vendor_completions.d
+	$(BIN) completion bash > $(DESTDIR)$(COMPLETIONDIR)/bash-completion/completions/rbridge
+	$(BIN) completion zsh > $(DESTDIR)$(COMPLETIONDIR)/zsh/vendor-completions/_rbridge
+	$(BIN) completion fish > $(DESTDIR)$(COMPLETIONDIR)/fish/vendor_completions.d/rbridge.fish
 	@test -e $(DESTDIR)$(SYSCONFDIR)/rbridge/rbridge.yaml || { \
 	  echo "next: cp $(SYSCONFDIR)/rbridge/rbridge.yaml.example $(SYSCONFDIR)/rbridge/rbridge.yaml, edit its legs (interfaces, addresses) and routes,"; \
 	  echo "      rbridge run --config $(SYSCONFDIR)/rbridge/rbridge.yaml --check, then systemctl enable --now rbridge"; }

@@ -67,6 +67,16 @@ func TestMakeInstall(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dest, "usr/bin/rbridge")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("the installed binary: %v, %v", fi, err)
 	}
+	// Shell completion, where each shell looks for a package's.
+	for f, want := range map[string]string{
+		"usr/share/bash-completion/completions/rbridge":    "__start_rbridge",
+		"usr/share/zsh/vendor-completions/_rbridge":        "#compdef rbridge",
+		"usr/share/fish/vendor_completions.d/rbridge.fish": "complete -c rbridge",
+	} {
+		if got := readFile(t, filepath.Join(dest, f)); !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q", f, want)
+		}
+	}
 	example := readFile(t, filepath.Join(dest, "etc/rbridge/rbridge.yaml.example"))
 	if _, err := os.Stat(filepath.Join(dest, "etc/rbridge/rbridge.yaml")); !os.IsNotExist(err) {
 		t.Errorf("a first install made rbridge.yaml (%v): the unit would start on the example's placeholders", err)
