@@ -46,7 +46,7 @@ type failingPort struct{ err error }
 
 func (p failingPort) QPN() uint32                                                         { return 1 }
 func (p failingPort) MTU() int                                                            { return 1024 }
-func (p failingPort) Recv(context.Context) (*leg.Datagram, error)                         { return nil, p.err }
+func (p failingPort) Recv(context.Context, *leg.Datagram) error                           { return p.err }
 func (p failingPort) Send(context.Context, *leg.Datagram, leg.UDDest, uint32, bool) error { return nil }
 func (p failingPort) NoReceive() uint64                                                   { return 0 }
 func (p failingPort) Describe() string                                                    { return "a failing port" }

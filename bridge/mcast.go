@@ -178,9 +178,9 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 	if err := r.spins[dir].Pin(); err != nil {
 		g.log.Warn("multicast receive loop not pinned: it busy-polls where the kernel runs its thread", "group", r.cfg.Name, "qp", from.Describe(), "err", err)
 	}
+	d := new(leg.Datagram) // filled by each receive
 	for {
-		d, err := from.Recv(ctx)
-		if err != nil {
+		if err := from.Recv(ctx, d); err != nil {
 			if ctx.Err() == nil {
 				g.log.Error("multicast group stopped relaying", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
 				g.mu.Lock()

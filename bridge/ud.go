@@ -217,9 +217,9 @@ func (p *udPair) routineRelay(ctx context.Context, dir int) {
 	if dir == 1 {
 		from, to = p.target, p.client
 	}
+	d := new(leg.Datagram) // filled by each receive
 	for {
-		d, err := from.Recv(ctx)
-		if err != nil {
+		if err := from.Recv(ctx, d); err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn("UD receive failed: the client's QPs are closed", "direction", directions[dir], "err", err)
 				p.cancel()

@@ -161,12 +161,15 @@ type UDDest struct {
 	QPN, QKey uint32
 }
 
-// udPort is one of the gateway's UD QPs, with its receive queue kept full
-// of pool buffers. recv is called by one goroutine, send by one other.
+// UDPort is one of the gateway's UD QPs, with its receive queue kept full
+// of pool buffers. Recv is called by one goroutine, Send by one other.
 type UDPort interface {
 	QPN() uint32
 	MTU() int // the largest datagram the leg carries
-	Recv(ctx context.Context) (*Datagram, error)
+	// Recv fills d with the next datagram received (the caller's value,
+	// reused: a receive allocates nothing); d.Buf is the caller's to
+	// release.
+	Recv(ctx context.Context, d *Datagram) error
 	// send sends d's payload to dst; d's buffer may be released when it
 	// returns.
 	Send(ctx context.Context, d *Datagram, dst UDDest, imm uint32, hasImm bool) error

@@ -158,7 +158,7 @@ func (u *userspaceLeg) udPort() (*userspaceUDPort, error) {
 func (p *userspaceUDPort) QPN() uint32 { return p.qp.QPN() }
 func (p *userspaceUDPort) MTU() int    { return p.u.MTU }
 
-func (p *userspaceUDPort) Recv(ctx context.Context) (*Datagram, error) {
+func (p *userspaceUDPort) Recv(ctx context.Context, d *Datagram) error {
 	for len(p.pending) == 0 {
 		var n int
 		var err error
@@ -168,22 +168,22 @@ func (p *userspaceUDPort) Recv(ctx context.Context) (*Datagram, error) {
 			n, err = p.rcq.PollWait(ctx, p.wcs[:])
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.pending = append(p.pending[:0], p.wcs[:n]...)
 	}
 	wc := p.pending[0]
 	p.pending = p.pending[1:]
 	if wc.Status != transport.StatusSuccess && wc.Status != transport.StatusLocLenErr {
-		return nil, fmt.Errorf("UD QP %#x receive: %v", p.qp.QPN(), wc.Status)
+		return fmt.Errorf("UD QP %#x receive: %v", p.qp.QPN(), wc.Status)
 	}
 	b, empty, err := p.ring.Take(wc.ID)
 	if err != nil {
-		return nil, fmt.Errorf("UD QP %#x: %w", p.qp.QPN(), err)
+		return fmt.Errorf("UD QP %#x: %w", p.qp.QPN(), err)
 	}
-	d := &Datagram{Buf: b, N: wc.ByteLen, Src: wc.Src.Addr().Unmap(), SrcQPN: wc.SrcQPN, Imm: wc.Imm, HasImm: wc.HasImm,
+	*d = Datagram{Buf: b, N: wc.ByteLen, Src: wc.Src.Addr().Unmap(), SrcQPN: wc.SrcQPN, Imm: wc.Imm, HasImm: wc.HasImm,
 		PoolEmpty: empty, TooLongHere: wc.Status == transport.StatusLocLenErr}
-	return d, nil
+	return nil
 }
 
 func (p *userspaceUDPort) Send(_ context.Context, d *Datagram, dst UDDest, imm uint32, hasImm bool) error {

@@ -269,7 +269,7 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp Spin, busySend 
 func (p *verbsUDPort) QPN() uint32 { return p.qp.QPN() }
 func (p *verbsUDPort) MTU() int    { return p.maxMsg }
 
-func (p *verbsUDPort) Recv(ctx context.Context) (*Datagram, error) {
+func (p *verbsUDPort) Recv(ctx context.Context, d *Datagram) error {
 	for len(p.pending) == 0 {
 		var n int
 		var err error
@@ -279,23 +279,23 @@ func (p *verbsUDPort) Recv(ctx context.Context) (*Datagram, error) {
 			n, err = p.rcq.Wait(ctx, p.wcs[:])
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.pending = append(p.pending[:0], p.wcs[:n]...)
 	}
 	wc := p.pending[0]
 	p.pending = p.pending[1:]
 	if wc.Status != ibv.WCSuccess && wc.Status != ibv.WCLocLenErr {
-		return nil, fmt.Errorf("UD QP %d receive: %w", p.qp.QPN(), wc.Err())
+		return fmt.Errorf("UD QP %d receive: %w", p.qp.QPN(), wc.Err())
 	}
 	b, empty, err := p.ring.Take(wc.ID)
 	if err != nil {
-		return nil, fmt.Errorf("UD QP %d: %w", p.qp.QPN(), err)
+		return fmt.Errorf("UD QP %d: %w", p.qp.QPN(), err)
 	}
-	d := &Datagram{Buf: b, Off: grhLen, N: max(int(wc.ByteLen)-grhLen, 0), SrcQPN: wc.SrcQP, PoolEmpty: empty,
+	*d = Datagram{Buf: b, Off: grhLen, N: max(int(wc.ByteLen)-grhLen, 0), SrcQPN: wc.SrcQP, PoolEmpty: empty,
 		TooLongHere: wc.Status == ibv.WCLocLenErr, HasImm: wc.Flags&ibv.WCFlagWithImm != 0, Imm: wc.Imm}
 	if b == nil || wc.Flags&ibv.WCFlagGRH == 0 {
-		return d, nil // dropped anyway, or no GRH: no address (an unknown peer)
+		return nil // dropped anyway, or no GRH: no address (an unknown peer)
 	}
 	d.Src = grhSource(b.B()[:grhLen])
 	p.mu.Lock()
@@ -304,7 +304,7 @@ func (p *verbsUDPort) Recv(ctx context.Context) (*Datagram, error) {
 			GRH: ibv.GRH{DGID: ibv.GID(d.Src.As16()), SGIDIndex: uint8(p.v.gid.Index), HopLimit: 64}}
 	}
 	p.mu.Unlock()
-	return d, nil
+	return nil
 }
 
 // grhSource is the source of a received datagram: a GRH (IB) or IPv6
