@@ -2,6 +2,7 @@ package cm_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/netip"
 	"testing"
@@ -43,7 +44,7 @@ func listenKernel(t *testing.T, ns guest.Netns, port uint16) *kernelListener {
 func (k *kernelListener) accept(t *testing.T) (*client, []byte) {
 	t.Helper()
 	ctx := guestCtx(t)
-	ev, err := k.ch.Expect(ctx, ibv.CMConnectRequest)
+	ev, err := expectEvent(ctx, k.ch, ibv.CMConnectRequest)
 	check(t, err)
 	c := &client{id: ev.ID}
 	t.Cleanup(func() {
@@ -89,7 +90,7 @@ func dialGuest(t *testing.T, ns guest.Netns, s *server, k *kernelListener, port 
 	if r.err != nil {
 		t.Fatalf("transport dial: %v", r.err)
 	}
-	if _, err := k.ch.Expect(guestCtx(t), ibv.CMEstablished); err != nil {
+	if _, err := expectEvent(guestCtx(t), k.ch, ibv.CMEstablished); err != nil {
 		t.Fatalf("kernel after the transport's RTU: %v", err)
 	}
 	addr, rkey, n := parseInfo(t, r.c.PrivateData())
@@ -158,7 +159,7 @@ func TestGuestDialKernel(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cc.Disconnect(guestCtx(t)) }()
-	if _, err := k.ch.Expect(guestCtx(t), ibv.CMDisconnected); err != nil {
+	if _, err := expectEvent(guestCtx(t), k.ch, ibv.CMDisconnected); err != nil {
 		t.Fatalf("kernel after the transport's DREQ: %v", err)
 	}
 	check(t, kc.id.Disconnect()) // rdma_cm's DREP
@@ -167,7 +168,7 @@ func TestGuestDialKernel(t *testing.T) {
 	// Connection 2: Dial's default MTU; the kernel disconnects.
 	kc, cc = dialGuest(t, ns, s, k, port, 0)
 	check(t, kc.id.Disconnect())
-	if _, err := k.ch.Expect(guestCtx(t), ibv.CMDisconnected); err != nil {
+	if _, err := expectEvent(guestCtx(t), k.ch, ibv.CMDisconnected); err != nil {
 		t.Fatalf("kernel after its DREQ: %v", err)
 	}
 	select {
@@ -200,5 +201,19 @@ func TestGuestDialNoListener(t *testing.T) {
 	}
 	if st := qp.State(); st != transport.StateError {
 		t.Errorf("QP after the REJ: %v, want ERR", st)
+	}
+}
+
+// expectEvent is EventChannel.Expect on a channel that several of the
+// test's connections share: an earlier connection's TIMEWAIT_EXIT, which
+// the kernel sends once its time wait ends, whenever that is, is skipped.
+func expectEvent(ctx context.Context, ch *ibv.EventChannel, want ibv.CMEventType) (ibv.CMEvent, error) {
+	for {
+		ev, err := ch.Expect(ctx, want)
+		var wrong *ibv.CMEventError
+		if errors.As(err, &wrong) && ev.Type == ibv.CMTimewaitExit && want != ibv.CMTimewaitExit {
+			continue
+		}
+		return ev, err
 	}
 }
