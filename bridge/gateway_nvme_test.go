@@ -14,28 +14,8 @@ import (
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/ulp/nvme"
+	"github.com/rbridge/rbridge/ulp/nvme/nvmetest"
 )
-
-// nvmeCommand encodes a command capsule as a Linux host sends one: the
-// SQE (flags 0x40: SGLs) with the opcode, command ID and data pointer,
-// then tail (in-capsule bytes).
-func nvmeCommand(op nvme.Opcode, cid uint16, dptr nvme.SGLFields, tail []byte) []byte {
-	b := bytes.Repeat([]byte{0xff}, nvme.CommandLen)
-	nvme.Command(b).Encode(&nvme.CommandFields{Opcode: op, Flags: nvme.FlagSGLBuffer, CommandID: cid, NSID: 1, DPTR: dptr})
-	return append(b, tail...)
-}
-
-// nvmeKeyed is a keyed data block naming n bytes at addr behind key.
-func nvmeKeyed(addr uint64, n, key uint32, st nvme.SGLSubtype) nvme.SGLFields {
-	return nvme.SGLFields{Type: nvme.SGLKeyedDataBlock, Subtype: st, Address: addr, Length: n, Key: key}
-}
-
-// nvmeCompletion encodes a completion of command cid.
-func nvmeCompletion(cid uint16, st nvme.Status) []byte {
-	b := make([]byte, nvme.CompletionLen)
-	nvme.Completion(b).Encode(&nvme.CompletionFields{CommandID: cid, Status: st, SQID: 1})
-	return b
-}
 
 // pollWCs waits for n completions on cq.
 func pollWCs(t *testing.T, ctx context.Context, cq *transport.CQ, n int, what string) []transport.WC {
@@ -115,8 +95,8 @@ func TestGatewayNVMeRoute(t *testing.T) {
 		}
 	}
 	caps := [][]byte{
-		nvmeCommand(nvme.OpWrite, 1, nvmeKeyed(client.mr.Addr()+wdata, wlen, client.mr.RKey(), nvme.SGLAddress), nil),
-		nvmeCommand(nvme.OpRead, 2, nvmeKeyed(client.mr.Addr()+rdata, rlen, client.mr.RKey(), nvme.SGLInvalidate), nil),
+		nvmetest.Command(nvme.OpWrite, 1, nvmetest.Keyed(client.mr.Addr()+wdata, wlen, client.mr.RKey(), nvme.SGLAddress), nil),
+		nvmetest.Command(nvme.OpRead, 2, nvmetest.Keyed(client.mr.Addr()+rdata, rlen, client.mr.RKey(), nvme.SGLInvalidate), nil),
 	}
 	for i, c := range caps {
 		copy(client.mem[i*4096:], c)
@@ -152,7 +132,7 @@ func TestGatewayNVMeRoute(t *testing.T) {
 		if op == transport.OpRead && !bytes.Equal(target.mem[256<<10:256<<10+wlen], client.mem[wdata:wdata+wlen]) {
 			t.Fatal("the controller READ other bytes than the host's")
 		}
-		copy(target.mem[512<<10+i*64:], nvmeCompletion(c.Command().CommandID(), nvme.StatusSuccess))
+		copy(target.mem[512<<10+i*64:], nvmetest.Completion(c.Command().CommandID(), nvme.StatusSuccess))
 		if err := tqp.PostSend(transport.SendWR{ID: 200 + uint64(i), Opcode: transport.OpSend, Signaled: true, Local: transport.SGE{MR: target.mr, Offset: 512<<10 + i*64, Length: nvme.CompletionLen}}); err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/ulp/nvme"
+	"github.com/rbridge/rbridge/ulp/nvme/nvmetest"
 )
 
 // nvmeRig is a session of a protocol: nvme route: the client is the NVMe
@@ -115,7 +116,7 @@ func (r *nvmeRig) controller(n int, want func(cid uint16, d nvme.SGL) []byte) nv
 			}
 		}
 	}
-	if reply := r.far.send(r.pool, nvmeCompletion(cmd.CommandID(), nvme.StatusSuccess), 0, false); reply.Result != transport.Pending {
+	if reply := r.far.send(r.pool, nvmetest.Completion(cmd.CommandID(), nvme.StatusSuccess), 0, false); reply.Result != transport.Pending {
 		t.Fatalf("command %d's completion: reply %v", cmd.CommandID(), reply.Result)
 	}
 	return cmd
@@ -178,25 +179,25 @@ func TestSessionNVMeQueue(t *testing.T) {
 					if cid%4 == 0 {
 						st = nvme.SGLInvalidate
 					}
-					k := nvmeKeyed(at(cid, 0), n, key, st)
-					c = cmdCase{capsule: nvmeCommand(op, cid, k, nil), keyed: []nvme.SGLFields{k}}
+					k := nvmetest.Keyed(at(cid, 0), n, key, st)
+					c = cmdCase{capsule: nvmetest.Command(op, cid, k, nil), keyed: []nvme.SGLFields{k}}
 				case 2: // an SPDK list of three
-					ks := []nvme.SGLFields{nvmeKeyed(at(cid, 0), 4096, key, nvme.SGLAddress), nvmeKeyed(at(cid, 8192), 1000, key, nvme.SGLAddress),
-						nvmeKeyed(at(cid, 16384), n/2, key, nvme.SGLAddress)}
+					ks := []nvme.SGLFields{nvmetest.Keyed(at(cid, 0), 4096, key, nvme.SGLAddress), nvmetest.Keyed(at(cid, 8192), 1000, key, nvme.SGLAddress),
+						nvmetest.Keyed(at(cid, 16384), n/2, key, nvme.SGLAddress)}
 					var tail []byte
 					for i := range ks {
 						b := make([]byte, nvme.SGLLen)
 						nvme.SGL(b).Encode(&ks[i])
 						tail = append(tail, b...)
 					}
-					c = cmdCase{capsule: nvmeCommand(op, cid, nvme.SGLFields{Type: nvme.SGLLastSegment, Subtype: nvme.SGLOffset, Length: uint32(len(tail))}, tail), keyed: ks}
+					c = cmdCase{capsule: nvmetest.Command(op, cid, nvme.SGLFields{Type: nvme.SGLLastSegment, Subtype: nvme.SGLOffset, Length: uint32(len(tail))}, tail), keyed: ks}
 				case 3: // a write with its data in the capsule (a Linux host's I/O queue form)
 					in := data(cid, nvme.SGL(make([]byte, nvme.SGLLen)))[:0]
 					for i := range 3000 {
 						in = append(in, byte(i*5+int(cid)))
 					}
 					op, dir = nvme.OpWrite, nvme.DirHostToController
-					c = cmdCase{capsule: nvmeCommand(op, cid, nvme.SGLFields{Type: nvme.SGLDataBlock, Subtype: nvme.SGLOffset, Length: uint32(len(in))}, in)}
+					c = cmdCase{capsule: nvmetest.Command(op, cid, nvme.SGLFields{Type: nvme.SGLDataBlock, Subtype: nvme.SGLOffset, Length: uint32(len(in))}, in)}
 				}
 				c.dir = dir
 				cmds = append(cmds, c)
@@ -230,7 +231,7 @@ func TestSessionNVMeQueue(t *testing.T) {
 				r.controller(i, data)
 			}
 			// A completion for no command: relayed, counted.
-			if reply := r.far.send(r.pool, nvmeCompletion(999, nvme.StatusInvalidField), 0, false); reply.Result != transport.Pending {
+			if reply := r.far.send(r.pool, nvmetest.Completion(999, nvme.StatusInvalidField), 0, false); reply.Result != transport.Pending {
 				t.Fatalf("a completion for no command: reply %v", reply.Result)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -308,8 +309,8 @@ func sglBytes(f nvme.SGLFields) []byte {
 func TestSessionNVMeRefuses(t *testing.T) {
 	t.Run("from the host", func(t *testing.T) {
 		r := newNVMeRig(t, rigOpts{})
-		copy(r.cmem, nvmeCommand(nvme.OpFlush, 1, nvmeKeyed(0, 0, 0, nvme.SGLAddress), nil))
-		prp := nvmeCommand(nvme.OpRead, 2, nvmeKeyed(0x1000, 512, 1, nvme.SGLAddress), nil)
+		copy(r.cmem, nvmetest.Command(nvme.OpFlush, 1, nvmetest.Keyed(0, 0, 0, nvme.SGLAddress), nil))
+		prp := nvmetest.Command(nvme.OpRead, 2, nvmetest.Keyed(0x1000, 512, 1, nvme.SGLAddress), nil)
 		prp[1] = 0 // PRPs: not over fabrics
 		copy(r.cmem[4096:], prp)
 		if err := r.client.PostSend(
@@ -336,7 +337,7 @@ func TestSessionNVMeRefuses(t *testing.T) {
 		if err := r.client.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: r.cmr, Length: 64}}); err != nil {
 			t.Fatal(err)
 		}
-		if reply := r.far.send(r.pool, nvmeCompletion(1, 0)[:15], 0, false); reply.Result != transport.Failed {
+		if reply := r.far.send(r.pool, nvmetest.Completion(1, 0)[:15], 0, false); reply.Result != transport.Failed {
 			t.Fatalf("a 15-byte completion: reply %v, want failed", reply.Result)
 		}
 		nvmeEnded(t, r, nvme.ErrTruncated, `message 1 from B to A, a SEND of 15 bytes`, `route "storage": nvme queue (no Connect seen): from the controller, not a completion: nvme: parse completion: truncated: 15 bytes, need 16`)
