@@ -105,6 +105,12 @@ type Op struct {
 	// it ulpTag: its completion is reported to the Protocol.
 	ulp    bool
 	ulpTag uint64
+	// held says the op waits in the queue for its staging (and holds up
+	// what follows); void that it was answered in place: completed to its
+	// sender, never posted; own that the session issued it for a staging
+	// (a pull, a push, a reply in place): nothing is completed back.
+	held, void bool
+	own        *staged
 }
 
 // Frag is a span of a pool buffer.

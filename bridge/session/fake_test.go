@@ -347,3 +347,82 @@ func (f *fakeLeg) executed() []farExec {
 	defer f.mu.Unlock()
 	return append([]farExec(nil), f.log...)
 }
+
+// exposingLeg is a fakeLeg whose peer executes one-sided operations
+// against the gateway's memory, as a verbs leg's HCA does: what the
+// session stages for it is exposed here, and the far peer reaches it
+// with access, by address and key, as an HCA checks them.
+type exposingLeg struct {
+	*fakeLeg
+	emu     sync.Mutex // guards the fields below
+	exposed map[uint32]*exposure
+	nextKey uint32
+	revoked int
+	// failExpose, when set, refuses exposures of this many bytes.
+	failExpose int
+}
+
+var _ session.Exposer = (*exposingLeg)(nil)
+
+type exposure struct {
+	l       *exposingLeg
+	b       []byte
+	write   bool
+	addr    uint64
+	key     uint32
+	revoked bool
+}
+
+func (e *exposure) Addr() uint64 { return e.addr }
+func (e *exposure) RKey() uint32 { return e.key }
+func (e *exposure) Revoke() error {
+	e.l.emu.Lock()
+	defer e.l.emu.Unlock()
+	if e.revoked {
+		return errors.New("exposure revoked twice")
+	}
+	e.revoked = true
+	e.l.revoked++
+	delete(e.l.exposed, e.key)
+	return nil
+}
+
+func (l *exposingLeg) Expose(b []byte, write bool) (session.Exposure, error) {
+	l.emu.Lock()
+	defer l.emu.Unlock()
+	if l.failExpose != 0 && len(b) == l.failExpose {
+		return nil, errors.New("fake exposer: refused")
+	}
+	if l.exposed == nil {
+		l.exposed = map[uint32]*exposure{}
+	}
+	l.nextKey += 0x101
+	e := &exposure{l: l, b: b, write: write, addr: 0x5000_0000_0000 + uint64(l.nextKey)<<24, key: 0xe0000000 | l.nextKey}
+	l.exposed[e.key] = e
+	return e, nil
+}
+
+// access is the far peer's READ (data nil: it returns n bytes) or WRITE
+// of data at addr with key: a remote access error unless an exposure
+// live now allows it.
+func (l *exposingLeg) access(addr uint64, key uint32, n int, data []byte) ([]byte, transport.Status) {
+	l.emu.Lock()
+	defer l.emu.Unlock()
+	e := l.exposed[key]
+	if e == nil || addr < e.addr || addr-e.addr+uint64(n) > uint64(len(e.b)) || (data != nil && !e.write) || (data == nil && e.write) {
+		return nil, transport.StatusRemAccessErr
+	}
+	off := addr - e.addr
+	if data != nil {
+		copy(e.b[off:], data)
+		return nil, transport.StatusSuccess
+	}
+	return append([]byte(nil), e.b[off:off+uint64(n)]...), transport.StatusSuccess
+}
+
+// live is how many exposures are not revoked.
+func (l *exposingLeg) live() int {
+	l.emu.Lock()
+	defer l.emu.Unlock()
+	return len(l.exposed)
+}

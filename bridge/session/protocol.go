@@ -63,6 +63,23 @@ type Message struct {
 	Bytes Pieces
 	// Tag is the Protocol's: Sent gives it back.
 	Tag uint64
+
+	// Staging, set by the session, says the far endpoint's peer
+	// executes one-sided operations against the gateway's memory (an
+	// Exposer): descriptors in the message for it must be staged.
+	Staging bool
+	// Set by a Stager (stage.go) only. Stage are the regions of the
+	// message to stage, in the order Restage numbers them (only when
+	// Staging): the message waits until they are. Reply, when not nil,
+	// goes back to the sender in the message's place: the message is not
+	// relayed. Finishes says the message is the response that ends the
+	// staging of the other direction's message tagged Finish: when Push,
+	// the regions the far peer wrote are pushed to the originator first.
+	Stage    []Region
+	Reply    []byte
+	Finish   uint64
+	Finishes bool
+	Push     bool
 }
 
 // Describe names m for an error: its direction and number, its opcode,
@@ -174,19 +191,15 @@ func (r *relay) messageLocked(op *Op) (transport.Reply, bool) {
 		return transport.Reply{}, true
 	}
 	r.seq++
-	r.pieces = r.pieces[:0]
-	if op.Buf != nil {
-		r.pieces = append(r.pieces, op.Bytes())
-	} else {
-		for _, f := range op.Frags {
-			r.pieces = append(r.pieces, f.Buf.B()[f.Off:f.Off+f.Len])
-		}
-	}
+	r.pieces = opPieces(op, r.pieces[:0])
 	m := &r.m
-	*m = Message{Dir: r.dir, Seq: r.seq, Opcode: op.Opcode, Imm: op.Imm, InvRKey: op.InvRKey, Bytes: r.pieces}
+	*m = Message{Dir: r.dir, Seq: r.seq, Opcode: op.Opcode, Imm: op.Imm, InvRKey: op.InvRKey, Bytes: r.pieces, Staging: r.exposes}
 	err := p.Message(m)
 	if err == nil && !isSend(m.Opcode) {
 		err = fmt.Errorf("the protocol made it a %v: a message stays of the SEND family", m.Opcode)
+	}
+	if err == nil {
+		err = r.stageLocked(op, m)
 	}
 	if err != nil {
 		err = fmt.Errorf("%w: %s: %w", ErrRefused, m.Describe(), err)

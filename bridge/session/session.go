@@ -64,6 +64,7 @@ type Session struct {
 
 	maxChunk int
 	proto    Protocol // nil: messages relayed as they are
+	stage    stager   // the staging of a Stager's messages (stage.go)
 
 	stats Stats
 
@@ -123,14 +124,26 @@ type Stats struct {
 	// PoolWaits counts parts of a long READ that waited for a pool
 	// buffer before they could be posted (backpressure, not a refusal).
 	PoolWaits [2]atomic.Uint64
+	// Staging (stage.go), by the direction of the staged messages:
+	// Staged counts them and StagedBytes their regions' bytes; Pulled
+	// and Pushed count the bytes moved from and to the originator;
+	// StageWaits counts regions that waited for the pool, StageFailed
+	// messages answered in place because they could not be staged.
+	Staged, StagedBytes, Pulled, Pushed [2]atomic.Uint64
+	StageWaits, StageFailed             [2]atomic.Uint64
+	// StagingInUse is the bytes of pool buffers staging holds now.
+	StagingInUse atomic.Int64
 }
 
 // StatsSnapshot is Stats read at one moment, as plain
 // values, indexed like Stats.
 type StatsSnapshot struct {
-	Ops, Bytes                        [2][NumOpcodes]uint64
-	Copied, Failed, NoCredit, TooLong [2]uint64
-	PoolWaits                         [2]uint64
+	Ops, Bytes                          [2][NumOpcodes]uint64
+	Copied, Failed, NoCredit, TooLong   [2]uint64
+	PoolWaits                           [2]uint64
+	Staged, StagedBytes, Pulled, Pushed [2]uint64
+	StageWaits, StageFailed             [2]uint64
+	StagingInUse                        int64
 }
 
 // Snapshot reads every counter.
@@ -142,7 +155,11 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		}
 		out.Copied[d], out.Failed[d], out.NoCredit[d] = s.Copied[d].Load(), s.Failed[d].Load(), s.NoCredit[d].Load()
 		out.TooLong[d], out.PoolWaits[d] = s.TooLong[d].Load(), s.PoolWaits[d].Load()
+		out.Staged[d], out.StagedBytes[d] = s.Staged[d].Load(), s.StagedBytes[d].Load()
+		out.Pulled[d], out.Pushed[d] = s.Pulled[d].Load(), s.Pushed[d].Load()
+		out.StageWaits[d], out.StageFailed[d] = s.StageWaits[d].Load(), s.StageFailed[d].Load()
 	}
+	out.StagingInUse = s.StagingInUse.Load()
 	return out
 }
 
@@ -171,7 +188,14 @@ func (s *StatsSnapshot) Add(o StatsSnapshot) {
 		s.NoCredit[d] += o.NoCredit[d]
 		s.TooLong[d] += o.TooLong[d]
 		s.PoolWaits[d] += o.PoolWaits[d]
+		s.Staged[d] += o.Staged[d]
+		s.StagedBytes[d] += o.StagedBytes[d]
+		s.Pulled[d] += o.Pulled[d]
+		s.Pushed[d] += o.Pushed[d]
+		s.StageWaits[d] += o.StageWaits[d]
+		s.StageFailed[d] += o.StageFailed[d]
 	}
+	s.StagingInUse += o.StagingInUse
 }
 
 // relay moves the requests arriving on from to to.
@@ -182,6 +206,11 @@ type relay struct {
 	lim      Limits // to's
 	fromMTU  int    // the size of a packet arriving on from
 	part     int    // the largest READ posted on to whole; longer ones go in parts of this
+	// stager is the session's Protocol when it stages (nil otherwise);
+	// exposes says to's peer executes one-sided operations against the
+	// gateway's memory (an Exposer): its descriptors are staged.
+	stager  Stager
+	exposes bool
 
 	mu       sync.Mutex // guards the fields below
 	queue    []*Op      // waiting to be posted on to, in order, from qhead
@@ -233,7 +262,11 @@ func New(o Options) (*Session, error) {
 	la, lb := o.A.Limits(), o.B.Limits()
 	s.ab = relay{s: s, dir: 0, from: o.A, to: o.B, lim: lb, fromMTU: la.MTU}
 	s.ba = relay{s: s, dir: 1, from: o.B, to: o.A, lim: la, fromMTU: lb.MTU}
+	s.stage.s = s
+	stg, _ := o.Protocol.(Stager)
 	for _, r := range []*relay{&s.ab, &s.ba} {
+		_, r.exposes = r.to.(Exposer)
+		r.stager = stg
 		if r.lim.MaxSend <= 0 || r.lim.MaxRdAtomic <= 0 {
 			s.cancel()
 			return nil, fmt.Errorf("bridge: new session: endpoint limits %+v allow nothing outstanding", r.lim)
@@ -450,6 +483,7 @@ func (s *Session) teardown(ep Endpoint, err error) {
 		}
 		r.mu.Unlock()
 	}
+	s.stage.close()
 	s.err = err
 	close(s.done)
 }
@@ -882,8 +916,19 @@ func (r *relay) postLocked() ([]*Op, error) {
 	for {
 		r.mu.Lock()
 		n := 0
+		var voids []*Op
 		for r.qhead < len(r.queue) && n < len(r.batch) && r.posted < r.lim.MaxSend && !r.dead {
 			op := r.queue[r.qhead]
+			if op.held {
+				break // its staging lets it go (stage.go)
+			}
+			if op.void {
+				// Answered in place: completed to its sender, never posted.
+				r.queue[r.qhead] = nil
+				r.qhead++
+				voids = append(voids, op)
+				continue
+			}
 			ra := isReadOrAtomic(op.Opcode)
 			if ra && r.rdAtomic >= r.lim.MaxRdAtomic {
 				break
@@ -914,7 +959,18 @@ func (r *relay) postLocked() ([]*Op, error) {
 			r.queue, r.qhead = r.queue[:0], 0 // reuse the array from its start
 		}
 		r.mu.Unlock()
+		for _, op := range voids {
+			if err := r.from.Complete(op.tok, transport.Completion{}); err != nil && !errors.Is(err, transport.ErrStaleToken) {
+				r.s.fail(r.from, fmt.Errorf("complete a message answered in place: %w", err))
+			}
+			r.mu.Lock()
+			r.releaseLocked(op)
+			r.mu.Unlock()
+		}
 		if n == 0 {
+			if len(voids) > 0 {
+				continue
+			}
 			return nil, nil
 		}
 		k, err := r.to.Post(r.batch[:n])
@@ -993,6 +1049,14 @@ func (r *relay) complete(op *Op) (transport.Status, transport.Opcode) {
 		r.rdAtomic--
 	}
 	r.mu.Unlock()
+	if op.own != nil {
+		status, opcode := op.Status, op.Opcode
+		if status != transport.StatusSuccess {
+			r.s.stats.Failed[r.dir].Add(1)
+		}
+		r.ownDone(op)
+		return status, opcode
+	}
 	c := transport.Completion{}
 	if op.Status != transport.StatusSuccess {
 		// The one table: the far status as the requester will see it.

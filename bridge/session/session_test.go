@@ -44,6 +44,7 @@ type rig struct {
 	clients    *transport.Device
 	lender     *lendingConn     // with rigOpts.lend
 	drainer    *drainingLeg     // with rigOpts.drains: the far leg as the session has it
+	exposer    *exposingLeg     // with rigOpts.exposes: the far leg as the session has it
 	farSess    *session.Session // with rigOpts.tunnel: the far gateway's session
 	stopTunnel func()
 }
@@ -73,6 +74,9 @@ type rigOpts struct {
 	// clientAccess is the remote access the client's memory grants (the
 	// far peer's own READs and WRITEs of it: request), beyond local.
 	clientAccess transport.Access
+	// exposes makes the far leg an Exposer: its peer reaches the
+	// gateway's memory, as a verbs leg's does (the session stages).
+	exposes bool
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -168,6 +172,10 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		}
 	}
 	var far session.Endpoint = r.far
+	if o.exposes {
+		r.exposer = &exposingLeg{fakeLeg: r.far}
+		far = r.exposer
+	}
 	if o.drains {
 		r.drainer = &drainingLeg{fakeLeg: r.far, drained: make(chan struct{})}
 		far = r.drainer

@@ -25,7 +25,19 @@ import (
 // until their completion; a completion for no outstanding command, or a
 // command whose ID is outstanding, is counted and logged, and relayed
 // (it breaks nothing of the gateway's; the host's stack deals with it).
-// Nothing is rewritten: remote invalidation is counted, for staging.
+//
+// Staging (session.Stager), where the controller sits behind a verbs leg
+// (Message.Staging): each keyed descriptor of a length above 0 names a
+// region, which the controller READs (a host-to-controller command:
+// pulled first) or WRITEs (controller-to-host: pushed when the
+// completion comes, when it is a success). The descriptor is rewritten
+// in place to the staging (Restage); an invalidate subtype becomes the
+// address subtype toward the controller, which so never invalidates a
+// gateway key, and the completion reaches the host as a SEND with
+// invalidate of the host's own key, as the controller would have sent
+// it. A command that cannot be staged is answered in the controller's
+// place with a data transfer error; one with protection information,
+// which the gateway does not move, with Invalid Field in Command.
 type nvmeQueue struct {
 	route string
 	host  int // the session direction of the host's messages
@@ -36,14 +48,38 @@ type nvmeQueue struct {
 	// qid is the queue's ID, from its Connect (-1 until then).
 	qid int
 	// outstanding are the commands sent and not completed, by command ID.
-	outstanding map[uint16]struct{}
+	outstanding map[uint16]nvmeCommand
+	// sqHead is the last submission queue head a completion carried:
+	// what a completion the gateway makes carries.
+	sqHead uint16
+	// regions and pos are Message's scratch: the regions of a command
+	// to stage, and where each one's descriptor lies in the message.
+	regions []session.Region
 	// scratch holds a capsule whose bytes ParseCapsule needs do not lie
 	// in the message's first piece (kept while small).
 	scratch []byte
 	warned  [NumWhys]bool // the first of each in the session was logged
 }
 
-var _ session.Protocol = (*nvmeQueue)(nil)
+var _ session.Stager = (*nvmeQueue)(nil)
+
+// nvmeCommand is an outstanding command as its queue tracks it.
+type nvmeCommand struct {
+	tag uint64 // the session's tag: the message's number, and its ID
+	// pos are where its staged descriptors lie in the capsule, in the
+	// order of its regions (nil: nothing staged).
+	pos []int
+	// invalidate says the host asked the controller to invalidate its
+	// key invKey with the completion: the gateway does, as it cleared
+	// the request toward the controller.
+	invalidate bool
+	invKey     uint32
+	staged     bool
+}
+
+// tagOf makes the session's tag of command ID cid, message number seq:
+// unique on the queue, and its low bits the ID.
+func tagOf(seq uint64, cid uint16) uint64 { return seq<<16 | uint64(cid) }
 
 // keepScratch bounds the scratch kept between messages: a capsule's SQE
 // and a descriptor list always fit, in-capsule data usually does (the
@@ -52,7 +88,7 @@ const keepScratch = 16 << 10
 
 func newNVMeQueue(o Options) *nvmeQueue {
 	return &nvmeQueue{route: o.Route, host: o.Host, stats: o.Stats, log: o.Logger.With("protocol", config.ProtocolNVMe), qid: -1,
-		outstanding: map[uint16]struct{}{}}
+		outstanding: map[uint16]nvmeCommand{}}
 }
 
 // Message implements session.Protocol.
@@ -90,11 +126,130 @@ func (q *nvmeQueue) commandLocked(m *session.Message) error {
 	}
 	cid := cmd.CommandID()
 	if _, dup := q.outstanding[cid]; dup {
+		if m.Staging {
+			// Its completion could not say which one's staging it ends.
+			q.stats.Errors[WhyReusedCommandID].Add(1)
+			return q.errorf("command ID %d is outstanding on its queue already: the gateway stages on this route, and cannot match the completions", cid)
+		}
 		q.noteLocked(WhyReusedCommandID, "a command whose ID is outstanding on its queue: relayed", "command_id", cid)
 	}
-	q.outstanding[cid] = struct{}{}
-	m.Tag = uint64(cid)
+	entry := nvmeCommand{tag: tagOf(m.Seq, cid)}
+	m.Tag = entry.tag
+	if m.Staging && c.Keyed().Len() > 0 {
+		if reply := q.stageLocked(m, c, &entry); reply != nil {
+			m.Reply = reply
+			return nil // answered in place: never outstanding at the controller
+		}
+	}
+	q.outstanding[cid] = entry
 	return nil
+}
+
+// stageLocked sets m.Stage for command capsule c, whose controller sits
+// behind a verbs leg: a region per keyed descriptor of a length above 0,
+// and the invalidate subtype cleared toward the controller. It returns
+// a completion to answer the command with in the controller's place
+// instead, when the gateway cannot move its data.
+func (q *nvmeQueue) stageLocked(m *session.Message, c nvme.Capsule, e *nvmeCommand) []byte {
+	cmd := c.Command()
+	dir := cmd.Direction()
+	base := nvme.DataPointerOffset
+	if c.Kind() == nvme.DataKeyedList {
+		base = nvme.CommandLen + int(cmd.DataPointer().Address())
+	}
+	q.regions = q.regions[:0]
+	for i, d := range c.Keyed().All() {
+		n := d.Length()
+		if d.Invalidate() && !e.invalidate {
+			e.invalidate, e.invKey = true, d.Key()
+		}
+		if n == 0 {
+			continue
+		}
+		if dir != nvme.DirHostToController && dir != nvme.DirControllerToHost {
+			q.stats.Errors[WhyUnstageable].Add(1)
+			q.log.Warn("a command with data but no single direction: the gateway cannot stage it, answered with Invalid Field", "queue", q.queueLocked(), "opcode", cmd.Opcode(), "direction", dir)
+			return q.answerLocked(cmd.CommandID(), nvme.StatusInvalidField|nvme.StatusDNR)
+		}
+		q.regions = append(q.regions, session.Region{Remote: d.Address(), RKey: d.Key(), Len: int(n), Write: dir == nvme.DirControllerToHost})
+		e.pos = append(e.pos, base+i*nvme.SGLLen)
+	}
+	if q.qid > 0 && hasProtection(cmd) {
+		q.noteLocked(WhyProtection, "a command with protection information, which the gateway does not move: answered with Invalid Field", "opcode", cmd.Opcode())
+		return q.answerLocked(cmd.CommandID(), nvme.StatusInvalidField|nvme.StatusDNR)
+	}
+	if e.invalidate {
+		// Toward the controller the key is the gateway's: never invalidated
+		// remotely (a revoked exposure ends its access).
+		addr := [1]byte{byte(nvme.SGLKeyedDataBlock)<<4 | byte(nvme.SGLAddress)}
+		for i, d := range c.Keyed().All() {
+			if d.Invalidate() {
+				m.Bytes.WriteAt(addr[:], int64(base+i*nvme.SGLLen+nvme.SGLLen-1))
+			}
+		}
+	}
+	if len(q.regions) > 0 {
+		e.staged = true
+		m.Stage = q.regions
+	}
+	return nil
+}
+
+// hasProtection reports whether an I/O command asks for protection
+// information (PRINFO, CDW12 bits 29:26, of the NVM command set's Write,
+// Read, Compare and Verify) or names separate metadata (MPTR).
+func hasProtection(cmd nvme.Command) bool {
+	if cmd.Metadata() != 0 {
+		return true
+	}
+	switch cmd.Opcode() {
+	case 0x01, 0x02, 0x05, 0x0c:
+		return cmd.DWord(12)>>26&0xf != 0
+	}
+	return false
+}
+
+// answerLocked makes the completion the gateway answers command cid
+// with, in the controller's place.
+func (q *nvmeQueue) answerLocked(cid uint16, status nvme.Status) []byte {
+	q.stats.Answered.Add(1)
+	c := make(nvme.Completion, nvme.CompletionLen)
+	c.Encode(&nvme.CompletionFields{SQHead: q.sqHead, SQID: uint16(max(q.qid, 0)), CommandID: cid, Status: status})
+	return c
+}
+
+// Restage implements session.Stager: region i's descriptor now names
+// staging at addr with rkey (its length unchanged).
+func (q *nvmeQueue) Restage(dir int, tag uint64, b session.Pieces, i int, addr uint64, rkey uint32) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e, ok := q.outstanding[uint16(tag)]
+	if !ok || e.tag != tag || i >= len(e.pos) {
+		return fmt.Errorf("nvme: restage region %d of command %d: not a staged command", i, uint16(tag))
+	}
+	var raw [nvme.SGLLen]byte
+	if n, _ := b.ReadAt(raw[:], int64(e.pos[i])); n != nvme.SGLLen {
+		return fmt.Errorf("nvme: restage region %d of command %d: the descriptor at %d is past the capsule", i, uint16(tag), e.pos[i])
+	}
+	d := nvme.SGL(raw[:])
+	d.SetAddress(addr)
+	d.SetKey(rkey)
+	_, err := b.WriteAt(raw[:], int64(e.pos[i]))
+	return err
+}
+
+// Unstaged implements session.Stager: the command could not be staged;
+// the host gets a data transfer error for it, from the gateway.
+func (q *nvmeQueue) Unstaged(dir int, tag uint64, why error) []byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cid := uint16(tag)
+	if e, ok := q.outstanding[cid]; ok && e.tag == tag {
+		delete(q.outstanding, cid)
+	}
+	q.stats.Errors[WhyUnstageable].Add(1)
+	q.log.Warn("a command could not be staged: the host gets a data transfer error from the gateway", "queue", q.queueLocked(), "command_id", cid, "why", why)
+	return q.answerLocked(cid, nvme.StatusDataXferError)
 }
 
 // capsuleLocked returns the bytes of p that ParseCapsule needs: the SQE,
@@ -148,12 +303,20 @@ func (q *nvmeQueue) completionLocked(m *session.Message) error {
 		return q.errorf("from the controller, not a completion: %w", err)
 	}
 	q.stats.Completions.Add(1)
+	q.sqHead = c.SQHead()
 	cid := c.CommandID()
-	if _, ok := q.outstanding[cid]; !ok {
+	e, ok := q.outstanding[cid]
+	if !ok {
 		q.noteLocked(WhyUnknownCommandID, "a completion for no command outstanding on its queue: relayed", "command_id", cid, "status", c.Status())
 		return nil
 	}
 	delete(q.outstanding, cid)
+	if e.staged {
+		m.Finish, m.Finishes, m.Push = e.tag, true, c.Status().Success()
+	}
+	if e.invalidate && m.Opcode != transport.OpSendWithInv {
+		m.Opcode, m.InvRKey = transport.OpSendWithInv, e.invKey
+	}
 	return nil
 }
 
@@ -164,7 +327,9 @@ func (q *nvmeQueue) Sent(dir int, tag uint64, status transport.Status) {
 		return
 	}
 	q.mu.Lock()
-	delete(q.outstanding, uint16(tag))
+	if e, ok := q.outstanding[uint16(tag)]; ok && e.tag == tag {
+		delete(q.outstanding, uint16(tag))
+	}
 	q.mu.Unlock()
 }
 

@@ -114,8 +114,8 @@ func TestNVMeCounts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("command %d: %v", i, err)
 		}
-		if want := uint64(nvme.Command(c).CommandID()); m.Tag != want {
-			t.Errorf("command %d: tag %d, want its command ID %d", i, m.Tag, want)
+		if want := uint16(nvme.Command(c).CommandID()); uint16(m.Tag) != want {
+			t.Errorf("command %d: tag %#x, want its command ID %d in the low bits", i, m.Tag, want)
 		}
 	}
 	for i, cid := range []uint16{4, 2, 1, 3, 7, 6, 5} { // completed in any order

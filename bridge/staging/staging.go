@@ -91,10 +91,16 @@ const (
 	// WhyReusedCommandID: a command whose ID is outstanding on its queue
 	// already.
 	WhyReusedCommandID
+	// WhyUnstageable: a command whose data the gateway could not stage
+	// (answered in the controller's place).
+	WhyUnstageable
+	// WhyProtection: a command with protection information, which the
+	// gateway does not move (answered in the controller's place).
+	WhyProtection
 	NumWhys
 )
 
-var whyNames = [NumWhys]string{"malformed_command", "malformed_completion", "unknown_command_id", "reused_command_id"}
+var whyNames = [NumWhys]string{"malformed_command", "malformed_completion", "unknown_command_id", "reused_command_id", "unstageable", "protection_information"}
 
 // String names w as the metrics' why label does.
 func (w Why) String() string {
@@ -115,8 +121,9 @@ type Stats struct {
 	// that ask the controller to invalidate their key remotely (NVMe: the
 	// invalidate subtype).
 	Descriptors, DescribedBytes, Invalidations atomic.Uint64
-	// Completions counts the controller's completions.
-	Completions atomic.Uint64
+	// Completions counts the controller's completions; Answered the
+	// completions the gateway made in the controller's place.
+	Completions, Answered atomic.Uint64
 	// Errors counts what was wrong, by Why.
 	Errors [NumWhys]atomic.Uint64
 }
@@ -125,7 +132,7 @@ type Stats struct {
 type StatsSnapshot struct {
 	Commands                                   [NumDataDirections]uint64
 	Descriptors, DescribedBytes, Invalidations uint64
-	Completions                                uint64
+	Completions, Answered                      uint64
 	Errors                                     [NumWhys]uint64
 }
 
@@ -136,7 +143,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		out.Commands[i] = s.Commands[i].Load()
 	}
 	out.Descriptors, out.DescribedBytes, out.Invalidations = s.Descriptors.Load(), s.DescribedBytes.Load(), s.Invalidations.Load()
-	out.Completions = s.Completions.Load()
+	out.Completions, out.Answered = s.Completions.Load(), s.Answered.Load()
 	for i := range s.Errors {
 		out.Errors[i] = s.Errors[i].Load()
 	}

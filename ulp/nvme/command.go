@@ -40,6 +40,10 @@ type Command []byte
 // CommandLen is the length of a submission queue entry.
 const CommandLen = 64
 
+// DataPointerOffset is where a submission queue entry's data pointer (an
+// SGL descriptor) lies in it.
+const DataPointerOffset = cmdDPTR
+
 const (
 	cmdOpcode = 0
 	cmdFlags  = 1
