@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/bridge/staging"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/ulp/nvme"
@@ -128,12 +129,29 @@ func TestSessionNVMeStaged(t *testing.T) {
 }
 
 func stagedQueue(t *testing.T, o rigOpts, depth int) *nvmeRig {
-	o.clientMem = 2<<20 + (depth+1)*(192<<10)
+	o.clientMem = 2<<20 + (depth+1)*(stagedSpan)
 	r := newNVMeRig(t, o)
+	runStaged(t, r, stagedCommands(r, depth))
+	return r
+}
+
+// stagedSpan is the host memory each command's data has.
+const stagedSpan = 320 << 10
+
+// stagedAt is where command cid's data lies in the host's memory, off
+// bytes in: capsules are at 0 (4 KiB each), completions at 1 MiB, data
+// from 2 MiB.
+func stagedAt(r *nvmeRig, cid uint16, off int) uint64 {
+	return r.cmr.Addr() + 2<<20 + uint64(cid)*stagedSpan + uint64(off)
+}
+
+// stagedCommands are depth commands of every form, IDs from 1: writes
+// and reads of one keyed descriptor (with remote invalidation every
+// other), SPDK lists of three (one of them empty), writes with their
+// data in the capsule; of 512 bytes to 128 KiB and one past 64 KiB.
+func stagedCommands(r *nvmeRig, depth int) []stagedCommand {
 	key := r.cmr.RKey()
-	// Host memory: capsules at 0 (4 KiB each), completions at 1 MiB,
-	// data from 2 MiB, 192 KiB a command.
-	at := func(cid uint16, off int) uint64 { return r.cmr.Addr() + 2<<20 + uint64(cid)*(192<<10) + uint64(off) }
+	at := func(cid uint16, off int) uint64 { return stagedAt(r, cid, off) }
 	sizes := []uint32{512, 4096, 12000, 65536, 131072, 65537}
 	var cmds []stagedCommand
 	for cid := uint16(1); cid <= uint16(depth); cid++ {
@@ -167,8 +185,7 @@ func stagedQueue(t *testing.T, o rigOpts, depth int) *nvmeRig {
 		c.dir = dir
 		cmds = append(cmds, c)
 	}
-	runStaged(t, r, cmds)
-	return r
+	return cmds
 }
 
 // runStaged sends cmds at once and serves them as a controller behind a
@@ -239,7 +256,10 @@ func runStaged(t *testing.T, r *nvmeRig, cmds []stagedCommand) {
 		if status[cid] != c.answer {
 			t.Errorf("command %d completed with %v, want %v", cid, status[cid], c.answer)
 		}
-		inv := len(c.keyed) > 0 && c.keyed[0].Subtype == nvme.SGLInvalidate
+		// The gateway's own answer is a plain SEND: a host that asked for
+		// remote invalidation invalidates its key itself when a completion
+		// does not (the Linux host's nvme_rdma_process_nvme_rsp, SPDK's).
+		inv := len(c.keyed) > 0 && c.keyed[0].Subtype == nvme.SGLInvalidate && c.answer == 0
 		if inv != wc.HasInv || (inv && wc.InvRKey != key) {
 			t.Errorf("command %d's completion: with invalidate %v of %#x, want %v of the host's %#x", cid, wc.HasInv, wc.InvRKey, inv, key)
 		}
@@ -293,5 +313,109 @@ func runStaged(t *testing.T, r *nvmeRig, cmds []stagedCommand) {
 	}
 	if r.sess.Err() != nil {
 		t.Errorf("the session ended: %v", r.sess.Err())
+	}
+}
+
+// TestSessionNVMeStagedFailures: a command the gateway cannot stage is
+// answered in the controller's place, with the NVMe status that says
+// why, and never reaches the controller; the queue goes on. Staging that
+// waits for the pool waits in order, and delivers.
+func TestSessionNVMeStagedFailures(t *testing.T) {
+	rigFor := func(t *testing.T, poolSize int) *nvmeRig {
+		return newNVMeRig(t, rigOpts{net: simnet.Options{Loss: 0.01, Seed: 61}, delay: 50 * time.Microsecond, classes: stagedClasses,
+			exposes: true, poolSize: poolSize, clientMem: 2<<20 + 34*stagedSpan})
+	}
+	// The I/O queue's Connect comes first: protection information is an
+	// I/O command's.
+	connect := func() stagedCommand {
+		con := make([]byte, nvme.CommandLen+nvme.ConnectDataLen)
+		nvme.Connect(con).Encode(&nvme.ConnectFields{Flags: nvme.FlagSGLBuffer, CommandID: 0, QID: 1, SQSize: 31,
+			DPTR: nvme.SGLFields{Type: nvme.SGLDataBlock, Subtype: nvme.SGLOffset, Length: nvme.ConnectDataLen}})
+		return stagedCommand{capsule: con, dir: nvme.DirHostToController}
+	}
+	t.Run("the far leg would not expose it", func(t *testing.T) {
+		r := rigFor(t, 0)
+		r.exposer.failExpose = 12000
+		cmds := append([]stagedCommand{connect()}, stagedCommands(r, 16)...)
+		refused := 0
+		for i := range cmds {
+			for _, k := range cmds[i].keyed {
+				if k.Length == 12000 {
+					cmds[i].answer = nvme.StatusDataXferError
+					refused++
+					break
+				}
+			}
+		}
+		runStaged(t, r, cmds)
+		if ss := r.sess.Stats().Snapshot(); ss.StageFailed[0] != uint64(refused) || refused == 0 {
+			t.Errorf("%d messages failed staging, want %d", ss.StageFailed[0], refused)
+		}
+		if got := r.stats.Snapshot(); got.Answered != uint64(refused) || got.Errors[staging.WhyUnstageable] != uint64(refused) {
+			t.Errorf("%d answered by the gateway and %d unstageable, want %d", got.Answered, got.Errors[staging.WhyUnstageable], refused)
+		}
+	})
+	t.Run("larger than the largest staging buffer", func(t *testing.T) {
+		r := rigFor(t, 0)
+		key := r.cmr.RKey()
+		k := nvmetest.Keyed(stagedAt(r, 2, 0), 300<<10, key, nvme.SGLAddress)
+		cmds := []stagedCommand{connect(),
+			{capsule: nvmetest.Command(nvme.OpWrite, 1, nvmetest.Keyed(stagedAt(r, 1, 0), 4096, key, nvme.SGLAddress), nil), dir: nvme.DirHostToController,
+				keyed: []nvme.SGLFields{nvmetest.Keyed(stagedAt(r, 1, 0), 4096, key, nvme.SGLAddress)}},
+			{capsule: nvmetest.Command(nvme.OpRead, 2, k, nil), dir: nvme.DirControllerToHost, keyed: []nvme.SGLFields{k}, answer: nvme.StatusDataXferError},
+		}
+		runStaged(t, r, cmds)
+	})
+	t.Run("protection information", func(t *testing.T) {
+		r := rigFor(t, 0)
+		key := r.cmr.RKey()
+		k := nvmetest.Keyed(stagedAt(r, 1, 0), 4096, key, nvme.SGLAddress)
+		pi := nvmetest.Command(nvme.OpWrite, 1, k, nil)
+		nvme.Command(pi).SetDWord(12, 0x7|1<<29) // PRINFO: PRCHK guard
+		plain := nvmetest.Command(nvme.OpWrite, 2, nvmetest.Keyed(stagedAt(r, 2, 0), 4096, key, nvme.SGLAddress), nil)
+		cmds := []stagedCommand{connect(),
+			{capsule: pi, dir: nvme.DirHostToController, keyed: []nvme.SGLFields{k}, answer: nvme.StatusInvalidField | nvme.StatusDNR},
+			{capsule: plain, dir: nvme.DirHostToController, keyed: []nvme.SGLFields{nvmetest.Keyed(stagedAt(r, 2, 0), 4096, key, nvme.SGLAddress)}},
+		}
+		runStaged(t, r, cmds)
+		if got := r.stats.Snapshot().Errors[staging.WhyProtection]; got != 1 {
+			t.Errorf("%d commands with protection information counted, want 1", got)
+		}
+	})
+	t.Run("the pool exhausted", func(t *testing.T) {
+		// 4 MiB: a 1 MiB share of 256 KiB buffers, four of them, for 32
+		// commands of up to two regions of up to 128 KiB each.
+		r := rigFor(t, 4<<20)
+		cmds := stagedCommands(r, 32)
+		runStaged(t, r, cmds)
+		if w := r.sess.Stats().Snapshot().StageWaits[0]; w == 0 {
+			t.Error("no region waited for the pool: the test proved nothing of exhaustion")
+		}
+	})
+}
+
+// TestSessionNVMeStagedTeardown: a session that ends while commands are
+// staged (their pulls outstanding, others waiting for the pool) revokes
+// every exposure and returns every buffer (the rig's cleanup checks the
+// pool).
+func TestSessionNVMeStagedTeardown(t *testing.T) {
+	r := newNVMeRig(t, rigOpts{delay: 2 * time.Millisecond, classes: stagedClasses, exposes: true, poolSize: 4 << 20, clientMem: 2<<20 + 34*stagedSpan})
+	cmds := stagedCommands(r, 32)
+	for i, c := range cmds {
+		copy(r.cmem[i*4096:], c.capsule)
+		if err := r.client.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpSend, Signaled: true,
+			Local: transport.SGE{MR: r.cmr, Offset: i * 4096, Length: len(c.capsule)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "staging under way", func() bool { return r.sess.Stats().StagingInUse.Load() > 0 })
+	if err := r.sess.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.exposer.live(); n != 0 {
+		t.Errorf("%d exposures live after the session ended", n)
+	}
+	if n := r.sess.Stats().StagingInUse.Load(); n != 0 {
+		t.Errorf("%d bytes of staging held after the session ended", n)
 	}
 }
