@@ -8,3 +8,14 @@ const (
 	// such leg.
 	DefaultPoolSize = 128 << 20
 )
+
+// The pool's size classes. A gateway whose routes carry a protocol (they
+// stage: design.md, "Protocol-aware staging") has two more, for the data
+// of one request each: up to 1 MiB, the largest transfer of the Linux
+// NVMe-oF host and target (NVME_RDMA_MAX_SEGMENTS pages; nvmet-rdma's
+// MDTS). Each class gets an equal share of the pool: 25 buffers of 1 MiB
+// and 102 of 256 KiB in the default pool.
+var (
+	DefaultPoolClasses = []int{256, 4 << 10, 64 << 10}
+	StagingPoolClasses = []int{256, 4 << 10, 64 << 10, 256 << 10, 1 << 20}
+)

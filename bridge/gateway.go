@@ -218,7 +218,10 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		o.Pool.Size = DefaultPoolSize
 	}
 	if o.Pool.Classes == nil {
-		o.Pool.Classes = []int{256, 4 << 10, 64 << 10}
+		o.Pool.Classes = DefaultPoolClasses
+		if stages(o.Config) {
+			o.Pool.Classes = StagingPoolClasses
+		}
 	}
 	pl, err := pool.New(o.Pool)
 	if err != nil {
@@ -712,4 +715,15 @@ func (g *Gateway) Close(ctx context.Context) error {
 	g.closed = true
 	g.mu.Unlock()
 	return err
+}
+
+// stages says whether a route of cfg carries a protocol: its sessions
+// stage requests' data in the pool.
+func stages(cfg *config.Config) bool {
+	for i := range cfg.Routes {
+		if cfg.Routes[i].Protocol != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -85,6 +85,12 @@ var directionRows = func() []directionRow {
 		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.NoCredit }},
 		{"too_long_total", "SENDs refused with an invalid request NAK: longer than the far leg gathers in the pool's largest buffers.", func(s *session.StatsSnapshot) *[2]uint64 { return &s.TooLong }},
 		{"read_part_pool_waits_total", "Parts of READs longer than a pool buffer that waited for a buffer before they were posted (backpressure).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.PoolWaits }},
+		{"staged_messages_total", "Messages (commands) whose memory descriptors the gateway rewrote to its staging, the far peer being behind a verbs leg (a route with a protocol).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Staged }},
+		{"staged_bytes_total", "Bytes of the regions staged for those messages.", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StagedBytes }},
+		{"staging_pulled_bytes_total", "Bytes the gateway READ from the originator into staging before relaying a message (data the far peer READs).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Pulled }},
+		{"staging_pushed_bytes_total", "Bytes the gateway WROTE from staging to the originator before relaying a response (data the far peer wrote).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Pushed }},
+		{"staging_waits_total", "Staging regions that waited for a pool buffer (staging exhausted: messages wait, in order).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StageWaits }},
+		{"staging_failed_total", "Messages that could not be staged, answered by the gateway in the far peer's place with the protocol's error (nvme: a data transfer error).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StageFailed }},
 	}
 	out := make([]directionRow, len(rows))
 	for i, r := range rows {
@@ -102,14 +108,18 @@ var protocolCounters = newCounters("rbridge_route_protocol_", protocolLabels, []
 	{"described_bytes_total", "Bytes the route's commands' memory descriptors named (the data the far side READs or WRITEs).", func(s *staging.StatsSnapshot) uint64 { return s.DescribedBytes }},
 	{"remote_invalidations_total", "Memory descriptors that asked the far side to invalidate their key remotely (nvme: the keyed SGL invalidate subtype).", func(s *staging.StatsSnapshot) uint64 { return s.Invalidations }},
 	{"completions_total", "Completions the route's controllers (targets) sent back to their hosts.", func(s *staging.StatsSnapshot) uint64 { return s.Completions }},
+	{"gateway_completions_total", "Completions the gateway made in the controller's place: a command it could not stage (a data transfer error), or one with protection information (Invalid Field).", func(s *staging.StatsSnapshot) uint64 { return s.Answered }},
 })
+
+// descStagingInUse is the pool bytes a route's sessions hold as staging.
+var descStagingInUse = prometheus.NewDesc("rbridge_route_staging_in_use_bytes", "Pool bytes the route's sessions hold as staging for requests outstanding.", []string{"route"}, nil)
 
 var (
 	descProtocolCommands = prometheus.NewDesc("rbridge_route_protocol_commands_total",
 		"Commands the route's hosts (clients) sent, by the way their data moves (none, host_to_controller: the target READs the host's memory, controller_to_host: it WRITEs it, bidirectional).",
 		[]string{"route", "protocol", "direction"}, nil)
 	descProtocolErrors = prometheus.NewDesc("rbridge_route_protocol_errors_total",
-		"What was wrong in the route's protocol, by why (malformed_command, malformed_completion: not understood, the session ended; unknown_command_id: a completion for no outstanding command, reused_command_id: a command whose ID was outstanding: counted, relayed).",
+		"What was wrong in the route's protocol, by why (malformed_command, malformed_completion: not understood, the session ended; unknown_command_id: a completion for no outstanding command, reused_command_id: a command whose ID was outstanding: counted, relayed, or the session ended where the route stages; unstageable, protection_information: answered by the gateway).",
 		[]string{"route", "protocol", "why"}, nil)
 )
 
@@ -423,6 +433,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, r := range directionRows {
 		ch <- r.desc
 	}
+	ch <- descStagingInUse
 	for _, r := range opcodeRows {
 		ch <- r.desc
 	}
@@ -476,6 +487,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for i := range m.routes {
 		r := &m.routes[i]
 		ch <- prometheus.MustNewConstMetric(descSessionsOpen, prometheus.GaugeValue, float64(r.open), r.name)
+		ch <- prometheus.MustNewConstMetric(descStagingInUse, prometheus.GaugeValue, float64(r.sessions.StagingInUse), r.name)
 		collect(ch, routeCounters, &r.gw, r.name)
 		for _, row := range directionRows {
 			v := row.val(&r.sessions)

@@ -71,6 +71,9 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	if d := legsDiff(running.Legs, cfg.Legs); d != "" {
 		return res, fmt.Errorf("bridge: reload %s: %s: %w", cfg.File(), d, ErrLegsChanged)
 	}
+	if stages(cfg) && g.pool.Largest() < StagingPoolClasses[len(StagingPoolClasses)-1] {
+		return res, fmt.Errorf("bridge: reload %s: a route carries a protocol, and the running gateway's pool has no staging buffers (its largest holds %d bytes; it has them when it starts with such a route): restart rbridge to apply it", cfg.File(), g.pool.Largest())
+	}
 	if !slices.EqualFunc(g.cfg.Groups, cfg.Groups, sameGroup) {
 		return res, fmt.Errorf("bridge: reload %s: the multicast groups differ (they are joined once, as legs are opened; only a rate may change): %w", cfg.File(), ErrLegsChanged)
 	}

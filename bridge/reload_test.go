@@ -112,13 +112,21 @@ func TestGatewayReload(t *testing.T) {
 // TestGatewayReloadProtocol: a route whose protocol a reload adds,
 // changes or removes is a changed route (restarted); one reloaded as it
 // was is unchanged; /status names the protocol in force, and the
-// protocol's counters stay on /metrics.
+// protocol's counters stay on /metrics. A gateway started without a
+// protocol route has no staging buffers: a reload that adds one is
+// refused, and says to restart.
 func TestGatewayReloadProtocol(t *testing.T) {
 	const r = `
   - {name: r, listen: {leg: a, addr: "127.0.10.1:7484"}, target: {leg: b, addr: "127.0.10.4:7471"}`
-	g := startGateway(t, parseConfig(t, reloadLegs+r+"}\n"))
+	plain := startGateway(t, parseConfig(t, reloadLegs+r+"}\n"))
+	if _, err := plain.Reload(parseConfig(t, reloadLegs+r+", protocol: nvme}\n")); err == nil || !strings.Contains(err.Error(), "no staging buffers") || !strings.Contains(err.Error(), "restart rbridge") {
+		t.Errorf("a reload that adds a protocol to a gateway without staging buffers: %v, want it refused, saying to restart", err)
+	}
+	plain.Close(context.Background())
+	g := startGateway(t, parseConfig(t, reloadLegs+r+", protocol: nvme}\n"))
 	base := startAdmin(t, g)
 	for _, step := range []struct{ protocol, want string }{
+		{"", "changed r"},
 		{"nvme", "changed r"},
 		{"nvme", "unchanged r"},
 		{"", "changed r"},

@@ -29,7 +29,9 @@ import (
 // error on both connections and the loss is counted (Stats.LostAcked).
 // The pool is registered for local access only, so a one-sided operation
 // the peer aims at the gateway fails at the peer with a remote access
-// error and never touches a buffer.
+// error and never touches a buffer, unless it names staging the session
+// exposed for the request it belongs to (Expose, on a route with a
+// protocol: endpoint_verbs_expose.go).
 type VerbsEndpoint struct {
 	qp         *ibv.QP
 	cq         *ibv.CQ
@@ -70,16 +72,20 @@ type VerbsStats struct {
 	// RecvStarved counts times a receive could not be posted for want of
 	// a pool buffer (the peer sees RNR meanwhile).
 	RecvStarved atomic.Uint64
+	// Exposed and Revoked count staging registrations made for the peer
+	// and ended (Expose): the difference is what it may reach now.
+	Exposed, Revoked atomic.Uint64
 }
 
 // VerbsStatsSnapshot is VerbsStats read at one moment, as plain values.
 type VerbsStatsSnapshot struct {
 	LostAcked, RecvStarved uint64
+	Exposed, Revoked       uint64
 }
 
 // Snapshot reads every counter.
 func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
-	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load()}
+	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load()}
 }
 
 var (
