@@ -31,7 +31,9 @@ type MW struct {
 	pd  *PD
 	typ MWType
 
-	mu sync.Mutex // guards mw.rkey and the fields below
+	mu sync.Mutex // guards the fields below and mw.rkey
+	// rkey is mw.rkey, readable after Close (which frees mw).
+	rkey uint32
 	// The bind posted and not yet settled by BindCompleted.
 	pending     bool
 	pendingRKey uint32
@@ -56,6 +58,7 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 			}
 			return nil, err
 		}
+		mw.rkey = uint32(mw.mw.rkey)
 		return mw.free, nil
 	})
 	if err != nil {
@@ -65,9 +68,8 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 }
 
 func (mw *MW) free() error {
-	rkey := uint32(mw.mw.rkey)
 	if rc := C.rb_dealloc_mw(mw.mw); rc != 0 {
-		return fmt.Errorf("ibv_dealloc_mw rkey 0x%x: %w", rkey, syscall.Errno(rc))
+		return fmt.Errorf("ibv_dealloc_mw rkey 0x%x: %w", mw.RKey(), syscall.Errno(rc))
 	}
 	return nil
 }
@@ -89,7 +91,7 @@ func (mw *MW) Type() MWType { return mw.typ }
 func (mw *MW) RKey() uint32 {
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
-	return uint32(mw.mw.rkey)
+	return mw.rkey
 }
 
 // NextRKey is the rkey for the window's next bind: RKey with its key (the
@@ -110,14 +112,18 @@ func (mw *MW) BindCompleted(status WCStatus) error {
 	}
 	mw.mu.Lock()
 	if !mw.pending {
-		rkey := uint32(mw.mw.rkey)
+		rkey := mw.rkey
 		mw.mu.Unlock()
 		mw.res.op.RUnlock()
 		return fmt.Errorf("mw rkey 0x%x: no bind pending", rkey)
 	}
 	mr := mw.pendingMR
 	if status == WCSuccess {
-		mw.mw.rkey = C.uint32_t(mw.pendingRKey)
+		// The provider names the window to the device by this field
+		// when the next bind is posted (rxe: the kernel refuses a
+		// bind naming another key than the window's).
+		mw.rkey = mw.pendingRKey
+		mw.mw.rkey = C.uint32_t(mw.rkey)
 	}
 	mw.pending, mw.pendingRKey, mw.pendingMR = false, 0, nil
 	mw.mu.Unlock()
@@ -135,7 +141,7 @@ func (mw *MW) BindCompleted(status WCStatus) error {
 func (mw *MW) markBind(b *MWBind) error {
 	mw.mu.Lock()
 	defer mw.mu.Unlock()
-	if err := checkBind(b, mw.typ, uint32(mw.mw.rkey), mw.pending); err != nil {
+	if err := checkBind(b, mw.typ, mw.rkey, mw.pending); err != nil {
 		return err
 	}
 	mw.pending, mw.pendingRKey, mw.pendingMR = true, b.RKey, b.MR

@@ -391,12 +391,12 @@ func (q *QP) holdBindLocked(idx int, b *MWBind) error {
 	if h.ownMR {
 		if err := b.MR.res.acquire(); err != nil {
 			h.release(false)
-			return fmt.Errorf("bind mw rkey 0x%x to mr: %w", uint32(b.MW.mw.rkey), err)
+			return fmt.Errorf("bind mw rkey 0x%x to mr: %w", b.MW.RKey(), err)
 		}
 	}
 	if b.MW.mw.pd != q.qp.pd || b.MR.mr.pd != q.qp.pd {
 		h.release(false)
-		return fmt.Errorf("bind mw rkey 0x%x: the window and the MR must be in the QP's PD", uint32(b.MW.mw.rkey))
+		return fmt.Errorf("bind mw rkey 0x%x: the window and the MR must be in the QP's PD", b.MW.RKey())
 	}
 	if err := b.MW.markBind(b); err != nil {
 		h.release(false)
