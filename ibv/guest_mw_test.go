@@ -247,8 +247,9 @@ func firstDiff(a, b []byte) int {
 //
 // Except, on rxe, an access outside the window but inside its MR: rxe
 // checks the range of the window's MR, not the window's own
-// (rxe_resp.c check_rkey: mr_check_range(mw->mr, ...); Linux 6.1, and
-// upstream as of 2026), so the access succeeds and bytes move. Those cases
+// (rxe_resp.c check_rkey: mr_check_range(mw->mr, ...); in Debian's 6.1 and
+// in upstream at torvalds/linux 034e285f), so the access succeeds and bytes
+// move. Those cases
 // (rxeUnbounded) assert what rxe does, so that a kernel that starts
 // refusing them is noticed; TestGuestMWWholeMR shows the remedy: a window
 // over a whole MR, whose bounds rxe does enforce.
