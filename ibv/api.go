@@ -17,6 +17,7 @@ var (
 		GIDTable() ([]GIDEntry, error)
 		ChooseGID(GIDQuery) (GIDChoice, error)
 		AsyncEvent(context.Context) (AsyncEvent, error)
+		Attr() (DeviceAttr, error)
 		AllocPD() (*PD, error)
 		NewCQ(CQOptions) (*CQ, error)
 	} = (*Device)(nil)
@@ -27,7 +28,15 @@ var (
 		NewQP(QPOptions) (*QP, error)
 		NewAH(AHAttr) (*AH, error)
 		NewSRQ(SRQOptions) (*SRQ, error)
+		AllocMW(MWType) (*MW, error)
 	} = (*PD)(nil)
+	_ interface {
+		Close() error
+		Type() MWType
+		RKey() uint32
+		NextRKey() uint32
+		BindCompleted(WCStatus) error
+	} = (*MW)(nil)
 	_ interface {
 		Close() error
 		LKey() uint32

@@ -37,7 +37,64 @@ type DeviceAttr struct {
 	AtomicCap       string `json:"atomic_cap"` // "none", "HCA", "global"
 	PhysPortCnt     int    `json:"phys_port_cnt"`
 	LocalCAAckDelay int    `json:"local_ca_ack_delay"`
+	// CapFlags are the device's capability flags (device_cap_flags).
+	CapFlags DeviceCap `json:"device_cap_flags"`
+	// MaxMW is how many memory windows the device has (0: none).
+	MaxMW int `json:"max_mw"`
 }
+
+// MWType1 reports whether the device offers type 1 memory windows
+// (IBV_DEVICE_MEM_WINDOW and max_mw > 0).
+func (a DeviceAttr) MWType1() bool { return a.MaxMW > 0 && a.CapFlags&DeviceMemWindow != 0 }
+
+// MWType2 reports whether the device offers type 2 memory windows, bound on
+// a QP's send queue (IBV_DEVICE_MEM_WINDOW_TYPE_2A or _2B, and max_mw > 0).
+func (a DeviceAttr) MWType2() bool {
+	return a.MaxMW > 0 && a.CapFlags&(DeviceMemWindowType2A|DeviceMemWindowType2B) != 0
+}
+
+// DeviceCap is a set of device capability flags (enum
+// ibv_device_cap_flags).
+type DeviceCap uint64
+
+// Device capability flags.
+const (
+	DeviceResizeMaxWR         DeviceCap = 1 << 0
+	DeviceBadPKeyCntr         DeviceCap = 1 << 1
+	DeviceBadQKeyCntr         DeviceCap = 1 << 2
+	DeviceRawMulti            DeviceCap = 1 << 3
+	DeviceAutoPathMig         DeviceCap = 1 << 4
+	DeviceChangePhyPort       DeviceCap = 1 << 5
+	DeviceUDAVPortEnforce     DeviceCap = 1 << 6
+	DeviceCurrQPStateMod      DeviceCap = 1 << 7
+	DeviceShutdownPort        DeviceCap = 1 << 8
+	DeviceInitType            DeviceCap = 1 << 9
+	DevicePortActiveEvent     DeviceCap = 1 << 10
+	DeviceSysImageGUID        DeviceCap = 1 << 11
+	DeviceRCRNRNAKGen         DeviceCap = 1 << 12
+	DeviceSRQResize           DeviceCap = 1 << 13
+	DeviceNNotifyCQ           DeviceCap = 1 << 14
+	DeviceMemWindow           DeviceCap = 1 << 17
+	DeviceUDIPCsum            DeviceCap = 1 << 18
+	DeviceXRC                 DeviceCap = 1 << 20
+	DeviceMemMgtExtensions    DeviceCap = 1 << 21
+	DeviceMemWindowType2A     DeviceCap = 1 << 23
+	DeviceMemWindowType2B     DeviceCap = 1 << 24
+	DeviceRCIPCsum            DeviceCap = 1 << 25
+	DeviceRawIPCsum           DeviceCap = 1 << 26
+	DeviceManagedFlowSteering DeviceCap = 1 << 29
+)
+
+var deviceCapNames = [...]string{
+	0: "RESIZE_MAX_WR", 1: "BAD_PKEY_CNTR", 2: "BAD_QKEY_CNTR", 3: "RAW_MULTI", 4: "AUTO_PATH_MIG",
+	5: "CHANGE_PHY_PORT", 6: "UD_AV_PORT_ENFORCE", 7: "CURR_QP_STATE_MOD", 8: "SHUTDOWN_PORT",
+	9: "INIT_TYPE", 10: "PORT_ACTIVE_EVENT", 11: "SYS_IMAGE_GUID", 12: "RC_RNR_NAK_GEN",
+	13: "SRQ_RESIZE", 14: "N_NOTIFY_CQ", 17: "MEM_WINDOW", 18: "UD_IP_CSUM", 20: "XRC",
+	21: "MEM_MGT_EXTENSIONS", 23: "MEM_WINDOW_TYPE_2A", 24: "MEM_WINDOW_TYPE_2B", 25: "RC_IP_CSUM",
+	26: "RAW_IP_CSUM", 29: "MANAGED_FLOW_STEERING",
+}
+
+func (c DeviceCap) String() string { return flagNames(deviceCapNames[:], uint64(c)) }
 
 // PortInfo is one port: ibv_query_port plus the valid GID table entries.
 type PortInfo struct {
@@ -130,6 +187,9 @@ func (t Transport) MarshalText() ([]byte, error) { return []byte(t.String()), ni
 
 // MarshalText implements encoding.TextMarshaler.
 func (w Width) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
+
+// MarshalText implements encoding.TextMarshaler.
+func (c DeviceCap) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // MarshalText implements encoding.TextMarshaler.
 func (s Speed) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

@@ -115,6 +115,18 @@ func _() {
 	_ = x[int(PortSpaceTCP)-C.RDMA_PS_TCP]
 	_ = x[int(PortSpaceUDP)-C.RDMA_PS_UDP]
 	_ = x[int(PortSpaceIPoIB)-C.RDMA_PS_IPOIB]
+	_ = x[int(MWType1)-C.IBV_MW_TYPE_1]
+	_ = x[int(MWType2)-C.IBV_MW_TYPE_2]
+	_ = x[int(WCMWBindErr)-C.IBV_WC_MW_BIND_ERR]
+	_ = x[int(WCLocQPOpErr)-C.IBV_WC_LOC_QP_OP_ERR]
+	_ = x[int(DeviceResizeMaxWR)-C.IBV_DEVICE_RESIZE_MAX_WR]
+	_ = x[int(DeviceNNotifyCQ)-C.IBV_DEVICE_N_NOTIFY_CQ]
+	_ = x[int(DeviceMemWindow)-C.IBV_DEVICE_MEM_WINDOW]
+	_ = x[int(DeviceXRC)-C.IBV_DEVICE_XRC]
+	_ = x[int(DeviceMemMgtExtensions)-C.IBV_DEVICE_MEM_MGT_EXTENSIONS]
+	_ = x[int(DeviceMemWindowType2A)-C.IBV_DEVICE_MEM_WINDOW_TYPE_2A]
+	_ = x[int(DeviceMemWindowType2B)-C.IBV_DEVICE_MEM_WINDOW_TYPE_2B]
+	_ = x[int(DeviceManagedFlowSteering)-C.IBV_DEVICE_MANAGED_FLOW_STEERING]
 
 	// WorkCompletion is written by rb_poll_cq in place.
 	var wc WorkCompletion

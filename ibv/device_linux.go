@@ -180,11 +180,55 @@ func (d *Device) Info() (DeviceInfo, error) {
 		return DeviceInfo{}, err
 	}
 	defer d.res.op.RUnlock()
+	info, err := d.queryLocked()
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	total := 0
+	for p := 1; p <= info.Attr.PhysPortCnt; p++ {
+		pi, err := d.queryPortLocked(p)
+		if err != nil {
+			return DeviceInfo{}, err
+		}
+		total += pi.GIDTableLen
+		info.Ports = append(info.Ports, pi)
+	}
+	gids, err := d.gidTableLocked(total)
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	for _, g := range gids {
+		if g.Port >= 1 && g.Port <= len(info.Ports) {
+			info.Ports[g.Port-1].GIDs = append(info.Ports[g.Port-1].GIDs, g)
+		}
+	}
+	for i := range info.Ports {
+		if info.Ports[i].GIDs == nil {
+			info.Ports[i].GIDs = []GIDEntry{}
+		}
+	}
+	return info, nil
+}
+
+// Attr queries the device's limits and capabilities (ibv_query_device),
+// without its ports: what a caller checks before it relies on a feature
+// (DeviceAttr.MWType2: memory windows bound on a QP).
+func (d *Device) Attr() (DeviceAttr, error) {
+	if err := d.res.acquire(); err != nil {
+		return DeviceAttr{}, err
+	}
+	defer d.res.op.RUnlock()
+	info, err := d.queryLocked()
+	return info.Attr, err
+}
+
+// queryLocked is ibv_query_device: the device's part of Info, no ports.
+func (d *Device) queryLocked() (DeviceInfo, error) {
 	var a C.struct_ibv_device_attr
 	if rc := C.ibv_query_device(d.ctx, &a); rc != 0 {
 		return DeviceInfo{}, fmt.Errorf("ibv_query_device %s: %w", d.name, syscall.Errno(rc))
 	}
-	info := DeviceInfo{
+	return DeviceInfo{
 		Name:            d.name,
 		Transport:       Transport(d.ctx.device.transport_type),
 		NodeGUID:        guidString(uint64(a.node_guid)),
@@ -210,32 +254,10 @@ func (d *Device) Info() (DeviceInfo, error) {
 			AtomicCap:       [...]string{"none", "HCA", "global"}[min(uint(a.atomic_cap), 2)],
 			PhysPortCnt:     int(a.phys_port_cnt),
 			LocalCAAckDelay: int(a.local_ca_ack_delay),
+			CapFlags:        DeviceCap(a.device_cap_flags),
+			MaxMW:           int(a.max_mw),
 		},
-	}
-	total := 0
-	for p := 1; p <= int(a.phys_port_cnt); p++ {
-		pi, err := d.queryPortLocked(p)
-		if err != nil {
-			return DeviceInfo{}, err
-		}
-		total += pi.GIDTableLen
-		info.Ports = append(info.Ports, pi)
-	}
-	gids, err := d.gidTableLocked(total)
-	if err != nil {
-		return DeviceInfo{}, err
-	}
-	for _, g := range gids {
-		if g.Port >= 1 && g.Port <= len(info.Ports) {
-			info.Ports[g.Port-1].GIDs = append(info.Ports[g.Port-1].GIDs, g)
-		}
-	}
-	for i := range info.Ports {
-		if info.Ports[i].GIDs == nil {
-			info.Ports[i].GIDs = []GIDEntry{}
-		}
-	}
-	return info, nil
+	}, nil
 }
 
 // guidString formats a big-endian GUID as ibv_devinfo does (xxxx:xxxx:xxxx:xxxx).

@@ -1,16 +1,18 @@
 // Package ibv is rbridge's binding of libibverbs and librdmacm (cgo): devices,
 // ports, GID tables, protection domains, memory regions over mmap'd arenas,
 // completion queues wired into Go's poller, RC and UD queue pairs, address
-// handles, SRQs, async events, rdma_cm connection management and multicast
+// handles, SRQs, type 2 memory windows (bound and invalidated on a QP's send
+// queue), async events, rdma_cm connection management and multicast
 // joins (rdma_join_multicast_ex, full or send-only member). It drives
 // real HCAs and the kernel's soft devices (rxe, siw).
 //
 // # Layout
 //
 // The cgo lives in thin files, one per verbs object: device_linux.go,
-// pd_linux.go, mr_linux.go, cq_linux.go, qp_linux.go, ah_linux.go,
+// pd_linux.go, mr_linux.go, mw_linux.go, cq_linux.go, qp_linux.go, ah_linux.go,
 // srq_linux.go, cm_linux.go, mcast_linux.go. Everything above them is plain Go and builds
-// everywhere: the enums (enums.go), MTU negotiation (mtu.go), the RoCEv2 GID
+// everywhere: the enums (enums.go), a memory window's life and bind checks
+// (mw.go), MTU negotiation (mtu.go), the RoCEv2 GID
 // choice (gid.go), the object tree that makes Close idempotent and
 // order-independent (resource.go) and the `rbridge devices` report
 // (report.go). A build without cgo, or with the tag noibverbs (cgo but no
@@ -38,7 +40,8 @@
 // # Lifetime
 //
 // Every object has an idempotent Close. Objects form a tree (device -> PD ->
-// MR, QP, AH, SRQ; device -> CQ -> QP; event channel -> cm_id -> QP): closing
+// MR, QP, AH, SRQ, MW; MR -> the MWs last bound to it; device -> CQ -> QP;
+// event channel -> cm_id -> QP): closing
 // a parent closes what depends on it first, so objects may be closed in any
 // order. [LiveObjects] counts what is still open, per type; tests check it
 // is empty at the end.

@@ -357,7 +357,7 @@ func flagNames(names []string, v uint64) string {
 			continue
 		}
 		v &^= 1 << i
-		if i < len(names) {
+		if i < len(names) && names[i] != "" {
 			parts = append(parts, names[i])
 		} else {
 			parts = append(parts, fmt.Sprintf("0x%x", uint64(1)<<i))

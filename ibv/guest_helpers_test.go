@@ -33,7 +33,8 @@ type peer struct {
 	arena *ibv.Arena
 	mr    *ibv.MR
 
-	cqEntries int // setup's CQ size (0: 256)
+	cqEntries int  // setup's CQ size (0: 256)
+	sharedPD  bool // pd is another peer's: setup and close leave it alone
 }
 
 const bufSize = 1 << 16
@@ -84,9 +85,11 @@ func (p *peer) setup(t testing.TB, id *ibv.CMID, busyPoll ...bool) {
 	p.id = id
 	dev, err := id.Device()
 	check(t, err)
-	p.pd, err = dev.AllocPD()
-	check(t, err)
-	t.Cleanup(func() { p.pd.Close() })
+	if !p.sharedPD {
+		p.pd, err = dev.AllocPD()
+		check(t, err)
+		t.Cleanup(func() { p.pd.Close() })
+	}
 	entries := p.cqEntries
 	if entries == 0 {
 		entries = 256
@@ -110,7 +113,11 @@ func (p *peer) setup(t testing.TB, id *ibv.CMID, busyPoll ...bool) {
 // cascade (the channel first: it takes the id and the QP with it).
 func (p *peer) close(t testing.TB) {
 	t.Helper()
-	for _, c := range []interface{ Close() error }{p.ch, p.mr, p.arena, p.cq, p.pd} {
+	pd := p.pd
+	if p.sharedPD {
+		pd = nil
+	}
+	for _, c := range []interface{ Close() error }{p.ch, p.mr, p.arena, p.cq, pd} {
 		if c != nil {
 			if err := c.Close(); err != nil {
 				t.Errorf("close %T: %v", c, err)
@@ -121,10 +128,11 @@ func (p *peer) close(t testing.TB) {
 
 // connectOptions shape connectRC.
 type connectOptions struct {
-	clientData, serverData []byte // private data; nil: each side's remote()
-	reject                 []byte // reject with this private data instead of accepting
-	busyPoll               bool   // CQs busy-poll instead of sleeping on a channel
-	clientCQEntries        int    // the client's CQ size (0: 256)
+	clientData, serverData []byte  // private data; nil: each side's remote()
+	reject                 []byte  // reject with this private data instead of accepting
+	busyPoll               bool    // CQs busy-poll instead of sleeping on a channel
+	clientCQEntries        int     // the client's CQ size (0: 256)
+	serverPD               *ibv.PD // the server's QP and MR go in this PD (nil: a new one)
 }
 
 // connectRC connects a client on d.Name (d.IP) to a server listening on
@@ -181,6 +189,7 @@ func connectRC(t testing.TB, d guest.Dev, o connectOptions) (cli, srv *peer, cli
 		check(t, req.ID.Close())
 		return cli, srv, ev.Param.PrivateData, srvGot
 	}
+	srv.pd, srv.sharedPD = o.serverPD, o.serverPD != nil
 	srv.setup(t, req.ID)
 	post(t, srv.qp, recvWRs(srv.mr, 0, 8)...)
 	sd := o.serverData

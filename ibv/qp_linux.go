@@ -30,6 +30,7 @@ static int rb_post_send(struct ibv_qp *qp, const struct rb_send_wr *w, int n, st
 			wr[i].imm_data = htobe32(w[i].imm);
 			break;
 		case IBV_WR_SEND_WITH_INV:
+		case IBV_WR_LOCAL_INV:
 			wr[i].invalidate_rkey = w[i].imm;
 			break;
 		}
@@ -46,6 +47,16 @@ static int rb_post_send(struct ibv_qp *qp, const struct rb_send_wr *w, int n, st
 			wr[i].wr.atomic.compare_add = w[i].compare_add;
 			wr[i].wr.atomic.swap = w[i].swap;
 			wr[i].wr.atomic.rkey = w[i].rkey;
+			break;
+		case IBV_WR_BIND_MW:
+			wr[i].bind_mw.mw = w[i].mw;
+			wr[i].bind_mw.rkey = w[i].bind_rkey;
+			wr[i].bind_mw.bind_info.mr = w[i].bind_mr;
+			wr[i].bind_mw.bind_info.addr = w[i].bind_addr;
+			wr[i].bind_mw.bind_info.length = w[i].bind_length;
+			wr[i].bind_mw.bind_info.mw_access_flags = w[i].bind_access;
+			break;
+		case IBV_WR_LOCAL_INV:
 			break;
 		default:
 			if (w[i].ah) {
@@ -113,9 +124,10 @@ type QP struct {
 	iwarp   bool         // iWARP has no immediate data and no atomics
 	destroy func() C.int // ibv_destroy_qp, or rdma_destroy_qp for a cm_id's QP
 
-	sendMu   sync.Mutex            // guards sendWRs, sendSGEs
-	sendWRs  []C.struct_rb_send_wr // MaxBatch, C memory
-	sendSGEs []C.struct_ibv_sge    // MaxBatch*MaxSendSGE, C memory
+	sendMu    sync.Mutex            // guards sendWRs, sendSGEs, sendBinds
+	sendWRs   []C.struct_rb_send_wr // MaxBatch, C memory
+	sendSGEs  []C.struct_ibv_sge    // MaxBatch*MaxSendSGE, C memory
+	sendBinds []heldBind            // the windows and MRs of the batch being posted
 
 	recvMu   sync.Mutex // guards recvWRs, recvSGEs
 	recvWRs  []C.struct_rb_recv_wr
@@ -296,10 +308,12 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 		for i := range cw {
 			w := &wrs[i]
 			if len(w.SGEs) > maxSGE {
+				q.releaseBindsLocked(0)
 				return posted, fmt.Errorf("post send qp %d wr %d: %d SGEs, QP has room for %d", q.qpn, w.ID, len(w.SGEs), maxSGE)
 			}
 			if q.iwarp && w.Op != OpSend && w.Op != OpWrite && w.Op != OpRead && w.Op != OpSendWithInv {
 				// siw accepts these and then drops them without a completion.
+				q.releaseBindsLocked(0)
 				return posted, fmt.Errorf("post send qp %d wr %d: %v on iWARP: %w", q.qpn, w.ID, w.Op, ErrNotSupported)
 			}
 			c := &cw[i]
@@ -320,19 +334,102 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) {
 			c.num_sge = C.uint32_t(len(w.SGEs))
 			c.opcode = C.uint32_t(w.Op)
 			c.send_flags = C.uint32_t(w.Flags)
+			c.mw, c.bind_mr = nil, nil
+			if w.Op == OpBindMW {
+				if err := q.holdBindLocked(i, &w.Bind); err != nil {
+					q.releaseBindsLocked(0)
+					return posted, fmt.Errorf("post send qp %d wr %d: %w", q.qpn, w.ID, err)
+				}
+				b := &w.Bind
+				c.mw, c.bind_mr = b.MW.mw, b.MR.mr
+				c.bind_rkey, c.bind_access = C.uint32_t(b.RKey), C.uint32_t(b.Access)
+				c.bind_addr, c.bind_length = C.uint64_t(b.Addr), C.uint64_t(b.Length)
+			}
 			for j, s := range w.SGEs {
 				q.sendSGEs[off+j] = C.struct_ibv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
 			}
 		}
 		var bad C.int
-		if rc := C.rb_post_send(q.qp, &cw[0], C.int(n), &q.sendSGEs[0], &bad); rc != 0 {
+		rc := C.rb_post_send(q.qp, &cw[0], C.int(n), &q.sendSGEs[0], &bad)
+		if rc != 0 {
+			q.releaseBindsLocked(int(bad))
 			posted += int(bad)
 			return posted, fmt.Errorf("ibv_post_send qp %d wr %d (%v): %w", q.qpn, wrs[bad].ID, wrs[bad].Op, syscall.Errno(rc))
 		}
+		q.releaseBindsLocked(n)
 		posted += n
 		wrs = wrs[n:]
 	}
 	return posted, nil
+}
+
+// heldBind is a window and an MR that a BIND_MW of the batch being posted
+// names, acquired (their C objects stay valid) until the post returns.
+type heldBind struct {
+	idx          int // the work request's index in the batch
+	mw           *MW
+	mr           *MR
+	ownMW, ownMR bool // acquired by this entry (an earlier one may hold them)
+}
+
+// holdBindLocked acquires b's window and MR, checks them against the QP
+// and marks the bind pending on the window; must hold q.sendMu.
+func (q *QP) holdBindLocked(idx int, b *MWBind) error {
+	if b.MW == nil || b.MR == nil {
+		return fmt.Errorf("BIND_MW needs SendWR.Bind.MW and .MR")
+	}
+	h := heldBind{idx: idx, mw: b.MW, mr: b.MR, ownMW: true, ownMR: true}
+	for _, o := range q.sendBinds { // a read lock is never taken twice
+		h.ownMW = h.ownMW && o.mw != b.MW
+		h.ownMR = h.ownMR && o.mr != b.MR
+	}
+	if h.ownMW {
+		if err := b.MW.res.acquire(); err != nil {
+			return fmt.Errorf("bind mw: %w", err)
+		}
+	}
+	if h.ownMR {
+		if err := b.MR.res.acquire(); err != nil {
+			h.release(false)
+			return fmt.Errorf("bind mw rkey 0x%x to mr: %w", b.MW.RKey(), err)
+		}
+	}
+	if b.MW.mw.pd != q.qp.pd || b.MR.mr.pd != q.qp.pd {
+		h.release(false)
+		return fmt.Errorf("bind mw rkey 0x%x: the window and the MR must be in the QP's PD", b.MW.RKey())
+	}
+	if err := b.MW.markBind(b); err != nil {
+		h.release(false)
+		return err
+	}
+	if q.sendBinds == nil {
+		q.sendBinds = make([]heldBind, 0, MaxBatch)
+	}
+	q.sendBinds = append(q.sendBinds, h)
+	return nil
+}
+
+// release unlocks what h acquired and, if undo, takes back its bind mark.
+func (h *heldBind) release(undo bool) {
+	if undo {
+		h.mw.undoBind()
+	}
+	if h.ownMR {
+		h.mr.res.op.RUnlock()
+	}
+	if h.ownMW {
+		h.mw.res.op.RUnlock()
+	}
+}
+
+// releaseBindsLocked releases the batch's windows and MRs, taking back the
+// marks of binds from index posted on (not posted); must hold q.sendMu.
+func (q *QP) releaseBindsLocked(posted int) {
+	for i := len(q.sendBinds) - 1; i >= 0; i-- {
+		h := &q.sendBinds[i]
+		h.release(h.idx >= posted)
+	}
+	q.sendBinds = q.sendBinds[:0]
 }
 
 // PostRecv posts receive work requests, one ibv_post_recv per MaxBatch, and

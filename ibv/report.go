@@ -135,6 +135,7 @@ func (r DevicesReport) WriteText(w io.Writer) error {
 			d.Name, d.Transport, d.NodeGUID, d.VendorID, d.VendorPartID, d.FirmwareVersion)
 		fmt.Fprintf(&b, "  max_qp %d  max_qp_wr %d  max_cqe %d  max_mr_size %d  max_sge %d  max_qp_rd_atom %d  atomic %s\n",
 			d.Attr.MaxQP, d.Attr.MaxQPWR, d.Attr.MaxCQE, d.Attr.MaxMRSize, d.Attr.MaxSGE, d.Attr.MaxQPRdAtom, d.Attr.AtomicCap)
+		fmt.Fprintf(&b, "  memory windows: max_mw %d, type 1 %s, type 2 %s\n", d.Attr.MaxMW, yesNo(d.Attr.MWType1()), yesNo(d.Attr.MWType2()))
 		for _, p := range d.Ports {
 			fmt.Fprintf(&b, "  port %d: %s (%s), link layer %s, active MTU %s (max %s), lid %d, sm_lid %d, speed %s, width %s\n",
 				p.Port, p.State, p.PhysState, p.LinkLayer, p.ActiveMTU, p.MaxMTU, p.LID, p.SMLID, p.Speed, p.Width)
@@ -171,4 +172,11 @@ func (r DevicesReport) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

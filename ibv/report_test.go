@@ -13,7 +13,8 @@ import (
 func fakeDevices() []ibv.DeviceInfo {
 	rxe := ibv.DeviceInfo{
 		Name: "rxe0", Transport: ibv.TransportIB, NodeGUID: "5054:00ff:fe12:3456", VendorID: 0xffffff,
-		Attr: ibv.DeviceAttr{MaxQP: 1 << 17, MaxQPWR: 1 << 14, AtomicCap: "HCA", PhysPortCnt: 1},
+		Attr: ibv.DeviceAttr{MaxQP: 1 << 17, MaxQPWR: 1 << 14, AtomicCap: "HCA", PhysPortCnt: 1,
+			CapFlags: ibv.DeviceMemWindow | ibv.DeviceMemWindowType2B, MaxMW: 1 << 16},
 		Ports: []ibv.PortInfo{{
 			Port: 1, State: ibv.PortActive, PhysState: 5, LinkLayer: ibv.LinkLayerEthernet,
 			MaxMTU: ibv.MTU4096, ActiveMTU: ibv.MTU1024, Speed: 1, Width: 1, GIDTableLen: 1024,
@@ -47,7 +48,9 @@ func TestDevicesReportText(t *testing.T) {
 		"port 1: ACTIVE (LINK_UP), link layer Ethernet, active MTU 1024 (max 4096)",
 		"3      ::ffff:198.18.1.1",
 		"RoCEv2  veth0",
+		"  memory windows: max_mw 65536, type 1 yes, type 2 yes\n",
 		"siw0: transport iWARP",
+		"  memory windows: max_mw 0, type 1 no, type 2 no\n",
 		"198.18.1.1 (veth0): rxe0 port 1 index 3 (::ffff:198.18.1.1): the only RoCEv2 GID for 198.18.1.1 on netdev veth0",
 		"198.18.2.1 (veth2): none: choose gid for 198.18.2.1 on netdev veth2: no GID table entry holds this address",
 	} {

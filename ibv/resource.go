@@ -24,10 +24,11 @@ const (
 	kindEventChannel
 	kindCMID
 	kindArena
+	kindMW
 	numKinds
 )
 
-var kindNames = [numKinds]string{"Device", "PD", "MR", "CQ", "QP", "AH", "SRQ", "EventChannel", "CMID", "Arena"}
+var kindNames = [numKinds]string{"Device", "PD", "MR", "CQ", "QP", "AH", "SRQ", "EventChannel", "CMID", "Arena", "MW"}
 
 var live [numKinds]atomic.Int64
 
@@ -138,6 +139,34 @@ func (r *resource) closeLocked() error {
 		live[r.kind].Add(-1)
 	}
 	return errors.Join(errs...)
+}
+
+// dependOn makes r, already created, a dependent of p in place of its
+// dependency on any other object of p's kind (a memory window moves to the
+// MR of its latest bind). It does nothing when either is closed.
+func (r *resource) dependOn(p *resource) {
+	treeMu.Lock()
+	defer treeMu.Unlock()
+	if r.closed.Load() || p.closed.Load() {
+		return
+	}
+	kept := r.dependsOn[:0]
+	for _, q := range r.dependsOn {
+		if q != p && q.kind == p.kind {
+			delete(q.dependents, r)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	r.dependsOn = kept
+	if _, ok := p.dependents[r]; ok {
+		return
+	}
+	if p.dependents == nil {
+		p.dependents = make(map[*resource]struct{})
+	}
+	p.dependents[r] = struct{}{}
+	r.dependsOn = append(r.dependsOn, p)
 }
 
 // isClosed reports whether close has started.

@@ -40,6 +40,14 @@ struct rb_send_wr {
 	uint32_t num_sge;
 	uint32_t opcode;
 	uint32_t send_flags;
+	// IBV_WR_BIND_MW: the window, its new rkey (bind_rkey) and the bind
+	// info (ibv_mw_bind_info).
+	struct ibv_mw *mw;
+	struct ibv_mr *bind_mr;
+	uint64_t bind_addr;
+	uint64_t bind_length;
+	uint32_t bind_rkey;
+	uint32_t bind_access;
 };
 
 struct rb_recv_wr {

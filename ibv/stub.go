@@ -24,6 +24,9 @@ type PD struct{ res resource }
 // MR is a memory region (unavailable in this build).
 type MR struct{ res resource }
 
+// MW is a memory window (unavailable in this build).
+type MW struct{ res resource }
+
 // CQ is a completion queue (unavailable in this build).
 type CQ struct{ res resource }
 
@@ -65,6 +68,7 @@ func (d *Device) ChooseGID(q GIDQuery) (GIDChoice, error) { return GIDChoice{}, 
 func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	return AsyncEvent{}, errNoBinding
 }
+func (d *Device) Attr() (DeviceAttr, error)         { return DeviceAttr{}, errNoBinding }
 func (d *Device) AllocPD() (*PD, error)             { return nil, errNoBinding }
 func (d *Device) NewCQ(opts CQOptions) (*CQ, error) { return nil, errNoBinding }
 
@@ -74,6 +78,13 @@ func (pd *PD) RegMR(mem []byte, access Access) (*MR, error) { return nil, errNoB
 func (pd *PD) NewQP(opts QPOptions) (*QP, error)            { return nil, errNoBinding }
 func (pd *PD) NewAH(attr AHAttr) (*AH, error)               { return nil, errNoBinding }
 func (pd *PD) NewSRQ(opts SRQOptions) (*SRQ, error)         { return nil, errNoBinding }
+func (pd *PD) AllocMW(typ MWType) (*MW, error)              { return nil, errNoBinding }
+
+func (mw *MW) Close() error                        { return nil }
+func (mw *MW) Type() MWType                        { return 0 }
+func (mw *MW) RKey() uint32                        { return 0 }
+func (mw *MW) NextRKey() uint32                    { return 0 }
+func (mw *MW) BindCompleted(status WCStatus) error { return errNoBinding }
 
 func (mr *MR) Close() error                { return nil }
 func (mr *MR) LKey() uint32                { return 0 }

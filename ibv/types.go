@@ -95,9 +95,12 @@ type SGE struct {
 
 // SendWR is a send work request. Which fields count depends on Op: SGEs
 // always (the data; for READ where it lands; for atomics the 8-byte buffer
-// that receives the old value); RemoteAddr and RKey for RDMA and atomics;
-// CompareAdd and Swap for atomics; Imm for *_WITH_IMM (host order; the wire
-// carries it big-endian); AH, RemoteQPN and RemoteQKey on UD QPs.
+// that receives the old value; none for BIND_MW and LOCAL_INV); RemoteAddr
+// and RKey for RDMA and atomics; CompareAdd and Swap for atomics; Imm for
+// *_WITH_IMM (host order; the wire carries it big-endian), and for
+// SEND_WITH_INV and LOCAL_INV the rkey to invalidate (libibverbs' union of
+// imm_data and invalidate_rkey); Bind for BIND_MW (mw.go); AH, RemoteQPN and
+// RemoteQKey on UD QPs.
 type SendWR struct {
 	ID         uint64
 	Op         Opcode
@@ -111,6 +114,7 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	Bind       MWBind
 }
 
 // RecvWR is a receive work request.
