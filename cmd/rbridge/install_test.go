@@ -171,8 +171,12 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Legs) != 2 || len(c.Routes) != 2 {
-		t.Errorf("%d legs, %d routes; want 2 and 2", len(c.Legs), len(c.Routes))
+	if len(c.Legs) != 2 || len(c.Routes) != 3 {
+		t.Errorf("%d legs, %d routes; want 2 and 3", len(c.Legs), len(c.Routes))
+	}
+	// Storage both ways: a staged route toward the IB side's target first.
+	if r := c.Routes[0]; r.Protocol != config.ProtocolNVMe || r.Listen.Leg != "roce" || r.Target.Leg != "ib" {
+		t.Errorf("the first route %+v: want the RoCE fleet reaching an NVMe-oF target on the IB side", r)
 	}
 	if c.Admin.Control != config.DefaultAdminControl {
 		t.Errorf("admin.control %q, want %q, in the directory the unit makes", c.Admin.Control, config.DefaultAdminControl)

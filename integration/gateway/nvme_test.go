@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -293,6 +294,62 @@ func TestGuestRunNVMeToIB(t *testing.T) {
 			}
 			t.Logf("staged: %.0f commands, %.0f bytes pulled, %.0f pushed, %.0f waits for the pool", m["rbridge_route_staged_messages_total"+route], pulled, pushed,
 				m["rbridge_route_staging_waits_total"+route])
+		})
+	}
+}
+
+// TestGuestRunNVMeVerbsVerbs: a gateway with verbs legs on both sides
+// (rxe0 on the RoCE segment, rxe2 on the IB fabric), as a gateway with
+// an IB HCA and a RoCE NIC is: whichever side the target is on, its
+// READs and WRITEs reach one of the gateway's HCAs, so every command's
+// data is staged, and moved by the HCAs (the gateway's READs and WRITEs
+// on the host's side). Both placements: the host on the RoCE side (rxe1)
+// with the target on the IB side (rxe3), and the reverse.
+func TestGuestRunNVMeVerbsVerbs(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	roceGW := netip.MustParseAddr("198.18.1.1") // rxe0's: the RoCE segment's other device
+	for _, tc := range []struct {
+		name                     string
+		target, listen, hostAddr netip.Addr
+		targetLeg, listenLeg     string
+	}{
+		{"host on RoCE, target on IB", ib.PeerIP, roceGW, ns.PeerIP, "ib", "roce"},
+		{"host on IB, target on RoCE", ns.PeerIP, ib.GatewayIP, ib.PeerIP, "roce", "ib"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nvmeTarget(t, tc.target.String())
+			cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
+legs:
+  - {name: roce, kind: verbs, ip: %v, device: rxe0}
+  - {name: ib, kind: verbs, ip: %v, device: %s}
+routes:
+  - name: nvme
+    listen: {leg: %s, addr: "%v:4420"}
+    target: {leg: %s, addr: "%v:4420"}
+    protocol: nvme
+`, roceGW, ib.GatewayIP, ib.GatewayDevice, tc.listenLeg, tc.listen, tc.targetLeg, tc.target)
+			logs := startGateway(t, cfg)
+			ctrl := nvmeConnect(t, tc.listen.String(), tc.hostAddr.String())
+			serial, err := os.ReadFile("/sys/class/nvme/" + ctrl + "/serial")
+			if err != nil || strings.TrimSpace(string(serial)) != "rbridge0042" {
+				t.Errorf("%s's serial: %q, %v; want the target's rbridge0042", ctrl, serial, err)
+			}
+			dev := "/dev/" + ctrl + "n1"
+			waitFile(t, dev)
+			start := time.Now()
+			nvmeIO(t, dev, 64<<20, 64<<20, 5)
+			t.Logf("64 MiB written and read back through rbridge (verbs legs both sides), staged, in %v", time.Since(start).Round(time.Millisecond))
+			nvmeDisconnect(t, ctrl)
+			if strings.Contains(logs.String(), "session failed") {
+				t.Errorf("a session failed:\n%s", lastLines(logs.String(), 40))
+			}
+			waitSessionsEnded(t, logs)
+			m, _ := scrape(t, adminAddr(t, logs))
+			const route = `{direction="to_target",route="nvme"}`
+			if pulled, pushed := m["rbridge_route_staging_pulled_bytes_total"+route], m["rbridge_route_staging_pushed_bytes_total"+route]; pulled < 64<<20 || pushed < 2*64<<20 {
+				t.Errorf("staging pulled %.0f and pushed %.0f bytes, want at least %d and %d", pulled, pushed, 64<<20, 2*64<<20)
+			}
 		})
 	}
 }
