@@ -299,8 +299,19 @@ type verbsIncoming struct {
 
 func (in *verbsIncoming) Remote() netip.AddrPort { return in.id.RemoteAddr() }
 
-func (in *verbsIncoming) Params() Params {
-	return Params{PrivateData: in.p.PrivateData, RespRes: int(in.p.ResponderResources), InitDepth: int(in.p.InitiatorDepth)}
+func (in *verbsIncoming) Params() Params { return peerParams(in.p) }
+
+// peerParams are what the peer of a CM event asked or answered, in its
+// own terms (Params). The kernel's IB CM hands the local side a REQ's or
+// REP's initiator depth as its responder resources and the other way
+// round, ready to accept or connect with (cm_format_req_event and
+// cm_format_rep_event in drivers/infiniband/core/cm.c): swapped back
+// here, as the userspace leg's CM reports them. A gateway that took them
+// as they come offered a target, on a client's behalf, the client's
+// initiator depth as its responder resources: 0 for an NVMe-oF host,
+// and the target's READs of staging never left its QP.
+func peerParams(p ibv.ConnParam) Params {
+	return Params{PrivateData: p.PrivateData, RespRes: int(p.InitiatorDepth), InitDepth: int(p.ResponderResources)}
 }
 
 func (in *verbsIncoming) Accept(ctx context.Context, p Params) (Conn, error) {
@@ -459,9 +470,7 @@ func (c *verbsConn) watch(events <-chan ibv.CMEvent) {
 
 func (c *verbsConn) Endpoint() session.Endpoint { return c.ep }
 
-func (c *verbsConn) Params() Params {
-	return Params{PrivateData: c.p.PrivateData, RespRes: int(c.p.ResponderResources), InitDepth: int(c.p.InitiatorDepth)}
-}
+func (c *verbsConn) Params() Params { return peerParams(c.p) }
 
 func (c *verbsConn) Describe() string {
 	mtu := 0

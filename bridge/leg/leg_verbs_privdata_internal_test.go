@@ -3,6 +3,8 @@ package leg
 import (
 	"bytes"
 	"testing"
+
+	"github.com/rbridge/rbridge/ibv"
 )
 
 // TestNoRemoteInvalidation: RPC-over-RDMA's private data (RFC 8797) leaves
@@ -32,5 +34,18 @@ func TestNoRemoteInvalidation(t *testing.T) {
 				t.Errorf("the caller's private data changed: % x, was % x", tc.in, before)
 			}
 		})
+	}
+}
+
+// TestPeerParams: the kernel's CM hands the passive side a REQ's
+// initiator depth as its responder resources (and the active side a
+// REP's the same way); a verbs leg reports them in the peer's own terms,
+// as the userspace leg does: an NVMe-oF host that takes READs (responder
+// resources 16) and issues none (initiator depth 0).
+func TestPeerParams(t *testing.T) {
+	event := ibv.ConnParam{ResponderResources: 0, InitiatorDepth: 16, PrivateData: []byte{1}}
+	got := peerParams(event)
+	if got.RespRes != 16 || got.InitDepth != 0 || len(got.PrivateData) != 1 {
+		t.Errorf("the host's own terms: responder resources %d, initiator depth %d; want 16 and 0", got.RespRes, got.InitDepth)
 	}
 }

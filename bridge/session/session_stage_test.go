@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
 	"github.com/rbridge/rbridge/bridge/staging"
+	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/ulp/nvme"
@@ -417,5 +420,101 @@ func TestSessionNVMeStagedTeardown(t *testing.T) {
 	}
 	if n := r.sess.Stats().StagingInUse.Load(); n != 0 {
 		t.Errorf("%d bytes of staging held after the session ended", n)
+	}
+}
+
+// TestSessionNVMeStagedVerbsHost: the host behind a leg that
+// acknowledges its SENDs on arrival (a verbs leg, as in a gateway with
+// verbs legs on both sides): the pulls and pushes are the session's
+// READs and WRITEs on that leg, and every command completes.
+func TestSessionNVMeStagedVerbsHost(t *testing.T) {
+	pl, err := pool.New(pool.Options{Size: 16 << 20, Classes: stagedClasses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := newFakeLeg(1, 4<<20, 50*time.Microsecond)
+	host.lim.MaxRdAtomic = 1
+	ctl := &exposingLeg{fakeLeg: newFakeLeg(2, 1<<20, 50*time.Microsecond)}
+	st := &staging.Stats{}
+	p, err := staging.New(staging.Options{Protocol: config.ProtocolNVMe, Route: "storage", Host: 0, Stats: st, Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := session.New(session.Options{A: host, B: ctl, Pool: pl, Logger: testlog.New(t), Protocol: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = s.Close()
+		waitUntil(t, "every pool buffer released", func() bool { return pl.Close() == nil })
+	}()
+	const n = 8
+	for cid := uint16(1); cid <= n; cid++ {
+		op, size := nvme.OpWrite, 4096*int(cid)
+		if cid%2 == 0 {
+			op = nvme.OpRead
+		}
+		addr := host.base + uint64(cid)*(64<<10)
+		if op == nvme.OpWrite {
+			copy(host.mem[addr-host.base:], stagedData(cid, uint64(size), size))
+		}
+		k := nvmetest.Keyed(addr, uint32(size), host.rkey, nvme.SGLAddress)
+		if reply := host.sendOp(pl, nvmetest.Command(op, cid, k, nil), transport.OpSend, 0); reply.Result != transport.Pending {
+			t.Fatalf("command %d: reply %v", cid, reply.Result)
+		}
+	}
+	var cmds []stagedCommand
+	for i := range n {
+		// The controller: serveStaged's, on this rig's legs.
+		var e farExec
+		waitUntil(t, fmt.Sprintf("capsule %d at the controller", i), func() bool {
+			k := 0
+			for _, x := range ctl.executed() {
+				if x.op == transport.OpSend {
+					if k == i {
+						e = x
+						return true
+					}
+					k++
+				}
+			}
+			return false
+		})
+		c, err := nvme.ParseCapsule(e.data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := c.Command()
+		d := c.Keyed().At(0)
+		if cmd.Direction() == nvme.DirControllerToHost {
+			if _, st := ctl.access(d.Address(), d.Key(), int(d.Length()), stagedData(cmd.CommandID(), uint64(d.Length()), int(d.Length()))); st != transport.StatusSuccess {
+				t.Fatalf("command %d: the controller's WRITE: %v", cmd.CommandID(), st)
+			}
+		} else if got, st := ctl.access(d.Address(), d.Key(), int(d.Length()), nil); st != transport.StatusSuccess || !bytes.Equal(got, stagedData(cmd.CommandID(), uint64(d.Length()), int(d.Length()))) {
+			t.Fatalf("command %d: the controller's READ: %v, the host's bytes %v", cmd.CommandID(), st, bytes.Equal(got, stagedData(cmd.CommandID(), uint64(d.Length()), int(d.Length()))))
+		}
+		if reply := ctl.sendOp(pl, nvmetest.Completion(cmd.CommandID(), nvme.StatusSuccess), transport.OpSend, 0); reply.Result != transport.Pending {
+			t.Fatalf("command %d's completion: reply %v", cmd.CommandID(), reply.Result)
+		}
+		cmds = append(cmds, stagedCommand{capsule: e.data})
+	}
+	waitUntil(t, "every completion at the host", func() bool {
+		k := 0
+		for _, x := range host.executed() {
+			if x.op == transport.OpSend {
+				k++
+			}
+		}
+		return k == n
+	})
+	for cid := uint16(2); cid <= n; cid += 2 {
+		size := 4096 * int(cid)
+		addr := uint64(cid) * (64 << 10)
+		if !bytes.Equal(host.mem[addr:addr+uint64(size)], stagedData(cid, uint64(size), size)) {
+			t.Errorf("command %d: the host's memory does not hold what the controller wrote", cid)
+		}
+	}
+	if s.Err() != nil {
+		t.Errorf("the session ended: %v", s.Err())
 	}
 }

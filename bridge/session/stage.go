@@ -3,6 +3,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -203,6 +204,9 @@ func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool) bool
 	}
 	resp.held = true
 	rec.resp, rec.respR = resp, r
+	if st.s.log.Enabled(st.s.ctx, slog.LevelDebug) {
+		st.s.log.Debug("staged message's response", "dir", rec.key.dir, "tag", rec.key.tag, "push", push)
+	}
 	st.revokes = append(st.revokes, rec) // after the pushes took their references
 	notify(st.wake[1])
 	return true
@@ -261,6 +265,9 @@ func (st *stager) routineRevoke() {
 			return
 		}
 		st.end(rec)
+		if st.s.log.Enabled(st.s.ctx, slog.LevelDebug) {
+			st.s.log.Debug("staging ended: the response goes on", "dir", rec.key.dir, "tag", rec.key.tag)
+		}
 		r := rec.respR
 		r.mu.Lock()
 		if !r.dead {
@@ -303,6 +310,9 @@ func (st *stager) stage(rec *staged) {
 		if !st.keep(rec, nil, x) {
 			return
 		}
+		if s.log.Enabled(s.ctx, slog.LevelDebug) {
+			s.log.Debug("staging exposed", "dir", rec.key.dir, "tag", rec.key.tag, "addr", fmt.Sprintf("%#x", x.Addr()), "rkey", fmt.Sprintf("%#x", x.RKey()), "bytes", g.Len, "far_writes", g.Write)
+		}
 	}
 	r, stg := rec.r, s.proto.(Stager)
 	r.mu.Lock()
@@ -335,6 +345,9 @@ func (st *stager) stage(rec *staged) {
 	}
 	s.stats.Staged[rec.key.dir].Add(1)
 	s.stats.StagedBytes[rec.key.dir].Add(staged)
+	if s.log.Enabled(s.ctx, slog.LevelDebug) {
+		s.log.Debug("staged", "dir", rec.key.dir, "tag", rec.key.tag, "regions", len(rec.regions), "bytes", staged, "pulls", pulls)
+	}
 	if pulls == 0 {
 		st.letGo(rec)
 		return
@@ -389,6 +402,9 @@ func (st *stager) keep(rec *staged, b *pool.Buf, x Exposure) bool {
 
 // letGo lets a staged message go on to the far endpoint.
 func (st *stager) letGo(rec *staged) {
+	if st.s.log.Enabled(st.s.ctx, slog.LevelDebug) {
+		st.s.log.Debug("staged message goes on", "dir", rec.key.dir, "tag", rec.key.tag)
+	}
 	st.mu.Lock()
 	rec.relayed = true
 	st.mu.Unlock()
