@@ -41,6 +41,12 @@ type VerbsEndpoint struct {
 	disconnect func() error
 	iwarp      bool
 	maxSGE     int // SGEs per send work request (the QP's cap)
+	// windows says exposures are type 2 windows bound on the QP
+	// (endpoint_verbs_expose.go); windowSlots counts those bound, done
+	// closes when the endpoint closed.
+	windows     bool
+	windowSlots chan struct{}
+	done        chan struct{}
 
 	h session.HandlerSlot
 
@@ -54,6 +60,10 @@ type VerbsEndpoint struct {
 	rwrs      []ibv.RecvWR
 	posted    int // receives posted
 	closing   bool
+	// local are the window work requests posted and not completed, by
+	// ID (localBit clear), with what takes their completion.
+	local     map[uint64]func(ibv.WCStatus)
+	localNext uint64
 	early     error         // a failure reported before Start
 	drained   chan struct{} // closed once the receive queue flushed (drainOnce)
 	drainOnce sync.Once
@@ -118,6 +128,10 @@ type VerbsOptions struct {
 	// Stats, if set, is where the endpoint counts (a leg's, shared by its
 	// endpoints); else it counts in its own.
 	Stats *VerbsStats
+	// Windows says the device has type 2 memory windows: staging is
+	// exposed through windows bound on the QP, for its peer alone
+	// (Expose). The QP keeps windowReserve send entries for them.
+	Windows bool
 }
 
 // NewVerbsEndpoint wraps a connected QP and posts its receives.
@@ -139,8 +153,16 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 	if err := o.Pool.Holds(o.RecvSize); err != nil {
 		return nil, fmt.Errorf("bridge: verbs endpoint: receive size: %w", err)
 	}
+	sendWRs := int(cp.MaxSendWR)
+	if o.Windows {
+		if sendWRs <= windowReserve {
+			return nil, fmt.Errorf("bridge: verbs endpoint: a send queue of %d entries keeps none for windows (%d)", sendWRs, windowReserve)
+		}
+		sendWRs -= windowReserve
+	}
 	e := &VerbsEndpoint{drained: make(chan struct{}), qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
-		slots: newOpSlots(int(cp.MaxSendWR)), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
+		windows: o.Windows, windowSlots: make(chan struct{}, windowReserve), done: make(chan struct{}), local: map[uint64]func(ibv.WCStatus){},
+		slots: newOpSlots(sendWRs), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
 		recvBufs: make([]*pool.Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
 	if e.stats = o.Stats; e.stats == nil {
 		e.stats = &VerbsStats{}
@@ -380,6 +402,10 @@ func (e *VerbsEndpoint) handle(h session.Handler, wcs []ibv.WorkCompletion) {
 			e.received(h, wc)
 			continue
 		}
+		if wc.ID&localBit != 0 {
+			e.localDone(wc)
+			continue
+		}
 		e.mu.Lock()
 		op := e.slots.done(wc.ID)
 		e.mu.Unlock()
@@ -488,6 +514,14 @@ func (e *VerbsEndpoint) Close() error {
 				h.Done(op)
 			}
 		}
+		e.mu.Lock()
+		local := e.local
+		e.local = map[uint64]func(ibv.WCStatus){}
+		e.mu.Unlock()
+		for _, done := range local {
+			done(ibv.WCWRFlushErr)
+		}
+		close(e.done)
 		e.closeErr = errors.Join(e.qp.Close(), e.cq.Close())
 		e.releaseRecvs()
 	})

@@ -1,7 +1,9 @@
 package leg
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rbridge/rbridge/bridge/session"
 	"github.com/rbridge/rbridge/ibv"
@@ -10,49 +12,166 @@ import (
 // Staging on a verbs leg (session.Exposer): the peer of a verbs QP is an
 // HCA's RC peer, which executes the one-sided operations a protocol's
 // descriptors ask of it against the gateway's memory. The pool's MR
-// grants no remote access, so each staging buffer the session stages is
-// exposed by a memory registration of its own, over that buffer alone,
-// granting that access alone (remote read, or remote write), and
-// deregistered when its request completed: the key is valid for that
-// request's lifetime only, and names nothing else.
+// grants no remote access, so each staging buffer the session stages for
+// a request is exposed on its own, and revoked when the request
+// completed:
 //
-// Its scope is the leg's protection domain: while the request is
-// outstanding, another QP of the same PD that learnt the key could use
-// it. A memory window of type 2, bound to the session's QP, narrows that
-// to the one connection where the device has them.
+//   - with windows (a device with type 2 memory windows: rxe, ConnectX):
+//     the buffer is registered by an MR of its own that grants no remote
+//     access (local write and window binding only), and a type 2 window
+//     bound on this connection's QP opens it to the peer, for remote read
+//     or remote write alone. The key is valid on this QP only: another
+//     connection's peer, even on the same HCA, gets a remote access
+//     error. Revoke invalidates the window (LOCAL_INV, waited for) and
+//     then deregisters. The MR per request keeps the window's bounds
+//     exact where the device checks a window's accesses against its MR's
+//     range instead of the window's (rxe does: ibv's TestGuestMWRefused).
+//   - without them (siw): the MR itself grants the remote access. The key
+//     is valid until Revoke deregisters it, and on every QP of the leg's
+//     protection domain meanwhile.
+//
+// Window work requests (BIND_MW, LOCAL_INV) take send queue entries the
+// session does not count: windowReserve of the QP's are kept for them.
 
 var _ session.Exposer = (*VerbsEndpoint)(nil)
 
+// windowReserve is the send queue entries kept for window work requests,
+// and so the exposures an endpoint binds at once.
+const windowReserve = 32
+
+// localBit marks the work request IDs of window work requests.
+const localBit = 1 << 62
+
 // Expose implements session.Exposer: b (in the pool's arena, whose
-// memory is mapped outside Go's heap) is registered for the peer's READ,
-// or WRITE when write.
+// memory is mapped outside Go's heap) is opened to the peer for READ, or
+// WRITE when write.
 func (e *VerbsEndpoint) Expose(b []byte, write bool) (session.Exposure, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("bridge: verbs QP %d: expose no bytes", e.qp.QPN())
 	}
-	access := ibv.AccessRemoteRead
+	remote := ibv.AccessRemoteRead
 	if write {
-		access = ibv.AccessLocalWrite | ibv.AccessRemoteWrite
+		remote = ibv.AccessRemoteWrite
 	}
-	mr, err := e.qp.PD().RegMR(b, access)
+	if !e.windows {
+		access := remote
+		if write {
+			access |= ibv.AccessLocalWrite
+		}
+		mr, err := e.qp.PD().RegMR(b, access)
+		if err != nil {
+			return nil, fmt.Errorf("bridge: verbs QP %d: expose %d bytes of staging: %w", e.qp.QPN(), len(b), err)
+		}
+		e.stats.Exposed.Add(1)
+		return &verbsExposure{e: e, mr: mr, rkey: mr.RKey()}, nil
+	}
+	select {
+	case e.windowSlots <- struct{}{}:
+	case <-e.done:
+		return nil, fmt.Errorf("bridge: verbs QP %d: expose staging: %w", e.qp.QPN(), session.ErrEndpointFailed)
+	}
+	x, err := e.bind(b, remote)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: verbs QP %d: expose %d bytes of staging: %w", e.qp.QPN(), len(b), err)
+		<-e.windowSlots
+		return nil, err
 	}
 	e.stats.Exposed.Add(1)
-	return verbsExposure{mr: mr, stats: e.stats}, nil
+	return x, nil
 }
 
-// verbsExposure is staging registered for one request.
+// bind registers b and binds a window over it on the QP.
+func (e *VerbsEndpoint) bind(b []byte, remote ibv.Access) (*verbsExposure, error) {
+	mr, err := e.qp.PD().RegMR(b, ibv.AccessLocalWrite|ibv.AccessMWBind)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: verbs QP %d: register %d bytes of staging: %w", e.qp.QPN(), len(b), err)
+	}
+	mw, err := e.qp.PD().AllocMW(ibv.MWType2)
+	if err != nil {
+		mr.Close()
+		return nil, fmt.Errorf("bridge: verbs QP %d: a window for staging: %w", e.qp.QPN(), err)
+	}
+	x := &verbsExposure{e: e, mr: mr, mw: mw, rkey: mw.NextRKey()}
+	wr := ibv.SendWR{Op: ibv.OpBindMW, Flags: ibv.SendSignaled,
+		Bind: ibv.MWBind{MW: mw, RKey: x.rkey, MR: mr, Addr: mr.Addr(), Length: uint64(len(b)), Access: remote}}
+	if err := e.postLocal(&wr, func(st ibv.WCStatus) { _ = mw.BindCompleted(st) }); err != nil {
+		mw.Close()
+		mr.Close()
+		return nil, fmt.Errorf("bridge: verbs QP %d: bind a window over staging: %w", e.qp.QPN(), err)
+	}
+	return x, nil
+}
+
+// postLocal posts a window work request; done gets its completion's
+// status (a flushed one when the QP failed), on the completion goroutine.
+func (e *VerbsEndpoint) postLocal(wr *ibv.SendWR, done func(ibv.WCStatus)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closing {
+		return session.ErrEndpointFailed
+	}
+	e.localNext++
+	id := e.localNext
+	wr.ID = localBit | id
+	e.local[id] = done
+	if _, err := e.qp.PostSend([]ibv.SendWR{*wr}); err != nil {
+		delete(e.local, id)
+		return err
+	}
+	return nil
+}
+
+// localDone takes a window work request's completion.
+func (e *VerbsEndpoint) localDone(wc *ibv.WorkCompletion) {
+	id := wc.ID &^ localBit
+	e.mu.Lock()
+	done := e.local[id]
+	delete(e.local, id)
+	e.mu.Unlock()
+	if done != nil {
+		done(wc.Status)
+	}
+}
+
+// verbsExposure is staging opened to the peer for one request.
 type verbsExposure struct {
-	mr    *ibv.MR
-	stats *VerbsStats
+	e    *VerbsEndpoint
+	mr   *ibv.MR
+	mw   *ibv.MW // nil without windows
+	rkey uint32
 }
 
-func (x verbsExposure) Addr() uint64 { return x.mr.Addr() }
-func (x verbsExposure) RKey() uint32 { return x.mr.RKey() }
+func (x *verbsExposure) Addr() uint64 { return x.mr.Addr() }
+func (x *verbsExposure) RKey() uint32 { return x.rkey }
 
-// Revoke deregisters the staging: the key is gone from the device.
-func (x verbsExposure) Revoke() error {
-	x.stats.Revoked.Add(1)
-	return x.mr.Close()
+// revokeWait bounds the wait for a LOCAL_INV's completion.
+const revokeWait = 5 * time.Second
+
+// Revoke ends the peer's access: the window is invalidated on the QP
+// (and the wait is for that to complete), then the memory deregistered.
+// On a QP that failed or closed, the peer's access ended with it.
+func (x *verbsExposure) Revoke() error {
+	e := x.e
+	e.stats.Revoked.Add(1)
+	if x.mw == nil {
+		return x.mr.Close()
+	}
+	defer func() { <-e.windowSlots }()
+	var errs []error
+	settled := make(chan ibv.WCStatus, 1)
+	wr := ibv.SendWR{Op: ibv.OpLocalInv, Flags: ibv.SendSignaled, Imm: x.rkey}
+	if err := e.postLocal(&wr, func(st ibv.WCStatus) { settled <- st }); err == nil {
+		select {
+		case st := <-settled:
+			if st != ibv.WCSuccess && st != ibv.WCWRFlushErr {
+				errs = append(errs, fmt.Errorf("bridge: verbs QP %d: invalidate window %#x: %v", e.qp.QPN(), x.rkey, st))
+			}
+		case <-e.done:
+		case <-time.After(revokeWait):
+			errs = append(errs, fmt.Errorf("bridge: verbs QP %d: invalidate window %#x: no completion within %v", e.qp.QPN(), x.rkey, revokeWait))
+		}
+	} else if !errors.Is(err, session.ErrEndpointFailed) {
+		errs = append(errs, fmt.Errorf("bridge: verbs QP %d: invalidate window %#x: %w", e.qp.QPN(), x.rkey, err))
+	}
+	errs = append(errs, x.mw.Close(), x.mr.Close())
+	return errors.Join(errs...)
 }

@@ -50,6 +50,9 @@ type verbsDevice struct {
 	// maxSGE is the SGEs a send work request gathers: a relayed message
 	// from the frames it arrived in.
 	maxSGE int
+	// windows says the device has type 2 memory windows (staging is
+	// exposed through them: endpoint_verbs_expose.go).
+	windows bool
 }
 
 func OpenVerbs(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
@@ -129,9 +132,10 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 	if info, err := dev.Info(); err == nil {
 		vd.iwarp = info.Transport == ibv.TransportIWARP
 		vd.maxSGE = min(max(info.Attr.MaxSGE, 1), maxRelaySGE)
+		vd.windows = info.Attr.MWType2()
 	}
 	v.devs[dev] = vd
-	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE)
+	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE, "memory_windows", vd.windows)
 	return dev, vd, nil
 }
 
@@ -185,7 +189,7 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 		return nil, err
 	}
 	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
-		RecvDepth: v.cfg.Receives, RecvSize: v.cfg.ReceiveSize})
+		RecvDepth: v.cfg.Receives, RecvSize: v.cfg.ReceiveSize, Windows: vd.windows})
 	if err != nil {
 		qp.Close()
 		cq.Close()

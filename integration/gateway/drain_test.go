@@ -19,6 +19,9 @@ type cmEnd struct {
 	cq *ibv.CQ
 	qp *ibv.QP
 	mr *ibv.MR
+	// access is what the MR grants beyond local write (its peer's READs
+	// and WRITEs of it).
+	access ibv.Access
 }
 
 // setup makes the end's QP on id; its cleanups run at the test's end (t is
@@ -47,7 +50,7 @@ func (e *cmEnd) setup(t *testing.T, id *ibv.CMID) error {
 		return err
 	}
 	t.Cleanup(func() { arena.Close() })
-	e.mr, err = pd.RegMR(arena.Bytes(), ibv.AccessLocalWrite)
+	e.mr, err = pd.RegMR(arena.Bytes(), ibv.AccessLocalWrite|e.access)
 	return err
 }
 

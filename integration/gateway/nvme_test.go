@@ -29,7 +29,7 @@ const nvmeNQN = "nqn.2026-12.io.rbridge:test"
 
 // nvmeTarget exports /dev/ram0 over RDMA at addr:4420 through configfs,
 // until the test ends.
-func nvmeTarget(t *testing.T, addr string) {
+func nvmeTarget(t testing.TB, addr string) {
 	t.Helper()
 	for _, m := range [][]string{{"brd", "rd_nr=1", "rd_size=131072"}, {"nvmet"}, {"nvmet-rdma"}, {"nvme-rdma"}} {
 		if out, err := exec.Command("/usr/sbin/modprobe", m...).CombinedOutput(); err != nil {
@@ -80,7 +80,7 @@ func nvmeTarget(t *testing.T, addr string) {
 // nvmeConnect connects the kernel's host to nqn at traddr:4420 from
 // hostAddr and returns the controller's name (nvmeN); the test's end
 // disconnects it.
-func nvmeConnect(t *testing.T, traddr, hostAddr string) string {
+func nvmeConnect(t testing.TB, traddr, hostAddr string) string {
 	t.Helper()
 	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
 	if err != nil {
@@ -104,7 +104,7 @@ func nvmeConnect(t *testing.T, traddr, hostAddr string) string {
 	return ctrl
 }
 
-func nvmeDisconnect(t *testing.T, ctrl string) {
+func nvmeDisconnect(t testing.TB, ctrl string) {
 	path := "/sys/class/nvme/" + ctrl + "/delete_controller"
 	if _, err := os.Stat(path); err != nil {
 		return // gone already
@@ -358,7 +358,7 @@ routes:
 }
 
 // waitFile waits up to 10 s for path to exist.
-func waitFile(t *testing.T, path string) {
+func waitFile(t testing.TB, path string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if _, err := os.Stat(path); err == nil {

@@ -1,0 +1,179 @@
+package gateway_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbridge/rbridge/integration/guest"
+)
+
+// BenchmarkGuestNVMeThroughVsDirect: the kernel's NVMe-oF host against
+// nvmet-rdma on the IB fabric (rxe3), in one run: direct from the IB
+// fabric's other device (rxe2: one hop), and through `rbridge run`, staged,
+// from the RoCE side (rxe1) over the userspace leg's UDP socket and with
+// verbs legs on both sides (rxe0 and rxe2). Each row is one workload on
+// one path: random 4 KiB reads or writes at queue depth 32 (IOPS), and
+// 128 KiB ones at depth 8 (MB/s), O_DIRECT on the namespace, for nvmeBenchFor
+// each; the through rows report x-direct (their rate over the direct
+// row's) and the gateway process's CPU per I/O (gw-us/io, user and system
+// time). It runs only when asked: make integration PKG=./integration/gateway
+// RUN='^$' GUEST_BENCH=GuestNVMe BASELINE=false.
+func BenchmarkGuestNVMeThroughVsDirect(b *testing.B) {
+	guest.RequireKind(b, "rxe")
+	ns, ib := guest.UserNetns(b), guest.IB(b)
+	nvmeTarget(b, ib.PeerIP.String())
+	roceGW := "198.18.1.1"
+	paths := []struct {
+		name, cfg, traddr, host string
+	}{
+		{"direct", "", ib.PeerIP.String(), ib.GatewayIP.String()},
+		{"through-udp", guestLegs("udp", ns, ib, "") + fmt.Sprintf(`routes:
+  - {name: nvme, listen: {leg: roce, addr: "%v:4420"}, target: {leg: ib, addr: "%v:4420"}, protocol: nvme}
+`, ns.IP, ib.PeerIP), ns.IP.String(), ns.PeerIP.String()},
+		{"through-verbs", fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
+legs:
+  - {name: roce, kind: verbs, ip: %s, device: rxe0}
+  - {name: ib, kind: verbs, ip: %v, device: %s}
+routes:
+  - {name: nvme, listen: {leg: roce, addr: "%s:4420"}, target: {leg: ib, addr: "%v:4420"}, protocol: nvme}
+`, roceGW, ib.GatewayIP, ib.GatewayDevice, roceGW, ib.PeerIP), roceGW, ns.PeerIP.String()},
+	}
+	loads := []struct {
+		name  string
+		size  int
+		depth int
+		write bool
+	}{
+		{"4k-read-qd32", 4 << 10, 32, false},
+		{"4k-write-qd32", 4 << 10, 32, true},
+		{"128k-read-qd8", 128 << 10, 8, false},
+		{"128k-write-qd8", 128 << 10, 8, true},
+	}
+	direct := map[string]float64{}
+	for _, p := range paths {
+		b.Run(p.name, func(b *testing.B) {
+			var gw *os.Process
+			if p.cfg != "" {
+				_, gw = startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), p.cfg, "--log-level", "info")
+			}
+			ctrl := nvmeConnect(b, p.traddr, p.host)
+			dev := "/dev/" + ctrl + "n1"
+			waitFile(b, dev)
+			for _, l := range loads {
+				b.Run(l.name, func(b *testing.B) {
+					var ops int64
+					var took time.Duration
+					var cpu time.Duration
+					for range b.N {
+						before := processCPU(gw)
+						n, d, err := nvmeLoad(dev, l.size, l.depth, l.write, nvmeBenchFor)
+						if err != nil {
+							b.Fatal(err)
+						}
+						cpu += processCPU(gw) - before
+						ops += n
+						took += d
+					}
+					iops := float64(ops) / took.Seconds()
+					b.ReportMetric(iops, "IOPS")
+					b.ReportMetric(iops*float64(l.size)/1e6, "MB/s")
+					if p.name == "direct" {
+						direct[l.name] = iops
+						return
+					}
+					if d := direct[l.name]; d > 0 {
+						b.ReportMetric(iops/d, "x-direct")
+					}
+					b.ReportMetric(float64(cpu.Microseconds())/float64(ops), "gw-us/io")
+				})
+			}
+			nvmeDisconnect(b, ctrl)
+		})
+	}
+}
+
+// nvmeBenchFor is how long each workload runs.
+const nvmeBenchFor = 8 * time.Second
+
+// nvmeLoad runs depth threads of O_DIRECT I/Os of size bytes at random
+// aligned offsets in the device's first 64 MiB for d, and returns how
+// many completed in how long.
+func nvmeLoad(dev string, size, depth int, write bool, d time.Duration) (int64, time.Duration, error) {
+	const span = 64 << 20
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, depth)
+	start := time.Now()
+	stop := start.Add(d)
+	for i := range depth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fd, err := unix.Open(dev, unix.O_RDWR|unix.O_DIRECT, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer unix.Close(fd)
+			buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer unix.Munmap(buf)
+			rng := rand.New(rand.NewPCG(uint64(i), 9))
+			for time.Now().Before(stop) {
+				off := int64(rng.IntN(span/size)) * int64(size)
+				var err error
+				if write {
+					_, err = unix.Pwrite(fd, buf, off)
+				} else {
+					_, err = unix.Pread(fd, buf, off)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s at %d: %w", dev, off, err)
+					return
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	select {
+	case err := <-errs:
+		return 0, 0, err
+	default:
+	}
+	return ops.Load(), took, nil
+}
+
+// processCPU is p's user and system time so far (0 without a process).
+func processCPU(p *os.Process) time.Duration {
+	if p == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th (fields 14 and 15 of the whole line).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
