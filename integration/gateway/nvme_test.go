@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,10 +13,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rbridge/rbridge/integration/guest"
+	"github.com/rbridge/rbridge/ulp/nvme"
 )
 
 // The kernel's NVMe over Fabrics host and target (nvme-rdma, nvmet-rdma)
@@ -268,6 +271,12 @@ func TestGuestRunNVMeToIB(t *testing.T) {
 			start := time.Now()
 			nvmeIO(t, dev, 64<<20, 64<<20, 3)
 			t.Logf("64 MiB written and read back through rbridge (%s), staged, in %v", io, time.Since(start).Round(time.Millisecond))
+			// A read the target fails (past the namespace's end: the block
+			// layer would refuse it, so it goes as a passthrough command)
+			// reaches the host with the target's own status.
+			if st, err := nvmeReadPast(dev, 128<<20/512); err != nil || st&0x7ff != uint32(nvme.StatusLBAOutOfRange) {
+				t.Errorf("a read past the namespace's end: status %#x, %v; want the target's LBA Out of Range (%#x)", st, err, nvme.StatusLBAOutOfRange)
+			}
 			nvmeDisconnect(t, ctrl)
 			ctrl = nvmeConnect(t, ns.IP.String(), ns.PeerIP.String())
 			dev = "/dev/" + ctrl + "n1"
@@ -355,6 +364,37 @@ routes:
 			}
 		})
 	}
+}
+
+// nvmeReadPast sends a 4 KiB read at block slba of dev (512-byte blocks)
+// as a passthrough command (NVME_IOCTL_IO_CMD, struct nvme_passthru_cmd
+// in linux/nvme_ioctl.h) and returns the NVMe status the ioctl gives
+// back (0 for success).
+func nvmeReadPast(dev string, slba uint64) (uint32, error) {
+	fd, err := unix.Open(dev, unix.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Munmap(buf)
+	var cmd [72]byte
+	cmd[0] = 0x02                             // Read
+	binary.LittleEndian.PutUint32(cmd[4:], 1) // nsid
+	binary.LittleEndian.PutUint64(cmd[24:], uint64(uintptr(unsafe.Pointer(&buf[0]))))
+	binary.LittleEndian.PutUint32(cmd[36:], 4096) // data_len
+	binary.LittleEndian.PutUint32(cmd[40:], uint32(slba))
+	binary.LittleEndian.PutUint32(cmd[44:], uint32(slba>>32))
+	binary.LittleEndian.PutUint32(cmd[48:], 7) // cdw12: 8 blocks, 0-based
+	const nvmeIoctlIOCmd = 0xC0484E43          // _IOWR('N', 0x43, 72 bytes)
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), nvmeIoctlIOCmd, uintptr(unsafe.Pointer(&cmd[0])))
+	if errno != 0 {
+		return 0, errno
+	}
+	return uint32(r), nil
 }
 
 // waitFile waits up to 10 s for path to exist.

@@ -181,6 +181,8 @@ const (
 	StatusSGLInvalidOffset Status = 0x16 // Invalid SGL Offset
 	StatusSGLInvalidGran   Status = 0x1e // SGL Data Block Granularity Invalid
 	StatusTransientXport   Status = 0x22 // Transient Transport Error
+	// The NVM command set's generic codes (0x80 and up).
+	StatusLBAOutOfRange Status = 0x80 // LBA Out of Range
 )
 
 // Fabrics command status (SCT 1, the command-specific type).
@@ -244,6 +246,7 @@ var statusNames = map[Status]string{
 	StatusSGLInvalidData: "data SGL length invalid", StatusSGLInvalidMeta: "metadata SGL length invalid",
 	StatusSGLInvalidType: "SGL descriptor type invalid", StatusSGLInvalidOffset: "invalid SGL offset",
 	StatusSGLInvalidGran: "SGL data block granularity invalid", StatusTransientXport: "transient transport error",
+	StatusLBAOutOfRange:     "LBA out of range",
 	StatusInternalPathError: "internal path error", StatusCtrlPathError: "controller pathing error",
 	StatusHostPathError: "host pathing error",
 }
