@@ -11,7 +11,15 @@
 //   - protocol.go: the Protocol a route may carry (Options.Protocol),
 //     handed every SEND-family message whole (Message, its bytes as
 //     Pieces) before the relay queues it, and each one's completion; a
-//     refusal fails the message back and ends the session.
+//     refusal fails the message back and ends the session;
+//   - stage.go: staging, for a Protocol that is a Stager, where the far
+//     endpoint is an Exposer (a verbs QP, whose HCA executes its peer's
+//     one-sided operations against gateway memory): a message's
+//     descriptors rewritten to staging the far endpoint exposed, the data
+//     pulled from the originator before the message goes on and pushed
+//     to it before the response does, exposures revoked before the
+//     response goes on, failures answered in place (routineStage,
+//     routineRevoke).
 //
 // The endpoints live with their legs in package leg
 // (bridge/leg/endpoint_*.go); the pool the relay takes its buffers from is

@@ -3,11 +3,13 @@
 // session, which the session hands every SEND-family message it relays,
 // whole, in both directions, before it is posted on the far side.
 //
-// Today it inspects and counts, and rewrites nothing. It is where
-// protocol-aware staging will live (design.md, "Protocol-aware staging"):
-// rewriting a command's memory descriptors to gateway staging memory when
-// the peer that executes the one-sided operation sits behind a verbs leg,
-// and moving the data itself.
+// It inspects and counts every message, and stages (design.md,
+// "Protocol-aware staging"): where the peer that executes a command's
+// one-sided operations sits behind a verbs leg (session.Message.Staging),
+// it names each memory descriptor as a session.Region to stage, rewrites
+// it to the staging the session exposed (session.Stager's Restage), and
+// makes the protocol's own answer to a command the gateway cannot stage
+// (Unstaged). The session moves the data (bridge/session/stage.go).
 //
 // Files:
 //

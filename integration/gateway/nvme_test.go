@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,13 +86,22 @@ func nvmeTarget(t testing.TB, addr string) {
 // disconnects it.
 func nvmeConnect(t testing.TB, traddr, hostAddr string) string {
 	t.Helper()
+	return nvmeConnectNQN(t, traddr, hostAddr, nvmeNQN)
+}
+
+// nvmeDiscoveryNQN is the well-known NQN of a discovery controller.
+const nvmeDiscoveryNQN = "nqn.2014-08.org.nvmexpress.discovery"
+
+// nvmeConnectNQN is nvmeConnect to the subsystem nqn.
+func nvmeConnectNQN(t testing.TB, traddr, hostAddr, nqn string) string {
+	t.Helper()
 	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
 	if err != nil {
 		t.Fatalf("open /dev/nvme-fabrics: %v", err)
 	}
 	defer f.Close()
 	opts := fmt.Sprintf("transport=rdma,traddr=%s,trsvcid=4420,nqn=%s,host_traddr=%s,nr_io_queues=2,queue_size=32,ctrl_loss_tmo=30,reconnect_delay=5",
-		traddr, nvmeNQN, hostAddr)
+		traddr, nqn, hostAddr)
 	if _, err := f.Write([]byte(opts)); err != nil {
 		res, _ := exec.Command("rdma", "res", "show", "qp").CombinedOutput()
 		t.Fatalf("nvme connect %s: %v\n%s\n%s\nrdma res show qp:\n%s", opts, err, dmesg("nvme"), dmesg("rxe"), res)
@@ -261,6 +271,14 @@ func TestGuestRunNVMeToIB(t *testing.T) {
     protocol: nvme
 `, ns.IP, ib.PeerIP)
 			logs := startGateway(t, cfg)
+			// nvme discover through the route: the discovery controller's
+			// log page (controller to host, so pushed through staging)
+			// lists the target's subsystem.
+			disc := nvmeConnectNQN(t, ns.IP.String(), ns.PeerIP.String(), nvmeDiscoveryNQN)
+			if subs, err := nvmeDiscoveryLog("/dev/" + disc); err != nil || !slices.Contains(subs, nvmeNQN) {
+				t.Errorf("the discovery log through rbridge: %q, %v; want it to list %s", subs, err, nvmeNQN)
+			}
+			nvmeDisconnect(t, disc)
 			ctrl := nvmeConnect(t, ns.IP.String(), ns.PeerIP.String())
 			serial, err := os.ReadFile("/sys/class/nvme/" + ctrl + "/serial")
 			if err != nil || strings.TrimSpace(string(serial)) != "rbridge0042" {
@@ -395,6 +413,46 @@ func nvmeReadPast(dev string, slba uint64) (uint32, error) {
 		return 0, errno
 	}
 	return uint32(r), nil
+}
+
+// nvmeDiscoveryLog reads the discovery log page (Get Log Page 0x70, 4
+// KiB, as an admin passthrough: NVME_IOCTL_ADMIN_CMD) of the discovery
+// controller ctrl and returns the subsystem NQNs its records name
+// (struct nvmf_disc_rsp_page_hdr and _entry in linux/nvme.h: the record
+// count at byte 8, records of 1024 bytes from byte 1024, each one's
+// subnqn at byte 256).
+func nvmeDiscoveryLog(ctrl string) ([]string, error) {
+	fd, err := unix.Open(ctrl, unix.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	const size = 4096
+	buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Munmap(buf)
+	var cmd [72]byte
+	cmd[0] = 0x02 // Get Log Page
+	binary.LittleEndian.PutUint64(cmd[24:], uint64(uintptr(unsafe.Pointer(&buf[0]))))
+	binary.LittleEndian.PutUint32(cmd[36:], size)
+	binary.LittleEndian.PutUint32(cmd[40:], (size/4-1)<<16|0x70) // NUMDL, the discovery log
+	const nvmeIoctlAdminCmd = 0xC0484E41                         // _IOWR('N', 0x41, 72 bytes)
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), nvmeIoctlAdminCmd, uintptr(unsafe.Pointer(&cmd[0])))
+	if errno != 0 {
+		return nil, errno
+	}
+	if r != 0 {
+		return nil, fmt.Errorf("get log page: status %v", nvme.Status(r))
+	}
+	n := binary.LittleEndian.Uint64(buf[8:])
+	var subs []string
+	for i := uint64(0); i < n && 1024*(i+2) <= size; i++ {
+		e := buf[1024*(i+1):]
+		subs = append(subs, strings.TrimRight(string(e[256:512]), "\x00 "))
+	}
+	return subs, nil
 }
 
 // waitFile waits up to 10 s for path to exist.
