@@ -452,6 +452,11 @@ func (s *Session) teardown(ep Endpoint, err error) {
 		r.mu.Unlock()
 	}
 	s.cancel()
+	// Staging first: no far peer reaches it from here (a window is
+	// invalidated while its QP still completes work). Its buffers stay
+	// referenced by the pulls and pushes in flight until those complete,
+	// flushed, as the endpoints close.
+	s.stage.close()
 	first, second := s.a, s.b
 	if ep == s.b {
 		first, second = s.b, s.a
@@ -483,7 +488,7 @@ func (s *Session) teardown(ep Endpoint, err error) {
 		}
 		r.mu.Unlock()
 	}
-	s.stage.close()
+	s.stage.close() // what staging ended meanwhile
 	s.err = err
 	close(s.done)
 }

@@ -491,8 +491,9 @@ func (st *stager) revoke(x Exposure) {
 	}
 }
 
-// close ends every record: the teardown calls it once both endpoints are
-// closed (no peer reaches anything any more).
+// close ends every record, and every one made from here: the teardown
+// calls it before it closes the endpoints (while a window's QP still
+// completes its invalidation), and again after.
 func (st *stager) close() {
 	st.mu.Lock()
 	st.closed = true

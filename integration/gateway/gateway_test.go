@@ -147,7 +147,13 @@ func startRbridge(t testing.TB, netns, path, cfg string, flags ...string) (*sync
 				t.Errorf("%s ended with %v after SIGTERM", where, err)
 			}
 		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
+			// Its goroutines say where it is stuck (Go's SIGQUIT dump).
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+			}
 			t.Errorf("%s did not stop within 30 s of SIGTERM", where)
 		}
 		t.Logf("%s:\n%s", where, out.String())
