@@ -110,7 +110,7 @@ func writeTestCerts(t *testing.T, dir string) {
 func TestCheckNotesNonLoopbackAdmin(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "gw.yaml")
 	for _, tc := range []struct{ listen, note string }{
-		{"0.0.0.0:0", "note: admin.listen 0.0.0.0:0 is not a loopback address: /metrics, /status and /healthz are readable from every network this host is on (control is not: it is on the unix socket admin.control)"},
+		{"0.0.0.0:0", "note: admin.listen 0.0.0.0:0 is not a loopback address: /metrics, /status, /healthz and /livez are readable from every network this host is on (control is not: it is on the unix socket admin.control)"},
 		{"127.0.0.1:0", ""},
 	} {
 		text := fmt.Sprintf(`legs:
