@@ -75,7 +75,8 @@ alive, every userspace leg's receive loop coming round at least every 5 s,
 the session table not stuck): a stuck gateway is restarted.
 
 The file (YAML), in short; every key with its type, default and the legs or
-routes it applies to is in docs/configuration.md in rbridge's source:
+routes it applies to: rbridge help config (docs/configuration.md in
+rbridge's source):
 
   legs:
     - name: ib
