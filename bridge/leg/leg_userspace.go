@@ -97,7 +97,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
 				LocalAddr: local, Neighbors: u.Neigh, Program: u.Prog, Logger: log})
 			if err != nil {
-				return err
+				return MemlockHint(err, "the AF_XDP UMEM (the pool)", int64(len(umem)))
 			}
 			return u.Prog.AddQP(1, xdp.QP{}) // the CM's MADs
 		}
