@@ -132,3 +132,30 @@ admin: {listen: %q, control: ""}
 		}
 	}
 }
+
+// TestCheckVerbsLegWithoutDevice: on a host with no RDMA device, run
+// --check says so for a verbs leg, in words that fit an InfiniBand leg as
+// well as a RoCE one (not "no usable RoCEv2 GID"), and where to look.
+func TestCheckVerbsLegWithoutDevice(t *testing.T) {
+	if ds, _ := os.ReadDir("/sys/class/infiniband"); len(ds) > 0 {
+		t.Skip("this host has RDMA devices")
+	}
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(`legs:
+  - {name: ib, kind: verbs, ip: 198.18.3.1}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.21.2, io: udp}
+routes:
+  - {name: r, listen: {leg: b, addr: "127.0.21.2:7471"}, target: {leg: ib, addr: "198.18.3.2:7471"}}
+admin: {listen: "", control: ""}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, nil, "run", "--config", cfg, "--check")
+	if err != nil && strings.Contains(err.Error(), "without RDMA support") {
+		t.Skip("a build without cgo: no verbs legs at all")
+	}
+	want := cfg + `:2: leg "ib": no RDMA device on this host (/sys/class/infiniband lists none): a verbs leg needs the device whose port holds 198.18.3.1`
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "RoCEv2 GID") || !strings.Contains(err.Error(), "rbridge doctor") {
+		t.Errorf("run --check with a verbs leg and no RDMA device: %v\nwant it to begin %q, name rbridge doctor, and say nothing of a RoCEv2 GID", err, want)
+	}
+}
