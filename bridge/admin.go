@@ -22,7 +22,8 @@ import (
 //
 //	GET /metrics  Prometheus metrics (NewCollector's, and the Go runtime's and process's)
 //	GET /status   the gateway's Status as JSON
-//	GET /healthz  the gateway's Health: 200 "ok", or 503 and why
+//	GET /healthz  readiness, the gateway's Ready: 200 "ok", or 503 and why (a leg a route needs is down, named)
+//	GET /livez    liveness, the gateway's Health (what the systemd watchdog feeds on): 200 "ok", or 503 and why
 //
 // (HEAD too; other methods are refused). Nothing it serves changes the
 // gateway: control (a reload) is the ControlServer's, on a unix socket
@@ -59,8 +60,8 @@ type AdminOptions struct {
 	Control string
 }
 
-// StartAdmin listens on o.Addr and serves the gateway's /metrics, /status
-// and /healthz until Close. An address that is not a loopback one is
+// StartAdmin listens on o.Addr and serves the gateway's /metrics, /status,
+// /healthz and /livez until Close. An address that is not a loopback one is
 // logged at warning: what it serves is readable from the network.
 func StartAdmin(o AdminOptions) (*AdminServer, error) {
 	if o.Gateway == nil {
@@ -86,19 +87,16 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 			o.Logger.Warn("admin server: writing /status", "err", err)
 		}
 	})
-	// /healthz is the gateway's health check (Gateway.Health: every
-	// route's accept loop alive, every userspace leg's receive loop
-	// coming round, the session table not stuck, not closing): 200 "ok", else 503 with why. The systemd watchdog feeds on
-	// the same check; Kubernetes probes it (deploy/kubernetes).
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := o.Gateway.Health(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, err)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	// /livez is liveness (Gateway.Health: every route's accept loop
+	// alive, every userspace leg's receive loop coming round, the session
+	// table not stuck, not closing), the check the systemd watchdog feeds
+	// on; /healthz is readiness (Gateway.Ready: that, and every leg a
+	// route or a group needs up, a quic leg's peer gateway connected).
+	// Both: 200 "ok", else 503 with why. Kubernetes probes each
+	// (deploy/kubernetes): a restart cures a gateway that is not alive,
+	// never one whose peer gateway is away.
+	mux.HandleFunc("GET /livez", probe(o.Gateway.Health))
+	mux.HandleFunc("GET /healthz", probe(o.Gateway.Ready))
 	// Control is not served here: say where it is, to whoever asks.
 	mux.HandleFunc("/reload", func(w http.ResponseWriter, _ *http.Request) {
 		msg := "reload is not served over TCP: send the gateway SIGHUP (its control socket is off: admin.control is \"\")"
@@ -118,12 +116,26 @@ func StartAdmin(o AdminOptions) (*AdminServer, error) {
 	a := &AdminServer{ln: ln, done: make(chan struct{}),
 		srv: &http.Server{Handler: hostCheck(o.Hosts, mux), ReadHeaderTimeout: 10 * time.Second}}
 	go a.routineServe(o.Logger)
-	o.Logger.Info("admin server listening", "addr", ln.Addr().String(), "endpoints", "/metrics /status /healthz")
+	o.Logger.Info("admin server listening", "addr", ln.Addr().String(), "endpoints", "/metrics /status /healthz /livez")
 	if !ap.Addr().Unmap().IsLoopback() {
 		o.Logger.Warn("metrics and status are readable from the network", "at", ln.Addr().String(),
 			"hint", NonLoopbackNote(ap))
 	}
 	return a, nil
+}
+
+// probe serves a check: 200 "ok" while it is nil, else 503 with its
+// error, a line each.
+func probe(check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := check(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }
 
 // adminNetwork is the network to listen on at ap: an IPv4 address in
@@ -142,7 +154,7 @@ func NonLoopbackNote(ap netip.AddrPort) string {
 	if ap.Addr().IsUnspecified() {
 		where = "from every network this host is on"
 	}
-	return fmt.Sprintf("/metrics, /status and /healthz are readable %s (control is not: it is on the unix socket admin.control); keep the port to trusted hosts with a firewall, or listen on 127.0.0.1", where)
+	return fmt.Sprintf("/metrics, /status, /healthz and /livez are readable %s (control is not: it is on the unix socket admin.control); keep the port to trusted hosts with a firewall, or listen on 127.0.0.1", where)
 }
 
 // hostCheck serves only requests addressed to an IP address (with or

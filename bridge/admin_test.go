@@ -417,23 +417,74 @@ func TestAdminHealthz(t *testing.T) {
 	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest, where rxe owns UDP 4791)
 	g := startGateway(t, gatewayConfig(t, ""))
 	base := startAdmin(t, g)
-	if b := get(t, base+"/healthz"); string(b) != "ok\n" {
-		t.Errorf("/healthz of a serving gateway: %q", b)
+	for _, path := range []string{"/healthz", "/livez"} {
+		if b := get(t, base+path); string(b) != "ok\n" {
+			t.Errorf("%s of a serving gateway: %q", path, b)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := g.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(base + "/healthz")
+	for _, path := range []string{"/healthz", "/livez"} {
+		code, b := probe(t, base+path)
+		if code != http.StatusServiceUnavailable || !strings.Contains(b, "closing") {
+			t.Errorf("%s of a closed gateway: %d %q, want 503 saying it is closing", path, code, b)
+		}
+	}
+}
+
+// probe GETs a health endpoint: its status code and body.
+func probe(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "closing") {
-		t.Errorf("/healthz of a closed gateway: %d %q, want 503 saying it is closing", resp.StatusCode, b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return resp.StatusCode, string(b)
+}
+
+// TestAdminHealthzNamesADownTunnel: while a quic leg's peer gateway is not
+// connected (here it refuses the leg's certificate), /healthz (readiness)
+// is 503 naming the leg and why, as status's peer_why says it, while
+// /livez (liveness, the watchdog's check) stays 200: the gateway is alive,
+// and a restart would not bring the peer back. Once the peers trust each
+// other, /healthz is 200.
+func TestAdminHealthzNamesADownTunnel(t *testing.T) {
+	newCMApp(t, lo("3")) // the host's loopback (skipped in the guest, where rxe owns UDP 4791)
+	t.Run("refused", func(t *testing.T) {
+		filesA, caA := tunnelFiles(t, "gw-a")
+		filesB, caB := tunnelFiles(t, "gw-b")
+		ga, _ := quicGateways(t, filesA["gw-a"], filesB["gw-b"], caA, caB)
+		base := startAdmin(t, ga)
+		var why string
+		waitUntil(t, "gateway A's quic leg saying why it is down", func() bool {
+			why = ga.Status().Legs[1].PeerWhy
+			return why != ""
+		})
+		code, b := probe(t, base+"/healthz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(b, `leg "q" (quic) is down: no peer connection: `) || !strings.Contains(b, "certificate") {
+			t.Errorf("/healthz with the tunnel down: %d %q, want 503 naming leg q and why (peer_why %q)", code, b, why)
+		}
+		if code, b := probe(t, base+"/livez"); code != http.StatusOK || b != "ok\n" {
+			t.Errorf("/livez with the tunnel down: %d %q, want 200 ok: the gateway is alive", code, b)
+		}
+	})
+	t.Run("trusted", func(t *testing.T) {
+		files, ca := tunnelFiles(t, "gw-a", "gw-b")
+		ga, _ := quicGateways(t, files["gw-a"], files["gw-b"], ca, ca)
+		base := startAdmin(t, ga)
+		waitUntil(t, "/healthz ok once the tunnel is up", func() bool {
+			code, _ := probe(t, base+"/healthz")
+			return code == http.StatusOK
+		})
+	})
 }
 
 // markingConn marks every ECN-capable packet it reads Congestion
@@ -685,7 +736,7 @@ func TestAdminNonLoopbackWarns(t *testing.T) {
 		switch l := logs.String(); {
 		case tc.want == "" && strings.Contains(l, "WARN"):
 			t.Errorf("admin server on %s warned:\n%s", tc.addr, l)
-		case !strings.Contains(l, tc.want) || tc.want != "" && !strings.Contains(l, "hint=\"/metrics, /status and /healthz are readable from every network this host is on"):
+		case !strings.Contains(l, tc.want) || tc.want != "" && !strings.Contains(l, "hint=\"/metrics, /status, /healthz and /livez are readable from every network this host is on"):
 			t.Errorf("admin server on %s logged:\n%s\nwant %q and the hint", tc.addr, l, tc.want)
 		}
 	}

@@ -33,7 +33,9 @@
 //     metrics.go: the Prometheus collector that reads every counter's
 //     Snapshot at scrape time; metrics_nic.go: a verbs port's counters;
 //     admin.go: the admin server, reads over TCP (/metrics, /status,
-//     /healthz; requests for a Host it does not know refused).
+//     /healthz, /livez; requests for a Host it does not know refused);
+//     ready.go: readiness (Ready, /healthz: every leg a route needs up)
+//     beside liveness (Health, /livez and the systemd watchdog).
 //     control.go: the control socket, changes over a unix socket
 //     (/reload), its peers' credentials in control_linux.go.
 //   - defaults.go: what the gateway takes when its options leave it out.

@@ -245,6 +245,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			lg, err = leg.OpenUserspace(l, pl, o.Logger)
 		case config.KindVerbs:
 			lg, err = leg.OpenVerbs(l, pl, o.Logger)
+			err = leg.ExplainNoGID(l, "/sys", err)
 		case config.KindQUIC:
 			lg, err = leg.OpenQUIC(l, o.Config, pl, o.Logger)
 		default:
@@ -351,6 +352,7 @@ func CheckLegs(cfg *config.Config) error {
 			})
 		case config.KindVerbs:
 			_, err = leg.FindGID(l)
+			err = leg.ExplainNoGID(l, "/sys", err)
 		case config.KindQUIC:
 			_, err = tunnel.LoadCredentials(l.Cert, l.Key, l.CA, l.PeerName)
 			if v, ok := cfg.Leg(l.Over); ok && err == nil {

@@ -162,12 +162,7 @@ func (g *Gateway) Status() Status {
 	st := Status{Legs: make([]leg.Status, 0, len(cfg.Legs)), Routes: make([]RouteStatus, 0, len(cfg.Routes)), Sessions: []SessionStatus{},
 		Version: g.build.String(), Started: g.started, UptimeSeconds: time.Since(g.started).Round(time.Millisecond).Seconds()}
 	for i := range cfg.Legs {
-		ls := g.legStatus[cfg.Legs[i].Name]
-		ls.State, ls.Up, _ = g.linkState(ls.Name)
-		if l := g.legs[ls.Name]; l != nil {
-			l.Status(&ls)
-		}
-		st.Legs = append(st.Legs, ls)
+		st.Legs = append(st.Legs, g.legNow(cfg.Legs[i].Name))
 	}
 	now := time.Now()
 	var udOpen map[string]int

@@ -139,11 +139,16 @@ func TestKubernetesDaemonSet(t *testing.T) {
 		}
 	}
 
-	// The probes reach the admin server's health check.
-	for name, p := range map[string]probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+	// The probes reach the admin server: readiness on /healthz (a leg a
+	// route needs is down), liveness on /livez (the watchdog's check: a
+	// peer gateway away must not restart the pod).
+	for _, pr := range []struct {
+		name, path string
+		p          probe
+	}{{"readiness", "/healthz", c.ReadinessProbe}, {"liveness", "/livez", c.LivenessProbe}} {
 		a := cfg.Admin.Addr()
-		if p.HTTPGet.Path != "/healthz" || p.HTTPGet.Host != a.Addr().String() || p.HTTPGet.Port != int(a.Port()) {
-			t.Errorf("%s probe %+v: want /healthz on the admin server's %v", name, p.HTTPGet, a)
+		if pr.p.HTTPGet.Path != pr.path || pr.p.HTTPGet.Host != a.Addr().String() || pr.p.HTTPGet.Port != int(a.Port()) {
+			t.Errorf("%s probe %+v: want %s on the admin server's %v", pr.name, pr.p.HTTPGet, pr.path, a)
 		}
 	}
 

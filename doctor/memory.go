@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/leg"
 )
 
 // capIPCLock is CAP_IPC_LOCK's bit in /proc/PID/status CapEff.
@@ -41,7 +42,7 @@ func (h *host) checkMemory() {
 		return
 	}
 	have := lim.LockedMemory
-	fix := "LimitMEMLOCK=infinity in the unit (dist/rbridge.service has it), or ulimit -l unlimited (memlock in /etc/security/limits.conf); this checks rbridge doctor's own limit"
+	fix := leg.MemlockFix + "; this checks rbridge doctor's own limit"
 	switch {
 	case have == math.MaxUint64:
 		h.finding("memlock", "host", nil, OK, fmt.Sprintf("RLIMIT_MEMLOCK unlimited: %s to pin (%s)", formatBytes(need), why), "")

@@ -65,7 +65,7 @@
 //	    within: 239.0.0.0/8         # optional: only groups in this prefix (default 224.0.0.0/4; ff00::/8 between IPv6 legs)
 //	    max_groups: 64              # optional: the most taken at once (default 64); the rest counted, not joined
 //	admin:
-//	  listen: "127.0.0.1:9479"      # optional: /metrics, /status and /healthz over HTTP; this is the default, "" turns it off
+//	  listen: "127.0.0.1:9479"      # optional: /metrics, /status, /healthz and /livez over HTTP; this is the default, "" turns it off
 //	  control: /run/rbridge/control.sock  # optional: the unix socket rbridge reload uses (mode 0600); the default for root, "" turns it off
 //	  hosts: [gw1.example.com]      # optional: names the admin server answers besides localhost and IP addresses
 //

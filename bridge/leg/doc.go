@@ -21,8 +21,13 @@
 //     endpoint_verbs_status.go is the one table between verbs' and
 //     transport's opcodes and statuses; endpoint_slots.go names posted ops
 //     by work request ID;
+//   - verbs_noport.go: what a verbs leg not found by its address says on
+//     a host with no RDMA device or with InfiniBand ports (NoPortError);
+//   - memlock.go: the hint a pinning (the pool's ibv_reg_mr, an AF_XDP
+//     UMEM) that failed under RLIMIT_MEMLOCK carries;
 //   - platform files: busypoll_*.go (pinning a polled loop to a CPU),
-//     link_*.go (an interface's operational state), bindtodevice_*.go.
+//     link_*.go (an interface's operational state), bindtodevice_*.go,
+//     memlock_*.go (this process's RLIMIT_MEMLOCK).
 //
 // Package legtest holds the test doubles other packages' tests share: a
 // pair of quic endpoints on loopback.

@@ -123,7 +123,7 @@ func OpenQUIC(l *config.Leg, cfg *config.Config, pl *pool.Pool, log *slog.Logger
 func IPoIBOf(l, v *config.Leg, h *ipoib.Host) (ipoib.Interface, error) {
 	gid, err := FindGID(v)
 	if err != nil {
-		return ipoib.Interface{}, fmt.Errorf("over %q: %w", v.Name, err)
+		return ipoib.Interface{}, fmt.Errorf("over %q: %w", v.Name, ExplainNoGID(v, "/sys", err))
 	}
 	ifc, err := h.InterfaceFor(gid.Device, gid.Port)
 	if err != nil {

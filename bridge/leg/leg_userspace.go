@@ -54,6 +54,16 @@ type userspaceLeg struct {
 // frameSize is the AF_XDP frame: a pool class of the page size.
 const frameSize = 4096
 
+// InNetns says where an interface is, for a message: "vgw0 in network
+// namespace user0", or for ns "" (a leg without netns) "lo in the
+// gateway's own network namespace".
+func InNetns(ifname, ns string) string {
+	if ns == "" {
+		return ifname + " in the gateway's own network namespace"
+	}
+	return fmt.Sprintf("%s in network namespace %s", ifname, ns)
+}
+
 func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
 	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, pd: transport.NewPD()}
 	var conn roce.PacketConn
@@ -97,7 +107,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
 				LocalAddr: local, Neighbors: u.Neigh, Program: u.Prog, Logger: log})
 			if err != nil {
-				return err
+				return MemlockHint(err, "the AF_XDP UMEM (the pool)", int64(len(umem)))
 			}
 			return u.Prog.AddQP(1, xdp.QP{}) // the CM's MADs
 		}
@@ -105,7 +115,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 	})
 	if err != nil {
 		u.Close()
-		return nil, fmt.Errorf("%s in network namespace %q: %w", l.Interface, l.Netns, err)
+		return nil, fmt.Errorf("%s: %w", InNetns(l.Interface, l.Netns), err)
 	}
 	if u.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: log}); err != nil {
 		conn.Close()

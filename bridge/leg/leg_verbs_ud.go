@@ -224,7 +224,7 @@ const maxUDSources = 16
 func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp Spin, busySend bool) (*verbsUDPort, error) {
 	dev, vd, err := v.device(id)
 	if err != nil {
-		return nil, err
+		return nil, MemlockHint(err, "registering the pool (ibv_reg_mr)", int64(len(v.pool.Arena())))
 	}
 	pi, err := dev.QueryPort(id.Port())
 	if err != nil {

@@ -110,7 +110,7 @@ func writeTestCerts(t *testing.T, dir string) {
 func TestCheckNotesNonLoopbackAdmin(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "gw.yaml")
 	for _, tc := range []struct{ listen, note string }{
-		{"0.0.0.0:0", "note: admin.listen 0.0.0.0:0 is not a loopback address: /metrics, /status and /healthz are readable from every network this host is on (control is not: it is on the unix socket admin.control)"},
+		{"0.0.0.0:0", "note: admin.listen 0.0.0.0:0 is not a loopback address: /metrics, /status, /healthz and /livez are readable from every network this host is on (control is not: it is on the unix socket admin.control)"},
 		{"127.0.0.1:0", ""},
 	} {
 		text := fmt.Sprintf(`legs:
@@ -130,5 +130,32 @@ admin: {listen: %q, control: ""}
 		if tc.note == "" && strings.Contains(out, "note:") || !strings.Contains(out, tc.note) {
 			t.Errorf("run --check with admin.listen %s:\n%s\nwant %q", tc.listen, out, tc.note)
 		}
+	}
+}
+
+// TestCheckVerbsLegWithoutDevice: on a host with no RDMA device, run
+// --check says so for a verbs leg, in words that fit an InfiniBand leg as
+// well as a RoCE one (not "no usable RoCEv2 GID"), and where to look.
+func TestCheckVerbsLegWithoutDevice(t *testing.T) {
+	if ds, _ := os.ReadDir("/sys/class/infiniband"); len(ds) > 0 {
+		t.Skip("this host has RDMA devices")
+	}
+	cfg := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(cfg, []byte(`legs:
+  - {name: ib, kind: verbs, ip: 198.18.3.1}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.21.2, io: udp}
+routes:
+  - {name: r, listen: {leg: b, addr: "127.0.21.2:7471"}, target: {leg: ib, addr: "198.18.3.2:7471"}}
+admin: {listen: "", control: ""}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, nil, "run", "--config", cfg, "--check")
+	if err != nil && strings.Contains(err.Error(), "without RDMA support") {
+		t.Skip("a build without cgo: no verbs legs at all")
+	}
+	want := cfg + `:2: leg "ib": no RDMA device on this host (/sys/class/infiniband lists none): a verbs leg needs the device whose port holds 198.18.3.1`
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "RoCEv2 GID") || !strings.Contains(err.Error(), "rbridge doctor") {
+		t.Errorf("run --check with a verbs leg and no RDMA device: %v\nwant it to begin %q, name rbridge doctor, and say nothing of a RoCEv2 GID", err, want)
 	}
 }

@@ -125,8 +125,8 @@ func enforceUsage(root *cobra.Command) {
 				return nil
 			}
 		}
-		switch c.Name() {
-		case "help", "completion":
+		switch {
+		case c.Name() == "help", c.Name() == "completion", c.IsAdditionalHelpTopicCommand(): // no exit status of their own
 			continue
 		}
 		c.Long = strings.TrimRight(c.Long, "\n") + "\n\n" + exitStatusHelp(c.Name())

@@ -46,8 +46,8 @@ func TestBadUsageIsTwo(t *testing.T) {
 func TestExitStatusHelp(t *testing.T) {
 	root := newRootCommand()
 	for _, c := range root.Commands() {
-		switch c.Name() {
-		case "help", "completion":
+		switch {
+		case c.Name() == "help", c.Name() == "completion", c.IsAdditionalHelpTopicCommand():
 			continue
 		}
 		help := exitStatusHelp(c.Name())

@@ -60,7 +60,8 @@ Each command's --help says what each means for it.`,
 		Version:       buildVersion(),
 	}
 	root.SetVersionTemplate("rbridge {{.Version}}\n")
-	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand(), newStatusCommand(), newReloadCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newDemoCommand(), newDecodeCommand(), newDevicesCommand(), newDoctorCommand(), newBenchCommand(), newStatusCommand(), newReloadCommand(),
+		newConfigHelpTopic())
 	enforceUsage(root)
 	return root
 }

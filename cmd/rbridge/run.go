@@ -50,8 +50,11 @@ restart for them), is refused and the running routes stay. The admin
 server (admin.listen, 127.0.0.1:9479 by default) serves what reads, over
 TCP: Prometheus metrics on /metrics, and on /status as JSON (what rbridge
 status prints) the gateway's state (running, reloading, draining,
-stopped), the legs with their link state, the routes and the sessions; an
-address that is not a loopback one is logged at warning. The control
+stopped), the legs with their link state, the routes and the sessions;
+/livez answers 200 while the gateway is alive (the watchdog's check, below)
+and /healthz 200 while it is also ready: 503 names a leg a route needs that
+is down (a quic leg's peer gateway not connected, and why); an address that
+is not a loopback one is logged at warning. The control
 socket (admin.control, /run/rbridge/control.sock by default: a unix
 socket of mode 0600 that no remote peer can reach) takes POST /reload
 (what rbridge reload sends: the same as SIGHUP, answered with what it
@@ -72,7 +75,8 @@ alive, every userspace leg's receive loop coming round at least every 5 s,
 the session table not stuck): a stuck gateway is restarted.
 
 The file (YAML), in short; every key with its type, default and the legs or
-routes it applies to is in docs/configuration.md in rbridge's source:
+routes it applies to: rbridge help config (docs/configuration.md in
+rbridge's source):
 
   legs:
     - name: ib
@@ -96,7 +100,7 @@ routes it applies to is in docs/configuration.md in rbridge's source:
       target: {leg: ib, addr: "198.18.3.2:4420"}
       allow: ["198.18.1.0/24"]    # optional; default any client
   admin:
-    listen: "127.0.0.1:9479"      # optional: /metrics, /status, /healthz; this is the default, "" for none
+    listen: "127.0.0.1:9479"      # optional: /metrics, /status, /healthz, /livez; the default, "" for none
     control: /run/rbridge/control.sock  # optional: rbridge reload's socket; the default, "" for none
     hosts: [gw1.example.com]      # optional: names the admin server answers (besides IPs, localhost)
 

@@ -79,8 +79,11 @@ func NewReader(r io.Reader) (*Reader, error) {
 	magic, err := br.Peek(4)
 	if len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, zerr := gzip.NewReader(br)
-		if zerr != nil {
-			return nil, fmt.Errorf("gzip: %w", zerr)
+		switch {
+		case errors.Is(zerr, gzip.ErrHeader): // its text has its own "gzip: "
+			return nil, fmt.Errorf("starts with gzip's magic number (1f 8b) but its gzip header is not valid (%w)", zerr)
+		case zerr != nil:
+			return nil, fmt.Errorf("reading its gzip header: %w", zerr)
 		}
 		br = bufio.NewReader(zr)
 		magic, err = br.Peek(4)

@@ -232,10 +232,15 @@ func TestReaderErrors(t *testing.T) {
 		{"pcapng captured length", overLong, "pcapng: a packet block claims 99 captured bytes and holds 4"},
 		{"pcapng packet before any interface", cat(ngSHB(le), ngEPB(le, 0, 0, a, 0)), "pcapng: a packet on interface 0, but the section describes 0 interfaces"},
 		{"pcapng simple packet before any interface", cat(ngSHB(le), ngSPB(le, a, 4)), "pcapng: a simple packet block, but the section describes no interface"},
+		{"gzip's magic, not gzip", []byte("\x1f\x8bnot gzip"), "starts with gzip's magic number (1f 8b) but its gzip header is not valid (gzip: invalid header)"},
+		{"gzip header cut", []byte{0x1f, 0x8b}, "reading its gzip header: unexpected EOF"},
 	} {
 		_, err := readAll(t, tc.file)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "gzip: gzip:") {
+			t.Errorf("%s: %v: the prefix doubled", tc.name, err)
 		}
 	}
 }
