@@ -126,7 +126,7 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 	mr, err := pd.RegMR(v.pool.Arena(), ibv.AccessLocalWrite)
 	if err != nil {
 		pd.Close()
-		return nil, nil, err
+		return nil, nil, MemlockHint(err, "ibv_reg_mr of the pool on "+dev.Name(), int64(len(v.pool.Arena())))
 	}
 	vd := &verbsDevice{pd: pd, mr: mr, maxSGE: 1}
 	if info, err := dev.Info(); err == nil {
