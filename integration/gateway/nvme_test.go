@@ -368,8 +368,10 @@ routes:
 			dev := "/dev/" + ctrl + "n1"
 			waitFile(t, dev)
 			start := time.Now()
-			nvmeIO(t, dev, 64<<20, 64<<20, 5)
-			t.Logf("64 MiB written and read back through rbridge (verbs legs both sides), staged, in %v", time.Since(start).Round(time.Millisecond))
+			// 16 MiB: the userspace leg's test moves 64 (this path's
+			// figures are the benchmark's, BenchmarkGuestNVMeThroughVsDirect).
+			nvmeIO(t, dev, 16<<20, 16<<20, 5)
+			t.Logf("16 MiB written and read back through rbridge (verbs legs both sides), staged, in %v", time.Since(start).Round(time.Millisecond))
 			nvmeDisconnect(t, ctrl)
 			if strings.Contains(logs.String(), "session failed") {
 				t.Errorf("a session failed:\n%s", lastLines(logs.String(), 40))
@@ -377,8 +379,8 @@ routes:
 			waitSessionsEnded(t, logs)
 			m, _ := scrape(t, adminAddr(t, logs))
 			const route = `{direction="to_target",route="nvme"}`
-			if pulled, pushed := m["rbridge_route_staging_pulled_bytes_total"+route], m["rbridge_route_staging_pushed_bytes_total"+route]; pulled < 56<<20 || pushed < 2*64<<20 {
-				t.Errorf("staging pulled %.0f and pushed %.0f bytes, want at least %d and %d", pulled, pushed, 56<<20, 2*64<<20)
+			if pulled, pushed := m["rbridge_route_staging_pulled_bytes_total"+route], m["rbridge_route_staging_pushed_bytes_total"+route]; pulled < 12<<20 || pushed < 2*16<<20 {
+				t.Errorf("staging pulled %.0f and pushed %.0f bytes, want at least %d and %d", pulled, pushed, 12<<20, 2*16<<20)
 			}
 		})
 	}
