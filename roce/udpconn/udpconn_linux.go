@@ -63,6 +63,12 @@ type StatsSnapshot struct {
 	RxPackets, TxPackets, RxBadICRC, RxTruncated uint64
 }
 
+// The socket buffers asked for (see Listen).
+const (
+	rcvBuf = 8 << 20
+	sndBuf = 4 << 20
+)
+
 // Snapshot reads every counter.
 func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load()}
@@ -179,13 +185,21 @@ func Listen(opts Options) (*Conn, error) {
 	c.rd.init(opts.Batch, unix.SYS_RECVMMSG)
 	c.wr.init(opts.Batch, unix.SYS_SENDMMSG)
 	// Room for a window of full-size packets: the kernel's defaults hold
-	// about fifty, and every drop costs a go-back-N.
-	_ = uc.SetReadBuffer(8 << 20)
-	_ = uc.SetWriteBuffer(4 << 20)
+	// about fifty, and every drop costs a go-back-N. A kernel peer answers
+	// a READ with all its packets at once (128 for 128 KiB at MTU 1024),
+	// and several READs are outstanding: net.core.rmem_max (208 KiB by
+	// default) caps SO_RCVBUF, so with CAP_NET_ADMIN the buffers are
+	// forced (SO_RCVBUFFORCE), else they are what the cap allows.
+	_ = uc.SetReadBuffer(rcvBuf)
+	_ = uc.SetWriteBuffer(sndBuf)
 	if c.rc, err = uc.SyscallConn(); err != nil {
 		uc.Close()
 		return nil, fmt.Errorf("udpconn: %w", err)
 	}
+	_ = c.rc.Control(func(fd uintptr) {
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf)
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sndBuf)
+	})
 	var serr error
 	err = c.rc.Control(func(fd uintptr) {
 		if c.v6 {
