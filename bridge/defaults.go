@@ -13,9 +13,11 @@ const (
 // stage: design.md, "Protocol-aware staging") has two more, for the data
 // of one request each: up to 1 MiB, the largest transfer of the Linux
 // NVMe-oF host and target (NVME_RDMA_MAX_SEGMENTS pages; nvmet-rdma's
-// MDTS). Each class gets an equal share of the pool: 25 buffers of 1 MiB
-// and 102 of 256 KiB in the default pool.
+// MDTS), and one of 16 KiB for a verbs leg's receives (receive_size:
+// 16384 holds a capsule with its in-capsule data). Each class gets an
+// equal share of the pool: 21 buffers of 1 MiB, 85 of 256 KiB and 1365
+// of 16 KiB in the default pool.
 var (
 	DefaultPoolClasses = []int{256, 4 << 10, 64 << 10}
-	StagingPoolClasses = []int{256, 4 << 10, 64 << 10, 256 << 10, 1 << 20}
+	StagingPoolClasses = []int{256, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20}
 )

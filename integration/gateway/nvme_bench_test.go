@@ -37,13 +37,13 @@ func BenchmarkGuestNVMeThroughVsDirect(b *testing.B) {
 		name, cfg, traddr, host string
 	}{
 		{"direct", "", ib.PeerIP.String(), ib.GatewayIP.String()},
-		{"through-udp", guestLegs("udp", ns, ib, "") + fmt.Sprintf(`routes:
+		{"through-udp", guestLegs("udp", ns, ib, nvmeReceives) + fmt.Sprintf(`routes:
   - {name: nvme, listen: {leg: roce, addr: "%v:4420"}, target: {leg: ib, addr: "%v:4420"}, protocol: nvme}
 `, ns.IP, ib.PeerIP), ns.IP.String(), ns.PeerIP.String()},
 		{"through-verbs", fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
-  - {name: roce, kind: verbs, ip: %s, device: rxe0}
-  - {name: ib, kind: verbs, ip: %v, device: %s}
+  - {name: roce, kind: verbs, ip: %s, device: rxe0, receives: 128, receive_size: 16384}
+  - {name: ib, kind: verbs, ip: %v, device: %s, receives: 128, receive_size: 16384}
 routes:
   - {name: nvme, listen: {leg: roce, addr: "%s:4420"}, target: {leg: ib, addr: "%v:4420"}, protocol: nvme}
 `, roceGW, ib.GatewayIP, ib.GatewayDevice, roceGW, ib.PeerIP), roceGW, ns.PeerIP.String()},
@@ -101,6 +101,11 @@ routes:
 		})
 	}
 }
+
+// nvmeReceives are the verbs leg's keys for a storage route (what
+// dist/rbridge.yaml and crossing.md advise): a receive for each capsule
+// or completion a peer may have in flight, else its SENDs meet RNR NAKs.
+const nvmeReceives = "    receives: 128\n    receive_size: 16384\n"
 
 // nvmeBenchFor is how long each workload runs.
 const nvmeBenchFor = 8 * time.Second

@@ -264,7 +264,7 @@ func TestGuestRunNVMeToIB(t *testing.T) {
 	for _, io := range []string{"udp", "afxdp"} {
 		t.Run(io, func(t *testing.T) {
 			nvmeTarget(t, ib.PeerIP.String())
-			cfg := guestLegs(io, ns, ib, "") + fmt.Sprintf(`routes:
+			cfg := guestLegs(io, ns, ib, nvmeReceives) + fmt.Sprintf(`routes:
   - name: nvme
     listen: {leg: roce, addr: "%v:4420"}
     target: {leg: ib, addr: "%v:4420"}
@@ -356,8 +356,8 @@ func TestGuestRunNVMeVerbsVerbs(t *testing.T) {
 			nvmeTarget(t, tc.target.String())
 			cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
-  - {name: roce, kind: verbs, ip: %v, device: rxe0}
-  - {name: ib, kind: verbs, ip: %v, device: %s}
+  - {name: roce, kind: verbs, ip: %v, device: rxe0, receives: 128, receive_size: 16384}
+  - {name: ib, kind: verbs, ip: %v, device: %s, receives: 128, receive_size: 16384}
 routes:
   - name: nvme
     listen: {leg: %s, addr: "%v:4420"}
