@@ -50,16 +50,16 @@ type VerbsEndpoint struct {
 
 	h session.HandlerSlot
 
-	mu        sync.Mutex // guards the fields below
-	slots     opSlots    // send work requests by ID
-	sges      []ibv.SGE  // maxSGE per send slot
-	wrs       []ibv.SendWR
-	recvBufs  []*pool.Buf // by receive ID; nil when the slot is free
-	recvFree  []uint32
-	recvSGEs  []ibv.SGE
-	rwrs      []ibv.RecvWR
-	posted    int // receives posted
-	closing   bool
+	mu       sync.Mutex // guards the fields below
+	slots    opSlots    // send work requests by ID
+	sges     []ibv.SGE  // maxSGE per send slot
+	wrs      []ibv.SendWR
+	recvBufs []*pool.Buf // by receive ID; nil when the slot is free
+	recvFree []uint32
+	recvSGEs []ibv.SGE
+	rwrs     []ibv.RecvWR
+	posted   int // receives posted
+	closing  bool
 	// local are the window work requests posted and not completed, by
 	// ID (localBit clear), with what takes their completion.
 	local     map[uint64]func(ibv.WCStatus)
