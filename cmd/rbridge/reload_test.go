@@ -230,7 +230,10 @@ func adminAddress(t *testing.T, p *runProc) string {
 	t.Helper()
 	listening := regexp.MustCompile(`msg="admin server listening" addr=(127\.0\.0\.1:\d+)`)
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := listening.FindStringSubmatch(p.logs.String()); m != nil {
+		// Once the gateway runs: the control socket, made after the admin
+		// server, is there too.
+		logs := p.logs.String()
+		if m := listening.FindStringSubmatch(logs); m != nil && strings.Contains(logs, `msg="gateway running"`) {
 			return m[1]
 		}
 	}
