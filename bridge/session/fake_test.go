@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/pool"
@@ -340,6 +341,27 @@ func (f *fakeLeg) result(id uint32) (farResult, bool) {
 		return farResult{}, false
 	}
 	return *res, true
+}
+
+// nthSend waits (5 s at most) for the n-th SEND (from 0) the far leg
+// executed, and returns it.
+func (f *fakeLeg) nthSend(t *testing.T, n int, what string) farExec {
+	t.Helper()
+	var e farExec
+	waitUntil(t, what, func() bool {
+		k := 0
+		for _, x := range f.executed() {
+			if x.op == transport.OpSend {
+				if k == n {
+					e = x
+					return true
+				}
+				k++
+			}
+		}
+		return false
+	})
+	return e
 }
 
 func (f *fakeLeg) executed() []farExec {

@@ -66,20 +66,7 @@ func (r *nvmeRig) farResult(id uint32, what string) farResult {
 func (r *nvmeRig) controller(n int, want func(cid uint16, d nvme.SGL) []byte) nvme.Command {
 	t := r.t
 	t.Helper()
-	var e farExec
-	waitUntil(t, "the capsule at the controller", func() bool {
-		k := 0
-		for _, x := range r.far.executed() {
-			if x.op == transport.OpSend {
-				if k == n {
-					e = x
-					return true
-				}
-				k++
-			}
-		}
-		return false
-	})
+	e := r.far.nthSend(t, n, "the capsule at the controller")
 	c, err := nvme.ParseCapsule(e.data)
 	if err != nil {
 		t.Fatalf("capsule %d reached the controller unparsable: %v", n, err)

@@ -48,20 +48,7 @@ func stagedData(cid uint16, a uint64, n int) []byte {
 // it used.
 func serveStaged(t *testing.T, r *nvmeRig, n int, hostKey uint32) []usedKey {
 	t.Helper()
-	var e farExec
-	waitUntil(t, fmt.Sprintf("capsule %d at the controller", n), func() bool {
-		k := 0
-		for _, x := range r.far.executed() {
-			if x.op == transport.OpSend {
-				if k == n {
-					e = x
-					return true
-				}
-				k++
-			}
-		}
-		return false
-	})
+	e := r.far.nthSend(t, n, fmt.Sprintf("capsule %d at the controller", n))
 	c, err := nvme.ParseCapsule(e.data)
 	if err != nil {
 		t.Fatalf("capsule %d reached the controller unparsable: %v", n, err)
@@ -466,20 +453,7 @@ func TestSessionNVMeStagedVerbsHost(t *testing.T) {
 	var cmds []stagedCommand
 	for i := range n {
 		// The controller: serveStaged's, on this rig's legs.
-		var e farExec
-		waitUntil(t, fmt.Sprintf("capsule %d at the controller", i), func() bool {
-			k := 0
-			for _, x := range ctl.executed() {
-				if x.op == transport.OpSend {
-					if k == i {
-						e = x
-						return true
-					}
-					k++
-				}
-			}
-			return false
-		})
+		e := ctl.nthSend(t, i, fmt.Sprintf("capsule %d at the controller", i))
 		c, err := nvme.ParseCapsule(e.data)
 		if err != nil {
 			t.Fatal(err)
