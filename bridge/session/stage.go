@@ -196,11 +196,7 @@ func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool) bool
 		if !push || !g.Write || g.Len == 0 {
 			continue
 		}
-		op := r.newOpLocked()
-		op.Opcode, op.Remote, op.RKey, op.own = transport.OpWrite, g.Remote, g.RKey, rec
-		rec.bufs[i].Ref()
-		op.Buf, op.Len = rec.bufs[i], g.Len
-		r.queue = append(r.queue, op)
+		r.queueMoveLocked(rec, i, transport.OpWrite)
 	}
 	resp.held = true
 	rec.resp, rec.respR = resp, r
@@ -365,11 +361,7 @@ func (st *stager) stage(rec *staged) {
 		if g.Write || g.Len == 0 {
 			continue
 		}
-		op := back.newOpLocked()
-		op.Opcode, op.Remote, op.RKey, op.own = transport.OpRead, g.Remote, g.RKey, rec
-		rec.bufs[i].Ref()
-		op.Buf, op.Len = rec.bufs[i], g.Len
-		back.queue = append(back.queue, op)
+		back.queueMoveLocked(rec, i, transport.OpRead)
 	}
 	back.mu.Unlock()
 	back.pump()
@@ -563,6 +555,20 @@ func (r *relay) stageLocked(op *Op, m *Message) error {
 	}
 	st.finishLocked(stageKey{1 - r.dir, m.Finish}, op, r, m.Push)
 	return nil
+}
+
+// queueMoveLocked queues on r the session's own move of rec's region i
+// between its staging and the originator's memory: a pull (OpRead) or a
+// push (OpWrite), holding a reference on the staging buffer until it
+// completes (ownDone). The caller holds r.mu and rec's stager's mu or
+// owns rec's buffers.
+func (r *relay) queueMoveLocked(rec *staged, i int, opcode transport.Opcode) {
+	g := rec.regions[i]
+	op := r.newOpLocked()
+	op.Opcode, op.Remote, op.RKey, op.own = opcode, g.Remote, g.RKey, rec
+	rec.bufs[i].Ref()
+	op.Buf, op.Len = rec.bufs[i], g.Len
+	r.queue = append(r.queue, op)
 }
 
 // other is the relay that posts on the endpoint r takes requests from.
