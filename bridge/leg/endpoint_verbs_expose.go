@@ -91,7 +91,15 @@ func (e *VerbsEndpoint) bind(b []byte, remote ibv.Access) (*verbsExposure, error
 	x := &verbsExposure{e: e, mr: mr, mw: mw, rkey: mw.NextRKey()}
 	wr := ibv.SendWR{Op: ibv.OpBindMW, Flags: ibv.SendSignaled,
 		Bind: ibv.MWBind{MW: mw, RKey: x.rkey, MR: mr, Addr: mr.Addr(), Length: uint64(len(b)), Access: remote}}
-	if err := e.postLocal(&wr, func(st ibv.WCStatus) { _ = mw.BindCompleted(st) }); err != nil {
+	bound := func(st ibv.WCStatus) {
+		_ = mw.BindCompleted(st)
+		if st != ibv.WCSuccess && st != ibv.WCWRFlushErr {
+			// The QP left RTS: what follows on it flushes. Said here, as
+			// the session sees no op of its own fail for it.
+			e.report(fmt.Errorf("bind a window over %d bytes of staging (rkey %#x): %v", len(b), x.rkey, st))
+		}
+	}
+	if err := e.postLocal(&wr, bound); err != nil {
 		mw.Close()
 		mr.Close()
 		return nil, fmt.Errorf("bridge: verbs QP %d: bind a window over staging: %w", e.qp.QPN(), err)
