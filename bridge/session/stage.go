@@ -264,13 +264,7 @@ func (st *stager) routineRevoke() {
 		if st.s.log.Enabled(st.s.ctx, slog.LevelDebug) {
 			st.s.log.Debug("staging ended: the response goes on", "dir", rec.key.dir, "tag", rec.key.tag)
 		}
-		r := rec.respR
-		r.mu.Lock()
-		if !r.dead {
-			rec.resp.held = false
-		}
-		r.mu.Unlock()
-		r.pump()
+		rec.respR.letGoOf(rec.resp)
 	}
 }
 
@@ -400,10 +394,15 @@ func (st *stager) letGo(rec *staged) {
 	st.mu.Lock()
 	rec.relayed = true
 	st.mu.Unlock()
-	r := rec.r
+	rec.r.letGoOf(rec.op)
+}
+
+// letGoOf lets op, held in r's queue, be posted, and posts what it held
+// up (nothing after the teardown: op is no longer r's then).
+func (r *relay) letGoOf(op *Op) {
 	r.mu.Lock()
 	if !r.dead {
-		rec.op.held = false
+		op.held = false
 	}
 	r.mu.Unlock()
 	r.pump()
