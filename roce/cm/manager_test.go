@@ -239,12 +239,17 @@ func TestConsumerReject(t *testing.T) {
 // TestLostRTU drops the first RTUs: the server resends its REP, the client
 // answers the duplicate with the RTU again.
 func TestLostRTU(t *testing.T) {
-	var dropped atomic.Int32
+	var dropped, reps atomic.Int32
 	n := simnet.New(simnet.Options{Filter: func(from, to netip.AddrPort, pkt []byte) bool {
 		if len(pkt) >= roce.BTHLen+roce.DETHLen+cm.MADLen && roce.BTH(pkt).DestQP() == 1 {
 			mad := pkt[roce.BTHLen+roce.DETHLen:]
-			if cm.MADHeader(mad).AttrID() == cm.AttrRTU && dropped.Add(1) <= 2 {
-				return false
+			switch cm.MADHeader(mad).AttrID() {
+			case cm.AttrREP:
+				reps.Add(1)
+			case cm.AttrRTU:
+				if dropped.Add(1) <= 2 {
+					return false
+				}
 			}
 		}
 		return true
@@ -255,8 +260,11 @@ func TestLostRTU(t *testing.T) {
 	if dropped.Load() < 3 {
 		t.Errorf("%d RTUs seen, want the 2 dropped and one more", dropped.Load())
 	}
-	if s := srv.cm.Stats().Snapshot(); s.Retransmits < 2 {
-		t.Errorf("server stats %+v: want at least 2 REP retransmissions", s)
+	// The server sends its REP again on its timer and, when a slow
+	// machine makes the client repeat its REQ, in answer to that: either
+	// way the REP went out at least three times.
+	if r := reps.Load(); r < 3 {
+		t.Errorf("%d REPs sent (server stats %+v): want the first and at least 2 more", r, srv.cm.Stats().Snapshot())
 	}
 	if s := cli.cm.Stats().Snapshot(); s.Duplicates < 2 {
 		t.Errorf("client stats %+v: want at least 2 duplicate REPs", s)
