@@ -295,6 +295,9 @@ var descQUICConns = prometheus.NewDesc("rbridge_quic_peer_connections", "Connect
 var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[leg.VerbsStatsSnapshot]{
 	{"lost_acked_total", "SENDs the HCA acknowledged to the peer that the far side then failed: each ended its session with an error on both connections (a verbs leg acknowledges on arrival, before relaying).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.LostAcked }},
 	{"recv_starved_total", "Times a receive could not be posted for want of a pool buffer (the peer sees RNR meanwhile: backpressure, not loss).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.RecvStarved }},
+	{"qp_errors_total", "QPs the HCA moved to the error state and said why in an asynchronous event (a peer's READ, WRITE or atomic the gateway's responder refused, more READs than its responder resources, a fatal error): each ended its session with that reason.", func(s *leg.VerbsStatsSnapshot) uint64 { return s.QPErrors }},
+	{"staging_exposed_total", "Staging buffers opened to a peer for one request (a memory window, or an MR on a device without windows).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Exposed }},
+	{"staging_revoked_total", "Staging buffers whose peer access ended: exposed less revoked is what peers may reach now.", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Revoked }},
 })
 
 // The XDP classifier's counters (a userspace leg with io: afxdp): what it

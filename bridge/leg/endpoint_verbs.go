@@ -64,7 +64,9 @@ type VerbsEndpoint struct {
 	// ID (localBit clear), with what takes their completion.
 	local     map[uint64]func(ibv.WCStatus)
 	localNext uint64
-	early     error         // a failure reported before Start
+	early     error // a failure reported before Start
+	// unwatch, if set, stops the device's events for the QP (Close).
+	unwatch   func()
 	drained   chan struct{} // closed once the receive queue flushed (drainOnce)
 	drainOnce sync.Once
 	stats     *VerbsStats
@@ -85,17 +87,21 @@ type VerbsStats struct {
 	// Exposed and Revoked count staging registrations made for the peer
 	// and ended (Expose): the difference is what it may reach now.
 	Exposed, Revoked atomic.Uint64
+	// QPErrors counts QPs the HCA moved to the error state and said why
+	// (an asynchronous event: a peer's request failed at the gateway).
+	QPErrors atomic.Uint64
 }
 
 // VerbsStatsSnapshot is VerbsStats read at one moment, as plain values.
 type VerbsStatsSnapshot struct {
 	LostAcked, RecvStarved uint64
 	Exposed, Revoked       uint64
+	QPErrors               uint64
 }
 
 // Snapshot reads every counter.
 func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
-	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load()}
+	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load(), QPErrors: s.QPErrors.Load()}
 }
 
 var (
@@ -376,6 +382,19 @@ func (e *VerbsEndpoint) report(err error) {
 	e.mu.Unlock()
 }
 
+// asyncEvent takes the device's asynchronous event for the QP: one that
+// moved the QP to the error state ends the session with its reason, which
+// the work requests flushed after it do not carry.
+func (e *VerbsEndpoint) asyncEvent(ev ibv.AsyncEvent) {
+	e.mu.Lock()
+	closing := e.closing
+	e.mu.Unlock()
+	if err := asyncFailure(ev.Type); err != nil && !closing {
+		e.stats.QPErrors.Add(1)
+		e.report(err)
+	}
+}
+
 // routineCompletions hands received SENDs to the session and reports
 // send completions, batch by batch.
 func (e *VerbsEndpoint) routineCompletions(ctx context.Context) {
@@ -522,6 +541,9 @@ func (e *VerbsEndpoint) Close() error {
 			done(ibv.WCWRFlushErr)
 		}
 		close(e.done)
+		if e.unwatch != nil {
+			e.unwatch()
+		}
 		e.closeErr = errors.Join(e.qp.Close(), e.cq.Close())
 		e.releaseRecvs()
 	})

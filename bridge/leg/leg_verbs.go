@@ -195,6 +195,7 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 		cq.Close()
 		return nil, err
 	}
+	ep.unwatch = watchQP(dev, qp.QPN(), v.log, ep.asyncEvent)
 	return ep, nil
 }
 
