@@ -37,7 +37,8 @@ admin: {listen: "", control: ""}
 	for _, drain := range []string{"0s", "1ns", "10s"} {
 		t.Run(drain, func(t *testing.T) {
 			sock := listenNotify(t)
-			p := startRun(t, []string{"NOTIFY_SOCKET=" + sock.path}, "run", "--config", cfg, "--drain", drain)
+			prof := filepath.Join(t.TempDir(), "cpu.pprof")
+			p := startRun(t, []string{"NOTIFY_SOCKET=" + sock.path}, "run", "--config", cfg, "--drain", drain, "--cpu-profile", prof)
 			sock.next(t, "READY=1", 30*time.Second)
 			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
@@ -53,7 +54,15 @@ admin: {listen: "", control: ""}
 			if l := p.logs.String(); !strings.Contains(l, "msg=stopped") {
 				t.Errorf("no stopped line:\n%s", l)
 			}
+			// --cpu-profile: written when the gateway stopped (a pprof
+			// profile is gzip: 0x1f 0x8b).
+			if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+				t.Errorf("--cpu-profile %s: %d bytes, %v: want a pprof profile", prof, len(b), err)
+			}
 		})
+	}
+	if _, _, err := run(t, nil, "run", "--config", cfg, "--cpu-profile", filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.pprof")); err == nil || !strings.Contains(err.Error(), "--cpu-profile") {
+		t.Errorf("rbridge run --cpu-profile in a missing directory: %v, want an error naming --cpu-profile", err)
 	}
 	for _, drain := range []string{"-5s", "-1ns"} {
 		_, _, err := run(t, nil, "run", "--config", cfg, "--check", "--drain", drain)

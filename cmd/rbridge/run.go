@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ type runOptions struct {
 	logJSON  bool
 	drain    time.Duration
 	trace    bool
+	cpuProf  string
 }
 
 func newRunCommand() *cobra.Command {
@@ -157,6 +159,7 @@ memory, which refuses them with a remote access error). See the README.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.String("log-format", "text", "text (key=value) or json (one object a line, slog's JSON handler)")
 	f.DurationVar(&o.drain, "drain", 10*time.Second, "on SIGINT/SIGTERM, how long the sessions' connections get to close before they are cut (0: cut at once)")
+	f.StringVar(&o.cpuProf, "cpu-profile", "", "write a CPU profile of the whole run to this file when the gateway stops (go tool pprof reads it; for a performance report)")
 	f.BoolVar(&o.trace, "trace-pool", false, "record who takes and releases each pool buffer, and name the holders of any still held at exit (slower: for finding a leak)")
 	return cmd
 }
@@ -199,6 +202,13 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 			fmt.Fprintf(out, "note: admin.listen %s is not a loopback address: %s\n", cfg.Admin.Listen, bridge.NonLoopbackNote(a))
 		}
 		return nil
+	}
+	if o.cpuProf != "" {
+		stop, err := startCPUProfile(o.cpuProf)
+		if err != nil {
+			return &exitError{code: exitUsage, err: err}
+		}
+		defer stop()
 	}
 	var handler slog.Handler = slog.NewTextHandler(logs, &slog.HandlerOptions{Level: level})
 	if o.logJSON {
@@ -311,4 +321,20 @@ func defaultConfig() (string, error) {
 		return "", fmt.Errorf("no --config FILE, $%s unset, and %s: %w (rbridge demo runs the gateway without one)", configEnv, defaultConfigPath, err)
 	}
 	return defaultConfigPath, nil
+}
+
+// startCPUProfile profiles the process's CPU into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
