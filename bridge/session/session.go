@@ -78,6 +78,9 @@ type Session struct {
 	gone     Endpoint   // the drained endpoint whose connection ended
 	goneErr  error      // why, the peer's disconnect preferred
 	draining bool
+	// otherFailed says the other side's failure during a drain was
+	// logged (once: each of its flushed ops fails again).
+	otherFailed bool
 }
 
 // drainTimeout bounds how long a session whose endpoint's connection
@@ -361,9 +364,11 @@ func (s *Session) fail(ep Endpoint, err error) {
 	case s.draining:
 		// The other side ended too: nothing more can be relayed. Both
 		// peers disconnecting is how a session normally ends.
+		first, logged := s.goneErr, s.otherFailed
+		s.otherFailed = true
 		s.drainMu.Unlock()
-		if !errors.Is(err, ErrPeerDisconnected) {
-			s.log.Warn("the other side failed while relaying what a disconnected peer had sent", "err", err)
+		if !errors.Is(err, ErrPeerDisconnected) && !logged {
+			s.log.Warn("the other side failed while relaying what the side that ended first had sent", "err", err, "first", first)
 		}
 	default:
 		if d, ok := ep.(Drainer); ok && !errors.Is(err, ErrClosed) && !s.failing.Load() {
@@ -1039,7 +1044,7 @@ func (r *relay) waitBuf(n int) {
 func (r *relay) done(op *Op) {
 	status, opcode := r.complete(op)
 	if status != transport.StatusSuccess {
-		r.s.fail(r.to, fmt.Errorf("the far side failed a relayed %v: %v", opcode, status))
+		r.s.fail(r.to, fmt.Errorf("the far side (%s) failed a relayed %v: %v", [2]string{"B, the target's", "A, the client's"}[r.dir], opcode, status))
 		return
 	}
 	r.pump()
