@@ -151,7 +151,8 @@ type GIDChoice struct {
 // IPoIB driver puts in the netdev's hardware address and rdma_cm's source
 // GID for the IP. A device, port or netdev q names must be the IPoIB
 // netdev's, else the error matches ErrWrongPort; a port not known, or
-// without GID 0, gives an error matching ErrNoIPoIBGID.
+// without GID 0 (or the override's index), gives an error matching
+// ErrNoIPoIBGID. Neither matches ErrNoGID, whose words are RoCE's.
 func ChooseGID(table []GIDEntry, q GIDQuery) (GIDChoice, error) {
 	if q.IPoIB != nil {
 		return chooseIPoIB(table, q)
@@ -238,10 +239,12 @@ func chooseIPoIB(table []GIDEntry, q GIDQuery) (GIDChoice, error) {
 	if q.UseIndex {
 		q.Device, q.Port = p.Device, p.Port
 		c, err := chooseIndex(table, q, ip, scope)
-		if err == nil {
-			c.IPoIB = p.Netdev
+		if err != nil {
+			// The one port is named: the entry is missing.
+			return GIDChoice{}, fmt.Errorf("choose gid for %s%s: override index %d: no such valid entry on %s: %w", ip, scope, q.Index, p, ErrNoIPoIBGID)
 		}
-		return c, err
+		c.IPoIB = p.Netdev
+		return c, nil
 	}
 	for _, e := range table {
 		if e.Device == p.Device && e.Port == p.Port && e.Index == 0 && !e.GID.IsZero() {
