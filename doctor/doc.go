@@ -11,8 +11,10 @@
 // Every check reads the host through Options.Root (a directory standing for
 // "/": sysfs under sys/, procfs under proc/), so it runs on fixture trees in
 // tests; the few things a file does not show (the dcbnl netlink answer, the
-// ethtool driver name, entering a network namespace) go through the small
-// System interface, which tests fake.
+// ethtool driver name, entering a network namespace, the interfaces' IP
+// addresses, by which a verbs leg on an InfiniBand port is found through
+// its IPoIB interface) go through the small System interface, which tests
+// fake.
 //
 // Each check yields Findings: what was seen, a severity (ok, warn, error)
 // and what to do. A check that cannot read what it needs says so as a
@@ -30,5 +32,5 @@
 //
 // and beside them: doctor.go (Run, the targets, sysfs reading), report.go
 // (the table and JSON), dcb.go (the dcbnl request and its reply's parser),
-// system_linux.go (the host's System: netlink, ethtool, setns).
+// system_linux.go (the host's System: netlink, ethtool, setns, addresses).
 package doctor

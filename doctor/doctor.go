@@ -13,6 +13,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/ipoib"
 )
 
 // Severity is how bad a finding is.
@@ -111,6 +112,10 @@ type System interface {
 	DCB(ifname string) (DCB, error)
 	// Driver returns the interface's driver, as ethtool -i names it.
 	Driver(ifname string) (string, error)
+	// Addrs returns each network interface's IP addresses (in this
+	// network namespace): a verbs leg on an InfiniBand port is found by
+	// the IPoIB interface that holds its ip, which sysfs does not show.
+	Addrs() (map[string][]netip.Addr, error)
 }
 
 // treeSystem is the System of a captured tree: no network namespaces, and
@@ -122,6 +127,7 @@ var errCapturedTree = errors.New("a captured tree holds no netlink or ethtool an
 func (treeSystem) InNetns(_ string, fn func() error) error { return fn() }
 func (treeSystem) DCB(string) (DCB, error)                 { return DCB{}, errCapturedTree }
 func (treeSystem) Driver(string) (string, error)           { return "", errCapturedTree }
+func (treeSystem) Addrs() (map[string][]netip.Addr, error) { return nil, errCapturedTree }
 
 // ErrNotExposed is matched by errors that mean "this driver does not
 // expose that setting".
@@ -166,6 +172,9 @@ type rdmaTarget struct {
 	dev  string
 	port int
 	leg  *config.Leg
+	// ipoib is the IPoIB interface that holds the leg's ip, when the leg
+	// was found through it (an InfiniBand port).
+	ipoib string
 }
 
 // Run runs every check and returns their findings.
@@ -255,15 +264,15 @@ func (h *host) targets() ([]netTarget, []rdmaTarget) {
 		case config.KindUserspace:
 			nets = append(nets, netTarget{name: l.Interface, leg: l, netns: l.Netns, userspace: true})
 		case config.KindVerbs:
-			dev, port, ndev, err := h.findVerbsLeg(l)
+			t, ndev, err := h.findVerbsLeg(l)
 			if err != nil {
 				h.finding("gid", "leg "+l.Name, l, Error, err.Error(),
-					"the leg's ip must be on the netdev of an RDMA device (ip addr add; rdma link show lists the devices)")
+					"the leg's ip must be on the netdev of an RDMA device (ip addr add; rdma link show lists the devices), on an InfiniBand port its IPoIB interface")
 				continue
 			}
-			rdmas = append(rdmas, rdmaTarget{dev: dev, port: port, leg: l})
+			rdmas = append(rdmas, t)
 			if ndev != "" {
-				nets = append(nets, netTarget{name: ndev, leg: l, ofDevice: dev})
+				nets = append(nets, netTarget{name: ndev, leg: l, ofDevice: t.dev})
 			}
 		}
 	}
@@ -271,12 +280,15 @@ func (h *host) targets() ([]netTarget, []rdmaTarget) {
 }
 
 // findVerbsLeg finds the device and port whose GID table holds the leg's
-// IP (on the device and port named, if named), and the netdev of that GID.
-func (h *host) findVerbsLeg(l *config.Leg) (dev string, port int, ndev string, err error) {
+// IP (on the device and port named, if named), and the netdev of that GID;
+// or, as rbridge run does (bridge/leg's FindGID), the port under the IPoIB
+// interface that holds the IP: an InfiniBand port, whose GIDs hold no
+// address. Its netdev is then "" (the Ethernet checks are not for it).
+func (h *host) findVerbsLeg(l *config.Leg) (rdmaTarget, string, error) {
 	devs := h.rdmaDevices()
 	if l.Device != "" {
 		if !contains(devs, l.Device) {
-			return "", 0, "", fmt.Errorf("RDMA device %s not found (have %s)", l.Device, orNone(devs))
+			return rdmaTarget{}, "", fmt.Errorf("RDMA device %s not found (have %s)", l.Device, orNone(devs))
 		}
 		devs = []string{l.Device}
 	}
@@ -287,7 +299,7 @@ func (h *host) findVerbsLeg(l *config.Leg) (dev string, port int, ndev string, e
 			}
 			for _, g := range h.gids(d, p) {
 				if g.addr.Unmap() == l.IP {
-					return d, p, g.ndev, nil
+					return rdmaTarget{dev: d, port: p, leg: l}, g.ndev, nil
 				}
 			}
 		}
@@ -296,7 +308,59 @@ func (h *host) findVerbsLeg(l *config.Leg) (dev string, port int, ndev string, e
 	if l.Device != "" {
 		where = l.Device
 	}
-	return "", 0, "", fmt.Errorf("no GID of %s holds %v", where, l.IP)
+	ifname, found, err := h.ipoibWith(l.IP)
+	switch {
+	case err != nil:
+		return rdmaTarget{}, "", fmt.Errorf("no GID of %s holds %v, and the interface that holds it is unknown (%v): an InfiniBand leg is found by its port's IPoIB interface's address", where, l.IP, err)
+	case !found:
+		return rdmaTarget{}, "", fmt.Errorf("no GID of %s holds %v", where, l.IP)
+	}
+	dev, port, err := ipoib.PortOf(h.fsys, ifname)
+	if err != nil {
+		return rdmaTarget{}, "", fmt.Errorf("%v is on IPoIB interface %s, whose RDMA port is not known: %w", l.IP, ifname, err)
+	}
+	if (l.Device != "" && dev != l.Device) || (l.Port != 0 && port != l.Port) {
+		return rdmaTarget{}, "", fmt.Errorf("%v is on IPoIB interface %s, on %s port %d, not on the leg's %s", l.IP, ifname, dev, port, describePort(l.Device, l.Port))
+	}
+	return rdmaTarget{dev: dev, port: port, leg: l, ipoib: ifname}, "", nil
+}
+
+// ipoibWith returns the IPoIB interface (ARPHRD_INFINIBAND in sysfs) that
+// holds ip; found is false when none does.
+func (h *host) ipoibWith(ip netip.Addr) (name string, found bool, err error) {
+	addrs, err := h.sys.Addrs()
+	if err != nil {
+		return "", false, err
+	}
+	names := make([]string, 0, len(addrs))
+	for n := range addrs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if h.ifType(n) != arphrdInfiniband {
+			continue
+		}
+		for _, a := range addrs[n] {
+			if a.WithZone("").Unmap() == ip.WithZone("").Unmap() {
+				return n, true, nil
+			}
+		}
+	}
+	return "", false, nil
+}
+
+// describePort names a device and port a leg asks for ("device mlx5_0
+// port 1", "port 2").
+func describePort(dev string, port int) string {
+	var parts []string
+	if dev != "" {
+		parts = append(parts, "device "+dev)
+	}
+	if port != 0 {
+		parts = append(parts, fmt.Sprintf("port %d", port))
+	}
+	return strings.Join(parts, " ")
 }
 
 // rdmaDevices lists /sys/class/infiniband.

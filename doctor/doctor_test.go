@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,10 +21,11 @@ import (
 // bad, where each check finds its failure; rxe-good and rxe-bad follow the
 // integration guest's real sysfs (rxe on veth pairs).
 
-// fakeSystem answers the dcbnl and ethtool questions from maps.
+// fakeSystem answers the dcbnl, ethtool and address questions from maps.
 type fakeSystem struct {
 	dcb     map[string]doctor.DCB // absent: not exposed
 	drivers map[string]string
+	addrs   map[string][]netip.Addr
 }
 
 func (f fakeSystem) InNetns(_ string, fn func() error) error { return fn() }
@@ -42,6 +44,8 @@ func (f fakeSystem) Driver(ifname string) (string, error) {
 	}
 	return "", fmt.Errorf("ethtool %s: no such device", ifname)
 }
+
+func (f fakeSystem) Addrs() (map[string][]netip.Addr, error) { return f.addrs, nil }
 
 var _ doctor.System = fakeSystem{}
 

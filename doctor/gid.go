@@ -54,9 +54,15 @@ func (h *host) checkGIDs(ts []rdmaTarget) {
 		}
 		gs := h.gids(t.dev, t.port)
 		if h.linkLayer(t) == "InfiniBand" {
-			if len(gs) == 0 {
+			switch {
+			case len(gs) == 0:
 				h.finding("gid", subj, t.leg, Error, "InfiniBand port without a GID: the subnet manager has not configured it", "check that a subnet manager runs (sminfo, opensm)")
-			} else {
+			case t.ipoib != "" && gs[0].index != 0:
+				h.finding("gid", subj, t.leg, Error, fmt.Sprintf("%v is on IPoIB interface %s, on this port, which has no GID at index 0, the one a verbs leg there uses", t.leg.IP, t.ipoib),
+					"check that a subnet manager runs (sminfo, opensm)")
+			case t.ipoib != "":
+				h.finding("gid", subj, t.leg, OK, fmt.Sprintf("InfiniBand GID index %d %v: %v is on IPoIB interface %s, on this port; the leg uses its GID index 0", gs[0].index, gs[0].addr, t.leg.IP, t.ipoib), "")
+			default:
 				h.finding("gid", subj, t.leg, OK, fmt.Sprintf("InfiniBand GID index %d %v", gs[0].index, gs[0].addr), "")
 			}
 			continue

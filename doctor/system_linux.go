@@ -4,6 +4,8 @@ package doctor
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 
 	"golang.org/x/sys/unix"
 
@@ -58,4 +60,25 @@ func (hostSystem) Driver(ifname string) (string, error) {
 		return "", fmt.Errorf("ethtool %s: driver: %w", ifname, err)
 	}
 	return unix.ByteSliceToString(info.Driver[:]), nil
+}
+
+// Addrs lists each interface's IP addresses.
+func (hostSystem) Addrs() (map[string][]netip.Addr, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	out := map[string][]netip.Addr{}
+	for _, ifc := range ifs {
+		as, err := ifc.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", ifc.Name, err)
+		}
+		for _, a := range as {
+			if pfx, err := netip.ParsePrefix(a.String()); err == nil {
+				out[ifc.Name] = append(out[ifc.Name], pfx.Addr())
+			}
+		}
+	}
+	return out, nil
 }

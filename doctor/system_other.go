@@ -2,7 +2,10 @@
 
 package doctor
 
-import "errors"
+import (
+	"errors"
+	"net/netip"
+)
 
 // hostSystem is the running host's System: RDMA and XDP are Linux's.
 type hostSystem struct{}
@@ -18,5 +21,6 @@ func (hostSystem) InNetns(name string, fn func() error) error {
 	return fn()
 }
 
-func (hostSystem) DCB(string) (DCB, error)       { return DCB{}, errNotLinux }
-func (hostSystem) Driver(string) (string, error) { return "", errNotLinux }
+func (hostSystem) DCB(string) (DCB, error)                 { return DCB{}, errNotLinux }
+func (hostSystem) Driver(string) (string, error)           { return "", errNotLinux }
+func (hostSystem) Addrs() (map[string][]netip.Addr, error) { return nil, errNotLinux }

@@ -12,8 +12,9 @@
 // pd_linux.go, mr_linux.go, mw_linux.go, cq_linux.go, qp_linux.go, ah_linux.go,
 // srq_linux.go, cm_linux.go, mcast_linux.go. Everything above them is plain Go and builds
 // everywhere: the enums (enums.go), a memory window's life and bind checks
-// (mw.go), MTU negotiation (mtu.go), the RoCEv2 GID
-// choice (gid.go), the object tree that makes Close idempotent and
+// (mw.go), MTU negotiation (mtu.go), the GID choice (gid.go: the RoCEv2
+// GID of an address, or GID 0 of the port under an IPoIB netdev), the
+// object tree that makes Close idempotent and
 // order-independent (resource.go) and the `rbridge devices` report
 // (report.go). A build without cgo, or with the tag noibverbs (cgo but no
 // libibverbs-dev/librdmacm-dev), compiles stub.go instead: every constructor

@@ -23,3 +23,12 @@ var ErrNoGID = errors.New("no usable RoCEv2 GID")
 // ErrAmbiguousGID is returned when an IP address has RoCEv2 GIDs on more
 // than one device, port or netdev and nothing says which one to use.
 var ErrAmbiguousGID = errors.New("ambiguous RoCEv2 GID")
+
+// ErrNoIPoIBGID is returned when an IP on an IPoIB netdev gives no GID: the
+// netdev's RDMA device and port are not known, or the port has no valid
+// GID at index 0.
+var ErrNoIPoIBGID = errors.New("no GID for an address on IPoIB")
+
+// ErrWrongPort is returned when a query names a device, port or netdev
+// other than the one its IP is on.
+var ErrWrongPort = errors.New("address on another RDMA port")

@@ -90,17 +90,43 @@ func (e GIDEntry) String() string {
 }
 
 // GIDQuery says which GID to choose: the one that carries RoCEv2 for IP,
-// optionally restricted to a device, port or netdev, or an explicit index.
+// optionally restricted to a device, port or netdev, or an explicit index;
+// for an IP on an IPoIB netdev, GID index 0 of the netdev's port.
 type GIDQuery struct {
 	IP     netip.Addr // the local address; its zone, if any, restricts the netdev
 	Device string     // "" for any device
 	Port   int        // 0 for any port
 	Netdev string     // "" for any netdev (or the IP's zone)
 
+	// IPoIB is the IPoIB netdev that holds IP and the RDMA port under it,
+	// when IP is on one (the caller finds it: package ipoib); nil for an
+	// IP on any other netdev. No GID holds an address on an InfiniBand
+	// port: its GIDs are the subnet prefix and the port's GUID.
+	IPoIB *IPoIBPort
+
 	// UseIndex forces GID table index Index (the operator's override).
-	// Device (and Port, if the device has several) must then say where.
+	// Device (and Port, if the device has several) must then say where,
+	// unless IPoIB does.
 	UseIndex bool
 	Index    int
+}
+
+// IPoIBPort is an IPoIB netdev (a port's own, ib0, or a P_Key child,
+// ib0.8001) and the RDMA device and port it runs on.
+type IPoIBPort struct {
+	Netdev string `json:"netdev"`
+	// Device and Port are the RDMA port; "" and 0 when they are not known,
+	// and then Unknown says why.
+	Device  string `json:"device,omitempty"`
+	Port    int    `json:"port,omitempty"`
+	Unknown string `json:"unknown,omitempty"`
+}
+
+func (p IPoIBPort) String() string {
+	if p.Device == "" {
+		return fmt.Sprintf("IPoIB netdev %s", p.Netdev)
+	}
+	return fmt.Sprintf("IPoIB netdev %s on %s port %d", p.Netdev, p.Device, p.Port)
 }
 
 // GIDChoice is the GID chosen for a query and why, in words an operator can
@@ -109,6 +135,9 @@ type GIDChoice struct {
 	GIDEntry
 	Reason   string `json:"reason"`
 	Override bool   `json:"override,omitempty"`
+	// IPoIB names the IPoIB netdev the IP is on when the port was found
+	// through it (an InfiniBand port); "" on RoCE.
+	IPoIB string `json:"ipoib,omitempty"`
 }
 
 // ChooseGID picks, from GID table entries (of any number of devices and
@@ -116,7 +145,18 @@ type GIDChoice struct {
 // override q.Index. Picking the wrong index is the RDMA misconfiguration
 // users report most: the rule is "the RoCEv2 entry whose address is the IP",
 // never "index 0" or "index 3". Errors match ErrNoGID or ErrAmbiguousGID.
+//
+// An IP on an IPoIB netdev (q.IPoIB) is on an InfiniBand port, where no GID
+// holds an address: the choice is that port's GID index 0, the GID the
+// IPoIB driver puts in the netdev's hardware address and rdma_cm's source
+// GID for the IP. A device, port or netdev q names must be the IPoIB
+// netdev's, else the error matches ErrWrongPort; a port not known, or
+// without GID 0 (or the override's index), gives an error matching
+// ErrNoIPoIBGID. Neither matches ErrNoGID, whose words are RoCE's.
 func ChooseGID(table []GIDEntry, q GIDQuery) (GIDChoice, error) {
+	if q.IPoIB != nil {
+		return chooseIPoIB(table, q)
+	}
 	netdev := q.Netdev
 	if netdev == "" {
 		netdev = q.IP.Zone()
@@ -174,6 +214,49 @@ func ChooseGID(table []GIDEntry, q GIDQuery) (GIDChoice, error) {
 		ip, scope, len(v2), joinEntries(v2), ErrAmbiguousGID)
 }
 
+// chooseIPoIB is ChooseGID for an IP on an IPoIB netdev: GID index 0 of
+// the netdev's port, or the override on that port.
+func chooseIPoIB(table []GIDEntry, q GIDQuery) (GIDChoice, error) {
+	p := *q.IPoIB
+	ip := q.IP.WithZone("").Unmap()
+	netdev := q.Netdev
+	if netdev == "" {
+		netdev = q.IP.Zone()
+	}
+	scope := describeScope(q.Device, q.Port, netdev)
+	if p.Device == "" || p.Port == 0 {
+		why := ""
+		if p.Unknown != "" {
+			why = " (" + p.Unknown + ")"
+		}
+		return GIDChoice{}, fmt.Errorf("choose gid for %s%s: it is on %s, whose RDMA device and port are unknown%s: %w",
+			ip, scope, p, why, ErrNoIPoIBGID)
+	}
+	if (q.Device != "" && q.Device != p.Device) || (q.Port != 0 && q.Port != p.Port) || (netdev != "" && netdev != p.Netdev) {
+		return GIDChoice{}, fmt.Errorf("choose gid for %s%s: %s is on %s; name that device and port, or leave them out: %w",
+			ip, scope, ip, p, ErrWrongPort)
+	}
+	if q.UseIndex {
+		q.Device, q.Port = p.Device, p.Port
+		c, err := chooseIndex(table, q, ip, scope)
+		if err != nil {
+			// The one port is named: the entry is missing.
+			return GIDChoice{}, fmt.Errorf("choose gid for %s%s: override index %d: no such valid entry on %s: %w", ip, scope, q.Index, p, ErrNoIPoIBGID)
+		}
+		c.IPoIB = p.Netdev
+		return c, nil
+	}
+	for _, e := range table {
+		if e.Device == p.Device && e.Port == p.Port && e.Index == 0 && !e.GID.IsZero() {
+			c := GIDChoice{GIDEntry: e, IPoIB: p.Netdev}
+			c.Reason = fmt.Sprintf("%s: the port's GID index 0; the IP is reached through IPoIB", p)
+			return c, nil
+		}
+	}
+	return GIDChoice{}, fmt.Errorf("choose gid for %s%s: it is on %s, which has no valid GID at index 0 (has a subnet manager configured the port?): %w",
+		ip, scope, p, ErrNoIPoIBGID)
+}
+
 func chooseIndex(table []GIDEntry, q GIDQuery, ip netip.Addr, scope string) (GIDChoice, error) {
 	var hits []GIDEntry
 	for _, e := range table {
@@ -193,11 +276,19 @@ func chooseIndex(table []GIDEntry, q GIDQuery, ip netip.Addr, scope string) (GID
 	c := GIDChoice{GIDEntry: e, Override: true}
 	c.Reason = fmt.Sprintf("explicit override: index %d", q.Index)
 	var warn []string
-	if e.Type != GIDTypeRoCEv2 {
-		warn = append(warn, fmt.Sprintf("type %s, not RoCEv2", e.Type))
-	}
-	if ip.IsValid() && !ip.IsUnspecified() && e.GID.Addr() != ip {
-		warn = append(warn, fmt.Sprintf("GID %s is not %s", e.GID, ip))
+	switch {
+	case q.IPoIB != nil:
+		// An InfiniBand port's GIDs are no addresses, and none is RoCEv2.
+		if e.Index != 0 {
+			warn = append(warn, fmt.Sprintf("not index 0, the GID %s's hardware address carries, which rdma_cm uses", q.IPoIB.Netdev))
+		}
+	default:
+		if e.Type != GIDTypeRoCEv2 {
+			warn = append(warn, fmt.Sprintf("type %s, not RoCEv2", e.Type))
+		}
+		if ip.IsValid() && !ip.IsUnspecified() && e.GID.Addr() != ip {
+			warn = append(warn, fmt.Sprintf("GID %s is not %s", e.GID, ip))
+		}
 	}
 	if len(warn) > 0 {
 		c.Reason += " (warning: " + strings.Join(warn, "; ") + ")"

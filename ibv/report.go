@@ -38,10 +38,16 @@ type IPChoice struct {
 type LocalAddr struct {
 	Netdev string
 	IP     netip.Addr
+	// IPoIB is the RDMA port under Netdev when it is an IPoIB netdev (the
+	// caller finds it: package ipoib); nil otherwise.
+	IPoIB *IPoIBPort
 }
 
 // WriteDevicesReport queries the machine (QueryDevices, the local IP
 // addresses) and writes the `rbridge devices` report to w, as text or JSON.
+// It does not know the RDMA ports under IPoIB netdevs (package ipoib does,
+// above this one): their addresses get no GID here; `rbridge devices`
+// finds those ports and calls BuildDevicesReport itself.
 // A machine without RDMA devices is not an error: the report says so
 // plainly. A build without RDMA support cannot look, and says so with an
 // error matching ErrNotSupported, writing nothing; a failed query or write
@@ -65,7 +71,7 @@ func WriteDevicesReport(w io.Writer, opts ReportOptions) error {
 }
 
 // LocalAddrs lists the IP addresses of the machine's up, non-loopback
-// netdevs.
+// netdevs (IPoIB is left nil).
 func LocalAddrs() ([]LocalAddr, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
@@ -93,7 +99,8 @@ func LocalAddrs() ([]LocalAddr, error) {
 
 // BuildDevicesReport assembles the report from devices and local addresses:
 // for each address, the GID ChooseGID picks among the GIDs on the address's
-// own netdev.
+// own netdev, or for an address on an IPoIB netdev (LocalAddr.IPoIB) GID
+// index 0 of the netdev's port: what a verbs leg with that ip would use.
 func BuildDevicesReport(devs []DeviceInfo, addrs []LocalAddr) DevicesReport {
 	rep := DevicesReport{Devices: devs, Choices: []IPChoice{}}
 	if rep.Devices == nil {
@@ -111,7 +118,7 @@ func BuildDevicesReport(devs []DeviceInfo, addrs []LocalAddr) DevicesReport {
 	}
 	for _, a := range addrs {
 		c := IPChoice{IP: a.IP.String(), Netdev: a.Netdev}
-		ch, err := ChooseGID(table, GIDQuery{IP: a.IP, Netdev: a.Netdev})
+		ch, err := ChooseGID(table, GIDQuery{IP: a.IP, Netdev: a.Netdev, IPoIB: a.IPoIB})
 		if err != nil {
 			c.Reason = err.Error()
 		} else {
@@ -157,9 +164,9 @@ func (r DevicesReport) WriteText(w io.Writer) error {
 	}
 	if len(r.Devices) > 0 {
 		if len(r.Choices) == 0 {
-			b.WriteString("no local IP addresses (up, not loopback) to choose a RoCEv2 GID for\n")
+			b.WriteString("no local IP addresses (up, not loopback) to choose a GID for\n")
 		} else {
-			b.WriteString("RoCEv2 GID rbridge would use, per local IP:\n")
+			b.WriteString("GID a verbs leg would use, per local IP (RoCEv2 on an Ethernet port; GID index 0 of the port under an IPoIB netdev):\n")
 			for _, c := range r.Choices {
 				if c.GID == nil {
 					fmt.Fprintf(&b, "  %s (%s): none: %s\n", c.IP, c.Netdev, c.Reason)

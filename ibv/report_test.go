@@ -116,3 +116,33 @@ func TestDevicesReportNone(t *testing.T) {
 		t.Errorf("JSON without devices = %s, want %s", j, want)
 	}
 }
+
+// TestDevicesReportIPoIB: an address on an IPoIB netdev is shown with GID
+// index 0 of the netdev's port, and one whose port is not known with why.
+func TestDevicesReportIPoIB(t *testing.T) {
+	ib := ibv.DeviceInfo{Name: "mlx4_0", Transport: ibv.TransportIB, Ports: []ibv.PortInfo{
+		{Port: 1, State: ibv.PortActive, LinkLayer: ibv.LinkLayerInfiniBand, ActiveMTU: ibv.MTU4096, GIDs: ibTable()[:2]},
+		{Port: 2, State: ibv.PortActive, LinkLayer: ibv.LinkLayerInfiniBand, ActiveMTU: ibv.MTU2048, GIDs: ibTable()[2:3]},
+	}}
+	addrs := []ibv.LocalAddr{
+		{Netdev: "ib1", IP: netip.MustParseAddr("10.10.1.1"), IPoIB: &ibv.IPoIBPort{Netdev: "ib1", Device: "mlx4_0", Port: 2}},
+		{Netdev: "ib9", IP: netip.MustParseAddr("10.10.9.1"), IPoIB: &ibv.IPoIBPort{Netdev: "ib9", Unknown: "no RDMA device"}},
+	}
+	rep := ibv.BuildDevicesReport([]ibv.DeviceInfo{ib}, addrs)
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"  10.10.1.1 (ib1): mlx4_0 port 2 index 0 (fe80::f452:1403:7b:e1b2): IPoIB netdev ib1 on mlx4_0 port 2: the port's GID index 0; the IP is reached through IPoIB\n",
+		"  10.10.9.1 (ib9): none: choose gid for 10.10.9.1 on netdev ib9: it is on IPoIB netdev ib9, whose RDMA device and port are unknown (no RDMA device)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "RoCEv2 GID") {
+		t.Errorf("report speaks of a RoCEv2 GID on a host with InfiniBand ports only:\n%s", out)
+	}
+}

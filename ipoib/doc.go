@@ -33,7 +33,12 @@
 // older kernels, checked against the port's GID 0, which the address
 // carries). A P_Key child (ib0.8001) takes its parent's device and port.
 // Host.InterfaceFor is the lookup "the IPoIB interface of RDMA device D
-// port P" (ForPort on a list). Host.Neighbors decodes the kernel's
+// port P" (ForPort on a list), Host.InterfaceWith the lookup "the IPoIB
+// interface that holds address A" (WithAddr on a list): a verbs leg on an
+// InfiniBand port is found by it, its GID being the port's GID 0
+// (Interface.RDMAPort is what package ibv's GID choice takes). PortOf
+// reads an interface's device and port from sysfs alone, for a reader of
+// a captured tree (rbridge doctor). Host.Neighbors decodes the kernel's
 // neighbour table on an interface (each entry's 20-byte lladdr: GID, QPN,
 // whether unicast to it goes over connected mode); Host.Neighbor maps one
 // IP to its entry. Host.Report is what `rbridge devices` shows.

@@ -12,6 +12,9 @@ var (
 	ErrBadText = errors.New("malformed text")
 	// ErrNoInterface means no IPoIB interface matches a lookup.
 	ErrNoInterface = errors.New("no IPoIB interface")
+	// ErrNoPort means an IPoIB interface's RDMA device or port could not
+	// be found.
+	ErrNoPort = errors.New("RDMA port unknown")
 	// ErrNoNeighbor means the neighbour table has no usable entry for an
 	// address: none, or one without a 20-byte hardware address yet.
 	ErrNoNeighbor = errors.New("no IPoIB neighbour")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 
@@ -184,14 +185,10 @@ func (h *Host) describe(l netlink.Link) (Interface, int) {
 // which the interface's address carries. Without a device link it looks
 // for the port whose GID 0 is the interface's.
 func (h *Host) findPort(ifc *Interface, sys sysfsNetdev, note func(string, ...any)) {
-	devs, err := sys.readDir("device/infiniband")
-	switch {
-	case err != nil:
-		note("no RDMA device: %v", err)
-	case len(devs) > 1:
-		note("several RDMA devices under /%s/device/infiniband: %v", sys.dir, devs)
-	default:
-		ifc.Device = devs[0]
+	if dev, err := sys.rdmaDevice(); err != nil {
+		note("%v", err)
+	} else {
+		ifc.Device = dev
 	}
 	if ifc.Device != "" {
 		port, err := sys.devPort()
@@ -297,6 +294,62 @@ func ForPort(ifs []Interface, device string, port int) (Interface, error) {
 		return Interface{}, fmt.Errorf("find the ipoib interface of %s port %d: the machine has none: %w", device, port, ErrNoInterface)
 	}
 	return Interface{}, fmt.Errorf("find the ipoib interface of %s port %d: none among %v: %w", device, port, seen, ErrNoInterface)
+}
+
+// InterfaceWith returns the IPoIB interface that holds address ip (a
+// port's own or a P_Key child), with its RDMA device and port when they
+// were found. The error matches ErrNoInterface when no IPoIB interface
+// holds it.
+func (h *Host) InterfaceWith(ip netip.Addr) (Interface, error) {
+	ifs, err := h.Interfaces()
+	if err != nil {
+		return Interface{}, err
+	}
+	return WithAddr(ifs, ip)
+}
+
+// WithAddr picks from ifs the interface that holds ip (an IPv4-mapped ip
+// is unmapped; a zone, if any, must be the interface's name). The error
+// matches ErrNoInterface when none does, and names each when several do.
+func WithAddr(ifs []Interface, ip netip.Addr) (Interface, error) {
+	zone, a := ip.Zone(), ip.WithZone("").Unmap()
+	var hits []Interface
+	for _, ifc := range ifs {
+		if zone != "" && ifc.Name != zone {
+			continue
+		}
+		for _, p := range ifc.Addrs {
+			if p.Addr().WithZone("").Unmap() == a {
+				hits = append(hits, ifc)
+				break
+			}
+		}
+	}
+	switch len(hits) {
+	case 0:
+		return Interface{}, fmt.Errorf("find the ipoib interface with %v: none of %d holds it: %w", ip, len(ifs), ErrNoInterface)
+	case 1:
+		return hits[0], nil
+	}
+	names := make([]string, len(hits))
+	for i, ifc := range hits {
+		names[i] = ifc.Name
+	}
+	return Interface{}, fmt.Errorf("find the ipoib interface with %v: %d hold it: %v", ip, len(hits), names)
+}
+
+// RDMAPort is the interface as package ibv takes it for a GID choice: its
+// name and RDMA port, or, when the port was not found, why (its notes).
+func (ifc Interface) RDMAPort() ibv.IPoIBPort {
+	p := ibv.IPoIBPort{Netdev: ifc.Name, Device: ifc.Device, Port: ifc.Port}
+	if p.Device == "" || p.Port == 0 {
+		p.Device, p.Port = "", 0
+		p.Unknown = strings.Join(ifc.Notes, "; ")
+		if p.Unknown == "" {
+			p.Unknown = "no notes"
+		}
+	}
+	return p
 }
 
 func orDash(s string) string {

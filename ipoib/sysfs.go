@@ -46,6 +46,48 @@ func (s sysfsNetdev) readDir(name string) ([]string, error) {
 	return readDirNames(s.root, path.Join(s.dir, name))
 }
 
+// rdmaDevice returns the RDMA device of a port's own IPoIB interface: the
+// one under the netdev's device (device/infiniband/DEV). ipoib_parent_init
+// (drivers/infiniband/ulp/ipoib/ipoib_main.c) makes the HCA's parent
+// device, the PCI function, the netdev's (SET_NETDEV_DEV(dev,
+// ca->dev.parent)), and the ib_device's own sysfs directory is under that
+// function's infiniband/. A P_Key child has no device link (only the
+// parent's init sets one).
+func (s sysfsNetdev) rdmaDevice() (string, error) {
+	devs, err := s.readDir("device/infiniband")
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("no RDMA device: %w", err)
+	case len(devs) > 1:
+		return "", fmt.Errorf("several RDMA devices under /%s/device/infiniband: %v", s.dir, devs)
+	}
+	return devs[0], nil
+}
+
+// PortOf returns the RDMA device and port (1-based) of IPoIB interface
+// name from the sysfs under root (standing for "/") alone, for a caller
+// without netlink's answers (rbridge doctor on a captured tree): a port's
+// own interface's from its device link and dev_port (or dev_id), a P_Key
+// child's from its parent's (the parent file). Unlike Interfaces it does
+// not look for the port by the GID in the interface's address. The error
+// matches ErrNoPort.
+func PortOf(root fs.FS, name string) (string, int, error) {
+	sys := sysfsNetdev{root: root, dir: path.Join("sys/class/net", name)}
+	if parent, err := sys.read("parent"); err == nil {
+		sys.dir = path.Join("sys/class/net", parent)
+		name = fmt.Sprintf("%s (P_Key child of %s)", name, parent)
+	}
+	dev, err := sys.rdmaDevice()
+	if err != nil {
+		return "", 0, fmt.Errorf("ipoib interface %s: %w: %w", name, ErrNoPort, err)
+	}
+	port, err := sys.devPort()
+	if err != nil {
+		return "", 0, fmt.Errorf("ipoib interface %s on %s: %w: %w", name, dev, ErrNoPort, err)
+	}
+	return dev, port, nil
+}
+
 // devPort returns the 1-based RDMA port of a port's own IPoIB interface:
 // dev_port + 1, or dev_id + 1 when dev_port is 0 and dev_id is not (the
 // kernels before dev_port, which the comment above ipoib_main.c's

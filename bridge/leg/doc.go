@@ -13,7 +13,9 @@
 //     transport over a UDP socket or AF_XDP, with its CM on QP1 (RC, then
 //     UD and groups);
 //   - leg_verbs.go, leg_verbs_ud.go: an HCA through libibverbs and
-//     librdmacm (rxe, siw, real NICs);
+//     librdmacm (rxe, siw, real NICs), found by its ip (FindGID): the
+//     RoCEv2 GID that holds it, or on an InfiniBand port GID 0 of the
+//     port under the IPoIB interface that holds it;
 //   - leg_quic.go: a peer rbridge gateway over QUIC (package tunnel's
 //     framing), bound to an IPoIB interface with over:;
 //   - endpoint_userspace.go, endpoint_verbs.go, endpoint_quic.go: each

@@ -68,8 +68,9 @@ type Leg interface {
 type GroupLeg interface {
 	Leg
 	// groupPort joins group on the leg, as side (0 RoCE, 1 IB) of gc; the
-	// port receives unless sendOnly. own is the gateway's address there,
-	// qkey the group's Q_Key (a verbs leg learns it from the join; rdma_cm's
+	// port receives unless sendOnly. own is the gateway's address there as
+	// its datagrams arrive with it (Datagram.Src: on an InfiniBand port the
+	// port's GID, which holds no IP), qkey the group's Q_Key (a verbs leg learns it from the join; rdma_cm's
 	// for UDP port space otherwise).
 	GroupPort(ctx context.Context, gc *config.Group, side int, sendOnly bool, timeout time.Duration, s Spin) (p UDPort, own netip.Addr, qkey uint32, err error)
 	// joinedLink finds the Ethernet link of the members of a joined

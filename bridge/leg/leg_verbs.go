@@ -17,6 +17,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/ibv"
+	"github.com/rbridge/rbridge/ipoib"
 	"github.com/rbridge/rbridge/roce/cm"
 )
 
@@ -64,8 +65,11 @@ func OpenVerbs(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
 	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}, nil
 }
 
-// findGID finds the device, port and GID the leg's IP is on, checked
-// against the device and port the config names.
+// FindGID finds the device, port and GID the leg's IP is on, checked
+// against the device and port the config names: on a RoCE port the
+// RoCEv2 GID that holds the IP; on an InfiniBand port, whose GIDs hold no
+// IP, GID index 0 of the port under the IPoIB interface that holds it
+// (chooseLegGID).
 func FindGID(l *config.Leg) (ibv.GIDChoice, error) {
 	names, err := ibv.DeviceNames()
 	if err != nil {
@@ -87,7 +91,34 @@ func FindGID(l *config.Leg) (ibv.GIDChoice, error) {
 	if len(names) == 0 {
 		return ibv.GIDChoice{}, fmt.Errorf("no RDMA device on this host holds %v: %w", l.IP, ibv.ErrNoGID)
 	}
-	return ibv.ChooseGID(table, ibv.GIDQuery{IP: l.IP, Device: l.Device, Port: l.Port})
+	return chooseLegGID(l, table, ipoib.NewHost(ipoib.Options{}))
+}
+
+// chooseLegGID chooses verbs leg l's GID from the devices' GID table.
+// When an IPoIB interface of h (its netlink links of type
+// ARPHRD_INFINIBAND and their addresses; the RDMA port from sysfs, under
+// h's root) holds the leg's IP, the leg is on that interface's port, an
+// InfiniBand one: ibv.ChooseGID takes its GID index 0 and checks the
+// leg's device and port against it. Otherwise ibv.ChooseGID finds the
+// RoCEv2 GID that holds the IP, as it always has. When the IPoIB
+// interfaces cannot be searched, a RoCE choice still stands; a failed one
+// says the search failed too.
+func chooseLegGID(l *config.Leg, table []ibv.GIDEntry, h *ipoib.Host) (ibv.GIDChoice, error) {
+	q := ibv.GIDQuery{IP: l.IP, Device: l.Device, Port: l.Port}
+	ifc, err := h.InterfaceWith(l.IP)
+	switch {
+	case err == nil:
+		p := ifc.RDMAPort()
+		q.IPoIB = &p
+		return ibv.ChooseGID(table, q)
+	case errors.Is(err, ipoib.ErrNoInterface):
+		return ibv.ChooseGID(table, q)
+	}
+	c, cerr := ibv.ChooseGID(table, q)
+	if cerr == nil {
+		return c, nil
+	}
+	return ibv.GIDChoice{}, fmt.Errorf("%v; among the IPoIB interfaces, where an InfiniBand port's address is: %w", cerr, err)
 }
 
 func (v *verbsLeg) Close() error {

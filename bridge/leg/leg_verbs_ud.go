@@ -474,7 +474,18 @@ var _ GroupLeg = (*verbsLeg)(nil)
 func (v *verbsLeg) GroupPort(ctx context.Context, gc *config.Group, side int, sendOnly bool, timeout time.Duration, sp Spin) (UDPort, netip.Addr, uint32, error) {
 	p, qkey, err := v.openGroupPort(ctx, gc.Group, sendOnly, gc.MGID == config.MGIDIPoIB && side == 1, timeout, sp, gc.BusyPoll)
 	if err != nil {
-		return nil, v.cfg.IP, cm.RDMAUDPQKey, err // a nil *verbsUDPort would not be a nil udPort
+		return nil, v.srcAddr(), cm.RDMAUDPQKey, err // a nil *verbsUDPort would not be a nil udPort
 	}
-	return p, v.cfg.IP, qkey, nil
+	return p, v.srcAddr(), qkey, nil
+}
+
+// srcAddr is the source the leg's own datagrams arrive with
+// (Datagram.Src, grhSource): on RoCE its ip, which its GID is; on an
+// InfiniBand port, found through IPoIB, its GID (the GRH's source GID,
+// index 0 of the port), which holds no IP.
+func (v *verbsLeg) srcAddr() netip.Addr {
+	if v.gid.IPoIB != "" {
+		return v.gid.GID.Addr()
+	}
+	return v.cfg.IP
 }

@@ -5,7 +5,9 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/bridge/pool"
+	"github.com/rbridge/rbridge/ibv"
 )
 
 func TestGRHSource(t *testing.T) {
@@ -72,5 +74,31 @@ func TestUDRingPoolEmpty(t *testing.T) {
 	_, err = NewUDRing(pl, 4096, func(*pool.Buf) error { return errors.New("QP gone") })
 	if err == nil || !pl.Idle() {
 		t.Errorf("a ring whose posts fail: %v (buffers all free: %v)", err, pl.Idle())
+	}
+}
+
+// TestVerbsSrcAddr: the source a verbs leg's own datagrams arrive with,
+// which a group compares to drop them (DropOwn), is what grhSource makes
+// of their GRH: the leg's ip on RoCE, its port's GID 0 on an InfiniBand
+// port found through IPoIB (an IB GRH's source GID holds no IP).
+func TestVerbsSrcAddr(t *testing.T) {
+	roceIP, ibIP := netip.MustParseAddr("10.20.0.1"), netip.MustParseAddr("10.10.0.1")
+	roce := &verbsLeg{cfg: &config.Leg{IP: roceIP}, gid: ibv.GIDChoice{GIDEntry: ibv.GIDEntry{GID: ibv.GID(netip.MustParseAddr("::ffff:10.20.0.1").As16()), Type: ibv.GIDTypeRoCEv2}}}
+	portGID := netip.MustParseAddr("fe80::f452:1403:7b:e1b1")
+	ib := &verbsLeg{cfg: &config.Leg{IP: ibIP}, gid: ibv.GIDChoice{GIDEntry: ibv.GIDEntry{GID: ibv.GID(portGID.As16()), Type: ibv.GIDTypeIB}, IPoIB: "ib0"}}
+	for _, tc := range []struct {
+		name string
+		v    *verbsLeg
+		grh  netip.Addr // the source GID its datagrams' GRH carries
+	}{
+		{"RoCE", roce, netip.MustParseAddr("::ffff:10.20.0.1")},
+		{"InfiniBand", ib, portGID},
+	} {
+		grh := make([]byte, grhLen)
+		grh[0] = 0x60
+		copy(grh[8:24], tc.grh.AsSlice())
+		if got, want := tc.v.srcAddr(), grhSource(grh); got != want {
+			t.Errorf("%s: srcAddr %v, but its datagrams arrive from %v", tc.name, got, want)
+		}
 	}
 }

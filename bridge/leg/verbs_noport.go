@@ -15,11 +15,13 @@ import (
 )
 
 // A NoPortError is a verbs leg whose port was not found by its address
-// (FindGID's ibv.ErrNoGID) on a host where that is not a matter of RoCE
-// GIDs: it has no RDMA device at all, or the ports the leg may be on are
-// InfiniBand ones, whose GIDs are not IP addresses. ibv's own text ("no
-// usable RoCEv2 GID") would send an InfiniBand user looking for a RoCE
-// GID; this one says what is there. It matches ibv.ErrNoGID.
+// (FindGID's ibv.ErrNoGID: no RoCE GID and no IPoIB interface holds it)
+// on a host where that is not a matter of RoCE GIDs: it has no RDMA
+// device at all, or the ports the leg may be on are InfiniBand ones,
+// whose GIDs are not IP addresses (a leg there is found by its port's
+// IPoIB interface's address). ibv's own text ("no usable RoCEv2 GID")
+// would send an InfiniBand user looking for a RoCE GID; this one says
+// what is there. It matches ibv.ErrNoGID.
 type NoPortError struct {
 	IP netip.Addr
 	// IB are the InfiniBand ports ("mlx5_0 port 1") the leg may be on (its
@@ -37,7 +39,7 @@ func (e *NoPortError) Error() string {
 	if len(e.IB) > 1 {
 		verb = "are InfiniBand ports"
 	}
-	return fmt.Sprintf("%v was not found on an RDMA port: %s %s, whose GIDs are the port's GUIDs, not IP addresses (its IPoIB interface holds the address); rbridge finds a verbs leg's port by a GID that holds its ip, as RoCE ports have, so a verbs leg on a native InfiniBand port cannot be opened yet",
+	return fmt.Sprintf("%v was not found on an RDMA port: no IPoIB interface holds it, and %s %s, whose GIDs are the port's GUIDs, not IP addresses; a verbs leg on an InfiniBand port is found by the address of the port's IPoIB interface (rbridge devices lists them, with their ports and addresses)",
 		e.IP, strings.Join(e.IB, ", "), verb)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +22,9 @@ func newDevicesCommand() *cobra.Command {
 		Long: `devices lists what an operator needs from ibv_devinfo -v and rdma link: every
 RDMA device, its ports (state, link layer, MTU, LID, speed and width) and GID
 table (type and network device of each entry), then, for each local IP
-address, the RoCEv2 GID rbridge would choose and why.
+address, the GID a verbs leg with that ip would use and why: the RoCEv2 GID
+that holds the address on an Ethernet port, GID index 0 of the port under
+an IPoIB interface (an InfiniBand port's GIDs hold no address).
 
 Then the IPoIB interfaces (netdevs of link type ARPHRD_INFINIBAND), each with
 its RDMA device and port (a P_Key child with its parent), mode (datagram or
@@ -58,6 +61,11 @@ type devicesReport struct {
 func writeDevices(w io.Writer, jsonOut bool, newHost func([]ibv.DeviceInfo) *ipoib.Host) error {
 	var rep devicesReport
 	devs, rdmaErr := ibv.QueryDevices()
+	ib, ibErr := newHost(devs).Report()
+	if ibErr != nil {
+		ib = ipoib.Report{Interfaces: []ipoib.InterfaceReport{}, Note: "IPoIB interfaces unknown: " + ibErr.Error()}
+	}
+	rep.IPoIB = ib
 	if rdmaErr != nil {
 		rdmaErr = fmt.Errorf("list RDMA devices: %w", rdmaErr)
 	} else {
@@ -65,18 +73,30 @@ func writeDevices(w io.Writer, jsonOut bool, newHost func([]ibv.DeviceInfo) *ipo
 		if err != nil {
 			return err
 		}
-		r := ibv.BuildDevicesReport(devs, addrs)
+		r := ibv.BuildDevicesReport(devs, withIPoIBPorts(addrs, ib))
 		rep.DevicesReport = &r
 	}
-	ib, ibErr := newHost(devs).Report()
-	if ibErr != nil {
-		ib = ipoib.Report{Interfaces: []ipoib.InterfaceReport{}, Note: "IPoIB interfaces unknown: " + ibErr.Error()}
-	}
-	rep.IPoIB = ib
 	if err := rep.write(w, jsonOut); err != nil {
 		return err
 	}
 	return errors.Join(rdmaErr, ibErr)
+}
+
+// withIPoIBPorts gives each address on an IPoIB interface of ib the
+// interface's RDMA port (or why it is not known), which its GID choice
+// takes, as a verbs leg's does (bridge/leg's FindGID).
+func withIPoIBPorts(addrs []ibv.LocalAddr, ib ipoib.Report) []ibv.LocalAddr {
+	ports := map[string]ibv.IPoIBPort{}
+	for _, ir := range ib.Interfaces {
+		ports[ir.Name] = ir.RDMAPort()
+	}
+	out := slices.Clone(addrs)
+	for i, a := range out {
+		if p, ok := ports[a.Netdev]; ok {
+			out[i].IPoIB = &p
+		}
+	}
+	return out
 }
 
 func (r devicesReport) write(w io.Writer, jsonOut bool) error {

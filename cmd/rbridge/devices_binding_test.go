@@ -34,7 +34,7 @@ func TestDevices(t *testing.T) {
 	wantJSON := `{"devices":[],"gid_choices":[],"note":"no RDMA devices found","ipoib":{"interfaces":[],"note":"no IPoIB interfaces"}}`
 	if len(devs) > 0 || len(ib.Interfaces) > 0 {
 		t.Logf("this machine has RDMA devices: %d, IPoIB interfaces: %d", len(devs), len(ib.Interfaces))
-		rep := ibv.BuildDevicesReport(devs, addrs)
+		rep := ibv.BuildDevicesReport(devs, withIPoIBPorts(addrs, ib))
 		var b bytes.Buffer
 		if err := rep.WriteText(&b); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -105,5 +106,37 @@ func TestDevicesIPoIB(t *testing.T) {
 	if len(ifs) != 2 || ifs[0].Name != "ib0" || ifs[0].Mode != "connected" || ifs[0].MTU != 65520 || ifs[0].PKey != "0xffff" ||
 		ifs[0].GID != "fe80::f452:1403:7b:e1b1" || ifs[0].Device != "mlx4_0" || ifs[0].Port != 1 || ifs[1].Port != 2 {
 		t.Errorf("devices --json ipoib = %+v", ifs)
+	}
+}
+
+// TestDevicesIPoIBGIDChoice: in `rbridge devices`, an address on an IPoIB
+// interface gets the GID a verbs leg with that ip would use, GID index 0
+// of the interface's port (from ipoib's mlx4 fixture: ib0 on mlx4_0 port
+// 1), and an address on another netdev is left to the RoCE choice.
+func TestDevicesIPoIBGIDChoice(t *testing.T) {
+	ib, err := ipoib.NewHost(ipoib.Options{Netlink: fixtureNetlink{t}, Root: os.DirFS("../../ipoib/testdata/mlx4")}).Report()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := withIPoIBPorts([]ibv.LocalAddr{
+		{Netdev: "ib0", IP: netip.MustParseAddr("172.31.0.181")},
+		{Netdev: "eth0", IP: netip.MustParseAddr("10.0.0.1")},
+	}, ib)
+	if p := addrs[0].IPoIB; p == nil || *p != (ibv.IPoIBPort{Netdev: "ib0", Device: "mlx4_0", Port: 1}) {
+		t.Errorf("ib0's address: IPoIB port %+v, want ib0 on mlx4_0 port 1", p)
+	}
+	if p := addrs[1].IPoIB; p != nil {
+		t.Errorf("eth0's address: IPoIB port %+v, want none", p)
+	}
+	g, _ := ibv.ParseGID("fe80::f452:1403:7b:e1b1")
+	devs := []ibv.DeviceInfo{{Name: "mlx4_0", Transport: ibv.TransportIB, Ports: []ibv.PortInfo{{Port: 1, LinkLayer: ibv.LinkLayerInfiniBand,
+		GIDs: []ibv.GIDEntry{{Device: "mlx4_0", Port: 1, Index: 0, GID: g, Type: ibv.GIDTypeIB}}}}}}
+	var b bytes.Buffer
+	if err := ibv.BuildDevicesReport(devs, addrs).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "  172.31.0.181 (ib0): mlx4_0 port 1 index 0 (fe80::f452:1403:7b:e1b1): IPoIB netdev ib0 on mlx4_0 port 1: the port's GID index 0; the IP is reached through IPoIB\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("devices lacks\n%s\nin\n%s", want, b.String())
 	}
 }

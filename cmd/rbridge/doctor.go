@@ -34,7 +34,8 @@ gateway, and prints each finding with its severity and what to do:
   mtu           each leg's MTU and the RoCE MTU that follows (the largest of
                 256..4096 that fits once the RoCEv2 headers are off)
   port, gid     port state, the GID type and index each leg uses (RoCEv2, not
-                RoCE v1; the index tools given one by hand must use)
+                RoCE v1; the index tools given one by hand must use; on an
+                InfiniBand port GID 0, the leg found by its IPoIB interface)
   rp_filter,    reverse-path filtering and accept_local where they drop RoCE
   accept_local  (asymmetric routes, RoCE devices looped on one host)
   hugepages,    huge pages for the pool, RLIMIT_MEMLOCK against what the
