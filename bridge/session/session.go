@@ -1042,11 +1042,15 @@ func (r *relay) waitBuf(n int) {
 // done completes an op back on r.from, then ends the session if the op
 // failed, or posts what its completion made room for.
 func (r *relay) done(op *Op) {
-	status, opcode := r.complete(op)
-	if status != transport.StatusSuccess {
-		r.s.fail(r.to, fmt.Errorf("the far side (%s) failed a relayed %v: %v", [2]string{"B, the target's", "A, the client's"}[r.dir], opcode, status))
+	if status := op.Status; status != transport.StatusSuccess {
+		// The far side's failure is why the session ends: said before
+		// the requester's side hears of it (completing a SEND its HCA
+		// acknowledged with an error ends that side too).
+		r.s.fail(r.to, fmt.Errorf("the far side (%s) failed a relayed %v: %v", [2]string{"B, the target's", "A, the client's"}[r.dir], op.Opcode, status))
+		r.complete(op)
 		return
 	}
+	r.complete(op)
 	r.pump()
 }
 
