@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -312,7 +311,6 @@ func (g *Gateway) startRoute(c *config.Config, r *config.Route) error {
 		return fmt.Errorf("%s:%d: route %q: listen on %v: %w", c.File(), r.Line(), r.Name, r.Listen.Addr, err)
 	}
 	g.log.Info("route listening", "route", r.Name, "listen", r.Listen.Addr, "leg", r.Listen.Leg, "target", r.Target.Addr, "via", r.Target.Leg)
-	g.warnFewReceives(r)
 	ctx, cancel := context.WithCancel(g.ctx)
 	run := &routeRun{r: r, cancel: cancel, done: make(chan struct{})}
 	g.mu.Lock()
@@ -572,6 +570,13 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	defer cancel()
 	p := in.Params()
 	p.Client = client
+	// A protocol's queue sizes the receives on both sides of the session
+	// (what a storage queue's peers may send at once), and those toward
+	// the target to its responses' size.
+	queue, sized := staging.QueueOf(r.Protocol, p.PrivateData)
+	if sized {
+		p.Receives, p.ReceiveSize = queue.Depth, queue.ResponseSize
+	}
 	out, fellBack, err := g.dialTarget(ctx, r, p, log, rs)
 	if err != nil {
 		var rj *leg.Rejected
@@ -592,6 +597,9 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	// here as the target takes, and take as many as the target issues.
 	cp := leg.Params{PrivateData: tp.PrivateData,
 		RespRes: min(orOne(p.InitDepth), orOne(tp.RespRes)), InitDepth: min(orOne(p.RespRes), orOne(tp.InitDepth))}
+	if sized {
+		cp.Receives = queue.Depth
+	}
 	c, err := in.Accept(ctx, cp)
 	if err != nil {
 		g.stats.Failed.Add(1)
@@ -732,47 +740,3 @@ func stages(cfg *config.Config) bool {
 	return false
 }
 
-// ProtocolReceives is the receives per connection a verbs leg of a route
-// with a protocol should keep posted: a storage queue's peer sends up to
-// its queue depth of capsules or completions at once (the Linux NVMe-oF
-// host's I/O queues are 128 deep by default), and a SEND that finds no
-// receive meets an RNR NAK and waits out the peer's RNR timer, which
-// stalls the queue (measured: 4 KiB reads at depth 32 through the default
-// 16 receives ran at 70 IOPS, with 40 at 106; 128 KiB writes stalled for
-// 30 s, the host's I/O timeout).
-const ProtocolReceives = 128
-
-// warnFewReceives warns when a route with a protocol crosses a verbs leg
-// that keeps fewer receives than ProtocolReceives per connection.
-func (g *Gateway) warnFewReceives(r *config.Route) {
-	g.mu.Lock()
-	cfg := g.cfg
-	g.mu.Unlock()
-	for _, f := range fewReceives(cfg, r) {
-		g.log.Warn("a storage route crosses a verbs leg with few receives: its peers' SENDs beyond them meet RNR NAKs and the queue stalls; give the leg receives: 128 (the Linux NVMe-oF host's queue size)",
-			"route", r.Name, "protocol", r.Protocol, "leg", f.leg, "receives", f.receives, "want", ProtocolReceives)
-	}
-}
-
-// legReceives is a verbs leg and the receives it keeps per connection.
-type legReceives struct {
-	leg      string
-	receives int
-}
-
-// fewReceives lists the verbs legs of route r (with a protocol) that keep
-// fewer receives than ProtocolReceives.
-func fewReceives(cfg *config.Config, r *config.Route) []legReceives {
-	if r.Protocol == "" {
-		return nil
-	}
-	var out []legReceives
-	for _, name := range []string{r.Listen.Leg, r.Target.Leg} {
-		l, ok := cfg.Leg(name)
-		if !ok || l.Kind != config.KindVerbs || l.Receives >= ProtocolReceives {
-			continue
-		}
-		out = append(out, legReceives{name, cmp.Or(l.Receives, 16)})
-	}
-	return out
-}

@@ -112,6 +112,13 @@ var (
 // recvBit marks the work request IDs of receives.
 const recvBit = 1 << 63
 
+// The receives a verbs endpoint keeps posted, and their size, when its
+// options do not say.
+const (
+	defaultEndpointReceives    = 16
+	defaultEndpointReceiveSize = 64 << 10
+)
+
 // VerbsOptions configures NewVerbsEndpoint.
 type VerbsOptions struct {
 	// QP is a connected RC QP (in RTS) whose send and receive CQ is CQ.
@@ -149,11 +156,11 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		return nil, fmt.Errorf("bridge: verbs endpoint: the pool's MR grants %v: it must be local write only, so peers cannot address gateway memory", o.MR.Access())
 	}
 	if o.RecvSize <= 0 {
-		o.RecvSize = 64 << 10
+		o.RecvSize = defaultEndpointReceiveSize
 	}
 	cp := o.QP.Cap()
 	if o.RecvDepth <= 0 {
-		o.RecvDepth = 16
+		o.RecvDepth = defaultEndpointReceives
 	}
 	o.RecvDepth = min(o.RecvDepth, int(cp.MaxRecvWR))
 	if err := o.Pool.Holds(o.RecvSize); err != nil {

@@ -22,6 +22,12 @@ import (
 type Params struct {
 	PrivateData        []byte
 	RespRes, InitDepth int
+	// Receives and ReceiveSize, when above 0, are what the connection's
+	// peer may send at once and the largest SEND it sends, as the
+	// protocol the route carries says (a storage queue's depth, its
+	// responses' size): a verbs leg keeps at least Receives posted, of
+	// ReceiveSize bytes when that is smaller than its own receive_size.
+	Receives, ReceiveSize int
 	// client is who connects, for a leg that carries it on (quic).
 	Client netip.AddrPort
 }

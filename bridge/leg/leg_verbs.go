@@ -1,6 +1,7 @@
 package leg
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -204,12 +205,13 @@ const maxRelaySGE = 16
 
 // endpoint makes the QP of a connection on id, and its endpoint (receives
 // posted) before the connection is established.
-func (v *verbsLeg) Endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
+func (v *verbsLeg) Endpoint(id *ibv.CMID, p Params) (*VerbsEndpoint, error) {
 	dev, vd, err := v.device(id)
 	if err != nil {
 		return nil, err
 	}
-	recvs := max(v.cfg.Receives, defaultReceives)
+	depth, size := receivesFor(v.cfg, p)
+	recvs := max(depth, defaultReceives)
 	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 128 + recvs + 1})
 	if err != nil {
 		return nil, err
@@ -220,7 +222,7 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 		return nil, err
 	}
 	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
-		RecvDepth: v.cfg.Receives, RecvSize: v.cfg.ReceiveSize, Windows: vd.windows})
+		RecvDepth: depth, RecvSize: size, Windows: vd.windows})
 	if err != nil {
 		qp.Close()
 		cq.Close()
@@ -228,6 +230,27 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID) (*VerbsEndpoint, error) {
 	}
 	ep.unwatch = watchQP(dev, qp.QPN(), v.log, ep.asyncEvent)
 	return ep, nil
+}
+
+// maxProtocolReceives bounds the receives a protocol's queue depth asks
+// of a connection (a peer announcing a queue of 65535 entries would
+// otherwise take the pool's buffers for receives alone).
+const maxProtocolReceives = 1024
+
+// receivesFor is the receives a connection keeps posted and their size:
+// the leg's, raised to what the route's protocol says its peer sends at
+// once (p.Receives, at most maxProtocolReceives), and smaller where the
+// protocol says its peer's SENDs are (p.ReceiveSize). 0 is the
+// endpoint's default.
+func receivesFor(l *config.Leg, p Params) (depth, size int) {
+	depth, size = l.Receives, l.ReceiveSize
+	if p.Receives > 0 {
+		depth = max(cmp.Or(depth, defaultEndpointReceives), min(p.Receives, maxProtocolReceives))
+	}
+	if p.ReceiveSize > 0 {
+		size = min(cmp.Or(size, defaultEndpointReceiveSize), p.ReceiveSize)
+	}
+	return depth, size
 }
 
 func (v *verbsLeg) Listen(addr netip.AddrPort) (Listener, error) {
@@ -351,7 +374,7 @@ func peerParams(p ibv.ConnParam) Params {
 }
 
 func (in *verbsIncoming) Accept(ctx context.Context, p Params) (Conn, error) {
-	ep, err := in.l.v.Endpoint(in.id)
+	ep, err := in.l.v.Endpoint(in.id, p)
 	if err != nil {
 		_ = in.id.Reject(nil)
 		in.l.forget(in.id)
@@ -441,7 +464,7 @@ func (v *verbsLeg) Dial(ctx context.Context, to netip.AddrPort, p Params) (Conn,
 	if err != nil {
 		return fail(err)
 	}
-	ep, err := v.Endpoint(id)
+	ep, err := v.Endpoint(id, p)
 	if err != nil {
 		return fail(err)
 	}

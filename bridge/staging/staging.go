@@ -8,6 +8,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/ulp/nvme"
 )
 
 // Options configures New.
@@ -148,4 +149,39 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		out.Errors[i] = s.Errors[i].Load()
 	}
 	return out
+}
+
+// Queue is what a connection of a protocol route carries at most, as its
+// connect request says: the messages either peer may have in flight
+// (Depth: the receives each side of the gateway keeps posted for it), and
+// the largest message the target (the listen side's far peer) sends,
+// when the protocol bounds it (ResponseSize; 0 when it does not).
+type Queue struct {
+	Depth        int
+	ResponseSize int
+}
+
+// QueueOf reads a protocol connection's queue from the private data of
+// the client's connect request; ok is false when the protocol has no such
+// data or this is not it (the leg's own receives then stand).
+func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
+	switch protocol {
+	case config.ProtocolNVMe:
+		// The NVMe/RDMA connect request (NVMe over Fabrics 1.1, 7.4.1):
+		// the host's receive queue (the completions it takes) and its
+		// send queue, 0's based (the commands it sends). Each capsule
+		// crossing toward the controller, and each completion back, needs
+		// a receive on its way; a controller's responses are 16-byte
+		// completions, with no data in them.
+		r := nvme.CMRequest(privateData)
+		if !r.IsValid() {
+			return Queue{}, false
+		}
+		depth := max(int(r.HRQSize()), int(r.HSQSize())+1)
+		if depth <= 1 {
+			return Queue{}, false
+		}
+		return Queue{Depth: depth, ResponseSize: nvme.CompletionLen}, true
+	}
+	return Queue{}, false
 }
