@@ -254,19 +254,34 @@ func (st *stager) routineStage() {
 
 // routineRevoke ends the staging of requests whose response came, then
 // lets the response go.
+//
+// Up to revokers end at once: ending is system calls that wait on the
+// device (a window's deallocation, an MR's deregistration), and one at a
+// time they queued a burst of completions behind each other (a median
+// 36 ms from a completion's arrival to its relaying, 4 KiB reads at depth
+// 32 in the guest). The responses still go in their relay's order: a
+// held response holds those queued after it.
 func (st *stager) routineRevoke() {
+	sem := make(chan struct{}, revokers)
 	for {
 		rec := st.next(1)
 		if rec == nil {
 			return
 		}
-		st.end(rec)
-		if st.s.log.Enabled(st.s.ctx, slog.LevelDebug) {
-			st.s.log.Debug("staging ended: the response goes on", "dir", rec.key.dir, "tag", rec.key.tag)
-		}
-		rec.respR.letGoOf(rec.resp)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			st.end(rec)
+			if st.s.log.Enabled(st.s.ctx, slog.LevelDebug) {
+				st.s.log.Debug("staging ended: the response goes on", "dir", rec.key.dir, "tag", rec.key.tag)
+			}
+			rec.respR.letGoOf(rec.resp)
+		}()
 	}
 }
+
+// revokers is how many stagings of a session end at once.
+const revokers = 8
 
 // stage takes a buffer per region, exposes each on the far endpoint,
 // rewrites the descriptors and pulls what the far peer will READ.
