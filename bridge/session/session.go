@@ -345,6 +345,17 @@ func (s *Session) Cut() {
 	s.fail(nil, ErrClosed)
 }
 
+// End ends the session because of err, a cause outside its endpoints (a
+// leg whose link went down): as Cut, without waiting, and with err as
+// the reason its log and Err give. What is in flight fails back to its
+// requesters.
+func (s *Session) End(err error) {
+	if err == nil {
+		err = ErrClosed
+	}
+	s.fail(nil, err)
+}
+
 // fail ends the session because of ep (nil: the session itself, or
 // both); callers after the first return at once (an endpoint's Close
 // reports its flushed ops, which fail again). When ep is a Drainer, the

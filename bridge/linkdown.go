@@ -1,0 +1,98 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/session"
+)
+
+// A leg whose link goes down (a userspace leg's interface, a verbs leg's
+// port) strands its sessions: RDMA has no keepalive, so a client whose
+// far side is cut off by it waits, and what it has in flight never
+// completes. The gateway reads its legs' links every linkPoll and, when
+// one goes down, ends every session through that leg at once, each
+// operation in flight failed back to its requester, so that clients
+// reconnect (and a storage host's multipath moves); new connections whose
+// target is through it alone are refused until the link is up. /healthz
+// says which leg is down meanwhile (Ready). A quic leg's state is its
+// peer gateway's connection, which reconnects on its own: not watched
+// here.
+
+// linkPoll is how often the gateway reads its legs' links.
+const linkPoll = 500 * time.Millisecond
+
+// routineLinks watches the links until ctx ends.
+func (g *Gateway) routineLinks(ctx context.Context) {
+	defer g.wg.Done()
+	t := time.NewTicker(linkPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.checkLinks()
+	}
+}
+
+// checkLinks reads every watched leg's link once and acts on a change.
+func (g *Gateway) checkLinks() {
+	for name := range g.legs {
+		if k := g.legStatus[name].Kind; k != config.KindUserspace && k != config.KindVerbs {
+			continue
+		}
+		ls := g.legNow(name)
+		if strings.HasPrefix(ls.State, "unreadable") {
+			continue // not known to be down: no change
+		}
+		var err error
+		if !ls.Up {
+			err = fmt.Errorf("leg %q (%s) is down: %s", name, ls.Kind, ls.State)
+		}
+		g.mu.Lock()
+		was := g.linkDown[name]
+		switch {
+		case err != nil && was == nil:
+			g.linkDown[name] = err
+			var cut []*session.Session
+			for s, info := range g.sessions {
+				if info.inLeg == name || info.outLeg == name {
+					cut = append(cut, s)
+				}
+			}
+			g.mu.Unlock()
+			g.log.Warn("a leg's link went down: its sessions end, and connections whose target is through it are refused until it is up",
+				"leg", name, "why", err, "sessions", len(cut))
+			for _, s := range cut {
+				s.End(fmt.Errorf("%w: %w", ErrLinkDown, err))
+			}
+		case err == nil && was != nil:
+			delete(g.linkDown, name)
+			g.mu.Unlock()
+			g.log.Info("a leg's link is up again: connections through it are accepted", "leg", name)
+		default:
+			g.mu.Unlock()
+		}
+	}
+}
+
+// ErrLinkDown is why a session ended when a leg it crossed went down.
+var ErrLinkDown = fmt.Errorf("a leg's link went down")
+
+// targetDown says why route r cannot reach its target now (nil when it
+// can): its target's leg is down and it has no fallback, or the
+// fallback's leg is down too.
+func (g *Gateway) targetDown(r *config.Route) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := g.linkDown[r.Target.Leg]
+	if err == nil || r.Fallback.Leg != "" && g.linkDown[r.Fallback.Leg] == nil {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,127 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	testneeds "github.com/rbridge/rbridge/internal/needs"
+	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
+)
+
+// TestGatewayLinkDown: the interface of the leg a session's target is
+// through goes down. The session ends at once, its client disconnected
+// rather than left waiting on a peer it can no longer reach; /healthz
+// (Ready) names the leg; a new connection whose target is through it is
+// rejected; once the link is up, a new connection goes through again.
+func TestGatewayLinkDown(t *testing.T) {
+	testneeds.Root(t, "network namespaces and a veth")
+	_, err := exec.LookPath("ip")
+	testneeds.Check(t, "ip from iproute2", err)
+	tag := fmt.Sprint(os.Getpid() % 100000)
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "rbl"+tag, "10.94.0.1/24", "10.94.0.2/24")
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v: %s", gwIf, state, err, out)
+		}
+	}
+
+	target := newCMAppIn(t, peerNS, "", "10.94.0.2", nil)
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	accepted := make(chan *cm.Conn, 4)
+	go func() {
+		for {
+			r, err := ln.Next(ctx)
+			if err != nil {
+				return
+			}
+			qp := target.qp(t)
+			if err := qp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+				t.Error(err)
+			}
+			c, err := r.Accept(ctx, cm.AcceptOptions{QP: qp})
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}
+	}()
+	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: GWIF, ip: 10.94.0.1, io: udp, netns: GWNS}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7471"}
+    target: {leg: b, addr: "10.94.0.2:7471"}
+`)
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, cfg)
+	client := newCMApp(t, lo("3"))
+	dial := func(dctx context.Context) (*cm.Conn, error) {
+		return client.cm.Dial(dctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
+	}
+	cc, err := dial(ctx)
+	if err != nil {
+		t.Fatalf("the connection through the gateway: %v", err)
+	}
+	<-accepted
+	if err := g.Ready(); err != nil {
+		t.Fatalf("ready with every link up: %v", err)
+	}
+
+	link("down")
+	downAt := time.Now()
+	select {
+	case <-cc.Done():
+		t.Logf("the client was disconnected %v after its target's leg went down", time.Since(downAt).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's connection outlived its target's leg by 10 s: stranded")
+	}
+	if err := g.Ready(); err == nil || !strings.Contains(err.Error(), `leg "b"`) {
+		t.Errorf("ready with leg b down: %v, want an error naming it", err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = dial(dctx)
+	dcancel()
+	if rj := (*cm.RejectError)(nil); err == nil || !errors.As(err, &rj) {
+		t.Errorf("a connection while the target's leg is down: %v, want a reject", err)
+	}
+
+	link("up")
+	for deadline := time.Now().Add(10 * time.Second); g.Ready() != nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready 10 s after the link came up: %v", g.Ready())
+		}
+	}
+	// The gateway accepts again once its watcher saw the link up.
+	var again *cm.Conn
+	for deadline := time.Now().Add(10 * time.Second); again == nil; {
+		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+		again, err = dial(dctx)
+		dcancel()
+		if err != nil && time.Now().After(deadline) {
+			t.Fatalf("a connection after the link came up: %v", err)
+		}
+	}
+	<-accepted
+	if err := again.Disconnect(ctx); err != nil {
+		t.Error(err)
+	}
+}
