@@ -1,6 +1,9 @@
 package udpconn
 
-import "net/netip"
+import (
+	"log/slog"
+	"net/netip"
+)
 
 // Options configures a Conn.
 type Options struct {
@@ -25,6 +28,13 @@ type Options struct {
 	// CAP_NET_ADMIN; without, the conn is opened all the same
 	// (Conn.SocketBusyPoll says which).
 	BusyPoll bool
+	// NoGSO and NoGRO turn the kernel's UDP batching off (Offload): a
+	// send, a read, of one datagram per packet, as on a kernel without
+	// it. For comparisons (rbridge bench) and tests.
+	NoGSO, NoGRO bool
+	// Logger receives the conn's warnings (GSO turned off by a send the
+	// kernel refused); nil is slog.Default().
+	Logger *slog.Logger
 }
 
 // BusyPollMicros is the SO_BUSY_POLL a BusyPoll conn's socket gets: how

@@ -30,3 +30,9 @@ func (c *Conn) SocketBusyPoll() bool { return false }
 
 // SetReadDeadline returns ErrNotSupported outside Linux.
 func (c *Conn) SetReadDeadline(time.Time) error { return ErrNotSupported }
+
+// Offload is all off outside Linux.
+func (c *Conn) Offload() Offload {
+	why := "UDP_SEGMENT and UDP_GRO are Linux's"
+	return Offload{NoGSO: why, NoGRO: why}
+}
