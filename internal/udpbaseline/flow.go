@@ -117,13 +117,17 @@ func Open(o Options) (*Flow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udpbaseline: %w", err)
 	}
-	_ = rx.SetReadBuffer(8 << 20) // as roce/udpconn
+	// As roce/udpconn: 8 MiB, forced past net.core.rmem_max where the
+	// process may (CAP_NET_ADMIN).
+	_ = rx.SetReadBuffer(8 << 20)
+	_ = forceBuffer(rx, true, 8<<20)
 	tx, err := net.DialUDP(network, net.UDPAddrFromAddrPort(o.From), rx.LocalAddr().(*net.UDPAddr))
 	if err != nil {
 		rx.Close()
 		return nil, fmt.Errorf("udpbaseline: %w", err)
 	}
 	_ = tx.SetWriteBuffer(4 << 20)
+	_ = forceBuffer(tx, false, 4<<20)
 	var f *Flow
 	if network == "udp4" {
 		f = newFlow(o, ipv4.NewPacketConn(rx), ipv4.NewPacketConn(tx))
@@ -149,9 +153,15 @@ func newFlow(o Options, rxb, txb batchConn) *Flow {
 	return f
 }
 
+// start starts the receiving goroutine, with its buffers made first: a
+// window may arrive before the goroutine would have made them.
 func (f *Flow) start() {
+	in := make([]ipv4.Message, f.opts.Batch)
+	for i := range in {
+		in[i].Buffers = [][]byte{make([]byte, min(f.opts.Size, f.opts.Datagram))}
+	}
 	f.wg.Add(1)
-	go f.routineReceive(min(f.opts.Size, f.opts.Datagram))
+	go f.routineReceive(in)
 }
 
 // LocalAddrs returns the sending and the receiving socket's addresses.
@@ -163,13 +173,10 @@ func (f *Flow) LocalAddrs() (from, to netip.AddrPort) {
 // Received returns the datagrams received so far.
 func (f *Flow) Received() uint64 { return f.received.Load() }
 
-// routineReceive reads batches until the receiving socket closes.
-func (f *Flow) routineReceive(dgram int) {
+// routineReceive reads batches into in until the receiving socket
+// closes.
+func (f *Flow) routineReceive(in []ipv4.Message) {
 	defer f.wg.Done()
-	in := make([]ipv4.Message, f.opts.Batch)
-	for i := range in {
-		in[i].Buffers = [][]byte{make([]byte, dgram)}
-	}
 	for {
 		n, err := f.rxb.ReadBatch(in, 0)
 		if err != nil {
