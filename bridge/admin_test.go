@@ -257,7 +257,8 @@ func TestAdminMetricsCountTraffic(t *testing.T) {
 	// Every leg's transport and CM counted the packets and MADs: the
 	// client's leg a received the SEND's and WRITE's packets.
 	for _, name := range []string{`rbridge_transport_rx_packets_total{leg="a"}`, `rbridge_transport_tx_packets_total{leg="b"}`,
-		`rbridge_cm_rx_mads_total{leg="a"}`, `rbridge_cm_tx_mads_total{leg="b"}`, `rbridge_udp_rx_packets_total{leg="a"}`} {
+		`rbridge_cm_rx_mads_total{leg="a"}`, `rbridge_cm_tx_mads_total{leg="b"}`, `rbridge_udp_rx_packets_total{leg="a"}`,
+		`rbridge_udp_rx_calls_total{leg="a"}`, `rbridge_udp_tx_buffers_total{leg="b"}`} {
 		if after[name] <= before[name] {
 			t.Errorf("%s did not move: %v before, %v after", name, before[name], after[name])
 		}
@@ -301,7 +302,8 @@ func TestAdminStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(st.Legs) != 2 || st.Legs[0].Name != "a" || st.Legs[0].Kind != "userspace" || st.Legs[0].IP != lo("1") ||
-		st.Legs[0].Interface != "lo" || st.Legs[0].IO != "udp" || st.Legs[0].MTU != 4096 || !strings.Contains(st.Legs[0].MTUWhy, "loopback") {
+		st.Legs[0].Interface != "lo" || st.Legs[0].IO != "udp" || st.Legs[0].MTU != 4096 || !strings.Contains(st.Legs[0].MTUWhy, "loopback") ||
+		!strings.HasPrefix(st.Legs[0].UDPOffload, "gso ") {
 		t.Errorf("legs %+v", st.Legs)
 	}
 	// Loopback's operational state is "unknown", which the kernel counts

@@ -251,6 +251,11 @@ var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.St
 	{"tx_packets_total", "RoCEv2 datagrams sent.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxPackets }},
 	{"rx_bad_icrc_total", "Received datagrams whose ICRC is wrong: dropped.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxBadICRC }},
 	{"rx_truncated_total", "Received datagrams longer than the buffer: dropped.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxTruncated }},
+	{"rx_calls_total", "recvmmsg calls that read datagrams.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxCalls }},
+	{"tx_calls_total", "sendmmsg calls that sent datagrams.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxCalls }},
+	{"rx_buffers_total", "Buffers read: a datagram, or a GRO buffer of several.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxBuffers }},
+	{"tx_buffers_total", "Sends made: a datagram, or a GSO send of several.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxBuffers }},
+	{"tx_gso_errors_total", "GSO sends the kernel refused with EIO; the first turns GSO off for the socket.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxGSOErrors }},
 })
 
 // The AF_XDP socket's counters (a userspace leg with io: afxdp).

@@ -69,6 +69,28 @@ func PutIPUDPHeaders(b []byte, src, dst netip.AddrPort, n int, ecn uint8) (int, 
 	return hl, nil
 }
 
+// SetIPv4ID sets the identification of the IPv4 header that b starts
+// with (as PutIPUDPHeaders writes it: 20 bytes) and updates its checksum.
+// Linux numbers the datagrams it cuts from one segmentation-offload send
+// (UDP_SEGMENT) up from that send's own ID, one apiece: 0, 1, 2, ... for a
+// don't-fragment send from an unconnected socket. The ICRC covers the ID,
+// so the sender of such a send predicts each datagram's. A b shorter than
+// the header, or that holds another version or header length, is an error
+// and is left as it was (IPv6 has no ID).
+func SetIPv4ID(b []byte, id uint16) error {
+	if len(b) < ipv4MinHdr {
+		return truncated("IPv4 header", ipv4MinHdr, len(b))
+	}
+	if b[0] != 0x45 {
+		return &HeaderError{Header: "IPv4 version and header length", Err: ErrBadLength, Value: uint64(b[0])}
+	}
+	h := b[:ipv4MinHdr]
+	binary.BigEndian.PutUint16(h[4:], id)
+	h[10], h[11] = 0, 0
+	binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
+	return nil
+}
+
 // maxIPPayload is the most bytes behind the IP header: IPv4's total length
 // counts its header, IPv6's payload length does not.
 func maxIPPayload(v6 bool) int {

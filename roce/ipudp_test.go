@@ -110,3 +110,70 @@ func TestPutIPUDPHeadersBadArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestSetIPv4ID: the ID lands in the header, the checksum is what gopacket
+// computes for it, the ICRC over the new header differs from the old one
+// (it covers the ID), and what is not a 20-byte IPv4 header is refused and
+// left as it was.
+func TestSetIPv4ID(t *testing.T) {
+	src, dst := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
+	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendMiddle, PKey: roce.DefaultPKey, DestQP: 7, PSN: 9}}
+	transport := roce.AppendPacket(nil, &f, []byte("segment"))
+	zero := filled(28)
+	if _, err := roce.PutIPUDPHeaders(zero, src, dst, len(transport), 0); err != nil {
+		t.Fatal(err)
+	}
+	crc0, err := roce.ICRCWithHeaders(zero, transport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint16{0, 1, 63, 0xffff} {
+		b := bytes.Clone(zero)
+		if err := roce.SetIPv4ID(b, id); err != nil {
+			t.Fatalf("ID %d: %v", id, err)
+		}
+		pkt := append(b, transport...)
+		p := gopacket.NewPacket(pkt, layers.LayerTypeIPv4, gopacket.Default)
+		ip4, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if !ok {
+			t.Fatalf("ID %d: no IPv4 layer: %v", id, p.ErrorLayer())
+		}
+		want := ip4.Checksum
+		ip4.Checksum = 0
+		if err := ip4.SerializeTo(gopacket.NewSerializeBuffer(), gopacket.SerializeOptions{ComputeChecksums: true}); err != nil {
+			t.Fatal(err)
+		}
+		if ip4.Id != id || ip4.Checksum != want || ip4.Flags != layers.IPv4DontFragment {
+			t.Errorf("ID %d: header has ID %d, checksum %#x (gopacket %#x), flags %v", id, ip4.Id, want, ip4.Checksum, ip4.Flags)
+		}
+		crc, err := roce.ICRCWithHeaders(b, transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (crc == crc0) != (id == 0) {
+			t.Errorf("ID %d: ICRC %#x, with ID 0 %#x: the ICRC covers the ID", id, crc, crc0)
+		}
+	}
+	v6 := filled(48)
+	if _, err := roce.PutIPUDPHeaders(v6, netip.MustParseAddrPort("[fd00::1]:4791"), netip.MustParseAddrPort("[fd00::2]:4791"), 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"19 bytes", zero[:19], roce.ErrTruncated},
+		{"nothing", nil, roce.ErrTruncated},
+		{"IPv6", v6, roce.ErrBadLength},
+		{"IPv4 with options", append([]byte{0x46}, zero[1:]...), roce.ErrBadLength},
+	} {
+		b := bytes.Clone(tc.b)
+		if err := roce.SetIPv4ID(b, 5); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want an error matching %v", tc.name, err, tc.want)
+		}
+		if !bytes.Equal(b, tc.b) {
+			t.Errorf("%s: the refused call wrote into the buffer", tc.name)
+		}
+	}
+}

@@ -329,6 +329,9 @@ type Status struct {
 	IO        string `json:"io,omitempty"`
 	MTU       int    `json:"mtu,omitempty"`
 	MTUWhy    string `json:"mtu_why,omitempty"`
+	// UDPOffload is a leg with io: udp's use of the kernel's UDP batching
+	// (roce/udpconn.Offload): "gso on, gro on", or why one is off.
+	UDPOffload string `json:"udp_offload,omitempty"`
 	// AF_XDP legs: the neighbours (next hops) that did not answer the
 	// kernel's resolution and are refused for now, and how many
 	// resolutions failed since the leg opened.

@@ -83,7 +83,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		switch l.IO {
 		case config.IOUDP:
 			// Its multicast (groups) leaves on the leg's interface.
-			conn, err = udpconn.Listen(udpconn.Options{Addr: local, Interface: ifi.Index})
+			conn, err = udpconn.Listen(udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log})
 			return err
 		case config.IOAFXDP:
 			if u.Prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {
@@ -128,6 +128,9 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		return nil, fmt.Errorf("%s: %s: too small for RoCE", l.Interface, u.mtuWhy)
 	}
 	log.Info("userspace leg path MTU", "leg", l.Name, "mtu", u.MTU, "why", u.mtuWhy)
+	if uc, ok := conn.(*udpconn.Conn); ok {
+		log.Info("userspace leg UDP offload", "leg", l.Name, "offload", uc.Offload())
+	}
 	if u.CM, err = cm.New(cm.Options{Device: u.dev, Addr: l.IP, Logger: log, MaxPathMTU: u.MTU}); err != nil {
 		u.Close()
 		return nil, err
@@ -356,6 +359,9 @@ func (c *userspaceConn) Close() error {
 
 func (u *userspaceLeg) Status(st *Status) {
 	st.MTU, st.MTUWhy = u.MTU, u.mtuWhy
+	if uc, ok := u.pconn.(*udpconn.Conn); ok {
+		st.UDPOffload = uc.Offload().String()
+	}
 	if u.Neigh != nil {
 		for _, a := range u.Neigh.Unanswered() {
 			st.NeighborsUnanswered = append(st.NeighborsUnanswered, a.String())

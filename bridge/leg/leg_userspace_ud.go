@@ -286,7 +286,7 @@ func (u *userspaceLeg) openGroupPort(group netip.Addr, receive bool, sp Spin) (*
 			if err != nil {
 				return err
 			}
-			uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: sp.On})
+			uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(group, roce.Port), Interface: ifi.Index, BusyPoll: sp.On, Logger: u.log})
 			if err != nil {
 				return err
 			}

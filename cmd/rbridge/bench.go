@@ -26,6 +26,7 @@ type benchOptions struct {
 	jsonOut           bool
 	addrA, addrB      string
 	port              int
+	offload           bool
 }
 
 func newBenchCommand() *cobra.Command {
@@ -43,6 +44,12 @@ alternative, measured in the same run on the same machine:
              batched as the transport batches (sendmmsg and recvmmsg, 64 a
              call), the same window (and at most 512 datagrams in flight,
              as the transport's packets), no reliability at all
+
+Both paths' sockets use the kernel's UDP batching where it has it, GSO
+(a run of datagrams to one peer in one send) and GRO (datagrams that
+arrived together in one read); --offload=false measures them without.
+Each path's line of cost says what it took per message on each side:
+system calls, the sends and reads they held, and the packets.
 
 Both run on loopback between two addresses of one family (127.0.0.1 and
 127.0.0.2 by default, each on --port, 4791 by default), for --duration
@@ -78,6 +85,7 @@ figures between real devices.`,
 	f.StringVar(&o.addrA, "from", "127.0.0.1", "local address of the sending side")
 	f.StringVar(&o.addrB, "to", "127.0.0.2", "local address of the receiving side")
 	f.IntVar(&o.port, "port", int(roce.Port), "UDP port of both sides, on each address")
+	f.BoolVar(&o.offload, "offload", true, "the kernel's UDP batching (GSO and GRO) on both paths' sockets")
 	return cmd
 }
 
@@ -133,6 +141,31 @@ type benchResult struct {
 	MsgsPerS float64 `json:"msgs_per_s"`
 	MBPerS   float64 `json:"mb_per_s"`
 	Lost     uint64  `json:"lost,omitempty"`
+	// Offload is the sockets' (the sending side's): "gso on, gro on".
+	Offload string `json:"offload"`
+	// Sender and Receiver are what the path took per message on each
+	// side (the transport's receiver sends its ACKs).
+	Sender   benchCost `json:"sender"`
+	Receiver benchCost `json:"receiver"`
+}
+
+// benchCost is one side's system calls per message, the sends and reads
+// they held (a datagram each, or a GSO send or GRO read of several) and
+// the packets (datagrams on the wire).
+type benchCost struct {
+	SendCalls  float64 `json:"sendmmsg"`
+	RecvCalls  float64 `json:"recvmmsg"`
+	Sends      float64 `json:"sends"`
+	Reads      float64 `json:"reads"`
+	PacketsOut float64 `json:"packets_out"`
+	PacketsIn  float64 `json:"packets_in"`
+}
+
+// perMessage divides a conn's counters by the messages moved.
+func perMessage(s udpconn.StatsSnapshot, msgs uint64) benchCost {
+	m := float64(max(msgs, 1))
+	return benchCost{SendCalls: float64(s.TxCalls) / m, RecvCalls: float64(s.RxCalls) / m, Sends: float64(s.TxBuffers) / m,
+		Reads: float64(s.RxBuffers) / m, PacketsOut: float64(s.TxPackets) / m, PacketsIn: float64(s.RxPackets) / m}
 }
 
 func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) error {
@@ -165,6 +198,17 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 		fmt.Fprintf(out, "%-10s %12.0f %12.1f %12d\n", r.Path, r.MsgsPerS, r.MBPerS, r.Messages)
 	}
 	fmt.Fprintf(out, "transport/udp: %.2f (%d-byte messages, %d outstanding, MTU %d)\n", ratio, o.size, o.window, o.mtu)
+	fmt.Fprintf(out, "per message  %-9s %9s %9s %9s %9s %9s %9s\n", "side", "sendmmsg", "recvmmsg", "sends", "reads", "pkts out", "pkts in")
+	for _, r := range []benchResult{tr, ud} {
+		for _, side := range []struct {
+			name string
+			c    benchCost
+		}{{"sender", r.Sender}, {"receiver", r.Receiver}} {
+			c := side.c
+			fmt.Fprintf(out, "%-12s %-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", r.Path, side.name, c.SendCalls, c.RecvCalls, c.Sends, c.Reads, c.PacketsOut, c.PacketsIn)
+		}
+	}
+	fmt.Fprintf(out, "offload: transport %s; udp %s\n", tr.Offload, ud.Offload)
 	if ud.Lost > 0 {
 		fmt.Fprintf(out, "udp lost %d datagrams: its figure counts only what arrived\n", ud.Lost)
 	}
@@ -238,7 +282,8 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		}
 		s := &side{cq: transport.NewCQ(2 * o.window), arena: a}
 		sides = append(sides, s)
-		if s.c, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(o.port))}); err != nil {
+		uo := udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(o.port)), NoGSO: !o.offload, NoGRO: !o.offload, Logger: quiet}
+		if s.c, err = udpconn.Listen(uo); err != nil {
 			return nil, err
 		}
 		if s.dev, err = transport.NewDevice(s.c, transport.DeviceOptions{Logger: quiet}); err != nil {
@@ -314,14 +359,17 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 			return benchResult{}, err
 		}
 	}
-	return result("transport", done.Load(), time.Since(start), o.size), nil
+	res := result("transport", done.Load(), time.Since(start), o.size)
+	res.Offload = a.c.Offload().String()
+	res.Sender, res.Receiver = perMessage(a.c.Stats().Snapshot(), res.Messages), perMessage(b.c.Stats().Snapshot(), res.Messages)
+	return res, nil
 }
 
 func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
 	f, err := udpbaseline.Open(udpbaseline.Options{
 		From: netip.AddrPortFrom(netip.MustParseAddr(o.addrA), uint16(o.port)),
 		To:   netip.AddrPortFrom(netip.MustParseAddr(o.addrB), uint16(o.port)),
-		Size: o.size, Datagram: o.mtu, Window: o.window,
+		Size: o.size, Datagram: o.mtu, Window: o.window, NoGSO: !o.offload, NoGRO: !o.offload,
 	})
 	if err != nil {
 		return benchResult{}, err
@@ -352,6 +400,10 @@ func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchRes
 	}
 	res := result("udp", r.Messages, el, o.size)
 	res.Lost = r.Lost()
+	res.Offload = f.Offload().String()
+	m := float64(max(r.Messages, 1))
+	res.Sender = benchCost{SendCalls: float64(r.TxCalls) / m, Sends: float64(r.TxBuffers) / m, PacketsOut: float64(r.Sent) / m}
+	res.Receiver = benchCost{RecvCalls: float64(r.RxCalls) / m, Reads: float64(r.RxBuffers) / m, PacketsIn: float64(r.Received) / m}
 	return res, nil
 }
 

@@ -49,7 +49,8 @@ func TestBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"transport ", "udp ", "transport/udp: ", "(1000-byte messages, 8 outstanding, MTU 4096)"} {
+	for _, want := range []string{"transport ", "udp ", "transport/udp: ", "(1000-byte messages, 8 outstanding, MTU 4096)",
+		"per message  side", "transport    sender", "udp          receiver", "offload: transport gso "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
@@ -57,7 +58,7 @@ func TestBench(t *testing.T) {
 	if !strings.Contains(progress, "bench transport: ") || !strings.Contains(progress, "bench udp: ") {
 		t.Errorf("no progress lines: %q", progress)
 	}
-	out, _, err = run(t, nil, "bench", "--duration", "200ms", "--json", "--size", "64", "--port", port)
+	out, _, err = run(t, nil, "bench", "--duration", "200ms", "--json", "--size", "64", "--port", port, "--offload=false")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +66,24 @@ func TestBench(t *testing.T) {
 		Results []struct {
 			Path     string
 			Messages uint64
+			Offload  string
+			Sender   benchCost
+			Receiver benchCost
 		}
 		Ratio float64
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Results) != 2 || v.Results[0].Messages == 0 || v.Results[1].Messages == 0 || v.Ratio <= 0 {
-		t.Errorf("bench --json: %v %+v in %q", err, v, out)
+		t.Fatalf("bench --json: %v %+v in %q", err, v, out)
+	}
+	// Without the offload every send and read is one datagram, and each
+	// side made system calls for what it moved.
+	for _, r := range v.Results {
+		if !strings.HasPrefix(r.Offload, "gso off (turned off") || !strings.Contains(r.Offload, "gro off (turned off") {
+			t.Errorf("%s: offload %q with --offload=false", r.Path, r.Offload)
+		}
+		if s, rc := r.Sender, r.Receiver; s.SendCalls <= 0 || rc.RecvCalls <= 0 || s.Sends != s.PacketsOut || rc.Reads != rc.PacketsIn || s.PacketsOut < 1 {
+			t.Errorf("%s: sender %+v, receiver %+v", r.Path, s, rc)
+		}
 	}
 }
 

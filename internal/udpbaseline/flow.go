@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+
+	"github.com/rbridge/rbridge/roce/udpconn"
 )
 
 // MaxInflight is the most datagrams a Flow keeps sent and not received: the
@@ -30,8 +32,13 @@ type Options struct {
 	Size, Datagram int
 	// Window is how many messages may be outstanding.
 	Window int
-	// Batch is the most datagrams one system call moves (default 64).
+	// Batch is the most sends one system call makes, and the most
+	// buffers one reads (default 64): a datagram each, or with GSO and
+	// GRO (as roce/udpconn, on by default) several.
 	Batch int
+	// NoGSO and NoGRO turn the kernel's UDP batching off, as
+	// roce/udpconn.Options does.
+	NoGSO, NoGRO bool
 	// StallTimeout is how long the sender waits for the window to open
 	// before it takes what is in flight as lost (default 20 ms).
 	StallTimeout time.Duration
@@ -71,6 +78,10 @@ type Result struct {
 	// End is when the last datagram was sent or received, whichever is
 	// later: what a rate divides by, without the wait for lost datagrams.
 	End time.Time
+	// TxCalls and RxCalls are the sendmmsg and recvmmsg calls made;
+	// TxBuffers and RxBuffers the sends and reads they held: a datagram
+	// each, or a GSO send or GRO buffer of several.
+	TxCalls, RxCalls, TxBuffers, RxBuffers uint64
 }
 
 // Lost is the number of datagrams sent and never received.
@@ -85,6 +96,10 @@ type Flow struct {
 	rxb, txb      batchConn
 	closers       []io.Closer // tx's, then rx's (stops routineReceive)
 	out           []ipv4.Message
+	big           []byte // the datagrams' bytes: a GSO send's
+	segCtl        []byte // UDP_SEGMENT for a GSO send of datagrams
+	gso, gro      bool   // gso used by Send and Offload, gro set before start
+	noGSO, noGRO  string // why not (Offload)
 	stall         *time.Timer
 	wg            sync.WaitGroup
 	closeOnce     sync.Once
@@ -96,6 +111,10 @@ type Flow struct {
 	sent, written uint64 // datagrams sent; messages' datagrams queued (Send)
 	forgiven      uint64 // datagrams taken as lost on a stall
 	lastSend      time.Time
+	txCalls       uint64 // used by Send only
+	txBuffers     uint64 // used by Send only
+	rxCalls       atomic.Uint64
+	rxBuffers     atomic.Uint64
 }
 
 // Open binds both sockets and starts receiving.
@@ -117,41 +136,91 @@ func Open(o Options) (*Flow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udpbaseline: %w", err)
 	}
-	_ = rx.SetReadBuffer(8 << 20) // as roce/udpconn
+	// As roce/udpconn: 8 MiB, forced past net.core.rmem_max where the
+	// process may (CAP_NET_ADMIN).
+	_ = rx.SetReadBuffer(8 << 20)
+	_ = forceBuffer(rx, true, 8<<20)
 	tx, err := net.DialUDP(network, net.UDPAddrFromAddrPort(o.From), rx.LocalAddr().(*net.UDPAddr))
 	if err != nil {
 		rx.Close()
 		return nil, fmt.Errorf("udpbaseline: %w", err)
 	}
 	_ = tx.SetWriteBuffer(4 << 20)
+	_ = forceBuffer(tx, false, 4<<20)
+	// The kernel's batching, as roce/udpconn's: the flow measures what
+	// reliability costs, not what the offload gives.
+	off := udpconn.Offload{NoGSO: "turned off (Options.NoGSO)", NoGRO: "turned off (Options.NoGRO)"}
+	if !o.NoGSO {
+		if err := probeGSO(tx); err != nil {
+			off.NoGSO = "UDP_SEGMENT: " + err.Error()
+		} else {
+			off.GSO, off.NoGSO = true, ""
+		}
+	}
+	if !o.NoGRO {
+		if err := enableGRO(rx); err != nil {
+			off.NoGRO = "UDP_GRO: " + err.Error()
+		} else {
+			off.GRO, off.NoGRO = true, ""
+		}
+	}
 	var f *Flow
 	if network == "udp4" {
-		f = newFlow(o, ipv4.NewPacketConn(rx), ipv4.NewPacketConn(tx))
+		f = newFlow(o, ipv4.NewPacketConn(rx), ipv4.NewPacketConn(tx), off)
 	} else {
-		f = newFlow(o, ipv6.NewPacketConn(rx), ipv6.NewPacketConn(tx))
+		f = newFlow(o, ipv6.NewPacketConn(rx), ipv6.NewPacketConn(tx), off)
 	}
 	f.rx, f.tx, f.closers = rx, tx, []io.Closer{tx, rx}
 	f.start()
 	return f, nil
 }
 
-// newFlow makes the flow over rxb and txb, with checked options; start
-// starts its receiving goroutine.
-func newFlow(o Options, rxb, txb batchConn) *Flow {
+// newFlow makes the flow over rxb and txb, with checked options and the
+// offload the sockets have; start starts its receiving goroutine.
+func newFlow(o Options, rxb, txb batchConn, off udpconn.Offload) *Flow {
 	per := uint64((o.Size + o.Datagram - 1) / o.Datagram)
 	f := &Flow{opts: o, perMsg: per, window: min(uint64(o.Window)*per, MaxInflight), rxb: rxb, txb: txb,
-		progress: make(chan struct{}, 1), stall: time.NewTimer(o.StallTimeout)}
+		progress: make(chan struct{}, 1), stall: time.NewTimer(o.StallTimeout),
+		gso: off.GSO, gro: off.GRO, noGSO: off.NoGSO, noGRO: off.NoGRO}
 	f.stall.Stop()
+	dgram := min(o.Size, o.Datagram)
+	f.big = make([]byte, dgram*f.segments())
+	f.segCtl = segmentControl(dgram)
 	f.out = make([]ipv4.Message, o.Batch)
 	for i := range f.out {
-		f.out[i].Buffers = [][]byte{make([]byte, min(o.Size, o.Datagram))}
+		f.out[i].Buffers = make([][]byte, 1)
 	}
 	return f
 }
 
+// segments is the most datagrams one send carries: with GSO as many as
+// maxSegments and maxGSOBytes allow, else one.
+func (f *Flow) segments() int {
+	if !f.gso {
+		return 1
+	}
+	return max(1, min(maxSegments, maxGSOBytes/min(f.opts.Size, f.opts.Datagram)))
+}
+
+// Offload says which of the kernel's UDP batching the flow's sockets use.
+func (f *Flow) Offload() udpconn.Offload {
+	return udpconn.Offload{GSO: f.gso, GRO: f.gro, NoGSO: f.noGSO, NoGRO: f.noGRO}
+}
+
+// start starts the receiving goroutine, with its buffers made first: a
+// window may arrive before a goroutine that made 64 KiB ones would read.
 func (f *Flow) start() {
+	dgram := min(f.opts.Size, f.opts.Datagram)
+	if f.gro {
+		dgram = 1 << 16
+	}
+	in := make([]ipv4.Message, f.opts.Batch)
+	for i := range in {
+		in[i].Buffers = [][]byte{make([]byte, dgram)}
+		in[i].OOB = make([]byte, 64)
+	}
 	f.wg.Add(1)
-	go f.routineReceive(min(f.opts.Size, f.opts.Datagram))
+	go f.routineReceive(in)
 }
 
 // LocalAddrs returns the sending and the receiving socket's addresses.
@@ -163,13 +232,11 @@ func (f *Flow) LocalAddrs() (from, to netip.AddrPort) {
 // Received returns the datagrams received so far.
 func (f *Flow) Received() uint64 { return f.received.Load() }
 
-// routineReceive reads batches until the receiving socket closes.
-func (f *Flow) routineReceive(dgram int) {
+// routineReceive reads batches into in until the receiving socket
+// closes. With GRO a buffer holds a GSO send's datagrams (64 KiB), and
+// counts as the datagrams in it.
+func (f *Flow) routineReceive(in []ipv4.Message) {
 	defer f.wg.Done()
-	in := make([]ipv4.Message, f.opts.Batch)
-	for i := range in {
-		in[i].Buffers = [][]byte{make([]byte, dgram)}
-	}
 	for {
 		n, err := f.rxb.ReadBatch(in, 0)
 		if err != nil {
@@ -179,8 +246,21 @@ func (f *Flow) routineReceive(dgram int) {
 			f.wake()
 			return
 		}
+		got := uint64(n)
+		if f.gro {
+			got = 0
+			for _, m := range in[:n] {
+				if seg := groSegment(m.OOB[:m.NN]); seg > 0 {
+					got += uint64((m.N + seg - 1) / seg)
+				} else {
+					got++
+				}
+			}
+		}
 		f.lastArrival.Store(time.Now().UnixNano())
-		f.received.Add(uint64(n))
+		f.rxCalls.Add(1)
+		f.rxBuffers.Add(uint64(n))
+		f.received.Add(got)
 		f.wake()
 	}
 }
@@ -214,15 +294,44 @@ func (f *Flow) Send(ctx context.Context, msgs int) error {
 			}
 			continue
 		}
-		n := int(min(room, target-f.sent, uint64(len(f.out))))
-		w, err := f.txb.WriteBatch(f.out[:n], 0)
+		sends, dgrams := f.prepare(min(room, target-f.sent))
+		w, err := f.txb.WriteBatch(f.out[:sends], 0)
+		if err != nil && f.gso && isGSORefused(err) && w <= 0 {
+			f.gso, f.noGSO = false, "a send failed with EIO: the route takes no segmentation offload"
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("udpbaseline: sendmmsg: %w", err)
 		}
-		f.sent += uint64(w)
+		f.txCalls++
+		f.txBuffers += uint64(w)
+		if w == sends {
+			f.sent += dgrams
+		} else {
+			f.sent += uint64(w * f.segments())
+		}
 		f.lastSend = time.Now()
 	}
 	return nil
+}
+
+// prepare fills the flow's sends with up to n datagrams, as few sends as
+// GSO allows (f.segments a send), and returns the sends and datagrams.
+func (f *Flow) prepare(n uint64) (sends int, dgrams uint64) {
+	per := uint64(f.segments())
+	dgram := min(f.opts.Size, f.opts.Datagram)
+	for sends < len(f.out) && dgrams < n {
+		k := min(per, n-dgrams)
+		m := &f.out[sends]
+		m.Buffers[0] = f.big[:int(k)*dgram]
+		m.OOB = nil
+		if k > 1 {
+			m.OOB = f.segCtl
+		}
+		dgrams += k
+		sends++
+	}
+	return sends, dgrams
 }
 
 // wait waits until datagrams arrive (or arrived since the last wait),
@@ -255,7 +364,8 @@ func (f *Flow) Drain(ctx context.Context) (Result, error) {
 			break // the rest is lost
 		}
 	}
-	r := Result{Sent: f.sent, Received: f.received.Load(), End: f.lastSend}
+	r := Result{Sent: f.sent, Received: f.received.Load(), End: f.lastSend,
+		TxCalls: f.txCalls, RxCalls: f.rxCalls.Load(), TxBuffers: f.txBuffers, RxBuffers: f.rxBuffers.Load()}
 	r.Messages = min(r.Received, r.Sent) / f.perMsg
 	if a := time.Unix(0, f.lastArrival.Load()); a.After(r.End) {
 		r.End = a

@@ -2,10 +2,12 @@ package udpbaseline_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/internal/udpbaseline"
 )
 
@@ -67,6 +69,50 @@ func TestOpenBadOptions(t *testing.T) {
 		if f, err := udpbaseline.Open(o); err == nil {
 			f.Close()
 			t.Errorf("options %+v: no error", o)
+		}
+	}
+}
+
+// TestFlowOffload moves messages with GSO on the sender and GRO on the
+// receiver, each on and off, over IPv4 and IPv6: every datagram arrives
+// and is counted as one however the kernel batched it; with GSO the
+// sends hold several datagrams, and with both a read does too.
+func TestFlowOffload(t *testing.T) {
+	for _, ip := range []string{"127.0.0.1", "::1"} {
+		for _, gso := range []bool{true, false} {
+			for _, gro := range []bool{true, false} {
+				a := netip.AddrPortFrom(netip.MustParseAddr(ip), 0)
+				f, err := udpbaseline.Open(udpbaseline.Options{From: a, To: a, Size: 65536, Datagram: 4096, Window: 8, NoGSO: !gso, NoGRO: !gro})
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("%s gso %v gro %v", ip, gso, gro)
+				if o := f.Offload(); o.GSO != gso || o.GRO != gro {
+					f.Close()
+					needs.Check(t, "UDP GSO and GRO (Linux 5.0)", fmt.Errorf("%s: %v", name, o))
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				for range 20 {
+					if err := f.Send(ctx, 5); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := f.Drain(ctx)
+				cancel()
+				f.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Sent != 100*16 || r.Received != r.Sent || r.Messages != 100 {
+					t.Errorf("%s: %+v, want 1600 datagrams sent and received", name, r)
+				}
+				if gso != (r.TxBuffers < r.Sent) || r.TxCalls == 0 || r.TxCalls > r.TxBuffers {
+					t.Errorf("%s: %d sends in %d calls for %d datagrams", name, r.TxBuffers, r.TxCalls, r.Sent)
+				}
+				if (gso && gro) != (r.RxBuffers < r.Received) || r.RxCalls == 0 || r.RxCalls > r.RxBuffers {
+					t.Errorf("%s: %d reads in %d calls for %d datagrams", name, r.RxBuffers, r.RxCalls, r.Received)
+				}
+			}
 		}
 	}
 }

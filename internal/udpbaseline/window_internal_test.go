@@ -4,23 +4,34 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/ipv4"
+
+	"github.com/rbridge/rbridge/roce/udpconn"
 )
 
-// fakeConn is both ends of a flow in memory: WriteBatch counts what is
-// sent and reports it on wrote; ReadBatch delivers what the test releases.
+// fakeConn is both ends of a flow in memory: WriteBatch counts the
+// datagrams sent and reports it on wrote; ReadBatch delivers what the test
+// releases. With dgram set it is a kernel with GSO: a send holds its
+// bytes' worth of dgram-byte datagrams, and with refuseGSO a send of
+// several fails with EIO, as a route that takes no GSO.
 type fakeConn struct {
-	mu      sync.Mutex
-	sent    int
-	calls   []int
-	wrote   chan int      // total sent after each WriteBatch
-	release chan int      // datagrams ReadBatch returns next
-	closed  chan struct{} // Close
+	mu        sync.Mutex
+	sent      int
+	calls     []int // datagrams a call
+	sends     []int // sends a call
+	refused   int
+	dgram     int
+	refuseGSO bool
+	wrote     chan int      // total sent after each WriteBatch
+	release   chan int      // datagrams ReadBatch returns next
+	closed    chan struct{} // Close
 }
 
 func newFakeConn() *fakeConn {
@@ -29,8 +40,21 @@ func newFakeConn() *fakeConn {
 
 func (c *fakeConn) WriteBatch(ms []ipv4.Message, _ int) (int, error) {
 	c.mu.Lock()
-	c.sent += len(ms)
-	c.calls = append(c.calls, len(ms))
+	if c.refuseGSO && ms[0].OOB != nil {
+		c.refused++
+		c.mu.Unlock()
+		return 0, os.NewSyscallError("sendmmsg", syscall.EIO)
+	}
+	dgrams := len(ms)
+	if c.dgram > 0 {
+		dgrams = 0
+		for _, m := range ms {
+			dgrams += len(m.Buffers[0]) / c.dgram
+		}
+	}
+	c.sent += dgrams
+	c.calls = append(c.calls, dgrams)
+	c.sends = append(c.sends, len(ms))
 	n := c.sent
 	c.mu.Unlock()
 	c.wrote <- n
@@ -52,11 +76,16 @@ func (c *fakeConn) Close() error { close(c.closed); return nil }
 
 func fakeFlow(t *testing.T, o Options) (*Flow, *fakeConn) {
 	t.Helper()
+	return fakeFlowOffload(t, o, newFakeConn(), udpconn.Offload{})
+}
+
+// fakeFlowOffload is fakeFlow over c, with the offload off says.
+func fakeFlowOffload(t *testing.T, o Options, c *fakeConn, off udpconn.Offload) (*Flow, *fakeConn) {
+	t.Helper()
 	if o.Batch == 0 {
 		o.Batch = 64
 	}
-	c := newFakeConn()
-	f := newFlow(o, c, c)
+	f := newFlow(o, c, c, off)
 	f.closers = []io.Closer{c}
 	f.start()
 	t.Cleanup(func() { f.Close() })

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -20,59 +21,11 @@ import (
 	"github.com/rbridge/rbridge/roce"
 )
 
-// Options configures a Conn.
-type Options struct {
-	// Addr is the local address: a specific IP (the ICRC covers it) and a
-	// port (0 means 4791).
-	Addr netip.AddrPort
-	// Batch is the most messages one system call moves (default 64, at most
-	// MaxBatch).
-	Batch int
-	// Interface, for an Addr that is a multicast group, is the index of
-	// the interface the socket joins the group on (IGMP or MLD): the conn
-	// then receives the group's RoCEv2 packets. Sockets of several
-	// processes may bind the same group (SO_REUSEADDR). For an IPv6
-	// unicast Addr it is the interface the conn's multicast leaves on
-	// (IPV6_MULTICAST_IF; 0: as the routing table says); IPv4 multicast
-	// leaves from the interface that holds Addr.
-	Interface int
-	// BusyPoll is for a reader that polls the conn (TryReadBatch in a
-	// loop) rather than waits in ReadBatch: the socket gets SO_BUSY_POLL
-	// (BusyPollMicros), with which each read polls a NAPI driver's
-	// receive ring before it reports nothing. Setting it needs
-	// CAP_NET_ADMIN; without, the conn is opened all the same
-	// (Conn.SocketBusyPoll says which).
-	BusyPoll bool
-}
-
-// BusyPollMicros is the SO_BUSY_POLL a BusyPoll conn's socket gets: how
-// long a read polls the device's receive queue before it reports nothing.
-const BusyPollMicros = 50
-
-// MaxBatch is the most messages recvmmsg and sendmmsg take in one call
-// (the kernel's UIO_MAXIOV).
-const MaxBatch = 1024
-
-// Stats counts what the conn did.
-type Stats struct {
-	RxPackets, TxPackets, RxBadICRC, RxTruncated atomic.Uint64
-}
-
-// StatsSnapshot is Stats read at one moment, as plain values.
-type StatsSnapshot struct {
-	RxPackets, TxPackets, RxBadICRC, RxTruncated uint64
-}
-
 // The socket buffers asked for (see Listen).
 const (
 	rcvBuf = 8 << 20
 	sndBuf = 4 << 20
 )
-
-// Snapshot reads every counter.
-func (s *Stats) Snapshot() StatsSnapshot {
-	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load()}
-}
 
 // Conn is a RoCEv2 UDP socket.
 type Conn struct {
@@ -85,9 +38,20 @@ type Conn struct {
 	once  sync.Once
 	// sockBusy says the socket has SO_BUSY_POLL (Options.BusyPoll).
 	sockBusy bool
+	closed   atomic.Bool
+	log      *slog.Logger
 
-	rd batchState // used by ReadBatch only
-	wr batchState // used by WriteBatch only
+	// The kernel's batching (Offload): gro is set at open; gso too, and
+	// WriteBatch turns it off when a route refuses it (refuseGSO).
+	gso atomic.Bool
+	gro bool
+	// Why either is off, for Offload.
+	offMu        sync.Mutex
+	noGSO, noGRO string // guarded by offMu
+
+	rd    batchState // used by ReadBatch only
+	groRd groReader  // used by ReadBatch only, with GRO
+	wr    batchState // used by WriteBatch only
 }
 
 var (
@@ -110,12 +74,16 @@ type batchState struct {
 	ctl   [][]byte
 	hdr   [48]byte // the IP and UDP headers the kernel will write, for the ICRC
 
+	segs []int // per header: the packets it carries (a write's GSO send)
+
 	// The system call, made once per batch through RawConn: a closure
-	// built once, so a batch allocates nothing.
+	// built once, so a batch allocates nothing. mmsg makes it (a test
+	// puts a fake kernel in front of it).
+	mmsg  func(fd uintptr, hdrs []mmsghdr) (int, syscall.Errno)
 	call  func(fd uintptr) bool
 	try   func(fd uintptr) bool // the same, never waiting in the poller (TryReadBatch)
-	count int                   // messages offered
-	done  int                   // messages moved
+	count int                   // headers offered
+	done  int                   // headers moved
 	errno syscall.Errno         // the call's error
 }
 
@@ -126,21 +94,25 @@ const (
 func (b *batchState) init(n int, sysno uintptr) {
 	// Three iovecs a message: a write may gather headers, payload and
 	// trailer (roce.Message.Payload); a read uses the first.
-	*b = batchState{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, 3*n), names: make([]unix.RawSockaddrInet6, n), ctl: make([][]byte, n)}
+	*b = batchState{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, 3*n), names: make([]unix.RawSockaddrInet6, n),
+		ctl: make([][]byte, n), segs: make([]int, n)}
 	for i := range b.ctl {
 		b.ctl[i] = make([]byte, ctlLen)
 	}
+	b.mmsg = func(fd uintptr, hdrs []mmsghdr) (int, syscall.Errno) {
+		r, _, e := unix.Syscall6(sysno, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
+		return int(r), e
+	}
 	b.call = func(fd uintptr) bool {
-		r, _, e := unix.Syscall6(sysno, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(b.count), unix.MSG_DONTWAIT, 0, 0)
+		r, e := b.mmsg(fd, b.hdrs[:b.count])
 		if e == unix.EAGAIN || e == unix.EINTR {
 			return false // wait for the poller
 		}
-		b.done, b.errno = int(r), e
+		b.done, b.errno = r, e
 		return true
 	}
 	b.try = func(fd uintptr) bool {
-		r, _, e := unix.Syscall6(sysno, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(b.count), unix.MSG_DONTWAIT, 0, 0)
-		b.done, b.errno = int(r), e
+		b.done, b.errno = b.mmsg(fd, b.hdrs[:b.count])
 		return true // never wait for the poller (TryReadBatch)
 	}
 }
@@ -181,7 +153,10 @@ func Listen(opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udpconn: %w", err)
 	}
-	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch}
+	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch, log: opts.Logger}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
 	c.rd.init(opts.Batch, unix.SYS_RECVMMSG)
 	c.wr.init(opts.Batch, unix.SYS_SENDMMSG)
 	// Room for a window of full-size packets: the kernel's defaults hold
@@ -247,7 +222,46 @@ func Listen(opts Options) (*Conn, error) {
 			c.sockBusy = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BUSY_POLL, BusyPollMicros) == nil
 		})
 	}
+	c.probeOffload(opts)
 	return c, nil
+}
+
+// probeOffload asks the kernel for GSO and GRO, unless the options turn
+// them off: a kernel without them (before 4.18 and 5.0) refuses, and the
+// conn moves one datagram per buffer.
+func (c *Conn) probeOffload(opts Options) {
+	gsoErr, groErr := errors.New("turned off (Options.NoGSO)"), errors.New("turned off (Options.NoGRO)")
+	_ = c.rc.Control(func(fd uintptr) {
+		if !opts.NoGSO {
+			if err := probeGSO(int(fd)); err != nil {
+				gsoErr = fmt.Errorf("the kernel refused UDP_SEGMENT: %w", err)
+			} else {
+				gsoErr = nil
+			}
+		}
+		if !opts.NoGRO {
+			if err := probeGRO(int(fd)); err != nil {
+				groErr = fmt.Errorf("the kernel refused UDP_GRO: %w", err)
+			} else {
+				groErr = nil
+			}
+		}
+	})
+	c.gso.Store(gsoErr == nil)
+	c.gro = groErr == nil
+	if gsoErr != nil {
+		c.noGSO = gsoErr.Error()
+	}
+	if groErr != nil {
+		c.noGRO = groErr.Error()
+	}
+}
+
+// Offload says which of the kernel's UDP batching the conn uses.
+func (c *Conn) Offload() Offload {
+	c.offMu.Lock()
+	defer c.offMu.Unlock()
+	return Offload{GSO: c.gso.Load(), GRO: c.gro, NoGSO: c.noGSO, NoGRO: c.noGRO}
 }
 
 // bindGroup opens a UDP socket bound to the group's address itself (Go's
@@ -296,7 +310,10 @@ func (c *Conn) SetReadDeadline(t time.Time) error { return c.uc.SetReadDeadline(
 // Close closes the socket; a blocked ReadBatch returns ErrConnClosed.
 func (c *Conn) Close() error {
 	var err error
-	c.once.Do(func() { err = c.uc.Close() })
+	c.once.Do(func() {
+		c.closed.Store(true)
+		err = c.uc.Close()
+	})
 	return err
 }
 
@@ -315,10 +332,15 @@ func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 		return 0, nil
 	}
 	for i := range n {
-		buf := msgs[i].Buf[:cap(msgs[i].Buf)]
-		if len(buf) == 0 {
+		if cap(msgs[i].Buf) == 0 {
 			return 0, fmt.Errorf("udpconn: read into message %d without a buffer", i)
 		}
+	}
+	if c.gro {
+		return c.readGRO(msgs, n, wait)
+	}
+	for i := range n {
+		buf := msgs[i].Buf[:cap(msgs[i].Buf)]
 		b.iovs[i] = unix.Iovec{Base: &buf[0]}
 		b.iovs[i].SetLen(len(buf))
 		h := &b.hdrs[i].hdr
@@ -327,22 +349,9 @@ func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 		h.SetIovlen(1)
 		h.SetControllen(ctlLen)
 	}
-	b.count = n
-	var err error
-	if wait {
-		err = c.rc.Read(b.call)
-	} else if err = c.rc.Read(b.try); err == nil && (b.errno == unix.EAGAIN || b.errno == unix.EINTR) {
-		return 0, nil
-	}
-	got, errno := b.done, b.errno
+	got, err := c.recv(n, wait)
 	if err != nil {
-		if errors.Is(err, net.ErrClosed) {
-			return 0, roce.ErrConnClosed
-		}
-		return 0, fmt.Errorf("udpconn: recvmmsg: %w", err)
-	}
-	if errno != 0 {
-		return 0, fmt.Errorf("udpconn: recvmmsg: %w", errno)
+		return 0, err
 	}
 	out := 0
 	for i := range got {
@@ -351,7 +360,8 @@ func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 		m.Buf = m.Buf[:cap(m.Buf)]
 		m.N = int(h.n)
 		m.Addr = sockaddrToAddrPort(&b.names[i])
-		m.ECN = parseECN(b.ctl[i][:h.hdr.Controllen]) & 3
+		tos, _ := parseControl(b.ctl[i][:h.hdr.Controllen])
+		m.ECN = tos & 3
 		m.ICRCChecked = false
 		c.stats.RxPackets.Add(1)
 		if h.hdr.Flags&unix.MSG_TRUNC != 0 {
@@ -359,12 +369,7 @@ func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 			continue
 		}
 		if c.v6 {
-			hl, err := roce.PutIPUDPHeaders(b.hdr[:], m.Addr, c.local, m.N, 0)
-			var crc uint32
-			if err == nil {
-				crc, err = roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
-			}
-			if err != nil || crc != binary.LittleEndian.Uint32(m.Buf[m.N-4:m.N]) {
+			if !c.icrcOK(m) {
 				c.stats.RxBadICRC.Add(1)
 				continue
 			}
@@ -378,22 +383,42 @@ func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 	return out, nil
 }
 
-// WriteBatch fills each packet's ICRC and sends the batch. A message that
-// cannot be sent (no RoCEv2 packet, a destination of the other address
-// family) ends the batch: the ones before it are sent, and the error names
-// it.
+// recv makes the read batch's recvmmsg over its first n headers, waiting
+// for the first packet when wait. It returns how many headers it filled:
+// 0 and no error when it did not wait and nothing had arrived.
+func (c *Conn) recv(n int, wait bool) (int, error) {
+	b := &c.rd
+	b.count = n
+	var err error
+	if wait {
+		err = c.rc.Read(b.call)
+	} else if err = c.rc.Read(b.try); err == nil && (b.errno == unix.EAGAIN || b.errno == unix.EINTR) {
+		return 0, nil
+	}
+	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return 0, roce.ErrConnClosed
+		}
+		return 0, fmt.Errorf("udpconn: recvmmsg: %w", err)
+	}
+	if b.errno != 0 {
+		return 0, fmt.Errorf("udpconn: recvmmsg: %w", b.errno)
+	}
+	c.stats.RxCalls.Add(1)
+	c.stats.RxBuffers.Add(uint64(b.done))
+	return b.done, nil
+}
+
+// WriteBatch fills each packet's ICRC and sends the batch: with GSO
+// (Offload), consecutive packets to one destination that may share a send
+// go as one. A message that cannot be sent (no RoCEv2 packet, a
+// destination of the other address family) ends the batch: the ones
+// before it are sent, and the error names it.
 func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 	b := &c.wr
 	sent := 0
 	for sent < len(msgs) {
-		n := min(len(msgs)-sent, c.batch)
-		var bad error
-		for i := range n {
-			if err := c.prepareWrite(i, &msgs[sent+i]); err != nil {
-				n, bad = i, fmt.Errorf("udpconn: message %d: %w", sent+i, err)
-				break
-			}
-		}
+		n, bad := c.prepareWrites(msgs[sent:], c.gso.Load())
 		if n > 0 {
 			b.count = n
 			err := c.rc.Write(b.call)
@@ -404,67 +429,30 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 				}
 				return sent, fmt.Errorf("udpconn: sendmmsg: %w", err)
 			}
+			if errno == unix.EIO && b.segs[0] > 1 {
+				c.refuseGSO(msgs[sent].Addr)
+				continue // the same packets again, a datagram a send
+			}
 			if errno != 0 {
 				return sent, fmt.Errorf("udpconn: sendmmsg to %v: %w", msgs[sent].Addr, errno)
 			}
-			c.stats.TxPackets.Add(uint64(done))
-			sent += done
+			moved := 0
+			for _, s := range b.segs[:done] {
+				moved += s
+			}
+			c.stats.TxCalls.Add(1)
+			c.stats.TxBuffers.Add(uint64(done))
+			c.stats.TxPackets.Add(uint64(moved))
+			sent += moved
 			if done < n {
 				continue // the rest of this batch again, the bad one last
 			}
 		}
 		if bad != nil {
-			return sent, bad
+			return sent, fmt.Errorf("udpconn: message %d: %w", sent, bad)
 		}
 	}
 	return sent, nil
-}
-
-// prepareWrite fills the write batch's slot i with m: its ICRC, over the
-// headers the kernel will write, its iovecs, address and ECN.
-func (c *Conn) prepareWrite(i int, m *roce.Message) error {
-	b := &c.wr
-	if !m.Sendable() {
-		return fmt.Errorf("%d bytes (headers %d, payload %d) are no RoCEv2 packet", m.N, m.Hdr, len(m.Payload))
-	}
-	hl, err := roce.PutIPUDPHeaders(b.hdr[:], c.local, m.Addr, m.Len(), m.ECN)
-	if err != nil {
-		return err
-	}
-	iov := b.iovs[3*i : 3*i+3]
-	niov := 1
-	var crc uint32
-	if m.Payload != nil {
-		crc, err = roce.ICRCWithHeadersGather(b.hdr[:hl], m.Buf[:m.Hdr], m.Payload, m.Buf[m.Hdr:m.N])
-		iov[0] = unix.Iovec{Base: &m.Buf[0]}
-		iov[0].SetLen(m.Hdr)
-		if len(m.Payload) > 0 {
-			iov[niov] = unix.Iovec{Base: &m.Payload[0]}
-			iov[niov].SetLen(len(m.Payload))
-			niov++
-		}
-		iov[niov] = unix.Iovec{Base: &m.Buf[m.Hdr]}
-		iov[niov].SetLen(m.N - m.Hdr)
-		niov++
-	} else {
-		crc, err = roce.ICRCWithHeaders(b.hdr[:hl], m.Buf[:m.N])
-		iov[0] = unix.Iovec{Base: &m.Buf[0]}
-		iov[0].SetLen(m.N)
-	}
-	if err != nil {
-		return fmt.Errorf("ICRC: %w", err)
-	}
-	binary.LittleEndian.PutUint32(m.Buf[m.N-4:m.N], crc)
-	nl := addrPortToSockaddr(&b.names[i], m.Addr, c.v6)
-	h := &b.hdrs[i].hdr
-	*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: nl, Iov: &iov[0]}
-	h.SetIovlen(niov)
-	if m.ECN != 0 {
-		cl := putECN(b.ctl[i], m.ECN&3, c.v6)
-		h.Control = &b.ctl[i][0]
-		h.SetControllen(cl)
-	}
-	return nil
 }
 
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
@@ -493,26 +481,6 @@ func ntohs(p uint16) uint16 {
 	var b [2]byte
 	binary.BigEndian.PutUint16(b[:], p)
 	return *(*uint16)(unsafe.Pointer(&b[0]))
-}
-
-// parseECN returns the traffic class / TOS byte from received ancillary data.
-func parseECN(ctl []byte) uint8 {
-	for len(ctl) >= unix.SizeofCmsghdr {
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
-		l := int(h.Len)
-		if l < unix.SizeofCmsghdr || l > len(ctl) {
-			return 0
-		}
-		data := ctl[unix.SizeofCmsghdr:l]
-		switch {
-		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_TOS && len(data) >= 1:
-			return data[0]
-		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
-			return uint8(*(*int32)(unsafe.Pointer(&data[0])))
-		}
-		ctl = ctl[min(cmsgAlign(l), len(ctl)):]
-	}
-	return 0
 }
 
 // putECN writes an IP_TOS (IPv4) or IPV6_TCLASS (IPv6) control message.

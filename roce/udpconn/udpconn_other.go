@@ -4,9 +4,7 @@ package udpconn
 
 import (
 	"fmt"
-	"net/netip"
 	"runtime"
-	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/roce"
@@ -15,32 +13,6 @@ import (
 // ErrNotSupported is matched by Listen's error on platforms without recvmmsg
 // and sendmmsg: roce.ErrNotSupported, the project's one sentinel.
 var ErrNotSupported = roce.ErrNotSupported
-
-// Options configures a Conn.
-type Options struct {
-	Addr      netip.AddrPort
-	Batch     int
-	Interface int
-	BusyPoll  bool
-}
-
-// MaxBatch is the most messages one system call moves.
-const MaxBatch = 1024
-
-// Stats counts what the conn did.
-type Stats struct {
-	RxPackets, TxPackets, RxBadICRC, RxTruncated atomic.Uint64
-}
-
-// StatsSnapshot is Stats read at one moment, as plain values.
-type StatsSnapshot struct {
-	RxPackets, TxPackets, RxBadICRC, RxTruncated uint64
-}
-
-// Snapshot reads every counter.
-func (s *Stats) Snapshot() StatsSnapshot {
-	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load()}
-}
 
 // Conn is a RoCEv2 UDP socket; Linux only.
 type Conn struct{ roce.PacketConn }
@@ -58,3 +30,9 @@ func (c *Conn) SocketBusyPoll() bool { return false }
 
 // SetReadDeadline returns ErrNotSupported outside Linux.
 func (c *Conn) SetReadDeadline(time.Time) error { return ErrNotSupported }
+
+// Offload is all off outside Linux.
+func (c *Conn) Offload() Offload {
+	why := "UDP_SEGMENT and UDP_GRO are Linux's"
+	return Offload{NoGSO: why, NoGRO: why}
+}

@@ -1,0 +1,35 @@
+package udpconn
+
+import "sync/atomic"
+
+// Stats counts what the conn did.
+type Stats struct {
+	// RxPackets and TxPackets count transport packets (RoCEv2 datagrams
+	// on the wire).
+	RxPackets, TxPackets, RxBadICRC, RxTruncated atomic.Uint64
+	// RxCalls and TxCalls count the recvmmsg and sendmmsg calls that moved
+	// packets; RxBuffers and TxBuffers the buffers those calls moved: a
+	// datagram each, or a GRO buffer or GSO send of several (Offload).
+	// Packets per buffer is what the offload coalesced; buffers per call
+	// what the batching did.
+	RxCalls, TxCalls, RxBuffers, TxBuffers atomic.Uint64
+	// TxGSOErrors counts GSO sends the kernel refused with EIO (a route
+	// through IPsec, or on older kernels a device without checksum
+	// offload): the first turns GSO off for the conn, and the packets go
+	// again one datagram each.
+	TxGSOErrors atomic.Uint64
+}
+
+// StatsSnapshot is Stats read at one moment, as plain values.
+type StatsSnapshot struct {
+	RxPackets, TxPackets, RxBadICRC, RxTruncated uint64
+	RxCalls, TxCalls, RxBuffers, TxBuffers       uint64
+	TxGSOErrors                                  uint64
+}
+
+// Snapshot reads every counter.
+func (s *Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load(),
+		RxCalls: s.RxCalls.Load(), TxCalls: s.TxCalls.Load(), RxBuffers: s.RxBuffers.Load(), TxBuffers: s.TxBuffers.Load(),
+		TxGSOErrors: s.TxGSOErrors.Load()}
+}
