@@ -103,6 +103,9 @@ type Gateway struct {
 	udRoutes map[string]*udRoute
 	udPairs  map[*udPair]struct{}
 	udIdle   time.Duration
+	// linkDown are the userspace and verbs legs whose link is down, and
+	// why (linkdown.go).
+	linkDown map[string]error
 	// groups are the multicast groups relaying (mcast.go), by name: the
 	// file's and those the joined_on entries found; joined are those
 	// entries (joined.go), by name.
@@ -189,6 +192,9 @@ type sessionInfo struct {
 	in, out        leg.Conn
 	desc           [2]string // in's and out's describe(), as they came up
 	fallback       bool      // connected through the route's fallback
+	// inLeg and outLeg are the legs the session crosses: its route's
+	// listen leg, and its target's or its fallback's.
+	inLeg, outLeg string
 }
 
 // StartGateway opens the legs and starts listening on every route.
@@ -232,7 +238,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{}, halted: map[string]error{}, routes: map[string]*routeRun{}, timeout: o.ConnectTimeout, stall: o.StallAfter,
 		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]leg.Status{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry, protocols: map[routeProtocol]*staging.Stats{},
-		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{}}
+		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{},
+		linkDown: map[string]error{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -269,6 +276,8 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			return fail(err)
 		}
 	}
+	g.wg.Add(1)
+	go g.routineLinks(ctx)
 	return g, nil
 }
 
@@ -548,6 +557,13 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
 		return
 	}
+	if err := g.targetDown(r); err != nil {
+		g.stats.Rejected.Add(1)
+		rs.Rejected.Add(1)
+		log.Warn("the route's target is through a leg that is down: client rejected", "err", err)
+		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
+		return
+	}
 	// The protocol the route carries: one Protocol a session (a queue
 	// pair), the host's side the client's (A).
 	var proto session.Protocol
@@ -620,9 +636,9 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		return
 	}
 	info := &sessionInfo{route: r.Name, client: client, target: r.Target.Addr, started: time.Now(), in: c, out: out,
-		desc: [2]string{c.Describe(), out.Describe()}, fallback: fellBack}
+		desc: [2]string{c.Describe(), out.Describe()}, fallback: fellBack, inLeg: r.Listen.Leg, outLeg: r.Target.Leg}
 	if fellBack {
-		info.target = r.Fallback.Addr
+		info.target, info.outLeg = r.Fallback.Addr, r.Fallback.Leg
 	}
 	g.mu.Lock()
 	if g.closing {
@@ -739,4 +755,3 @@ func stages(cfg *config.Config) bool {
 	}
 	return false
 }
-
