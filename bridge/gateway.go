@@ -624,7 +624,8 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		_ = out.Close()
 		return
 	}
-	s, err := session.New(session.Options{A: c.Endpoint(), B: out.Endpoint(), Pool: g.pool, Logger: log, Protocol: proto})
+	s, err := session.New(session.Options{A: c.Endpoint(), B: out.Endpoint(), Pool: g.pool, Logger: log, Protocol: proto,
+		Liveness: max(r.Liveness, 0)})
 	if err != nil {
 		// Both connections are up, so this is one of them ending before
 		// the session started (a peer that disconnected at once).

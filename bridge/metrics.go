@@ -90,6 +90,7 @@ var directionRows = func() []directionRow {
 		{"staging_pulled_bytes_total", "Bytes the gateway READ from the originator into staging before relaying a message (data the far peer READs).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Pulled }},
 		{"staging_pushed_bytes_total", "Bytes the gateway WROTE from staging to the originator before relaying a response (data the far peer wrote).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Pushed }},
 		{"staging_waits_total", "Staging regions that waited for a pool buffer (staging exhausted: messages wait, in order).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StageWaits }},
+		{"liveness_probes_total", "Liveness probes (zero-length RDMA WRITEs) sessions posted on a connection after an idle period (a route's liveness); a probe not answered ends its session.", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Probes }},
 		{"staging_failed_total", "Messages that could not be staged, answered by the gateway in the far peer's place with the protocol's error (nvme: a data transfer error).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StageFailed }},
 	}
 	out := make([]directionRow, len(rows))

@@ -376,6 +376,11 @@ type Route struct {
 	// carries (ProtocolNVMe), whose messages its sessions parse in both
 	// directions; "" relays them as they are.
 	Protocol string `yaml:"protocol"`
+	// Liveness (RC routes only) is how long a session may be idle before
+	// it probes both its connections (a zero-length RDMA WRITE each); a
+	// peer that does not answer within its transport's retries ends the
+	// session. Unset is DefaultLiveness; LivenessOff turns it off.
+	Liveness time.Duration `yaml:"liveness"`
 
 	line         int
 	keys         keyLines
@@ -384,7 +389,17 @@ type Route struct {
 	rateLine     int         // where rate: is (0: not given)
 	rateErrs     []lineError // named with the route in validate
 	protocolLine int         // where protocol: is (0: not given)
+	livenessLine int         // where liveness: is (0: not given)
 }
+
+// A route's liveness: the default, the value that turns it off (liveness:
+// 0s), and the bounds of what may be given.
+const (
+	DefaultLiveness time.Duration = 30 * time.Second
+	LivenessOff     time.Duration = -1
+	minLiveness                   = time.Second
+	maxLiveness                   = 24 * time.Hour
+)
 
 // Upper-layer protocols a route may carry.
 const (
@@ -779,9 +794,21 @@ func (e *Endpoint) decode(n *yaml.Node, key string) {
 func (r *Route) UnmarshalYAML(n *yaml.Node) error {
 	r.line, r.keys = n.Line, linesOf(n)
 	// What is wrong is named with the route in validate.
-	vals, errs := mapping(n, "", "name", "listen", "target", "allow", "fallback", "ud", "rate", "protocol")
+	vals, errs := mapping(n, "", "name", "listen", "target", "allow", "fallback", "ud", "rate", "protocol", "liveness")
 	r.notMapping = vals == nil
 	scalar(vals, "name", "", &r.Name, &errs)
+	r.Liveness = DefaultLiveness
+	if d, line := parsed(vals, "liveness", "", time.ParseDuration, wantDuration, &errs); line != 0 {
+		r.livenessLine = line
+		switch {
+		case d == 0:
+			r.Liveness = LivenessOff
+		case d < minLiveness || d > maxLiveness:
+			errs = append(errs, lineError{line, fmt.Sprintf("liveness %v: want 0s (off) or a duration from %v to %v", vals["liveness"].Value, minLiveness, maxLiveness)})
+		default:
+			r.Liveness = d
+		}
+	}
 	if v := vals["protocol"]; v != nil {
 		n := len(errs)
 		if scalar(vals, "protocol", "", &r.Protocol, &errs); len(errs) == n {
@@ -1038,6 +1065,7 @@ func (c *Config) validate() Errors {
 		if r.protocolLine != 0 {
 			r.checkProtocol(bad)
 		}
+		r.checkLiveness(bad)
 		if ends[1] != nil && r.Target.Addr.IsValid() && r.Target.Addr.Addr() == ends[1].IP && ends[1].Kind != KindQUIC {
 			bad(r.Target.line, "route %q: target addr %v is the gateway's own address on leg %q", r.Name, r.Target.Addr, ends[1].Name)
 		}
@@ -1048,6 +1076,13 @@ func (c *Config) validate() Errors {
 	// the file's as a whole, first).
 	slices.SortStableFunc(es, func(a, b *Error) int { return a.Line - b.Line })
 	return es
+}
+
+// checkLiveness checks that a route given a liveness has connections.
+func (r *Route) checkLiveness(bad func(int, string, ...any)) {
+	if r.UD && r.livenessLine != 0 {
+		bad(r.livenessLine, "route %q: liveness: a UD route has no connections to probe", r.Name)
+	}
 }
 
 // checkProtocol checks a route's protocol: one this gateway understands,

@@ -654,3 +654,33 @@ func TestParseReceives(t *testing.T) {
 		t.Error("legs read from other lines read as changed")
 	}
 }
+
+// TestRouteLiveness: a route's liveness is the default unless given, 0s
+// turns it off, and a duration within the bounds is taken as it is.
+func TestRouteLiveness(t *testing.T) {
+	base := `legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.0.1, io: udp}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.0.2, io: udp}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.0.1:7471"}
+    target: {leg: b, addr: "127.0.0.3:7471"}
+`
+	for _, tc := range []struct {
+		extra string
+		want  time.Duration
+	}{
+		{"", config.DefaultLiveness},
+		{"    liveness: 0s\n", config.LivenessOff},
+		{"    liveness: 5s\n", 5 * time.Second},
+		{"    liveness: 2m\n", 2 * time.Minute},
+	} {
+		c, err := config.Parse("gw.yaml", []byte(base+tc.extra))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.extra, err)
+		}
+		if got := c.Routes[0].Liveness; got != tc.want {
+			t.Errorf("%q: liveness %v, want %v", tc.extra, got, tc.want)
+		}
+	}
+}

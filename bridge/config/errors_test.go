@@ -71,7 +71,10 @@ func TestParseErrorsInFileTerms(t *testing.T) {
 		{"both ends on one leg", legs + strings.Replace(route, `{leg: roce, addr: "198.18.1.2:4420"}`, `{leg: ib, addr: "198.18.3.2:4420"}`, 1), `gw.yaml:13: route "r": listen and target are both on leg "ib": a route crosses from one leg to the other`},
 		{"route without a name", legs + strings.Replace(route, "  - name: r\n    listen", "  - listen", 1), `gw.yaml:11: route without a name`},
 		{"fallback a userspace leg", legs + route + "    fallback: {leg: roce, addr: \"198.18.1.9:1\"}\n", `gw.yaml:14: route "r": fallback leg "roce" is a userspace leg: a fallback goes through a peer gateway (a quic leg)`},
-		{"route unknown key", legs + route + "    colour: red\n", `gw.yaml:14: route "r": unknown key "colour" (known: name, listen, target, allow, fallback, ud, rate, protocol)`},
+		{"route unknown key", legs + route + "    colour: red\n", `gw.yaml:14: route "r": unknown key "colour" (known: name, listen, target, allow, fallback, ud, rate, protocol, liveness)`},
+		{"liveness below a second", legs + route + "    liveness: 100ms\n", `gw.yaml:14: route "r": liveness 100ms: want 0s (off) or a duration from 1s to 24h0m0s`},
+		{"liveness not a duration", legs + route + "    liveness: often\n", `gw.yaml:14: route "r": liveness "often": want a duration with a unit, as 500ms, 3s or 1m`},
+		{"liveness on a UD route", legs + route + "    ud: true\n    liveness: 10s\n", `gw.yaml:15: route "r": liveness: a UD route has no connections to probe`},
 		{"ud route with fallback", legs + "  - {name: gw, kind: quic, ip: 10.0.0.1, peer: \"10.0.0.2:7471\", cert: a, key: b, ca: c}\n" + route + "    ud: true\n    fallback: {leg: gw, addr: \"198.18.1.2:4420\"}\n", `gw.yaml:16: route "r": ud: a UD route has no fallback`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

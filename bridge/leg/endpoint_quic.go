@@ -176,7 +176,7 @@ func (e *QUICEndpoint) Start(h session.Handler) error {
 // beyond what its target takes wait in the far session's queue. Payloads
 // are written from where they lie, in as many pieces as they come.
 func (e *QUICEndpoint) Limits() session.Limits {
-	return session.Limits{MaxSend: e.window, MaxRdAtomic: e.window, MTU: 4096, MaxSGE: 16}
+	return session.Limits{MaxSend: e.window, MaxRdAtomic: e.window, MTU: 4096, MaxSGE: 16, NoProbe: true}
 }
 
 // Post implements Endpoint.

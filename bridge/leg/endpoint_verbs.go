@@ -222,7 +222,7 @@ func (e *VerbsEndpoint) Started() {
 
 // Limits implements Endpoint.
 func (e *VerbsEndpoint) Limits() session.Limits {
-	l := session.Limits{MaxSend: e.slots.size(), MaxRdAtomic: 1, MTU: 1024, MaxSGE: e.maxSGE}
+	l := session.Limits{MaxSend: e.slots.size(), MaxRdAtomic: 1, MTU: 1024, MaxSGE: e.maxSGE, NoProbe: e.iwarp}
 	if a, err := e.qp.Query(); err == nil {
 		l.MaxRdAtomic = max(int(a.MaxRdAtomic), 1)
 		if a.PathMTU.Valid() {

@@ -67,6 +67,10 @@ type Limits struct {
 	// MaxSGE is how many pieces of memory one op may gather (Op.Frags);
 	// 0 or 1: an op's bytes lie in one buffer.
 	MaxSGE int
+	// NoProbe says the endpoint's peer is not probed for liveness with a
+	// zero-length RDMA WRITE (an iWARP peer may check its STag all the
+	// same; a peer gateway's link has its own keepalive).
+	NoProbe bool
 }
 
 // Op is one work request a session posts on an endpoint.
@@ -111,6 +115,9 @@ type Op struct {
 	// (a pull, a push, a reply in place): nothing is completed back.
 	held, void bool
 	own        *staged
+	// probe says the op is a liveness probe (a zero-length WRITE): its
+	// completion is the session's alone.
+	probe bool
 }
 
 // Frag is a span of a pool buffer.

@@ -207,6 +207,9 @@ func (f *fakeLeg) execute(op *session.Op) bool {
 		}
 	}
 	span := func(n int) []byte {
+		if n == 0 {
+			return []byte{} // a zero-length READ or WRITE checks no key (IBTA C9-88)
+		}
 		if op.RKey != f.rkey || op.Remote < f.base || op.Remote-f.base+uint64(n) > uint64(len(f.mem)) {
 			return nil
 		}

@@ -67,6 +67,9 @@ type Session struct {
 	stage    stager   // the staging of a Stager's messages (stage.go)
 
 	stats Stats
+	// activity counts requests and completions (liveness: an idle
+	// period is one in which it did not move).
+	activity atomic.Uint64
 
 	failing atomic.Bool
 	ctx     context.Context // canceled at teardown: ends waits for the pool
@@ -102,6 +105,13 @@ type Options struct {
 	// carries: it sees every SEND-family message before it is posted on
 	// the far endpoint, and may rewrite or refuse it.
 	Protocol Protocol
+	// Liveness, above 0, is how long the session may be idle (no request
+	// and no completion on either endpoint) before it probes both its
+	// connections with a zero-length RDMA WRITE each, which every RC
+	// responder executes without a key. A peer that does not answer
+	// within its transport's retries fails its probe, and the session
+	// ends, the other connection with it.
+	Liveness time.Duration
 }
 
 // NumOpcodes is how many send opcodes a session relays, each counted
@@ -136,6 +146,9 @@ type Stats struct {
 	StageWaits, StageFailed             [2]atomic.Uint64
 	// StagingInUse is the bytes of pool buffers staging holds now.
 	StagingInUse atomic.Int64
+	// Probes counts the liveness probes (zero-length RDMA WRITEs) the
+	// session posted on the far endpoint of a direction, idle.
+	Probes [2]atomic.Uint64
 }
 
 // StatsSnapshot is Stats read at one moment, as plain
@@ -147,6 +160,7 @@ type StatsSnapshot struct {
 	Staged, StagedBytes, Pulled, Pushed [2]uint64
 	StageWaits, StageFailed             [2]uint64
 	StagingInUse                        int64
+	Probes                              [2]uint64
 }
 
 // Snapshot reads every counter.
@@ -161,6 +175,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		out.Staged[d], out.StagedBytes[d] = s.Staged[d].Load(), s.StagedBytes[d].Load()
 		out.Pulled[d], out.Pushed[d] = s.Pulled[d].Load(), s.Pushed[d].Load()
 		out.StageWaits[d], out.StageFailed[d] = s.StageWaits[d].Load(), s.StageFailed[d].Load()
+		out.Probes[d] = s.Probes[d].Load()
 	}
 	out.StagingInUse = s.StagingInUse.Load()
 	return out
@@ -197,6 +212,7 @@ func (s *StatsSnapshot) Add(o StatsSnapshot) {
 		s.Pushed[d] += o.Pushed[d]
 		s.StageWaits[d] += o.StageWaits[d]
 		s.StageFailed[d] += o.StageFailed[d]
+		s.Probes[d] += o.Probes[d]
 	}
 	s.StagingInUse += o.StagingInUse
 }
@@ -226,6 +242,7 @@ type relay struct {
 	msgBytes uint64
 	free     *Op
 	dead     bool
+	probing  bool // a liveness probe is posted on to
 	// partAt is where the next part of the READ whose parts are being
 	// completed lies in it: parts complete in order (Endpoint.Post); -1
 	// once a part of it failed.
@@ -292,7 +309,53 @@ func New(o Options) (*Session, error) {
 			e.Started()
 		}
 	}
+	if o.Liveness > 0 {
+		go s.routineLiveness(o.Liveness)
+	}
 	return s, nil
+}
+
+// routineLiveness probes both connections once the session was idle for
+// a whole period, and again each period it stays idle; a probe's answer
+// is not activity.
+func (s *Session) routineLiveness(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := s.activity.Load()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := s.activity.Load(); now != last {
+			last = now
+			continue
+		}
+		for _, r := range []*relay{&s.ab, &s.ba} {
+			r.probe()
+		}
+	}
+}
+
+// probe posts a zero-length RDMA WRITE on r.to, unless one is
+// outstanding or r.to's peer takes none (Limits.NoProbe).
+func (r *relay) probe() {
+	if r.lim.NoProbe {
+		return
+	}
+	r.mu.Lock()
+	if r.dead || r.probing {
+		r.mu.Unlock()
+		return
+	}
+	op := r.newOpLocked()
+	op.Opcode, op.probe = transport.OpWrite, true
+	r.probing = true
+	r.queue = append(r.queue, op)
+	r.mu.Unlock()
+	r.s.stats.Probes[r.dir].Add(1)
+	r.pump()
 }
 
 // Stats returns the session's counters.
@@ -517,6 +580,7 @@ type side struct {
 }
 
 func (h side) Request(r *transport.Request, buf *pool.Buf) transport.Reply {
+	h.s.activity.Add(1)
 	return h.in.request(r, buf)
 }
 func (h side) Flush()           { h.in.flush() }
@@ -1053,6 +1117,17 @@ func (r *relay) waitBuf(n int) {
 // done completes an op back on r.from, then ends the session if the op
 // failed, or posts what its completion made room for.
 func (r *relay) done(op *Op) {
+	if op.probe {
+		status := op.Status
+		r.complete(op)
+		if status != transport.StatusSuccess {
+			r.s.fail(r.to, fmt.Errorf("the far side (%s) did not answer a liveness probe: %v", [2]string{"B, the target's", "A, the client's"}[r.dir], status))
+			return
+		}
+		r.pump()
+		return
+	}
+	r.s.activity.Add(1)
 	if status := op.Status; status != transport.StatusSuccess {
 		// The far side's failure is why the session ends: said before
 		// the requester's side hears of it (completing a SEND its HCA
@@ -1072,6 +1147,13 @@ func (r *relay) complete(op *Op) (transport.Status, transport.Opcode) {
 	r.posted--
 	if isReadOrAtomic(op.Opcode) {
 		r.rdAtomic--
+	}
+	if op.probe {
+		status, opcode := op.Status, op.Opcode
+		r.probing = false
+		r.releaseLocked(op)
+		r.mu.Unlock()
+		return status, opcode
 	}
 	r.mu.Unlock()
 	if op.own != nil {

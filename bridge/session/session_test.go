@@ -77,6 +77,8 @@ type rigOpts struct {
 	// exposes makes the far leg an Exposer: its peer reaches the
 	// gateway's memory, as a verbs leg's does (the session stages).
 	exposes bool
+	// liveness is the session's (Options.Liveness).
+	liveness time.Duration
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -189,7 +191,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		}
 		far = qa
 	}
-	r.sess, err = session.New(session.Options{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t), Protocol: o.protocol})
+	r.sess, err = session.New(session.Options{A: r.near, B: far, Pool: r.pool, Logger: testlog.New(t), Protocol: o.protocol, Liveness: o.liveness})
 	if err != nil {
 		t.Fatal(err)
 	}

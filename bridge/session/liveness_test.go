@@ -1,0 +1,61 @@
+package session_test
+
+import (
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/roce/simnet"
+)
+
+// TestSessionLiveness: an idle session probes both its connections each
+// liveness period, and stays up while both peers answer; once the
+// client's side stops answering (every packet to it dropped), its probe
+// fails after the transport's retries and the session ends, saying so.
+func TestSessionLiveness(t *testing.T) {
+	var dead atomic.Bool
+	client := netip.MustParseAddr("10.0.0.2")
+	r := newRig(t, rigOpts{liveness: 200 * time.Millisecond, net: simnet.Options{Filter: func(from, to netip.AddrPort, pkt []byte) bool {
+		return !(dead.Load() && to.Addr() == client)
+	}}})
+	time.Sleep(1500 * time.Millisecond)
+	st := r.sess.Stats().Snapshot()
+	if st.Probes[0] < 2 || st.Probes[1] < 2 {
+		t.Errorf("probes after 1.5 s idle at a 200 ms liveness: %v (to the far side, to the client), want at least 2 each", st.Probes)
+	}
+	if err := r.sess.Err(); err != nil {
+		t.Fatalf("the session ended with both peers alive: %v", err)
+	}
+	if r.far.failures != 0 {
+		t.Errorf("the far leg failed %d of the probes: a zero-length WRITE needs no key", r.far.failures)
+	}
+
+	dead.Store(true)
+	select {
+	case <-r.sess.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session outlived a client that answered nothing for 20 s")
+	}
+	if err := r.sess.Err(); err == nil || !strings.Contains(err.Error(), "liveness probe") {
+		t.Errorf("the session ended with %v, want the unanswered liveness probe", err)
+	}
+}
+
+// TestSessionLivenessBusy: a session that keeps working is never idle,
+// and sends no probe.
+func TestSessionLivenessBusy(t *testing.T) {
+	r := newRig(t, rigOpts{liveness: 300 * time.Millisecond})
+	stop := time.Now().Add(1200 * time.Millisecond)
+	for i := uint64(0); time.Now().Before(stop); i++ {
+		r.far.mu.Lock()
+		r.far.log = nil // each workload checks what the far side executed of it
+		r.far.mu.Unlock()
+		r.workload(8, 4, i)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := r.sess.Stats().Snapshot(); st.Probes != [2]uint64{} {
+		t.Errorf("probes while the session worked: %v, want none", st.Probes)
+	}
+}
