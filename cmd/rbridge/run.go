@@ -101,6 +101,7 @@ rbridge's source):
       listen: {leg: roce, addr: "198.18.1.3:4420"}
       target: {leg: ib, addr: "198.18.3.2:4420"}
       allow: ["198.18.1.0/24"]    # optional; default any client
+      liveness: 30s               # optional: probe an idle session's peers (0s: off)
   admin:
     listen: "127.0.0.1:9479"      # optional: /metrics, /status, /healthz, /livez; the default, "" for none
     control: /run/rbridge/control.sock  # optional: rbridge reload's socket; the default, "" for none
