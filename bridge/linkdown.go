@@ -13,7 +13,7 @@ import (
 // A leg whose link goes down (a userspace leg's interface, a verbs leg's
 // port) strands its sessions: RDMA has no keepalive, so a client whose
 // far side is cut off by it waits, and what it has in flight never
-// completes. The gateway reads its legs' links every linkPoll and, when
+// completes. The gateway reads its legs' links every LinkPoll and, when
 // one goes down, ends every session through that leg at once, each
 // operation in flight failed back to its requester, so that clients
 // reconnect (and a storage host's multipath moves); new connections whose
@@ -22,13 +22,13 @@ import (
 // peer gateway's connection, which reconnects on its own: not watched
 // here.
 
-// linkPoll is how often the gateway reads its legs' links.
-const linkPoll = 500 * time.Millisecond
+// LinkPoll is how often the gateway reads its legs' links.
+const LinkPoll = 500 * time.Millisecond
 
 // routineLinks watches the links until ctx ends.
 func (g *Gateway) routineLinks(ctx context.Context) {
 	defer g.wg.Done()
-	t := time.NewTicker(linkPoll)
+	t := time.NewTicker(LinkPoll)
 	defer t.Stop()
 	for {
 		select {

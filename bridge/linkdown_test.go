@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
 	testneeds "github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/roce/cm"
-	"github.com/rbridge/rbridge/roce/transport"
 )
 
 // TestGatewayLinkDown: the interface of the leg a session's target is
@@ -42,24 +42,6 @@ func TestGatewayLinkDown(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	accepted := make(chan *cm.Conn, 4)
-	go func() {
-		for {
-			r, err := ln.Next(ctx)
-			if err != nil {
-				return
-			}
-			qp := target.qp(t)
-			if err := qp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
-				t.Error(err)
-			}
-			c, err := r.Accept(ctx, cm.AcceptOptions{QP: qp})
-			if err != nil {
-				t.Error(err)
-			}
-			accepted <- c
-		}
-	}()
 	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: GWIF, ip: 10.94.0.1, io: udp, netns: GWNS}
@@ -74,14 +56,7 @@ routes:
 	}
 	g := startGateway(t, cfg)
 	client := newCMApp(t, lo("3"))
-	dial := func(dctx context.Context) (*cm.Conn, error) {
-		return client.cm.Dial(dctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
-	}
-	cc, err := dial(ctx)
-	if err != nil {
-		t.Fatalf("the connection through the gateway: %v", err)
-	}
-	<-accepted
+	cc, _, _ := dialThrough(t, ctx, client, target, ln, "1:7471")
 	if err := g.Ready(); err != nil {
 		t.Fatalf("ready with every link up: %v", err)
 	}
@@ -98,7 +73,7 @@ routes:
 		t.Errorf("ready with leg b down: %v, want an error naming it", err)
 	}
 	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = dial(dctx)
+	_, err = client.cm.Dial(dctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
 	dcancel()
 	if rj := (*cm.RejectError)(nil); err == nil || !errors.As(err, &rj) {
 		t.Errorf("a connection while the target's leg is down: %v, want a reject", err)
@@ -111,16 +86,8 @@ routes:
 		}
 	}
 	// The gateway accepts again once its watcher saw the link up.
-	var again *cm.Conn
-	for deadline := time.Now().Add(10 * time.Second); again == nil; {
-		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-		again, err = dial(dctx)
-		dcancel()
-		if err != nil && time.Now().After(deadline) {
-			t.Fatalf("a connection after the link came up: %v", err)
-		}
-	}
-	<-accepted
+	time.Sleep(3 * bridge.LinkPoll)
+	again, _, _ := dialThrough(t, ctx, client, target, ln, "1:7471")
 	if err := again.Disconnect(ctx); err != nil {
 		t.Error(err)
 	}

@@ -2,14 +2,11 @@ package bridge_test
 
 import (
 	"context"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
-	"github.com/rbridge/rbridge/roce/cm"
-	"github.com/rbridge/rbridge/roce/transport"
 )
 
 // TestGatewayLiveness: a route's liveness reaches its sessions: an idle
@@ -23,23 +20,6 @@ func TestGatewayLiveness(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	accepted := make(chan *cm.Conn, 1)
-	go func() {
-		r, err := ln.Next(ctx)
-		if err != nil {
-			accepted <- nil
-			return
-		}
-		qp := target.qp(t)
-		if err := qp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
-			t.Error(err)
-		}
-		c, err := r.Accept(ctx, cm.AcceptOptions{QP: qp})
-		if err != nil {
-			t.Error(err)
-		}
-		accepted <- c
-	}()
 	y := strings.NewReplacer("127.0.10.", loNet).Replace(`legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
@@ -54,15 +34,7 @@ routes:
 		t.Fatal(err)
 	}
 	g := startGateway(t, cfg)
-	client := newCMApp(t, lo("3"))
-	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
-	if err != nil {
-		t.Fatalf("the connection through the gateway: %v", err)
-	}
-	tc := <-accepted
-	if tc == nil {
-		t.FailNow()
-	}
+	cc, _, _ := dialThrough(t, ctx, newCMApp(t, lo("3")), target, ln, "1:7471")
 	time.Sleep(2600 * time.Millisecond) // two idle periods and more
 	m, _ := scrape(t, startAdmin(t, g))
 	for _, dir := range []string{"to_target", "to_client"} {
