@@ -202,6 +202,11 @@ type Leg struct {
 	// DCQCN on does. Without it they ignore CNPs (counted). Either way
 	// the leg answers ECN-CE marked packets with CNPs.
 	ECN bool `yaml:"ecn"`
+	// NoUDPOffload (userspace, io: udp; the file's udp_offload: false)
+	// turns off the kernel's UDP segmentation and receive offloads (GSO
+	// and GRO) on the leg's socket, which are on by default where the
+	// kernel has them.
+	NoUDPOffload bool `yaml:"-"`
 	// Listen, Peer, Cert, Key, CA and PeerName (quic) say where the
 	// gateway accepts its peer gateway's connection and where it
 	// connects to it, and the mutual TLS of both.
@@ -721,7 +726,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line, l.keys = n.Line, linesOf(n)
 	// What is wrong is named with the leg in validate.
 	vals, errs := mapping(n, "", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size", "udp_offload")
 	l.notMapping = vals == nil
 	for _, k := range []struct {
 		key string
@@ -735,6 +740,11 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "receives", "", &l.Receives, &errs)
 	scalar(vals, "receive_size", "", &l.ReceiveSize, &errs)
 	scalar(vals, "ecn", "", &l.ECN, &errs)
+	if _, ok := vals["udp_offload"]; ok {
+		offload := true
+		scalar(vals, "udp_offload", "", &offload, &errs)
+		l.NoUDPOffload = !offload
+	}
 	l.IP, _ = parsed(vals, "ip", "", netip.ParseAddr, wantAddr, &errs)
 	l.errs = errs
 	return nil
@@ -923,6 +933,9 @@ func (c *Config) validate() Errors {
 		if l.MTU != 0 && l.Kind != KindUserspace {
 			bad(at("mtu"), "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
 		}
+		if l.keys["udp_offload"] != 0 && l.Kind != KindUserspace {
+			bad(at("udp_offload"), "leg %q: udp_offload is for userspace legs with io: udp", l.Name)
+		}
 		if (l.Receives != 0 || l.ReceiveSize != 0) && l.Kind != KindVerbs {
 			bad(at("receives", "receive_size"), "leg %q: receives and receive_size are for verbs legs (a userspace leg's receives are its pool's)", l.Name)
 		}
@@ -954,6 +967,9 @@ func (c *Config) validate() Errors {
 		case KindUserspace:
 			if l.Interface == "" {
 				bad(l.line, "leg %q: a userspace leg needs the interface it runs on", l.Name)
+			}
+			if l.NoUDPOffload && l.IO != IOUDP {
+				bad(at("udp_offload"), "leg %q: udp_offload is for io: udp (an io: afxdp leg's packets bypass the kernel's UDP)", l.Name)
 			}
 			if l.Device != "" || l.Port != 0 {
 				bad(at("device", "port"), "leg %q: device and port are for verbs legs", l.Name)
