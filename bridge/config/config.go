@@ -202,11 +202,11 @@ type Leg struct {
 	// DCQCN on does. Without it they ignore CNPs (counted). Either way
 	// the leg answers ECN-CE marked packets with CNPs.
 	ECN bool `yaml:"ecn"`
-	// NoUDPOffload (userspace, io: udp; the file's udp_offload: false)
-	// turns off the kernel's UDP segmentation and receive offloads (GSO
-	// and GRO) on the leg's socket, which are on by default where the
-	// kernel has them.
-	NoUDPOffload bool `yaml:"-"`
+	// UDPOffload (userspace, io: udp), when false, turns off the kernel's
+	// UDP segmentation and receive offloads (GSO and GRO) on the leg's
+	// socket; unset or true, they are on where the kernel has them
+	// (NoUDPOffload says which).
+	UDPOffload *bool `yaml:"udp_offload"`
 	// Listen, Peer, Cert, Key, CA and PeerName (quic) say where the
 	// gateway accepts its peer gateway's connection and where it
 	// connects to it, and the mutual TLS of both.
@@ -721,6 +721,10 @@ func parsed[T any](vals map[string]*yaml.Node, key, what string, parse func(stri
 	return v, vals[key].Line
 }
 
+// NoUDPOffload says the file turned the leg's UDP offloads off
+// (udp_offload: false).
+func (l *Leg) NoUDPOffload() bool { return l.UDPOffload != nil && !*l.UDPOffload }
+
 // UnmarshalYAML decodes a leg from its node.
 func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line, l.keys = n.Line, linesOf(n)
@@ -743,7 +747,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	if _, ok := vals["udp_offload"]; ok {
 		offload := true
 		scalar(vals, "udp_offload", "", &offload, &errs)
-		l.NoUDPOffload = !offload
+		l.UDPOffload = &offload
 	}
 	l.IP, _ = parsed(vals, "ip", "", netip.ParseAddr, wantAddr, &errs)
 	l.errs = errs
@@ -968,7 +972,7 @@ func (c *Config) validate() Errors {
 			if l.Interface == "" {
 				bad(l.line, "leg %q: a userspace leg needs the interface it runs on", l.Name)
 			}
-			if l.NoUDPOffload && l.IO != IOUDP {
+			if l.NoUDPOffload() && l.IO != IOUDP {
 				bad(at("udp_offload"), "leg %q: udp_offload is for io: udp (an io: afxdp leg's packets bypass the kernel's UDP)", l.Name)
 			}
 			if l.Device != "" || l.Port != 0 {

@@ -84,7 +84,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		case config.IOUDP:
 			// Its multicast (groups) leaves on the leg's interface.
 			conn, err = udpconn.Listen(udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
-				NoGSO: l.NoUDPOffload, NoGRO: l.NoUDPOffload})
+				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload()})
 			return err
 		case config.IOAFXDP:
 			if u.Prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {
