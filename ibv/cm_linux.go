@@ -124,6 +124,7 @@ static int rb_cm_qp_init(struct rdma_cm_id *id, struct ibv_qp *qp) {
 	if (rdma_init_qp_attr(id, &a, &mask)) return errno ? errno : EINVAL;
 	return rb_modify(qp, &a, mask);
 }
+#define RB_MAX_RETRY_CNT 6
 // rb_cm_qp_rtr_rts moves qp INIT -> INIT -> RTR -> RTS with the attributes
 // rdma_cm gives, path_mtu lowered to cap (0: not lowered), max_dest_rd_atomic
 // and max_rd_atomic replaced unless RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH.
@@ -151,6 +152,11 @@ static int rb_cm_qp_rtr_rts(struct rdma_cm_id *id, struct ibv_qp *qp, int cap, i
 	*step = 4;
 	if (rdma_init_qp_attr(id, &a, &mask)) return errno ? errno : EINVAL;
 	if (init_depth != RDMA_MAX_INIT_DEPTH) a.max_rd_atomic = init_depth;
+	// A retry count of 7 (what the REQ of rping, perftest and the kernel's
+	// ULPs carry) is seven retries to the IBTA, but rxe (Linux 6.1's
+	// rxe_comp.c) reads it as retry forever: a peer that died would never
+	// fail this QP's work. 6 is the most retries both read alike.
+	if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > RB_MAX_RETRY_CNT) a.retry_cnt = RB_MAX_RETRY_CNT;
 	*step = 5;
 	return rb_modify(qp, &a, mask);
 }

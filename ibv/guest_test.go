@@ -120,6 +120,14 @@ func TestGuestRCOps(t *testing.T) {
 	} else {
 		t.Logf("client QP: state %v path MTU %v timeout %d retry %d rnr_retry %d max_rd_atomic %d max_dest_rd_atomic %d (cm path MTU %v)",
 			a.State, a.PathMTU, a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic, a.MaxDestRdAtomic, cli.id.PathMTU())
+		// The REQ asked 7 retries, which rxe reads as retry forever: the
+		// QP rbridge moves keeps 6.
+		if d.Kind == "rxe" && a.RetryCnt != 6 {
+			t.Errorf("client QP's retry count %d after a REQ of 7: want 6, which rxe does not read as forever", a.RetryCnt)
+		}
+	}
+	if a, err := srv.qp.Query(); err == nil && d.Kind == "rxe" && a.RetryCnt != 6 {
+		t.Errorf("server QP's retry count %d after a REQ of 7: want 6", a.RetryCnt)
 	}
 	cb, sb := cli.mr.Bytes(), srv.mr.Bytes()
 	const src = 32 << 10 // the client's outgoing data lives above the receive slots

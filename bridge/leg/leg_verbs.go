@@ -469,8 +469,10 @@ func (v *verbsLeg) Dial(ctx context.Context, to netip.AddrPort, p Params) (Conn,
 		return fail(err)
 	}
 	pd := clip(noRemoteInvalidation(p.PrivateData), cm.REQIPCMPrivateDataLen)
+	// Six retries, not seven: rxe reads 7 as retry forever (ibv's
+	// rb_cm_qp_rtr_rts), and the target's QP takes the REQ's count too.
 	err = id.Connect(ibv.ConnParam{PrivateData: pd, ResponderResources: uint8(min(p.RespRes, 255)), InitiatorDepth: uint8(min(p.InitDepth, 255)),
-		RetryCount: 7, RNRRetryCount: 7, NoMTUTrailer: true})
+		RetryCount: 6, RNRRetryCount: 7, NoMTUTrailer: true})
 	if err != nil {
 		ep.Close()
 		return fail(err)
