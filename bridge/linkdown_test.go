@@ -13,6 +13,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/leg"
 	testneeds "github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/roce/cm"
 )
@@ -90,5 +91,45 @@ routes:
 	again, _, _ := dialThrough(t, ctx, client, target, ln, "1:7471")
 	if err := again.Disconnect(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestOperStateKeepsThreads: reading a leg's link in another network
+// namespace, as the gateway does every half second, ends no OS thread of
+// the process. A thread that dies takes from `rdma res` the RDMA
+// resources it made (the kernel shows a resource while its maker's
+// thread lives), and entering the namespace on a thread of its own for
+// each read killed one each time.
+func TestOperStateKeepsThreads(t *testing.T) {
+	testneeds.Root(t, "network namespaces and a veth")
+	_, err := exec.LookPath("ip")
+	testneeds.Check(t, "ip from iproute2", err)
+	gwNS, _, gwIf, _ := vethNamespaces(t, "rbt"+fmt.Sprint(os.Getpid()%100000), "10.93.0.1/24", "10.93.0.2/24")
+	tasks := func() map[string]bool {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, e := range ents {
+			m[e.Name()] = true
+		}
+		return m
+	}
+	if _, err := leg.OperState(gwNS, gwIf); err != nil { // the first read opens the namespace's handle
+		t.Fatal(err)
+	}
+	before := tasks()
+	for range 50 {
+		s, err := leg.OperState(gwNS, gwIf)
+		if err != nil || s != "up" {
+			t.Fatalf("%s in %s: %q, %v; want up", gwIf, gwNS, s, err)
+		}
+	}
+	after := tasks()
+	for id := range before {
+		if !after[id] {
+			t.Errorf("thread %s ended while the link was read 50 times", id)
+		}
 	}
 }

@@ -3,12 +3,11 @@
 package leg
 
 import (
-	"encoding/binary"
 	"fmt"
-	"net"
-	"syscall"
+	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
 
 	"github.com/rbridge/rbridge/internal/netns"
 )
@@ -18,48 +17,57 @@ import (
 // names them.
 var operStates = [...]string{"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"}
 
-// operState returns the operational state of interface name in network
+// linkHandles are netlink handles, one per network namespace a leg named,
+// opened there once: a handle's socket stays in its namespace, so reading
+// a link there needs no thread to enter it. The gateway reads its legs'
+// links every half second (linkdown.go); entering the namespace each time
+// (netns.Do) cost an OS thread each, which dies with the goroutine, and a
+// thread that had made RDMA resources took their place in `rdma res`
+// with it (the kernel shows a resource while its maker's thread lives).
+var linkHandles sync.Map // namespace name -> *netlink.Handle
+
+// linkHandle returns the netlink handle of namespace ns ("": the
+// gateway's own).
+func linkHandle(ns string) (*netlink.Handle, error) {
+	if h, ok := linkHandles.Load(ns); ok {
+		return h.(*netlink.Handle), nil
+	}
+	var h *netlink.Handle
+	var err error
+	if ns == "" {
+		h, err = netlink.NewHandle()
+	} else {
+		var nsh vnetns.NsHandle
+		if nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
+			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
+		}
+		h, err = netlink.NewHandleAt(nsh)
+		nsh.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("netlink in network namespace %q: %w", ns, err)
+	}
+	if prev, loaded := linkHandles.LoadOrStore(ns, h); loaded {
+		h.Close()
+		return prev.(*netlink.Handle), nil
+	}
+	return h, nil
+}
+
+// OperState returns the operational state of interface name in network
 // namespace ns ("": the gateway's own), from the kernel's link table
 // (netlink: sysfs shows the namespace it was mounted in, not the leg's).
 func OperState(ns, name string) (string, error) {
-	var state string
-	err := netns.Do(ns, func() error {
-		ifi, err := net.InterfaceByName(name)
-		if err != nil {
-			return err
-		}
-		rib, err := syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
-		if err != nil {
-			return fmt.Errorf("netlink RTM_GETLINK: %w", err)
-		}
-		msgs, err := syscall.ParseNetlinkMessage(rib)
-		if err != nil {
-			return fmt.Errorf("netlink RTM_GETLINK: %w", err)
-		}
-		for i := range msgs {
-			m := &msgs[i]
-			// struct ifinfomsg: family, pad, type (16), index (32), ...
-			if m.Header.Type != syscall.RTM_NEWLINK || len(m.Data) < syscall.SizeofIfInfomsg ||
-				int(int32(binary.NativeEndian.Uint32(m.Data[4:8]))) != ifi.Index {
-				continue
-			}
-			attrs, err := syscall.ParseNetlinkRouteAttr(m)
-			if err != nil {
-				return fmt.Errorf("netlink link %s: %w", name, err)
-			}
-			for _, a := range attrs {
-				if a.Attr.Type == unix.IFLA_OPERSTATE && len(a.Value) == 1 {
-					if int(a.Value[0]) < len(operStates) {
-						state = operStates[a.Value[0]]
-					} else {
-						state = fmt.Sprintf("operstate %d", a.Value[0])
-					}
-					return nil
-				}
-			}
-			return fmt.Errorf("netlink link %s: no operational state", name)
-		}
-		return fmt.Errorf("netlink: no link %s (index %d)", name, ifi.Index)
-	})
-	return state, err
+	h, err := linkHandle(ns)
+	if err != nil {
+		return "", err
+	}
+	l, err := h.LinkByName(name)
+	if err != nil {
+		return "", fmt.Errorf("netlink link %s: %w", name, err)
+	}
+	if s := int(l.Attrs().OperState); s < len(operStates) {
+		return operStates[s], nil
+	}
+	return fmt.Sprintf("operstate %d", l.Attrs().OperState), nil
 }

@@ -240,7 +240,10 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		}
 		defer control.Close(context.Background())
 	}
-	sig := make(chan os.Signal, 1)
+	// Room for a burst: signal.Notify drops a signal that finds the
+	// channel full, and a SIGTERM behind a SIGUSR1 being handled must
+	// not be lost.
+	sig := make(chan os.Signal, 16)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGHUP)
 	defer signal.Stop(sig)
 	// Every leg is open and every route listens: ready (under systemd,
