@@ -106,6 +106,9 @@ type Gateway struct {
 	// linkDown are the userspace and verbs legs whose link is down, and
 	// why (linkdown.go).
 	linkDown map[string]error
+	// linkDowns counts, per leg, the link-down events seen and the
+	// sessions they ended (kept for /metrics).
+	linkDowns map[string]*linkCounts
 	// groups are the multicast groups relaying (mcast.go), by name: the
 	// file's and those the joined_on entries found; joined are those
 	// entries (joined.go), by name.
@@ -239,7 +242,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]leg.Status{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry, protocols: map[routeProtocol]*staging.Stats{},
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{},
-		linkDown: map[string]error{}}
+		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err

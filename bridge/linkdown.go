@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -21,6 +22,12 @@ import (
 // says which leg is down meanwhile (Ready). A quic leg's state is its
 // peer gateway's connection, which reconnects on its own: not watched
 // here.
+
+// linkCounts counts a leg's link-down events and the sessions they
+// ended (/metrics).
+type linkCounts struct {
+	downs, cut atomic.Uint64
+}
 
 // LinkPoll is how often the gateway reads its legs' links.
 const LinkPoll = 500 * time.Millisecond
@@ -65,6 +72,13 @@ func (g *Gateway) checkLinks() {
 					cut = append(cut, s)
 				}
 			}
+			c := g.linkDowns[name]
+			if c == nil {
+				c = &linkCounts{}
+				g.linkDowns[name] = c
+			}
+			c.downs.Add(1)
+			c.cut.Add(uint64(len(cut)))
 			g.mu.Unlock()
 			g.log.Warn("a leg's link went down: its sessions end, and connections whose target is through it are refused until it is up",
 				"leg", name, "why", err, "sessions", len(cut))

@@ -73,6 +73,16 @@ routes:
 	if err := g.Ready(); err == nil || !strings.Contains(err.Error(), `leg "b"`) {
 		t.Errorf("ready with leg b down: %v, want an error naming it", err)
 	}
+	m, _ := scrape(t, startAdmin(t, g))
+	for name, want := range map[string]float64{
+		`rbridge_leg_link_downs_total{leg="b"}`:               1,
+		`rbridge_leg_link_down_sessions_ended_total{leg="b"}`: 1,
+		`rbridge_leg_link_downs_total{leg="a"}`:               0,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
 	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = client.cm.Dial(dctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
 	dcancel()

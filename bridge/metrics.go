@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -186,6 +187,10 @@ var (
 		"The leg's QPs DCQCN holds below their line rate now, after CNPs (each session's rate is in /status).", []string{"leg"}, nil)
 	descLegUp = prometheus.NewDesc("rbridge_leg_up",
 		"1 while the leg's link carries traffic (a verbs leg's port ACTIVE; a userspace leg's interface operationally up, or unknown as loopback's is), else 0; /status names the state.", []string{"leg"}, nil)
+	descLegDowns = prometheus.NewDesc("rbridge_leg_link_downs_total",
+		"Times the gateway saw the leg's link go down (a userspace leg's interface, a verbs leg's port), each ending every session through it.", []string{"leg"}, nil)
+	descLegSessionsCut = prometheus.NewDesc("rbridge_leg_link_down_sessions_ended_total",
+		"Sessions the gateway ended because a leg they crossed went down.", []string{"leg"}, nil)
 	descLegMTU      = prometheus.NewDesc("rbridge_leg_path_mtu_bytes", "The largest path MTU a userspace leg carries.", []string{"leg"}, nil)
 	descPoolBuffers = prometheus.NewDesc("rbridge_pool_buffers", "Buffers of a pool class.", []string{"class_bytes"}, nil)
 	descPoolInUse   = prometheus.NewDesc("rbridge_pool_buffers_in_use", "Buffers of a pool class held now (payloads in flight, posted receives, AF_XDP frames).", []string{"class_bytes"}, nil)
@@ -351,8 +356,11 @@ type legMetrics struct {
 	name  string
 	state string // the link's state (LegStatus.State)
 	up    bool
-	nic   *nicPort // verbs legs whose port counters were found
-	port  *portcounters.Port
+	// downs and cut: the link-down events the gateway saw, and the
+	// sessions they ended (linkdown.go).
+	downs, cut uint64
+	nic        *nicPort // verbs legs whose port counters were found
+	port       *portcounters.Port
 	leg.Counters
 }
 
@@ -387,6 +395,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 		m.protocols = append(m.protocols, protocolMetrics{routeProtocol: rp, stats: st.Snapshot()})
 	}
 	cfg := g.cfg
+	downs := maps.Clone(g.linkDowns)
 	g.mu.Unlock()
 	slices.SortFunc(m.protocols, func(a, b protocolMetrics) int {
 		return cmp.Or(strings.Compare(a.route, b.route), strings.Compare(a.protocol, b.protocol))
@@ -406,6 +415,9 @@ func (g *Gateway) metrics() metricsSnapshot {
 		// A verbs leg's port is read once for its state and counters; a
 		// port unreadable now (the device went away) is down and has no
 		// counters this scrape.
+		if c := downs[name]; c != nil {
+			lm.downs, lm.cut = c.downs.Load(), c.cut.Load()
+		}
 		var p *portcounters.Port
 		lm.state, lm.up, p = g.linkState(name)
 		if n := g.nics[name]; n != nil && p != nil {
@@ -454,7 +466,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		descJoinedGroups, descJoinedEvents, descJoinedIGMP} {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegUp, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
+	for _, d := range []*prometheus.Desc{descSessionsOpen, descLegUp, descLegDowns, descLegSessionsCut, descLegMTU, descRateLimited, descPoolBuffers, descPoolInUse, descPoolGets, descPoolEmpty, descPoolOver} {
 		ch <- d
 	}
 	describe(ch, transportCounters)
@@ -567,6 +579,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descLegUp, prometheus.GaugeValue, up, l.name)
+		ch <- prometheus.MustNewConstMetric(descLegDowns, prometheus.CounterValue, float64(l.downs), l.name)
+		ch <- prometheus.MustNewConstMetric(descLegSessionsCut, prometheus.CounterValue, float64(l.cut), l.name)
 		if l.MTU > 0 {
 			ch <- prometheus.MustNewConstMetric(descLegMTU, prometheus.GaugeValue, float64(l.MTU), l.name)
 		}
