@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/rbridge/rbridge/internal/netns"
 )
@@ -32,16 +33,18 @@ func linkHandle(ns string) (*netlink.Handle, error) {
 	if h, ok := linkHandles.Load(ns); ok {
 		return h.(*netlink.Handle), nil
 	}
+	// The route family alone: a handle asks for every family it is not
+	// told, and a kernel without XFRM (the guest's) refuses that one.
 	var h *netlink.Handle
 	var err error
 	if ns == "" {
-		h, err = netlink.NewHandle()
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	} else {
 		var nsh vnetns.NsHandle
 		if nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
 			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
 		}
-		h, err = netlink.NewHandleAt(nsh)
+		h, err = netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
 		nsh.Close()
 	}
 	if err != nil {
