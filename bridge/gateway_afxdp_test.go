@@ -4,9 +4,7 @@ package bridge_test
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
-	testneeds "github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -30,11 +27,7 @@ import (
 // (issue 22). The resolution is counted on /metrics, which promtool
 // passes.
 func TestGatewayAFXDPFirstConnection(t *testing.T) {
-	testneeds.Root(t, "XDP, AF_XDP, network namespaces")
-	_, err := exec.LookPath("ip")
-	testneeds.Check(t, "ip from iproute2", err)
-	tag := fmt.Sprint(os.Getpid() % 100000)
-	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "rbf"+tag, "10.95.0.1/24", "10.95.0.2/24")
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "XDP, AF_XDP, network namespaces", "rbf", "10.95.0.1/24", "10.95.0.2/24")
 	neighbour := func() string {
 		t.Helper()
 		out, err := exec.Command("ip", "-n", gwNS, "neigh", "show", "to", "10.95.0.2", "dev", gwIf).CombinedOutput()

@@ -48,11 +48,7 @@ func testGatewayJoined(t *testing.T, version int) {
 	if guest.InGuest() {
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these gateways run on the host")
 	}
-	needs.Root(t, "network namespaces, AF_PACKET sockets")
-	_, err := exec.LookPath("ip")
-	needs.Check(t, "ip from iproute2", err)
-	tag := fmt.Sprintf("%d%d", os.Getpid()%100000, version)
-	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "rbj"+tag, "10.97.0.1/24", "10.97.0.2/24")
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "network namespaces, AF_PACKET sockets", fmt.Sprintf("rbj%d", version), "10.97.0.1/24", "10.97.0.2/24")
 	if err := netns.Do(peerNS, func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/conf/"+peerIf+"/force_igmp_version", []byte(fmt.Sprint(version)), 0)
 	}); err != nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -15,7 +13,6 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
-	testneeds "github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/internal/testlog"
 	"github.com/rbridge/rbridge/roce"
@@ -46,11 +43,7 @@ func TestGatewayGroupAFXDP(t *testing.T) {
 }
 
 func testGatewayGroupAFXDP(t *testing.T, keys string, both bool) {
-	testneeds.Root(t, "XDP, AF_XDP, network namespaces")
-	_, err := exec.LookPath("ip")
-	testneeds.Check(t, "ip from iproute2", err)
-	tag := fmt.Sprint(os.Getpid() % 100000)
-	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "rbg"+tag, "10.96.0.1/24", "10.96.0.2/24")
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "XDP, AF_XDP, network namespaces", "rbg", "10.96.0.1/24", "10.96.0.2/24")
 
 	y := strings.NewReplacer("127.0.10.", loNet, "GROUP", mcastGroup.String(), "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
   - {name: a, kind: userspace, interface: GWIF, ip: 10.96.0.1, io: afxdp, netns: GWNS}

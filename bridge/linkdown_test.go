@@ -3,7 +3,6 @@ package bridge_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/bridge/leg"
-	testneeds "github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/roce/cm"
 )
 
@@ -24,11 +22,7 @@ import (
 // (Ready) names the leg; a new connection whose target is through it is
 // rejected; once the link is up, a new connection goes through again.
 func TestGatewayLinkDown(t *testing.T) {
-	testneeds.Root(t, "network namespaces and a veth")
-	_, err := exec.LookPath("ip")
-	testneeds.Check(t, "ip from iproute2", err)
-	tag := fmt.Sprint(os.Getpid() % 100000)
-	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "rbl"+tag, "10.94.0.1/24", "10.94.0.2/24")
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbl", "10.94.0.1/24", "10.94.0.2/24")
 	link := func(state string) {
 		t.Helper()
 		if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, state).CombinedOutput(); err != nil {
@@ -111,10 +105,7 @@ routes:
 // thread lives), and entering the namespace on a thread of its own for
 // each read killed one each time.
 func TestOperStateKeepsThreads(t *testing.T) {
-	testneeds.Root(t, "network namespaces and a veth")
-	_, err := exec.LookPath("ip")
-	testneeds.Check(t, "ip from iproute2", err)
-	gwNS, _, gwIf, _ := vethNamespaces(t, "rbt"+fmt.Sprint(os.Getpid()%100000), "10.93.0.1/24", "10.93.0.2/24")
+	gwNS, _, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbt", "10.93.0.1/24", "10.93.0.2/24")
 	tasks := func() map[string]bool {
 		ents, err := os.ReadDir("/proc/self/task")
 		if err != nil {

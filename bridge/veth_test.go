@@ -1,17 +1,26 @@
 package bridge_test
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	testneeds "github.com/rbridge/rbridge/internal/needs"
 )
 
-// vethNamespaces makes two network namespaces, <name>gw and <name>pe,
-// joined by a veth whose ends (<name>g, <name>p) hold gwAddr and peerAddr
-// (prefixes, as "10.96.0.1/24"), every link up, loopback too. They are
-// deleted when the test ends. The caller checks for root and ip first.
-func vethNamespaces(t *testing.T, name, gwAddr, peerAddr string) (gwNS, peerNS, gwIf, peerIf string) {
+// vethNamespaces makes two network namespaces, <name><pid>gw and
+// <name><pid>pe, joined by a veth whose ends (...g, ...p) hold gwAddr and
+// peerAddr (prefixes, as "10.96.0.1/24"), every link up, loopback too.
+// They are deleted when the test ends. It needs root and ip, for why (the
+// test fails without them where they must be, else skips, saying so).
+func vethNamespaces(t *testing.T, why, name, gwAddr, peerAddr string) (gwNS, peerNS, gwIf, peerIf string) {
 	t.Helper()
+	testneeds.Root(t, why)
+	_, err := exec.LookPath("ip")
+	testneeds.Check(t, "ip from iproute2", err)
+	name += fmt.Sprint(os.Getpid() % 100000)
 	gwNS, peerNS, gwIf, peerIf = name+"gw", name+"pe", name+"g", name+"p"
 	ip := func(args ...string) {
 		t.Helper()
