@@ -19,8 +19,9 @@ import (
 	"github.com/rbridge/rbridge/roce"
 )
 
-// listenFree opens a conn on ip at a port the kernel says is free.
-func listenFree(t *testing.T, ip string, o Options) *Conn {
+// listenFree opens a conn on ip at a port the kernel says is free (the
+// external tests have it as ListenFree: export_linux_test.go).
+func listenFree(t testing.TB, ip string, o Options) *Conn {
 	t.Helper()
 	for port := 40000 + os.Getpid()%10000; port < 65000; port += 11 {
 		o.Addr = netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))

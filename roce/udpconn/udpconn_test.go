@@ -32,19 +32,7 @@ func listen(t testing.TB, ip string) *udpconn.Conn {
 // listenWith is listen with options (Addr is set here).
 func listenWith(t testing.TB, ip string, o udpconn.Options) *udpconn.Conn {
 	t.Helper()
-	for port := 40000 + os.Getpid()%10000; port < 65000; port += 7 {
-		o.Addr = netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))
-		c, err := udpconn.Listen(o)
-		if err == nil {
-			t.Cleanup(func() { c.Close() })
-			return c
-		}
-		if !errors.Is(err, unix.EADDRINUSE) {
-			t.Fatal(err)
-		}
-	}
-	t.Fatal("no free port")
-	return nil
+	return udpconn.ListenFree(t, ip, o)
 }
 
 func packet(op roce.Opcode, qpn uint32, payload []byte) []byte {
