@@ -143,7 +143,7 @@ func startRbridge(t testing.TB, netns, path, cfg string, flags ...string) (*sync
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
-			if err != nil {
+			if _, killed := killedGateways.Load(cmd.Process.Pid); err != nil && !killed {
 				t.Errorf("%s ended with %v after SIGTERM", where, err)
 			}
 		case <-time.After(30 * time.Second):
@@ -170,6 +170,28 @@ func startRbridge(t testing.TB, netns, path, cfg string, flags ...string) (*sync
 		time.Sleep(50 * time.Millisecond)
 	}
 	return out, cmd.Process
+}
+
+// killedGateways are the pids of gateways a test killed on purpose
+// (killGateway): their end is not a failure.
+var killedGateways sync.Map
+
+// killGateway ends a gateway started by startRbridge with SIGKILL, as a
+// crash would, and waits until it is gone.
+func killGateway(t *testing.T, p *os.Process) {
+	t.Helper()
+	killedGateways.Store(p.Pid, true)
+	if err := p.Kill(); err != nil {
+		t.Fatalf("SIGKILL rbridge run (pid %d): %v", p.Pid, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/exe", p.Pid)); err != nil {
+			return // reaped, or a zombie whose resources the kernel freed
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rbridge run (pid %d) still there 10 s after SIGKILL", p.Pid)
+		}
+	}
 }
 
 // waitListen waits until an rdma_cm listener of the named program exists.

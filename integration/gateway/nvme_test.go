@@ -95,13 +95,21 @@ const nvmeDiscoveryNQN = "nqn.2014-08.org.nvmexpress.discovery"
 // nvmeConnectNQN is nvmeConnect to the subsystem nqn.
 func nvmeConnectNQN(t testing.TB, traddr, hostAddr, nqn string) string {
 	t.Helper()
+	return nvmeConnectLoss(t, traddr, hostAddr, nqn, 30*time.Second)
+}
+
+// nvmeConnectLoss is nvmeConnectNQN with the host's ctrl_loss_tmo: how
+// long it tries to reconnect a controller whose path failed (every 5 s)
+// before it removes it.
+func nvmeConnectLoss(t testing.TB, traddr, hostAddr, nqn string, loss time.Duration) string {
+	t.Helper()
 	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
 	if err != nil {
 		t.Fatalf("open /dev/nvme-fabrics: %v", err)
 	}
 	defer f.Close()
-	opts := fmt.Sprintf("transport=rdma,traddr=%s,trsvcid=4420,nqn=%s,host_traddr=%s,nr_io_queues=2,queue_size=32,ctrl_loss_tmo=30,reconnect_delay=5",
-		traddr, nqn, hostAddr)
+	opts := fmt.Sprintf("transport=rdma,traddr=%s,trsvcid=4420,nqn=%s,host_traddr=%s,nr_io_queues=2,queue_size=32,ctrl_loss_tmo=%d,reconnect_delay=5",
+		traddr, nqn, hostAddr, int(loss.Seconds()))
 	if _, err := f.Write([]byte(opts)); err != nil {
 		res, _ := exec.Command("rdma", "res", "show", "qp").CombinedOutput()
 		t.Fatalf("nvme connect %s: %v\n%s\n%s\nrdma res show qp:\n%s", opts, err, dmesg("nvme"), dmesg("rxe"), res)
