@@ -25,7 +25,7 @@ DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibver
                 ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
                 cpio linux-source-6.1 xz-utils gcc make prometheus nfs-kernel-server
 
-.PHONY: help deps deps-build deps-vm integration baseline-docs build install test test-host unit race nocgo bench generate check-generate fmt vet
+.PHONY: help deps deps-build deps-vm integration soak baseline-docs build install test test-host unit race nocgo bench generate check-generate fmt vet
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -120,6 +120,16 @@ VMRUN       = $(GO) run ./integration/cmd/vmrun -timeout $(VM_TIMEOUT)
 
 integration: deps-vm ## tests in the qemu guest with rxe and siw, then the baseline (RUN=, PKG=, GUEST_BENCH=, GUEST_BENCHTIME=, GUEST_COUNT=)
 	$(VMRUN) -pkg '$(PKG)' -run '$(RUN)' -bench '$(GUEST_BENCH)' -benchtime '$(GUEST_BENCHTIME)' -count $(GUEST_COUNT) -baseline=$(BASELINE)
+
+# The soak (not in CI): rbridge run in the guest under churn, traffic and 1%
+# loss for DURATION, its resources sampled at rest every SOAK_SAMPLE; its
+# figures are in .cache/vm/run/artifacts/gateway.rxe0/soak.md afterwards.
+DURATION    ?= 10m
+SOAK_SAMPLE ?= 30s
+SOAK_TIMEOUT ?= 60m
+soak: deps-vm ## the soak in the guest (DURATION=10m, SOAK_SAMPLE=30s, SOAK_TIMEOUT=60m): fails when a resource grows or a workload fails
+	$(VMRUN) -pkg ./integration/gateway -run '^TestGuestSoak$$' -baseline=false -timeout $(SOAK_TIMEOUT) -test-timeout $(SOAK_TIMEOUT) \
+		-env RBRIDGE_SOAK=$(DURATION) -env RBRIDGE_SOAK_SAMPLE=$(SOAK_SAMPLE)
 
 baseline-docs: deps-vm ## run the guest's perftest/rping baseline and write it into docs/performance.md
 	$(VMRUN) -tests=false -docs docs/performance.md

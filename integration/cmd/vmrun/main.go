@@ -41,13 +41,19 @@ func main() {
 		kernel      = flag.String("kernel", "", "guest kernel version (default: the one linux-image-amd64 installed)")
 		memory      = flag.String("m", "2G", "guest memory")
 		cpus        = flag.Int("smp", 2, "guest CPUs")
+		env         envFlag
 	)
+	flag.Var(&env, "env", "KEY=VALUE for the test binaries' environment (repeatable; a soak's RBRIDGE_SOAK=10m)")
 	flag.Parse()
+	if err := harness.CheckEnv(env); err != nil {
+		fmt.Fprintf(os.Stderr, "vmrun: -env: %v\n", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := vmrun(ctx, options{
 		pkgs: strings.Fields(*pkg), run: *run, bench: *bench, benchTime: *benchTime, count: *count, timeout: *timeout, testTimeout: *testTimeout,
-		baseline: *baseline, tests: *tests, docs: *docs, cache: *cache, kernel: *kernel, memory: *memory, cpus: *cpus,
+		baseline: *baseline, tests: *tests, docs: *docs, cache: *cache, kernel: *kernel, memory: *memory, cpus: *cpus, env: env,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "vmrun: %v\n", err)
@@ -68,7 +74,14 @@ type options struct {
 	docs, cache, kernel  string
 	memory               string
 	cpus                 int
+	env                  []string
 }
+
+// envFlag collects repeated -env KEY=VALUE flags.
+type envFlag []string
+
+func (e *envFlag) String() string     { return strings.Join(*e, " ") }
+func (e *envFlag) Set(v string) error { *e = append(*e, v); return nil }
 
 // devices are the device passes init.sh runs each binary in, in order.
 var devices = []string{"rxe0", "siw0"}
@@ -135,7 +148,7 @@ func vmrun(ctx context.Context, o options) (int, error) {
 	}
 	initrd := filepath.Join(rundir, "initrd.img")
 	if err := writeInitrd(initrd, img, pkgs, test2json, rbridge, harness.RunConfig{
-		Run: o.run, Bench: o.bench, BenchTime: o.benchTime, Count: o.count, TestTimeout: o.testTimeout.String(), Baseline: o.baseline,
+		Run: o.run, Bench: o.bench, BenchTime: o.benchTime, Count: o.count, TestTimeout: o.testTimeout.String(), Baseline: o.baseline, Env: o.env,
 	}); err != nil {
 		return 1, err
 	}

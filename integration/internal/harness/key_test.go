@@ -31,6 +31,22 @@ func TestRunConfigQuoting(t *testing.T) {
 	}
 }
 
+func TestRunConfigEnv(t *testing.T) {
+	got := RunConfig{TestTimeout: "5m0s", Env: []string{"RBRIDGE_SOAK=10m", "A_B='x y'"}}.script()
+	want := "RUN=''\nBENCH=''\nBENCHTIME='1s'\nCOUNT=1\nTEST_TIMEOUT='5m0s'\nBASELINE=0\nexport RBRIDGE_SOAK='10m'\nexport A_B=''\\''x y'\\'''\n"
+	if got != want {
+		t.Errorf("script() = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"NOEQUALS", "=v", "1A=v", "A-B=v", "A B=v", "$(x)=v"} {
+		if err := CheckEnv([]string{bad}); err == nil {
+			t.Errorf("CheckEnv(%q) = nil, want an error", bad)
+		}
+	}
+	if err := CheckEnv([]string{"RBRIDGE_SOAK=10m", "X=", "_a1=b=c"}); err != nil {
+		t.Errorf("CheckEnv of good pairs: %v", err)
+	}
+}
+
 func TestPackageID(t *testing.T) {
 	for in, want := range map[string]string{
 		"github.com/rbridge/rbridge/ibv":               "ibv",

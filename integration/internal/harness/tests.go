@@ -139,6 +139,9 @@ type RunConfig struct {
 	Count       int    // -test.count, 0 for 1: benchmarks run this many times, interleaved by binary
 	TestTimeout string // -test.timeout per binary and pass
 	Baseline    bool   // run the perftest/rping baseline
+	// Env are KEY=VALUE pairs the test binaries get in their environment
+	// (a soak's duration); a key is letters, digits and underscores.
+	Env []string
 }
 
 // shellQuote quotes s for a POSIX shell.
@@ -156,8 +159,31 @@ func (c RunConfig) script() string {
 	if benchTime == "" {
 		benchTime = "1s"
 	}
-	return fmt.Sprintf("RUN=%s\nBENCH=%s\nBENCHTIME=%s\nCOUNT=%d\nTEST_TIMEOUT=%s\nBASELINE=%s\n",
+	script := fmt.Sprintf("RUN=%s\nBENCH=%s\nBENCHTIME=%s\nCOUNT=%d\nTEST_TIMEOUT=%s\nBASELINE=%s\n",
 		shellQuote(c.Run), shellQuote(c.Bench), shellQuote(benchTime), count, shellQuote(c.TestTimeout), baseline)
+	for _, kv := range c.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		script += "export " + k + "=" + shellQuote(v) + "\n"
+	}
+	return script
+}
+
+// CheckEnv checks KEY=VALUE pairs for RunConfig.Env: each has a key of
+// letters, digits and underscores, not starting with a digit.
+func CheckEnv(env []string) error {
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		valid := ok && k != "" && (k[0] < '0' || k[0] > '9')
+		for _, r := range k {
+			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				valid = false
+			}
+		}
+		if !valid {
+			return fmt.Errorf("environment %q: want KEY=VALUE, the key of letters, digits and underscores", kv)
+		}
+	}
+	return nil
 }
 
 // WriteOverlay writes the per-run cpio archive that the kernel unpacks after
