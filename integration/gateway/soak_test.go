@@ -65,6 +65,9 @@ type soakWork struct {
 	rounds map[string]int
 	fails  []string
 	cut    []time.Duration // how long a killed rping server's client took to end
+	// perftestOwn counts the pairs that failed for perftest's own reasons
+	// under TCG (pairAgain), by reason.
+	perftestOwn map[string]int
 }
 
 // round waits until the work may go on and marks a worker busy; false
@@ -94,14 +97,27 @@ func (w *soakWork) done(worker string, err error) {
 	w.cond.Broadcast()
 }
 
-// pause waits until no worker is in a round; resume lets them go on.
-func (w *soakWork) pause() {
+// pause waits until no worker is in a round (at most limit: a round
+// runs a pair of tools under a deadline of its own); resume lets them go
+// on.
+func (w *soakWork) pause(limit time.Duration) error {
+	stop := time.AfterFunc(limit, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop.Stop()
+	deadline := time.Now().Add(limit)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.paused = true
 	for w.busy > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d workers still in a round %v after the sample was due", w.busy, limit)
+		}
 		w.cond.Wait()
 	}
+	return nil
 }
 
 func (w *soakWork) resume() {
@@ -207,7 +223,7 @@ func TestGuestSoak(t *testing.T) {
 	})
 
 	start := time.Now()
-	w := &soakWork{end: start.Add(run), rounds: map[string]int{}}
+	w := &soakWork{end: start.Add(run), rounds: map[string]int{}, perftestOwn: map[string]int{}}
 	w.cond = sync.NewCond(&w.mu)
 	var workers sync.WaitGroup
 	workers.Add(2)
@@ -221,8 +237,16 @@ func TestGuestSoak(t *testing.T) {
 				err := errors.New("the round ended the test")
 				defer func() { w.done("perftest", err) }()
 				args := []string{"-s", "65536", "-n", "100"}
-				_, _, err = pairWithin(t, 3*time.Minute, tools[i%3], append([]string{"-R", "-d", ib.PeerDevice, "-p", "18515"}, args...),
+				_, _, err = pairOnce(t, 2*time.Minute, tools[i%3], append([]string{"-R", "-d", ib.PeerDevice, "-p", "18515"}, args...),
 					append(append([]string{"-R", "-d", ns.PeerDevice, "-p", "18515"}, args...), ns.IP.String()))
+				if why, own := pairAgain(err); own {
+					// perftest's own trouble under TCG, not the gateway's:
+					// the next round runs another pair.
+					w.mu.Lock()
+					w.perftestOwn[why]++
+					w.mu.Unlock()
+					err = nil
+				}
 			}()
 		}
 	}()
@@ -242,7 +266,10 @@ func TestGuestSoak(t *testing.T) {
 	var samples []soakSample
 	for next := start.Add(every); ; next = next.Add(every) {
 		time.Sleep(time.Until(next))
-		w.pause()
+		if err := w.pause(4 * time.Minute); err != nil {
+			w.resume()
+			t.Fatalf("sample at %v: %v", time.Since(start).Round(time.Second), err)
+		}
 		s, err := soakSampleOf(admin, proc.Pid, logs)
 		w.resume()
 		if err != nil {
@@ -270,7 +297,7 @@ func TestGuestSoak(t *testing.T) {
 	}
 
 	w.mu.Lock()
-	rounds, fails, cut := w.rounds, w.fails, w.cut
+	rounds, fails, cut, own := w.rounds, w.fails, w.cut, w.perftestOwn
 	w.mu.Unlock()
 	for _, f := range fails {
 		t.Error(f)
@@ -281,6 +308,9 @@ func TestGuestSoak(t *testing.T) {
 	}
 	if len(cut) == 0 {
 		t.Errorf("no rping server was killed mid-run: the soak proved nothing of stranded sessions")
+	}
+	if len(own) > 0 {
+		t.Logf("perftest pairs that failed for perftest's own reasons under TCG (not counted as failures): %v", own)
 	}
 	report := soakReport(samples, run, rounds, probes, cut)
 	t.Logf("soak figures:\n%s", report)

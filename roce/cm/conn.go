@@ -97,7 +97,11 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // Disconnect releases an established connection: it moves the QP to the
 // error state, sends a DREQ and waits for the DREP (or for every retry to
-// go unanswered, or for ctx). The QP stays the caller's to close.
+// go unanswered, or for ctx). The QP stays the caller's to close. When ctx
+// ends first, the DREQ goes on being resent in the background until its
+// DREP or its last retry (MaxRetries): a peer that cannot hear it now (its
+// link down for a while) hears it when it can, instead of waiting on a
+// connection that is gone.
 func (c *Conn) Disconnect(ctx context.Context) error {
 	m := c.m
 	m.mu.Lock()
@@ -124,9 +128,6 @@ func (c *Conn) Disconnect(ctx context.Context) error {
 	case <-c.done:
 		return nil
 	case <-ctx.Done():
-		m.mu.Lock()
-		c.finishLocked(nil)
-		m.mu.Unlock()
 		return ctx.Err()
 	}
 }

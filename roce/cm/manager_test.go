@@ -195,6 +195,56 @@ func TestServerDisconnects(t *testing.T) {
 	}
 }
 
+// TestDREQOutlivesDisconnect: a peer that cannot hear the DREQ when
+// Disconnect gives up waiting (its link down) hears it once it can: the
+// DREQ goes on being resent after Disconnect's context ended, and the
+// peer's connection is released.
+func TestDREQOutlivesDisconnect(t *testing.T) {
+	var deaf atomic.Bool
+	var dreqs atomic.Int32
+	n := simnet.New(simnet.Options{Filter: func(from, to netip.AddrPort, pkt []byte) bool {
+		if to.Addr() != netip.MustParseAddr("10.0.0.1") || !deaf.Load() {
+			return true
+		}
+		if len(pkt) >= roce.BTHLen+roce.DETHLen+cm.MADLen && roce.BTH(pkt).DestQP() == 1 && cm.MADHeader(pkt[roce.BTHLen+roce.DETHLen:]).AttrID() == cm.AttrDREQ {
+			dreqs.Add(1)
+		}
+		return false
+	}})
+	cli, srv := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	cc, sc := connect(t, cli, srv, 7476, nil, nil)
+	deaf.Store(true)
+	ctx, cancel := context.WithTimeout(ctxT(t), 50*time.Millisecond)
+	defer cancel()
+	if err := sc.Disconnect(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("disconnect from a deaf client: %v, want its context's end", err)
+	}
+	wait := ctxT(t)
+	for dreqs.Load() < 4 { // the retries (20 ms apart here) go on
+		select {
+		case <-wait.Done():
+			t.Fatalf("%d DREQs sent in all: the retries stopped with Disconnect", dreqs.Load())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	select {
+	case <-cc.Done():
+		t.Fatal("the deaf client's connection was released: the test proved nothing")
+	default:
+	}
+	deaf.Store(false)
+	select {
+	case <-cc.Done():
+	case <-ctxT(t).Done():
+		t.Fatalf("the client never heard the DREQ once it could (%d lost before)", dreqs.Load())
+	}
+	select {
+	case <-sc.Done(): // the DREP came back
+	case <-ctxT(t).Done():
+		t.Fatal("the server's connection was not released by the client's DREP")
+	}
+}
+
 func TestRejectUnknownService(t *testing.T) {
 	n := simnet.New(simnet.Options{})
 	cli, _ := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
