@@ -72,6 +72,12 @@ func (g *Gateway) checkLinks() {
 					cut = append(cut, s)
 				}
 			}
+			var udCut []*udPair
+			for p := range g.udPairs {
+				if p.legs[0] == name || p.legs[1] == name {
+					udCut = append(udCut, p)
+				}
+			}
 			c := g.linkDowns[name]
 			if c == nil {
 				c = &linkCounts{}
@@ -81,9 +87,12 @@ func (g *Gateway) checkLinks() {
 			c.cut.Add(uint64(len(cut)))
 			g.mu.Unlock()
 			g.log.Warn("a leg's link went down: its sessions end, and connections whose target is through it are refused until it is up",
-				"leg", name, "why", err, "sessions", len(cut))
+				"leg", name, "why", err, "sessions", len(cut), "ud_clients", len(udCut))
 			for _, s := range cut {
 				s.End(fmt.Errorf("%w: %w", ErrLinkDown, err))
+			}
+			for _, p := range udCut {
+				p.end(fmt.Errorf("%w: %w", ErrLinkDown, err))
 			}
 		case err == nil && was != nil:
 			delete(g.linkDown, name)

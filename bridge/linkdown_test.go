@@ -14,6 +14,7 @@ import (
 	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/bridge/leg"
 	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/roce/transport"
 )
 
 // TestGatewayLinkDown: the interface of the leg a session's target is
@@ -132,5 +133,95 @@ func TestOperStateKeepsThreads(t *testing.T) {
 		if !after[id] {
 			t.Errorf("thread %s ended while the link was read 50 times", id)
 		}
+	}
+}
+
+// TestGatewayLinkDownUD: a UD route's client relaying through a leg
+// whose link goes down is ended (its QPs closed, as an idle one's are),
+// a resolution meanwhile is answered "no QP" at once, and once the link
+// is up a new resolution goes through.
+func TestGatewayLinkDownUD(t *testing.T) {
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbu", "10.95.0.1/24", "10.95.0.2/24")
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v: %s", gwIf, state, err, out)
+		}
+	}
+	target := newCMAppIn(t, peerNS, "", "10.95.0.2", nil)
+	ln, err := target.cm.ListenUD(7174, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tqp, tcq := target.udQP(t, 16)
+	go func() {
+		for {
+			req, err := ln.Next(context.Background())
+			if err != nil {
+				return
+			}
+			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
+		}
+	}()
+	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: GWIF, ip: 10.95.0.1, io: udp, netns: GWNS}
+routes:
+  - name: u
+    ud: true
+    listen: {leg: a, addr: "127.0.10.1:7174"}
+    target: {leg: b, addr: "10.95.0.2:7174"}
+`)
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, cfg)
+	client := newCMApp(t, lo("3"))
+	gwA := netip.MustParseAddr(lo("1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	svc, err := client.cm.ResolveUD(ctx, netip.AddrPortFrom(gwA, 7174), cm.ResolveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqp, _ := client.udQP(t, 16)
+	client.sendUD(t, cqp, gwA, svc.QPN, cqp.QPN(), 100, 'a')
+	if wc := waitUD(t, tcq); wc.Status != transport.StatusSuccess || wc.ByteLen != 100 {
+		t.Fatalf("a datagram through the route: %+v", wc)
+	}
+	clients := func() int { return len(g.Status().UDClients) }
+	if n := clients(); n != 1 {
+		t.Fatalf("%d UD clients relaying, want 1", n)
+	}
+
+	link("down")
+	for deadline := time.Now().Add(10 * time.Second); clients() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the UD client still relays 10 s after its target's leg went down")
+		}
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = client.cm.ResolveUD(rctx, netip.AddrPortFrom(gwA, 7174), cm.ResolveOptions{})
+	rcancel()
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a resolution while the target's leg is down: %v, want an answer of no QP", err)
+	}
+
+	link("up")
+	time.Sleep(3 * bridge.LinkPoll)
+	for deadline := time.Now().Add(10 * time.Second); g.Ready() != nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready 10 s after the link came up: %v", g.Ready())
+		}
+	}
+	svc, err = client.cm.ResolveUD(ctx, netip.AddrPortFrom(gwA, 7174), cm.ResolveOptions{})
+	if err != nil {
+		t.Fatalf("a resolution once the link is up: %v", err)
+	}
+	client.sendUD(t, cqp, gwA, svc.QPN, cqp.QPN(), 64, 'b')
+	if wc := waitUD(t, tcq); wc.Status != transport.StatusSuccess || wc.ByteLen != 64 {
+		t.Fatalf("a datagram once the link is up: %+v", wc)
 	}
 }

@@ -141,6 +141,7 @@ func (s *UDStatsSnapshot) Drops() []UDDrop {
 // one the client resolved) and target (the target leg's).
 type udPair struct {
 	route     string
+	legs      [2]string // the route's listen and target legs
 	stats     *UDStats
 	limit     *limitSlot // the route's, shared by its clients
 	log       *slog.Logger
@@ -157,8 +158,18 @@ type udPair struct {
 	peer     leg.UDDest // the client's QP, from its first datagram
 	havePeer bool
 
+	// cancel ends the pair (set before the pair is known to the
+	// gateway: a leg whose link goes down ends it through this); why, set
+	// before, says what ended it.
 	cancel context.CancelFunc
+	why    atomic.Pointer[error]
 	done   chan struct{}
+}
+
+// end ends the pair because of err (a leg whose link went down).
+func (p *udPair) end(err error) {
+	p.why.CompareAndSwap(nil, &err)
+	p.cancel()
 }
 
 // UDClientStatus describes one UD client of a route: its pair of gateway
@@ -183,7 +194,6 @@ func (p *udPair) status() UDClientStatus {
 
 // run relays until ctx ends or the pair has been idle for p.idle.
 func (p *udPair) run(ctx context.Context) {
-	ctx, p.cancel = context.WithCancel(ctx)
 	p.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -383,6 +393,10 @@ func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
 		noQP("the route has its most clients", fmt.Errorf("%d UD clients", n))
 		return
 	}
+	if err := g.targetDown(r); err != nil {
+		noQP("the route's target is through a leg that is down", err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(g.ctx, g.timeout)
 	out, svc, err := g.legs[r.Target.Leg].(leg.UDLeg).DialUD(ctx, r.Target.Addr, in.PrivateData())
 	cancel()
@@ -403,8 +417,11 @@ func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
 		noQP("the client-side QP could not be made", err)
 		return
 	}
-	p := &udPair{route: r.Name, stats: st, limit: &ur.limit, log: log, client: c, target: out, requester: client.Addr(), svc: svc,
-		started: time.Now(), idle: g.udIdle}
+	p := &udPair{route: r.Name, legs: [2]string{r.Listen.Leg, r.Target.Leg}, stats: st, limit: &ur.limit, log: log, client: c, target: out,
+		requester: client.Addr(), svc: svc, started: time.Now(), idle: g.udIdle}
+	pctx, pcancel := context.WithCancel(g.ctx)
+	defer pcancel()
+	p.cancel = pcancel
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -416,9 +433,13 @@ func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
 	g.mu.Unlock()
 	st.Resolved.Add(1)
 	log.Info("UD client resolved", "client_side", c.Describe(), "target_side", out.Describe(), "target_qpn", svc.QPN, "target_qkey", fmt.Sprintf("%#x", svc.QKey))
-	p.run(g.ctx)
+	p.run(pctx)
 	s := st.Snapshot()
-	log.Info("UD client ended", "age", time.Since(p.started).Round(time.Millisecond), "route_datagrams_to_target", s.Datagrams[0], "route_datagrams_to_client", s.Datagrams[1])
+	var why any = "idle, or the gateway stopped"
+	if e := p.why.Load(); e != nil {
+		why = *e
+	}
+	log.Info("UD client ended", "why", why, "age", time.Since(p.started).Round(time.Millisecond), "route_datagrams_to_target", s.Datagrams[0], "route_datagrams_to_client", s.Datagrams[1])
 	g.mu.Lock()
 	delete(g.udPairs, p)
 	// Under the lock with the delete: UDStats adds running pairs' own.
