@@ -44,6 +44,8 @@ func New(o Options) (session.Protocol, error) {
 	switch o.Protocol {
 	case config.ProtocolNVMe:
 		return newNVMeQueue(o), nil
+	case config.ProtocolNFS:
+		return newNFSConn(o), nil
 	}
 	return nil, fmt.Errorf("staging: route %q: protocol %q: %w", o.Route, o.Protocol, ErrUnknownProtocol)
 }
@@ -182,6 +184,8 @@ func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
 			return Queue{}, false
 		}
 		return Queue{Depth: depth, ResponseSize: nvme.CompletionLen}, true
+	case config.ProtocolNFS:
+		return nfsQueue(privateData), true
 	}
 	return Queue{}, false
 }
@@ -201,6 +205,8 @@ func ConnectData(protocol string, toTarget, stages bool, b []byte) ([]byte, erro
 	switch protocol {
 	case config.ProtocolNVMe:
 		return b, nil
+	case config.ProtocolNFS:
+		return nfsConnectData(toTarget, stages, b), nil
 	}
 	return b, nil
 }
