@@ -447,12 +447,13 @@ func (c *nfsConn) errorf(format string, args ...any) error {
 // receive fails the connection). The server's SENDs, replies and
 // backchannel calls, are at most the client's inline receive size, which
 // RFC 8797 private data says (the client posts receives of that size;
-// it provides a reply chunk for any reply that may not fit); without
-// it the leg's own receive size stands.
+// it provides a reply chunk for any reply that may not fit), and the
+// client's, calls and backchannel replies, at most its inline send size;
+// without RFC 8797 data the legs' own receive sizes stand.
 func nfsQueue(privateData []byte) Queue {
 	q := Queue{Depth: nfsQueueDepth}
 	if p, _, err := rpcrdma.ParseConnectPrivate(privateData); err == nil {
-		q.ResponseSize = p.RecvSize()
+		q.ResponseSize, q.RequestSize = p.RecvSize(), p.SendSize()
 	}
 	return q
 }

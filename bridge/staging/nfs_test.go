@@ -350,7 +350,8 @@ func TestNFSBackchannel(t *testing.T) {
 
 // TestNFSQueueOf: every RPC-over-RDMA connection keeps the receives the
 // Linux client's calls and backchannel may take; the server's SENDs are
-// bounded by the client's inline receive size where RFC 8797 says it.
+// bounded by the client's inline receive size, and the client's by its
+// inline send size, where RFC 8797 says them.
 func TestNFSQueueOf(t *testing.T) {
 	linux := rpcrdma.AppendConnectPrivate(nil, &rpcrdma.ConnectPrivateFields{Flags: rpcrdma.FlagSendWithInvalidateOK, SendSize: 4096, RecvSize: 4096})
 	for _, tc := range []struct {
@@ -358,8 +359,8 @@ func TestNFSQueueOf(t *testing.T) {
 		pd   []byte
 		want staging.Queue
 	}{
-		{"the Linux client's", append(linux, make([]byte, 48)...), staging.Queue{Depth: 160, ResponseSize: 4096}},
-		{"a 1 KiB receive", rpcrdma.AppendConnectPrivate(nil, &rpcrdma.ConnectPrivateFields{SendSize: 1024, RecvSize: 1024}), staging.Queue{Depth: 160, ResponseSize: 1024}},
+		{"the Linux client's", append(linux, make([]byte, 48)...), staging.Queue{Depth: 160, ResponseSize: 4096, RequestSize: 4096}},
+		{"a 1 KiB receive", rpcrdma.AppendConnectPrivate(nil, &rpcrdma.ConnectPrivateFields{SendSize: 8192, RecvSize: 1024}), staging.Queue{Depth: 160, ResponseSize: 1024, RequestSize: 8192}},
 		{"none", nil, staging.Queue{Depth: 160}},
 		{"not RFC 8797's", []byte("somebody else's private data"), staging.Queue{Depth: 160}},
 		{"cut", linux[:7], staging.Queue{Depth: 160}},

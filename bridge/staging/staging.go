@@ -157,10 +157,12 @@ func (s *Stats) Snapshot() StatsSnapshot {
 // connect request says: the messages either peer may have in flight
 // (Depth: the receives each side of the gateway keeps posted for it), and
 // the largest message the target (the listen side's far peer) sends,
-// when the protocol bounds it (ResponseSize; 0 when it does not).
+// when the protocol bounds it (ResponseSize; 0 when it does not), and the
+// largest the client sends (RequestSize; 0 when not bounded).
 type Queue struct {
 	Depth        int
 	ResponseSize int
+	RequestSize  int
 }
 
 // QueueOf reads a protocol connection's queue from the private data of
