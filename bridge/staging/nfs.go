@@ -59,7 +59,9 @@ import (
 //
 // What cannot be matched:
 //   - a call whose XID is outstanding (an RPC client reuses an XID only
-//     to retransmit, which RPC-over-RDMA does on a new connection): relayed
+//     to retransmit, which RPC-over-RDMA does on a new connection only: the
+//     Linux client drops the connection rather than retransmit on it, "to
+//     maintain credits", xprt_rdma_send_request): relayed
 //     and counted, the later call taking the XID; where the route stages
 //     it is refused (the replies could not say whose staging they end);
 //   - a reply for no outstanding call: counted and relayed as it is;
