@@ -378,8 +378,8 @@ type Route struct {
 	// zero Rate has no limit.
 	Rate Rate `yaml:"rate"`
 	// Protocol (RC routes only) names the upper-layer protocol the route
-	// carries (ProtocolNVMe, ProtocolNFS), whose messages its sessions parse in both
-	// directions; "" relays them as they are.
+	// carries (ProtocolNVMe, ProtocolNFS), whose messages its sessions
+	// parse in both directions; "" relays them as they are.
 	Protocol string `yaml:"protocol"`
 	// Liveness (RC routes only) is how long a session may be idle before
 	// it probes both its connections (a zero-length RDMA WRITE each); a

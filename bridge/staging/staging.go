@@ -167,7 +167,9 @@ type Queue struct {
 
 // QueueOf reads a protocol connection's queue from the private data of
 // the client's connect request; ok is false when the protocol has no such
-// data or this is not it (the leg's own receives then stand).
+// data or this is not it (the leg's own receives then stand). An nfs
+// connection always has one: its depth is not in the private data
+// (nfsQueue).
 func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
 	switch protocol {
 	case config.ProtocolNVMe:
