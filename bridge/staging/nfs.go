@@ -471,11 +471,5 @@ func nfsConnectData(toTarget, stages bool, b []byte) []byte {
 	if !toTarget || !stages {
 		return b
 	}
-	p, _, err := rpcrdma.ParseConnectPrivate(b)
-	if err != nil || !p.SendWithInvalidateOK() {
-		return b
-	}
-	out := append([]byte(nil), b...)
-	rpcrdma.ConnectPrivate(out).SetFlags(p.Flags() &^ rpcrdma.FlagSendWithInvalidateOK)
-	return out
+	return rpcrdma.WithoutSendWithInvalidate(b)
 }

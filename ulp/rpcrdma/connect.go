@@ -110,3 +110,18 @@ func ParseConnectPrivate(b []byte) (ConnectPrivate, int, error) {
 	}
 	return c, ConnectPrivateLen, nil
 }
+
+// WithoutSendWithInvalidate returns RFC 8797 private data with
+// RPCRDMA_CMP_F_SND_W_INV_OK cleared, in a copy (b is never written), for
+// a peer that must not invalidate keys remotely; b itself when it is not
+// such data (no magic, another version, too short) or the flag is not
+// set.
+func WithoutSendWithInvalidate(b []byte) []byte {
+	c, _, err := ParseConnectPrivate(b)
+	if err != nil || !c.SendWithInvalidateOK() {
+		return b
+	}
+	out := append([]byte(nil), b...)
+	ConnectPrivate(out).SetFlags(c.Flags() &^ FlagSendWithInvalidateOK)
+	return out
+}

@@ -149,3 +149,29 @@ func TestEncodeBufferSize(t *testing.T) {
 		t.Errorf("DecodeBufferSize(3) = %d", got)
 	}
 }
+
+// TestWithoutSendWithInvalidate: the flag is cleared in a copy, the rest
+// (other flags, bytes past the structure) kept; what is not RFC 8797
+// version 1 data, or lacks the flag, comes back as it is.
+func TestWithoutSendWithInvalidate(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, out string
+	}{
+		{"the Linux client's", "f6ab0e18 01010303", "f6ab0e18 01000303"},
+		{"other flags and padding kept", "f6ab0e18 01830303 0", "f6ab0e18 01820303 0"},
+		{"without the flag", "f6ab0e18 01000303", "f6ab0e18 01000303"},
+		{"version 2", "f6ab0e18 02010303", "f6ab0e18 02010303"},
+		{"another magic", "f6ab0e19 01010303", "f6ab0e19 01010303"},
+	} {
+		in := words(t, tc.in)
+		before := bytes.Clone(in)
+		if got := rpcrdma.WithoutSendWithInvalidate(in); !bytes.Equal(got, words(t, tc.out)) || !bytes.Equal(in, before) {
+			t.Errorf("%s: % x, want % x (the input now % x)", tc.name, got, words(t, tc.out), in)
+		}
+	}
+	for _, b := range [][]byte{nil, {0xf6, 0xab, 0x0e, 0x18, 1, 1, 3}} {
+		if got := rpcrdma.WithoutSendWithInvalidate(b); !bytes.Equal(got, b) {
+			t.Errorf("% x: % x, want it as it is", b, got)
+		}
+	}
+}
