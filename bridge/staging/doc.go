@@ -20,7 +20,12 @@
 //   - nvme.go: NVMe over Fabrics on RDMA (package ulp/nvme parses): the
 //     host side's messages are command capsules, the controller side's
 //     completions, each matched to its command by command ID on its queue
-//     (a session is one queue: the admin queue, or one I/O queue).
+//     (a session is one queue: the admin queue, or one I/O queue);
+//   - nfs.go: NFS over RDMA, RPC-over-RDMA version 1 (package ulp/rpcrdma
+//     parses): the client side's messages are calls, the server side's
+//     replies, matched by XID on the connection (a session is one
+//     connection); the segments of the calls' chunk lists are staged, and
+//     the replies' echoes of them say what the server wrote.
 //
 // Concurrency: a session calls its Protocol from both directions at once;
 // each Protocol guards its state with a mutex of its own, a leaf lock
