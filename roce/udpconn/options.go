@@ -32,6 +32,12 @@ type Options struct {
 	// send, a read, of one datagram per packet, as on a kernel without
 	// it. For comparisons (rbridge bench) and tests.
 	NoGSO, NoGRO bool
+	// FreeBind binds Addr even when no interface holds it (IP_FREEBIND,
+	// IPV6_FREEBIND): a floating address, such as a VRRP virtual IP, that
+	// may arrive later. The conn receives what is sent to Addr once it is
+	// this host's, and nothing before. Unicast only; an IPv4 conn's
+	// multicast then leaves on Interface (none: as routes say).
+	FreeBind bool
 	// Logger receives the conn's warnings (GSO turned off by a send the
 	// kernel refused); nil is slog.Default().
 	Logger *slog.Logger

@@ -3,6 +3,7 @@
 package udpconn
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -145,9 +146,14 @@ func Listen(opts Options) (*Conn, error) {
 	}
 	var uc *net.UDPConn
 	var err error
-	if group {
+	switch {
+	case group && opts.FreeBind:
+		return nil, fmt.Errorf("udpconn: listen on group %v: free bind is for a unicast address", a.Addr())
+	case group:
 		uc, err = bindGroup(a)
-	} else {
+	case opts.FreeBind:
+		uc, err = bindFree(network, a)
+	default:
 		uc, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(a))
 	}
 	if err != nil {
@@ -204,9 +210,14 @@ func Listen(opts Options) (*Conn, error) {
 		if group {
 			mreq := &unix.IPMreqn{Multiaddr: a.Addr().Unmap().As4(), Ifindex: int32(opts.Interface)}
 			serr = errors.Join(serr, unix.SetsockoptIPMreqn(int(fd), unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, mreq))
-		} else {
+		} else if !opts.FreeBind || opts.Interface > 0 {
 			// Multicast leaves from the conn's own address and interface.
+			// The kernel finds the interface from the address, unless
+			// told (a free-bound address may be on none yet).
 			mreq := &unix.IPMreqn{Address: a.Addr().As4()}
+			if opts.FreeBind {
+				mreq.Ifindex = int32(opts.Interface)
+			}
 			serr = errors.Join(serr, unix.SetsockoptIPMreqn(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_IF, mreq))
 		}
 	})
@@ -267,6 +278,32 @@ func (c *Conn) Offload() Offload {
 // bindGroup opens a UDP socket bound to the group's address itself (Go's
 // net package would bind a multicast address's wildcard, which takes the
 // port's unicast datagrams too), with SO_REUSEADDR.
+// bindFree binds a unicast address that no interface may hold yet
+// (Options.FreeBind).
+func bindFree(network string, a netip.AddrPort) (*net.UDPConn, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			if a.Addr().Is6() {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1)
+			} else {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_FREEBIND, 1)
+			}
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("free bind: %w", serr)
+		}
+		return nil
+	}}
+	pc, err := lc.ListenPacket(context.Background(), network, a.String())
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
+}
+
 func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
 	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()})
 	if a.Addr().Unmap().Is4() {
