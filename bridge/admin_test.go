@@ -60,6 +60,12 @@ func startAdmin(t *testing.T, g *bridge.Gateway) string {
 // 4 KiB receives posted.
 func dialThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener, addr string) (cc, tc *cm.Conn, cqp *transport.QP) {
 	t.Helper()
+	return dialThroughTo(t, ctx, client, target, ln, netip.MustParseAddrPort(lo(addr)))
+}
+
+// dialThroughTo is dialThrough to a route's listen address to.
+func dialThroughTo(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener, to netip.AddrPort) (cc, tc *cm.Conn, cqp *transport.QP) {
+	t.Helper()
 	accepted := make(chan *cm.Conn, 1)
 	tqp := target.qp(t)
 	go func() {
@@ -83,7 +89,7 @@ func dialThrough(t *testing.T, ctx context.Context, client, target *cmApp, ln *c
 		accepted <- c
 	}()
 	cqp = client.qp(t)
-	cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo(addr)), cm.DialOptions{QP: cqp})
+	cc, err := client.cm.Dial(ctx, to, cm.DialOptions{QP: cqp})
 	if err != nil {
 		t.Fatalf("dial through the gateway: %v", err)
 	}

@@ -109,6 +109,10 @@ type Gateway struct {
 	// linkDowns counts, per leg, the link-down events seen and the
 	// sessions they ended (kept for /metrics).
 	linkDowns map[string]*linkCounts
+	// ipHeld is whether each freebind leg's interface held its floating
+	// address at the links' last reading (linkdown.go). Used by
+	// routineLinks alone.
+	ipHeld map[string]bool
 	// groups are the multicast groups relaying (mcast.go), by name: the
 	// file's and those the joined_on entries found; joined are those
 	// entries (joined.go), by name.
@@ -242,7 +246,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]leg.Status{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry, protocols: map[routeProtocol]*staging.Stats{},
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{},
-		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}}
+		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}, ipHeld: map[string]bool{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -360,7 +364,14 @@ func CheckLegs(cfg *config.Config) error {
 				if err != nil {
 					return fmt.Errorf("interface %s: %w", l.Interface, err)
 				}
-				return leg.HasAddr(ifi, l.IP)
+				err = leg.HasAddr(ifi, l.IP)
+				switch {
+				case err != nil && l.FreeBind:
+					return nil // a floating address, on another gateway now
+				case err != nil && l.IO == config.IOUDP:
+					return fmt.Errorf("%w (a floating address that another gateway holds until this one takes over, a VRRP virtual IP, needs freebind: true)", err)
+				}
+				return err
 			})
 		case config.KindVerbs:
 			_, err = leg.FindGID(l)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/leg"
 	"github.com/rbridge/rbridge/bridge/session"
 )
 
@@ -54,6 +55,7 @@ func (g *Gateway) checkLinks() {
 			continue
 		}
 		ls := g.legNow(name)
+		g.noteAddr(name, ls)
 		if strings.HasPrefix(ls.State, "unreadable") {
 			continue // not known to be down: no change
 		}
@@ -103,6 +105,44 @@ func (g *Gateway) checkLinks() {
 		}
 	}
 }
+
+// noteAddr logs a freebind leg's floating address arriving on its
+// interface or leaving it (keepalived moved it): the moment this gateway
+// took traffic for it over, or handed it to another.
+func (g *Gateway) noteAddr(name string, ls leg.Status) {
+	if ls.IPHeld == nil {
+		return
+	}
+	held, seen := g.ipHeld[name]
+	g.ipHeld[name] = *ls.IPHeld
+	switch {
+	case !seen:
+		g.log.Info("a leg's floating address", "leg", name, "ip", ls.IP, "held", *ls.IPHeld)
+	case *ls.IPHeld && !held:
+		g.log.Info("a leg's floating address arrived: this gateway takes its traffic", "leg", name, "ip", ls.IP)
+	case !*ls.IPHeld && held:
+		// Its peers' packets now reach the gateway that holds it: the
+		// sessions through it here end, as on a link down, so their
+		// other side is not left waiting.
+		g.mu.Lock()
+		var cut []*session.Session
+		for s, info := range g.sessions {
+			if info.inLeg == name || info.outLeg == name {
+				cut = append(cut, s)
+			}
+		}
+		g.mu.Unlock()
+		g.log.Warn("a leg's floating address left: another gateway takes its traffic, and the sessions through it here end",
+			"leg", name, "ip", ls.IP, "sessions", len(cut))
+		for _, s := range cut {
+			s.End(fmt.Errorf("%w: leg %q, ip %s", ErrAddrLeft, name, ls.IP))
+		}
+	}
+}
+
+// ErrAddrLeft is why a session ended when a freebind leg it crossed lost
+// its floating address.
+var ErrAddrLeft = fmt.Errorf("a leg's floating address left this gateway")
 
 // ErrLinkDown is why a session ended when a leg it crossed went down.
 var ErrLinkDown = fmt.Errorf("a leg's link went down")

@@ -207,6 +207,14 @@ type Leg struct {
 	// socket; unset or true, they are on where the kernel has them
 	// (NoUDPOffload says which).
 	UDPOffload *bool `yaml:"udp_offload"`
+	// FreeBind (userspace, io: udp) lets the leg's ip be an address the
+	// interface does not hold yet: a floating address (a VRRP virtual
+	// IP) that keepalived moves to this gateway when the one holding it
+	// fails. The leg's socket is bound to it all the same (IP_FREEBIND),
+	// so a standby gateway runs warm and answers the moment the address
+	// arrives; readiness does not wait for it. Without it, an ip the
+	// interface does not hold is refused (a typo stays an error).
+	FreeBind bool `yaml:"freebind"`
 	// Listen, Peer, Cert, Key, CA and PeerName (quic) say where the
 	// gateway accepts its peer gateway's connection and where it
 	// connects to it, and the mutual TLS of both.
@@ -737,7 +745,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line, l.keys = n.Line, linesOf(n)
 	// What is wrong is named with the leg in validate.
 	vals, errs := mapping(n, "", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size", "udp_offload")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size", "udp_offload", "freebind")
 	l.notMapping = vals == nil
 	for _, k := range []struct {
 		key string
@@ -751,6 +759,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "receives", "", &l.Receives, &errs)
 	scalar(vals, "receive_size", "", &l.ReceiveSize, &errs)
 	scalar(vals, "ecn", "", &l.ECN, &errs)
+	scalar(vals, "freebind", "", &l.FreeBind, &errs)
 	if _, ok := vals["udp_offload"]; ok {
 		offload := true
 		scalar(vals, "udp_offload", "", &offload, &errs)
@@ -944,6 +953,9 @@ func (c *Config) validate() Errors {
 		if l.MTU != 0 && l.Kind != KindUserspace {
 			bad(at("mtu"), "leg %q: mtu is for userspace legs (a verbs leg's is its port's)", l.Name)
 		}
+		if l.FreeBind && l.Kind != KindUserspace {
+			bad(at("freebind"), "leg %q: freebind is for userspace legs with io: udp", l.Name)
+		}
 		if l.keys["udp_offload"] != 0 && l.Kind != KindUserspace {
 			bad(at("udp_offload"), "leg %q: udp_offload is for userspace legs with io: udp", l.Name)
 		}
@@ -981,6 +993,9 @@ func (c *Config) validate() Errors {
 			}
 			if l.NoUDPOffload() && l.IO != IOUDP {
 				bad(at("udp_offload"), "leg %q: udp_offload is for io: udp (an io: afxdp leg's packets bypass the kernel's UDP)", l.Name)
+			}
+			if l.FreeBind && l.IO != IOUDP {
+				bad(at("freebind"), "leg %q: freebind is for io: udp for now (an io: afxdp leg on a floating address is not supported yet)", l.Name)
 			}
 			if l.Device != "" || l.Port != 0 {
 				bad(at("device", "port"), "leg %q: device and port are for verbs legs", l.Name)

@@ -329,6 +329,13 @@ type Status struct {
 	IO        string `json:"io,omitempty"`
 	MTU       int    `json:"mtu,omitempty"`
 	MTUWhy    string `json:"mtu_why,omitempty"`
+	// FreeBind says the leg's ip is a floating address (freebind: true),
+	// and IPHeld whether its interface holds it now: false on a warm
+	// standby, which is ready all the same and takes traffic the moment
+	// the address arrives. IPHeld is nil for other legs (and when the
+	// addresses cannot be read).
+	FreeBind bool  `json:"freebind,omitempty"`
+	IPHeld   *bool `json:"ip_held,omitempty"`
 	// UDPOffload is a leg with io: udp's use of the kernel's UDP batching
 	// (roce/udpconn.Offload): "gso on, gro on", or why one is off.
 	UDPOffload string `json:"udp_offload,omitempty"`

@@ -72,8 +72,13 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		if err != nil {
 			return fmt.Errorf("interface %s: %w", l.Interface, err)
 		}
-		if err := HasAddr(ifi, l.IP); err != nil {
+		// A freebind leg's address may be on another gateway now: it
+		// binds it all the same, and receives once it arrives.
+		if err := HasAddr(ifi, l.IP); err != nil && !l.FreeBind {
 			return err
+		} else if l.FreeBind {
+			log.Info("userspace leg on a floating address: bound free, it takes traffic while the interface holds it",
+				"leg", l.Name, "ip", l.IP, "held", err == nil)
 		}
 		u.MTU, u.mtuWhy = legMTU(ifi, l.IO)
 		if l.MTU > 0 && l.MTU < u.MTU {
@@ -84,7 +89,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		case config.IOUDP:
 			// Its multicast (groups) leaves on the leg's interface.
 			conn, err = udpconn.Listen(udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
-				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload()})
+				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind})
 			return err
 		case config.IOAFXDP:
 			if u.Prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {
@@ -360,6 +365,11 @@ func (c *userspaceConn) Close() error {
 
 func (u *userspaceLeg) Status(st *Status) {
 	st.MTU, st.MTUWhy = u.MTU, u.mtuWhy
+	if st.FreeBind = u.cfg.FreeBind; st.FreeBind {
+		if held, err := HoldsAddr(u.cfg.Netns, u.cfg.Interface, u.cfg.IP); err == nil {
+			st.IPHeld = &held
+		}
+	}
 	if uc, ok := u.pconn.(*udpconn.Conn); ok {
 		st.UDPOffload = uc.Offload().String()
 	}

@@ -4,6 +4,7 @@ package leg
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -73,4 +74,32 @@ func OperState(ns, name string) (string, error) {
 		return operStates[s], nil
 	}
 	return fmt.Sprintf("operstate %d", l.Attrs().OperState), nil
+}
+
+// HoldsAddr reports whether interface name in network namespace ns holds
+// ip now: a freebind leg's floating address comes and goes (keepalived
+// adds it to the gateway that is master, and takes it away).
+func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
+	h, err := linkHandle(ns)
+	if err != nil {
+		return false, err
+	}
+	l, err := h.LinkByName(name)
+	if err != nil {
+		return false, fmt.Errorf("netlink link %s: %w", name, err)
+	}
+	family := netlink.FAMILY_V4
+	if ip.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	addrs, err := h.AddrList(l, family)
+	if err != nil {
+		return false, fmt.Errorf("netlink addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip {
+			return true, nil
+		}
+	}
+	return false, nil
 }

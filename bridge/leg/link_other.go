@@ -2,9 +2,17 @@
 
 package leg
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // OperState needs Linux's netlink.
 func OperState(ns, name string) (string, error) {
 	return "", fmt.Errorf("interface %s: operational state: %w", name, ErrNotSupported)
+}
+
+// HoldsAddr needs Linux's netlink.
+func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
+	return false, fmt.Errorf("interface %s: addresses: %w", name, ErrNotSupported)
 }

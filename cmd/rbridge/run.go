@@ -19,6 +19,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/leg"
 )
 
 type runOptions struct {
@@ -201,6 +202,11 @@ func runGateway(ctx context.Context, o runOptions, out, logs io.Writer) error {
 		fmt.Fprintf(out, "%s: %d legs, %d routes: ok (interfaces and RDMA devices found, the admin port free)\n", o.config, len(cfg.Legs), len(cfg.Routes))
 		if a := cfg.Admin.Addr(); a.IsValid() && !a.Addr().IsLoopback() {
 			fmt.Fprintf(out, "note: admin.listen %s is not a loopback address: %s\n", cfg.Admin.Listen, bridge.NonLoopbackNote(a))
+		}
+		for _, l := range cfg.Legs {
+			if held, err := leg.HoldsAddr(l.Netns, l.Interface, l.IP); l.FreeBind && err == nil && !held {
+				fmt.Fprintf(out, "note: leg %q: ip %v is not on %s now (freebind: the leg binds it all the same, and takes its traffic once it arrives: a standby)\n", l.Name, l.IP, leg.InNetns(l.Interface, l.Netns))
+			}
 		}
 		return nil
 	}

@@ -37,7 +37,9 @@ server's /status, and prints it as tables:
             accepts nothing more and ends its sessions) or stopped
   legs      name, kind, address, the link's state (a verbs leg's port state,
             a userspace leg's interface's operational state, a quic leg's
-            tunnels to its peer; "(down)" when it carries no traffic), the interface (userspace) or the device,
+            tunnels to its peer; "(down)" when it carries no traffic;
+            "(standby: ip not here)" for a freebind leg whose floating
+            address another gateway holds), the interface (userspace) or the device,
             port and GID (verbs), and the path MTU with why
   routes    listen and target address with their legs, the protocol the route
             carries (its messages parsed; - for none), sessions running, the
@@ -181,6 +183,9 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 		link := l.State
 		if !l.Up {
 			link += " (down)"
+		}
+		if l.IPHeld != nil && !*l.IPHeld {
+			link += " (standby: ip not here)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, l.Kind, l.IP, link, on, mtu, why)
 	}

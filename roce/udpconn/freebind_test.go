@@ -22,7 +22,7 @@ import (
 // TestFreeBind: an address no interface holds is refused, unless the conn
 // asks to bind it free; such a conn receives what is sent to the address
 // once the address arrives (as keepalived adds a VRRP virtual IP), and
-// answers from it.
+// sends from it then, not before.
 func TestFreeBind(t *testing.T) {
 	absent := netip.MustParseAddrPort("192.0.2.77:4791") // TEST-NET-1: on no host
 	if _, err := udpconn.Listen(udpconn.Options{Addr: absent}); !errors.Is(err, unix.EADDRNOTAVAIL) {
@@ -77,7 +77,11 @@ func TestFreeBind(t *testing.T) {
 		p := packet(roce.RCSendOnly, 0x11, []byte("hello"))
 		return []roce.Message{{Buf: p, N: len(p), Addr: to}}
 	}
-	// Before the address is here, nothing sent to it arrives.
+	// Before the address is here, the conn cannot send from it, and
+	// nothing sent to it arrives.
+	if _, err := standby.WriteBatch(msg(peer.LocalAddr())); !errors.Is(err, unix.ENETUNREACH) {
+		t.Errorf("a send from the address before it arrived: %v, want ENETUNREACH", err)
+	}
 	if n, err := peer.WriteBatch(msg(vip)); n != 1 || err != nil {
 		t.Fatalf("send to the address before it arrived: %d, %v", n, err)
 	}

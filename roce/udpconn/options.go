@@ -35,7 +35,8 @@ type Options struct {
 	// FreeBind binds Addr even when no interface holds it (IP_FREEBIND,
 	// IPV6_FREEBIND): a floating address, such as a VRRP virtual IP, that
 	// may arrive later. The conn receives what is sent to Addr once it is
-	// this host's, and nothing before. Unicast only; an IPv4 conn's
+	// this host's, and nothing before; until then a send fails
+	// (ENETUNREACH: the kernel sends from its own addresses). Unicast only; an IPv4 conn's
 	// multicast then leaves on Interface (none: as routes say).
 	FreeBind bool
 	// Logger receives the conn's warnings (GSO turned off by a send the

@@ -1,0 +1,126 @@
+package bridge_test
+
+import (
+	"context"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/roce/cm"
+)
+
+// TestGatewayFreeBind: a userspace leg with freebind: true listens on a
+// floating address its interface does not hold yet, as a standby gateway
+// does before keepalived moves the VRRP address to it. Without freebind
+// the address is refused with what to do; with it the gateway starts, is
+// ready (a standby is ready to take over: keepalived's check must pass
+// there), says in its status that it does not hold the address, and
+// answers no one. Once the address arrives a client connects through;
+// once it leaves, the session through it ends and its target is
+// disconnected.
+func TestGatewayFreeBind(t *testing.T) {
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "network namespaces and a veth", "rbf", "10.95.0.1/24", "10.95.0.2/24")
+	addr := func(op string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", gwNS, "addr", op, "10.95.0.100/32", "dev", gwIf).CombinedOutput(); err != nil {
+			t.Fatalf("ip addr %s 10.95.0.100/32: %v: %s", op, err, out)
+		}
+	}
+	target := newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: GWIF, ip: 10.95.0.100, io: udp, netns: GWNS, freebind: true}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
+routes:
+  - name: r
+    listen: {leg: a, addr: "10.95.0.100:7471"}
+    target: {leg: b, addr: "127.0.10.4:7471"}
+`)
+	// Without freebind, an address the interface does not hold is an
+	// error that says what a floating one needs.
+	strict, err := config.Parse("gw.yaml", []byte(strings.Replace(y, ", freebind: true", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bridge.CheckLegs(strict); err == nil || !strings.Contains(err.Error(), "does not hold 10.95.0.100") || !strings.Contains(err.Error(), "freebind: true") {
+		t.Errorf("CheckLegs of a leg on an address not here, without freebind: %v; want it refused, naming freebind", err)
+	}
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bridge.CheckLegs(cfg); err != nil {
+		t.Errorf("CheckLegs with freebind: %v", err)
+	}
+	g := startGateway(t, cfg)
+	held := func() *bool {
+		for _, l := range g.Status().Legs {
+			if l.Name == "a" {
+				if !l.FreeBind {
+					t.Errorf("leg a's status: freebind false")
+				}
+				return l.IPHeld
+			}
+		}
+		t.Fatal("no leg a in the status")
+		return nil
+	}
+	if err := g.Ready(); err != nil {
+		t.Fatalf("a standby (its floating address elsewhere) is not ready: %v", err)
+	}
+	if h := held(); h == nil || *h {
+		t.Errorf("leg a's ip_held before the address arrived: %v, want false", h)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vip := netip.MustParseAddrPort("10.95.0.100:7471")
+	client := newCMAppIn(t, peerNS, "", "10.95.0.2", nil)
+	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = client.cm.Dial(dctx, vip, cm.DialOptions{QP: client.qp(t)})
+	dcancel()
+	if err == nil {
+		t.Fatal("a client reached the floating address before it arrived")
+	}
+
+	// The client's REQs wait in its kernel's queue for an ARP answer:
+	// dropped, or they would reach the gateway once the address arrives.
+	if out, err := exec.Command("ip", "-n", peerNS, "neigh", "flush", "dev", peerIf).CombinedOutput(); err != nil {
+		t.Fatalf("ip neigh flush: %v: %s", err, out)
+	}
+
+	addr("add")
+	if h := held(); h == nil || !*h {
+		t.Errorf("leg a's ip_held once the address arrived: %v, want true", h)
+	}
+	_, tc, cqp := dialThroughTo(t, ctx, client, target, ln, vip)
+	sessionOps(t, ctx, client, target, cqp)
+	time.Sleep(2 * bridge.LinkPoll) // the gateway's link watcher saw the address
+
+	// Its client's packets now go elsewhere (the gateway cannot even
+	// answer from the address): the session ends, and its target is
+	// disconnected rather than left waiting.
+	addr("del")
+	leftAt := time.Now()
+	select {
+	case <-tc.Done():
+		t.Logf("the target was disconnected %v after the floating address left", time.Since(leftAt).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session outlived its floating address by 10 s")
+	}
+	for deadline := time.Now().Add(10 * time.Second); g.Sessions() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions 10 s after the target was disconnected, want 0", g.Sessions())
+		}
+	}
+	if err := g.Ready(); err != nil {
+		t.Errorf("not ready once the address left (a standby again): %v", err)
+	}
+}
