@@ -8,13 +8,15 @@ BENCHTIME ?= 1s
 # Debian packages, by purpose. `make deps-build` installs what building needs (cgo
 # over libibverbs and librdmacm); `make deps` adds what the tests and code generation
 # need: the oracles (scapy, tshark), promtool (prometheus: lints a /metrics scrape),
-# clang for the XDP program, systemd for the unit's check.
+# clang for the XDP program, systemd for the unit's check, keepalived for the
+# failover test of deploy/keepalived (TestKeepalivedFailover).
 DEBS_ORACLES := python3-scapy tshark prometheus
 DEBS_CGO     := gcc libibverbs-dev librdmacm-dev
 DEBS_BPF     := clang llvm libbpf-dev
 DEBS_UNIT    := systemd
+DEBS_FAILOVER := keepalived
 DEBS_BUILD   := $(DEBS_CGO)
-DEBS         := $(DEBS_ORACLES) $(DEBS_CGO) $(DEBS_BPF) $(DEBS_UNIT)
+DEBS         := $(DEBS_ORACLES) $(DEBS_CGO) $(DEBS_BPF) $(DEBS_UNIT) $(DEBS_FAILOVER)
 # The integration guest: qemu, Debian's kernel, the RDMA userland copied into its
 # initramfs, and what builds siw.ko (Debian's kernel ships no siw). `make deps-vm`
 # adds linux-headers-<version> for the kernel that linux-image-amd64 installed.

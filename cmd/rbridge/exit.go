@@ -56,7 +56,7 @@ var exitStatuses = []struct {
 	{"devices", [4]string{"listed (also when there is nothing to list)", "RDMA devices or IPoIB interfaces could not be listed (a build without cgo lists no RDMA devices)", "bad usage", ""}},
 	{"doctor", [4]string{"every finding is ok", "the worst finding is a warning", "the worst finding is an error, the doctor could not run, or bad usage (a config file that cannot be read or is refused is one)", ""}},
 	{"bench", [4]string{"measured", "a measurement failed", "bad usage", ""}},
-	{"status", [4]string{"the gateway answered", "the gateway answered with an error", "bad usage", "no gateway answered (not running, no admin server, or another address)"}},
+	{"status", [4]string{"the gateway answered; with --ready: it is ready (/healthz)", "the gateway answered with an error; with --ready: it answered that it is not ready, and why", "bad usage", "no gateway answered (not running, no admin server, or another address)"}},
 	{"reload", [4]string{"the file was applied", "the file was refused (nothing changed) or applied only in part", "bad usage, or --config FILE cannot be read or is not YAML", "no gateway answered (not running, no control socket, another path, or a socket this user may not open)"}},
 	{"version", [4]string{"printed", "", "bad usage", ""}},
 }

@@ -22,13 +22,14 @@ type statusOptions struct {
 	admin   string
 	config  string
 	json    bool
+	ready   bool
 	timeout time.Duration
 }
 
 func newStatusCommand() *cobra.Command {
 	o := statusOptions{}
 	cmd := &cobra.Command{
-		Use:   "status [--admin ADDR | --config FILE] [--json]",
+		Use:   "status [--admin ADDR | --config FILE] [--json | --ready]",
 		Short: "Show a running gateway's legs, routes and sessions",
 		Long: `status asks a running gateway (rbridge run) for what it runs, on its admin
 server's /status, and prints it as tables:
@@ -53,10 +54,18 @@ server's /status, and prints it as tables:
 on its admin server: --admin ADDR, or the admin.listen of --config FILE
 (127.0.0.1:9479 when the file has none, as for rbridge run); the same
 server has Prometheus metrics on /metrics. It serves what reads alone:
-rbridge reload goes through the gateway's control socket.`,
+rbridge reload goes through the gateway's control socket.
+
+--ready asks the gateway's readiness (/healthz) instead: it prints "ready",
+or why not (a leg a route needs is down, a stuck loop), and its exit status
+says which, for a health check that wants a command rather than an HTTP
+client: keepalived's track_script, which moves a floating address away
+from a gateway that is not ready (docs/operations.md, deploy/keepalived).
+A standby whose freebind leg's address is on the other gateway is ready.`,
 		Example: `  rbridge status
   rbridge status --config /etc/rbridge/rbridge.yaml
-  rbridge status --admin 127.0.0.1:9500 --json | jq '.sessions | length'`,
+  rbridge status --admin 127.0.0.1:9500 --json | jq '.sessions | length'
+  rbridge status --ready --config /etc/rbridge/rbridge.yaml --timeout 1s`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("status takes no arguments, got %q", args)
@@ -64,6 +73,9 @@ rbridge reload goes through the gateway's control socket.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.ready && o.json {
+				return usageError(cmd, errors.New("--ready and --json: give one (--ready prints a line, its exit status says the rest)"))
+			}
 			if cmd.Flags().Changed("admin") && o.config != "" {
 				return usageError(cmd, errors.New("--admin and --config both name the gateway: give one"))
 			}
@@ -80,6 +92,9 @@ rbridge reload goes through the gateway's control socket.`,
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
+			}
+			if o.ready {
+				return askReady(ctx, cmd.OutOrStdout(), o.admin, o.timeout)
 			}
 			body, err := fetchStatus(ctx, o.admin, o.timeout)
 			if err != nil {
@@ -103,6 +118,7 @@ rbridge reload goes through the gateway's control socket.`,
 	f.StringVar(&o.admin, "admin", config.DefaultAdminListen, "the gateway's admin server (the config's admin.listen)")
 	f.StringVar(&o.config, "config", "", "the gateway's config file, to find its admin server in")
 	f.BoolVar(&o.json, "json", false, "print the JSON the gateway sent instead of tables")
+	f.BoolVar(&o.ready, "ready", false, "ask /healthz: exit 0 when the gateway is ready, 1 (printing why) when not, 3 when no gateway answered")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the gateway's answer")
 	return cmd
 }
@@ -129,6 +145,38 @@ func fetchStatus(ctx context.Context, addr string, timeout time.Duration) ([]byt
 		return nil, fmt.Errorf("status: GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return body, nil
+}
+
+// askReady asks the admin server at addr whether the gateway is ready
+// (/healthz): it prints "ready" and returns nil, or returns why not (exit
+// 1), or that no gateway answered (exit 3).
+func askReady(ctx context.Context, w io.Writer, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := "http://" + addr + "/healthz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("status --ready: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return &exitError{code: exitNoGateway, err: fmt.Errorf("cannot reach the gateway's admin server: %w (is rbridge run running, with admin.listen %s?)", err, addr)}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return fmt.Errorf("status --ready: reading GET %s: %w", url, err)
+	}
+	why := strings.TrimSpace(string(body))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		_, err := fmt.Fprintln(w, "ready")
+		return err
+	case http.StatusServiceUnavailable:
+		return fmt.Errorf("not ready: %s", why)
+	default:
+		return fmt.Errorf("status --ready: GET %s: %s: %s", url, resp.Status, why)
+	}
 }
 
 // writeStatusTable prints a gateway's status: its state, then three

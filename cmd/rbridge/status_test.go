@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +98,8 @@ func TestStatusExitStatus(t *testing.T) {
 		{[]string{"status", "--config", gone}, 2, gone},
 		{[]string{"status", "--config", goneFile}, 3, "cannot reach the gateway's admin server"},
 		{[]string{"status", "--config", goneFile, "--admin", gone}, 2, "--admin and --config both name the gateway"},
+		{[]string{"status", "--ready", "--admin", gone}, 3, "cannot reach the gateway's admin server"},
+		{[]string{"status", "--ready", "--json"}, 2, "--ready and --json: give one"},
 	} {
 		_, _, err := run(t, nil, tc.args...)
 		var ee *exitError
@@ -226,5 +229,36 @@ func TestStatusConfig(t *testing.T) {
 	out, _, err := run(t, nil, "status", "--config", cfg)
 	if err != nil || !strings.Contains(out, "gateway running") {
 		t.Errorf("rbridge status --config %s: %v\n%s", cfg, err, out)
+	}
+}
+
+// TestStatusReady: status --ready asks /healthz, and says what it answered
+// in its exit status (keepalived's track_script reads nothing else): 0
+// ready, 1 not ready with why, as the gateway said it.
+func TestStatusReady(t *testing.T) {
+	var ready atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		if !ready.Load() {
+			http.Error(w, `bridge: gateway: route "r" reaches its target through: leg "b" (userspace) is down: down`, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}))
+	defer srv.Close()
+	admin := strings.TrimPrefix(srv.URL, "http://")
+
+	_, _, err := run(t, nil, "status", "--ready", "--admin", admin)
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) || !strings.Contains(err.Error(), `not ready: bridge: gateway: route "r" reaches its target through: leg "b" (userspace) is down`) {
+		t.Errorf("status --ready of a gateway not ready: %v, want exit status 1 with why", err)
+	}
+	ready.Store(true)
+	out, _, err := run(t, nil, "status", "--ready", "--admin", admin)
+	if err != nil || out != "ready\n" {
+		t.Errorf("status --ready of a ready gateway: %q, %v; want \"ready\" and exit status 0", out, err)
 	}
 }
