@@ -20,6 +20,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/internal/testlog"
@@ -50,7 +51,8 @@ const (
 // A's rbridge is killed and the address moves to B, the client's next
 // connection going through B; A comes back and does not take the address
 // (nopreempt); B's target-side link goes down, its /healthz fails, and the
-// address moves back to A, the client's next connection going through A.
+// address moves back to A, the client's next connection going through A;
+// A's host dies whole (keepalived too) and the address moves to B again.
 // Sessions never move: a client reconnects.
 func TestKeepalivedFailover(t *testing.T) {
 	needs.Root(t, "network namespaces, keepalived")
@@ -109,6 +111,15 @@ func TestKeepalivedFailover(t *testing.T) {
 		t.Fatalf("A did not take the floating address: %v\n%s", err, n.a.ka.String())
 	}
 	t.Logf("A took the floating address %v after its keepalived started", n.a.vip.last().Sub(started).Round(time.Millisecond))
+	// keepalived reads a line it does not like as a warning and goes on
+	// without it: the shipped files must have none.
+	for _, l := range strings.Split(n.a.ka.String(), "\n") {
+		for _, bad := range []string{"ignoring", "unknown keyword", "invalid", "warning", "security violation", "unsafe"} {
+			if strings.Contains(strings.ToLower(l), bad) {
+				t.Errorf("keepalived on A complains about its file (%q): %s", bad, l)
+			}
+		}
+	}
 	n.b.startKeepalived(t, dir)
 	n.b.ka.waitFor(t, "Entering BACKUP STATE", 30*time.Second)
 	// B is a warm standby: ready, without the address.
@@ -172,6 +183,33 @@ func TestKeepalivedFailover(t *testing.T) {
 	}
 	exchange(t, ctx, client, target, ln, "through A again, after B's link went down")
 	n.a.wantSessions(t, bin, 1)
+
+	// B's link is back: B is a ready standby again. Then A's host dies
+	// whole: keepalived and rbridge killed, its front cable out (a killed
+	// keepalived leaves the address on the interface). B hears no more
+	// adverts and takes the address after 3 advert intervals and a skew.
+	n.b.ka.waitFor(t, "Entering FAULT STATE", 10*time.Second)
+	backups := n.b.ka.count("Entering BACKUP STATE")
+	n.b.ip(t, "link", "set", "b0", "up")
+	n.b.waitReady(t, bin)
+	n.b.waitSessions(t, bin, 0) // the session its link cut has ended
+	n.b.ka.waitForNth(t, "Entering BACKUP STATE", backups+1, 30*time.Second) // out of FAULT
+	// The cable first: a keepalived whose parent process is killed
+	// still sends its goodbye (priority 0) from its VRRP child.
+	dead := time.Now()
+	n.a.ip(t, "link", "set", "f0", "down")
+	vrrpPid := strings.TrimSpace(readShipped(t, filepath.Join(dir, "a-vrrp.pid")))
+	for _, pid := range []string{vrrpPid, fmt.Sprint(n.a.kaCmd.Process.Pid), fmt.Sprint(n.a.rb.Process.Pid)} {
+		if out, err := exec.Command("kill", "-KILL", pid).CombinedOutput(); err != nil {
+			t.Fatalf("kill -KILL %s: %v: %s", pid, err, out)
+		}
+	}
+	if err := n.b.vip.wait(true, 30*time.Second); err != nil {
+		t.Fatalf("the floating address did not move to B after A's host died: %v\nB's keepalived:\n%s", err, n.b.ka.String())
+	}
+	t.Logf("takeover after A's host died (advert_int %s): the address on B %v after", kaAdvert, n.b.vip.last().Sub(dead).Round(time.Millisecond))
+	exchange(t, ctx, client, target, ln, "through B again, after A's host died")
+	n.b.wantSessions(t, bin, 1)
 }
 
 func errorsAs(err error, ee **exec.ExitError) bool {
@@ -221,6 +259,7 @@ type kaGateway struct {
 	rb             *exec.Cmd
 	rbLog          *lineLog
 	ka             *lineLog
+	kaCmd          *exec.Cmd
 	vip            *addrWatch
 }
 
@@ -334,6 +373,24 @@ func (gw *kaGateway) wantSessions(t *testing.T, bin string, want int) {
 	}
 }
 
+// waitSessions waits until the gateway runs want sessions (one closing
+// waits for its connections' disconnects to be answered or to time out).
+func (gw *kaGateway) waitSessions(t *testing.T, bin string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := gw.exec(bin, "status", "--json", "--config", gw.yaml).Output()
+		var st bridge.Status
+		if err == nil && json.Unmarshal(out, &st) == nil && len(st.Sessions) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway %s runs %d sessions after 20 s, want %d (%v)", gw.name, len(st.Sessions), want, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // startKeepalived runs keepalived (VRRP alone, in the foreground, logging
 // to its standard error) with the gateway's file, in its namespace.
 func (gw *kaGateway) startKeepalived(t *testing.T, dir string) {
@@ -341,7 +398,7 @@ func (gw *kaGateway) startKeepalived(t *testing.T, dir string) {
 	pid := func(what string) string { return filepath.Join(dir, gw.name+"-"+what+".pid") }
 	cmd := gw.exec("keepalived", "--dont-fork", "--log-console", "--log-detail", "--no-syslog", "--vrrp",
 		"--use-file", gw.kaConf, "--pid", pid("keepalived"), "--vrrp_pid", pid("vrrp"), "--checkers_pid", pid("checkers"))
-	gw.ka = &lineLog{}
+	gw.ka, gw.kaCmd = &lineLog{}, cmd
 	cmd.Stdout, cmd.Stderr = gw.ka, gw.ka
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -384,13 +441,26 @@ func (l *lineLog) String() string {
 	return l.b.String()
 }
 
+// count is how many times the output holds s.
+func (l *lineLog) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
 // waitFor waits until the output holds s.
 func (l *lineLog) waitFor(t *testing.T, s string, timeout time.Duration) {
+	t.Helper()
+	l.waitForNth(t, s, 1, timeout)
+}
+
+// waitForNth waits until the output holds s n times.
+func (l *lineLog) waitForNth(t *testing.T, s string, n int, timeout time.Duration) {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		l.mu.Lock()
-		if strings.Contains(l.b.String(), s) {
+		if strings.Count(l.b.String(), s) >= n {
 			l.mu.Unlock()
 			return
 		}
@@ -592,5 +662,103 @@ func exchange(t *testing.T, ctx context.Context, client, target *kaApp, ln *cm.L
 	}
 	if string(target.mem[:len(payload)]) != what || string(target.mem[8192:8192+len(payload)]) != what {
 		t.Fatalf("%s: the target holds %q and %q", what, target.mem[:len(payload)], target.mem[8192:8192+len(payload)])
+	}
+}
+
+// TestKeepalivedFiles: the shipped keepalived files agree with each other
+// and with the gateway's: the two differ in their first lines and their
+// priority alone (the active's higher), both start as BACKUP with
+// nopreempt and track the readiness check, which runs the installed
+// binary (make install's default prefix) on the unit's config file; the
+// address keepalived moves is the listen leg's ip, on its interface, and
+// that leg is freebind.
+func TestKeepalivedFiles(t *testing.T) {
+	active, standby := readShipped(t, "keepalived/active.conf"), readShipped(t, "keepalived/standby.conf")
+	al, sl := strings.Split(active, "\n"), strings.Split(standby, "\n")
+	if len(al) != len(sl) {
+		t.Fatalf("active.conf has %d lines, standby.conf %d: want the same file but the priority", len(al), len(sl))
+	}
+	prio := map[string]int{}
+	for i := range al {
+		if al[i] == sl[i] || i < 3 { // the first lines say which file it is
+			continue
+		}
+		var a, b int
+		if _, err := fmt.Sscanf(strings.TrimSpace(al[i]), "priority %d", &a); err != nil {
+			t.Errorf("line %d differs: %q, %q: want only the priority to", i+1, al[i], sl[i])
+			continue
+		}
+		if _, err := fmt.Sscanf(strings.TrimSpace(sl[i]), "priority %d", &b); err != nil {
+			t.Errorf("line %d differs: %q, %q: want only the priority to", i+1, al[i], sl[i])
+			continue
+		}
+		prio["active"], prio["standby"] = a, b
+	}
+	if prio["active"] <= prio["standby"] {
+		t.Errorf("priorities: active %d, standby %d: want the active's higher", prio["active"], prio["standby"])
+	}
+
+	kw := map[string]string{} // the first value of each keyword
+	for _, l := range strings.Split(active, "\n") {
+		f := strings.Fields(strings.SplitN(l, "#", 2)[0])
+		if len(f) > 0 {
+			if _, ok := kw[f[0]]; !ok {
+				kw[f[0]] = strings.Join(f[1:], " ")
+			}
+		}
+	}
+	for k, want := range map[string]string{
+		"state":                  "BACKUP",
+		"script":                 `"/usr/local/bin/rbridge status --ready --config /etc/rbridge/rbridge.yaml --timeout 1s"`,
+		"rbridge_ready":          "", // the track_script's entry
+		"enable_script_security": "",
+		"advert_int":             "1",
+	} {
+		if got, ok := kw[k]; !ok || got != want {
+			t.Errorf("active.conf: %s %q (present %v), want %q", k, got, ok, want)
+		}
+	}
+	if _, ok := kw["nopreempt"]; !ok {
+		t.Error("active.conf: no nopreempt: a gateway that comes back would take the address and end every session through the other")
+	}
+
+	cfg, err := config.Parse("keepalived/rbridge.yaml", []byte(readShipped(t, "keepalived/rbridge.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The one address of virtual_ipaddress { ADDR/LEN dev IF }.
+	_, block, _ := strings.Cut(active, "virtual_ipaddress {")
+	block, _, _ = strings.Cut(block, "}")
+	f := strings.Fields(strings.SplitN(strings.TrimSpace(block), "#", 2)[0])
+	if len(f) != 3 || f[1] != "dev" {
+		t.Fatalf("virtual_ipaddress %q: want one ADDR/LEN dev IF", block)
+	}
+	vip, err := netip.ParsePrefix(f[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listen *config.Leg
+	for i := range cfg.Legs {
+		if l := &cfg.Legs[i]; l.IP == vip.Addr() {
+			listen = l
+		}
+	}
+	switch {
+	case listen == nil:
+		t.Fatalf("no leg of rbridge.yaml has the address keepalived moves (%v)", vip.Addr())
+	case !listen.FreeBind:
+		t.Errorf("leg %q on the floating address is not freebind: the standby could not start", listen.Name)
+	case listen.Interface != kw["interface"] || listen.Interface != f[2]:
+		t.Errorf("leg %q is on %s; keepalived's interface is %q, the address goes on %q", listen.Name, listen.Interface, kw["interface"], f[2])
+	}
+	routed := false
+	for _, r := range cfg.Routes {
+		routed = routed || r.Listen.Leg == listen.Name
+	}
+	if !routed {
+		t.Errorf("no route listens on leg %q, the floating address", listen.Name)
+	}
+	if cfg.Admin.Line() == 0 {
+		t.Error("rbridge.yaml has no admin.listen: the check (status --ready --config) reads it there")
 	}
 }
