@@ -192,8 +192,10 @@ func TestKeepalivedFailover(t *testing.T) {
 	backups := n.b.ka.count("Entering BACKUP STATE")
 	n.b.ip(t, "link", "set", "b0", "up")
 	n.b.waitReady(t, bin)
-	n.b.waitSessions(t, bin, 0) // the session its link cut has ended
-	n.b.ka.waitForNth(t, "Entering BACKUP STATE", backups+1, 30*time.Second) // out of FAULT
+	// The session its link cut has ended, and B is out of FAULT.
+	n.b.waitSessions(t, bin, 0)
+	n.b.ka.waitForNth(t, "Entering BACKUP STATE", backups+1, 30*time.Second)
+
 	// The cable first: a keepalived whose parent process is killed
 	// still sends its goodbye (priority 0) from its VRRP child.
 	dead := time.Now()
