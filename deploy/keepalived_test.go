@@ -154,6 +154,9 @@ func TestKeepalivedFailover(t *testing.T) {
 	if err := n.a.vip.wait(false, 10*time.Second); err != nil {
 		t.Errorf("A still holds the floating address: %v", err)
 	}
+	// keepalived moved it for the reason the test gave: no gateway
+	// answered A's check.
+	n.a.ka.waitFor(t, "VRRP_Script(rbridge_ready) failed (exited with status 3)", 10*time.Second)
 	exchange(t, ctx, client, target, ln, "through B, after A died")
 	n.b.wantSessions(t, bin, 1)
 
@@ -181,6 +184,7 @@ func TestKeepalivedFailover(t *testing.T) {
 	if err := n.b.vip.wait(false, 10*time.Second); err != nil {
 		t.Errorf("B still holds the floating address: %v", err)
 	}
+	n.b.ka.waitFor(t, "VRRP_Script(rbridge_ready) failed (exited with status 1)", 10*time.Second)
 	exchange(t, ctx, client, target, ln, "through A again, after B's link went down")
 	n.a.wantSessions(t, bin, 1)
 
