@@ -24,22 +24,24 @@ import (
 // once the address arrives (as keepalived adds a VRRP virtual IP), and
 // sends from it then, not before.
 func TestFreeBind(t *testing.T) {
-	absent := netip.MustParseAddrPort("192.0.2.77:4791") // TEST-NET-1: on no host
-	if _, err := udpconn.Listen(udpconn.Options{Addr: absent}); !errors.Is(err, unix.EADDRNOTAVAIL) {
-		t.Fatalf("listen on %v, an address no interface holds: %v, want EADDRNOTAVAIL", absent, err)
+	// Documentation prefixes: on no host.
+	for _, absent := range []netip.AddrPort{netip.MustParseAddrPort("192.0.2.77:4791"), netip.MustParseAddrPort("[2001:db8::77]:4791")} {
+		if _, err := udpconn.Listen(udpconn.Options{Addr: absent}); !errors.Is(err, unix.EADDRNOTAVAIL) {
+			t.Fatalf("listen on %v, an address no interface holds: %v, want EADDRNOTAVAIL", absent, err)
+		}
+		c, err := udpconn.Listen(udpconn.Options{Addr: absent, FreeBind: true})
+		if err != nil {
+			t.Fatalf("listen on %v with FreeBind: %v", absent, err)
+		}
+		c.Close()
 	}
-	c, err := udpconn.Listen(udpconn.Options{Addr: absent, FreeBind: true})
-	if err != nil {
-		t.Fatalf("listen on %v with FreeBind: %v", absent, err)
-	}
-	c.Close()
 	if _, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("239.1.2.3:4791"), Interface: 1, FreeBind: true}); err == nil {
 		t.Error("FreeBind on a multicast group: no error")
 	}
 
 	// The address arrives: in a namespace of the test's own.
 	needs.Root(t, "a network namespace to add the address in")
-	_, err = exec.LookPath("ip")
+	_, err := exec.LookPath("ip")
 	needs.Check(t, "ip from iproute2", err)
 	ns := fmt.Sprintf("rbfb%d", os.Getpid()%100000)
 	ip := func(args ...string) {
