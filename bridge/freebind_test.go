@@ -23,11 +23,11 @@ import (
 // once it leaves, the session through it ends and its target is
 // disconnected.
 func TestGatewayFreeBind(t *testing.T) {
-	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "network namespaces and a veth", "rbf", "10.95.0.1/24", "10.95.0.2/24")
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "network namespaces and a veth", "rbs", "10.92.0.1/24", "10.92.0.2/24")
 	addr := func(op string) {
 		t.Helper()
-		if out, err := exec.Command("ip", "-n", gwNS, "addr", op, "10.95.0.100/32", "dev", gwIf).CombinedOutput(); err != nil {
-			t.Fatalf("ip addr %s 10.95.0.100/32: %v: %s", op, err, out)
+		if out, err := exec.Command("ip", "-n", gwNS, "addr", op, "10.92.0.100/32", "dev", gwIf).CombinedOutput(); err != nil {
+			t.Fatalf("ip addr %s 10.92.0.100/32: %v: %s", op, err, out)
 		}
 	}
 	target := newCMApp(t, lo("4"))
@@ -36,11 +36,11 @@ func TestGatewayFreeBind(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
-  - {name: a, kind: userspace, interface: GWIF, ip: 10.95.0.100, io: udp, netns: GWNS, freebind: true}
+  - {name: a, kind: userspace, interface: GWIF, ip: 10.92.0.100, io: udp, netns: GWNS, freebind: true}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
 routes:
   - name: r
-    listen: {leg: a, addr: "10.95.0.100:7471"}
+    listen: {leg: a, addr: "10.92.0.100:7471"}
     target: {leg: b, addr: "127.0.10.4:7471"}
 `)
 	// Without freebind, an address the interface does not hold is an
@@ -49,7 +49,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bridge.CheckLegs(strict); err == nil || !strings.Contains(err.Error(), "does not hold 10.95.0.100") || !strings.Contains(err.Error(), "freebind: true") {
+	if err := bridge.CheckLegs(strict); err == nil || !strings.Contains(err.Error(), "does not hold 10.92.0.100") || !strings.Contains(err.Error(), "freebind: true") {
 		t.Errorf("CheckLegs of a leg on an address not here, without freebind: %v; want it refused, naming freebind", err)
 	}
 	cfg, err := config.Parse("gw.yaml", []byte(y))
@@ -81,8 +81,8 @@ routes:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	vip := netip.MustParseAddrPort("10.95.0.100:7471")
-	client := newCMAppIn(t, peerNS, "", "10.95.0.2", nil)
+	vip := netip.MustParseAddrPort("10.92.0.100:7471")
+	client := newCMAppIn(t, peerNS, "", "10.92.0.2", nil)
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err = client.cm.Dial(dctx, vip, cm.DialOptions{QP: client.qp(t)})
 	dcancel()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -201,15 +202,15 @@ func TestKeepalivedFailover(t *testing.T) {
 	n.b.ka.waitForNth(t, "Entering BACKUP STATE", backups+1, 30*time.Second)
 
 	// The cable first: a keepalived whose parent process is killed
-	// still sends its goodbye (priority 0) from its VRRP child.
+	// still sends its goodbye (priority 0) from its VRRP child. Then
+	// keepalived's parent (which would start a killed child again), then
+	// every process left in A's namespace.
 	dead := time.Now()
 	n.a.ip(t, "link", "set", "f0", "down")
-	vrrpPid := strings.TrimSpace(readShipped(t, filepath.Join(dir, "a-vrrp.pid")))
-	for _, pid := range []string{vrrpPid, fmt.Sprint(n.a.kaCmd.Process.Pid), fmt.Sprint(n.a.rb.Process.Pid)} {
-		if out, err := exec.Command("kill", "-KILL", pid).CombinedOutput(); err != nil {
-			t.Fatalf("kill -KILL %s: %v: %s", pid, err, out)
-		}
+	if err := n.a.kaCmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
+	n.a.killAll(t)
 	if err := n.b.vip.wait(true, 30*time.Second); err != nil {
 		t.Fatalf("the floating address did not move to B after A's host died: %v\nB's keepalived:\n%s", err, n.b.ka.String())
 	}
@@ -272,9 +273,9 @@ type kaGateway struct {
 func kaNetwork(t *testing.T) *kaNet {
 	t.Helper()
 	id := fmt.Sprint(os.Getpid() % 100000)
-	n := &kaNet{sw: "rbk" + id + "sw", cl: "rbk" + id + "cl", tg: "rbk" + id + "tg",
-		a: &kaGateway{name: "a", ns: "rbk" + id + "a", back: kaBack + "1", conf: "active.conf"},
-		b: &kaGateway{name: "b", ns: "rbk" + id + "b", back: kaBack + "2", conf: "standby.conf"}}
+	n := &kaNet{sw: "rbh" + id + "sw", cl: "rbh" + id + "cl", tg: "rbh" + id + "tg",
+		a: &kaGateway{name: "a", ns: "rbh" + id + "a", back: kaBack + "1", conf: "active.conf"},
+		b: &kaGateway{name: "b", ns: "rbh" + id + "b", back: kaBack + "2", conf: "standby.conf"}}
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
@@ -310,6 +311,23 @@ func kaNetwork(t *testing.T) *kaNet {
 	return n
 }
 
+// killAll kills every process in the gateway's namespace (SIGKILL) but
+// the test's own: a goroutine that entered the namespace may have done so
+// on the main thread, which Go then keeps there.
+func (gw *kaGateway) killAll(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "pids", gw.ns).Output()
+	if err != nil {
+		t.Errorf("ip netns pids %s: %v", gw.ns, err)
+		return
+	}
+	for _, pid := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(pid); err == nil && n != os.Getpid() {
+			syscall.Kill(n, syscall.SIGKILL)
+		}
+	}
+}
+
 func (gw *kaGateway) exec(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", gw.ns, name}, args...)...)
 }
@@ -326,6 +344,7 @@ func (gw *kaGateway) ip(t *testing.T, args ...string) {
 func (gw *kaGateway) startRbridge(t *testing.T, bin string) {
 	t.Helper()
 	cmd := gw.exec(bin, "run", "--config", gw.yaml)
+	cmd.WaitDelay = 5 * time.Second // its output's pipe, should a child hold it
 	gw.rbLog = &lineLog{}
 	cmd.Stdout, cmd.Stderr = gw.rbLog, gw.rbLog
 	if err := cmd.Start(); err != nil {
@@ -404,6 +423,7 @@ func (gw *kaGateway) startKeepalived(t *testing.T, dir string) {
 	pid := func(what string) string { return filepath.Join(dir, gw.name+"-"+what+".pid") }
 	cmd := gw.exec("keepalived", "--dont-fork", "--log-console", "--log-detail", "--no-syslog", "--vrrp",
 		"--use-file", gw.kaConf, "--pid", pid("keepalived"), "--vrrp_pid", pid("vrrp"), "--checkers_pid", pid("checkers"))
+	cmd.WaitDelay = 5 * time.Second // its output's pipe, which its children hold too
 	gw.ka, gw.kaCmd = &lineLog{}, cmd
 	cmd.Stdout, cmd.Stderr = gw.ka, gw.ka
 	if err := cmd.Start(); err != nil {
@@ -419,6 +439,7 @@ func (gw *kaGateway) startKeepalived(t *testing.T, dir string) {
 			cmd.Process.Kill()
 			<-done
 		}
+		gw.killAll(t) // a VRRP child whose parent was killed
 		t.Logf("keepalived on %s:\n%s", gw.name, gw.ka.String())
 	})
 }
