@@ -68,18 +68,7 @@ func (g *Gateway) checkLinks() {
 		switch {
 		case err != nil && was == nil:
 			g.linkDown[name] = err
-			var cut []*session.Session
-			for s, info := range g.sessions {
-				if info.inLeg == name || info.outLeg == name {
-					cut = append(cut, s)
-				}
-			}
-			var udCut []*udPair
-			for p := range g.udPairs {
-				if p.legs[0] == name || p.legs[1] == name {
-					udCut = append(udCut, p)
-				}
-			}
+			cut, udCut := g.throughLocked(name)
 			c := g.linkDowns[name]
 			if c == nil {
 				c = &linkCounts{}
@@ -125,19 +114,36 @@ func (g *Gateway) noteAddr(name string, ls leg.Status) {
 		// sessions through it here end, as on a link down, so their
 		// other side is not left waiting.
 		g.mu.Lock()
-		var cut []*session.Session
-		for s, info := range g.sessions {
-			if info.inLeg == name || info.outLeg == name {
-				cut = append(cut, s)
-			}
-		}
+		cut, udCut := g.throughLocked(name)
 		g.mu.Unlock()
 		g.log.Warn("a leg's floating address left: another gateway takes its traffic, and the sessions through it here end",
-			"leg", name, "ip", ls.IP, "sessions", len(cut))
+			"leg", name, "ip", ls.IP, "sessions", len(cut), "ud_clients", len(udCut))
+		why := fmt.Errorf("%w: leg %q, ip %s", ErrAddrLeft, name, ls.IP)
 		for _, s := range cut {
-			s.End(fmt.Errorf("%w: leg %q, ip %s", ErrAddrLeft, name, ls.IP))
+			s.End(why)
+		}
+		for _, p := range udCut {
+			p.end(why)
 		}
 	}
+}
+
+// throughLocked is the sessions and the UD clients relaying through leg
+// name. g.mu must be held.
+func (g *Gateway) throughLocked(name string) ([]*session.Session, []*udPair) {
+	var cut []*session.Session
+	for s, info := range g.sessions {
+		if info.inLeg == name || info.outLeg == name {
+			cut = append(cut, s)
+		}
+	}
+	var udCut []*udPair
+	for p := range g.udPairs {
+		if p.legs[0] == name || p.legs[1] == name {
+			udCut = append(udCut, p)
+		}
+	}
+	return cut, udCut
 }
 
 // ErrAddrLeft is why a session ended when a freebind leg it crossed lost
