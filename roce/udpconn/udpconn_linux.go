@@ -275,9 +275,6 @@ func (c *Conn) Offload() Offload {
 	return Offload{GSO: c.gso.Load(), GRO: c.gro, NoGSO: c.noGSO, NoGRO: c.noGRO}
 }
 
-// bindGroup opens a UDP socket bound to the group's address itself (Go's
-// net package would bind a multicast address's wildcard, which takes the
-// port's unicast datagrams too), with SO_REUSEADDR.
 // bindFree binds a unicast address that no interface may hold yet
 // (Options.FreeBind).
 func bindFree(network string, a netip.AddrPort) (*net.UDPConn, error) {
@@ -304,6 +301,9 @@ func bindFree(network string, a netip.AddrPort) (*net.UDPConn, error) {
 	return pc.(*net.UDPConn), nil
 }
 
+// bindGroup opens a UDP socket bound to the group's address itself (Go's
+// net package would bind a multicast address's wildcard, which takes the
+// port's unicast datagrams too), with SO_REUSEADDR.
 func bindGroup(a netip.AddrPort) (*net.UDPConn, error) {
 	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()})
 	if a.Addr().Unmap().Is4() {
