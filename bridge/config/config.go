@@ -378,8 +378,8 @@ type Route struct {
 	// zero Rate has no limit.
 	Rate Rate `yaml:"rate"`
 	// Protocol (RC routes only) names the upper-layer protocol the route
-	// carries (ProtocolNVMe), whose messages its sessions parse in both
-	// directions; "" relays them as they are.
+	// carries (ProtocolNVMe, ProtocolISER), whose messages its sessions
+	// parse in both directions; "" relays them as they are.
 	Protocol string `yaml:"protocol"`
 	// Liveness (RC routes only) is how long a session may be idle before
 	// it probes both its connections (a zero-length RDMA WRITE each); a
@@ -411,16 +411,18 @@ const (
 	// ProtocolNVMe is NVMe over Fabrics on RDMA: the listen side is the
 	// host, the target side the controller (its subsystem's port).
 	ProtocolNVMe = "nvme"
+	// ProtocolISER is iSER (iSCSI Extensions for RDMA): the listen side
+	// is the initiator, the target side the iSCSI target's portal.
+	ProtocolISER = "iser"
 )
 
 // Protocols are the protocols a route may name, in the order errors list
 // them.
-var Protocols = []string{ProtocolNVMe}
+var Protocols = []string{ProtocolNVMe, ProtocolISER}
 
 // unservedProtocols are protocols a route may not name, with why.
 var unservedProtocols = map[string]string{
-	"nfs":  "NFS over RDMA (RPC-over-RDMA) is not understood yet",
-	"iser": "iSER is not understood yet",
+	"nfs": "NFS over RDMA (RPC-over-RDMA) is not understood yet",
 	// SMB Direct (MS-SMBD) carries its buffer descriptors inside SMB2
 	// READ and WRITE requests, which SMB 3.x signs or encrypts: the
 	// gateway cannot rewrite them to its staging without breaking the

@@ -20,7 +20,12 @@
 //   - nvme.go: NVMe over Fabrics on RDMA (package ulp/nvme parses): the
 //     host side's messages are command capsules, the controller side's
 //     completions, each matched to its command by command ID on its queue
-//     (a session is one queue: the admin queue, or one I/O queue).
+//     (a session is one queue: the admin queue, or one I/O queue);
+//   - iser.go: iSER (package ulp/iser parses): the initiator's messages
+//     are iSCSI PDUs under an iSER header whose SCSI Commands name STags,
+//     the target's SCSI Responses end them by Initiator Task Tag (a
+//     session is one connection); the login's text sizes unsolicited
+//     data, and the connect's private data remote invalidation.
 //
 // Concurrency: a session calls its Protocol from both directions at once;
 // each Protocol guards its state with a mutex of its own, a leaf lock
