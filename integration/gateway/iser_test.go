@@ -95,6 +95,12 @@ func iscsid(t testing.TB) {
 	if out, err := exec.Command("/usr/sbin/modprobe", "-a", "ib_iser", "sd_mod").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe ib_iser sd_mod: %v\n%s", err, out)
 	}
+	// Level 2 logs what each connection negotiated ("negotiated remote
+	// invalidation"), a few lines a connection.
+	if err := os.WriteFile("/sys/module/ib_iser/parameters/debug_level", []byte("2"), 0o644); err != nil {
+		t.Fatalf("ib_iser debug_level: %v", err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile("/sys/module/ib_iser/parameters/debug_level", []byte("0"), 0o644) })
 	conf := strings.Join([]string{
 		"iscsid.startup = /bin/true",
 		"node.startup = manual",
@@ -221,6 +227,14 @@ func TestGuestRunISERToIB(t *testing.T) {
 	iserLogout(t, portal)
 	if strings.Contains(logs.String(), "session failed") {
 		t.Errorf("a session failed:\n%s", lastLines(logs.String(), 40))
+	}
+	// The accept the gateway passed on let the initiator take Send with
+	// Invalidate (the gateway sends it, the target was told not to), and
+	// every one it got named its own STag: a bad one ends the connection
+	// ("unexpected remote invalidation", "Bogus remote invalidation").
+	lines := dmesg("iser")
+	if n := strings.Count(lines, "negotiated remote invalidation"); n != 2 || strings.Contains(lines, "unexpected remote invalidation") || strings.Contains(lines, "Bogus remote invalidation") {
+		t.Errorf("the initiator negotiated remote invalidation %d times, want 2 (a connection each), with no bad one:\n%s", n, lastLines(lines, 30))
 	}
 	waitSessionsEnded(t, logs)
 	m, _ := scrape(t, adminAddr(t, logs))
