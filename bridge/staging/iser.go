@@ -345,7 +345,8 @@ func (q *iserConn) commandLocked(m *session.Message, pdu iser.PDU) error {
 // FirstBurstLength and InitialR2T (RFC 7143: the lesser of the two
 // sides' FirstBurstLength, InitialR2T Yes unless both said No); ok is
 // false on a connection that joined an existing session (these keys are
-// the leading connection's, which the gateway did not see).
+// the leading connection's, which the gateway did not see; open-iscsi
+// never does that: it logs every connection in with TSIH 0).
 func (q *iserConn) unsolicitedLocked() (firstBurst uint32, initialR2T, ok bool) {
 	if q.tsihSeen && q.tsih != 0 {
 		return 0, true, false
