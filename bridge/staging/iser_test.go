@@ -334,6 +334,22 @@ func TestISERInvalidation(t *testing.T) {
 			t.Errorf("a route that does not stage rewrote % x: % x, %v", req, out, err)
 		}
 	}
+	// On a route that does not stage, the target's own Send with
+	// Invalidate of the initiator's STag passes as it is.
+	q = newISER(t, &staging.Stats{})
+	if _, err := staging.ConnectDataOf(q, config.ProtocolISER, true, false, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := staging.ConnectDataOf(q, config.ProtocolISER, false, false, []byte{iser.CMZBVANotSupported, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Message(&session.Message{Dir: fromInitiator, Seq: 1, Opcode: transport.OpSend, Bytes: session.Pieces{scsiCmd{itt: 20, edtl: 4096, read: true, final: true, rKey: 0x21}.bytes()}}); err != nil {
+		t.Fatal(err)
+	}
+	r := &session.Message{Dir: fromTarget, Seq: 1, Opcode: transport.OpSendWithInv, InvRKey: 0x21, Bytes: session.Pieces{scsiRsp(20, iser.SCSIResponseFields{})}}
+	if err := q.Message(r); err != nil || r.Opcode != transport.OpSendWithInv || r.InvRKey != 0x21 || r.Finishes {
+		t.Errorf("the target's own invalidation on a route that does not stage: a %v of %#x (finishes %v), %v", r.Opcode, r.InvRKey, r.Finishes, err)
+	}
 	if _, err := staging.ConnectData(config.ProtocolISER, true, true, []byte{0x80, 0}); !errors.Is(err, iser.ErrTruncated) || !strings.Contains(err.Error(), "iSER CM header") {
 		t.Errorf("a 2-byte connect request toward a staging target: %v", err)
 	}
