@@ -311,11 +311,12 @@ func iserThrough(t *testing.T, cfg, portal string, spans ...int) {
 	if n := strings.Count(lines, "negotiated remote invalidation"); n < len(spans) || strings.Contains(lines, "unexpected remote invalidation") || strings.Contains(lines, "Bogus remote invalidation") {
 		t.Errorf("the initiator negotiated remote invalidation %d times, want %d at least (a connection each), with no bad one:\n%s", n, len(spans), dmesg("iser"))
 	}
-	// In about one run in five under a loaded host's TCG, the first
-	// connection went quiet after its last staged response had been let
-	// go, and the initiator's SCSI error handling reset it after ~47 s; the
-	// data still verified. Not understood yet: say so, and keep the
-	// gateway's debug log for whoever looks.
+	// In some runs under a loaded host's TCG (3 of 11), a connection
+	// through the userspace leg went quiet, right after login or mid-I/O,
+	// with nothing of it staged or held at the gateway and no message from
+	// the initiator after its last response, and the initiator's SCSI
+	// error handling reset it after ~47 s; the data still verified. Not
+	// understood yet: say so, and keep the gateway's debug log.
 	if strings.Contains(ilogs.String(), "ISCSI_ERR") {
 		guest.Artifact(t, "iser-gateway-debug.log", []byte(logs.String()))
 		t.Logf("the initiator recovered a connection (its lines above; the gateway's debug log is the artifact iser-gateway-debug.log):\n%s", lastLines(ilogs.String(), 20))
