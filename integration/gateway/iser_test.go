@@ -311,7 +311,7 @@ func iserThrough(t *testing.T, cfg, portal string, spans ...int) {
 	if n := strings.Count(lines, "negotiated remote invalidation"); n < len(spans) || strings.Contains(lines, "unexpected remote invalidation") || strings.Contains(lines, "Bogus remote invalidation") {
 		t.Errorf("the initiator negotiated remote invalidation %d times, want %d at least (a connection each), with no bad one:\n%s", n, len(spans), dmesg("iser"))
 	}
-	// In some runs under a loaded host's TCG (3 of 11), a connection
+	// In some runs under a loaded host's TCG (3 of 10), a connection
 	// through the userspace leg went quiet, right after login or mid-I/O,
 	// with nothing of it staged or held at the gateway and no message from
 	// the initiator after its last response, and the initiator's SCSI
