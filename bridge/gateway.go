@@ -634,7 +634,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	cp := leg.Params{PrivateData: tp.PrivateData,
 		RespRes: min(orOne(p.InitDepth), orOne(tp.RespRes)), InitDepth: min(orOne(p.RespRes), orOne(tp.InitDepth))}
 	if sized {
-		cp.Receives = queue.Depth
+		cp.Receives, cp.ReceiveSize = queue.Depth, queue.RequestSize
 	}
 	c, err := in.Accept(ctx, cp)
 	if err != nil {

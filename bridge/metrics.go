@@ -92,7 +92,7 @@ var directionRows = func() []directionRow {
 		{"staging_pushed_bytes_total", "Bytes the gateway WROTE from staging to the originator before relaying a response (data the far peer wrote).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Pushed }},
 		{"staging_waits_total", "Staging regions that waited for a pool buffer (staging exhausted: messages wait, in order).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StageWaits }},
 		{"liveness_probes_total", "Liveness probes (zero-length RDMA WRITEs) sessions posted on a connection after an idle period (a route's liveness); a probe not answered ends its session.", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Probes }},
-		{"staging_failed_total", "Messages that could not be staged, answered by the gateway in the far peer's place with the protocol's error (nvme: a data transfer error).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StageFailed }},
+		{"staging_failed_total", "Messages that could not be staged, answered by the gateway in the far peer's place with the protocol's error (nvme: a data transfer error; nfs: RDMA_ERROR ERR_CHUNK).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.StageFailed }},
 	}
 	out := make([]directionRow, len(rows))
 	for i, r := range rows {
@@ -106,11 +106,11 @@ var directionRows = func() []directionRow {
 var protocolLabels = []string{"route", "protocol"}
 
 var protocolCounters = newCounters("rbridge_route_protocol_", protocolLabels, []counterRow[staging.StatsSnapshot]{
-	{"descriptors_total", "Memory descriptors the route's commands carried that name memory (nvme: keyed SGL data blocks of a length above 0).", func(s *staging.StatsSnapshot) uint64 { return s.Descriptors }},
+	{"descriptors_total", "Memory descriptors the route's commands carried that name memory (nvme: keyed SGL data blocks of a length above 0; nfs: RPC-over-RDMA chunk segments of a length above 0).", func(s *staging.StatsSnapshot) uint64 { return s.Descriptors }},
 	{"described_bytes_total", "Bytes the route's commands' memory descriptors named (the data the far side READs or WRITEs).", func(s *staging.StatsSnapshot) uint64 { return s.DescribedBytes }},
 	{"remote_invalidations_total", "Memory descriptors that asked the far side to invalidate their key remotely (nvme: the keyed SGL invalidate subtype).", func(s *staging.StatsSnapshot) uint64 { return s.Invalidations }},
 	{"completions_total", "Completions the route's controllers (targets) sent back to their hosts.", func(s *staging.StatsSnapshot) uint64 { return s.Completions }},
-	{"gateway_completions_total", "Completions the gateway made in the controller's place: a command it could not stage (a data transfer error), or one with protection information (Invalid Field).", func(s *staging.StatsSnapshot) uint64 { return s.Answered }},
+	{"gateway_completions_total", "Completions the gateway made in the controller's place: a command it could not stage (a data transfer error), or one with protection information (Invalid Field); nfs: RDMA_ERROR ERR_CHUNK for a call it could not stage.", func(s *staging.StatsSnapshot) uint64 { return s.Answered }},
 })
 
 // descStagingInUse is the pool bytes a route's sessions hold as staging.
@@ -118,10 +118,10 @@ var descStagingInUse = prometheus.NewDesc("rbridge_route_staging_in_use_bytes", 
 
 var (
 	descProtocolCommands = prometheus.NewDesc("rbridge_route_protocol_commands_total",
-		"Commands the route's hosts (clients) sent, by the way their data moves (none, host_to_controller: the target READs the host's memory, controller_to_host: it WRITEs it, bidirectional).",
+		"Commands the route's hosts (clients) sent (nfs: calls; their read list is host_to_controller, write list or reply chunk controller_to_host), by the way their data moves (none, host_to_controller: the target READs the host's memory, controller_to_host: it WRITEs it, bidirectional).",
 		[]string{"route", "protocol", "direction"}, nil)
 	descProtocolErrors = prometheus.NewDesc("rbridge_route_protocol_errors_total",
-		"What was wrong in the route's protocol, by why (malformed_command, malformed_completion: not understood, the session ended; unknown_command_id: a completion for no outstanding command, reused_command_id: a command whose ID was outstanding: counted, relayed, or the session ended where the route stages; unstageable, protection_information: answered by the gateway).",
+		"What was wrong in the route's protocol, by why (malformed_command, malformed_completion: not understood, the session ended; unknown_command_id: a completion for no outstanding command, reused_command_id: a command whose ID was outstanding (nfs: the XID): counted, relayed, or the session ended where the route stages; unstageable, protection_information: answered by the gateway).",
 		[]string{"route", "protocol", "why"}, nil)
 )
 

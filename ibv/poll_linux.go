@@ -61,6 +61,12 @@ func waitRead(ctx context.Context, f *os.File, try func() (done bool)) error {
 		return ctx.Err()
 	case errors.Is(err, os.ErrClosed):
 		return ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The file's deadline, set from ctx's, can fire before ctx says
+		// it is done: the wait ended because ctx's deadline passed.
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return context.DeadlineExceeded
+		}
 	}
 	return err
 }

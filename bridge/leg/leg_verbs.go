@@ -3,12 +3,10 @@ package leg
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/rbridge/rbridge/ibv"
 	"github.com/rbridge/rbridge/ipoib"
 	"github.com/rbridge/rbridge/roce/cm"
+	"github.com/rbridge/rbridge/ulp/rpcrdma"
 )
 
 // defaultDisconnectTimeout bounds a disconnect's wait for the peer.
@@ -171,29 +170,14 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 	return dev, vd, nil
 }
 
-// rpcrdmaMagic opens RPC-over-RDMA's connection private data (RFC 8797:
-// magic, version, flags, send and receive size); flag bit 0 says its
-// sender takes Send With Invalidate.
-const (
-	rpcrdmaMagic         = 0xf6ab0e18
-	rpcrdmaSendWithInvOK = 1 << 0
-)
-
 // noRemoteInvalidation returns the private data a verbs leg sends its
-// peer: RPC-over-RDMA's, with the promise to take Send With Invalidate
-// cleared. The leg's HCA would execute a peer's invalidation itself,
-// against a key of the far side's that the gateway's device does not hold,
-// and fail the connection; without the promise the peer sends a plain
-// SEND, and the far side invalidates its own key. Any other private data
-// passes unchanged.
-func noRemoteInvalidation(pd []byte) []byte {
-	if len(pd) < 8 || binary.BigEndian.Uint32(pd) != rpcrdmaMagic || pd[5]&rpcrdmaSendWithInvOK == 0 {
-		return pd
-	}
-	out := slices.Clone(pd)
-	out[5] &^= rpcrdmaSendWithInvOK
-	return out
-}
+// peer: RPC-over-RDMA's (RFC 8797), with the promise to take Send With
+// Invalidate cleared. The leg's HCA would execute a peer's invalidation
+// itself, against a key of the far side's that the gateway's device does
+// not hold, and fail the connection; without the promise the peer sends a
+// plain SEND, and the far side invalidates its own key. Any other private
+// data passes unchanged.
+func noRemoteInvalidation(pd []byte) []byte { return rpcrdma.WithoutSendWithInvalidate(pd) }
 
 // defaultReceives is the receive queue a connection's QP gets when the
 // leg's receives do not ask for more (the endpoint posts 16 unless told).

@@ -21,6 +21,11 @@
 //     host side's messages are command capsules, the controller side's
 //     completions, each matched to its command by command ID on its queue
 //     (a session is one queue: the admin queue, or one I/O queue);
+//   - nfs.go: NFS over RDMA, RPC-over-RDMA version 1 (package ulp/rpcrdma
+//     parses): the client side's messages are calls, the server side's
+//     replies, matched by XID on the connection (a session is one
+//     connection); the segments of the calls' chunk lists are staged, and
+//     the replies' echoes of them say what the server wrote;
 //   - iser.go: iSER (package ulp/iser parses): the initiator's messages
 //     are iSCSI PDUs under an iSER header whose SCSI Commands name STags,
 //     the target's SCSI Responses end them by Initiator Task Tag (a

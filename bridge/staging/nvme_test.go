@@ -282,7 +282,7 @@ func TestNVMeCommandIDs(t *testing.T) {
 // TestNew: the one switch refuses what it does not understand.
 func TestNew(t *testing.T) {
 	for _, o := range []staging.Options{
-		{Protocol: "nfs", Route: "r", Stats: &staging.Stats{}},
+		{Protocol: "smb", Route: "r", Stats: &staging.Stats{}},
 		{Protocol: "", Route: "r", Stats: &staging.Stats{}},
 	} {
 		if _, err := staging.New(o); !errors.Is(err, staging.ErrUnknownProtocol) || !strings.Contains(err.Error(), `route "r"`) {

@@ -44,6 +44,8 @@ func New(o Options) (session.Protocol, error) {
 	switch o.Protocol {
 	case config.ProtocolNVMe:
 		return newNVMeQueue(o), nil
+	case config.ProtocolNFS:
+		return newNFSConn(o), nil
 	case config.ProtocolISER:
 		return newISERConn(o), nil
 	}
@@ -157,15 +159,19 @@ func (s *Stats) Snapshot() StatsSnapshot {
 // connect request says: the messages either peer may have in flight
 // (Depth: the receives each side of the gateway keeps posted for it), and
 // the largest message the target (the listen side's far peer) sends,
-// when the protocol bounds it (ResponseSize; 0 when it does not).
+// when the protocol bounds it (ResponseSize; 0 when it does not), and the
+// largest the client sends (RequestSize; 0 when not bounded).
 type Queue struct {
 	Depth        int
 	ResponseSize int
+	RequestSize  int
 }
 
 // QueueOf reads a protocol connection's queue from the private data of
 // the client's connect request; ok is false when the protocol has no such
-// data or this is not it (the leg's own receives then stand).
+// data or this is not it (the leg's own receives then stand). An nfs
+// connection always has one: its depth is not in the private data
+// (nfsQueue).
 func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
 	switch protocol {
 	case config.ProtocolNVMe:
@@ -184,6 +190,8 @@ func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
 			return Queue{}, false
 		}
 		return Queue{Depth: depth, ResponseSize: nvme.CompletionLen}, true
+	case config.ProtocolNFS:
+		return nfsQueue(privateData), true
 	case config.ProtocolISER:
 		return iserQueue(privateData)
 	}
@@ -205,6 +213,8 @@ func ConnectData(protocol string, toTarget, stages bool, b []byte) ([]byte, erro
 	switch protocol {
 	case config.ProtocolNVMe:
 		return b, nil
+	case config.ProtocolNFS:
+		return nfsConnectData(toTarget, stages, b), nil
 	case config.ProtocolISER:
 		return iserConnectData(toTarget, stages, b)
 	}

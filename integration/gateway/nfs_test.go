@@ -205,7 +205,10 @@ func within(t *testing.T, d time.Duration, what string, f func() error) {
 // fast registration, "rxe_reg_fast_mr: ... not free", and the client
 // reconnected every 15 s). The route
 // listens on 20050: nfsd's RDMA listener holds 20049 on every address of
-// this one kernel, the gateway's among them.
+// this one kernel, the gateway's among them. Over AF_XDP the route says
+// protocol: nfs, without the leg's receives: the protocol keeps them, and
+// parses and counts every message (the server is behind the userspace
+// leg: nothing is staged).
 func TestGuestRunNFSFromIB(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
@@ -235,8 +238,15 @@ func TestGuestRunNFSFromIB(t *testing.T) {
 	for _, io := range []string{"udp", "afxdp"} {
 		t.Run(io, func(t *testing.T) {
 			// nfsd grants its client 64 credits, and RPC-over-RDMA never
-			// expects an RNR NAK; 4 KiB is the client's inline size.
-			cfg := storageConfig(io, ns, ib, "    receives: 128\n    receive_size: 4096\n", "nfs", 20050, 20049)
+			// expects an RNR NAK; 4 KiB is the client's inline size. Over
+			// AF_XDP the route names its protocol instead, which keeps
+			// those receives itself and parses every message (nothing to
+			// stage: the server is behind the userspace leg).
+			ibKeys, proto := "    receives: 128\n    receive_size: 4096\n", ""
+			if io == "afxdp" {
+				ibKeys, proto = "", "    protocol: nfs\n"
+			}
+			cfg := storageConfig(io, ns, ib, ibKeys, "nfs", 20050, 20049) + proto
 			// What crosses each fabric: the client's side and the server's.
 			ibTally, roceTally := tallyRoCE(t, "veth5"), tallyRoCE(t, "br1")
 			logs := startGateway(t, cfg)
@@ -276,6 +286,14 @@ func TestGuestRunNFSFromIB(t *testing.T) {
 			}
 			if n := strings.Count(logs.String(), `msg="session up"`); n > 4 {
 				t.Errorf("%d sessions for two mounts: the client kept reconnecting", n)
+			}
+			if proto != "" {
+				m, _ := scrape(t, adminAddr(t, logs))
+				calls := m[`rbridge_route_protocol_commands_total{direction="host_to_controller",protocol="nfs",route="nfs"}`]
+				staged := m[`rbridge_route_staged_messages_total{direction="to_target",route="nfs"}`]
+				if calls == 0 || staged != 0 {
+					t.Errorf("protocol nfs: %.0f calls with read chunks counted, %.0f staged; want calls counted, none staged", calls, staged)
+				}
 			}
 			waitSessionsEnded(t, logs)
 		})
