@@ -398,10 +398,24 @@ func TestSessionISERStaged(t *testing.T) {
 }
 
 // TestSessionISERPoolExhausted: staging that waits for the pool waits in
-// order, and delivers.
+// order, and delivers. A 4 MiB pool has four 256 KiB buffers for 32
+// commands of 128 to 256 KiB; the messages themselves are small (at most
+// 1 KiB of immediate data), so that what the initiator sends never takes
+// the class the staging waits for: a message queued behind a held one
+// holds its buffer until it is relayed, and the class both want would
+// have neither go on (the pool's classes must leave staging its own).
 func TestSessionISERPoolExhausted(t *testing.T) {
 	r := newISERRig(t, rigOpts{net: simnet.Options{Loss: 0.01, Seed: 77}, delay: 50 * time.Microsecond, poolSize: 4 << 20}, 32)
-	r.run(iserCommands(32))
+	var cmds []iserCmd
+	for itt := uint32(1); itt <= 32; itt++ {
+		n := []uint32{131073, 262144, 200000, 180000}[itt%4]
+		c := iserCmd{itt: itt, read: true, edtl: n, final: true, transferred: n - itt}
+		if itt%2 == 0 {
+			c = iserCmd{itt: itt, write: true, edtl: n, final: true, imm: 1024}
+		}
+		cmds = append(cmds, c)
+	}
+	r.run(cmds)
 	if w := r.sess.Stats().Snapshot().StageWaits[0]; w == 0 {
 		t.Error("no region waited for the pool: the test proved nothing of exhaustion")
 	}
