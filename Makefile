@@ -22,10 +22,11 @@ DEBS         := $(DEBS_ORACLES) $(DEBS_CGO) $(DEBS_BPF) $(DEBS_UNIT) $(DEBS_FAIL
 # adds linux-headers-<version> for the kernel that linux-image-amd64 installed.
 # prometheus: the runner lints the guest's live /metrics scrapes with its promtool,
 # on the host (the guest image has none). nfs-kernel-server: the guest's NFS
-# server userland (rpc.mountd, exportfs), copied into its image.
+# server userland (rpc.mountd, exportfs), copied into its image. open-iscsi: the
+# guest's iSER initiator userland (iscsid, iscsiadm), copied into its image.
 DEBS_VM      := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-providers \
                 ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2 kmod \
-                cpio linux-source-6.1 xz-utils gcc make prometheus nfs-kernel-server
+                cpio linux-source-6.1 xz-utils gcc make prometheus nfs-kernel-server open-iscsi
 
 .PHONY: help deps deps-build deps-vm integration soak baseline-docs build install test test-host unit race nocgo bench generate check-generate fmt vet
 

@@ -609,7 +609,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	}
 	stages := g.legStatus[r.Target.Leg].Kind == config.KindVerbs
 	var err error
-	if p.PrivateData, err = staging.ConnectData(r.Protocol, true, stages, p.PrivateData); err != nil {
+	if p.PrivateData, err = staging.ConnectDataOf(proto, r.Protocol, true, stages, p.PrivateData); err != nil {
 		g.stats.Rejected.Add(1)
 		rs.Rejected.Add(1)
 		log.Warn("the client's connect request is not one the route's protocol takes: client rejected", "err", err)
@@ -632,7 +632,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		log = base.With("target", r.Fallback.Addr, "through", r.Fallback.Leg)
 	}
 	tp := out.Params()
-	if tp.PrivateData, err = staging.ConnectData(r.Protocol, false, stages, tp.PrivateData); err != nil {
+	if tp.PrivateData, err = staging.ConnectDataOf(proto, r.Protocol, false, stages, tp.PrivateData); err != nil {
 		g.stats.Rejected.Add(1)
 		rs.Rejected.Add(1)
 		log.Warn("the target's connect reply is not one the route's protocol takes: client rejected, the target's connection closed", "err", err)

@@ -386,8 +386,8 @@ type Route struct {
 	// zero Rate has no limit.
 	Rate Rate `yaml:"rate"`
 	// Protocol (RC routes only) names the upper-layer protocol the route
-	// carries (ProtocolNVMe, ProtocolNFS), whose messages its sessions
-	// parse in both directions; "" relays them as they are.
+	// carries (ProtocolNVMe, ProtocolNFS, ProtocolISER), whose messages
+	// its sessions parse in both directions; "" relays them as they are.
 	Protocol string `yaml:"protocol"`
 	// Liveness (RC routes only) is how long a session may be idle before
 	// it probes both its connections (a zero-length RDMA WRITE each); a
@@ -423,15 +423,17 @@ const (
 	// the listen side is the client, the target side the server (nfsd's
 	// rdma port, 20049).
 	ProtocolNFS = "nfs"
+	// ProtocolISER is iSER (iSCSI Extensions for RDMA): the listen side
+	// is the initiator, the target side the iSCSI target's portal.
+	ProtocolISER = "iser"
 )
 
 // Protocols are the protocols a route may name, in the order errors list
 // them.
-var Protocols = []string{ProtocolNVMe, ProtocolNFS}
+var Protocols = []string{ProtocolNVMe, ProtocolNFS, ProtocolISER}
 
 // unservedProtocols are protocols a route may not name, with why.
 var unservedProtocols = map[string]string{
-	"iser": "iSER is not understood yet",
 	// SMB Direct (MS-SMBD) carries its buffer descriptors inside SMB2
 	// READ and WRITE requests, which SMB 3.x signs or encrypts: the
 	// gateway cannot rewrite them to its staging without breaking the

@@ -20,6 +20,10 @@ func TestParseProtocol(t *testing.T) {
     listen: {leg: ib, addr: "198.18.3.1:20049"}
     target: {leg: roce, addr: "198.18.1.2:20049"}
     protocol: nfs
+  - name: iser
+    listen: {leg: ib, addr: "198.18.3.1:3261"}
+    target: {leg: roce, addr: "198.18.1.2:3260"}
+    protocol: iser
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +32,7 @@ func TestParseProtocol(t *testing.T) {
 	for _, r := range c.Routes {
 		got = append(got, r.Protocol)
 	}
-	if d := cmp.Diff([]string{"", "", config.ProtocolNVMe, config.ProtocolNFS}, got); d != "" {
+	if d := cmp.Diff([]string{"", "", config.ProtocolNVMe, config.ProtocolNFS, config.ProtocolISER}, got); d != "" {
 		t.Errorf("routes' protocol (-want +got):\n%s", d)
 	}
 }
@@ -41,11 +45,10 @@ func TestParseProtocolBad(t *testing.T) {
 		return good + "  - name: p\n    listen: {leg: ib, addr: \"198.18.3.1:4421\"}\n    target: {leg: roce, addr: \"198.18.1.2:4420\"}\n" + extra
 	}
 	for _, tc := range []struct{ name, file, want string }{
-		{"unknown", route("    protocol: srp\n"), `gw.yaml:24: route "p": protocol "srp" is not one rbridge understands; known: nvme, nfs`},
-		{"capitals", route("    protocol: NVMe\n"), `gw.yaml:24: route "p": protocol "NVMe" is not one rbridge understands; known: nvme, nfs`},
-		{"iser not yet", route("    protocol: iser\n"), `gw.yaml:24: route "p": protocol "iser": iSER is not understood yet; known: nvme, nfs`},
-		{"smb never", route("    protocol: SMB\n"), `gw.yaml:24: route "p": protocol "SMB": SMB Direct cannot be staged: its buffer descriptors sit inside SMB2 messages that SMB 3.x signs or encrypts, so rewriting them would break the signature; carry SMB Direct only where its one-sided initiator (the server) is behind the userspace leg, on a route without a protocol; known: nvme, nfs`},
-		{"empty", route("    protocol: \"\"\n"), `gw.yaml:24: route "p": protocol is empty: want one of nvme, nfs`},
+		{"unknown", route("    protocol: srp\n"), `gw.yaml:24: route "p": protocol "srp" is not one rbridge understands; known: nvme, nfs, iser`},
+		{"capitals", route("    protocol: NVMe\n"), `gw.yaml:24: route "p": protocol "NVMe" is not one rbridge understands; known: nvme, nfs, iser`},
+		{"smb never", route("    protocol: SMB\n"), `gw.yaml:24: route "p": protocol "SMB": SMB Direct cannot be staged: its buffer descriptors sit inside SMB2 messages that SMB 3.x signs or encrypts, so rewriting them would break the signature; carry SMB Direct only where its one-sided initiator (the server) is behind the userspace leg, on a route without a protocol; known: nvme, nfs, iser`},
+		{"empty", route("    protocol: \"\"\n"), `gw.yaml:24: route "p": protocol is empty: want one of nvme, nfs, iser`},
 		{"a list", route("    protocol: [nvme]\n"), `gw.yaml:24: route "p": protocol: want a single value`},
 		{"ud", route("    ud: true\n    protocol: nvme\n"), `gw.yaml:25: route "p": protocol nvme: a protocol is for RC routes`},
 	} {

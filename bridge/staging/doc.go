@@ -25,7 +25,12 @@
 //     parses): the client side's messages are calls, the server side's
 //     replies, matched by XID on the connection (a session is one
 //     connection); the segments of the calls' chunk lists are staged, and
-//     the replies' echoes of them say what the server wrote.
+//     the replies' echoes of them say what the server wrote;
+//   - iser.go: iSER (package ulp/iser parses): the initiator's messages
+//     are iSCSI PDUs under an iSER header whose SCSI Commands name STags,
+//     the target's SCSI Responses end them by Initiator Task Tag (a
+//     session is one connection); the login's text sizes unsolicited
+//     data, and the connect's private data remote invalidation.
 //
 // Concurrency: a session calls its Protocol from both directions at once;
 // each Protocol guards its state with a mutex of its own, a leaf lock

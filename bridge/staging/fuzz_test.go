@@ -3,7 +3,12 @@ package staging_test
 import (
 	"testing"
 
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/session"
 	"github.com/rbridge/rbridge/bridge/staging"
+	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/ulp/iser"
 	"github.com/rbridge/rbridge/ulp/nvme"
 )
 
@@ -45,6 +50,64 @@ func FuzzNVMeQueue(f *testing.F) {
 		refused := s.Errors[staging.WhyMalformedCommand] + s.Errors[staging.WhyMalformedCompletion]
 		if (err != nil) != (refused == 1) || refused > 1 {
 			t.Fatalf("%v, with %d refusals counted", err, refused)
+		}
+	})
+}
+
+// FuzzISERConn hands a connection random messages, cut at random into
+// pieces, on a route that stages: it never panics, it takes only what
+// ParsePDU and CheckLen take, counting a refusal once, and what it
+// stages lies within what the command names.
+func FuzzISERConn(f *testing.F) {
+	for _, b := range [][]byte{
+		login(false, 1, 0, "InitialR2T", "No"), login(true, 1, 0, "FirstBurstLength", "65536"),
+		scsiCmd{itt: 2, edtl: 65536, write: true, final: true, imm: 100, wKey: 0x12}.bytes(),
+		scsiCmd{itt: 3, edtl: 4096, read: true, write: true, readLen: 8192, final: true, wKey: 0x13, rKey: 0x14}.bytes(),
+		scsiRsp(2, iser.SCSIResponseFields{Underflow: true, Residual: 5}), tmf(4, iser.TMFAbortTask, 2), nil,
+	} {
+		f.Add(b, false, uint16(0), uint16(0))
+		f.Add(b, true, uint16(len(b)/2), uint16(len(b)/3))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, fromTgt bool, cut1, cut2 uint16) {
+		c1, c2 := int(cut1)%(len(b)+1), int(cut2)%(len(b)+1)
+		st := &staging.Stats{}
+		q, err := staging.New(staging.Options{Protocol: config.ProtocolISER, Route: "san", Host: fromInitiator, Stats: st, Logger: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := fromInitiator
+		if fromTgt {
+			dir = fromTarget
+		}
+		var pieces session.Pieces
+		at := 0
+		for _, c := range []int{min(c1, c2), max(c1, c2), len(b)} {
+			pieces = append(pieces, append([]byte(nil), b[at:c]...))
+			at = c
+		}
+		m := &session.Message{Dir: dir, Seq: 1, Opcode: transport.OpSend, Bytes: pieces, Staging: dir == fromInitiator}
+		err = q.Message(m)
+		if err == nil {
+			p, _, perr := iser.ParsePDU(b)
+			if perr == nil {
+				perr = p.CheckLen(len(b))
+			}
+			if perr != nil {
+				t.Fatalf("% x accepted, and ParsePDU says %v", b, perr)
+			}
+			for _, g := range m.Stage {
+				if g.Len <= 0 || uint32(g.Len) > max(p.BHS.EDTL(), func() uint32 { n, _ := p.ReadLength(); return n }()) {
+					t.Fatalf("a region of %d bytes from a command of EDTL %d", g.Len, p.BHS.EDTL())
+				}
+			}
+		}
+		s := st.Snapshot()
+		var refused uint64
+		for _, n := range s.Errors {
+			refused += n
+		}
+		if err != nil && refused != 1 {
+			t.Fatalf("%v, with %d errors counted", err, refused)
 		}
 	})
 }

@@ -46,6 +46,8 @@ func New(o Options) (session.Protocol, error) {
 		return newNVMeQueue(o), nil
 	case config.ProtocolNFS:
 		return newNFSConn(o), nil
+	case config.ProtocolISER:
+		return newISERConn(o), nil
 	}
 	return nil, fmt.Errorf("staging: route %q: protocol %q: %w", o.Route, o.Protocol, ErrUnknownProtocol)
 }
@@ -190,6 +192,8 @@ func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
 		return Queue{Depth: depth, ResponseSize: nvme.CompletionLen}, true
 	case config.ProtocolNFS:
 		return nfsQueue(privateData), true
+	case config.ProtocolISER:
+		return iserQueue(privateData)
 	}
 	return Queue{}, false
 }
@@ -211,6 +215,23 @@ func ConnectData(protocol string, toTarget, stages bool, b []byte) ([]byte, erro
 		return b, nil
 	case config.ProtocolNFS:
 		return nfsConnectData(toTarget, stages, b), nil
+	case config.ProtocolISER:
+		return iserConnectData(toTarget, stages, b)
 	}
 	return b, nil
+}
+
+// ConnectDataOf is ConnectData for the connection of the session whose
+// Protocol is p (New's; nil on a route without one): a protocol whose
+// rewriting of one side's private data depends on the other's (iSER: the
+// accept toward the initiator says the gateway invalidates its STags
+// remotely only when its connect request offered to take that) keeps
+// what it needs in p.
+func ConnectDataOf(p session.Protocol, protocol string, toTarget, stages bool, b []byte) ([]byte, error) {
+	if c, ok := p.(interface {
+		connectData(toTarget, stages bool, b []byte) ([]byte, error)
+	}); ok {
+		return c.connectData(toTarget, stages, b)
+	}
+	return ConnectData(protocol, toTarget, stages, b)
 }

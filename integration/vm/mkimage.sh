@@ -69,6 +69,11 @@ copy /etc/libibverbs.d/rxe.driver /etc/libibverbs.d/siw.driver
 copy_elf /usr/sbin/rpc.mountd /usr/sbin/exportfs
 copy /etc/netconfig
 mkdir -p "$root/var/lib/nfs"
+# open-iscsi's userland for the kernel's iSER initiator (ib_iser): iscsid
+# and iscsiadm, and the default iscsid.conf iscsiadm reads node defaults from.
+copy_elf /usr/sbin/iscsid /usr/sbin/iscsiadm
+copy /etc/iscsi/iscsid.conf
+mkdir -p "$root/etc/iscsi/nodes" "$root/etc/iscsi/send_targets" "$root/etc/iscsi/ifaces" "$root/var/lib/iscsi" "$root/run/lock/iscsi"
 # rping's threads need libgcc_s at pthread_exit; nothing links it directly.
 copy_elf "$multiarch"/libgcc_s.so.1
 copy /etc/protocols /etc/services
@@ -76,11 +81,13 @@ copy /etc/protocols /etc/services
 # Kernel modules: rxe and its dependencies, the rdma_cm user interface, veth and
 # bridges, netem (tests inject loss with tc), the NVMe-oF host and target
 # with a ramdisk (brd) for their namespace, nfsd, the NFSv4 client and
-# RPC-over-RDMA (rpcrdma), siw's dependencies, and the crc
-# modules, which are soft dependencies.
+# RPC-over-RDMA (rpcrdma), the LIO iSCSI target with iSER (ib_isert) and
+# the iSER initiator with SCSI disks (ib_iser, sd_mod), siw's dependencies,
+# and the crc modules, which are soft dependencies.
 want=(rdma_rxe rdma_ucm ib_uverbs ib_umad veth bridge sch_netem libcrc32c
 	brd nvmet nvmet-rdma nvme-rdma nfsd rpcrdma nfsv4
-	crc32_generic crc32-pclmul crc32c_generic crc32c-intel)
+	target_core_mod iscsi_target_mod ib_isert ib_iser sd_mod
+	crc32_generic crc32-pclmul crc32c_generic crc32c-intel crct10dif_generic crct10dif-pclmul)
 for dep in $(modinfo -F depends "$siw" | tr ',' ' '); do want+=("$dep"); done
 modprobe -S "$kv" -a --show-depends "${want[@]}" |
 	awk '$1 == "insmod" { print $2 }' | sort -u | while read -r ko; do

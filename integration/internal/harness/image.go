@@ -28,7 +28,7 @@ type ImageOptions struct {
 // imagePackages are the Debian packages whose files go into the base image:
 // a new version of any of them makes a new image.
 var imagePackages = []string{"busybox-static", "rdma-core", "ibverbs-providers", "ibverbs-utils",
-	"libibverbs1", "librdmacm1", "rdmacm-utils", "perftest", "iproute2", "kmod", "libc6"}
+	"libibverbs1", "librdmacm1", "rdmacm-utils", "perftest", "iproute2", "kmod", "libc6", "open-iscsi"}
 
 // KernelVersion returns the version of the kernel that linux-image-amd64 installed.
 func KernelVersion(root string) (string, error) {
