@@ -57,6 +57,9 @@ type Conn struct {
 	established chan struct{} // closed when the handshake ends, well (err nil) or not
 	done        chan struct{} // closed when the connection is released
 	dial        *dialState
+	// lingering says Disconnect stopped waiting: the DREQ is resent in
+	// the background, and the connection is its caller's no longer.
+	lingering bool
 }
 
 func (m *Manager) newConnLocked(active bool, peer netip.Addr, tid uint64) *Conn {
@@ -128,6 +131,9 @@ func (c *Conn) Disconnect(ctx context.Context) error {
 	case <-c.done:
 		return nil
 	case <-ctx.Done():
+		m.mu.Lock()
+		c.lingering = true
+		m.mu.Unlock()
 		return ctx.Err()
 	}
 }

@@ -195,12 +195,34 @@ func New(opts Options) (*Manager, error) {
 // Stats returns the manager's counters.
 func (m *Manager) Stats() *Stats { return &m.stats }
 
-// NumConns returns how many connections the manager holds: being set up,
-// established or being torn down.
+// NumConns returns how many connections the manager holds for their
+// callers: being set up, established or being torn down. A DREQ still
+// resent after its Disconnect stopped waiting is not one (NumLingering).
 func (m *Manager) NumConns() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.conns)
+	n := 0
+	for _, c := range m.conns {
+		if !c.lingering {
+			n++
+		}
+	}
+	return n
+}
+
+// NumLingering returns how many released connections still resend their
+// DREQ, their Disconnect having stopped waiting for the DREP: each ends at
+// its DREP or its last retry (Options.MaxRetries).
+func (m *Manager) NumLingering() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, c := range m.conns {
+		if c.lingering {
+			n++
+		}
+	}
+	return n
 }
 
 // Close stops the manager: pending handshakes fail, established

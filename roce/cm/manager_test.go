@@ -232,6 +232,9 @@ func TestDREQOutlivesDisconnect(t *testing.T) {
 		t.Fatal("the deaf client's connection was released: the test proved nothing")
 	default:
 	}
+	if n, l := srv.cm.NumConns(), srv.cm.NumLingering(); n != 0 || l != 1 {
+		t.Errorf("the server's manager holds %d connections and %d lingering, want 0 and 1", n, l)
+	}
 	deaf.Store(false)
 	select {
 	case <-cc.Done():
@@ -242,6 +245,13 @@ func TestDREQOutlivesDisconnect(t *testing.T) {
 	case <-sc.Done(): // the DREP came back
 	case <-ctxT(t).Done():
 		t.Fatal("the server's connection was not released by the client's DREP")
+	}
+	for wait := ctxT(t); srv.cm.NumLingering() != 0; {
+		select {
+		case <-wait.Done():
+			t.Fatalf("%d connections still lingering after the DREP", srv.cm.NumLingering())
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
