@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -335,9 +336,16 @@ func TestGuestSoak(t *testing.T) {
 			t.Errorf("%d of %d %s rounds failed back: the soak proved little", n, rounds[worker], worker)
 		}
 	}
+	// A verbs leg's HCA acknowledges a SEND as it arrives: one whose far
+	// side was killed before it was relayed is lost after its ack, and its
+	// session ends with an error on both connections (lost_acked counts
+	// them). rping has one SEND in flight: a killed server's session may
+	// lose that one, and nothing else may.
 	m, _ := scrape(t, admin)
-	if v := sample(t, m, `rbridge_verbs_lost_acked_total{leg="ib"}`); v != 0 {
-		t.Errorf("rbridge_verbs_lost_acked_total{ib} = %v: the gateway acknowledged what it then lost", v)
+	if v := sample(t, m, `rbridge_verbs_lost_acked_total{leg="ib"}`); v > float64(len(cut)) {
+		t.Errorf("rbridge_verbs_lost_acked_total{ib} = %v with %d rping servers killed: the gateway lost acknowledged SENDs other than a killed server's", v, len(cut))
+	} else {
+		t.Logf("rbridge_verbs_lost_acked_total{ib} = %v, %d rping servers killed mid-run", v, len(cut))
 	}
 	if len(own) > 0 {
 		t.Logf("perftest pairs that failed for perftest's own reasons under TCG (not counted as failures): %v", own)
@@ -450,6 +458,9 @@ func rdmaListening(comm string) bool {
 	return false
 }
 
+// soakHTTP scrapes the gateway without keeping a connection open.
+var soakHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 var stateLine = regexp.MustCompile(`msg="gateway state" sessions=(\d+) goroutines=(\d+) pool_in_use=(\d+) userspace.qps=(\d+) userspace.cm_conns=(\d+) verbs.qps=(\d+) verbs.cqs=(\d+) verbs.cm_ids=(\d+)`)
 
 // soakSampleOf samples the gateway at rest: once only the idle session is
@@ -492,10 +503,13 @@ func soakSampleOf(admin string, pid int, logs *syncBuffer) (soakSample, error) {
 	// The kernel names the thread that made each QP, whose pid is the
 	// thread's: count by the command's name.
 	s.kernelQPs = strings.Count(string(out), "comm rbridge")
-	m, err := getMetrics(admin)
+	// No connection of the scrape's outlives it (the admin server's end
+	// of a kept-alive one would count among the descriptors).
+	m, err := getMetricsVia(soakHTTP, admin)
 	if err != nil {
 		return s, err
 	}
+	time.Sleep(100 * time.Millisecond) // the server closes its end after the response
 	samples, err := parseSamples(m)
 	if err != nil {
 		return s, err
