@@ -264,7 +264,7 @@ attempt() {
 # prints the client's output between BASE markers. perftest fails with
 # "Can't produce a report", or prints inf/nan figures, when it cannot
 # calibrate its cycle counter (r^2 < 0.9), which TCG on a busy host causes
-# now and then: such a pair is retried, at most four times, and each retry is
+# now and then: such a pair is retried, at most nine times, and each retry is
 # said on the console.
 base() {
 	tool=$1 kind=$2
@@ -289,7 +289,7 @@ base() {
 			why="the client connected before the server's listener was up (REJ: invalid service ID)"
 		fi
 		[ -n "$why" ] || break
-		[ $try -le 4 ] || break
+		[ $try -le 9 ] || break
 		try=$((try + 1))
 		echo "@@RB BASE RETRY $tool $kind: $why"
 	done
