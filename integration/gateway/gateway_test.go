@@ -484,25 +484,7 @@ func TestGuestRunWithLoss(t *testing.T) {
 func runWithLoss(t *testing.T, io string) {
 	ns, ib := guest.UserNetns(t), guest.IB(t)
 	logs, proc := startGatewayProcess(t, gatewayConfig(io, ns, ib))
-	if out, err := exec.Command("/usr/sbin/modprobe", "sch_netem").CombinedOutput(); err != nil {
-		t.Fatalf("modprobe sch_netem: %v\n%s", err, out)
-	}
-	tc := func(netns string, args ...string) {
-		t.Helper()
-		cmd := exec.Command("/usr/sbin/tc", args...)
-		if netns != "" {
-			cmd = exec.Command("/usr/sbin/ip", append([]string{"netns", "exec", netns, "/usr/sbin/tc"}, args...)...)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	tc("", "qdisc", "add", "dev", "vuser0", "root", "netem", "loss", "5%")
-	tc(ns.Name, "qdisc", "add", "dev", ns.Netdev, "root", "netem", "loss", "5%")
-	t.Cleanup(func() {
-		exec.Command("/usr/sbin/tc", "qdisc", "del", "dev", "vuser0", "root").Run()
-		exec.Command("/usr/sbin/ip", "netns", "exec", ns.Name, "/usr/sbin/tc", "qdisc", "del", "dev", ns.Netdev, "root").Run()
-	})
+	userWireLoss(t, ns, "5%")
 	// Should a tool stall, the gateway's state goes to its log first.
 	stall := time.AfterFunc(150*time.Second, func() {
 		proc.Signal(syscall.SIGUSR1)
@@ -521,6 +503,31 @@ func runWithLoss(t *testing.T, io string) {
 		t.Errorf("netem dropped nothing: the test proved nothing\n%s", out)
 	}
 	waitSessionsEnded(t, logs)
+}
+
+// userWireLoss makes netem drop loss of what each end of user0's wire
+// sends (vuser0, and ns's netdev in user0) until the test ends.
+func userWireLoss(t *testing.T, ns guest.Netns, loss string) {
+	t.Helper()
+	if out, err := exec.Command("/usr/sbin/modprobe", "sch_netem").CombinedOutput(); err != nil {
+		t.Fatalf("modprobe sch_netem: %v\n%s", err, out)
+	}
+	tc := func(netns string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("/usr/sbin/tc", args...)
+		if netns != "" {
+			cmd = exec.Command("/usr/sbin/ip", append([]string{"netns", "exec", netns, "/usr/sbin/tc"}, args...)...)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	tc("", "qdisc", "add", "dev", "vuser0", "root", "netem", "loss", loss)
+	tc(ns.Name, "qdisc", "add", "dev", ns.Netdev, "root", "netem", "loss", loss)
+	t.Cleanup(func() {
+		exec.Command("/usr/sbin/tc", "qdisc", "del", "dev", "vuser0", "root").Run()
+		exec.Command("/usr/sbin/ip", "netns", "exec", ns.Name, "/usr/sbin/tc", "qdisc", "del", "dev", ns.Netdev, "root").Run()
+	})
 }
 
 func lastLines(s string, n int) string {

@@ -219,25 +219,7 @@ func TestGuestSoak(t *testing.T) {
 		return n
 	}
 
-	if out, err := exec.Command("/usr/sbin/modprobe", "sch_netem").CombinedOutput(); err != nil {
-		t.Fatalf("modprobe sch_netem: %v\n%s", err, out)
-	}
-	tc := func(netns string, args ...string) {
-		t.Helper()
-		cmd := exec.Command("/usr/sbin/tc", args...)
-		if netns != "" {
-			cmd = exec.Command("/usr/sbin/ip", append([]string{"netns", "exec", netns, "/usr/sbin/tc"}, args...)...)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("tc %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	tc("", "qdisc", "add", "dev", "vuser0", "root", "netem", "loss", "1%")
-	tc(ns.Name, "qdisc", "add", "dev", ns.Netdev, "root", "netem", "loss", "1%")
-	t.Cleanup(func() {
-		exec.Command("/usr/sbin/tc", "qdisc", "del", "dev", "vuser0", "root").Run()
-		exec.Command("/usr/sbin/ip", "netns", "exec", ns.Name, "/usr/sbin/tc", "qdisc", "del", "dev", ns.Netdev, "root").Run()
-	})
+	userWireLoss(t, ns, "1%")
 
 	start := time.Now()
 	w := &soakWork{end: start.Add(run), rounds: map[string]int{}, perftestOwn: map[string]int{}, failedBack: map[string]int{}}
