@@ -675,12 +675,7 @@ func (q *iserConn) malformedSideLocked(side int, format string, args ...any) err
 
 // noteLocked counts why and logs its first occurrence in the session.
 func (q *iserConn) noteLocked(why Why, msg string, args ...any) {
-	q.stats.Errors[why].Add(1)
-	if q.warned[why] {
-		return
-	}
-	q.warned[why] = true
-	q.log.Warn(msg+" (further ones on this connection are counted only)", append(args, "why", why.String())...)
+	noteOnce(q.stats, &q.warned, q.log, "connection", why, msg, args...)
 }
 
 // errorf is an error of the route's connection, naming its phase.

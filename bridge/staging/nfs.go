@@ -427,12 +427,7 @@ func (c *nfsConn) Sent(dir int, tag uint64, status transport.Status) {
 
 // noteLocked counts why and logs its first occurrence in the session.
 func (c *nfsConn) noteLocked(why Why, msg string, args ...any) {
-	c.stats.Errors[why].Add(1)
-	if c.warned[why] {
-		return
-	}
-	c.warned[why] = true
-	c.log.Warn(msg+" (further ones on this connection are counted only)", append(args, "why", why.String())...)
+	noteOnce(c.stats, &c.warned, c.log, "connection", why, msg, args...)
 }
 
 // errorf is an error of the route's connection.

@@ -335,12 +335,7 @@ func (q *nvmeQueue) Sent(dir int, tag uint64, status transport.Status) {
 
 // noteLocked counts why and logs its first occurrence in the session.
 func (q *nvmeQueue) noteLocked(why Why, msg string, args ...any) {
-	q.stats.Errors[why].Add(1)
-	if q.warned[why] {
-		return
-	}
-	q.warned[why] = true
-	q.log.Warn(msg+" (further ones on this queue are counted only)", append(args, "queue", q.queueLocked(), "why", why.String())...)
+	noteOnce(q.stats, &q.warned, q.log, "queue", why, msg, append(args, "queue", q.queueLocked())...)
 }
 
 // queueLocked names the queue: its ID once its Connect was seen.

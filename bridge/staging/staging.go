@@ -235,3 +235,16 @@ func ConnectDataOf(p session.Protocol, protocol string, toTarget, stages bool, b
 	}
 	return ConnectData(protocol, toTarget, stages, b)
 }
+
+// noteOnce counts why in stats and logs msg at warning level the first
+// time warned has not seen why (each protocol logs a session's first of
+// each, and counts the rest); on names what the later ones are counted on
+// ("connection", "queue").
+func noteOnce(stats *Stats, warned *[NumWhys]bool, log *slog.Logger, on string, why Why, msg string, args ...any) {
+	stats.Errors[why].Add(1)
+	if warned[why] {
+		return
+	}
+	warned[why] = true
+	log.Warn(msg+" (further ones on this "+on+" are counted only)", append(args, "why", why.String())...)
+}
