@@ -59,3 +59,35 @@ func TestSessionLivenessBusy(t *testing.T) {
 		t.Errorf("probes while the session worked: %v, want none", st.Probes)
 	}
 }
+
+// TestSessionLivenessBound: the first probe follows the session's last
+// work by its liveness period and little more, wherever in the period
+// that work fell (sampling activity once a period let it take almost two
+// periods). Three idle stretches, each begun at another point of the
+// period; the bound leaves a quarter period for the sampling and the
+// scheduler.
+func TestSessionLivenessBound(t *testing.T) {
+	const every = 2 * time.Second
+	r := newRig(t, rigOpts{liveness: every})
+	for i, lead := range []time.Duration{0, 700 * time.Millisecond, 1300 * time.Millisecond} {
+		time.Sleep(lead)
+		r.far.mu.Lock()
+		r.far.log = nil
+		r.far.mu.Unlock()
+		before := r.sess.Stats().Snapshot().Probes
+		r.workload(2, 1, uint64(i))
+		last := time.Now()
+		for {
+			if p := r.sess.Stats().Snapshot().Probes; p[0] > before[0] {
+				if d := time.Since(last); d < every || d > every*5/4 {
+					t.Errorf("stretch %d: the first probe came %v after the last work, want %v to %v", i, d.Round(time.Millisecond), every, every*5/4)
+				}
+				break
+			}
+			if time.Since(last) > 3*every {
+				t.Fatalf("stretch %d: no probe %v after the last work at a liveness of %v", i, 3*every, every)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

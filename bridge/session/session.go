@@ -317,26 +317,40 @@ func New(o Options) (*Session, error) {
 
 // routineLiveness probes both connections once the session was idle for
 // a whole period, and again each period it stays idle; a probe's answer
-// is not activity.
+// is not activity. Activity is sampled livenessSamples times a period, so
+// a probe follows the last request or completion by at most a period and
+// one sample: sampling once a period let an idle stretch that began just
+// after a sample wait almost two periods, which left a client whose
+// server died unseen (its DREQ lost) waiting a minute on a 30 s liveness.
 func (s *Session) routineLiveness(every time.Duration) {
-	t := time.NewTicker(every)
+	t := time.NewTicker(max(every/livenessSamples, time.Millisecond))
 	defer t.Stop()
-	last := s.activity.Load()
+	// Idle samples are counted, not timed: a ticker's times drift by
+	// microseconds, which put a period's last sample just short of it.
+	last, idle := s.activity.Load(), 0
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if now := s.activity.Load(); now != last {
-			last = now
+		if a := s.activity.Load(); a != last {
+			last, idle = a, 0
 			continue
 		}
+		if idle++; idle < livenessSamples {
+			continue
+		}
+		idle = 0
 		for _, r := range []*relay{&s.ab, &s.ba} {
 			r.probe()
 		}
 	}
 }
+
+// livenessSamples is how many times a liveness period looks at the
+// session's activity.
+const livenessSamples = 8
 
 // probe posts a zero-length RDMA WRITE on r.to, unless one is
 // outstanding or r.to's peer takes none (Limits.NoProbe).
