@@ -17,7 +17,13 @@ const (
 // 16384 holds a capsule with its in-capsule data). Each class gets an
 // equal share of the pool: 21 buffers of 1 MiB, 85 of 256 KiB and 1365
 // of 16 KiB in the default pool.
+//
+// A gateway that stages keeps StagingPoolReserve of each class for its
+// staging (pool.Options.Reserve): a message waiting behind a staged one
+// holds its buffer, and messages could otherwise take every buffer the
+// staging waits for.
 var (
 	DefaultPoolClasses = []int{256, 4 << 10, 64 << 10}
 	StagingPoolClasses = []int{256, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20}
+	StagingPoolReserve = 0.125
 )

@@ -236,6 +236,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 			o.Pool.Classes = StagingPoolClasses
 		}
 	}
+	if o.Pool.Reserve == 0 && stages(o.Config) {
+		o.Pool.Reserve = StagingPoolReserve
+	}
 	pl, err := pool.New(o.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: gateway: %w", err)

@@ -21,6 +21,13 @@ type Options struct {
 	// HugePages asks for explicit huge pages (MAP_HUGETLB); without them,
 	// or when none are reserved, the arena asks for transparent huge pages.
 	HugePages bool
+	// Reserve is the share of each class's buffers (0 to 0.5) that only
+	// GetReserve and GetWaitReserve take: at least one buffer of each
+	// class when above 0. Whoever holds a buffer until another's work
+	// is done must not be able to take the buffers that work needs: a
+	// gateway that stages keeps a reserve for its staging, which
+	// messages queued behind a staged one would otherwise fill.
+	Reserve float64
 	// Trace records, for every buffer, who last took, referenced and
 	// released it (a few call stacks each); Close then names the holders
 	// of any buffer still referenced. It slows every Get, Ref and Release:
@@ -45,9 +52,17 @@ type sizeClass struct {
 	size int
 	bufs []Buf // every buffer of the class, by index
 
-	mu    sync.Mutex // guards free
-	free  []int32    // indices of free buffers (a stack)
-	ready chan struct{}
+	// reserve is how many buffers only a reserve's Get takes.
+	reserve int
+
+	mu   sync.Mutex // guards free, wake, waiting
+	free []int32    // indices of free buffers (a stack)
+	// wake is closed, and replaced, by a release while a GetWait waits
+	// (waiting): every waiter then looks again, so that two releases
+	// wake two waiters, and a waiter that may not take the reserve does
+	// not swallow the wake-up of one that may.
+	wake    chan struct{}
+	waiting bool
 
 	gets, exhausted, overreleased atomic.Uint64
 
@@ -82,6 +97,9 @@ func New(opts Options) (*Pool, error) {
 			return nil, fmt.Errorf("bridge: pool class %d is not a power of two", c)
 		}
 	}
+	if !(opts.Reserve >= 0 && opts.Reserve <= 0.5) {
+		return nil, fmt.Errorf("bridge: pool reserve %v is not from 0 to 0.5", opts.Reserve)
+	}
 	share := opts.Size / len(opts.Classes) &^ (classAlign - 1)
 	if share < opts.Classes[len(opts.Classes)-1] {
 		return nil, fmt.Errorf("bridge: pool of %d bytes cannot hold one %d-byte buffer per class", opts.Size, opts.Classes[len(opts.Classes)-1])
@@ -96,7 +114,10 @@ func New(opts Options) (*Pool, error) {
 	for _, size := range opts.Classes {
 		off = (off + classAlign - 1) &^ (classAlign - 1) // frames: page-aligned
 		n := share / size
-		c := &sizeClass{size: size, bufs: make([]Buf, n), free: make([]int32, n), ready: make(chan struct{}, 1)}
+		c := &sizeClass{size: size, bufs: make([]Buf, n), free: make([]int32, n), wake: make(chan struct{})}
+		if opts.Reserve > 0 {
+			c.reserve = max(1, int(float64(n)*opts.Reserve))
+		}
 		if opts.Trace {
 			c.trace = newBufTrace(n)
 		}
@@ -160,7 +181,7 @@ type Frames struct {
 
 // AllocFrame implements xdp.FrameAllocator.
 func (f *Frames) AllocFrame() (uint64, bool) {
-	b := f.c.take()
+	b, _ := f.c.take(false, false)
 	if b == nil {
 		f.c.exhausted.Add(1)
 		return 0, false
@@ -209,15 +230,20 @@ func (p *Pool) Holds(n int) error {
 }
 
 // Get returns a buffer of at least n bytes with one reference, or an error
-// matching ErrExhausted when its class is empty (ErrClosed after
-// Close).
-func (p *Pool) Get(n int) (*Buf, error) {
+// matching ErrExhausted when its class is empty, but for its reserve
+// (ErrClosed after Close).
+func (p *Pool) Get(n int) (*Buf, error) { return p.get(n, false) }
+
+// GetReserve is Get that may take the class's reserve (Options.Reserve).
+func (p *Pool) GetReserve(n int) (*Buf, error) { return p.get(n, true) }
+
+func (p *Pool) get(n int, reserve bool) (*Buf, error) {
 	c, err := p.classFor(n)
 	if err != nil {
 		return nil, err
 	}
 	c.gets.Add(1)
-	if b := c.take(); b != nil {
+	if b, _ := c.take(reserve, false); b != nil {
 		return b, nil
 	}
 	c.exhausted.Add(1)
@@ -226,30 +252,46 @@ func (p *Pool) Get(n int) (*Buf, error) {
 
 // GetWait is Get that waits for a release while the class is empty.
 func (p *Pool) GetWait(ctx context.Context, n int) (*Buf, error) {
+	return p.getWait(ctx, n, false)
+}
+
+// GetWaitReserve is GetWait that may take the class's reserve.
+func (p *Pool) GetWaitReserve(ctx context.Context, n int) (*Buf, error) {
+	return p.getWait(ctx, n, true)
+}
+
+func (p *Pool) getWait(ctx context.Context, n int, reserve bool) (*Buf, error) {
 	c, err := p.classFor(n)
 	if err != nil {
 		return nil, err
 	}
 	c.gets.Add(1)
 	for {
-		if b := c.take(); b != nil {
+		b, wake := c.take(reserve, true)
+		if b != nil {
 			return b, nil
 		}
 		c.exhausted.Add(1)
 		select {
-		case <-c.ready:
+		case <-wake:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("bridge: waiting for a %d-byte buffer: %w", c.size, ctx.Err())
 		}
 	}
 }
 
-func (c *sizeClass) take() *Buf {
+// take takes a free buffer, leaving the reserve unless reserve; when it
+// finds none and wait, it returns the channel a release closes.
+func (c *sizeClass) take(reserve, wait bool) (*Buf, <-chan struct{}) {
 	c.mu.Lock()
 	n := len(c.free)
-	if n == 0 {
+	if n == 0 || (!reserve && n <= c.reserve) {
+		var wake chan struct{}
+		if wait {
+			wake, c.waiting = c.wake, true
+		}
 		c.mu.Unlock()
-		return nil
+		return nil, wake
 	}
 	i := c.free[n-1]
 	c.free = c.free[:n-1]
@@ -259,7 +301,7 @@ func (c *sizeClass) take() *Buf {
 	if c.trace != nil {
 		c.trace.record(int(i), traceGet, 1)
 	}
-	return b
+	return b, nil
 }
 
 // B returns the buffer's memory (its class size; use a prefix).
@@ -314,16 +356,17 @@ func (b *Buf) Release() {
 	i := int32(b.index())
 	c.mu.Lock()
 	c.free = append(c.free, i)
-	c.mu.Unlock()
-	select {
-	case c.ready <- struct{}{}:
-	default:
+	if c.waiting {
+		close(c.wake)
+		c.wake, c.waiting = make(chan struct{}), false
 	}
+	c.mu.Unlock()
 }
 
 // ClassStats describes one size class.
 type ClassStats struct {
 	Size, Total, Free int
+	Reserve           int    // buffers only GetReserve and GetWaitReserve take
 	Gets, Exhausted   uint64 // Gets asked; times a class was found empty
 	Overreleased      uint64 // Releases of a buffer nobody held (bugs, counted)
 }
@@ -336,7 +379,7 @@ func (p *Pool) Stats() []ClassStats {
 		c.mu.Lock()
 		free := len(c.free)
 		c.mu.Unlock()
-		out[i] = ClassStats{Size: c.size, Total: len(c.bufs), Free: free, Gets: c.gets.Load(), Exhausted: c.exhausted.Load(), Overreleased: c.overreleased.Load()}
+		out[i] = ClassStats{Size: c.size, Total: len(c.bufs), Free: free, Reserve: c.reserve, Gets: c.gets.Load(), Exhausted: c.exhausted.Load(), Overreleased: c.overreleased.Load()}
 	}
 	return out
 }

@@ -176,6 +176,8 @@ func TestPoolOptionErrors(t *testing.T) {
 		{Size: 1 << 20, Classes: []int{1000}},
 		{Size: 1000, Classes: []int{4096}},
 		{Size: 1 << 20, Classes: []int{}},
+		{Size: 1 << 20, Classes: []int{4096}, Reserve: 0.6},
+		{Size: 1 << 20, Classes: []int{4096}, Reserve: -0.1},
 	} {
 		if p, err := pool.New(o); err == nil {
 			p.Close()
@@ -277,4 +279,95 @@ func holdOne(t *testing.T, p *pool.Pool) *pool.Buf {
 	b.Ref()
 	b.Release()
 	return b
+}
+
+// TestPoolReserve: Get and GetWait leave a class's reserve; GetReserve
+// and GetWaitReserve take it; a release wakes a reserve's waiter even
+// while a plain waiter, which may not take what came back, waits too.
+func TestPoolReserve(t *testing.T) {
+	p := newPool(t, pool.Options{Size: 16 * 4096, Classes: []int{4096}, Reserve: 0.25})
+	var held []*pool.Buf
+	defer func() {
+		for _, b := range held {
+			b.Release()
+		}
+	}()
+	for {
+		b, err := p.Get(4096)
+		if err != nil {
+			if !errors.Is(err, pool.ErrExhausted) {
+				t.Fatal(err)
+			}
+			break
+		}
+		held = append(held, b)
+	}
+	if len(held) != 12 {
+		t.Fatalf("Get took %d buffers of 16 with a quarter reserved, want 12", len(held))
+	}
+	for range 3 {
+		b, err := p.GetReserve(4096)
+		if err != nil {
+			t.Fatalf("GetReserve with the reserve free: %v", err)
+		}
+		held = append(held, b)
+	}
+	// One buffer left, in the reserve: a plain waiter and a reserve's
+	// waiter wait; the reserve's gets it, the plain one waits on.
+	plain := make(chan *pool.Buf, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		b, _ := p.GetWait(ctx, 4096)
+		plain <- b
+	}()
+	time.Sleep(20 * time.Millisecond)
+	b, err := p.GetWaitReserve(context.Background(), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = append(held, b)
+	// The class is empty: two releases must wake two reserve waiters
+	// (one wake-up per release once woke only one of them).
+	got := make(chan *pool.Buf, 2)
+	for range 2 {
+		go func() {
+			b, err := p.GetWaitReserve(context.Background(), 4096)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- b
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	held[0].Release()
+	held[1].Release()
+	held = held[2:]
+	for range 2 {
+		select {
+		case b := <-got:
+			held = append(held, b)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a reserve's waiter still waits after two releases")
+		}
+	}
+	select {
+	case b := <-plain:
+		t.Fatalf("GetWait took a buffer of the reserve (%v)", b)
+	default:
+	}
+	// Above the reserve, the plain waiter gets one.
+	for _, b := range held[:5] {
+		b.Release()
+	}
+	held = held[5:]
+	select {
+	case b := <-plain:
+		if b == nil {
+			t.Fatal("GetWait failed with buffers above the reserve free")
+		}
+		held = append(held, b)
+	case <-time.After(5 * time.Second):
+		t.Fatal("GetWait still waits with buffers above the reserve free")
+	}
 }

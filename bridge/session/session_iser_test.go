@@ -402,8 +402,8 @@ func TestSessionISERStaged(t *testing.T) {
 // commands of 128 to 256 KiB; the messages themselves are small (at most
 // 1 KiB of immediate data), so that what the initiator sends never takes
 // the class the staging waits for: a message queued behind a held one
-// holds its buffer until it is relayed, and the class both want would
-// have neither go on (the pool's classes must leave staging its own).
+// holds its buffer until it is relayed (the class both want is
+// TestSessionISERMessagesFillThePool's).
 func TestSessionISERPoolExhausted(t *testing.T) {
 	r := newISERRig(t, rigOpts{net: simnet.Options{Loss: 0.01, Seed: 77}, delay: 50 * time.Microsecond, poolSize: 4 << 20}, 32)
 	var cmds []iserCmd
@@ -418,6 +418,25 @@ func TestSessionISERPoolExhausted(t *testing.T) {
 	r.run(cmds)
 	if w := r.sess.Stats().Snapshot().StageWaits[0]; w == 0 {
 		t.Error("no region waited for the pool: the test proved nothing of exhaustion")
+	}
+}
+
+// TestSessionISERMessagesFillThePool: commands whose own messages take
+// the class their staging needs (15 KiB of immediate data, a 64 KiB
+// buffer each, and 64 KiB left to pull) fill that class with messages
+// queued behind the first staged command; the pool's reserve, which only
+// staging takes, lets that command go on, and every one after it.
+// Without the reserve, in about half of the runs, a command waited for a
+// buffer held by the messages behind it, and nothing moved again.
+func TestSessionISERMessagesFillThePool(t *testing.T) {
+	r := newISERRig(t, rigOpts{poolSize: 4 << 20}, 32)
+	var cmds []iserCmd
+	for itt := uint32(1); itt <= 32; itt++ {
+		cmds = append(cmds, iserCmd{itt: itt, write: true, edtl: 79 << 10, final: true, imm: 15 << 10})
+	}
+	r.run(cmds)
+	if w := r.sess.Stats().Snapshot().StageWaits[0]; w == 0 {
+		t.Error("no region waited for the pool: the test proved nothing of a full class")
 	}
 }
 

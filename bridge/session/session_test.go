@@ -101,7 +101,13 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	if o.clientPSN == 0 {
 		o.clientPSN = 0x777
 	}
-	r.pool, err = pool.New(pool.Options{Size: o.poolSize, Classes: o.classes})
+	// A rig that stages keeps a reserve for it, as a gateway that stages
+	// does (bridge.StagingPoolReserve).
+	reserve := 0.0
+	if o.exposes {
+		reserve = 0.125
+	}
+	r.pool, err = pool.New(pool.Options{Size: o.poolSize, Classes: o.classes, Reserve: reserve})
 	if err != nil {
 		t.Fatal(err)
 	}

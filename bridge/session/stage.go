@@ -307,10 +307,13 @@ func (st *stager) stage(rec *staged) {
 			st.fail(rec, fmt.Errorf("a region of %d bytes: %w (%d bytes)", g.Len, ErrTooLarge, s.pool.Largest()))
 			return
 		}
-		b, err := s.pool.Get(max(g.Len, 1))
+		// Staging may take the pool's reserve, which a message's own
+		// buffer may not: a message queued behind this one holds its
+		// buffer until this one is relayed.
+		b, err := s.pool.GetReserve(max(g.Len, 1))
 		if errors.Is(err, pool.ErrExhausted) {
 			s.stats.StageWaits[rec.key.dir].Add(1)
-			b, err = s.pool.GetWait(s.ctx, max(g.Len, 1))
+			b, err = s.pool.GetWaitReserve(s.ctx, max(g.Len, 1))
 		}
 		if err != nil {
 			return // the session ends: its teardown ends the record
@@ -456,7 +459,7 @@ func (st *stager) fail(rec *staged, why error) {
 // the message is completed to its sender and never relayed.
 func (st *stager) answer(rec *staged, reply []byte) {
 	s := st.s
-	b, err := s.pool.GetWait(s.ctx, max(len(reply), 1))
+	b, err := s.pool.GetWaitReserve(s.ctx, max(len(reply), 1))
 	if err != nil {
 		return // the session ends
 	}
