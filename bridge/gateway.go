@@ -589,7 +589,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		ps := g.protocols[routeProtocol{r.Name, r.Protocol}]
 		g.mu.Unlock()
 		var err error
-		if proto, err = staging.New(staging.Options{Protocol: r.Protocol, Route: r.Name, Host: 0, Stats: ps, Logger: base}); err != nil {
+		if proto, err = staging.New(staging.Options{Protocol: r.Protocol, Route: r.Name, Host: 0, Stats: ps, Logger: base, MaxTransfer: g.pool.Largest()}); err != nil {
 			// Cannot happen: config checked the protocol, startRoute made
 			// its counters.
 			g.stats.Rejected.Add(1)

@@ -87,6 +87,13 @@ type Message struct {
 	// whose entry is 0, is not pushed; an entry above the region's length
 	// refuses the response. Nil pushes every region whole (NVMe).
 	Pushed []int
+	// Patch, when not nil with Push, sees what the far peer wrote into
+	// each region of the finished message before it is pushed (b, the
+	// bytes pushed of region i, in the order of the regions), and may
+	// rewrite it in place (NVMe's Identify Controller data, whose
+	// largest transfer the gateway clamps to its staging). It must not
+	// keep b.
+	Patch func(i int, b []byte)
 }
 
 // Describe names m for an error: its direction and number, its opcode,

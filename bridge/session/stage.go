@@ -185,7 +185,7 @@ func notify(c chan struct{}) {
 // response until routineRevoke ended the staging. It reports whether
 // there was a staging to finish: something of that tag staged and
 // relayed.
-func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool, pushed []int) (bool, error) {
+func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool, pushed []int, patch func(int, []byte)) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	rec := st.recs[key]
@@ -209,6 +209,9 @@ func (st *stager) finishLocked(key stageKey, resp *Op, r *relay, push bool, push
 		}
 		if !push || !g.Write || n == 0 {
 			continue
+		}
+		if patch != nil {
+			patch(i, rec.bufs[i].B()[:n])
 		}
 		r.queueMoveLocked(rec, i, transport.OpWrite, n)
 	}
@@ -584,7 +587,7 @@ func (r *relay) stageLocked(op *Op, m *Message) error {
 	if !m.Finishes {
 		return nil
 	}
-	_, err := st.finishLocked(stageKey{1 - r.dir, m.Finish}, op, r, m.Push, m.Pushed)
+	_, err := st.finishLocked(stageKey{1 - r.dir, m.Finish}, op, r, m.Push, m.Pushed, m.Patch)
 	return err
 }
 

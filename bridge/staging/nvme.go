@@ -52,6 +52,11 @@ type nvmeQueue struct {
 	// sqHead is the last submission queue head a completion carried:
 	// what a completion the gateway makes carries.
 	sqHead uint16
+	// maxTransfer bounds the MDTS the host is told (Options.MaxTransfer);
+	// pageShift is the controller's smallest page, from its CAP (4 KiB
+	// until a Property Get of CAP says otherwise).
+	maxTransfer int
+	pageShift   uint
 	// regions and pos are Message's scratch: the regions of a command
 	// to stage, and where each one's descriptor lies in the message.
 	regions []session.Region
@@ -75,6 +80,9 @@ type nvmeCommand struct {
 	invalidate bool
 	invKey     uint32
 	staged     bool
+	// identify is an Identify Controller, getCAP a Property Get of CAP:
+	// their answers are what clamping MDTS needs.
+	identify, getCAP bool
 }
 
 // tagOf makes the session's tag of command ID cid, message number seq:
@@ -88,7 +96,7 @@ const keepScratch = 16 << 10
 
 func newNVMeQueue(o Options) *nvmeQueue {
 	return &nvmeQueue{route: o.Route, host: o.Host, stats: o.Stats, log: o.Logger.With("protocol", config.ProtocolNVMe), qid: -1,
-		outstanding: map[uint16]nvmeCommand{}}
+		outstanding: map[uint16]nvmeCommand{}, maxTransfer: o.MaxTransfer, pageShift: 12}
 }
 
 // Message implements session.Protocol.
@@ -135,6 +143,11 @@ func (q *nvmeQueue) commandLocked(m *session.Message) error {
 	}
 	entry := nvmeCommand{tag: tagOf(m.Seq, cid)}
 	m.Tag = entry.tag
+	if q.qid == 0 && q.maxTransfer > 0 {
+		// The admin queue (Identify's opcode is an I/O one elsewhere).
+		entry.identify = cmd.Opcode() == nvme.OpIdentify && cmd.IdentifyCNS() == nvme.CNSController
+		entry.getCAP = cmd.IsFabrics() && cmd.FCType() == nvme.FCPropertyGet && cmd.PropertyOffset() == nvme.PropertyCAP
+	}
 	if m.Staging && c.Keyed().Len() > 0 {
 		if reply := q.stageLocked(m, c, &entry); reply != nil {
 			m.Reply = reply
@@ -311,13 +324,48 @@ func (q *nvmeQueue) completionLocked(m *session.Message) error {
 		return nil
 	}
 	delete(q.outstanding, cid)
+	if e.getCAP && c.Status().Success() {
+		q.pageShift = nvme.CAPMinPageShift(c.Result())
+	}
 	if e.staged {
 		m.Finish, m.Finishes, m.Push = e.tag, true, c.Status().Success()
+		if e.identify && m.Push {
+			m.Patch = q.clampMDTS(q.pageShift)
+		}
 	}
 	if e.invalidate && m.Opcode != transport.OpSendWithInv {
 		m.Opcode, m.InvRKey = transport.OpSendWithInv, e.invKey
 	}
 	return nil
+}
+
+// clampMDTS returns the Patch of an Identify Controller's data on its way
+// to the host: its MDTS bounded by the gateway's largest staging buffer,
+// in the controller's pages of 1<<pageShift bytes. A controller with no
+// limit, or one above the gateway's, would let the host send a command
+// the gateway cannot stage, which ends its queue.
+func (q *nvmeQueue) clampMDTS(pageShift uint) func(int, []byte) {
+	at := nvme.IdentifyMDTS // in the regions' bytes, in order
+	return func(_ int, b []byte) {
+		if at < 0 || at >= len(b) {
+			at -= len(b)
+			return
+		}
+		if v, changed := nvme.ClampMDTS(b[at], pageShift, q.maxTransfer); changed {
+			q.log.Info("the controller's largest transfer (MDTS) told to the host as the gateway's largest staging buffer", "route", q.route,
+				"controller_bytes", mdtsBytes(b[at], pageShift), "told_bytes", mdtsBytes(v, pageShift))
+			b[at] = v
+		}
+		at = -1
+	}
+}
+
+// mdtsBytes says MDTS v in bytes, 0 for no limit.
+func mdtsBytes(v uint8, pageShift uint) uint64 {
+	if v == 0 || uint(v)+pageShift >= 64 {
+		return 0
+	}
+	return 1 << (uint(v) + pageShift)
 }
 
 // Sent implements session.Protocol: a command the controller never got

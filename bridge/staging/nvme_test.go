@@ -308,3 +308,86 @@ func TestNew(t *testing.T) {
 		}
 	}
 }
+
+// TestNVMeClampMDTS: the Identify Controller data a staged queue pushes
+// to the host says the gateway's largest staging buffer at most, in the
+// controller's pages (its CAP's MPSMIN, read from the Property Get the
+// host sends first), wherever byte 77 lies among the regions; a limit
+// within it is left alone, and other Identify data is not touched.
+func TestNVMeClampMDTS(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mpsMin  uint64 // CAP.MPSMIN; none when above 15 (no Property Get)
+		mdts    uint8
+		regions []uint32 // the Identify's keyed descriptors
+		cns     uint32
+		want    uint8
+	}{
+		{"no limit, 4 KiB pages", 0, 0, []uint32{4096}, nvme.CNSController, 8},
+		{"no Property Get seen", 16, 0, []uint32{4096}, nvme.CNSController, 8},
+		{"a larger limit, 16 KiB pages", 2, 9, []uint32{4096}, nvme.CNSController, 6},
+		{"the Linux target's 1 MiB", 0, 8, []uint32{4096}, nvme.CNSController, 8},
+		{"SPDK's 128 KiB", 0, 5, []uint32{4096}, nvme.CNSController, 5},
+		{"byte 77 in the second region", 0, 0, []uint32{64, 4032}, nvme.CNSController, 8},
+		{"Identify Namespace", 0, 0, []uint32{4096}, 0x00, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := staging.New(staging.Options{Protocol: config.ProtocolNVMe, Route: "storage", Host: fromHost, Stats: &staging.Stats{}, Logger: testlog.New(t), MaxTransfer: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := uint64(0)
+			send := func(dir int, b []byte) *session.Message {
+				t.Helper()
+				seq++
+				m := &session.Message{Dir: dir, Seq: seq, Opcode: transport.OpSend, Bytes: session.Pieces{b}, Staging: true}
+				if err := p.Message(m); err != nil {
+					t.Fatal(err)
+				}
+				return m
+			}
+			send(fromHost, connect(1, 0, false))
+			send(fromController, completion(1, nvme.StatusSuccess))
+			if tc.mpsMin <= 15 {
+				get := make([]byte, nvme.CommandLen)
+				nvme.Command(get).Encode(&nvme.CommandFields{Opcode: nvme.OpFabrics, Flags: nvme.FlagSGLBuffer, CommandID: 2, NSID: uint32(nvme.FCPropertyGet), DPTR: keyed(0, 0, 0, nvme.SGLAddress), CDW10: [6]uint32{1, nvme.PropertyCAP}})
+				send(fromHost, get)
+				c := completion(2, nvme.StatusSuccess)
+				capValue := uint64(0x0020_0030_0f01_03ff) | tc.mpsMin<<48
+				nvme.Completion(c).SetDW0(uint32(capValue))
+				nvme.Completion(c).SetDW1(uint32(capValue >> 32))
+				send(fromController, c)
+			}
+			var ds []nvme.SGLFields
+			for i, n := range tc.regions {
+				ds = append(ds, keyed(0x10000+uint64(i)<<16, n, 9, nvme.SGLAddress))
+			}
+			id := list(nvme.OpIdentify, 3, ds...)
+			nvme.Command(id).Encode(&nvme.CommandFields{Opcode: nvme.OpIdentify, Flags: nvme.FlagSGLBuffer, CommandID: 3,
+				DPTR: nvme.SGLFields{Type: nvme.SGLLastSegment, Subtype: nvme.SGLOffset, Length: uint32(len(ds) * nvme.SGLLen)}, CDW10: [6]uint32{tc.cns}})
+			if m := send(fromHost, id); len(m.Stage) != len(tc.regions) {
+				t.Fatalf("the Identify staged %d regions, want %d", len(m.Stage), len(tc.regions))
+			}
+			resp := send(fromController, completion(3, nvme.StatusSuccess))
+			if !resp.Finishes || !resp.Push {
+				t.Fatalf("the Identify's completion: Finishes %v, Push %v; want both", resp.Finishes, resp.Push)
+			}
+			data := make([]byte, 4096)
+			data[nvme.IdentifyMDTS] = tc.mdts
+			data[nvme.IdentifyMDTS-1], data[nvme.IdentifyMDTS+1] = 0xaa, 0xbb
+			if resp.Patch != nil {
+				at := 0
+				for i, n := range tc.regions {
+					resp.Patch(i, data[at:at+int(n)])
+					at += int(n)
+				}
+			}
+			if got := data[nvme.IdentifyMDTS]; got != tc.want {
+				t.Errorf("MDTS pushed to the host: %d, want %d", got, tc.want)
+			}
+			if data[nvme.IdentifyMDTS-1] != 0xaa || data[nvme.IdentifyMDTS+1] != 0xbb {
+				t.Error("the patch touched the bytes around MDTS")
+			}
+		})
+	}
+}

@@ -26,6 +26,11 @@ type Options struct {
 	// Logger receives what is wrong but not fatal (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// MaxTransfer is the most bytes a staged region may hold (the
+	// pool's largest buffer), or 0 for no bound. An NVMe controller's
+	// largest transfer (MDTS) is clamped to it on its way to the host,
+	// so that the host never sends a command the gateway cannot stage.
+	MaxTransfer int
 }
 
 // ErrUnknownProtocol matches New's error for a protocol it does not

@@ -68,6 +68,8 @@ const (
 	OpWrite   Opcode = 0x01 // I/O
 	OpRead    Opcode = 0x02 // I/O
 	OpFabrics Opcode = 0x7f // both queues; FCType says which command
+
+	OpIdentify Opcode = 0x06 // admin
 )
 
 // FCType is a fabrics command's type (enum nvmf_capsule_command in nvme.h).
