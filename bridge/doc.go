@@ -26,6 +26,10 @@
 //     back round, busypoll.go's polled receive loops per direction;
 //     joined.go relays groups the members joined by IGMP or MLD
 //     (joined_on).
+//   - udrelay.go: the relay both use, one per direction: batches
+//     received, admitted or dropped by cause, posted on the other port
+//     with a window of sends outstanding (leg.UDSendWindow), flushed
+//     before it waits.
 //
 // # Watching it
 //

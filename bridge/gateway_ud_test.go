@@ -17,6 +17,7 @@ import (
 
 	"github.com/rbridge/rbridge/bridge"
 	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/leg"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -229,6 +230,74 @@ func TestGatewayUD(t *testing.T) {
 	if len(clients) != 1 || clients[0].ClientQPN != cqp.QPN() || clients[0].TargetQPN != tqp.QPN() || clients[0].Route != "u" {
 		t.Errorf("status UD clients %+v, want the one client's QP %#x and the target's %#x", clients, cqp.QPN(), tqp.QPN())
 	}
+}
+
+// TestGatewayUDBurst: a client sends three windows' worth of datagrams
+// back to back, more than the gateway's receive queue holds and than it
+// keeps sends outstanding: each is counted once, relayed or dropped for
+// want of a receive (UD has no flow control: a burst may outrun the
+// relay), the target gets every one relayed, in order, and once the pair
+// is idle it holds its receive queues' buffers only.
+func TestGatewayUDBurst(t *testing.T) {
+	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
+	ln, err := target.cm.ListenUD(7174, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const n = 3 * leg.UDSendWindow
+	tqp, tcq := target.udQP(t, n)
+	go func() {
+		if req, err := ln.Next(context.Background()); err == nil {
+			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
+		}
+	}()
+	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gwA := netip.MustParseAddr(lo("1"))
+	svc, err := client.cm.ResolveUD(ctx, netip.AddrPortFrom(gwA, 7174), cm.ResolveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqp, _ := client.udQP(t, 1)
+	for i := range n {
+		client.sendUD(t, cqp, gwA, svc.QPN, uint32(i), 100, 'b')
+	}
+	var st *bridge.UDStatsSnapshot
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		st = g.UDStats("u")
+		if st.Datagrams[0]+st.DropNoReceive[0] == n || time.Now().After(deadline) {
+			break
+		}
+	}
+	drops := 0
+	for _, d := range st.Drops() {
+		drops += int(d.N[0] + d.N[1])
+	}
+	if st.Datagrams[0] == 0 || st.Datagrams[0]+st.DropNoReceive[0] != n || drops != int(st.DropNoReceive[0]) || st.Bytes[0] != 100*st.Datagrams[0] {
+		t.Fatalf("UD stats %+v after a burst of %d: want each relayed or dropped for no receive, and nothing else", st, n)
+	}
+	var wcs [n]transport.WC
+	got, last := 0, -1
+	for got < int(st.Datagrams[0]) {
+		k, err := tcq.PollWait(ctx, wcs[:])
+		if err != nil {
+			t.Fatalf("%d datagrams at the target, %d relayed: %v", got, st.Datagrams[0], err)
+		}
+		for _, wc := range wcs[:k] {
+			if wc.Status != transport.StatusSuccess || wc.ByteLen != 100 || int(wc.Imm) <= last {
+				t.Fatalf("datagram %d at the target %+v, after immediate data %d", got, wc, last)
+			}
+			last = int(wc.Imm)
+		}
+		got += k
+	}
+	noUD(t, tcq, "a datagram more than the gateway relayed")
+	if s := g.State(); s.PoolInUse != 2*leg.UDRecvDepth {
+		t.Errorf("%d pool buffers in use with the pair idle, want its two receive queues' %d", s.PoolInUse, 2*leg.UDRecvDepth)
+	}
+	t.Logf("%d of %d relayed, %d dropped for no receive", st.Datagrams[0], n, st.DropNoReceive[0])
 }
 
 // TestGatewayUDRefused: a target that refuses gives the client its

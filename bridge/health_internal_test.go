@@ -44,13 +44,14 @@ routes:
 // failingPort is a UD port whose receive fails at once.
 type failingPort struct{ err error }
 
-func (p failingPort) QPN() uint32                                                         { return 1 }
-func (p failingPort) MTU() int                                                            { return 1024 }
-func (p failingPort) Recv(context.Context, *leg.Datagram) error                           { return p.err }
-func (p failingPort) Send(context.Context, *leg.Datagram, leg.UDDest, uint32, bool) error { return nil }
-func (p failingPort) NoReceive() uint64                                                   { return 0 }
-func (p failingPort) Describe() string                                                    { return "a failing port" }
-func (p failingPort) Close() error                                                        { return nil }
+func (p failingPort) QPN() uint32                                                   { return 1 }
+func (p failingPort) MTU() int                                                      { return 1024 }
+func (p failingPort) Recv(context.Context, []leg.Datagram, bool) (int, error)       { return 0, p.err }
+func (p failingPort) Send(context.Context, []leg.Datagram, leg.UDDest, *leg.UDSent) {}
+func (p failingPort) Flush(context.Context, *leg.UDSent)                            {}
+func (p failingPort) NoReceive() uint64                                             { return 0 }
+func (p failingPort) Describe() string                                              { return "a failing port" }
+func (p failingPort) Close() error                                                  { return nil }
 
 // TestHealthGroupStopped: a group whose relay ends on its own (its QP's
 // receive failed) makes Health fail, naming it and why; one stopped by

@@ -178,21 +178,31 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 	if err := r.spins[dir].Pin(); err != nil {
 		g.log.Warn("multicast receive loop not pinned: it busy-polls where the kernel runs its thread", "group", r.cfg.Name, "qp", from.Describe(), "err", err)
 	}
-	d := new(leg.Datagram) // filled by each receive
-	for {
-		if err := from.Recv(ctx, d); err != nil {
-			if ctx.Err() == nil {
-				g.log.Error("multicast group stopped relaying", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
-				g.mu.Lock()
-				g.halted[r.cfg.Name] = fmt.Errorf("relaying %s: %w", groupDirs[dir], err)
-				g.mu.Unlock()
-			}
-			return
-		}
-		switch {
-		case d.PoolEmpty:
+	rl := &udRelay{from: from, to: to, dir: dir, stats: r.stats,
+		admit: func(ds []leg.Datagram) (int, leg.UDDest) { return r.admit(dir, ds, to), dst },
+		sendFailed: func(n uint64, err error) {
+			g.log.Warn("multicast send failed", "group", r.cfg.Name, "direction", groupDirs[dir], "datagrams", n, "err", err)
+		}}
+	if err := rl.run(ctx); ctx.Err() == nil {
+		g.log.Error("multicast group stopped relaying", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
+		g.mu.Lock()
+		g.halted[r.cfg.Name] = fmt.Errorf("relaying %s: %w", groupDirs[dir], err)
+		g.mu.Unlock()
+	}
+}
+
+// admit keeps the datagrams of ds that cross toward to, at the front of
+// ds, and returns how many; the others are counted by cause and
+// released.
+func (r *groupRun) admit(dir int, ds []leg.Datagram, to leg.UDPort) int {
+	k := 0
+	for i := range ds {
+		d := &ds[i]
+		if d.PoolEmpty {
 			r.stats.DropPoolEmpty[dir].Add(1)
 			continue
+		}
+		switch {
 		case r.isOwn(d):
 			r.stats.DropOwn[dir].Add(1)
 		case slices.Contains(r.cfg.Peers, d.Src):
@@ -204,18 +214,13 @@ func (r *groupRun) routineRelay(ctx context.Context, g *Gateway, dir int) {
 		case !r.limit.allow(dir, d.N):
 			r.stats.DropRate[dir].Add(1)
 		default:
-			if err := to.Send(ctx, d, dst, d.Imm, d.HasImm); err != nil {
-				r.stats.DropSendFailed[dir].Add(1)
-				if ctx.Err() == nil {
-					g.log.Warn("multicast send failed", "group", r.cfg.Name, "direction", groupDirs[dir], "err", err)
-				}
-			} else {
-				r.stats.Datagrams[dir].Add(1)
-				r.stats.Bytes[dir].Add(uint64(d.N))
-			}
+			ds[k] = *d
+			k++
+			continue
 		}
 		d.Buf.Release()
 	}
+	return k
 }
 
 // isOwn reports whether d came from one of the group's own QPs.

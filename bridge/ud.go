@@ -50,7 +50,10 @@ import (
 // (RDMAUDPQKey, what its SIDR_REP from the gateway named and what an
 // rdma_cm UD QP has).
 //
-// UD stays UD: nothing is acknowledged, resent or queued. What cannot
+// UD stays UD: nothing is acknowledged, resent or queued. A datagram
+// leaves once admitted: what a QP received is posted on the other at
+// once, in batches, with up to leg.UDSendWindow sends outstanding there
+// (udrelay.go). What cannot
 // cross is dropped and counted by cause (UDStats): longer than the other
 // leg's MTU (never truncated), from an unknown peer, over the route's rate
 // limit (rate:, per direction, shared by all the route's clients: it
@@ -227,27 +230,54 @@ func (p *udPair) routineRelay(ctx context.Context, dir int) {
 	if dir == 1 {
 		from, to = p.target, p.client
 	}
-	d := new(leg.Datagram) // filled by each receive
-	for {
-		if err := from.Recv(ctx, d); err != nil {
-			if ctx.Err() == nil {
-				p.log.Warn("UD receive failed: the client's QPs are closed", "direction", directions[dir], "err", err)
-				p.cancel()
-			}
-			return
-		}
-		p.last.Store(time.Now().UnixNano())
+	r := &udRelay{from: from, to: to, dir: dir, stats: p.stats,
+		admit: func(ds []leg.Datagram) (int, leg.UDDest) { return p.admit(dir, ds, to) },
+		sendFailed: func(n uint64, err error) {
+			p.log.Warn("UD send failed", "direction", directions[dir], "datagrams", n, "err", err)
+		}}
+	if err := r.run(ctx); ctx.Err() == nil {
+		p.log.Warn("UD receive failed: the client's QPs are closed", "direction", directions[dir], "err", err)
+		p.cancel()
+	}
+}
+
+// admit keeps the datagrams of ds that cross toward to, at the front of
+// ds, and returns how many and where they go; the others are counted by
+// cause and released. Immediate data equal to a datagram's source QPN is
+// rewritten to to's QPN.
+func (p *udPair) admit(dir int, ds []leg.Datagram, to leg.UDPort) (int, leg.UDDest) {
+	p.last.Store(time.Now().UnixNano())
+	k := 0
+	for i := range ds {
+		d := &ds[i]
 		if d.PoolEmpty {
 			p.stats.DropPoolEmpty[dir].Add(1)
 			continue
 		}
-		p.relay(ctx, dir, d, to)
-		d.Buf.Release()
+		if !p.crosses(dir, d, to) {
+			d.Buf.Release()
+			continue
+		}
+		if d.HasImm && d.Imm == d.SrcQPN {
+			d.Imm = to.QPN()
+			p.stats.ImmQPNRewritten[dir].Add(1)
+		}
+		ds[k] = *d
+		k++
 	}
+	if dir == 0 {
+		return k, leg.UDDest{Addr: p.svc.Addr, QPN: p.svc.QPN, QKey: p.svc.QKey}
+	}
+	// Toward the client only once it sent (admitted only then): its QP
+	// is known for good.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return k, p.peer
 }
 
-func (p *udPair) relay(ctx context.Context, dir int, d *leg.Datagram, to leg.UDPort) {
-	var dst leg.UDDest
+// crosses reports whether d may cross toward to, counting the cause when
+// it may not; the client's first datagram makes its QP known.
+func (p *udPair) crosses(dir int, d *leg.Datagram, to leg.UDPort) bool {
 	p.mu.Lock()
 	known := true
 	switch {
@@ -255,7 +285,6 @@ func (p *udPair) relay(ctx context.Context, dir int, d *leg.Datagram, to leg.UDP
 		// From the target's address only, and once the client sent
 		// something (before, there is nowhere to send it).
 		known = p.havePeer && d.Src == p.svc.Addr
-		dst = p.peer
 	case !p.havePeer && d.Src == p.requester:
 		p.peer, p.havePeer = leg.UDDest{Addr: d.Src, QPN: d.SrcQPN, QKey: cm.RDMAUDPQKey}, true
 		p.log.Info("UD client's QP", "qpn", d.SrcQPN)
@@ -263,34 +292,18 @@ func (p *udPair) relay(ctx context.Context, dir int, d *leg.Datagram, to leg.UDP
 		known = p.havePeer && d.Src == p.peer.Addr && d.SrcQPN == p.peer.QPN
 	}
 	p.mu.Unlock()
-	if dir == 0 {
-		dst = leg.UDDest{Addr: p.svc.Addr, QPN: p.svc.QPN, QKey: p.svc.QKey}
-	}
 	switch {
 	case !known:
 		p.stats.DropUnknownPeer[dir].Add(1)
-		return
+		return false
 	case d.N > to.MTU() || d.TooLongHere:
 		p.stats.DropTooLong[dir].Add(1)
-		return
+		return false
 	case !p.limit.allow(dir, d.N):
 		p.stats.DropRate[dir].Add(1)
-		return
+		return false
 	}
-	imm := d.Imm
-	if d.HasImm && imm == d.SrcQPN {
-		imm = to.QPN()
-		p.stats.ImmQPNRewritten[dir].Add(1)
-	}
-	if err := to.Send(ctx, d, dst, imm, d.HasImm); err != nil {
-		p.stats.DropSendFailed[dir].Add(1)
-		if ctx.Err() == nil {
-			p.log.Warn("UD send failed", "direction", directions[dir], "to", dst.Addr, "qpn", dst.QPN, "err", err)
-		}
-		return
-	}
-	p.stats.Datagrams[dir].Add(1)
-	p.stats.Bytes[dir].Add(uint64(d.N))
+	return true
 }
 
 // udRoute is what the gateway keeps of a UD route, across reloads.

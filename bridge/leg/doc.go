@@ -9,6 +9,8 @@
 //   - leg_types.go: the interfaces (Leg, Listener, Incoming, Conn,
 //     GroupLeg, UDLeg, UDPort), connection parameters and refusals, the UD
 //     receive ring, the busy-poll Spin, a leg's Status and Counters;
+//     ud_send.go: a UD port's sends outstanding, up to its window, each
+//     buffer held until its completion (both UD ports' Send and Flush);
 //   - leg_userspace.go, leg_userspace_ud.go: rbridge's own RoCEv2
 //     transport over a UDP socket or AF_XDP, with its CM on QP1 (RC, then
 //     UD and groups);

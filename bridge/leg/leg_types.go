@@ -105,7 +105,7 @@ type Conn interface {
 	Close() error     // disconnects and frees what endpoint does not
 }
 
-// udRecvDepth is the receives each gateway UD QP keeps posted.
+// UDRecvDepth is the receives each gateway UD QP keeps posted.
 const UDRecvDepth = 32
 
 // A udLeg is a leg that carries UD routes.
@@ -147,39 +147,52 @@ type UDRefused struct {
 
 func (r *UDRefused) Error() string { return fmt.Sprintf("SIDR_REP status %v", r.Status) }
 
-// udDatagram is a datagram a udPort received: its payload is
-// buf.B()[off:off+n], and buf is the relay's to release.
+// Datagram is a datagram a UDPort received: its payload is
+// Buf.B()[Off:Off+N], and Buf is the relay's, to release or to hand to
+// Send.
 type Datagram struct {
 	Buf         *pool.Buf
 	Off, N      int
 	Src         netip.Addr
 	SrcQPN      uint32
-	Imm         uint32
+	Imm         uint32 // sent on with the datagram (the relay may rewrite it)
 	HasImm      bool
-	PoolEmpty   bool // no buffer to repost: the datagram is dropped, buf is nil
+	PoolEmpty   bool // no buffer to repost: the datagram is dropped, Buf is nil
 	TooLongHere bool // longer than the receive (cannot happen within the leg's MTU)
 }
 
 func (d *Datagram) Payload() []byte { return d.Buf.B()[d.Off : d.Off+d.N] }
 
-// udDest is where a udPort sends.
+// UDDest is where a UDPort sends.
 type UDDest struct {
 	Addr      netip.Addr
 	QPN, QKey uint32
 }
 
 // UDPort is one of the gateway's UD QPs, with its receive queue kept full
-// of pool buffers. Recv is called by one goroutine, Send by one other.
+// of pool buffers and up to UDSendWindow sends outstanding. Recv is called
+// by one goroutine; Send and Flush by one other; Close once they
+// returned.
 type UDPort interface {
 	QPN() uint32
 	MTU() int // the largest datagram the leg carries
-	// Recv fills d with the next datagram received (the caller's value,
-	// reused: a receive allocates nothing); d.Buf is the caller's to
-	// release.
-	Recv(ctx context.Context, d *Datagram) error
-	// send sends d's payload to dst; d's buffer may be released when it
-	// returns.
-	Send(ctx context.Context, d *Datagram, dst UDDest, imm uint32, hasImm bool) error
+	// Recv fills ds (the caller's, reused: a receive allocates nothing)
+	// with the datagrams received, up to len(ds), and returns how many:
+	// at least one when wait (it waits for one), none or more without.
+	// Each one's Buf is the caller's. The n datagrams are the caller's
+	// even with an error (a receive that failed after them).
+	Recv(ctx context.Context, ds []Datagram, wait bool) (n int, err error)
+	// Send posts ds to dst, each with its immediate data, and takes their
+	// buffers: each is released once its send completed or failed. With
+	// UDSendWindow sends outstanding it first waits for completions.
+	// What the completions reaped came to is added to sent; a datagram
+	// that cannot be posted (ctx ended while waiting for room) counts
+	// there as failed.
+	Send(ctx context.Context, ds []Datagram, dst UDDest, sent *UDSent)
+	// Flush waits until every send posted has completed, adding them to
+	// sent; when ctx ends first, those still outstanding count as failed
+	// (their buffers are released by Close).
+	Flush(ctx context.Context, sent *UDSent)
 	// noReceive counts what arrived with no receive posted, where the
 	// leg can tell (0 where the HCA drops them unseen).
 	NoReceive() uint64
@@ -187,26 +200,26 @@ type UDPort interface {
 	Close() error
 }
 
-// udRing keeps a port's receive queue full of pool buffers: posted by
-// work request ID (the buffer's arena offset).
+// UDRing keeps a port's receive queue full of pool buffers: UDRecvDepth
+// slots, each posted with its index as the work request ID.
 type UDRing struct {
 	pool *pool.Pool
 	size int
-	post func(b *pool.Buf) error
+	post func(id uint64, b *pool.Buf) error
 
 	mu     sync.Mutex // guards posted
-	posted map[uint64]*pool.Buf
+	posted [UDRecvDepth]*pool.Buf
 }
 
-func NewUDRing(pl *pool.Pool, size int, post func(b *pool.Buf) error) (*UDRing, error) {
-	r := &UDRing{pool: pl, size: size, post: post, posted: map[uint64]*pool.Buf{}}
-	for range UDRecvDepth {
+func NewUDRing(pl *pool.Pool, size int, post func(id uint64, b *pool.Buf) error) (*UDRing, error) {
+	r := &UDRing{pool: pl, size: size, post: post}
+	for id := range uint64(UDRecvDepth) {
 		b, err := pl.Get(size)
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("receive buffers: %w", err)
 		}
-		if err := r.PostBuf(b); err != nil {
+		if err := r.postBuf(id, b); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -214,13 +227,14 @@ func NewUDRing(pl *pool.Pool, size int, post func(b *pool.Buf) error) (*UDRing, 
 	return r, nil
 }
 
-func (r *UDRing) PostBuf(b *pool.Buf) error {
+// postBuf posts b in slot id (released when the post fails).
+func (r *UDRing) postBuf(id uint64, b *pool.Buf) error {
 	r.mu.Lock()
-	r.posted[uint64(b.Offset())] = b
+	r.posted[id] = b
 	r.mu.Unlock()
-	if err := r.post(b); err != nil {
+	if err := r.post(id, b); err != nil {
 		r.mu.Lock()
-		delete(r.posted, uint64(b.Offset()))
+		r.posted[id] = nil
 		r.mu.Unlock()
 		b.Release()
 		return fmt.Errorf("post a receive: %w", err)
@@ -228,36 +242,40 @@ func (r *UDRing) PostBuf(b *pool.Buf) error {
 	return nil
 }
 
-// take returns the buffer of a completed receive, having posted a fresh
+// Take returns the buffer of a completed receive, having posted a fresh
 // one in its place; when the pool has none it reposts the same buffer
 // and returns nil (the datagram is dropped: the queue stays full).
 func (r *UDRing) Take(id uint64) (*pool.Buf, bool, error) {
+	var b *pool.Buf
 	r.mu.Lock()
-	b := r.posted[id]
-	delete(r.posted, id)
+	if id < UDRecvDepth {
+		b, r.posted[id] = r.posted[id], nil
+	}
 	r.mu.Unlock()
 	if b == nil {
 		return nil, false, fmt.Errorf("receive completion %#x for no posted buffer", id)
 	}
 	fresh, err := r.pool.Get(r.size)
 	if err != nil {
-		return nil, true, r.PostBuf(b)
+		return nil, true, r.postBuf(id, b)
 	}
-	if err := r.PostBuf(fresh); err != nil {
+	if err := r.postBuf(id, fresh); err != nil {
 		b.Release()
 		return nil, false, err
 	}
 	return b, false, nil
 }
 
-// close releases the posted buffers (the QP is gone or in error: nothing
+// Close releases the posted buffers (the QP is gone or in error: nothing
 // lands in them any more).
 func (r *UDRing) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, b := range r.posted {
-		b.Release()
-		delete(r.posted, id)
+		if b != nil {
+			b.Release()
+			r.posted[id] = nil
+		}
 	}
 }
 

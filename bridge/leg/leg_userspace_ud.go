@@ -111,25 +111,36 @@ type userspaceUDPort struct {
 	qp       *transport.QP
 	scq, rcq *transport.CQ
 	ring     *UDRing
+	sends    *udSender
 	peerNote string // the target's, for describe
 	spin     Spin   // how recv waits (a group's busy_poll)
 	// poller reads a busy-polled group's socket (nil otherwise: the
 	// device's goroutine does).
 	poller *transport.GroupPoller
 
-	wcs     [16]transport.WC
-	pending []transport.WC // polled, not yet returned by recv
-	once    sync.Once
+	wcs [UDRecvDepth]transport.WC // Recv's
+
+	// Send's: a batch's work requests and their one destination (the
+	// transport has sent them when PostSend returns), and completions.
+	wrs  [UDSendWindow]transport.SendWR
+	dest transport.UDDest
+	swcs [UDSendWindow]transport.WC
+
+	once sync.Once
 }
 
-var _ UDPort = (*userspaceUDPort)(nil)
+var (
+	_ UDPort      = (*userspaceUDPort)(nil)
+	_ udSendQueue = (*userspaceUDPort)(nil)
+)
 
 // udPort makes a UD QP in RTS with rdma_cm's Q_Key and its receives
 // posted, known to the AF_XDP classifier.
 func (u *userspaceLeg) udPort() (*userspaceUDPort, error) {
-	p := &userspaceUDPort{u: u, scq: transport.NewCQ(16), rcq: transport.NewCQ(UDRecvDepth + 16), spin: Spin{CPU: -1}}
+	p := &userspaceUDPort{u: u, scq: transport.NewCQ(UDSendWindow), rcq: transport.NewCQ(UDRecvDepth + 16), spin: Spin{CPU: -1}}
+	p.sends = newUDSender(p)
 	var err error
-	p.qp, err = u.dev.CreateQP(u.pd, transport.QPInitAttr{Type: transport.UD, SendCQ: p.scq, RecvCQ: p.rcq, MaxRecvWR: UDRecvDepth + 1})
+	p.qp, err = u.dev.CreateQP(u.pd, transport.QPInitAttr{Type: transport.UD, SendCQ: p.scq, RecvCQ: p.rcq, MaxSendWR: UDSendWindow, MaxRecvWR: UDRecvDepth + 1})
 	if err != nil {
 		return nil, fmt.Errorf("UD QP: %w", err)
 	}
@@ -139,8 +150,8 @@ func (u *userspaceLeg) udPort() (*userspaceUDPort, error) {
 			return nil, fmt.Errorf("UD QP %#x to %v: %w", p.qp.QPN(), a.State, err)
 		}
 	}
-	p.ring, err = NewUDRing(u.pool, u.MTU, func(b *pool.Buf) error {
-		return p.qp.PostRecv(transport.RecvWR{ID: uint64(b.Offset()), Local: transport.SGE{MR: u.mr, Offset: b.Offset(), Length: u.MTU}})
+	p.ring, err = NewUDRing(u.pool, u.MTU, func(id uint64, b *pool.Buf) error {
+		return p.qp.PostRecv(transport.RecvWR{ID: id, Local: transport.SGE{MR: u.mr, Offset: b.Offset(), Length: u.MTU}})
 	})
 	if err != nil {
 		p.qp.Close()
@@ -158,43 +169,93 @@ func (u *userspaceLeg) udPort() (*userspaceUDPort, error) {
 func (p *userspaceUDPort) QPN() uint32 { return p.qp.QPN() }
 func (p *userspaceUDPort) MTU() int    { return p.u.MTU }
 
-func (p *userspaceUDPort) Recv(ctx context.Context, d *Datagram) error {
-	for len(p.pending) == 0 {
-		var n int
-		var err error
-		if p.spin.On {
-			n, err = SpinWait(ctx, p.pollOnce)
-		} else {
-			n, err = p.rcq.PollWait(ctx, p.wcs[:])
-		}
-		if err != nil {
-			return err
-		}
-		p.pending = append(p.pending[:0], p.wcs[:n]...)
+func (p *userspaceUDPort) Recv(ctx context.Context, ds []Datagram, wait bool) (int, error) {
+	wcs := p.wcs[:min(len(ds), len(p.wcs))]
+	var n int
+	var err error
+	switch {
+	case p.spin.On && wait:
+		n, err = SpinWait(ctx, func() (int, error) { return p.pollOnce(wcs) })
+	case p.spin.On:
+		n, err = p.pollOnce(wcs)
+	case wait:
+		n, err = p.rcq.PollWait(ctx, wcs)
+	default:
+		n = p.rcq.Poll(wcs)
 	}
-	wc := p.pending[0]
-	p.pending = p.pending[1:]
-	if wc.Status != transport.StatusSuccess && wc.Status != transport.StatusLocLenErr {
-		return fmt.Errorf("UD QP %#x receive: %v", p.qp.QPN(), wc.Status)
-	}
-	b, empty, err := p.ring.Take(wc.ID)
 	if err != nil {
-		return fmt.Errorf("UD QP %#x: %w", p.qp.QPN(), err)
+		return 0, err
 	}
-	*d = Datagram{Buf: b, N: wc.ByteLen, Src: wc.Src.Addr().Unmap(), SrcQPN: wc.SrcQPN, Imm: wc.Imm, HasImm: wc.HasImm,
-		PoolEmpty: empty, TooLongHere: wc.Status == transport.StatusLocLenErr}
-	return nil
+	for i, wc := range wcs[:n] {
+		if wc.Status != transport.StatusSuccess && wc.Status != transport.StatusLocLenErr {
+			return i, fmt.Errorf("UD QP %#x receive: %v", p.qp.QPN(), wc.Status)
+		}
+		b, empty, err := p.ring.Take(wc.ID)
+		if err != nil {
+			return i, fmt.Errorf("UD QP %#x: %w", p.qp.QPN(), err)
+		}
+		ds[i] = Datagram{Buf: b, N: wc.ByteLen, Src: wc.Src.Addr().Unmap(), SrcQPN: wc.SrcQPN, Imm: wc.Imm, HasImm: wc.HasImm,
+			PoolEmpty: empty, TooLongHere: wc.Status == transport.StatusLocLenErr}
+	}
+	return n, nil
 }
 
-func (p *userspaceUDPort) Send(_ context.Context, d *Datagram, dst UDDest, imm uint32, hasImm bool) error {
-	op := transport.OpSend
-	if hasImm {
-		op = transport.OpSendWithImm
+func (p *userspaceUDPort) Send(ctx context.Context, ds []Datagram, dst UDDest, sent *UDSent) {
+	p.sends.send(ctx, ds, dst, sent)
+}
+
+func (p *userspaceUDPort) Flush(ctx context.Context, sent *UDSent) { p.sends.flush(ctx, sent) }
+
+// postSends posts the batch with one PostSend: the transport writes its
+// datagrams out together (one sendmmsg) before it returns, and completes
+// them. PostSend takes all or none: when it refuses a batch, its
+// datagrams are posted one at a time, so that only what is refused fails.
+func (p *userspaceUDPort) postSends(ds []Datagram, ids []uint64, dst UDDest) (int, error) {
+	p.dest = transport.UDDest{Addr: netip.AddrPortFrom(dst.Addr, roce.Port), QPN: dst.QPN, QKey: dst.QKey}
+	wrs := p.wrs[:len(ds)]
+	for i := range ds {
+		op := transport.OpSend
+		if ds[i].HasImm {
+			op = transport.OpSendWithImm
+		}
+		wrs[i] = transport.SendWR{ID: ids[i], Opcode: op, Imm: ds[i].Imm, Signaled: true,
+			Local: transport.SGE{MR: p.u.mr, Offset: ds[i].Buf.Offset() + ds[i].Off, Length: ds[i].N}, UD: &p.dest}
 	}
-	// The transport writes a UD datagram out before PostSend returns (one
-	// goroutine sends on this QP): the buffer is free again then.
-	return p.qp.PostSend(transport.SendWR{Opcode: op, Imm: imm, Local: transport.SGE{MR: p.u.mr, Offset: d.Buf.Offset() + d.Off, Length: d.N},
-		UD: &transport.UDDest{Addr: netip.AddrPortFrom(dst.Addr, roce.Port), QPN: dst.QPN, QKey: dst.QKey}})
+	err := p.qp.PostSend(wrs...)
+	switch {
+	case err == nil:
+		return len(wrs), nil
+	case len(wrs) == 1:
+		return 0, err
+	}
+	for i := range wrs {
+		if err := p.qp.PostSend(wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+// reapSends polls the send CQ: a send's completion is there once
+// PostSend returned, so a wait is short.
+func (p *userspaceUDPort) reapSends(ctx context.Context, cs []udSendCompletion, wait bool) (int, error) {
+	wcs := p.swcs[:min(len(cs), len(p.swcs))]
+	var n int
+	if wait {
+		var err error
+		if n, err = p.scq.PollWait(ctx, wcs); err != nil {
+			return 0, err
+		}
+	} else {
+		n = p.scq.Poll(wcs)
+	}
+	for i, wc := range wcs[:n] {
+		cs[i] = udSendCompletion{ID: wc.ID}
+		if wc.Status != transport.StatusSuccess {
+			cs[i].Err = fmt.Errorf("UD QP %#x send: %v", p.qp.QPN(), wc.Status)
+		}
+	}
+	return n, nil
 }
 
 func (p *userspaceUDPort) NoReceive() uint64 { return p.qp.UDNoReceive() }
@@ -202,15 +263,15 @@ func (p *userspaceUDPort) NoReceive() uint64 { return p.qp.UDNoReceive() }
 // pollOnce is one round of a busy-polled receive: the CQ, else what the
 // group's socket holds (handed to the QP, whose CQ gets it), and the CQ
 // again.
-func (p *userspaceUDPort) pollOnce() (int, error) {
-	if n := p.rcq.Poll(p.wcs[:]); n > 0 {
+func (p *userspaceUDPort) pollOnce(wcs []transport.WC) (int, error) {
+	if n := p.rcq.Poll(wcs); n > 0 {
 		return n, nil
 	}
 	if p.poller != nil {
 		if k, err := p.poller.Poll(); err != nil {
 			return 0, err
 		} else if k > 0 {
-			if n := p.rcq.Poll(p.wcs[:]); n > 0 {
+			if n := p.rcq.Poll(wcs); n > 0 {
 				return n, nil
 			}
 		}
@@ -237,6 +298,7 @@ func (p *userspaceUDPort) Close() error {
 		}
 		err = p.qp.Close()
 		p.ring.Close()
+		p.sends.close()
 	})
 	return err
 }

@@ -205,9 +205,18 @@ type verbsUDPort struct {
 	// the QP is destroyed (the kernel refuses to destroy an attached QP).
 	group netip.Addr
 
-	wcs     [16]ibv.WorkCompletion
-	pending []ibv.WorkCompletion
-	swc     [1]ibv.WorkCompletion
+	sends *udSender
+
+	wcs [UDRecvDepth]ibv.WorkCompletion // Recv's
+	// the ring's receive work request, posted by Recv's goroutine (and by
+	// udPort before it runs)
+	rwr  [1]ibv.RecvWR
+	rsge [1]ibv.SGE
+
+	// Send's: a batch's work requests and their SGEs, and completions
+	swrs  [UDSendWindow]ibv.SendWR
+	ssges [UDSendWindow][1]ibv.SGE
+	swcs  [UDSendWindow]ibv.WorkCompletion
 
 	mu   sync.Mutex // guards ahs and avs
 	ahs  map[netip.Addr]*ibv.AH
@@ -215,7 +224,10 @@ type verbsUDPort struct {
 	once sync.Once
 }
 
-var _ UDPort = (*verbsUDPort)(nil)
+var (
+	_ UDPort      = (*verbsUDPort)(nil)
+	_ udSendQueue = (*verbsUDPort)(nil)
+)
 
 // maxUDSources bounds the address vectors a port remembers.
 const maxUDSources = 16
@@ -232,9 +244,10 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp Spin, busySend 
 	}
 	p := &verbsUDPort{v: v, id: id, ch: ch, vd: vd, maxMsg: pi.ActiveMTU.Bytes(), port: id.Port(),
 		ahs: map[netip.Addr]*ibv.AH{}, avs: map[netip.Addr]ibv.AHAttr{}, spin: sp, busySend: busySend}
+	p.sends = newUDSender(p)
 	// Busy-polled CQs have no completion channel: recv and send poll
 	// them.
-	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: 16, BusyPoll: busySend}); err != nil {
+	if p.scq, err = dev.NewCQ(ibv.CQOptions{Entries: UDSendWindow, BusyPoll: busySend}); err != nil {
 		return nil, err
 	}
 	if p.rcq, err = dev.NewCQ(ibv.CQOptions{Entries: UDRecvDepth + 16, BusyPoll: p.spin.On}); err != nil {
@@ -242,19 +255,21 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp Spin, busySend 
 		return nil, err
 	}
 	p.qp, err = id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeUD, SendCQ: p.scq, RecvCQ: p.rcq,
-		Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: UDRecvDepth + 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: ibv.QPCap{MaxSendWR: UDSendWindow, MaxRecvWR: UDRecvDepth + 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		p.rcq.Close()
 		p.scq.Close()
 		return nil, err
 	}
 	size := p.maxMsg + grhLen
-	p.ring, err = NewUDRing(v.pool, size, func(b *pool.Buf) error {
+	p.ring, err = NewUDRing(v.pool, size, func(id uint64, b *pool.Buf) error {
 		sge, err := vd.mr.SGE(b.Offset(), size)
 		if err != nil {
 			return err
 		}
-		_, err = p.qp.PostRecv([]ibv.RecvWR{{ID: uint64(b.Offset()), SGEs: []ibv.SGE{sge}}})
+		p.rsge[0] = sge
+		p.rwr[0] = ibv.RecvWR{ID: id, SGEs: p.rsge[:]}
+		_, err = p.qp.PostRecv(p.rwr[:])
 		return err
 	})
 	if err != nil {
@@ -269,42 +284,44 @@ func (v *verbsLeg) udPort(id *ibv.CMID, ch *ibv.EventChannel, sp Spin, busySend 
 func (p *verbsUDPort) QPN() uint32 { return p.qp.QPN() }
 func (p *verbsUDPort) MTU() int    { return p.maxMsg }
 
-func (p *verbsUDPort) Recv(ctx context.Context, d *Datagram) error {
-	for len(p.pending) == 0 {
-		var n int
-		var err error
-		if p.spin.On {
-			n, err = SpinWait(ctx, func() (int, error) { return p.rcq.Poll(p.wcs[:]) })
-		} else {
-			n, err = p.rcq.Wait(ctx, p.wcs[:])
-		}
-		if err != nil {
-			return err
-		}
-		p.pending = append(p.pending[:0], p.wcs[:n]...)
+func (p *verbsUDPort) Recv(ctx context.Context, ds []Datagram, wait bool) (int, error) {
+	wcs := p.wcs[:min(len(ds), len(p.wcs))]
+	var n int
+	var err error
+	switch {
+	case p.spin.On && wait:
+		n, err = SpinWait(ctx, func() (int, error) { return p.rcq.Poll(wcs) })
+	case wait:
+		n, err = p.rcq.Wait(ctx, wcs)
+	default:
+		n, err = p.rcq.Poll(wcs)
 	}
-	wc := p.pending[0]
-	p.pending = p.pending[1:]
-	if wc.Status != ibv.WCSuccess && wc.Status != ibv.WCLocLenErr {
-		return fmt.Errorf("UD QP %d receive: %w", p.qp.QPN(), wc.Err())
-	}
-	b, empty, err := p.ring.Take(wc.ID)
 	if err != nil {
-		return fmt.Errorf("UD QP %d: %w", p.qp.QPN(), err)
+		return 0, err
 	}
-	*d = Datagram{Buf: b, Off: grhLen, N: max(int(wc.ByteLen)-grhLen, 0), SrcQPN: wc.SrcQP, PoolEmpty: empty,
-		TooLongHere: wc.Status == ibv.WCLocLenErr, HasImm: wc.Flags&ibv.WCFlagWithImm != 0, Imm: wc.Imm}
-	if b == nil || wc.Flags&ibv.WCFlagGRH == 0 {
-		return nil // dropped anyway, or no GRH: no address (an unknown peer)
+	for i, wc := range wcs[:n] {
+		if wc.Status != ibv.WCSuccess && wc.Status != ibv.WCLocLenErr {
+			return i, fmt.Errorf("UD QP %d receive: %w", p.qp.QPN(), wc.Err())
+		}
+		b, empty, err := p.ring.Take(wc.ID)
+		if err != nil {
+			return i, fmt.Errorf("UD QP %d: %w", p.qp.QPN(), err)
+		}
+		d := &ds[i]
+		*d = Datagram{Buf: b, Off: grhLen, N: max(int(wc.ByteLen)-grhLen, 0), SrcQPN: wc.SrcQP, PoolEmpty: empty,
+			TooLongHere: wc.Status == ibv.WCLocLenErr, HasImm: wc.Flags&ibv.WCFlagWithImm != 0, Imm: wc.Imm}
+		if b == nil || wc.Flags&ibv.WCFlagGRH == 0 {
+			continue // dropped anyway, or no GRH: no address (an unknown peer)
+		}
+		d.Src = grhSource(b.B()[:grhLen])
+		p.mu.Lock()
+		if _, ok := p.avs[d.Src]; !ok && len(p.avs) < maxUDSources {
+			p.avs[d.Src] = ibv.AHAttr{IsGlobal: true, Port: uint8(p.port), DLID: wc.SLID, SL: wc.SL,
+				GRH: ibv.GRH{DGID: ibv.GID(d.Src.As16()), SGIDIndex: uint8(p.v.gid.Index), HopLimit: 64}}
+		}
+		p.mu.Unlock()
 	}
-	d.Src = grhSource(b.B()[:grhLen])
-	p.mu.Lock()
-	if _, ok := p.avs[d.Src]; !ok && len(p.avs) < maxUDSources {
-		p.avs[d.Src] = ibv.AHAttr{IsGlobal: true, Port: uint8(p.port), DLID: wc.SLID, SL: wc.SL,
-			GRH: ibv.GRH{DGID: ibv.GID(d.Src.As16()), SGIDIndex: uint8(p.v.gid.Index), HopLimit: 64}}
-	}
-	p.mu.Unlock()
-	return nil
+	return n, nil
 }
 
 // grhSource is the source of a received datagram: a GRH (IB) or IPv6
@@ -319,47 +336,88 @@ func grhSource(grh []byte) netip.Addr {
 	return netip.AddrFrom16([16]byte(grh[8:24])).Unmap()
 }
 
-func (p *verbsUDPort) Send(ctx context.Context, d *Datagram, dst UDDest, imm uint32, hasImm bool) error {
+func (p *verbsUDPort) Send(ctx context.Context, ds []Datagram, dst UDDest, sent *UDSent) {
+	p.sends.send(ctx, ds, dst, sent)
+}
+
+func (p *verbsUDPort) Flush(ctx context.Context, sent *UDSent) { p.sends.flush(ctx, sent) }
+
+// ah returns the address handle to a, made from the address vector a's
+// datagrams arrived with the first time.
+func (p *verbsUDPort) ah(a netip.Addr) (*ibv.AH, error) {
 	p.mu.Lock()
-	ah := p.ahs[dst.Addr]
-	av, haveAV := p.avs[dst.Addr]
+	ah := p.ahs[a]
+	av, haveAV := p.avs[a]
 	p.mu.Unlock()
-	if ah == nil {
-		if !haveAV {
-			return fmt.Errorf("no address vector to %v", dst.Addr)
-		}
-		var err error
-		if ah, err = p.vd.pd.NewAH(av); err != nil {
-			return fmt.Errorf("address handle to %v: %w", dst.Addr, err)
-		}
-		p.mu.Lock()
-		p.ahs[dst.Addr] = ah
-		p.mu.Unlock()
+	if ah != nil {
+		return ah, nil
 	}
-	op := ibv.OpSend
-	if hasImm {
-		op = ibv.OpSendWithImm
+	if !haveAV {
+		return nil, fmt.Errorf("no address vector to %v", a)
 	}
-	sge, err := p.vd.mr.SGE(d.Buf.Offset()+d.Off, d.N)
+	ah, err := p.vd.pd.NewAH(av)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("address handle to %v: %w", a, err)
 	}
-	wr := ibv.SendWR{ID: 1, Op: op, Flags: ibv.SendSignaled, SGEs: []ibv.SGE{sge}, Imm: imm,
-		AH: ah, RemoteQPN: dst.QPN, RemoteQKey: dst.QKey}
-	if _, err := p.qp.PostSend([]ibv.SendWR{wr}); err != nil {
-		return err
+	p.mu.Lock()
+	p.ahs[a] = ah
+	p.mu.Unlock()
+	return ah, nil
+}
+
+// postSends posts the batch with one ibv_post_send; each buffer is the
+// HCA's until its send completes.
+func (p *verbsUDPort) postSends(ds []Datagram, ids []uint64, dst UDDest) (int, error) {
+	ah, err := p.ah(dst.Addr)
+	if err != nil {
+		return 0, err
 	}
-	// The buffer is the HCA's until the send completes.
-	if p.busySend {
-		// Without yielding: the sending loop may be a busy-poll one,
-		// locked to its thread (busypoll.go).
-		if _, err := SpinWait(ctx, func() (int, error) { return p.scq.Poll(p.swc[:]) }); err != nil {
-			return err
+	wrs := p.swrs[:len(ds)]
+	for i := range ds {
+		sge, err := p.vd.mr.SGE(ds[i].Buf.Offset()+ds[i].Off, ds[i].N)
+		if err != nil {
+			n, perr := p.qp.PostSend(wrs[:i])
+			if perr != nil {
+				return n, perr
+			}
+			return i, err
 		}
-	} else if _, err := p.scq.Wait(ctx, p.swc[:]); err != nil {
-		return err
+		op := ibv.OpSend
+		if ds[i].HasImm {
+			op = ibv.OpSendWithImm
+		}
+		p.ssges[i][0] = sge
+		wrs[i] = ibv.SendWR{ID: ids[i], Op: op, Flags: ibv.SendSignaled, SGEs: p.ssges[i][:], Imm: ds[i].Imm,
+			AH: ah, RemoteQPN: dst.QPN, RemoteQKey: dst.QKey}
 	}
-	return p.swc[0].Err()
+	return p.qp.PostSend(wrs)
+}
+
+// reapSends polls the send CQ; a wait sleeps on its completion channel,
+// or spins without yielding when the group busy-polls (its sending loop
+// may be a busy-poll one, locked to its thread: busypoll.go).
+func (p *verbsUDPort) reapSends(ctx context.Context, cs []udSendCompletion, wait bool) (int, error) {
+	wcs := p.swcs[:min(len(cs), len(p.swcs))]
+	var n int
+	var err error
+	switch {
+	case wait && p.busySend:
+		n, err = SpinWait(ctx, func() (int, error) { return p.scq.Poll(wcs) })
+	case wait:
+		n, err = p.scq.Wait(ctx, wcs)
+	default:
+		n, err = p.scq.Poll(wcs)
+	}
+	if err != nil {
+		return 0, err
+	}
+	for i, wc := range wcs[:n] {
+		cs[i] = udSendCompletion{ID: wc.ID}
+		if err := wc.Err(); err != nil {
+			cs[i].Err = fmt.Errorf("UD QP %d send: %w", p.qp.QPN(), err)
+		}
+	}
+	return n, nil
 }
 
 // noReceive is 0: the HCA drops a datagram that finds no receive without
@@ -391,6 +449,7 @@ func (p *verbsUDPort) Close() error {
 			err = errors.Join(err, p.ch.Close())
 		}
 		p.ring.Close()
+		p.sends.close()
 	})
 	return err
 }

@@ -46,32 +46,50 @@ func TestUDRingPoolEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pl.Close()
-	var posts []uint64
-	r, err := NewUDRing(pl, 4096, func(b *pool.Buf) error { posts = append(posts, uint64(b.Offset())); return nil })
+	type post struct {
+		id  uint64
+		off int
+	}
+	var posts []post
+	r, err := NewUDRing(pl, 4096, func(id uint64, b *pool.Buf) error { posts = append(posts, post{id, b.Offset()}); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(posts) != UDRecvDepth || posts[0].id != 0 || posts[UDRecvDepth-1].id != UDRecvDepth-1 {
+		t.Fatalf("receives posted %v, want IDs 0 to %d", posts, UDRecvDepth-1)
+	}
 	first := posts[0]
-	b, empty, err := r.Take(first) // one buffer left in the pool: posted instead
-	if err != nil || empty || b == nil || uint64(b.Offset()) != first {
+	b, empty, err := r.Take(first.id) // one buffer left in the pool: posted instead
+	if err != nil || empty || b == nil || b.Offset() != first.off {
 		t.Fatalf("take with a buffer free: %v, %v, %v", b, empty, err)
 	}
-	b2, empty, err := r.Take(posts[1]) // none left
-	if err != nil || !empty || b2 != nil || posts[len(posts)-1] != posts[1] {
-		t.Fatalf("take with the pool empty: buffer %v, dropped %v, %v; last post %#x, want %#x reposted", b2, empty, err, posts[len(posts)-1], posts[1])
+	if last := posts[len(posts)-1]; last.id != first.id || last.off == first.off {
+		t.Errorf("posted in its place %+v, want slot %d with another buffer", last, first.id)
 	}
-	if len(r.posted) != UDRecvDepth {
-		t.Errorf("%d receives posted, want %d", len(r.posted), UDRecvDepth)
+	b2, empty, err := r.Take(posts[1].id) // none left
+	if last := posts[len(posts)-1]; err != nil || !empty || b2 != nil || last != posts[1] {
+		t.Fatalf("take with the pool empty: buffer %v, dropped %v, %v; last post %+v, want %+v reposted", b2, empty, err, last, posts[1])
 	}
-	if _, _, err := r.Take(0xdead000); err == nil {
-		t.Error("a completion for no posted buffer: no error")
+	held := 0
+	for _, b := range r.posted {
+		if b != nil {
+			held++
+		}
+	}
+	if held != UDRecvDepth {
+		t.Errorf("%d receives posted, want %d", held, UDRecvDepth)
+	}
+	for _, id := range []uint64{UDRecvDepth, 0xdead000} {
+		if _, _, err := r.Take(id); err == nil {
+			t.Errorf("a completion %#x for no posted buffer: no error", id)
+		}
 	}
 	b.Release()
 	r.Close()
 	if !pl.Idle() {
 		t.Error("buffers held after the ring closed")
 	}
-	_, err = NewUDRing(pl, 4096, func(*pool.Buf) error { return errors.New("QP gone") })
+	_, err = NewUDRing(pl, 4096, func(uint64, *pool.Buf) error { return errors.New("QP gone") })
 	if err == nil || !pl.Idle() {
 		t.Errorf("a ring whose posts fail: %v (buffers all free: %v)", err, pl.Idle())
 	}

@@ -22,8 +22,8 @@ import (
 // to the other kernel rxe). window is how many datagrams may be sent and
 // not yet received: UD has no flow control, and a window no larger than
 // any receive queue on the way (the gateway's 32, the receivers' 64)
-// keeps every datagram in a buffer. window=1 is one at a time, as
-// BenchmarkUDThroughVsDirect on the host. The through rows report
+// keeps every datagram in a buffer. window=1 is one at a time; both
+// windows are BenchmarkUDThroughVsDirect's on the host. The through rows report
 // x-direct-ib and x-direct-roce: their rate over each direct row's of the
 // same run. Last, as a cross-check, unmodified udaddy direct (rxe2 to
 // rxe3) and through (rxe1 to rxe3), an op being one whole udaddy run.

@@ -5,7 +5,8 @@ import "github.com/rbridge/rbridge/roce"
 // UD ---------------------------------------------------------------------
 
 // sendUDLocked sends every queued UD work request; UD sends complete as
-// they leave.
+// they leave, and their WQEs are recycled at once (a datagram sent
+// allocates none).
 func (qp *QP) sendUDLocked() {
 	r := &qp.req
 	for _, w := range r.sq {
@@ -20,6 +21,7 @@ func (qp *QP) sendUDLocked() {
 		qp.queueLocked(w.wr.UD.Addr, &f, w.data)
 		r.fresh = r.fresh.Next()
 		qp.completeSendLocked(w)
+		r.free = append(r.free, w)
 	}
 	clear(r.sq)
 	r.sq = r.sq[:0]
