@@ -1,7 +1,7 @@
 package bridge
 
 import (
-	"fmt"
+	"runtime"
 
 	"github.com/rbridge/rbridge/bridge/leg"
 
@@ -10,7 +10,14 @@ import (
 
 // Busy-poll (a group's busy_poll): each of the group's receive loops (one
 // per direction relayed) polls in a loop instead of sleeping until a
-// completion wakes it, so nothing is woken on the way of a datagram. On a
+// completion wakes it, so nothing is woken on the way of a datagram.
+// A leg's busy_poll does the same for its RC sessions with one loop for
+// the leg (leg.SpinLoop): a userspace leg's device is polled (its socket
+// read without waiting) and its sessions' send CQs with it, a verbs leg's
+// sessions' CQs have no completion channel and are polled; the relay runs
+// on the loop's thread. Both take their CPUs from busy_poll_cpus through
+// leg.Spins, pin and lock the same way, and count towards the GOMAXPROCS
+// warning (busyLoopStarted). On a
 // verbs leg it polls the HCA's CQ, which has no completion channel then;
 // on a userspace leg it reads the group's socket without waiting (the
 // transport's polled group: no goroutine of the device reads it) and
@@ -32,31 +39,16 @@ import (
 // groupSpins is the spin of each of a group's directions (0 roce_to_ib,
 // 1 ib_to_roce): busy_poll_cpus in the order of the directions relayed.
 func groupSpins(gc *config.Group, relays func(dir int) bool) ([2]leg.Spin, error) {
-	s := [2]leg.Spin{{CPU: -1}, {CPU: -1}}
-	if !gc.BusyPoll {
-		return s, nil
+	s, err := leg.Spins(gc.BusyPoll, gc.BusyPollCPUs, []bool{relays(0), relays(1)})
+	return [2]leg.Spin{s[0], s[1]}, err
+}
+
+// busyLoopStarted counts a busy-poll loop started for a leg or a group
+// (what: "leg", "group"; name its name) and warns when the process has
+// no P (GOMAXPROCS) left for the rest of the gateway.
+func (g *Gateway) busyLoopStarted(what, name string) {
+	if n, procs := g.busyLoops.Add(1), runtime.GOMAXPROCS(0); int(n) >= procs {
+		g.log.Warn("more busy-poll loops than the process has Ps to spare: each holds one while the gateway runs, and the rest of the gateway is left none (raise GOMAXPROCS, give the process more CPUs)",
+			what, name, "busy_poll_loops", n, "gomaxprocs", procs)
 	}
-	var allowed map[int]bool
-	if len(gc.BusyPollCPUs) > 0 {
-		var err error
-		if allowed, err = leg.AllowedCPUs(); err != nil {
-			return s, fmt.Errorf("busy_poll_cpus: %w", err)
-		}
-	}
-	next := 0
-	for dir := range 2 {
-		if !relays(dir) {
-			continue
-		}
-		s[dir].On = true
-		if next < len(gc.BusyPollCPUs) {
-			c := gc.BusyPollCPUs[next]
-			if !allowed[c] {
-				return s, fmt.Errorf("busy_poll_cpus: CPU %d is not one this process may run on (%d allowed)", c, len(allowed))
-			}
-			s[dir].CPU = c
-			next++
-		}
-	}
-	return s, nil
 }

@@ -41,7 +41,8 @@ import (
 // connection being set up connects it through (connect); sessions run on
 // their endpoints' goroutines. Gateway.mu guards the sessions.
 type Gateway struct {
-	// busyLoops counts the groups' busy-poll receive loops started.
+	// busyLoops counts the busy-poll receive loops started: legs' and
+	// groups'.
 	busyLoops atomic.Int64
 
 	cfg  *config.Config
@@ -274,6 +275,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		g.legs[l.Name] = lg
 		g.legStatus[l.Name] = legStatus(l)
 		o.Logger.Info("leg up", "leg", l.Name, "kind", l.Kind, "ip", l.IP)
+		if l.BusyPoll {
+			g.busyLoopStarted("leg", l.Name)
+		}
 	}
 	g.openNICs("/sys")
 	for i := range o.Config.Routes {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -128,10 +127,7 @@ func (g *Gateway) openGroup(ctx context.Context, gc *config.Group) (*groupRun, e
 		if !s.On {
 			continue
 		}
-		if n, procs := g.busyLoops.Add(1), runtime.GOMAXPROCS(0); int(n) >= procs {
-			g.log.Warn("more busy-poll loops than the process has Ps to spare: each holds one while the gateway runs, and the rest of the gateway is left none (raise GOMAXPROCS, give the process more CPUs)",
-				"group", gc.Name, "busy_poll_loops", n, "gomaxprocs", procs)
-		}
+		g.busyLoopStarted("group", gc.Name)
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	g.wg.Add(1)

@@ -16,6 +16,8 @@
 //	    io: afxdp                   # afxdp (default) or udp
 //	    netns: user0                # optional: the network namespace that holds the interface
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
+//	    busy_poll: true             # optional (io: udp, or a verbs leg): the leg's receive loop spins on a thread of its own, a CPU
+//	    busy_poll_cpus: [4]         # optional, with busy_poll: pin that loop to CPU 4
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
@@ -101,9 +103,16 @@
 // queue, in one loop. It keeps that
 // CPU busy while the gateway runs, traffic or not, so the process needs
 // more CPUs (GOMAXPROCS) than it has busy-poll loops; busy_poll_cpus pins
-// the loops to CPUs kept for them. It is a group's setting, not a leg's:
-// the CPUs a group takes are in its own lines, and UD routes' clients
-// (a pair of QPs each, up to 256) are never busy-polled.
+// the loops to CPUs kept for them. A group's busy_poll is the group's
+// alone: the CPUs a group takes are in its own lines, and UD routes'
+// clients (a pair of QPs each, up to 256) are never busy-polled.
+//
+// A leg's busy_poll does the same for its RC sessions, at a CPU for the
+// leg: its one receive loop runs on a thread of its own that reads the
+// leg's socket without waiting (a userspace leg, io: udp only for now)
+// and polls its sessions' completion queues (a verbs leg's have no
+// completion channel then), and the sessions' relay runs on that thread.
+// It is refused on quic legs and io: afxdp legs.
 //
 // A group with joined_on names a side instead of a group: every group a
 // member on that side joins (its IGMP or MLD reports, heard on the leg's
@@ -236,6 +245,15 @@ type Leg struct {
 	// 64 for nfsd, of at most its inline size, 4 KiB by default).
 	Receives    int `yaml:"receives"`
 	ReceiveSize int `yaml:"receive_size"`
+	// BusyPoll (userspace with io: udp, verbs) makes the leg's receive
+	// loop spin on an OS thread of its own, a CPU, traffic or not: a
+	// userspace leg's loop reads its socket without waiting and polls
+	// its sessions' CQs; a verbs leg's polls its sessions' CQs, which
+	// have no completion channel. A session's relay runs on the loop's
+	// thread, with no goroutine woken on the way. BusyPollCPUs (with
+	// BusyPoll) pins the loop's thread to the one CPU it names.
+	BusyPoll     bool  `yaml:"busy_poll"`
+	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
 
 	line         int
 	keys         keyLines
@@ -747,7 +765,8 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	l.line, l.keys = n.Line, linesOf(n)
 	// What is wrong is named with the leg in validate.
 	vals, errs := mapping(n, "", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
-		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size", "udp_offload", "freebind")
+		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size", "udp_offload", "freebind",
+		"busy_poll", "busy_poll_cpus")
 	l.notMapping = vals == nil
 	for _, k := range []struct {
 		key string
@@ -762,6 +781,8 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "receive_size", "", &l.ReceiveSize, &errs)
 	scalar(vals, "ecn", "", &l.ECN, &errs)
 	scalar(vals, "freebind", "", &l.FreeBind, &errs)
+	scalar(vals, "busy_poll", "", &l.BusyPoll, &errs)
+	l.BusyPollCPUs = cpuList(vals, &errs)
 	if _, ok := vals["udp_offload"]; ok {
 		offload := true
 		scalar(vals, "udp_offload", "", &offload, &errs)
@@ -1019,6 +1040,7 @@ func (c *Config) validate() Errors {
 		default:
 			bad(at("kind"), "leg %q: kind %q: want verbs, userspace or quic", l.Name, l.Kind)
 		}
+		validateLegBusyPoll(l, bad)
 	}
 	routes := map[string]int{}
 	listens := map[listenKey]string{}
@@ -1183,6 +1205,65 @@ func (a *Admin) check(bad func(int, string, ...any)) {
 // in glibc and golang.org/x/sys/unix's CPUSet).
 const MaxCPU = 1024
 
+// cpuList decodes busy_poll_cpus (nil when not given).
+func cpuList(vals map[string]*yaml.Node, errs *[]lineError) []int {
+	v := vals["busy_poll_cpus"]
+	if v == nil {
+		return nil
+	}
+	if v.Kind != yaml.SequenceNode {
+		*errs = append(*errs, lineError{v.Line, "busy_poll_cpus: want a list of CPU numbers, as [2, 3], got " + describe(v)})
+	}
+	var cpus []int
+	for _, item := range v.Content {
+		cpu, err := strconv.Atoi(item.Value)
+		if err != nil || item.Kind != yaml.ScalarNode {
+			*errs = append(*errs, lineError{item.Line, fmt.Sprintf("busy_poll_cpus %q: not a CPU number", item.Value)})
+			continue
+		}
+		cpus = append(cpus, cpu)
+	}
+	return cpus
+}
+
+// validateCPUs checks busy_poll_cpus' numbers (what names them: `group
+// "ticks"`, `leg "a"`).
+func validateCPUs(what string, cpus []int, line int, bad func(int, string, ...any)) {
+	seen := map[int]bool{}
+	for _, cpu := range cpus {
+		switch {
+		case cpu < 0 || cpu >= MaxCPU:
+			bad(line, "%s: busy_poll_cpus: CPU %d: want 0 to %d", what, cpu, MaxCPU-1)
+		case seen[cpu]:
+			bad(line, "%s: busy_poll_cpus: CPU %d given twice", what, cpu)
+		}
+		seen[cpu] = true
+	}
+}
+
+// validateLegBusyPoll checks a leg's busy_poll and busy_poll_cpus (its
+// kind and io are checked).
+func validateLegBusyPoll(l *Leg, bad func(int, string, ...any)) {
+	line := l.keys.at(l.line, "busy_poll_cpus")
+	switch {
+	case len(l.BusyPollCPUs) > 0 && !l.BusyPoll:
+		bad(line, "leg %q: busy_poll_cpus without busy_poll: true", l.Name)
+	case len(l.BusyPollCPUs) > 1:
+		bad(line, "leg %q: busy_poll_cpus: %d CPUs for 1 receive loop (a leg has one)", l.Name, len(l.BusyPollCPUs))
+	}
+	validateCPUs(fmt.Sprintf("leg %q", l.Name), l.BusyPollCPUs, line, bad)
+	if !l.BusyPoll {
+		return
+	}
+	at := l.keys.at(l.line, "busy_poll")
+	switch {
+	case l.Kind == KindQUIC:
+		bad(at, "leg %q: busy_poll is for userspace (io: udp) and verbs legs: a quic leg's packets are quic-go's, read by its own goroutines", l.Name)
+	case l.Kind == KindUserspace && l.IO != IOUDP:
+		bad(at, "leg %q: busy_poll is for io: udp for now (an io: %s leg's receive loop cannot read its AF_XDP socket without waiting yet)", l.Name, l.IO)
+	}
+}
+
 // validateBusyPoll checks a group's busy_poll and busy_poll_cpus (its
 // direction is checked and defaulted).
 func validateBusyPoll(g *Group, bad func(int, string, ...any)) {
@@ -1193,16 +1274,7 @@ func validateBusyPoll(g *Group, bad func(int, string, ...any)) {
 	if dirs := map[string]int{DirectionBoth: 2, DirectionRoCEToIB: 1, DirectionIBToRoCE: 1}[g.Direction]; dirs > 0 && len(g.BusyPollCPUs) > dirs {
 		bad(line, "group %q: busy_poll_cpus: %d CPUs for %d receive loops (one per direction relayed, %s)", g.Name, len(g.BusyPollCPUs), dirs, g.Direction)
 	}
-	seen := map[int]bool{}
-	for _, cpu := range g.BusyPollCPUs {
-		switch {
-		case cpu < 0 || cpu >= MaxCPU:
-			bad(line, "group %q: busy_poll_cpus: CPU %d: want 0 to %d", g.Name, cpu, MaxCPU-1)
-		case seen[cpu]:
-			bad(line, "group %q: busy_poll_cpus: CPU %d given twice", g.Name, cpu)
-		}
-		seen[cpu] = true
-	}
+	validateCPUs(fmt.Sprintf("group %q", g.Name), g.BusyPollCPUs, line, bad)
 }
 
 // Group directions.
@@ -1478,19 +1550,7 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 		g.rateErrs = decodeRate(v, &g.Rate)
 	}
 	scalar(vals, "busy_poll", "", &g.BusyPoll, &errs)
-	if v := vals["busy_poll_cpus"]; v != nil {
-		if v.Kind != yaml.SequenceNode {
-			errs = append(errs, lineError{v.Line, "busy_poll_cpus: want a list of CPU numbers, as [2, 3], got " + describe(v)})
-		}
-		for _, item := range v.Content {
-			cpu, err := strconv.Atoi(item.Value)
-			if err != nil || item.Kind != yaml.ScalarNode {
-				errs = append(errs, lineError{item.Line, fmt.Sprintf("busy_poll_cpus %q: not a CPU number", item.Value)})
-				continue
-			}
-			g.BusyPollCPUs = append(g.BusyPollCPUs, cpu)
-		}
-	}
+	g.BusyPollCPUs = cpuList(vals, &errs)
 	g.LoopWindow = DefaultLoopWindow
 	if w, line := parsed(vals, "loop_window", "", time.ParseDuration, wantDuration, &errs); line != 0 {
 		g.LoopWindow = w

@@ -213,6 +213,62 @@ func TestParseBusyPoll(t *testing.T) {
 	}
 }
 
+// TestParseLegBusyPoll: a leg's busy_poll and its CPU, on a verbs leg and
+// a userspace leg with io: udp; off by default.
+func TestParseLegBusyPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		leg        int
+		want       []int
+	}{
+		{"verbs", groupFile(", busy_poll: true, busy_poll_cpus: [3]", ""), 0, []int{3}},
+		{"userspace io udp", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true}", 1), 1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := config.Parse("gw.yaml", []byte(tc.file))
+			if err != nil {
+				t.Fatalf("%v; the file:\n%s", err, numbered(tc.file))
+			}
+			l := c.Legs[tc.leg]
+			if !l.BusyPoll || !cmp.Equal(l.BusyPollCPUs, tc.want) {
+				t.Errorf("leg %q: busy_poll %v, busy_poll_cpus %v; want true, %v", l.Name, l.BusyPoll, l.BusyPollCPUs, tc.want)
+			}
+			if other := c.Legs[1-tc.leg]; other.BusyPoll || other.BusyPollCPUs != nil {
+				t.Errorf("leg %q without busy_poll: busy_poll %v, busy_poll_cpus %v; want off", other.Name, other.BusyPoll, other.BusyPollCPUs)
+			}
+		})
+	}
+}
+
+// TestParseLegBusyPollBad: what is wrong with a leg's busy_poll is named
+// with the leg and the line: CPU numbers, a leg kind or io that cannot
+// busy-poll.
+func TestParseLegBusyPollBad(t *testing.T) {
+	const quic = "  - {name: gw-b, kind: quic, ip: 10.0.0.1, peer: \"10.0.0.2:7471\", cert: a.crt, key: a.key, ca: ca.crt, busy_poll: true}\n"
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"cpus alone", groupFile(", busy_poll_cpus: [1]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus without busy_poll: true`},
+		{"cpu negative", groupFile(", busy_poll: true, busy_poll_cpus: [-1]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus: CPU -1: want 0 to 1023`},
+		{"cpu too large", groupFile(", busy_poll: true, busy_poll_cpus: [1024]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus: CPU 1024: want 0 to 1023`},
+		{"two cpus", groupFile(", busy_poll: true, busy_poll_cpus: [1, 2]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus: 2 CPUs for 1 receive loop (a leg has one)`},
+		{"cpus not numbers", groupFile(", busy_poll: true, busy_poll_cpus: [one]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus "one": not a CPU number`},
+		{"not a bool", groupFile(", busy_poll: fast", ""), `gw.yaml:2: leg "ib": busy_poll "fast": want true or false`},
+		{"afxdp", strings.Replace(groupFile("", ""), ", io: udp}", ", busy_poll: true}", 1), `gw.yaml:3: leg "roce": busy_poll is for io: udp for now (an io: afxdp leg's receive loop cannot read its AF_XDP socket without waiting yet)`},
+		{"quic", strings.Replace(groupFile("", ""), "groups:\n", quic+"groups:\n", 1), `gw.yaml:4: leg "gw-b": busy_poll is for userspace (io: udp) and verbs legs`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse("gw.yaml", []byte(tc.file))
+			if err == nil {
+				t.Fatalf("parsed:\n%s", numbered(tc.file))
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error\n%v\nlacks %q; the file:\n%s", err, tc.want, numbered(tc.file))
+			}
+		})
+	}
+}
+
 // TestParseRateBad: what is wrong with a group's rate or busy_poll is
 // named with the group and the line.
 func TestParseRateBad(t *testing.T) {
@@ -244,7 +300,6 @@ func TestParseRateBad(t *testing.T) {
 		{"busy_poll_cpus not a list", "", "    busy_poll: true\n    busy_poll_cpus: 1\n", `gw.yaml:10: group "ticks": busy_poll_cpus: want a list of CPU numbers`},
 		{"busy_poll_cpus not numbers", "", "    busy_poll: true\n    busy_poll_cpus: [one]\n", `gw.yaml:10: group "ticks": busy_poll_cpus "one": not a CPU number`},
 		{"busy_poll not a bool", "", "    busy_poll: fast\n", `gw.yaml:9: group "ticks": busy_poll "fast": want true or false`},
-		{"busy_poll on a leg", ", busy_poll: true", "", `gw.yaml:2: leg "ib": unknown key "busy_poll"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := groupFile(tc.legKeys, tc.groupKeys)

@@ -32,3 +32,6 @@ func AllowedCPUs() (map[int]bool, error) {
 	}
 	return out, nil
 }
+
+// threadID is the calling thread's ID (gettid).
+func threadID() int { return unix.Gettid() }

@@ -13,3 +13,6 @@ func PinThread(cpu int) error {
 func AllowedCPUs() (map[int]bool, error) {
 	return nil, fmt.Errorf("the CPUs the process may run on: %w", ErrNotSupported)
 }
+
+// threadID has no meaning outside Linux here: 0.
+func threadID() int { return 0 }

@@ -25,6 +25,9 @@
 //     endpoint_verbs_status.go is the one table between verbs' and
 //     transport's opcodes and statuses; endpoint_slots.go names posted ops
 //     by work request ID;
+//   - spinloop.go: a busy-polled leg's loop (busy_poll), one locked OS
+//     thread that polls the leg's device or CQs and runs its sessions'
+//     relay inline;
 //   - verbs_noport.go: what a verbs leg not found by its address says on
 //     a host with no RDMA device or with InfiniBand ports (NoPortError);
 //   - memlock.go: the hint a pinning (the pool's ibv_reg_mr, an AF_XDP

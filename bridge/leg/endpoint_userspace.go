@@ -35,13 +35,22 @@ type UserspaceEndpoint struct {
 	closed bool
 
 	disconnect func() error
-	peerGone   func() bool        // reports a peer's disconnect (roce/cm)
-	abandon    context.CancelFunc // the QP left RTS (Abandon)
-	abandoned  context.Context
-	ctx        context.Context
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	closeOnce  sync.Once
+	// loop, when the leg busy-polls, calls pollCompletions in place of
+	// routineCompletions; unpoll (set under mu) takes it off.
+	loop   *SpinLoop
+	unpoll func()
+	// The loop's alone: its completions' scratch, whether it reported
+	// the QP's leaving RTS, whether it stopped (a CQ overflow).
+	pollWCs               []transport.WC
+	pollLeft, pollStopped bool
+
+	peerGone  func() bool        // reports a peer's disconnect (roce/cm)
+	abandon   context.CancelFunc // the QP left RTS (Abandon)
+	abandoned context.Context
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 }
 
 var (
@@ -66,6 +75,10 @@ type UserspaceOptions struct {
 	// Disconnect, if set, ends the connection first on Close (roce/cm's
 	// DREQ).
 	Disconnect func() error
+	// Loop, when the leg busy-polls (its Device polled by the same
+	// loop), takes the send CQ's completions to the session on the
+	// loop's thread instead of a goroutine of the endpoint's.
+	Loop *SpinLoop
 }
 
 // NewUserspaceEndpoint creates the endpoint's QP (in RESET).
@@ -77,7 +90,7 @@ func NewUserspaceEndpoint(o UserspaceOptions) (*UserspaceEndpoint, error) {
 		o.MaxSend = 256
 	}
 	e := &UserspaceEndpoint{mr: o.MR, frames: o.Frames, disconnect: o.Disconnect, scq: transport.NewCQ(o.MaxSend + 16), rcq: transport.NewCQ(16),
-		slots: newOpSlots(o.MaxSend)}
+		slots: newOpSlots(o.MaxSend), loop: o.Loop}
 	qp, err := o.Device.CreateQP(o.PD, transport.QPInitAttr{Type: transport.RC, SendCQ: e.scq, RecvCQ: e.rcq,
 		MaxSendWR: o.MaxSend, MaxRecvWR: 1, Target: e})
 	if err != nil {
@@ -109,7 +122,12 @@ func (e *UserspaceEndpoint) Start(h session.Handler) error {
 		return errors.New("bridge: userspace endpoint started twice")
 	}
 	e.mu.Lock()
-	if !e.closed {
+	switch {
+	case e.closed:
+	case e.loop != nil:
+		e.pollWCs = make([]transport.WC, 64)
+		e.unpoll = e.loop.Add(e.pollCompletions) // does not wait for the loop
+	default:
 		e.wg.Add(1)
 		go e.routineCompletions(e.ctx, e.abandoned)
 	}
@@ -229,6 +247,39 @@ func (e *UserspaceEndpoint) routineCompletions(ctx, abandoned context.Context) {
 	}
 }
 
+// pollCompletions is routineCompletions' round on a busy-polled leg, on
+// the loop's thread: the send CQ's completions to the session, then,
+// once none is left, the QP's leaving RTS (reported on a goroutine:
+// telling a disconnect from an error may wait), or a CQ overflow.
+func (e *UserspaceEndpoint) pollCompletions() {
+	if e.pollStopped {
+		return
+	}
+	if n := e.scq.Poll(e.pollWCs); n > 0 {
+		e.done(e.pollWCs[:n])
+		return
+	}
+	if e.scq.Overflowed() {
+		e.pollStopped = true
+		e.report(transport.ErrCQOverflow)
+		return
+	}
+	if !e.pollLeft {
+		select {
+		case <-e.abandoned.Done():
+			if e.ctx.Err() == nil { // abandoned, not closed
+				e.pollLeft = true
+				e.wg.Add(1)
+				go func() {
+					defer e.wg.Done()
+					e.report(e.leftRTS())
+				}()
+			}
+		default:
+		}
+	}
+}
+
 // leftRTS says why the QP left RTS: the peer's disconnect when the
 // connection's owner says so (PeerGone), else a QP error.
 func (e *UserspaceEndpoint) leftRTS() error {
@@ -287,6 +338,12 @@ func (e *UserspaceEndpoint) Close() error {
 		}
 		_ = e.qp.Close() // flushes every WQE into the CQ
 		e.cancel()
+		e.mu.Lock()
+		unpoll := e.unpoll
+		e.mu.Unlock()
+		if unpoll != nil {
+			unpoll() // the loop polls it no more
+		}
 		e.wg.Wait()
 		// What the goroutine had not taken yet.
 		wcs := make([]transport.WC, 64)

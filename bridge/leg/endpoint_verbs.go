@@ -47,6 +47,11 @@ type VerbsEndpoint struct {
 	windows     bool
 	windowSlots chan struct{}
 	done        chan struct{}
+	// loop, when the leg busy-polls, calls pollCQ in place of
+	// routineCompletions; pollWCs and pollStopped are the loop's alone.
+	loop        *SpinLoop
+	pollWCs     []ibv.WorkCompletion
+	pollStopped bool
 
 	h session.HandlerSlot
 
@@ -66,7 +71,9 @@ type VerbsEndpoint struct {
 	localNext uint64
 	early     error // a failure reported before Start
 	// unwatch, if set, stops the device's events for the QP (Close).
-	unwatch   func()
+	unwatch func()
+	// unpoll, on a busy-polled leg, takes the endpoint off the loop.
+	unpoll    func()
 	drained   chan struct{} // closed once the receive queue flushed (drainOnce)
 	drainOnce sync.Once
 	stats     *VerbsStats
@@ -145,6 +152,11 @@ type VerbsOptions struct {
 	// exposed through windows bound on the QP, for its peer alone
 	// (Expose). The QP keeps windowReserve send entries for them.
 	Windows bool
+	// Loop, when the leg busy-polls, polls CQ (made without a completion
+	// channel: ibv.CQOptions.BusyPoll) and hands its completions to the
+	// session on the loop's thread, instead of a goroutine of the
+	// endpoint's that sleeps on the channel.
+	Loop *SpinLoop
 }
 
 // NewVerbsEndpoint wraps a connected QP and posts its receives.
@@ -174,7 +186,7 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		sendWRs -= windowReserve
 	}
 	e := &VerbsEndpoint{drained: make(chan struct{}), qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
-		windows: o.Windows, windowSlots: make(chan struct{}, windowReserve), done: make(chan struct{}), local: map[uint64]func(ibv.WCStatus){},
+		windows: o.Windows, loop: o.Loop, windowSlots: make(chan struct{}, windowReserve), done: make(chan struct{}), local: map[uint64]func(ibv.WCStatus){},
 		slots: newOpSlots(sendWRs), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
 		recvBufs: make([]*pool.Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
 	if e.stats = o.Stats; e.stats == nil {
@@ -200,6 +212,15 @@ func (e *VerbsEndpoint) Stats() *VerbsStats { return e.stats }
 func (e *VerbsEndpoint) Start(h session.Handler) error {
 	if !e.h.Set(h) {
 		return errors.New("bridge: verbs endpoint started twice")
+	}
+	if e.loop != nil {
+		e.mu.Lock()
+		if !e.closing {
+			e.pollWCs = make([]ibv.WorkCompletion, 64)
+			e.unpoll = e.loop.Add(e.pollCQ) // does not wait for the loop
+		}
+		e.mu.Unlock()
+		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
@@ -421,6 +442,26 @@ func (e *VerbsEndpoint) routineCompletions(ctx context.Context) {
 	}
 }
 
+// pollCQ is routineCompletions' round on a busy-polled leg, on the loop's
+// thread: the CQ polled without waiting, its completions to the session.
+func (e *VerbsEndpoint) pollCQ() {
+	if e.pollStopped {
+		return
+	}
+	n, err := e.cq.Poll(e.pollWCs)
+	if err != nil {
+		e.pollStopped = true
+		e.report(fmt.Errorf("poll completions: %w", err))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	h := e.h.Get()
+	e.handle(h, e.pollWCs[:n])
+	h.Flush()
+}
+
 func (e *VerbsEndpoint) handle(h session.Handler, wcs []ibv.WorkCompletion) {
 	for i := range wcs {
 		wc := &wcs[i]
@@ -522,6 +563,12 @@ func (e *VerbsEndpoint) Close() error {
 		if e.cancel != nil {
 			e.cancel()
 			e.wg.Wait()
+		}
+		e.mu.Lock()
+		unpoll := e.unpoll
+		e.mu.Unlock()
+		if unpoll != nil {
+			unpoll() // the loop polls it no more: the CQ may go
 		}
 		// Whatever did not flush (no goroutine, or a device that stopped
 		// answering) completes here.

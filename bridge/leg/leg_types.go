@@ -311,6 +311,49 @@ func (s Spin) Pin() error {
 	return PinThread(s.CPU)
 }
 
+// Spins is the spin of each of len(loops) receive loops, of which those
+// whose loops[i] is true run: off unless busy, else on, pinned to the
+// CPUs of cpus (busy_poll_cpus) in the order of the loops that run, the
+// rest unpinned. A CPU the process may not run on is refused.
+func Spins(busy bool, cpus []int, loops []bool) ([]Spin, error) {
+	s := make([]Spin, len(loops))
+	for i := range s {
+		s[i].CPU = -1
+	}
+	if !busy {
+		return s, nil
+	}
+	var allowed map[int]bool
+	if len(cpus) > 0 {
+		var err error
+		if allowed, err = AllowedCPUs(); err != nil {
+			return s, fmt.Errorf("busy_poll_cpus: %w", err)
+		}
+	}
+	next := 0
+	for i, runs := range loops {
+		if !runs {
+			continue
+		}
+		s[i].On = true
+		if next < len(cpus) {
+			c := cpus[next]
+			if !allowed[c] {
+				return s, fmt.Errorf("busy_poll_cpus: CPU %d is not one this process may run on (%d allowed)", c, len(allowed))
+			}
+			s[i].CPU = c
+			next++
+		}
+	}
+	return s, nil
+}
+
+// LegSpin is how a leg's one receive loop waits (its busy_poll).
+func LegSpin(l *config.Leg) (Spin, error) {
+	s, err := Spins(l.BusyPoll, l.BusyPollCPUs, []bool{true})
+	return s[0], err
+}
+
 // spinWait polls with poll until it returns a completion or an error, or
 // ctx ends, without yielding.
 func SpinWait(ctx context.Context, poll func() (int, error)) (int, error) {
@@ -379,6 +422,11 @@ type Status struct {
 	// PeerWhy is why a quic leg has no connection to its peer: the last
 	// dial's error, or a refusal (empty while one is up).
 	PeerWhy string `json:"peer_why,omitempty"`
+	// BusyPoll describes a busy-polled leg's loop ("thread 1234 on CPU
+	// 2"), BusyPollThread its thread's ID (a task of the process in
+	// /proc, what top -H shows spinning).
+	BusyPoll       string `json:"busy_poll,omitempty"`
+	BusyPollThread int    `json:"busy_poll_thread,omitempty"`
 }
 
 // quicLegSnapshot is a quic leg's counters at one moment.

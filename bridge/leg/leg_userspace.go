@@ -49,6 +49,9 @@ type userspaceLeg struct {
 	// pconn is the device's packet I/O (a *udpconn.Conn or *xdp.Conn),
 	// for its counters.
 	pconn roce.PacketConn
+	// loop, when the leg busy-polls, reads the device (polled: no
+	// receive goroutine) and its endpoints' send CQs; nil otherwise.
+	loop *SpinLoop
 }
 
 // frameSize is the AF_XDP frame: a pool class of the page size.
@@ -65,9 +68,13 @@ func InNetns(ifname, ns string) string {
 }
 
 func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
+	sp, err := LegSpin(l)
+	if err != nil {
+		return nil, err
+	}
 	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, pd: transport.NewPD()}
 	var conn roce.PacketConn
-	err := netns.Do(l.Netns, func() error {
+	err = netns.Do(l.Netns, func() error {
 		ifi, err := net.InterfaceByName(l.Interface)
 		if err != nil {
 			return fmt.Errorf("interface %s: %w", l.Interface, err)
@@ -123,10 +130,15 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		u.Close()
 		return nil, fmt.Errorf("%s: %w", InNetns(l.Interface, l.Netns), err)
 	}
-	if u.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: log}); err != nil {
+	if u.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: log, Polled: sp.On}); err != nil {
 		conn.Close()
 		u.Close()
 		return nil, err
+	}
+	if sp.On {
+		u.loop = NewSpinLoop(sp, u.log)
+		u.loop.Add(u.pollDevice)
+		log.Info("userspace leg busy-polled: its receive loop holds a CPU", "leg", l.Name, "loop", sp.String())
 	}
 	u.pconn = conn
 	if u.MTU == 0 {
@@ -202,12 +214,24 @@ func (u *userspaceLeg) Close() error {
 	if u.Neigh != nil {
 		errs = append(errs, u.Neigh.Close()) // after the device, whose conn sends through it
 	}
+	if u.loop != nil {
+		u.loop.Close() // after the device: its CM's last MADs were read
+	}
 	return errors.Join(errs...)
+}
+
+// pollDevice is the busy-polled leg's device round: what its socket holds,
+// read without waiting and handed on (the sessions' relay runs in it).
+func (u *userspaceLeg) pollDevice() {
+	if _, err := u.dev.Poll(); err != nil && !errors.Is(err, roce.ErrConnClosed) {
+		u.log.Warn("read packets", "err", err)
+		time.Sleep(time.Millisecond) // as the receive goroutine does
+	}
 }
 
 // endpoint makes an endpoint whose QP the classifier sends to this leg.
 func (u *userspaceLeg) Endpoint() (*UserspaceEndpoint, error) {
-	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.dev, PD: u.pd, MR: u.mr, Frames: u.frames})
+	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.dev, PD: u.pd, MR: u.mr, Frames: u.frames, Loop: u.loop})
 	if err != nil {
 		return nil, err
 	}
@@ -365,6 +389,9 @@ func (c *userspaceConn) Close() error {
 
 func (u *userspaceLeg) Status(st *Status) {
 	st.MTU, st.MTUWhy = u.MTU, u.mtuWhy
+	if u.loop != nil {
+		st.BusyPoll, st.BusyPollThread = u.loop.Describe(), u.loop.Thread()
+	}
 	if st.FreeBind = u.cfg.FreeBind; st.FreeBind {
 		if held, err := HoldsAddr(u.cfg.Netns, u.cfg.Interface, u.cfg.IP); err == nil {
 			st.IPHeld = &held

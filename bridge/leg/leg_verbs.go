@@ -37,6 +37,9 @@ type verbsLeg struct {
 	// stats counts what the leg's endpoints could not relay, over all of
 	// them.
 	stats VerbsStats
+	// loop polls the endpoints' CQs when the leg busy-polls (nil
+	// otherwise).
+	loop *SpinLoop
 
 	mu   sync.Mutex // guards devs
 	devs map[*ibv.Device]*verbsDevice
@@ -57,12 +60,20 @@ type verbsDevice struct {
 }
 
 func OpenVerbs(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
+	sp, err := LegSpin(l)
+	if err != nil {
+		return nil, err
+	}
 	gid, err := FindGID(l)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("verbs leg GID", "leg", l.Name, "device", gid.Device, "port", gid.Port, "index", gid.Index, "why", gid.Reason)
-	return &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}, nil
+	v := &verbsLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, gid: gid, devs: map[*ibv.Device]*verbsDevice{}}
+	if sp.On {
+		v.loop = NewSpinLoop(sp, v.log)
+	}
+	return v, nil
 }
 
 // FindGID finds the device, port and GID the leg's IP is on, checked
@@ -128,6 +139,9 @@ func (v *verbsLeg) Close() error {
 	for d, vd := range v.devs {
 		errs = append(errs, vd.mr.Close(), vd.pd.Close())
 		delete(v.devs, d)
+	}
+	if v.loop != nil {
+		v.loop.Close()
 	}
 	return errors.Join(errs...)
 }
@@ -196,7 +210,8 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID, p Params) (*VerbsEndpoint, error) {
 	}
 	depth, size := receivesFor(v.cfg, p)
 	recvs := max(depth, defaultReceives)
-	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 128 + recvs + 1})
+	// Busy-polled, the CQ has no completion channel: the leg's loop polls it.
+	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 128 + recvs + 1, BusyPoll: v.loop != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +221,7 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID, p Params) (*VerbsEndpoint, error) {
 		return nil, err
 	}
 	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
-		RecvDepth: depth, RecvSize: size, Windows: vd.windows})
+		RecvDepth: depth, RecvSize: size, Windows: vd.windows, Loop: v.loop})
 	if err != nil {
 		qp.Close()
 		cq.Close()
@@ -559,6 +574,9 @@ func (c *verbsConn) Close() error {
 func (v *verbsLeg) Status(st *Status) {
 	// The choice openVerbsLeg made and logged.
 	st.Device, st.Port, st.GIDIndex, st.GID, st.GIDWhy = v.gid.Device, v.gid.Port, v.gid.Index, v.gid.GID.String(), v.gid.Reason
+	if v.loop != nil {
+		st.BusyPoll, st.BusyPollThread = v.loop.Describe(), v.loop.Thread()
+	}
 }
 
 func (v *verbsLeg) Link(sysRoot string) (string, bool, *portcounters.Port) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/roce/udpconn"
 )
@@ -29,6 +30,7 @@ type demoOptions struct {
 	duration time.Duration
 	jsonOut  bool
 	tunnel   bool
+	busyPoll bool
 }
 
 func newDemoCommand() *cobra.Command {
@@ -58,10 +60,18 @@ With --tunnel the gateway is two gateways joined by their quic leg (a QUIC
 connection on loopback with mutual TLS from a throwaway CA): the client's
 gateway relays each operation over the tunnel, the target's gateway issues
 it on its own leg, and the client is acknowledged only once the target
-completed it.`,
+completed it.
+
+With --busy-poll the gateway busy-polls, as a leg with busy_poll: true does:
+one loop on an OS thread of its own reads both of its sockets without
+waiting and polls its sessions' completion queues, and the relay runs on
+that thread. It holds a CPU for the whole run, the direct path's
+measurement included: on a machine with few CPUs the client and the
+target are left the rest.`,
 		Example: `  rbridge demo
   rbridge demo --size 4096 --duration 2s --json
-  rbridge demo --tunnel`,
+  rbridge demo --tunnel
+  rbridge demo --busy-poll`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
@@ -80,6 +90,7 @@ completed it.`,
 	f.DurationVar(&o.duration, "duration", time.Second, "how long each measurement runs (10ms to 1h)")
 	f.BoolVar(&o.jsonOut, "json", false, "one JSON object instead of text")
 	f.BoolVar(&o.tunnel, "tunnel", false, "two gateways joined by a QUIC tunnel instead of one gateway")
+	f.BoolVar(&o.busyPoll, "busy-poll", false, "the gateway busy-polls its two sockets and CQs on one thread of its own (a CPU)")
 	return cmd
 }
 
@@ -92,6 +103,8 @@ func (o *demoOptions) check() error {
 		return fmt.Errorf("--addr %v: the demo runs on a loopback address (127.0.0.1, ::1)", a)
 	case o.size < 1 || o.size > demoMem/4:
 		return fmt.Errorf("--size %d: want 1 byte to %d", o.size, demoMem/4)
+	case o.busyPoll && o.tunnel:
+		return errors.New("--busy-poll with --tunnel: a quic leg does not busy-poll")
 	}
 	return checkDuration(o.duration)
 }
@@ -109,7 +122,9 @@ type demoApp struct {
 	cq  *transport.CQ
 }
 
-func newDemoDevice(addr netip.Addr, log *slog.Logger) (*transport.Device, error) {
+// newDemoDevice makes a device on a UDP socket on addr; polled, no
+// goroutine reads it (the gateway's loop does, with --busy-poll).
+func newDemoDevice(addr netip.Addr, polled bool, log *slog.Logger) (*transport.Device, error) {
 	port, err := freeUDPPort(addr)
 	if err != nil {
 		return nil, err
@@ -118,7 +133,7 @@ func newDemoDevice(addr netip.Addr, log *slog.Logger) (*transport.Device, error)
 	if err != nil {
 		return nil, err
 	}
-	d, err := transport.NewDevice(c, transport.DeviceOptions{Logger: log})
+	d, err := transport.NewDevice(c, transport.DeviceOptions{Logger: log, Polled: polled})
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -137,7 +152,7 @@ func freeUDPPort(addr netip.Addr) (uint16, error) {
 }
 
 func newDemoApp(addr netip.Addr, log *slog.Logger) (*demoApp, error) {
-	d, err := newDemoDevice(addr, log)
+	d, err := newDemoDevice(addr, false, log)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +197,7 @@ type demoGateway struct {
 	sess      *session.Session
 	tun       *demoTunnel
 	farSess   *session.Session // gateway B's, with a tunnel
+	loop      *leg.SpinLoop    // with --busy-poll: reads near and far, and their endpoints' CQs
 }
 
 func (g *demoGateway) close() {
@@ -199,23 +215,38 @@ func (g *demoGateway) close() {
 			d.Close()
 		}
 	}
+	if g.loop != nil {
+		g.loop.Close()
+	}
 	if g.pool != nil {
 		g.pool.Close()
 	}
 }
 
 // newDemoGateway connects client and target QPs through a session.
-func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transport.QP, clientAddr, targetAddr netip.AddrPort, withTunnel bool, log *slog.Logger) (*demoGateway, error) {
+func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transport.QP, clientAddr, targetAddr netip.AddrPort, withTunnel, busyPoll bool, log *slog.Logger) (*demoGateway, error) {
 	g := &demoGateway{}
 	var err error
 	if g.pool, err = pool.New(pool.Options{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}}); err != nil {
 		return nil, err
 	}
+	if busyPoll {
+		// One loop for the gateway's two legs: one CPU, not two.
+		g.loop = leg.NewSpinLoop(leg.Spin{CPU: -1}, log)
+	}
 	var eps [2]*leg.UserspaceEndpoint
 	for i, dev := range []**transport.Device{&g.near, &g.far} {
-		if *dev, err = newDemoDevice(addr, log); err != nil {
+		if *dev, err = newDemoDevice(addr, busyPoll, log); err != nil {
 			g.close()
 			return nil, err
+		}
+		if g.loop != nil {
+			d := *dev
+			g.loop.Add(func() {
+				if _, err := d.Poll(); err != nil && !errors.Is(err, roce.ErrConnClosed) { // closed: the gateway is closing
+					log.Warn("gateway: read packets", "err", err)
+				}
+			})
 		}
 		pd := transport.NewPD()
 		mr, err := pd.RegisterMR(g.pool.Arena(), transport.AccessLocalWrite)
@@ -223,7 +254,7 @@ func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transp
 			g.close()
 			return nil, err
 		}
-		if eps[i], err = leg.NewUserspaceEndpoint(leg.UserspaceOptions{Device: *dev, PD: pd, MR: mr}); err != nil {
+		if eps[i], err = leg.NewUserspaceEndpoint(leg.UserspaceOptions{Device: *dev, PD: pd, MR: mr, Loop: g.loop}); err != nil {
 			g.close()
 			return nil, err
 		}
@@ -274,7 +305,8 @@ type demoRun struct {
 type demoReport struct {
 	Client   string         `json:"client"`
 	Gateway  [2]string      `json:"gateway"`
-	Tunnel   string         `json:"tunnel,omitempty"` // with --tunnel: the QUIC connection between the two gateways
+	Tunnel   string         `json:"tunnel,omitempty"`    // with --tunnel: the QUIC connection between the two gateways
+	BusyPoll string         `json:"busy_poll,omitempty"` // with --busy-poll: the gateway's loop's thread
 	Target   string         `json:"target"`
 	Crossed  []demoCrossing `json:"crossed"`
 	Session  demoSession    `json:"session"`
@@ -312,7 +344,7 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 	if err != nil {
 		return err
 	}
-	g, err := newDemoGateway(ctx, addr, cq, tq, client.dev.LocalAddr(), target.dev.LocalAddr(), o.tunnel, log)
+	g, err := newDemoGateway(ctx, addr, cq, tq, client.dev.LocalAddr(), target.dev.LocalAddr(), o.tunnel, o.busyPoll, log)
 	if err != nil {
 		return fmt.Errorf("demo: gateway: %w", err)
 	}
@@ -322,6 +354,9 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 	if g.tun != nil {
 		r.Tunnel = fmt.Sprintf("%v -> %v", g.tun.conn.LocalAddr(), g.tun.conn.RemoteAddr())
 	}
+	if g.loop != nil {
+		r.BusyPoll = g.loop.Describe()
+	}
 	if !o.jsonOut {
 		if g.tun != nil {
 			fmt.Fprintf(out, "rbridge demo: client %s -> gateway A %s | QUIC %s | gateway B %s -> target %s\n", r.Client, r.Gateway[0], r.Tunnel, r.Gateway[1], r.Target)
@@ -329,6 +364,9 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 		} else {
 			fmt.Fprintf(out, "rbridge demo: client %s -> gateway %s | %s -> target %s\n", r.Client, r.Gateway[0], r.Gateway[1], r.Target)
 			fmt.Fprintf(out, "  (rbridge's userspace RoCEv2 transport on UDP sockets on loopback; the client reaches the target only through the gateway)\n")
+		}
+		if g.loop != nil {
+			fmt.Fprintf(out, "  the gateway busy-polls: one loop reads both its sockets and its sessions' CQs on %s, holding a CPU throughout\n", r.BusyPoll)
 		}
 	}
 	if r.Crossed, err = demoCrossings(ctx, client, target, cq, tq); err != nil {

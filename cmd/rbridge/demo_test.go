@@ -10,13 +10,14 @@ import (
 )
 
 func TestDemo(t *testing.T) {
-	t.Run("gateway", func(t *testing.T) { testDemo(t, false) })
-	t.Run("tunnel", func(t *testing.T) { testDemo(t, true) })
+	t.Run("gateway", func(t *testing.T) { testDemo(t, false, false) })
+	t.Run("tunnel", func(t *testing.T) { testDemo(t, true, false) })
+	t.Run("busy-poll", func(t *testing.T) { testDemo(t, false, true) })
 }
 
-func testDemo(t *testing.T, tunnel bool) {
+func testDemo(t *testing.T, tunnel, busyPoll bool) {
 	var out, errs bytes.Buffer
-	o := demoOptions{addr: "127.0.0.1", size: 4096, duration: 50 * time.Millisecond, jsonOut: true, tunnel: tunnel}
+	o := demoOptions{addr: "127.0.0.1", size: 4096, duration: 50 * time.Millisecond, jsonOut: true, tunnel: tunnel, busyPoll: busyPoll}
 	if err := runDemo(context.Background(), o, &out, &errs); err != nil {
 		t.Fatalf("demo: %v\n%s", err, errs.String())
 	}
@@ -56,13 +57,16 @@ func testDemo(t *testing.T, tunnel bool) {
 	if (r.Tunnel != "") != tunnel {
 		t.Errorf("tunnel %q with --tunnel %v", r.Tunnel, tunnel)
 	}
+	if (r.BusyPoll != "") != busyPoll {
+		t.Errorf("busy_poll %q with --busy-poll %v", r.BusyPoll, busyPoll)
+	}
 	if errs.Len() > 0 {
 		t.Errorf("the demo logged: %s", errs.String())
 	}
 }
 
 func TestDemoBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--addr", "10.0.0.1"}, {"--addr", "nonsense"}, {"--size", "0"}, {"--duration", "1ns"}} {
+	for _, args := range [][]string{{"--addr", "10.0.0.1"}, {"--addr", "nonsense"}, {"--size", "0"}, {"--duration", "1ns"}, {"--busy-poll", "--tunnel"}} {
 		_, _, err := run(t, nil, append([]string{"demo"}, args...)...)
 		if err == nil {
 			t.Errorf("demo %v: no error", args)

@@ -36,6 +36,13 @@ type DeviceOptions struct {
 	IdleWake time.Duration
 	// Logger receives the device's events (default slog.Default()).
 	Logger *slog.Logger
+	// Polled starts no goroutine to read the conn: the caller's Poll
+	// reads what has arrived, without waiting, and hands it on as the
+	// receive goroutine would (a busy-polled leg, whose one loop then
+	// takes a packet from the socket to its QP, its session and the far
+	// leg on one thread). The conn must be a TryReader that does not
+	// lend its frames.
+	Polled bool
 }
 
 // MaxRxBatch is the largest DeviceOptions.RxBatch: each packet of a batch
@@ -150,6 +157,30 @@ type Device struct {
 	// wakes says the loop wakes while idle (its conn's read deadline).
 	beat  atomic.Int64
 	wakes atomic.Bool
+
+	// pollMu is held by Poll (a polled device's reader), so that Close
+	// waits out a Poll under way; rx is the reader's scratch.
+	pollMu sync.Mutex
+	try    TryReader
+	rx     rxScratch
+}
+
+// rxScratch is what reading a batch needs: the messages, a decoder, and
+// the QPs the batch touched. One reader uses it (routineReceive or Poll).
+type rxScratch struct {
+	msgs    []roce.Message
+	pkt     roce.Packet
+	touched map[*QP]struct{}
+}
+
+func newRxScratch(batch int, buffers bool) rxScratch {
+	rx := rxScratch{msgs: make([]roce.Message, batch), touched: make(map[*QP]struct{})}
+	if buffers {
+		for i := range rx.msgs {
+			rx.msgs[i].Buf = make([]byte, roce.MaxPacket)
+		}
+	}
+	return rx
 }
 
 // NewDevice starts a device on conn. Close stops it and closes conn.
@@ -182,11 +213,47 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 		events:  make(chan AsyncEvent, asyncEventQueue),
 	}
 	d.beat.Store(time.Now().UnixNano())
+	if opts.Polled {
+		try, ok := conn.(TryReader)
+		if fl, lends := conn.(roce.FrameLender); !ok || lends && fl.LendsFrames() {
+			return nil, errors.New("transport: new device: polled, on a conn that cannot read without waiting or that lends its frames")
+		}
+		d.try, d.rx = try, newRxScratch(opts.RxBatch, true)
+		d.wakes.Store(true) // Poll beats on every call
+		return d, nil
+	}
 	_, wakes := conn.(roce.ReadDeadliner)
 	d.wakes.Store(wakes)
 	d.wg.Add(1)
 	go d.routineReceive()
 	return d, nil
+}
+
+// Poll reads the packets a polled device's conn holds now (DeviceOptions.
+// Polled), without waiting, hands each to its QP and sends what they
+// queued, as the receive goroutine of a device that is not polled does;
+// it returns how many packets it read, and roce.ErrConnClosed once the
+// device is closed. Targets' Requests and Flushes run on the caller's
+// goroutine. One goroutine calls it at a time; Close waits for a Poll
+// under way.
+func (d *Device) Poll() (int, error) {
+	d.pollMu.Lock()
+	defer d.pollMu.Unlock()
+	select {
+	case <-d.closed:
+		return 0, roce.ErrConnClosed
+	default:
+	}
+	if d.try == nil {
+		return 0, errors.New("transport: poll: the device is not polled (DeviceOptions.Polled)")
+	}
+	d.beat.Store(time.Now().UnixNano())
+	n, err := d.try.TryReadBatch(d.rx.msgs)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	d.handleBatch(&d.rx, n)
+	return n, nil
 }
 
 // ReceiveHeartbeat returns when the receive goroutine last went round its
@@ -253,6 +320,8 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		d.txMu.Lock() // wait out a send under way; later ones see closed
 		d.txMu.Unlock()
+		d.pollMu.Lock() // and a Poll under way; later ones see closed
+		d.pollMu.Unlock()
 		d.wg.Wait()
 	})
 	return d.closeErr
@@ -308,20 +377,14 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 // each batch it sends what the QPs queued (coalesced ACKs among them).
 func (d *Device) routineReceive() {
 	defer d.wg.Done()
-	msgs := make([]roce.Message, d.opts.RxBatch)
 	// A conn that lends its frames (AF_XDP over the pool) leaves packets
 	// where they landed; they go back after the batch, and a target that
 	// keeps a payload holds the frame's memory itself (Request.Frame).
 	fl, lend := d.conn.(roce.FrameLender)
 	lend = lend && fl.LendsFrames()
+	rx := newRxScratch(d.opts.RxBatch, !lend)
+	msgs := rx.msgs
 	var frames []uint64
-	if !lend {
-		for i := range msgs {
-			msgs[i].Buf = make([]byte, roce.MaxPacket)
-		}
-	}
-	touched := make(map[*QP]struct{})
-	var pkt roce.Packet
 	// A conn that can stop waiting gets a deadline IdleWake ahead, set
 	// again once half of it passed: the loop wakes while nothing arrives,
 	// and a deadline never falls due before a read begins.
@@ -362,36 +425,7 @@ func (d *Device) routineReceive() {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		for i := range n {
-			m := &msgs[i]
-			d.stats.RxPackets.Add(1)
-			if err := pkt.Decode(m.Buf[:m.N]); err != nil {
-				d.stats.RxMalformed.Add(1)
-				continue
-			}
-			if pkt.Opcode() == roce.CNP {
-				d.stats.RxCNPs.Add(1)
-			}
-			qp := d.lookupQP(pkt.BTH.DestQP())
-			if qp == nil {
-				d.stats.RxUnknownQP.Add(1)
-				continue
-			}
-			if m.ECN == roce.ECNCE {
-				d.stats.RxECNCE.Add(1)
-			}
-			qp.receive(&pkt, m)
-			touched[qp] = struct{}{}
-		}
-		for qp := range touched {
-			if f, ok := qp.target.(Flusher); ok {
-				f.Flush()
-			}
-			qp.flushAcks()
-			d.send(qp)
-			qp.signalCQs()
-			delete(touched, qp)
-		}
+		d.handleBatch(&rx, n)
 		if lend {
 			frames = frames[:0]
 			for i := range n {
@@ -399,6 +433,43 @@ func (d *Device) routineReceive() {
 			}
 			fl.ReturnFrames(frames)
 		}
+	}
+}
+
+// handleBatch decodes the first n of rx's messages and hands each to its
+// QP; then, for each QP the batch touched, it flushes the target, sends
+// what the QP queued (coalesced ACKs among them) and signals its CQs.
+func (d *Device) handleBatch(rx *rxScratch, n int) {
+	pkt := &rx.pkt
+	for i := range n {
+		m := &rx.msgs[i]
+		d.stats.RxPackets.Add(1)
+		if err := pkt.Decode(m.Buf[:m.N]); err != nil {
+			d.stats.RxMalformed.Add(1)
+			continue
+		}
+		if pkt.Opcode() == roce.CNP {
+			d.stats.RxCNPs.Add(1)
+		}
+		qp := d.lookupQP(pkt.BTH.DestQP())
+		if qp == nil {
+			d.stats.RxUnknownQP.Add(1)
+			continue
+		}
+		if m.ECN == roce.ECNCE {
+			d.stats.RxECNCE.Add(1)
+		}
+		qp.receive(pkt, m)
+		rx.touched[qp] = struct{}{}
+	}
+	for qp := range rx.touched {
+		if f, ok := qp.target.(Flusher); ok {
+			f.Flush()
+		}
+		qp.flushAcks()
+		d.send(qp)
+		qp.signalCQs()
+		delete(rx.touched, qp)
 	}
 }
 

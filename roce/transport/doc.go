@@ -30,7 +30,9 @@
 // puts the QP in ERR and raises EventCQError, as verbs does.
 //
 // Concurrency: each QP has one mutex that guards all of its state; the
-// Device's receive goroutine (routineReceive) takes it for each packet, the
+// Device's receive goroutine (routineReceive; on a polled device, the
+// caller of Device.Poll, which pollMu lets Close wait out) takes it for
+// each packet, the
 // retransmission timer, the posting methods and QP.Complete take it too;
 // functions named ...Locked run with it held. Lock order: Device.txMu
 // before QP.mu.
