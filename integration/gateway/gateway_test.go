@@ -430,8 +430,14 @@ func TestGuestRunPerftest(t *testing.T) {
 func TestGuestRunRping(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	for _, io := range []string{"udp", "afxdp"} {
-		t.Run(io, func(t *testing.T) {
+	for _, tc := range []struct{ name, io, ibKeys string }{
+		{"udp", "udp", ""}, {"afxdp", "afxdp", ""},
+		// The verbs leg busy-polled: its sessions' CQs have no completion
+		// channel, and one loop polls them and relays on its thread.
+		{"udp-ib-busy-poll", "udp", "    busy_poll: true\n"},
+	} {
+		io := tc.io
+		t.Run(tc.name, func(t *testing.T) {
 			// The first connection of a gateway that has exchanged nothing
 			// with the target: its namespace knows no neighbour (an AF_XDP
 			// leg resolves the target's Ethernet address itself).
@@ -441,7 +447,11 @@ func TestGuestRunRping(t *testing.T) {
 			if out, _ := exec.Command("/usr/sbin/ip", "-n", ns.Name, "neigh", "show", ns.PeerIP.String()).CombinedOutput(); strings.Contains(string(out), "lladdr") {
 				t.Fatalf("%s still knows %v after the flush: %s", ns.Name, ns.PeerIP, out)
 			}
-			startGateway(t, gatewayConfig(io, ns, ib))
+			cfg := gatewayConfig(io, ns, ib)
+			if tc.ibKeys != "" {
+				cfg = strings.Replace(cfg, guestLegs(io, ns, ib, ""), guestLegs(io, ns, ib, tc.ibKeys), 1)
+			}
+			logs := startGateway(t, cfg)
 			// The server on the RoCE side issues the one-sided operations (it
 			// READs the client's buffer and WRITEs back): they pass through to
 			// the IB side.
@@ -450,6 +460,7 @@ func TestGuestRunRping(t *testing.T) {
 			if n := strings.Count(out, "ping data:"); n != 10 {
 				t.Errorf("the rping client printed %d verified pings, want 10:\n%s", n, out)
 			}
+			waitSessionsEnded(t, logs)
 		})
 	}
 }
