@@ -230,7 +230,7 @@ func iserLogout(t testing.TB, portal string) {
 // TestGuestRunISERToIB: the kernel's iSER initiator on the RoCE side
 // (user0's address space: rxe1) reaches the LIO target on the IB side
 // (rxe3) through `rbridge run` with protocol: iser, the target's READs
-// and WRITEs staged: login, 32 MiB of random data in I/Os of 4 KiB to
+// and WRITEs staged: login, 64 MiB (the whole disk) of random data in I/Os of 4 KiB to
 // 1 MiB written (with immediate data and unsolicited Data-Out, as
 // InitialR2T=No allows) and read back, logout, login again and 4 MiB;
 // the route's staging counters show the bytes pulled and pushed, and no
@@ -244,7 +244,7 @@ func TestGuestRunISERToIB(t *testing.T) {
     target: {leg: ib, addr: "%v:3260"}
     protocol: iser
 `, ns.IP, ib.PeerIP)
-	iserThrough(t, cfg, ns.IP.String(), 32<<20, 4<<20)
+	iserThrough(t, cfg, ns.IP.String(), 64<<20, 4<<20)
 }
 
 // TestGuestRunISERVerbsVerbs: the same with verbs legs on both sides
