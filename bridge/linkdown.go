@@ -63,6 +63,9 @@ func (g *Gateway) checkLinks() {
 		if !ls.Up {
 			err = fmt.Errorf("leg %q (%s) is down: %s", name, ls.Kind, ls.State)
 		}
+		if n, ok := g.legs[name].(leg.LinkNoter); ok {
+			n.NoteLink(err == nil)
+		}
 		g.mu.Lock()
 		was := g.linkDown[name]
 		switch {

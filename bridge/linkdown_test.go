@@ -99,6 +99,53 @@ routes:
 	}
 }
 
+// TestGatewayLinkDownClientSide: the leg a session's client is through
+// goes down. Its connection's disconnect does not wait for an answer that
+// cannot come (the DREQ goes on being resent), so the target, on the leg
+// that is up, is disconnected at once: it waited the 5 s of that
+// disconnect when the downed side was closed first.
+func TestGatewayLinkDownClientSide(t *testing.T) {
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbc", "10.95.0.1/24", "10.95.0.2/24")
+	target := newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7472, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: GWIF, ip: 10.95.0.1, io: udp, netns: GWNS}
+routes:
+  - name: r
+    listen: {leg: b, addr: "10.95.0.1:7472"}
+    target: {leg: a, addr: "127.0.10.4:7472"}
+`)
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startGateway(t, cfg)
+	client := newCMAppIn(t, peerNS, "", "10.95.0.2", nil)
+	_, tc, _ := dialThroughTo(t, ctx, client, target, ln, netip.MustParseAddrPort("10.95.0.1:7472"))
+	if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, "down").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set %s down: %v: %s", gwIf, err, out)
+	}
+	downAt := time.Now()
+	select {
+	case <-tc.Done():
+		d := time.Since(downAt)
+		t.Logf("the target was disconnected %v after its client's leg went down", d.Round(time.Millisecond))
+		// The watcher looks every LinkPoll; the downed side's disconnect
+		// waited 5 s.
+		if d > 3*time.Second {
+			t.Errorf("the target was disconnected %v after its client's leg went down: the downed side's disconnect was waited for", d.Round(time.Millisecond))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the target's connection outlived its client's leg by 10 s: stranded")
+	}
+}
+
 // TestOperStateKeepsThreads: reading a leg's link in another network
 // namespace, as the gateway does every half second, ends no OS thread of
 // the process. A thread that dies takes from `rdma res` the RDMA

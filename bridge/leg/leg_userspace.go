@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/pool"
@@ -27,6 +28,9 @@ import (
 // interface's UDP socket or AF_XDP queue, and the IB CM on its QP 1, so
 // that unmodified rdma_cm applications connect to it and it to them.
 type userspaceLeg struct {
+	// linkDown is what the gateway's link watcher last saw (NoteLink).
+	linkDown atomic.Bool
+
 	cfg  *config.Leg
 	log  *slog.Logger
 	pool *pool.Pool
@@ -350,11 +354,24 @@ type userspaceConn struct {
 	mtuWhy string // how the path MTU was chosen, for the logs
 }
 
+// NoteLink implements LinkNoter.
+func (u *userspaceLeg) NoteLink(up bool) { u.linkDown.Store(!up) }
+
 func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
 	ep.SetDisconnect(func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultDisconnectTimeout)
+		// With the link down the DREQ is not waited for: it goes on being
+		// resent in the background (cm.Conn.Disconnect), and the peer
+		// hears it once the link is back.
+		wait := defaultDisconnectTimeout
+		if u.linkDown.Load() {
+			wait = 0
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		return c.Disconnect(ctx)
+		if err := c.Disconnect(ctx); err != nil && !(wait == 0 && errors.Is(err, context.DeadlineExceeded)) {
+			return err
+		}
+		return nil
 	})
 	ep.SetPeerGone(func() bool {
 		// A DREQ releases the connection before the QP's error reaches
