@@ -25,6 +25,9 @@ import (
 // Send With Invalidate when the client's connection private data (RFC
 // 8797) says it may.
 
+// nfsExport is the directory nfsServer exports: a client's mount of "/".
+const nfsExport = "/srv/nfs"
+
 // nfsServer exports a tmpfs over RDMA on port 20049 (every address:
 // nfsd's RDMA listener binds the wildcard) until the test ends.
 func nfsServer(t *testing.T) {
@@ -39,7 +42,7 @@ func nfsServer(t *testing.T) {
 			t.Fatalf("mount nfsd: %v", err)
 		}
 	}
-	export := "/srv/nfs"
+	export := nfsExport
 	for _, d := range []string{export, "/var/lib/nfs/v4recovery", "/etc"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
