@@ -4,6 +4,7 @@ package bridge_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -92,7 +93,8 @@ routes:
 	if e := neighbour(); !strings.Contains(e, "lladdr") {
 		t.Errorf("the gateway's neighbour table after: %q, want the target's address", e)
 	}
-	m, raw := scrape(t, startAdmin(t, g))
+	base := startAdmin(t, g)
+	m, raw := scrape(t, base)
 	promtool(t, raw) // an AF_XDP leg's metrics, the neighbours' among them
 	for name, v := range map[string]float64{
 		`rbridge_xdp_neighbor_resolutions_total{leg="b"}`: 1,
@@ -107,6 +109,17 @@ routes:
 	}
 	if got := m[`rbridge_xdp_tx_held_for_neighbor_total{leg="b"}`]; got < 1 {
 		t.Errorf(`rbridge_xdp_tx_held_for_neighbor_total{leg="b"} = %v, want the REQ held while the target was resolved`, got)
+	}
+	// veth has copy mode only, whose TX ring always asks for its sendto.
+	if got := m[`rbridge_xdp_tx_kicks_total{leg="b"}`]; got < 1 {
+		t.Errorf(`rbridge_xdp_tx_kicks_total{leg="b"} = %v, want the sends' sendto calls counted`, got)
+	}
+	var st bridge.Status
+	if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Legs) != 2 || st.Legs[1].Name != "b" || !strings.HasPrefix(st.Legs[1].AFXDPWakeup, "need_wakeup on, tx budget ") || st.Legs[0].AFXDPWakeup != "" {
+		t.Errorf("legs' AF_XDP wakeup: %+v, want b's bound with need_wakeup, a's (UDP) none", st.Legs)
 	}
 	if err := cc.Disconnect(ctx); err != nil {
 		t.Fatal(err)

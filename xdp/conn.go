@@ -66,6 +66,9 @@ type ConnOptions struct {
 	RingSize int
 	// Mode chooses copy or zero-copy; the default tries zero-copy first.
 	Mode BindMode
+	// NoNeedWakeup binds without XDP_USE_NEED_WAKEUP (see Wakeup), as on
+	// a kernel that refuses it.
+	NoNeedWakeup bool
 	// LocalAddr is the IP address and UDP source port the Conn sends from.
 	LocalAddr netip.AddrPort
 	// LocalMAC is the source Ethernet address; nil means the interface's.
@@ -77,7 +80,7 @@ type ConnOptions struct {
 	// Program, if set, gets the socket in its AF_XDP map for Queue, so the
 	// classifier redirects the packets of added QPs to it.
 	Program *Program
-	// Logger receives the bind mode; nil means slog.Default().
+	// Logger receives the bind mode and Wakeup; nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -91,6 +94,61 @@ type FrameAllocator interface {
 	FreeFrame(off uint64)
 }
 
+// Wakeup says how an AF_XDP Conn wakes the kernel to work its rings, and
+// why not where it does not, as udpconn.Offload does for the UDP path.
+//
+// NeedWakeup (XDP_USE_NEED_WAKEUP, Linux 5.4): the kernel flags a ring
+// (XDP_RING_NEED_WAKEUP) when it needs a system call to look at it, and
+// the Conn makes one only then: a sendto after a batch on the TX ring, a
+// recvfrom after a batch on the fill ring or before waiting for frames. A
+// zero-copy driver clears the TX flag while it is sending and sets the
+// fill ring's when it ran out of frames or went idle, so a busy socket
+// skips most calls. In copy mode the kernel sends only inside sendto (its
+// TX flag stays set) and takes fill entries as frames arrive (its fill
+// flag is never set): one sendto per TX budget of packets and no call for
+// the fill ring, bound with the flag or not. Without it the Conn reads
+// the same flags, which then say the same: sendto every batch, no
+// recvfrom (a zero-copy driver polls the fill ring instead).
+//
+// TXBudget (XDP_MAX_TX_SKB_BUDGET, Linux 6.17) is how many descriptors one
+// sendto sends in copy mode: the TX ring's size where the kernel has the
+// option, else its default of 32, and a larger batch takes more sendtos.
+type Wakeup struct {
+	NeedWakeup bool
+	TXBudget   int
+	// NoNeedWakeup says why NeedWakeup is off: the options turned it off,
+	// or the kernel refused the bind flag (and its error). NoTXBudget
+	// says why TXBudget is the kernel's default. Empty while on.
+	NoNeedWakeup, NoTXBudget string
+}
+
+// String is "need_wakeup on, tx budget 512", or with the reason for what
+// is off.
+func (w Wakeup) String() string {
+	b := fmt.Sprintf("tx budget %d", w.TXBudget)
+	if w.NoTXBudget != "" {
+		b += " (" + w.NoTXBudget + ")"
+	}
+	nw := "on"
+	if !w.NeedWakeup {
+		nw = "off (" + w.NoNeedWakeup + ")"
+	}
+	return "need_wakeup " + nw + ", " + b
+}
+
+// LogValue logs the wakeup as a group: need_wakeup and tx_budget, and why
+// not.
+func (w Wakeup) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.Bool("need_wakeup", w.NeedWakeup), slog.Int("tx_budget", w.TXBudget)}
+	if !w.NeedWakeup {
+		attrs = append(attrs, slog.String("no_need_wakeup", w.NoNeedWakeup))
+	}
+	if w.NoTXBudget != "" {
+		attrs = append(attrs, slog.String("no_tx_budget", w.NoTXBudget))
+	}
+	return slog.GroupValue(attrs...)
+}
+
 // ConnStats are an AF_XDP Conn's counters.
 type ConnStats struct {
 	Received    uint64 // transport packets handed to ReadBatch's caller
@@ -101,6 +159,15 @@ type ConnStats struct {
 	RXRingDrops uint64 // frames the kernel dropped: RX ring full or no free receive frame
 	Lent        uint64 // received frames lent to the caller (ReadBatchLent)
 	FillShort   uint64 // times the Frames had no frame to refill the fill ring with
+	RXWaits     uint64 // times a read found the RX ring empty and waited for frames
+
+	// System calls that wake the kernel to work a ring (Wakeup), made
+	// and skipped: per packet, what the batching and the kernel's flags
+	// saved.
+	TXKicks          uint64 // sendto calls that sent the TX ring
+	TXKicksSkipped   uint64 // TX batches left to the kernel without a sendto: the ring's flag was clear
+	FillKicks        uint64 // recvfrom calls that woke the driver for the fill ring
+	FillKicksSkipped uint64 // times a read looked at the fill ring's flag (after its batch, before a wait) and found it clear: no recvfrom
 
 	// Datagrams to a multicast group (JoinGroup).
 	GroupReceived uint64 // queued for the group's conn

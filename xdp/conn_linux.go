@@ -62,6 +62,7 @@ type Conn struct {
 	frameSize int
 	queue     int
 	mode      BindMode // BindCopy or BindZeroCopy, as bound
+	wakeup    Wakeup   // as bound
 	local     netip.AddrPort
 	localMAC  [6]byte
 	neighbors Neighbors
@@ -99,6 +100,11 @@ type Conn struct {
 	badFrames, badICRC atomic.Uint64
 	tooLong            atomic.Uint64
 	lent, fillShort    atomic.Uint64
+	rxWaits            atomic.Uint64
+	txKicks            atomic.Uint64
+	txKicksSkipped     atomic.Uint64
+	fillKicks          atomic.Uint64
+	fillKicksSkipped   atomic.Uint64
 	groupReceived      atomic.Uint64
 	groupOverflow      atomic.Uint64
 	groupUnjoined      atomic.Uint64
@@ -129,8 +135,9 @@ const (
 
 // NewConn opens an AF_XDP socket on the interface and queue opts names, in
 // the calling thread's network namespace, and binds it in zero-copy mode
-// where the driver supports it, else in copy mode (opts.Mode decides); the
-// log says which.
+// where the driver supports it, else in copy mode (opts.Mode decides), with
+// XDP_USE_NEED_WAKEUP where the kernel takes it (Wakeup); the log says
+// which.
 func NewConn(opts ConnOptions) (*Conn, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -186,18 +193,18 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 	var err error
 	switch opts.Mode {
 	case BindAuto:
-		fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY)
+		fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY, opts.NoNeedWakeup)
 		c.mode = BindZeroCopy
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
 			c.log.Info("xdp: AF_XDP zero-copy not supported by the driver: copy mode", "ifindex", opts.Ifindex, "queue", opts.Queue, "error", err)
-			fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_COPY)
+			fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_COPY, opts.NoNeedWakeup)
 			c.mode = BindCopy
 		}
 	case BindCopy:
-		fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_COPY)
+		fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_COPY, opts.NoNeedWakeup)
 		c.mode = BindCopy
 	case BindZeroCopy:
-		fd, err = c.open(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY)
+		fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY, opts.NoNeedWakeup)
 		c.mode = BindZeroCopy
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			err = fmt.Errorf("%w: %w", ErrNotSupported, err)
@@ -206,7 +213,7 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xdp: AF_XDP socket on ifindex %d queue %d: %w", opts.Ifindex, opts.Queue, err)
 	}
-	c.log.Info("xdp: AF_XDP socket bound", "ifindex", opts.Ifindex, "queue", opts.Queue, "mode", c.mode)
+	c.log.Info("xdp: AF_XDP socket bound", "ifindex", opts.Ifindex, "queue", opts.Queue, "mode", c.mode, "wakeup", c.wakeup)
 
 	if c.frames == nil {
 		// Receive frames go to the fill ring; the rest transmit.
@@ -226,7 +233,7 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 			c.txAll = append(c.txAll, off)
 		}
 		c.txFree = append(c.txFree, c.txAll...)
-		c.refill()
+		c.fill.submit(c.refill(0))
 		if len(c.txAll) < ringSize || c.rxHeld < c.nRX {
 			c.teardown(fd)
 			return nil, fmt.Errorf("xdp: AF_XDP socket on ifindex %d queue %d: the frame allocator has fewer than %d free frames", opts.Ifindex, opts.Queue, ringSize+c.nRX)
@@ -281,7 +288,36 @@ func (o *ConnOptions) check() error {
 	return nil
 }
 
-// open creates the socket, registers the UMEM, maps the rings and binds.
+// openWakeup opens the socket (open) bound with XDP_USE_NEED_WAKEUP as
+// well as bindFlags, and again without when the bind fails with EINVAL:
+// the kernel's answer to a flag it does not know (before Linux 5.4). It
+// records the outcome in c.wakeup.
+func (c *Conn) openWakeup(ifindex int, ringSize uint32, bindFlags uint16, no bool) (int, error) {
+	if no {
+		c.wakeup.NeedWakeup, c.wakeup.NoNeedWakeup = false, "turned off by the options"
+		return c.open(ifindex, ringSize, bindFlags)
+	}
+	fd, err := c.open(ifindex, ringSize, bindFlags|unix.XDP_USE_NEED_WAKEUP)
+	if err == nil {
+		c.wakeup.NeedWakeup, c.wakeup.NoNeedWakeup = true, ""
+		return fd, nil
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		return -1, err
+	}
+	fd, err2 := c.open(ifindex, ringSize, bindFlags)
+	if err2 != nil {
+		return -1, err2
+	}
+	c.wakeup.NeedWakeup, c.wakeup.NoNeedWakeup = false, "the kernel refused it: "+err.Error()
+	return fd, nil
+}
+
+// bind binds an AF_XDP socket; tests replace it to play an older kernel.
+var bind = unix.Bind
+
+// open creates the socket, registers the UMEM, maps the rings, sets the TX
+// budget (c.wakeup.TXBudget) and binds.
 func (c *Conn) open(ifindex int, ringSize uint32, bindFlags uint16) (int, error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -321,11 +357,33 @@ func (c *Conn) open(ifindex int, ringSize uint32, bindFlags uint16) (int, error)
 		c.teardown(fd)
 		return -1, err
 	}
-	if err := unix.Bind(fd, &unix.SockaddrXDP{Flags: bindFlags, Ifindex: uint32(ifindex), QueueID: uint32(c.queue)}); err != nil {
+	c.setTXBudget(fd, ringSize)
+	if err := bind(fd, &unix.SockaddrXDP{Flags: bindFlags, Ifindex: uint32(ifindex), QueueID: uint32(c.queue)}); err != nil {
 		c.teardown(fd)
 		return -1, fmt.Errorf("bind: %w", err)
 	}
 	return fd, nil
+}
+
+// defaultTXBudget is how many descriptors a copy-mode sendto sends when
+// the socket's budget is not set (the kernel's TX_BATCH_SIZE).
+const defaultTXBudget = 32
+
+// setTXBudget has one copy-mode sendto send up to the whole TX ring
+// (XDP_MAX_TX_SKB_BUDGET, Linux 6.17; at least 32, at most the ring's
+// size) instead of 32 descriptors; a kernel without the option
+// (ENOPROTOOPT) keeps 32.
+func (c *Conn) setTXBudget(fd int, ringSize uint32) {
+	c.wakeup.TXBudget, c.wakeup.NoTXBudget = defaultTXBudget, ""
+	if ringSize <= defaultTXBudget {
+		c.wakeup.NoTXBudget = "the ring holds no more"
+		return
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, int(ringSize)); err != nil {
+		c.wakeup.NoTXBudget = "the kernel's default: " + err.Error()
+		return
+	}
+	c.wakeup.TXBudget = int(ringSize)
 }
 
 func setsockopt(fd, name int, p unsafe.Pointer, size uintptr) error {
@@ -356,6 +414,9 @@ func (c *Conn) unmap() error {
 // Mode returns how the socket is bound: BindCopy or BindZeroCopy.
 func (c *Conn) Mode() BindMode { return c.mode }
 
+// Wakeup returns how the socket wakes the kernel, as bound.
+func (c *Conn) Wakeup() Wakeup { return c.wakeup }
+
 // LocalAddr implements roce.PacketConn.
 func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 
@@ -383,9 +444,19 @@ func (c *Conn) read(msgs []roce.Message, lend bool) (int, error) {
 		if c.closed.Load() {
 			return 0, roce.ErrConnClosed
 		}
-		if n := c.receive(msgs, lend); n > 0 {
+		n := c.receive(msgs, lend)
+		// A driver that ran out of fill entries, or went idle, waits
+		// for a wakeup; without one no frame arrives. With frames in
+		// hand a failed wakeup is left to the next read, which tries
+		// again while the flag is set.
+		werr := c.wakeFill()
+		if n > 0 {
 			return n, nil
 		}
+		if werr != nil {
+			return 0, werr
+		}
+		c.rxWaits.Add(1)
 		// The netpoller resets readiness before the callback looks at the
 		// ring, so a frame that lands after the look wakes the wait.
 		err := c.raw.Read(func(uintptr) bool { return c.rx.available() > 0 })
@@ -424,19 +495,22 @@ func (c *Conn) receive(msgs []roce.Message, lend bool) int {
 	}
 	if used > 0 {
 		c.rx.release(used)
-		c.fill.submit(refilled)
 		c.received.Add(uint64(filled))
 		if lend {
 			c.rxHeld -= int(used - refilled)
 			c.lent.Add(uint64(used - refilled))
-			c.refill()
+			refilled += c.refill(refilled)
 		}
+		c.fill.submit(refilled) // the batch's frames back and fresh ones, in one update
 	}
 	return filled
 }
 
-// refill tops the fill ring up to nRX frames from the allocator.
-func (c *Conn) refill() {
+// refill writes fresh frames from the allocator to the fill ring, after
+// the skip entries already written there and not yet submitted, until the
+// ring and the RX ring hold nRX; it returns how many it wrote, for the
+// caller to submit with the rest.
+func (c *Conn) refill(skip uint32) uint32 {
 	n := uint32(0)
 	for ; c.rxHeld < c.nRX; c.rxHeld++ {
 		off, ok := c.frames.AllocFrame()
@@ -444,10 +518,36 @@ func (c *Conn) refill() {
 			c.fillShort.Add(1)
 			break
 		}
-		c.fill.addrs[(c.fill.local+n)&c.fill.mask] = off
+		c.fill.addrs[(c.fill.local+skip+n)&c.fill.mask] = off
 		n++
 	}
-	c.fill.submit(n)
+	return n
+}
+
+// wakeFill wakes the driver for the fill ring (recvfrom) when the ring's
+// flag asks for it (see Wakeup).
+func (c *Conn) wakeFill() error {
+	if !c.fill.needsWakeup() {
+		c.fillKicksSkipped.Add(1)
+		return nil
+	}
+	c.fillKicks.Add(1)
+	var serr error
+	err := c.raw.Control(func(fd uintptr) {
+		_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0, unix.EAGAIN, unix.EBUSY, unix.EINTR:
+		default:
+			serr = e
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("xdp: AF_XDP recvfrom to wake the driver for the fill ring: %w", err)
+	}
+	return nil
 }
 
 func (c *Conn) deliver(frame []byte, m *roce.Message, lend bool) bool {
@@ -679,14 +779,22 @@ func (c *Conn) reap() {
 	c.comp.release(n)
 }
 
-// kick asks the kernel to send what the TX ring holds. In copy mode each
-// sendto sends at most a few dozen frames, so it repeats while the kernel
-// makes progress.
+// kick asks the kernel to send what the TX ring holds, when the ring's
+// flag says it must be asked (see Wakeup). In copy mode each sendto sends
+// at most the TX budget, so it repeats while the kernel makes progress.
 func (c *Conn) kick() error {
+	if c.tx.pending() == 0 {
+		return nil
+	}
+	if !c.tx.needsWakeup() {
+		c.txKicksSkipped.Add(1)
+		return nil
+	}
 	var serr error
 	err := c.raw.Write(func(fd uintptr) bool {
 		for c.tx.pending() > 0 {
 			before := c.tx.pending()
+			c.txKicks.Add(1)
 			_, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
 			switch e {
 			case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS:
@@ -804,6 +912,12 @@ func (c *Conn) Stats() (ConnStats, error) {
 		TooLong:   c.tooLong.Load(),
 		Lent:      c.lent.Load(),
 		FillShort: c.fillShort.Load(),
+		RXWaits:   c.rxWaits.Load(),
+
+		TXKicks:          c.txKicks.Load(),
+		TXKicksSkipped:   c.txKicksSkipped.Load(),
+		FillKicks:        c.fillKicks.Load(),
+		FillKicksSkipped: c.fillKicksSkipped.Load(),
 
 		GroupReceived: c.groupReceived.Load(),
 		GroupOverflow: c.groupOverflow.Load(),

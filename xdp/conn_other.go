@@ -28,6 +28,9 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 // Mode returns how the socket is bound.
 func (c *Conn) Mode() BindMode { return BindCopy }
 
+// Wakeup returns how the socket wakes the kernel.
+func (c *Conn) Wakeup() Wakeup { return Wakeup{NoNeedWakeup: "no AF_XDP off Linux"} }
+
 // LocalAddr implements roce.PacketConn.
 func (c *Conn) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
 

@@ -39,7 +39,10 @@
 // Conn is a roce.PacketConn over an AF_XDP socket (copy mode, or zero-copy
 // where the driver has it) on a UMEM the caller supplies. It builds the
 // Ethernet, IP and UDP headers of what it sends and fills the ICRC; it
-// checks the ICRC of what it receives. The destination Ethernet address
+// checks the ICRC of what it receives. It moves each ring's index once a
+// batch and makes a system call for a ring only when the kernel's flag on
+// it asks (XDP_USE_NEED_WAKEUP; Conn.Wakeup says how it is bound, and
+// ConnStats counts the calls made and skipped). The destination Ethernet address
 // comes from its Neighbors: a Resolver (resolver_linux.go) reads the
 // kernel's neighbour table of the Conn's namespace and has the kernel
 // resolve (ARP, IPv6 neighbour discovery) a peer it does not know; the

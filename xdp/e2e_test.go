@@ -33,6 +33,10 @@ type side struct {
 	resolve xdp.ResolverOptions
 	// frames, if set before start, owns the Conn's UMEM (ConnOptions.Frames).
 	frames *testFrames
+	// ringSize and noNeedWakeup, if set before start, are the Conn's
+	// ConnOptions.RingSize and NoNeedWakeup.
+	ringSize     int
+	noNeedWakeup bool
 }
 
 const testTimeout = 5 * time.Second
@@ -88,6 +92,9 @@ func (s *side) tryStart(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts
 			Program:   s.prog,
 			Mode:      mode,
 			Logger:    testLogger(tb),
+
+			RingSize:     s.ringSize,
+			NoNeedWakeup: s.noNeedWakeup,
 		}
 		if s.frames != nil {
 			s.frames.init(o.UMEM, 4096)
@@ -98,7 +105,7 @@ func (s *side) tryStart(tb testing.TB, remoteQPN uint32, mode xdp.BindMode, opts
 	if err != nil {
 		return err
 	}
-	tb.Logf("%s: AF_XDP socket in %v mode", s.ifc, s.conn.Mode())
+	tb.Logf("%s: AF_XDP socket in %v mode, %v", s.ifc, s.conn.Mode(), s.conn.Wakeup())
 	tb.Cleanup(func() {
 		if err := s.conn.Close(); err != nil {
 			tb.Errorf("%s: Conn.Close: %v", s.ifc, err)

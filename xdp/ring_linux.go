@@ -20,6 +20,7 @@ type ring struct {
 	mem      []byte // the mmap'd ring
 	producer *uint32
 	consumer *uint32
+	flags    *uint32 // XDP_RING_NEED_WAKEUP, set and cleared by the kernel
 	mask     uint32
 	addrs    []uint64       // fill and completion entries
 	descs    []unix.XDPDesc // RX and TX entries
@@ -48,6 +49,7 @@ func mapRing(fd int, off *unix.XDPRingOffset, pgoff int64, n uint32, entSize uin
 		mem:      mem,
 		producer: (*uint32)(unsafe.Pointer(&mem[off.Producer])),
 		consumer: (*uint32)(unsafe.Pointer(&mem[off.Consumer])),
+		flags:    (*uint32)(unsafe.Pointer(&mem[off.Flags])),
 		mask:     n - 1,
 	}
 	if descs {
@@ -83,10 +85,25 @@ func (r *ring) free() uint32 {
 	return uint32(len(r.addrs)+len(r.descs)) - (r.local - atomic.LoadUint32(r.consumer))
 }
 
-// submit publishes n produced entries to the kernel.
+// submit publishes n produced entries to the kernel: one store of the
+// producer index for the batch, none for an empty one.
 func (r *ring) submit(n uint32) {
+	if n == 0 {
+		return
+	}
 	r.local += n
 	atomic.StoreUint32(r.producer, r.local)
+}
+
+// needsWakeup says the kernel asks for a system call before it looks at
+// the ring again (XDP_RING_NEED_WAKEUP, Linux 5.4), as libxdp's
+// xsk_ring_prod__needs_wakeup reads it. The kernel sets the TX ring's flag
+// when the ring is made and only a zero-copy driver bound with
+// XDP_USE_NEED_WAKEUP clears it, so in copy mode, or bound without the
+// flag, TX always needs its sendto; the fill ring's flag is only ever set
+// by such a driver, when it ran out of fill entries or went idle.
+func (r *ring) needsWakeup() bool {
+	return atomic.LoadUint32(r.flags)&unix.XDP_RING_NEED_WAKEUP != 0
 }
 
 // pending returns how many produced entries the kernel has not consumed.

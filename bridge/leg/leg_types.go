@@ -408,6 +408,9 @@ type Status struct {
 	// UDPOffload is a leg with io: udp's use of the kernel's UDP batching
 	// (roce/udpconn.Offload): "gso on, gro on", or why one is off.
 	UDPOffload string `json:"udp_offload,omitempty"`
+	// AFXDPWakeup is a leg with io: afxdp's wakeup of the kernel
+	// (xdp.Wakeup): "need_wakeup on, tx budget 512", or why not.
+	AFXDPWakeup string `json:"afxdp_wakeup,omitempty"`
 	// AF_XDP legs: the neighbours (next hops) that did not answer the
 	// kernel's resolution and are refused for now, and how many
 	// resolutions failed since the leg opened.

@@ -414,8 +414,11 @@ func (u *userspaceLeg) Status(st *Status) {
 			st.IPHeld = &held
 		}
 	}
-	if uc, ok := u.pconn.(*udpconn.Conn); ok {
-		st.UDPOffload = uc.Offload().String()
+	switch pc := u.pconn.(type) {
+	case *udpconn.Conn:
+		st.UDPOffload = pc.Offload().String()
+	case *xdp.Conn:
+		st.AFXDPWakeup = pc.Wakeup().String()
 	}
 	if u.Neigh != nil {
 		for _, a := range u.Neigh.Unanswered() {
