@@ -33,3 +33,12 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		RxCalls: s.RxCalls.Load(), TxCalls: s.TxCalls.Load(), RxBuffers: s.RxBuffers.Load(), TxBuffers: s.TxBuffers.Load(),
 		TxGSOErrors: s.TxGSOErrors.Load()}
 }
+
+// SteerCounters is what the reuseport program counted, over every CPU.
+type SteerCounters struct {
+	// Steered counts datagrams it gave the socket of their queue; Short
+	// those too short for a BTH (steered to queue 0); Failed the
+	// selections the kernel refused (a queue without its socket), left to
+	// the kernel's hash.
+	Steered, Short, Failed uint64
+}
