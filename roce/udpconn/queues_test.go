@@ -81,6 +81,7 @@ func TestQueuesSteerByQPN(t *testing.T) {
 	}
 	for i, c := range q.Conns {
 		got := map[string]bool{}
+		var bytes uint64
 		in := make([]roce.Message, 16)
 		for j := range in {
 			in[j].Buf = make([]byte, roce.MaxPacket)
@@ -97,6 +98,7 @@ func TestQueuesSteerByQPN(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, m := range in[:n] {
+				bytes += uint64(m.N)
 				var p roce.Packet
 				if m.N < 12 {
 					got[string(m.Buf[:m.N])] = true
@@ -106,6 +108,9 @@ func TestQueuesSteerByQPN(t *testing.T) {
 					got[string(p.Payload)] = true
 				}
 			}
+		}
+		if st := c.Stats().Snapshot(); st.RxBytes != bytes || st.RxPackets != uint64(len(got)) {
+			t.Errorf("queue %d counted %d packets, %d bytes; read %d, %d", i, st.RxPackets, st.RxBytes, len(got), bytes)
 		}
 		for tag := range got {
 			if !want[i][tag] {

@@ -18,6 +18,9 @@ type Stats struct {
 	// offload): the first turns GSO off for the conn, and the packets go
 	// again one datagram each.
 	TxGSOErrors atomic.Uint64
+	// RxBytes and TxBytes count the UDP payload bytes the system calls
+	// moved (RoCEv2 packets, their headers and ICRC included).
+	RxBytes, TxBytes atomic.Uint64
 }
 
 // StatsSnapshot is Stats read at one moment, as plain values.
@@ -25,13 +28,14 @@ type StatsSnapshot struct {
 	RxPackets, TxPackets, RxBadICRC, RxTruncated uint64
 	RxCalls, TxCalls, RxBuffers, TxBuffers       uint64
 	TxGSOErrors                                  uint64
+	RxBytes, TxBytes                             uint64
 }
 
 // Snapshot reads every counter.
 func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load(),
 		RxCalls: s.RxCalls.Load(), TxCalls: s.TxCalls.Load(), RxBuffers: s.RxBuffers.Load(), TxBuffers: s.TxBuffers.Load(),
-		TxGSOErrors: s.TxGSOErrors.Load()}
+		TxGSOErrors: s.TxGSOErrors.Load(), RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load()}
 }
 
 // SteerCounters is what the reuseport program counted, over every CPU.

@@ -452,6 +452,7 @@ func (c *Conn) recv(n int, wait bool) (int, error) {
 	}
 	c.stats.RxCalls.Add(1)
 	c.stats.RxBuffers.Add(uint64(b.done))
+	c.stats.RxBytes.Add(b.moved())
 	return b.done, nil
 }
 
@@ -488,6 +489,7 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 			}
 			c.stats.TxCalls.Add(1)
 			c.stats.TxBuffers.Add(uint64(done))
+			c.stats.TxBytes.Add(b.moved())
 			c.stats.TxPackets.Add(uint64(moved))
 			sent += moved
 			if done < n {
@@ -499,6 +501,15 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 		}
 	}
 	return sent, nil
+}
+
+// moved is the bytes the last call moved: its headers' msg_len.
+func (b *batchState) moved() uint64 {
+	var n uint64
+	for i := range b.done {
+		n += uint64(b.hdrs[i].n)
+	}
+	return n
 }
 
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
