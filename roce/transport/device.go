@@ -114,6 +114,36 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	return out
 }
 
+// Add adds o's counts to s's (the devices of one address, summed).
+func (s *StatsSnapshot) Add(o StatsSnapshot) {
+	s.RxPackets += o.RxPackets
+	s.TxPackets += o.TxPackets
+	s.RxMalformed += o.RxMalformed
+	s.RxUnknownQP += o.RxUnknownQP
+	s.RxDuplicate += o.RxDuplicate
+	s.RxOutOfSequence += o.RxOutOfSequence
+	s.TxNAKs += o.TxNAKs
+	s.TxRNRNAKs += o.TxRNRNAKs
+	s.Retransmit += o.Retransmit
+	s.Timeouts += o.Timeouts
+	s.TailProbes += o.TailProbes
+	s.RxCNPs += o.RxCNPs
+	s.TxCNPs += o.TxCNPs
+	s.RxECNCE += o.RxECNCE
+	s.RateCuts += o.RateCuts
+	s.UDDropped += o.UDDropped
+	s.CQOverflows += o.CQOverflows
+	s.EventsLost += o.EventsLost
+	s.RxForeign += o.RxForeign
+	for i := range NAKCodes {
+		s.TxNAKCodes[i] += o.TxNAKCodes[i]
+		s.RxNAKCodes[i] += o.RxNAKCodes[i]
+	}
+	for i := range NumStatuses {
+		s.ErrorCompletions[i] += o.ErrorCompletions[i]
+	}
+}
+
 // AsyncEventType is the kind of an asynchronous event.
 type AsyncEventType uint8
 

@@ -38,6 +38,21 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		TxGSOErrors: s.TxGSOErrors.Load(), RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load()}
 }
 
+// Add adds o's counts to s's (the conns of one address, summed).
+func (s *StatsSnapshot) Add(o StatsSnapshot) {
+	s.RxPackets += o.RxPackets
+	s.TxPackets += o.TxPackets
+	s.RxBadICRC += o.RxBadICRC
+	s.RxTruncated += o.RxTruncated
+	s.RxCalls += o.RxCalls
+	s.TxCalls += o.TxCalls
+	s.RxBuffers += o.RxBuffers
+	s.TxBuffers += o.TxBuffers
+	s.TxGSOErrors += o.TxGSOErrors
+	s.RxBytes += o.RxBytes
+	s.TxBytes += o.TxBytes
+}
+
 // SteerCounters is what the reuseport program counted, over every CPU.
 type SteerCounters struct {
 	// Steered counts datagrams it gave the socket of their queue; Short
