@@ -48,10 +48,12 @@ routes:
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			qps := make([]*transport.QP, sessions)
-			gwQueue := make([]int, queues) // the client-facing leg's QPs, by queue
+			tqps := make([]*transport.QP, sessions) // the target's
+			gwQueue := make([]int, queues)          // the client-facing leg's QPs, by queue
 			for i := range qps {
-				var cc *cm.Conn
-				cc, _, qps[i] = dialThrough(t, ctx, client, target, ln, "1:7471")
+				var cc, tc *cm.Conn
+				cc, tc, qps[i] = dialThrough(t, ctx, client, target, ln, "1:7471")
+				tqps[i] = tc.QP()
 				gwQueue[roce.QueueOf(cc.RemoteQPN(), queues)]++
 			}
 			for q, n := range gwQueue {
@@ -72,6 +74,10 @@ routes:
 							b[k] = 0xFF
 						}
 					}
+					// The target's QP lock orders this test's writes of its
+					// memory with its device's (the network between them is
+					// no edge for the race detector).
+					tqps[i].Query()
 					if err := qp.PostSend(
 						transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Local: transport.SGE{MR: client.mr, Offset: src(i), Length: size},
 							Remote: target.mr.Addr() + uint64(far(i)), RKey: target.mr.RKey(), Signaled: true},
@@ -94,6 +100,7 @@ routes:
 					got += k
 				}
 				for i := range qps {
+					tqps[i].Query() // after its device's writes, as above
 					want := client.mem[src(i) : src(i)+size]
 					if !bytes.Equal(target.mem[far(i):far(i)+size], want) {
 						t.Fatalf("round %d, session %d: the target's memory differs from what the client wrote", r, i)
