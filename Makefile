@@ -143,7 +143,8 @@ bench: ## benchmarks, with allocations
 generate: ## regenerate generated code (bpf2go)
 	$(GO) generate $(PKGS)
 
-GENERATED := xdp/classifier_bpfel.go xdp/classifier_bpfel.o xdp/classifier_bpfeb.go xdp/classifier_bpfeb.o
+GENERATED := xdp/classifier_bpfel.go xdp/classifier_bpfel.o xdp/classifier_bpfeb.go xdp/classifier_bpfeb.o \
+             roce/udpconn/steer_bpfel.go roce/udpconn/steer_bpfel.o roce/udpconn/steer_bpfeb.go roce/udpconn/steer_bpfeb.o
 
 check-generate: generate ## fail when committed generated code (bpf2go) differs from a fresh generation
 	@git diff --exit-code --stat -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }

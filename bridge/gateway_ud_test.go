@@ -262,7 +262,9 @@ func TestGatewayUDBurst(t *testing.T) {
 	}
 	cqp, _ := client.udQP(t, 1)
 	for i := range n {
-		client.sendUD(t, cqp, gwA, svc.QPN, uint32(i), 100, 'b')
+		// Immediate data above every QPN: the route rewrites one that
+		// names a QPN of the session's.
+		client.sendUD(t, cqp, gwA, svc.QPN, 1<<24+uint32(i), 100, 'b')
 	}
 	var st *bridge.UDStatsSnapshot
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {

@@ -221,7 +221,27 @@ var transportCounters = newCounters("rbridge_transport_", legLabels, []counterRo
 	{"ud_dropped_total", "UD datagrams dropped (no receive posted).", func(s *transport.StatsSnapshot) uint64 { return s.UDDropped }},
 	{"cq_overflows_total", "Completions that found their CQ full.", func(s *transport.StatsSnapshot) uint64 { return s.CQOverflows }},
 	{"events_lost_total", "Asynchronous events nobody took before the queue filled.", func(s *transport.StatsSnapshot) uint64 { return s.EventsLost }},
+	{"rx_foreign_total", "Received packets that reached one receive loop's socket for another loop's QP, handed to that QP there (io: udp with queues: GRO joined them with another QP's).", func(s *transport.StatsSnapshot) uint64 { return s.RxForeign }},
 })
+
+// A userspace leg with io: udp's receive loops (queues), each by itself.
+var queueCounters = newCounters("rbridge_leg_queue_", []string{"leg", "queue"}, []counterRow[leg.QueueCounters]{
+	{"rx_packets_total", "RoCEv2 datagrams the receive loop's socket received.", func(s *leg.QueueCounters) uint64 { return s.RxPackets }},
+	{"tx_packets_total", "RoCEv2 datagrams the receive loop's socket sent (its QPs').", func(s *leg.QueueCounters) uint64 { return s.TxPackets }},
+	{"rx_bytes_total", "Bytes of RoCEv2 datagrams the receive loop's socket received.", func(s *leg.QueueCounters) uint64 { return s.RxBytes }},
+	{"tx_bytes_total", "Bytes of RoCEv2 datagrams the receive loop's socket sent.", func(s *leg.QueueCounters) uint64 { return s.TxBytes }},
+	{"rx_foreign_total", "Received packets for another receive loop's QP, handed to it.", func(s *leg.QueueCounters) uint64 { return s.RxForeign }},
+})
+
+// The reuseport program that steers an io: udp leg's datagrams between its
+// receive loops' sockets (queues above 1).
+var steerCounters = newCounters("rbridge_udp_steer_", legLabels, []counterRow[udpconn.SteerCounters]{
+	{"selected_total", "Datagrams the reuseport program gave the socket of their QP's receive loop.", func(s *udpconn.SteerCounters) uint64 { return s.Steered }},
+	{"short_total", "Datagrams too short for a BTH, given to receive loop 0.", func(s *udpconn.SteerCounters) uint64 { return s.Short }},
+	{"failed_total", "Selections the kernel refused, left to its hash of the 4-tuple.", func(s *udpconn.SteerCounters) uint64 { return s.Failed }},
+})
+
+var descQueueQPs = prometheus.NewDesc("rbridge_leg_queue_qps", "QPs a receive loop of a userspace leg serves (its queue's: the CM's QP 1 and UD QPs are queue 0's).", []string{"leg", "queue"}, nil)
 
 // The userspace leg's IB CM counters.
 var cmCounters = newCounters("rbridge_cm_", legLabels, []counterRow[cm.StatsSnapshot]{
@@ -262,6 +282,8 @@ var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.St
 	{"rx_buffers_total", "Buffers read: a datagram, or a GRO buffer of several.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxBuffers }},
 	{"tx_buffers_total", "Sends made: a datagram, or a GSO send of several.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxBuffers }},
 	{"tx_gso_errors_total", "GSO sends the kernel refused with EIO; the first turns GSO off for the socket.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxGSOErrors }},
+	{"rx_bytes_total", "Bytes of RoCEv2 datagrams received.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxBytes }},
+	{"tx_bytes_total", "Bytes of RoCEv2 datagrams sent.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxBytes }},
 })
 
 // The AF_XDP socket's counters (a userspace leg with io: afxdp).
@@ -477,6 +499,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, transportCounters)
 	describe(ch, cmCounters)
 	describe(ch, udpCounters)
+	describe(ch, queueCounters)
+	describe(ch, steerCounters)
+	ch <- descQueueQPs
 	describe(ch, xdpCounters)
 	describe(ch, neighborCounters)
 	describe(ch, verbsCounters)
@@ -605,6 +630,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if l.UDP != nil {
 			collect(ch, udpCounters, l.UDP, l.name)
+		}
+		if l.Steer != nil {
+			collect(ch, steerCounters, l.Steer, l.name)
+		}
+		for i := range l.Queues {
+			q := &l.Queues[i]
+			collect(ch, queueCounters, q, l.name, strconv.Itoa(q.Queue))
+			ch <- prometheus.MustNewConstMetric(descQueueQPs, prometheus.GaugeValue, float64(q.QPs), l.name, strconv.Itoa(q.Queue))
 		}
 		if l.XDP != nil {
 			collect(ch, xdpCounters, l.XDP, l.name)

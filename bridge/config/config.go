@@ -18,6 +18,7 @@
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
 //	    busy_poll: true             # optional (io: udp, or a verbs leg): the leg's receive loop spins on a thread of its own, a CPU
 //	    busy_poll_cpus: [4]         # optional, with busy_poll: pin that loop to CPU 4
+//	    queues: 4                   # optional (io: udp): receive loops, a socket each (default: the CPUs the process may use, at most 16)
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
@@ -254,6 +255,12 @@ type Leg struct {
 	// BusyPoll) pins the loop's thread to the one CPU it names.
 	BusyPoll     bool  `yaml:"busy_poll"`
 	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
+	// Queues (userspace with io: udp) is how many receive loops the leg
+	// runs, each on a socket of its own bound to the leg's address
+	// (SO_REUSEPORT, steered by destination QP: a QP is served by one
+	// loop); 0 is the default, chosen when the leg opens from the CPUs
+	// the process may use (at most DefaultMaxQueues; 1 with busy_poll).
+	Queues int `yaml:"queues"`
 
 	line         int
 	keys         keyLines
@@ -261,6 +268,13 @@ type Leg struct {
 	errs         []lineError // what is wrong, named with the leg in validate
 	listen, peer netip.AddrPort
 }
+
+// MaxQueues bounds a leg's queues (roce.MaxQueues); DefaultMaxQueues
+// bounds the default, chosen from the CPUs the process may use.
+const (
+	MaxQueues        = 256
+	DefaultMaxQueues = 16
+)
 
 // MaxReceives bounds a verbs leg's receives per connection.
 const MaxReceives = 1024
@@ -766,7 +780,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	// What is wrong is named with the leg in validate.
 	vals, errs := mapping(n, "", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
 		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size", "udp_offload", "freebind",
-		"busy_poll", "busy_poll_cpus")
+		"busy_poll", "busy_poll_cpus", "queues")
 	l.notMapping = vals == nil
 	for _, k := range []struct {
 		key string
@@ -782,6 +796,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "ecn", "", &l.ECN, &errs)
 	scalar(vals, "freebind", "", &l.FreeBind, &errs)
 	scalar(vals, "busy_poll", "", &l.BusyPoll, &errs)
+	scalar(vals, "queues", "", &l.Queues, &errs)
 	l.BusyPollCPUs = cpuList(vals, &errs)
 	if _, ok := vals["udp_offload"]; ok {
 		offload := true
@@ -1041,6 +1056,7 @@ func (c *Config) validate() Errors {
 			bad(at("kind"), "leg %q: kind %q: want verbs, userspace or quic", l.Name, l.Kind)
 		}
 		validateLegBusyPoll(l, bad)
+		validateQueues(l, bad)
 	}
 	routes := map[string]int{}
 	listens := map[listenKey]string{}
@@ -1261,6 +1277,25 @@ func validateLegBusyPoll(l *Leg, bad func(int, string, ...any)) {
 		bad(at, "leg %q: busy_poll is for userspace (io: udp) and verbs legs: a quic leg's packets are quic-go's, read by its own goroutines", l.Name)
 	case l.Kind == KindUserspace && l.IO != IOUDP:
 		bad(at, "leg %q: busy_poll is for io: udp for now (an io: %s leg's receive loop cannot read its AF_XDP socket without waiting yet)", l.Name, l.IO)
+	}
+}
+
+// validateQueues checks a leg's queues (its kind, io and busy_poll are
+// checked).
+func validateQueues(l *Leg, bad func(int, string, ...any)) {
+	if l.keys["queues"] == 0 {
+		return
+	}
+	at := l.keys.at(l.line, "queues")
+	switch {
+	case l.Kind != KindUserspace:
+		bad(at, "leg %q: queues is for userspace legs with io: udp", l.Name)
+	case l.IO != IOUDP:
+		bad(at, "leg %q: queues is for io: udp for now (an io: %s leg has one AF_XDP socket)", l.Name, l.IO)
+	case l.Queues < 1 || l.Queues > MaxQueues:
+		bad(at, "leg %q: queues %d: want 1 to %d receive loops", l.Name, l.Queues, MaxQueues)
+	case l.BusyPoll && l.Queues > 1:
+		bad(at, "leg %q: queues %d with busy_poll: a busy-polled leg has one receive loop (queues: 1)", l.Name, l.Queues)
 	}
 }
 

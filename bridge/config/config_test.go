@@ -269,6 +269,58 @@ func TestParseLegBusyPollBad(t *testing.T) {
 	}
 }
 
+// TestParseQueues: a userspace io: udp leg's queues, 0 (the default,
+// chosen when the leg opens) when not given.
+func TestParseQueues(t *testing.T) {
+	for _, tc := range []struct {
+		name, keys string
+		want       int
+	}{
+		{"default", "", 0},
+		{"one", ", queues: 1", 1},
+		{"eight", ", queues: 8", 8},
+		{"most", ", queues: 256", config.MaxQueues},
+		{"one with busy_poll", ", queues: 1, busy_poll: true", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := strings.Replace(groupFile("", ""), "io: udp}", "io: udp"+tc.keys+"}", 1)
+			c, err := config.Parse("gw.yaml", []byte(file))
+			if err != nil {
+				t.Fatalf("%v; the file:\n%s", err, numbered(file))
+			}
+			if got := c.Legs[1].Queues; got != tc.want {
+				t.Errorf("queues %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseQueuesBad: a bad queues is named with the leg and its line.
+func TestParseQueuesBad(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"zero", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, queues: 0}", 1), `gw.yaml:3: leg "roce": queues 0: want 1 to 256 receive loops`},
+		{"negative", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, queues: -2}", 1), `gw.yaml:3: leg "roce": queues -2: want 1 to 256 receive loops`},
+		{"too many", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, queues: 257}", 1), `gw.yaml:3: leg "roce": queues 257: want 1 to 256 receive loops`},
+		{"not a number", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, queues: many}", 1), `gw.yaml:3: leg "roce": queues "many"`},
+		{"verbs", groupFile(", queues: 2", ""), `gw.yaml:2: leg "ib": queues is for userspace legs with io: udp`},
+		{"afxdp", strings.Replace(groupFile("", ""), ", io: udp}", ", queues: 2}", 1), `gw.yaml:3: leg "roce": queues is for io: udp for now (an io: afxdp leg has one AF_XDP socket)`},
+		{"busy_poll", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true, queues: 2}", 1), `gw.yaml:3: leg "roce": queues 2 with busy_poll: a busy-polled leg has one receive loop (queues: 1)`},
+		{"on its own line", strings.Replace(groupFile("", ""), "io: udp}", "io: udp,\n     queues: 0}", 1), `gw.yaml:4: leg "roce": queues 0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse("gw.yaml", []byte(tc.file))
+			if err == nil {
+				t.Fatalf("parsed:\n%s", numbered(tc.file))
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error\n%v\nlacks %q; the file:\n%s", err, tc.want, numbered(tc.file))
+			}
+		})
+	}
+}
+
 // TestParseRateBad: what is wrong with a group's rate or busy_poll is
 // named with the group and the line.
 func TestParseRateBad(t *testing.T) {

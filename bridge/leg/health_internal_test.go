@@ -75,7 +75,7 @@ func TestHealthReceiveLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer dev.Close()
-			u := &userspaceLeg{dev: dev}
+			u := &userspaceLeg{dev: dev, devs: []*transport.Device{dev}}
 			if err := u.Health(time.Now(), 100*time.Millisecond); err != nil {
 				t.Fatalf("a device just started: %v", err)
 			}

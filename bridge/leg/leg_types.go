@@ -438,6 +438,10 @@ type Status struct {
 	// /proc, what top -H shows spinning).
 	BusyPoll       string `json:"busy_poll,omitempty"`
 	BusyPollThread int    `json:"busy_poll_thread,omitempty"`
+	// Queues are a userspace leg with io: udp's receive loops, one per
+	// socket (queues), and QueuesWhy how their number was chosen.
+	Queues    []QueueCounters `json:"queues,omitempty"`
+	QueuesWhy string          `json:"queues_why,omitempty"`
 }
 
 // quicLegSnapshot is a quic leg's counters at one moment.
@@ -460,6 +464,9 @@ type Counters struct {
 	XDP       *xdp.ConnStats
 	Neigh     *xdp.ResolverStatsSnapshot
 	Prog      *xdp.Counters
+	Queues    []QueueCounters // userspace legs with io: udp: each receive loop's
+	// Steer is the reuseport program's count (io: udp with queues above 1).
+	Steer *udpconn.SteerCounters
 }
 
 // clip cuts private data to the n bytes a message carries (an IB CM REP's

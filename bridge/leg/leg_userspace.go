@@ -34,11 +34,20 @@ type userspaceLeg struct {
 	cfg  *config.Leg
 	log  *slog.Logger
 	pool *pool.Pool
+	// dev is the device of queue 0, which holds the CM's QP 1 and the
+	// UD QPs; devs are every queue's (io: udp with queues: a receive
+	// loop, a socket and a device each, steered by destination QP), dev
+	// first.
 	dev  *transport.Device
-	CM   *cm.Manager
-	pd   *transport.PD
-	mr   *transport.MR
-	Prog *xdp.Program // AF_XDP: the classifier, which must know the leg's QPs
+	devs []*transport.Device
+	// queuesWhy says how the number of queues was chosen, for the logs.
+	queuesWhy string
+	// steer is the sockets' steering (io: udp), for its counters.
+	steer *udpconn.Queues
+	CM    *cm.Manager
+	pd    *transport.PD
+	mr    *transport.MR
+	Prog  *xdp.Program // AF_XDP: the classifier, which must know the leg's QPs
 	// neigh resolves the peers' Ethernet addresses (AF_XDP), in the leg's
 	// namespace.
 	Neigh *xdp.Resolver
@@ -51,8 +60,9 @@ type userspaceLeg struct {
 	MTU    int
 	mtuWhy string
 	// pconn is the device's packet I/O (a *udpconn.Conn or *xdp.Conn),
-	// for its counters.
-	pconn roce.PacketConn
+	// for its counters; pconns every queue's, pconn first.
+	pconn  roce.PacketConn
+	pconns []roce.PacketConn
 	// loop, when the leg busy-polls, reads the device (polled: no
 	// receive goroutine) and its endpoints' send CQs; nil otherwise.
 	loop *SpinLoop
@@ -77,7 +87,11 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		return nil, err
 	}
 	u := &userspaceLeg{cfg: l, log: log.With("leg", l.Name), pool: pl, pd: transport.NewPD()}
-	var conn roce.PacketConn
+	queues := 1
+	if l.IO == config.IOUDP {
+		queues, u.queuesWhy = Queues(l)
+	}
+	var conns []roce.PacketConn
 	err = netns.Do(l.Netns, func() error {
 		ifi, err := net.InterfaceByName(l.Interface)
 		if err != nil {
@@ -99,9 +113,24 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		switch l.IO {
 		case config.IOUDP:
 			// Its multicast (groups) leaves on the leg's interface.
-			conn, err = udpconn.Listen(udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
-				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind})
-			return err
+			o := udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
+				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind}
+			u.steer, err = udpconn.ListenQueues(o, queues)
+			if err != nil && l.Queues == 0 && queues > 1 {
+				// The default's loops need the steering program (CAP_BPF):
+				// without it, one loop, as a leg had before queues.
+				log.Warn("userspace leg: one receive loop, not the default's several: their steering could not be set up (queues: 1 says so and keeps this quiet)",
+					"leg", l.Name, "queues", queues, "err", err)
+				u.queuesWhy = fmt.Sprintf("%s; one, as the steering failed: %v", u.queuesWhy, err)
+				u.steer, err = udpconn.ListenQueues(o, 1)
+			}
+			if err != nil {
+				return err
+			}
+			for _, c := range u.steer.Conns {
+				conns = append(conns, c)
+			}
+			return nil
 		case config.IOAFXDP:
 			if u.Prog, err = xdp.Load(xdp.Options{Logger: log}); err != nil {
 				return err
@@ -121,11 +150,13 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 			}
 			umem := pl.Arena()
 			umem = umem[:len(umem)&^(frameSize-1)]
+			var conn roce.PacketConn
 			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
 				LocalAddr: local, Neighbors: u.Neigh, Program: u.Prog, Logger: log})
 			if err != nil {
 				return MemlockHint(err, "the AF_XDP UMEM (the pool)", int64(len(umem)))
 			}
+			conns = []roce.PacketConn{conn}
 			return u.Prog.AddQP(1, xdp.QP{}) // the CM's MADs
 		}
 		return fmt.Errorf("io %q", l.IO)
@@ -134,23 +165,26 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		u.Close()
 		return nil, fmt.Errorf("%s: %w", InNetns(l.Interface, l.Netns), err)
 	}
-	if u.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: log, Polled: sp.On}); err != nil {
-		conn.Close()
-		u.Close()
+	if u.devs, err = transport.NewDevices(conns, transport.DeviceOptions{Logger: log, Polled: sp.On}); err != nil {
+		u.Close() // NewDevices closed conns
 		return nil, err
+	}
+	u.dev, u.pconns = u.devs[0], conns
+	if l.IO == config.IOUDP {
+		log.Info("userspace leg receive loops", "leg", l.Name, "queues", len(u.devs), "why", u.queuesWhy)
 	}
 	if sp.On {
 		u.loop = NewSpinLoop(sp, u.log)
 		u.loop.Add(u.pollDevice)
 		log.Info("userspace leg busy-polled: its receive loop holds a CPU", "leg", l.Name, "loop", sp.String())
 	}
-	u.pconn = conn
+	u.pconn = conns[0]
 	if u.MTU == 0 {
 		u.Close()
 		return nil, fmt.Errorf("%s: %s: too small for RoCE", l.Interface, u.mtuWhy)
 	}
 	log.Info("userspace leg path MTU", "leg", l.Name, "mtu", u.MTU, "why", u.mtuWhy)
-	if uc, ok := conn.(*udpconn.Conn); ok {
+	if uc, ok := u.pconn.(*udpconn.Conn); ok {
 		log.Info("userspace leg UDP offload", "leg", l.Name, "offload", uc.Offload())
 	}
 	if u.CM, err = cm.New(cm.Options{Device: u.dev, Addr: l.IP, Logger: log, MaxPathMTU: u.MTU}); err != nil {
@@ -209,8 +243,11 @@ func (u *userspaceLeg) Close() error {
 	if u.CM != nil {
 		errs = append(errs, u.CM.Close())
 	}
-	if u.dev != nil {
-		errs = append(errs, u.dev.Close())
+	for _, d := range u.devs {
+		errs = append(errs, d.Close())
+	}
+	if u.steer != nil {
+		errs = append(errs, u.steer.Close()) // the group keeps it until its sockets closed
 	}
 	if u.Prog != nil {
 		errs = append(errs, u.Prog.Close())
@@ -235,7 +272,7 @@ func (u *userspaceLeg) pollDevice() {
 
 // endpoint makes an endpoint whose QP the classifier sends to this leg.
 func (u *userspaceLeg) Endpoint() (*UserspaceEndpoint, error) {
-	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.dev, PD: u.pd, MR: u.mr, Frames: u.frames, Loop: u.loop})
+	ep, err := NewUserspaceEndpoint(UserspaceOptions{Device: u.queueDevice(), PD: u.pd, MR: u.mr, Frames: u.frames, Loop: u.loop})
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +283,18 @@ func (u *userspaceLeg) Endpoint() (*UserspaceEndpoint, error) {
 		}
 	}
 	return ep, nil
+}
+
+// queueDevice is the device a new RC QP goes on: the queue with the
+// fewest QPs (the first of those), so the loops share the sessions.
+func (u *userspaceLeg) queueDevice() *transport.Device {
+	best, fewest := u.devs[0], u.devs[0].NumQPs()
+	for _, d := range u.devs[1:] {
+		if n := d.NumQPs(); n < fewest {
+			best, fewest = d, n
+		}
+	}
+	return best
 }
 
 func (u *userspaceLeg) forget(ep *UserspaceEndpoint) {
@@ -417,6 +466,8 @@ func (u *userspaceLeg) Status(st *Status) {
 	switch pc := u.pconn.(type) {
 	case *udpconn.Conn:
 		st.UDPOffload = pc.Offload().String()
+		st.QueuesWhy = u.queuesWhy
+		st.Queues = u.queueCounters()
 	case *xdp.Conn:
 		st.AFXDPWakeup = pc.Wakeup().String()
 	}
@@ -437,13 +488,27 @@ func (u *userspaceLeg) Link(string) (string, bool, *portcounters.Port) {
 }
 
 func (u *userspaceLeg) Counters(c *Counters) {
-	c.MTU, c.Limited = u.MTU, u.dev.RateLimitedQPs()
-	t, m := u.dev.Stats().Snapshot(), u.CM.Stats().Snapshot()
+	c.MTU = u.MTU
+	var t transport.StatsSnapshot
+	for _, d := range u.devs {
+		c.Limited += d.RateLimitedQPs()
+		t.Add(d.Stats().Snapshot())
+	}
+	m := u.CM.Stats().Snapshot()
 	c.Transport, c.CM = &t, &m
 	switch pc := u.pconn.(type) {
 	case *udpconn.Conn:
-		s := pc.Stats().Snapshot()
+		var s udpconn.StatsSnapshot
+		for _, pc := range u.pconns {
+			s.Add(pc.(*udpconn.Conn).Stats().Snapshot())
+		}
 		c.UDP = &s
+		c.Queues = u.queueCounters()
+		if len(u.devs) > 1 {
+			if sc, err := u.steer.Counters(); err == nil {
+				c.Steer = &sc
+			}
+		}
 	case *xdp.Conn:
 		// Without the kernel's ring counters the socket's own still
 		// count: the error only leaves RXRingDrops zero.
@@ -461,14 +526,33 @@ func (u *userspaceLeg) Counters(c *Counters) {
 	}
 }
 
-func (u *userspaceLeg) Objects() (int, int) { return u.dev.NumQPs(), u.CM.NumConns() }
+// queueCounters is each receive loop's share of an io: udp leg's work.
+func (u *userspaceLeg) queueCounters() []QueueCounters {
+	out := make([]QueueCounters, len(u.devs))
+	for i, d := range u.devs {
+		s := u.pconns[i].(*udpconn.Conn).Stats()
+		out[i] = QueueCounters{Queue: i, QPs: d.NumQPs(), RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(),
+			RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load(), RxForeign: d.Stats().RxForeign.Load()}
+	}
+	return out
+}
+
+func (u *userspaceLeg) Objects() (int, int) {
+	n := 0
+	for _, d := range u.devs {
+		n += d.NumQPs()
+	}
+	return n, u.CM.NumConns()
+}
 
 func (u *userspaceLeg) Health(now time.Time, stall time.Duration) error {
-	if u.dev == nil {
-		return nil
-	}
-	if last, wakes := u.dev.ReceiveHeartbeat(); wakes && now.Sub(last) > stall {
-		return fmt.Errorf("the receive loop has not come round for %v: stuck", now.Sub(last).Round(time.Millisecond))
+	for i, d := range u.devs {
+		if last, wakes := d.ReceiveHeartbeat(); wakes && now.Sub(last) > stall {
+			if len(u.devs) > 1 {
+				return fmt.Errorf("receive loop %d of %d has not come round for %v: stuck", i, len(u.devs), now.Sub(last).Round(time.Millisecond))
+			}
+			return fmt.Errorf("the receive loop has not come round for %v: stuck", now.Sub(last).Round(time.Millisecond))
+		}
 	}
 	return nil
 }
@@ -513,7 +597,7 @@ func StateAttrs(c Conn, side string) []any {
 	if !ok {
 		return nil
 	}
-	return []any{side + "_responder", u.ep.QP().Responder(), side + "_device", u.u.dev.Stats().Snapshot()}
+	return []any{side + "_responder", u.ep.QP().Responder(), side + "_device", u.ep.QP().Device().Stats().Snapshot()}
 }
 
 // GroupXDPCounters is the classifier's count of group on p, when p is a

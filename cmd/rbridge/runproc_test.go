@@ -16,7 +16,7 @@ type runProc struct {
 
 // startRun starts `rbridge args...` with env added to the test's; the
 // test's end kills it if it still runs and logs what it wrote.
-func startRun(t *testing.T, env []string, args ...string) *runProc {
+func startRun(t testing.TB, env []string, args ...string) *runProc {
 	t.Helper()
 	p := &runProc{cmd: exec.Command(os.Args[0], args...), logs: &lockedBuffer{}, exited: make(chan error, 1)}
 	p.cmd.Env = append(append(os.Environ(), "RBRIDGE_TEST_AS_MAIN=1"), env...)

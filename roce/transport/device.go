@@ -43,6 +43,12 @@ type DeviceOptions struct {
 	// leg on one thread). The conn must be a TryReader that does not
 	// lend its frames.
 	Polled bool
+	// Queue and Queues: the device is queue Queue of Queues devices on
+	// one address (NewDevices sets them: a userspace leg's receive
+	// loops, each on its own socket of a group that the kernel steers
+	// by destination QP). It numbers its QPs so that roce.QueueOf gives
+	// Queue, so their packets reach its own conn. Zero: the only one.
+	Queue, Queues int
 }
 
 // MaxRxBatch is the largest DeviceOptions.RxBatch: each packet of a batch
@@ -60,8 +66,13 @@ type Stats struct {
 	RxCNPs, TxCNPs, RxECNCE       atomic.Uint64
 	RateCuts                      atomic.Uint64 // DCQCN rate cuts the CNPs caused (at most one per QP per ReducePeriod)
 	UDDropped                     atomic.Uint64
-	CQOverflows                   atomic.Uint64 // completions that found their CQ full
-	EventsLost                    atomic.Uint64 // async events nobody took before the queue filled
+	// RxForeign counts packets that reached this device's conn for a QP
+	// of another queue's device (NewDevices), handed to that QP here: the
+	// kernel's GRO joined them with a flow's packets of this queue, or
+	// they came before the steering was in place.
+	RxForeign   atomic.Uint64
+	CQOverflows atomic.Uint64 // completions that found their CQ full
+	EventsLost  atomic.Uint64 // async events nobody took before the queue filled
 	// TxNAKCodes and RxNAKCodes count the NAKs sent and received by code
 	// (the AETH's: 0 PSN sequence error, 1 invalid request, 2 remote
 	// access error, 3 remote operational error, 4 invalid RD request);
@@ -81,6 +92,7 @@ type StatsSnapshot struct {
 	RxPackets, TxPackets, RxMalformed, RxUnknownQP, RxDuplicate, RxOutOfSequence uint64
 	TxNAKs, TxRNRNAKs, Retransmit, Timeouts, TailProbes                          uint64
 	RxCNPs, TxCNPs, RxECNCE, RateCuts, UDDropped, CQOverflows, EventsLost        uint64
+	RxForeign                                                                    uint64
 	TxNAKCodes, RxNAKCodes                                                       [NAKCodes]uint64
 	ErrorCompletions                                                             [NumStatuses]uint64
 }
@@ -91,7 +103,8 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		RxUnknownQP: s.RxUnknownQP.Load(), RxDuplicate: s.RxDuplicate.Load(), RxOutOfSequence: s.RxOutOfSequence.Load(),
 		TxNAKs: s.TxNAKs.Load(), TxRNRNAKs: s.TxRNRNAKs.Load(), Retransmit: s.Retransmit.Load(), Timeouts: s.Timeouts.Load(),
 		TailProbes: s.TailProbes.Load(), RxCNPs: s.RxCNPs.Load(), TxCNPs: s.TxCNPs.Load(), RxECNCE: s.RxECNCE.Load(),
-		RateCuts: s.RateCuts.Load(), UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load()}
+		RateCuts: s.RateCuts.Load(), UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load(),
+		RxForeign: s.RxForeign.Load()}
 	for i := range NAKCodes {
 		out.TxNAKCodes[i], out.RxNAKCodes[i] = s.TxNAKCodes[i].Load(), s.RxNAKCodes[i].Load()
 	}
@@ -99,6 +112,36 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		out.ErrorCompletions[i] = s.ErrorCompletions[i].Load()
 	}
 	return out
+}
+
+// Add adds o's counts to s's (the devices of one address, summed).
+func (s *StatsSnapshot) Add(o StatsSnapshot) {
+	s.RxPackets += o.RxPackets
+	s.TxPackets += o.TxPackets
+	s.RxMalformed += o.RxMalformed
+	s.RxUnknownQP += o.RxUnknownQP
+	s.RxDuplicate += o.RxDuplicate
+	s.RxOutOfSequence += o.RxOutOfSequence
+	s.TxNAKs += o.TxNAKs
+	s.TxRNRNAKs += o.TxRNRNAKs
+	s.Retransmit += o.Retransmit
+	s.Timeouts += o.Timeouts
+	s.TailProbes += o.TailProbes
+	s.RxCNPs += o.RxCNPs
+	s.TxCNPs += o.TxCNPs
+	s.RxECNCE += o.RxECNCE
+	s.RateCuts += o.RateCuts
+	s.UDDropped += o.UDDropped
+	s.CQOverflows += o.CQOverflows
+	s.EventsLost += o.EventsLost
+	s.RxForeign += o.RxForeign
+	for i := range NAKCodes {
+		s.TxNAKCodes[i] += o.TxNAKCodes[i]
+		s.RxNAKCodes[i] += o.RxNAKCodes[i]
+	}
+	for i := range NumStatuses {
+		s.ErrorCompletions[i] += o.ErrorCompletions[i]
+	}
 }
 
 // AsyncEventType is the kind of an asynchronous event.
@@ -163,6 +206,11 @@ type Device struct {
 	pollMu sync.Mutex
 	try    TryReader
 	rx     rxScratch
+
+	// queues are the devices of one address, this one among them, in
+	// queue order (NewDevices); nil for a device alone. Set before its
+	// reader starts, never changed.
+	queues []*Device
 }
 
 // rxScratch is what reading a batch needs: the messages, a decoder, and
@@ -185,6 +233,65 @@ func newRxScratch(batch int, buffers bool) rxScratch {
 
 // NewDevice starts a device on conn. Close stops it and closes conn.
 func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
+	if opts.Queue != 0 || opts.Queues > 1 {
+		return nil, errors.New("transport: new device: queue and queues are NewDevices'")
+	}
+	d, err := newDevice(conn, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.start()
+	return d, nil
+}
+
+// NewDevices starts a device on each of conns, the queues of one address
+// (udpconn.ListenQueues), conns[i] receiving queue i of len(conns)
+// (roce.QueueOf): each numbers its QPs for its own queue, and has a
+// receive loop of its own that takes no lock another device's takes,
+// unless a packet reached it for another device's QP (counted
+// Stats.RxForeign), which it hands to that QP as its owner would. Each
+// device's Close stops it and closes its conn; on an error, conns are
+// closed.
+func NewDevices(conns []roce.PacketConn, opts DeviceOptions) ([]*Device, error) {
+	if len(conns) == 0 || len(conns) > roce.MaxQueues {
+		closeConns(conns)
+		return nil, fmt.Errorf("transport: new devices: %d conns: want 1 to %d", len(conns), roce.MaxQueues)
+	}
+	devs := make([]*Device, len(conns))
+	for i, c := range conns {
+		o := opts
+		o.Queue, o.Queues = i, len(conns)
+		if len(conns) == 1 {
+			o.Queues = 0
+		}
+		d, err := newDevice(c, o)
+		if err != nil {
+			closeConns(conns)
+			return nil, fmt.Errorf("transport: new devices: queue %d: %w", i, err)
+		}
+		devs[i] = d
+	}
+	if len(devs) > 1 {
+		for _, d := range devs {
+			d.queues = devs
+		}
+	}
+	for _, d := range devs {
+		d.start()
+	}
+	return devs, nil
+}
+
+func closeConns(conns []roce.PacketConn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// newDevice makes a device on conn; start starts its reader.
+func newDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	if conn == nil {
 		return nil, errors.New("transport: new device: nil packet conn")
 	}
@@ -203,10 +310,17 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	if opts.IdleWake <= 0 {
 		opts.IdleWake = time.Second
 	}
+	if opts.Queues > 1 && (opts.Queue < 0 || opts.Queue >= opts.Queues) {
+		return nil, fmt.Errorf("transport: new device: queue %d of %d", opts.Queue, opts.Queues)
+	}
+	log := opts.Logger.With("conn", conn.LocalAddr().String())
+	if opts.Queues > 1 {
+		log = log.With("queue", opts.Queue)
+	}
 	d := &Device{
 		conn:    conn,
 		opts:    opts,
-		log:     opts.Logger.With("conn", conn.LocalAddr().String()),
+		log:     log,
 		qps:     make(map[uint32]*QP),
 		nextQPN: 0x11, // QPNs 0 and 1 are the special QPs
 		closed:  make(chan struct{}),
@@ -224,9 +338,22 @@ func NewDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	}
 	_, wakes := conn.(roce.ReadDeadliner)
 	d.wakes.Store(wakes)
+	return d, nil
+}
+
+// start starts the receive goroutine of a device that is not polled.
+func (d *Device) start() {
+	if d.opts.Polled {
+		return
+	}
 	d.wg.Add(1)
 	go d.routineReceive()
-	return d, nil
+}
+
+// Queue returns the device's queue and how many devices share its
+// address (NewDevices); 0 and 1 for a device alone.
+func (d *Device) Queue() (int, int) {
+	return d.opts.Queue, max(d.opts.Queues, 1)
 }
 
 // Poll reads the packets a polled device's conn holds now (DeviceOptions.
@@ -452,6 +579,15 @@ func (d *Device) handleBatch(rx *rxScratch, n int) {
 			d.stats.RxCNPs.Add(1)
 		}
 		qp := d.lookupQP(pkt.BTH.DestQP())
+		if qp == nil && d.queues != nil {
+			// Another queue's QP: handed to it here, under its lock, and
+			// its packets sent on its own device's conn.
+			if o := d.queues[roce.QueueOf(pkt.BTH.DestQP(), len(d.queues))]; o != d {
+				if qp = o.lookupQP(pkt.BTH.DestQP()); qp != nil {
+					d.stats.RxForeign.Add(1)
+				}
+			}
+		}
 		if qp == nil {
 			d.stats.RxUnknownQP.Add(1)
 			continue
@@ -467,7 +603,7 @@ func (d *Device) handleBatch(rx *rxScratch, n int) {
 			f.Flush()
 		}
 		qp.flushAcks()
-		d.send(qp)
+		qp.dev.send(qp) // d's own, but for another queue's QP
 		qp.signalCQs()
 		delete(rx.touched, qp)
 	}
@@ -522,6 +658,9 @@ func (d *Device) register(qp *QP) error {
 		d.nextQPN = (d.nextQPN + 1) & roce.PSNMask
 		if d.nextQPN < 0x11 {
 			d.nextQPN = 0x11
+		}
+		if d.opts.Queues > 1 && roce.QueueOf(qpn, d.opts.Queues) != d.opts.Queue {
+			continue // another queue's number
 		}
 		if _, used := d.qps[qpn]; !used {
 			qp.qpn = qpn

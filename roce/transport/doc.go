@@ -39,4 +39,10 @@
 // Target.Request and Target.Abandon run under it and must not block or call
 // the QP. Packets are built under the lock into per-QP buffers and written
 // after it is released.
+//
+// Devices made together by NewDevices (the queues of one address, a
+// receive loop each) share no lock on the receive path: each has its own
+// QP table, send lock and reader; a packet that reached the wrong queue's
+// device takes its QP's mutex and its owner's Device.txMu, as a timer's
+// retransmission does.
 package transport

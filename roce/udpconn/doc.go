@@ -35,6 +35,11 @@
 //     does not fit in the caller's batch waits for the next ReadBatch,
 //     which takes no system call.
 //
+// ListenQueues (queues_linux.go) opens several conns on one address, a
+// SO_REUSEPORT group, one per receive loop: a reuseport program (steer.c,
+// its bpf2go output committed) steers each datagram to the conn of its
+// destination QP's queue (roce.QueueOf).
+//
 // Stats counts system calls and the buffers they moved beside packets:
 // packets per buffer is what the offload coalesced.
 package udpconn

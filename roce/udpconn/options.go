@@ -39,6 +39,9 @@ type Options struct {
 	// (ENETUNREACH: the kernel sends from its own addresses). Unicast only; an IPv4 conn's
 	// multicast then leaves on Interface (none: as routes say).
 	FreeBind bool
+	// reusePort binds Addr as one socket of a SO_REUSEPORT group
+	// (ListenQueues).
+	reusePort bool
 	// Logger receives the conn's warnings (GSO turned off by a send the
 	// kernel refused); nil is slog.Default().
 	Logger *slog.Logger

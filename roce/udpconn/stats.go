@@ -18,6 +18,9 @@ type Stats struct {
 	// offload): the first turns GSO off for the conn, and the packets go
 	// again one datagram each.
 	TxGSOErrors atomic.Uint64
+	// RxBytes and TxBytes count the UDP payload bytes the system calls
+	// moved (RoCEv2 packets, their headers and ICRC included).
+	RxBytes, TxBytes atomic.Uint64
 }
 
 // StatsSnapshot is Stats read at one moment, as plain values.
@@ -25,11 +28,36 @@ type StatsSnapshot struct {
 	RxPackets, TxPackets, RxBadICRC, RxTruncated uint64
 	RxCalls, TxCalls, RxBuffers, TxBuffers       uint64
 	TxGSOErrors                                  uint64
+	RxBytes, TxBytes                             uint64
 }
 
 // Snapshot reads every counter.
 func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load(),
 		RxCalls: s.RxCalls.Load(), TxCalls: s.TxCalls.Load(), RxBuffers: s.RxBuffers.Load(), TxBuffers: s.TxBuffers.Load(),
-		TxGSOErrors: s.TxGSOErrors.Load()}
+		TxGSOErrors: s.TxGSOErrors.Load(), RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load()}
+}
+
+// Add adds o's counts to s's (the conns of one address, summed).
+func (s *StatsSnapshot) Add(o StatsSnapshot) {
+	s.RxPackets += o.RxPackets
+	s.TxPackets += o.TxPackets
+	s.RxBadICRC += o.RxBadICRC
+	s.RxTruncated += o.RxTruncated
+	s.RxCalls += o.RxCalls
+	s.TxCalls += o.TxCalls
+	s.RxBuffers += o.RxBuffers
+	s.TxBuffers += o.TxBuffers
+	s.TxGSOErrors += o.TxGSOErrors
+	s.RxBytes += o.RxBytes
+	s.TxBytes += o.TxBytes
+}
+
+// SteerCounters is what the reuseport program counted, over every CPU.
+type SteerCounters struct {
+	// Steered counts datagrams it gave the socket of their queue; Short
+	// those too short for a BTH (steered to queue 0); Failed the
+	// selections the kernel refused (a queue without its socket), left to
+	// the kernel's hash.
+	Steered, Short, Failed uint64
 }

@@ -151,8 +151,10 @@ func Listen(opts Options) (*Conn, error) {
 		return nil, fmt.Errorf("udpconn: listen on group %v: free bind is for a unicast address", a.Addr())
 	case group:
 		uc, err = bindGroup(a)
-	case opts.FreeBind:
-		uc, err = bindFree(network, a)
+	case group && opts.reusePort:
+		return nil, fmt.Errorf("udpconn: listen on group %v: queues are for a unicast address", a.Addr())
+	case opts.FreeBind || opts.reusePort:
+		uc, err = bindUnicast(network, a, opts.FreeBind, opts.reusePort)
 	default:
 		uc, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(a))
 	}
@@ -275,24 +277,31 @@ func (c *Conn) Offload() Offload {
 	return Offload{GSO: c.gso.Load(), GRO: c.gro, NoGSO: c.noGSO, NoGRO: c.noGRO}
 }
 
-// bindFree binds a unicast address that no interface may hold yet
-// (Options.FreeBind).
-func bindFree(network string, a netip.AddrPort) (*net.UDPConn, error) {
+// bindUnicast binds a unicast address with the options net.ListenUDP
+// does not set: free, one that no interface may hold yet
+// (Options.FreeBind); reuse, as one socket of a SO_REUSEPORT group
+// (ListenQueues).
+func bindUnicast(network string, a netip.AddrPort, free, reuse bool) (*net.UDPConn, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		if err := rc.Control(func(fd uintptr) {
-			if a.Addr().Is6() {
+			switch {
+			case free && a.Addr().Is6():
 				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1)
-			} else {
+			case free:
 				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_FREEBIND, 1)
+			}
+			if serr != nil {
+				serr = fmt.Errorf("free bind: %w", serr)
+			} else if reuse {
+				if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+					serr = fmt.Errorf("SO_REUSEPORT: %w", err)
+				}
 			}
 		}); err != nil {
 			return err
 		}
-		if serr != nil {
-			return fmt.Errorf("free bind: %w", serr)
-		}
-		return nil
+		return serr
 	}}
 	pc, err := lc.ListenPacket(context.Background(), network, a.String())
 	if err != nil {
@@ -443,6 +452,7 @@ func (c *Conn) recv(n int, wait bool) (int, error) {
 	}
 	c.stats.RxCalls.Add(1)
 	c.stats.RxBuffers.Add(uint64(b.done))
+	c.stats.RxBytes.Add(b.moved())
 	return b.done, nil
 }
 
@@ -479,6 +489,7 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 			}
 			c.stats.TxCalls.Add(1)
 			c.stats.TxBuffers.Add(uint64(done))
+			c.stats.TxBytes.Add(b.moved())
 			c.stats.TxPackets.Add(uint64(moved))
 			sent += moved
 			if done < n {
@@ -490,6 +501,15 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 		}
 	}
 	return sent, nil
+}
+
+// moved is the bytes the last call moved: its headers' msg_len.
+func (b *batchState) moved() uint64 {
+	var n uint64
+	for i := range b.done {
+		n += uint64(b.hdrs[i].n)
+	}
+	return n
 }
 
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {

@@ -36,3 +36,18 @@ func (c *Conn) Offload() Offload {
 	why := "UDP_SEGMENT and UDP_GRO are Linux's"
 	return Offload{NoGSO: why, NoGRO: why}
 }
+
+// Queues is n conns on one address; Linux only.
+type Queues struct{ Conns []*Conn }
+
+// ListenQueues returns ErrNotSupported outside Linux.
+func ListenQueues(o Options, n int) (*Queues, error) {
+	_, err := Listen(o)
+	return nil, err
+}
+
+// Counters is zero outside Linux.
+func (q *Queues) Counters() (SteerCounters, error) { return SteerCounters{}, nil }
+
+// Close returns nil: outside Linux a Queues is never opened.
+func (q *Queues) Close() error { return nil }

@@ -1,0 +1,37 @@
+package leg
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/rbridge/rbridge/bridge/config"
+)
+
+// Queues is how many receive loops a userspace leg with io: udp runs, and
+// why: its queues key, or the default, the CPUs the process may use (its
+// affinity mask, as runtime.NumCPU reads it, and GOMAXPROCS), at most
+// config.DefaultMaxQueues; 1 when the leg busy-polls (one spinning loop).
+func Queues(l *config.Leg) (int, string) {
+	switch {
+	case l.Queues > 0:
+		return l.Queues, fmt.Sprintf("queues: %d", l.Queues)
+	case l.BusyPoll:
+		return 1, "busy_poll: one loop"
+	}
+	cpus, procs := runtime.NumCPU(), runtime.GOMAXPROCS(0)
+	n := min(cpus, procs, config.DefaultMaxQueues)
+	return max(n, 1), fmt.Sprintf("default: %d CPUs the process may use, GOMAXPROCS %d, at most %d", cpus, procs, config.DefaultMaxQueues)
+}
+
+// QueueCounters is one receive loop's share of a userspace leg with io:
+// udp: its socket's packets and bytes, the QPs it serves, and the packets
+// it handed to another loop's QPs (transport.Stats.RxForeign).
+type QueueCounters struct {
+	Queue     int    `json:"queue"`
+	QPs       int    `json:"qps"`
+	RxPackets uint64 `json:"rx_packets"`
+	TxPackets uint64 `json:"tx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	RxForeign uint64 `json:"rx_foreign"`
+}
