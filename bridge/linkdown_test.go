@@ -38,19 +38,11 @@ func TestGatewayLinkDown(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
-  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
-  - {name: b, kind: userspace, interface: GWIF, ip: 10.94.0.1, io: udp, netns: GWNS}
-routes:
+	g := startGateway(t, twoLegConfig(t, gwNS, gwIf, "10.94.0.1", `
   - name: r
     listen: {leg: a, addr: "127.0.10.1:7471"}
     target: {leg: b, addr: "10.94.0.2:7471"}
-`)
-	cfg, err := config.Parse("gw.yaml", []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := startGateway(t, cfg)
+`))
 	client := newCMApp(t, lo("3"))
 	cc, _, _ := dialThrough(t, ctx, client, target, ln, "1:7471")
 	if err := g.Ready(); err != nil {
@@ -113,19 +105,11 @@ func TestGatewayLinkDownClientSide(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
-  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
-  - {name: b, kind: userspace, interface: GWIF, ip: 10.95.0.1, io: udp, netns: GWNS}
-routes:
+	startGateway(t, twoLegConfig(t, gwNS, gwIf, "10.95.0.1", `
   - name: r
     listen: {leg: b, addr: "10.95.0.1:7472"}
     target: {leg: a, addr: "127.0.10.4:7472"}
-`)
-	cfg, err := config.Parse("gw.yaml", []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	startGateway(t, cfg)
+`))
 	client := newCMAppIn(t, peerNS, "", "10.95.0.2", nil)
 	_, tc, _ := dialThroughTo(t, ctx, client, target, ln, netip.MustParseAddrPort("10.95.0.1:7472"))
 	if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, "down").CombinedOutput(); err != nil {
@@ -144,6 +128,21 @@ routes:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the target's connection outlived its client's leg by 10 s: stranded")
 	}
+}
+
+// twoLegConfig is a gateway with leg a on the loopback and leg b at bIP
+// on gwIf in namespace gwNS, and routes (YAML list items).
+func twoLegConfig(t *testing.T, gwNS, gwIf, bIP, routes string) *config.Config {
+	t.Helper()
+	y := strings.NewReplacer("127.0.10.", loNet).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: ` + gwIf + `, ip: ` + bIP + `, io: udp, netns: ` + gwNS + `}
+routes:` + routes)
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // TestOperStateKeepsThreads: reading a leg's link in another network
