@@ -45,6 +45,7 @@ type UserspaceEndpoint struct {
 	pollLeft, pollStopped bool
 
 	peerGone  func() bool        // reports a peer's disconnect (roce/cm)
+	released  <-chan struct{}    // closed once the connection is released (PeerLeft)
 	abandon   context.CancelFunc // the QP left RTS (Abandon)
 	abandoned context.Context
 	ctx       context.Context
@@ -290,6 +291,32 @@ func (e *UserspaceEndpoint) leftRTS() error {
 		return session.ErrPeerDisconnected
 	}
 	return errors.New("the userspace QP left RTS (a transport error)")
+}
+
+// SetReleased sets the channel closed once the endpoint's connection is
+// released by its peer's DREQ (or by its own disconnect): PeerLeft.
+func (e *UserspaceEndpoint) SetReleased(done <-chan struct{}) {
+	e.mu.Lock()
+	e.released = done
+	e.mu.Unlock()
+}
+
+// PeerLeft implements session.PeerLeaver: the connection is released.
+// The CM releases it before it flushes the QP's work, so an op flushed by
+// a peer's DREQ always finds it so.
+func (e *UserspaceEndpoint) PeerLeft() bool {
+	e.mu.Lock()
+	done := e.released
+	e.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
 // SetPeerGone sets how the endpoint tells a peer's disconnect (the QP

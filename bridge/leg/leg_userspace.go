@@ -422,6 +422,7 @@ func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
 		}
 		return nil
 	})
+	ep.SetReleased(c.Done())
 	ep.SetPeerGone(func() bool {
 		// A DREQ releases the connection before the QP's error reaches
 		// the endpoint; a transport error leaves it established.

@@ -40,6 +40,14 @@ type Endpoint interface {
 	Close() error
 }
 
+// PeerLeaver is an endpoint that can tell, without waiting, that its
+// peer released the connection (a DREQ): an op of the session flushed
+// there is then the peer's disconnect, not a failure of the far side (the
+// connection is released before its QP's work is flushed).
+type PeerLeaver interface {
+	PeerLeft() bool
+}
+
 // Handler is what an endpoint calls: a session's side.
 type Handler interface {
 	// Request is a request that arrived from the endpoint's peer, in PSN

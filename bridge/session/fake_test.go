@@ -51,6 +51,16 @@ type fakeLeg struct {
 	results  map[uint32]*farResult
 	failures int
 	gathered int // ops executed from gathered frags
+	// left says the far peer released the connection (a DREQ): what is
+	// posted after is flushed, and PeerLeft says so.
+	left bool
+}
+
+// PeerLeft implements session.PeerLeaver.
+func (f *fakeLeg) PeerLeft() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.left
 }
 
 // farExec is what the far side did with an op.
@@ -177,7 +187,7 @@ func (f *fakeLeg) routineExecute() {
 func (f *fakeLeg) execute(op *session.Op) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failed {
+	if f.failed || f.left {
 		op.Status = transport.StatusWRFlushErr
 		return false
 	}

@@ -1145,8 +1145,13 @@ func (r *relay) done(op *Op) {
 	if status := op.Status; status != transport.StatusSuccess {
 		// The far side's failure is why the session ends: said before
 		// the requester's side hears of it (completing a SEND its HCA
-		// acknowledged with an error ends that side too).
-		r.s.fail(r.to, fmt.Errorf("the far side (%s) failed a relayed %v: %v", [2]string{"B, the target's", "A, the client's"}[r.dir], op.Opcode, status))
+		// acknowledged with an error ends that side too). An op flushed
+		// because the far peer disconnected is that disconnect.
+		err := fmt.Errorf("the far side (%s) failed a relayed %v: %v", [2]string{"B, the target's", "A, the client's"}[r.dir], op.Opcode, status)
+		if l, ok := r.to.(PeerLeaver); ok && status == transport.StatusWRFlushErr && l.PeerLeft() {
+			err = fmt.Errorf("%w (a relayed %v flushed)", ErrPeerDisconnected, op.Opcode)
+		}
+		r.s.fail(r.to, err)
 		r.complete(op)
 		return
 	}

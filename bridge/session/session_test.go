@@ -694,3 +694,26 @@ func TestSessionDeliversWhatAPeerSentBeforeItDisconnected(t *testing.T) {
 		t.Error("the network lost nothing: the SENDs were never in flight at the disconnect, the test proved nothing")
 	}
 }
+
+// TestSessionFlushedAfterPeerLeft: an op flushed on the far endpoint after
+// its peer released the connection (a DREQ, which releases the connection
+// before the QP's work is flushed) ends the session as that peer's
+// disconnect, not as a failure of the far side: the initiator that
+// disconnected while a response of its target was on its way.
+func TestSessionFlushedAfterPeerLeft(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	r.far.mu.Lock()
+	r.far.left = true
+	r.far.mu.Unlock()
+	if err := r.client.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Signaled: true, Local: transport.SGE{MR: r.cmr, Length: 64}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.sess.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session outlived its far peer's disconnect by 10 s")
+	}
+	if err := r.sess.Err(); !errors.Is(err, session.ErrPeerDisconnected) {
+		t.Errorf("the session ended with %v, want the far peer's disconnect", err)
+	}
+}
