@@ -67,8 +67,7 @@ routes:
 				_, gw = startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), p.cfg, "--log-level", "info")
 			}
 			ctrl := nvmeConnect(b, p.traddr, p.host)
-			dev := "/dev/" + ctrl + "n1"
-			waitFile(b, dev)
+			dev := nvmeDisk(b, ctrl)
 			for _, l := range loads {
 				b.Run(l.name, func(b *testing.B) {
 					var ops int64

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -236,16 +237,14 @@ func TestGuestRunNVMeFromIB(t *testing.T) {
 			if err != nil || strings.TrimSpace(string(serial)) != "rbridge0042" {
 				t.Errorf("%s's serial: %q, %v; want the target's rbridge0042", ctrl, serial, err)
 			}
-			dev := "/dev/" + ctrl + "n1"
-			waitFile(t, dev)
+			dev := nvmeDisk(t, ctrl)
 			start := time.Now()
 			nvmeIO(t, dev, 64<<20, 64<<20, 1)
 			t.Logf("64 MiB written and read back through rbridge (%s) in %v", io, time.Since(start).Round(time.Millisecond))
 			// Again after a reconnect: a new admin and I/O queues.
 			nvmeDisconnect(t, ctrl)
 			ctrl = nvmeConnect(t, ib.GatewayIP.String(), ib.PeerIP.String())
-			dev = "/dev/" + ctrl + "n1"
-			waitFile(t, dev)
+			dev = nvmeDisk(t, ctrl)
 			nvmeIO(t, dev, 8<<20, 8<<20, 2)
 			nvmeDisconnect(t, ctrl)
 			if strings.Contains(logs.String(), "session failed") {
@@ -292,8 +291,7 @@ func TestGuestRunNVMeToIB(t *testing.T) {
 			if err != nil || strings.TrimSpace(string(serial)) != "rbridge0042" {
 				t.Errorf("%s's serial: %q, %v; want the target's rbridge0042", ctrl, serial, err)
 			}
-			dev := "/dev/" + ctrl + "n1"
-			waitFile(t, dev)
+			dev := nvmeDisk(t, ctrl)
 			start := time.Now()
 			nvmeIO(t, dev, 64<<20, 64<<20, 3)
 			t.Logf("64 MiB written and read back through rbridge (%s), staged, in %v", io, time.Since(start).Round(time.Millisecond))
@@ -310,8 +308,7 @@ func TestGuestRunNVMeToIB(t *testing.T) {
 			t.Logf("a read past the namespace's end: the target's %v", nvme.Status(st))
 			nvmeDisconnect(t, ctrl)
 			ctrl = nvmeConnect(t, ns.IP.String(), ns.PeerIP.String())
-			dev = "/dev/" + ctrl + "n1"
-			waitFile(t, dev)
+			dev = nvmeDisk(t, ctrl)
 			nvmeIO(t, dev, 8<<20, 8<<20, 4)
 			nvmeDisconnect(t, ctrl)
 			if strings.Contains(logs.String(), "session failed") {
@@ -378,8 +375,7 @@ routes:
 			if err != nil || strings.TrimSpace(string(serial)) != "rbridge0042" {
 				t.Errorf("%s's serial: %q, %v; want the target's rbridge0042", ctrl, serial, err)
 			}
-			dev := "/dev/" + ctrl + "n1"
-			waitFile(t, dev)
+			dev := nvmeDisk(t, ctrl)
 			start := time.Now()
 			// 16 MiB: the userspace leg's test moves 64 (this path's
 			// figures are the benchmark's, BenchmarkGuestNVMeThroughVsDirect).
@@ -468,6 +464,42 @@ func nvmeDiscoveryLog(ctrl string) ([]string, error) {
 		subs = append(subs, strings.TrimRight(string(e[256:512]), "\x00 "))
 	}
 	return subs, nil
+}
+
+// nvmePath is a namespace's directory under a controller in sysfs: with
+// native multipath nvme<subsystem>c<controller>n<namespace>, whose disk is
+// the subsystem's nvme<subsystem>n<namespace>; without, the disk itself.
+var nvmePath = regexp.MustCompile(`^nvme(\d+)c\d+n(\d+)$`)
+
+// nvmeDisk waits for the block device of controller ctrl's first
+// namespace and returns its path. Its name is the subsystem's when the
+// kernel does native multipath (Debian's does), which need not be the
+// controller's: after a disconnect and a new connect, the old disk can
+// still be there, going, under the controller's name (open gives ENXIO).
+func nvmeDisk(t testing.TB, ctrl string) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ents, _ := os.ReadDir("/sys/class/nvme/" + ctrl)
+		for _, e := range ents {
+			dev := ""
+			if m := nvmePath.FindStringSubmatch(e.Name()); m != nil && m[2] == "1" {
+				dev = "/dev/nvme" + m[1] + "n1"
+			} else if e.Name() == ctrl+"n1" {
+				dev = "/dev/" + e.Name()
+			}
+			if dev == "" {
+				continue
+			}
+			if f, err := os.Open(dev); err == nil {
+				f.Close()
+				return dev
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no block device of %s's first namespace opened within 10 s (%v)\n%s", ctrl, ents, dmesg("nvme"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // waitFile waits up to 10 s for path to exist.
