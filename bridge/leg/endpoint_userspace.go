@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
@@ -44,7 +45,6 @@ type UserspaceEndpoint struct {
 	pollWCs               []transport.WC
 	pollLeft, pollStopped bool
 
-	peerGone  func() bool        // reports a peer's disconnect (roce/cm)
 	released  <-chan struct{}    // closed once the connection is released (PeerLeft)
 	abandon   context.CancelFunc // the QP left RTS (Abandon)
 	abandoned context.Context
@@ -281,20 +281,27 @@ func (e *UserspaceEndpoint) pollCompletions() {
 	}
 }
 
-// leftRTS says why the QP left RTS: the peer's disconnect when the
-// connection's owner says so (PeerGone), else a QP error.
+// leftRTS says why the QP left RTS: the peer's disconnect when its
+// connection is released within a moment (a DREQ releases it before the
+// QP's error reaches the endpoint; a transport error leaves it
+// established), else a QP error.
 func (e *UserspaceEndpoint) leftRTS() error {
 	e.mu.Lock()
-	gone := e.peerGone
+	done := e.released
 	e.mu.Unlock()
-	if gone != nil && gone() {
-		return session.ErrPeerDisconnected
+	if done != nil {
+		select {
+		case <-done:
+			return session.ErrPeerDisconnected
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	return errors.New("the userspace QP left RTS (a transport error)")
 }
 
 // SetReleased sets the channel closed once the endpoint's connection is
-// released by its peer's DREQ (or by its own disconnect): PeerLeft.
+// released by its peer's DREQ (or by its own disconnect): PeerLeft, and
+// what tells a peer's disconnect from a QP error when the QP leaves RTS.
 func (e *UserspaceEndpoint) SetReleased(done <-chan struct{}) {
 	e.mu.Lock()
 	e.released = done
@@ -317,14 +324,6 @@ func (e *UserspaceEndpoint) PeerLeft() bool {
 	default:
 		return false
 	}
-}
-
-// SetPeerGone sets how the endpoint tells a peer's disconnect (the QP
-// leaves RTS for it too) from a QP error.
-func (e *UserspaceEndpoint) SetPeerGone(f func() bool) {
-	e.mu.Lock()
-	e.peerGone = f
-	e.mu.Unlock()
 }
 
 // done hands completions to the session.

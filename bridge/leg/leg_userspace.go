@@ -113,9 +113,8 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		switch l.IO {
 		case config.IOUDP:
 			// Its multicast (groups) leaves on the leg's interface.
-			o := udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
-				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind}
-			u.steer, err = udpconn.ListenQueues(o, queues)
+			u.steer, err = udpconn.ListenQueues(udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
+				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind}, queues)
 			if err != nil {
 				return err
 			}
@@ -415,16 +414,6 @@ func (u *userspaceLeg) conn(ep *UserspaceEndpoint, c *cm.Conn) *userspaceConn {
 		return nil
 	})
 	ep.SetReleased(c.Done())
-	ep.SetPeerGone(func() bool {
-		// A DREQ releases the connection before the QP's error reaches
-		// the endpoint; a transport error leaves it established.
-		select {
-		case <-c.Done():
-			return true
-		case <-time.After(100 * time.Millisecond):
-			return false
-		}
-	})
 	return &userspaceConn{u: u, ep: ep, c: c}
 }
 
