@@ -165,16 +165,7 @@ routes:
 				t.Errorf("round %d: the %s's bytes differ at the far side", round, c.what)
 			}
 		}
-		waitUntil(t, fmt.Sprintf("round %d: one session", round), func() bool { return g.Sessions() == 1 })
-		if err := cc.Disconnect(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-tc.Done():
-		case <-ctx.Done():
-			t.Fatalf("round %d: the target's connection outlived the client's", round)
-		}
-		waitUntil(t, "the session gone", func() bool { return g.Sessions() == 0 })
+		endRound(t, ctx, g, cc, tc, round)
 	}
 	if s := g.Stats(); s.Accepted.Load() != 3 || s.Ended.Load() != 3 {
 		t.Errorf("gateway counted %d accepted, %d ended; want 3 and 3", s.Accepted.Load(), s.Ended.Load())

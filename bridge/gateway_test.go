@@ -243,19 +243,7 @@ func TestGatewayConnectsThrough(t *testing.T) {
 		if string(target.mem[:19]) != "through the gateway" || string(target.mem[8192:8192+19]) != "through the gateway" {
 			t.Fatalf("round %d: the target holds %q and %q", round, target.mem[:19], target.mem[8192:8192+19])
 		}
-		// The session relays from its start; the gateway lists it a moment
-		// later.
-		waitUntil(t, fmt.Sprintf("round %d: one session", round), func() bool { return g.Sessions() == 1 })
-		// The client disconnects: the target's connection ends too.
-		if err := cc.Disconnect(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-tc.Done():
-		case <-ctx.Done():
-			t.Fatalf("round %d: the target's connection outlived the client's", round)
-		}
-		waitUntil(t, "the session gone", func() bool { return g.Sessions() == 0 })
+		endRound(t, ctx, g, cc, tc, round)
 		if round == 0 {
 			time.Sleep(50 * time.Millisecond) // what started with the gateway has
 			idle = g.State()                  // the state after one session, warm
@@ -368,4 +356,23 @@ func TestGatewayHoldsAClientWhileTheTargetIsSlow(t *testing.T) {
 		t.Errorf("the client never sent its REQ again (stats %+v): the MRA was not needed, the test proved nothing", st)
 	}
 	_ = cc.Disconnect(ctx)
+}
+
+// endRound waits for the round's session to be listed, disconnects the
+// client, and waits until the target's connection and the session ended.
+func endRound(t *testing.T, ctx context.Context, g *bridge.Gateway, cc, tc *cm.Conn, round int) {
+	t.Helper()
+	// The session relays from its start; the gateway lists it a moment
+	// later.
+	waitUntil(t, fmt.Sprintf("round %d: one session", round), func() bool { return g.Sessions() == 1 })
+	// The client disconnects: the target's connection ends too.
+	if err := cc.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tc.Done():
+	case <-ctx.Done():
+		t.Fatalf("round %d: the target's connection outlived the client's", round)
+	}
+	waitUntil(t, "the session gone", func() bool { return g.Sessions() == 0 })
 }
