@@ -472,6 +472,21 @@ func (s *Session) fail(ep Endpoint, err error) {
 	}
 }
 
+// farGone says ep's peer can no longer be reached through the session:
+// the session ends, or ep's peer disconnected (its side drains, or ep
+// says its peer left).
+func (s *Session) farGone(ep Endpoint) bool {
+	if s.failing.Load() || s.ctx.Err() != nil {
+		return true
+	}
+	if l, ok := ep.(PeerLeaver); ok && l.PeerLeft() {
+		return true
+	}
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
+	return s.draining && s.gone == ep
+}
+
 // drain waits until the ended endpoint handed over all it received and
 // the relay from it is idle (everything posted on the other side and
 // completed there), at most drainTimeout, then tears the session down.

@@ -3,6 +3,7 @@ package session_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -490,5 +491,46 @@ func TestSessionNVMeStagedVerbsHost(t *testing.T) {
 	}
 	if s.Err() != nil {
 		t.Errorf("the session ended: %v", s.Err())
+	}
+}
+
+// TestSessionStagedFarPeerLeft: a command whose staging fails because the
+// controller disconnected (its leg refuses to expose, its peer left) is
+// not answered in the controller's place: the host hears of it by its own
+// connection's end, as a transport's loss, and retries after it
+// reconnects. An answer would be a data transfer error at the host's
+// application. Nothing is counted as a staging failure.
+func TestSessionStagedFarPeerLeft(t *testing.T) {
+	r := newNVMeRig(t, rigOpts{classes: stagedClasses, exposes: true, clientMem: 2<<20 + 34*stagedSpan})
+	r.exposer.failExpose = 12000
+	r.far.mu.Lock()
+	r.far.left = true
+	r.far.mu.Unlock()
+	k := nvmetest.Keyed(stagedAt(r, 1, 0), 12000, r.cmr.RKey(), nvme.SGLAddress)
+	capsule := nvmetest.Command(nvme.OpRead, 1, k, nil)
+	if err := r.client.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: r.cmr, Offset: 1 << 20, Length: 64}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(r.cmem, capsule)
+	if err := r.client.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpSend, Signaled: true,
+		Local: transport.SGE{MR: r.cmr, Length: len(capsule)}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.sess.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session outlived its controller's disconnect by 10 s")
+	}
+	if err := r.sess.Err(); !errors.Is(err, session.ErrPeerDisconnected) {
+		t.Errorf("the session ended with %v, want the controller's disconnect", err)
+	}
+	if got := r.stats.Snapshot(); got.Answered != 0 {
+		t.Errorf("%d commands answered in the controller's place after it left, want 0", got.Answered)
+	}
+	if ss := r.sess.Stats().Snapshot(); ss.StageFailed[0] != 0 {
+		t.Errorf("%d staging failures counted for a controller that left, want 0", ss.StageFailed[0])
+	}
+	if n := r.exposer.live(); n != 0 {
+		t.Errorf("%d exposures live after the session ended", n)
 	}
 }

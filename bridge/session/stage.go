@@ -445,8 +445,23 @@ func (r *relay) letGoOf(op *Op) {
 
 // fail answers a message that could not be staged with the Stager's
 // reply, or ends the session.
+//
+// A message whose far peer is gone (the session ends, or that peer
+// disconnected) is not answered: it could never have reached that peer,
+// and its sender learns so as a protocol's transport says it, by its own
+// connection's end (an NFS client retransmits after it reconnects, an
+// NVMe host fails the queue over). An answer in its place would say the
+// far peer refused it, which an RPC client reports to its application.
 func (st *stager) fail(rec *staged, why error) {
 	s := st.s
+	if s.farGone(rec.r.to) {
+		if s.log.Enabled(s.ctx, slog.LevelDebug) {
+			s.log.Debug("a message for a peer that left is not staged: its sender hears of it by the disconnect", "dir", rec.key.dir, "tag", rec.key.tag, "why", why)
+		}
+		st.end(rec)
+		s.fail(rec.r.to, fmt.Errorf("%w (a message was being staged for it)", ErrPeerDisconnected))
+		return
+	}
 	s.stats.StageFailed[rec.key.dir].Add(1)
 	reply := s.proto.(Stager).Unstaged(rec.key.dir, rec.key.tag, why)
 	st.end(rec)
