@@ -39,7 +39,8 @@ alternative, measured in the same run on the same machine:
 
   transport  RDMA WRITEs of --size bytes between two of rbridge's userspace RC
              queue pairs over UDP sockets (RoCEv2, on --port), --window
-             messages outstanding; every message acknowledged end to end
+             messages outstanding, the free ones posted as one list; every
+             message acknowledged end to end
   udp        the same bytes in --mtu-byte datagrams through plain UDP sockets,
              batched as the transport batches (sendmmsg and recvmmsg, 64 a
              call), the same window (and at most 512 datagrams in flight,
