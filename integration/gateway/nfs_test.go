@@ -30,7 +30,7 @@ const nfsExport = "/srv/nfs"
 
 // nfsServer exports a tmpfs over RDMA on port 20049 (every address:
 // nfsd's RDMA listener binds the wildcard) until the test ends.
-func nfsServer(t *testing.T) {
+func nfsServer(t testing.TB) {
 	t.Helper()
 	for _, m := range []string{"nfsd", "rpcrdma", "nfsv4"} {
 		if out, err := exec.Command("/usr/sbin/modprobe", m).CombinedOutput(); err != nil {
@@ -94,7 +94,7 @@ func nfsServer(t *testing.T) {
 // peer address, until unmounted (or the test ends). xprtrdma resolves its
 // route without a source address: a rule sends the guest's own traffic to
 // the gateway's address out of the IB fabric's peer side for the test.
-func nfsMount(t *testing.T, server, client, dir string, port int) {
+func nfsMount(t testing.TB, server, client, dir string, port int) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func nfsCompare(dir string, files map[string][]byte) error {
 
 // within runs f under a deadline: NFS I/O stuck in the kernel leaves its
 // thread in uninterruptible sleep.
-func within(t *testing.T, d time.Duration, what string, f func() error) {
+func within(t testing.TB, d time.Duration, what string, f func() error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()

@@ -1,0 +1,223 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbridge/rbridge/integration/guest"
+)
+
+// storagePath is one way from the initiator to the server in a storage
+// benchmark: direct (cfg empty) or through `rbridge run` with cfg, whose
+// route listens at addr.
+type storagePath struct {
+	name, cfg, addr string
+}
+
+// storagePaths are the placements the storage benchmarks compare, the
+// server on the IB side (rxe3): direct, from this kernel to the server's
+// own address (rxe3 to itself: the initiator binds no source address, so
+// the one kernel's route to a local address is rxe's loopback, a hop
+// without the veth the others cross: a direct path faster than a host
+// on another machine would have); through the userspace leg over UDP
+// (the initiator on rxe1); with verbs legs on both sides (rxe0 and rxe2).
+// The routes listen on listen (a port), and reach the server at its
+// port; route is the route's line under "routes:", given the listen
+// address and the target's.
+func storagePaths(b *testing.B, listen, port int, route func(listen, target string) string) []storagePath {
+	ns, ib := guest.UserNetns(b), guest.IB(b)
+	roceGW := netip.MustParseAddr("198.18.1.1") // rxe0's: the RoCE segment's other device
+	verbs := fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
+legs:
+  - {name: roce, kind: verbs, ip: %v, device: rxe0, receives: 128, receive_size: 16384}
+  - {name: ib, kind: verbs, ip: %v, device: %s, receives: 128, receive_size: 16384}
+routes:
+`, roceGW, ib.GatewayIP, ib.GatewayDevice)
+	target := fmt.Sprintf("%v:%d", ib.PeerIP, port)
+	return []storagePath{
+		{"direct", "", ib.PeerIP.String()},
+		{"through-udp", guestLegs("udp", ns, ib, nvmeReceives) + "routes:\n" + route(fmt.Sprintf("%v:%d", ns.IP, listen), target), ns.IP.String()},
+		{"through-verbs", verbs + route(fmt.Sprintf("%v:%d", roceGW, listen), target), roceGW.String()},
+	}
+}
+
+// storageLoad is one workload: O_DIRECT I/Os of size bytes at random
+// offsets, depth at a time (nvmeLoad), or, with meta, files created,
+// written with 4 KiB, closed and removed, depth at a time.
+type storageLoad struct {
+	name  string
+	size  int
+	depth int
+	write bool
+	meta  bool
+}
+
+var storageLoads = []storageLoad{
+	{name: "4k-read-qd32", size: 4 << 10, depth: 32},
+	{name: "128k-read-qd8", size: 128 << 10, depth: 8},
+	{name: "128k-write-qd8", size: 128 << 10, depth: 8, write: true},
+}
+
+// storageBenchFor is how long each workload runs.
+const storageBenchFor = 8 * time.Second
+
+// runStorage runs loads on target (a block device or a file) for one
+// path and reports IOPS, MB/s, and for a path through the gateway its
+// rate over the direct path's (x-direct) and the gateway process's CPU
+// per operation (gw-us/op).
+func runStorage(b *testing.B, p storagePath, gw *os.Process, target, dir string, loads []storageLoad, direct map[string]float64) {
+	for _, l := range loads {
+		b.Run(l.name, func(b *testing.B) {
+			var ops int64
+			var took, cpu time.Duration
+			for range b.N {
+				before := processCPU(gw)
+				var n int64
+				var d time.Duration
+				var err error
+				if l.meta {
+					n, d, err = metaLoad(dir, l.depth, storageBenchFor)
+				} else {
+					n, d, err = nvmeLoad(target, l.size, l.depth, l.write, storageBenchFor)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu += processCPU(gw) - before
+				ops += n
+				took += d
+			}
+			rate := float64(ops) / took.Seconds()
+			b.ReportMetric(rate, "ops/s")
+			if !l.meta {
+				b.ReportMetric(rate*float64(l.size)/1e6, "MB/s")
+			}
+			if p.name == "direct" {
+				direct[l.name] = rate
+				return
+			}
+			if d := direct[l.name]; d > 0 {
+				b.ReportMetric(rate/d, "x-direct")
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(max(ops, 1)), "gw-us/op")
+		})
+	}
+}
+
+// metaLoad runs depth goroutines, each creating a file of 4 KiB in dir,
+// closing and removing it, for d; it returns the files done and how long.
+func metaLoad(dir string, depth int, d time.Duration) (int64, time.Duration, error) {
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, depth)
+	data := make([]byte, 4<<10)
+	start := time.Now()
+	stop := start.Add(d)
+	for i := range depth {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; time.Now().Before(stop); n++ {
+				name := filepath.Join(dir, fmt.Sprintf("m%d-%d", i, n))
+				if err := os.WriteFile(name, data, 0o644); err != nil {
+					errs <- err
+					return
+				}
+				if err := os.Remove(name); err != nil {
+					errs <- err
+					return
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	select {
+	case err := <-errs:
+		return 0, 0, err
+	default:
+	}
+	return ops.Load(), took, nil
+}
+
+// BenchmarkGuestISERThroughVsDirect: the kernel's iSER initiator against
+// LIO's isert target on the IB fabric (rxe3, a 64 MiB RAM disk), direct
+// and through `rbridge run` with protocol: iser, staged (storagePaths):
+// random 4 KiB reads at queue depth 32, 128 KiB reads and writes at depth
+// 8, O_DIRECT on the disk, for storageBenchFor each. It runs only when
+// asked: make integration PKG=./integration/gateway RUN='^$'
+// GUEST_BENCH='GuestISER|GuestNFS' BASELINE=false.
+func BenchmarkGuestISERThroughVsDirect(b *testing.B) {
+	guest.RequireKind(b, "rxe")
+	iserTarget(b, guest.IB(b).PeerIP.String())
+	iscsid(b)
+	direct := map[string]float64{}
+	for _, p := range storagePaths(b, 3260, 3260, func(listen, target string) string {
+		return fmt.Sprintf("  - {name: iser, listen: {leg: roce, addr: %q}, target: {leg: ib, addr: %q}, protocol: iser}\n", listen, target)
+	}) {
+		b.Run(p.name, func(b *testing.B) {
+			var gw *os.Process
+			if p.cfg != "" {
+				_, gw = startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), p.cfg, "--log-level", "info")
+			}
+			iserNode(b, p.addr)
+			dev := iserLogin(b, p.addr)
+			runStorage(b, p, gw, dev, "", storageLoads, direct)
+			iserLogout(b, p.addr)
+		})
+	}
+}
+
+// BenchmarkGuestNFSThroughVsDirect: the kernel's NFS client (4.2 over
+// RDMA) against nfsd on the IB fabric (rxe3, a tmpfs), direct and through
+// `rbridge run` with protocol: nfs, staged (storagePaths): on a 64 MiB
+// file, random 4 KiB reads at depth 32, 128 KiB reads and writes at depth
+// 8, O_DIRECT; and files of 4 KiB created, written and removed by 8 at a
+// time (metadata: ops/s). It runs only when asked (see
+// BenchmarkGuestISERThroughVsDirect).
+func BenchmarkGuestNFSThroughVsDirect(b *testing.B) {
+	guest.RequireKind(b, "rxe")
+	nfsServer(b)
+	ns, ib := guest.UserNetns(b), guest.IB(b)
+	loads := append(append([]storageLoad(nil), storageLoads...), storageLoad{name: "create-remove-4k-x8", depth: 8, meta: true})
+	direct := map[string]float64{}
+	for _, p := range storagePaths(b, 20050, 20049, func(listen, target string) string {
+		return fmt.Sprintf("  - {name: nfs, listen: {leg: roce, addr: %q}, target: {leg: ib, addr: %q}, protocol: nfs}\n", listen, target)
+	}) {
+		b.Run(p.name, func(b *testing.B) {
+			var gw *os.Process
+			port, client := 20049, ib.PeerIP.String()
+			if p.cfg != "" {
+				_, gw = startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), p.cfg, "--log-level", "info")
+				port, client = 20050, ns.PeerIP.String()
+			}
+			mnt := "/mnt/nfs-bench-" + p.name
+			nfsMount(b, p.addr, client, mnt, port)
+			dir := filepath.Join(mnt, p.name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			file := filepath.Join(dir, "data")
+			if err := os.WriteFile(file, make([]byte, 64<<20), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			unix.Sync()
+			runStorage(b, p, gw, file, dir, loads, direct)
+			if err := os.RemoveAll(dir); err != nil {
+				b.Error(err)
+			}
+			if err := unix.Unmount(mnt, 0); err != nil {
+				b.Errorf("unmount: %v", err)
+			}
+		})
+	}
+}
