@@ -279,14 +279,19 @@ base() {
 		[ "$rc" != 0 ] || rc=$src
 		# Calibration failed: a side gave up, or the client printed inf/nan
 		# figures; or the client's connect found no listener yet (REJ reason
-		# 8), which the server's per-device listeners, set up under TCG, can
-		# lose to: perftest then crashes in its error path.
+		# 8, or on siw a refused TCP connection), which the server's
+		# per-device listeners, set up under TCG, can lose to: perftest then
+		# crashes in its error path.
 		why=
 		if grep -q "Can't produce a report" /tmp/client.out /tmp/server.out 2>/dev/null ||
 			grep -qiE "(^|[[:space:]])-?(inf|nan)([[:space:]]|$)" /tmp/client.out; then
 			why="perftest could not calibrate its clock under TCG (r^2 < 0.9)"
 		elif grep -q "RDMA_CM_EVENT_REJECTED; error: 8" /tmp/client.out 2>/dev/null; then
 			why="the client connected before the server's listener was up (REJ: invalid service ID)"
+		elif [ "$kind" = siw ] && grep -q "ERRNO: Connection refused" /tmp/client.out 2>/dev/null; then
+			# iWARP connects over TCP: the same race is a refused TCP
+			# connection, and perftest's error path crashes (exit 139).
+			why="the client connected before the server's listener was up (siw: TCP connection refused)"
 		fi
 		[ -n "$why" ] || break
 		[ $try -le 9 ] || break
