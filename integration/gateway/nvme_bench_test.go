@@ -114,6 +114,39 @@ const nvmeBenchFor = 8 * time.Second
 // many completed in how long.
 func nvmeLoad(dev string, size, depth int, write bool, d time.Duration) (int64, time.Duration, error) {
 	const span = 64 << 20
+	return timedWorkers(depth, d, func(i int, stop time.Time, ops *atomic.Int64) error {
+		fd, err := unix.Open(dev, unix.O_RDWR|unix.O_DIRECT, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return err
+		}
+		defer unix.Munmap(buf)
+		rng := rand.New(rand.NewPCG(uint64(i), 9))
+		for time.Now().Before(stop) {
+			off := int64(rng.IntN(span/size)) * int64(size)
+			var err error
+			if write {
+				_, err = unix.Pwrite(fd, buf, off)
+			} else {
+				_, err = unix.Pread(fd, buf, off)
+			}
+			if err != nil {
+				return fmt.Errorf("%s at %d: %w", dev, off, err)
+			}
+			ops.Add(1)
+		}
+		return nil
+	})
+}
+
+// timedWorkers runs work on depth goroutines (numbered 0 to depth-1) until
+// d from now, each counting what it did in ops; it returns the count and
+// how long they took, or the first error one returned.
+func timedWorkers(depth int, d time.Duration, work func(i int, stop time.Time, ops *atomic.Int64) error) (int64, time.Duration, error) {
 	var ops atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, depth)
@@ -123,32 +156,8 @@ func nvmeLoad(dev string, size, depth int, write bool, d time.Duration) (int64, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fd, err := unix.Open(dev, unix.O_RDWR|unix.O_DIRECT, 0)
-			if err != nil {
+			if err := work(i, stop, &ops); err != nil {
 				errs <- err
-				return
-			}
-			defer unix.Close(fd)
-			buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer unix.Munmap(buf)
-			rng := rand.New(rand.NewPCG(uint64(i), 9))
-			for time.Now().Before(stop) {
-				off := int64(rng.IntN(span/size)) * int64(size)
-				var err error
-				if write {
-					_, err = unix.Pwrite(fd, buf, off)
-				} else {
-					_, err = unix.Pread(fd, buf, off)
-				}
-				if err != nil {
-					errs <- fmt.Errorf("%s at %d: %w", dev, off, err)
-					return
-				}
-				ops.Add(1)
 			}
 		}()
 	}

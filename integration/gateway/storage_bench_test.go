@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,38 +114,20 @@ func runStorage(b *testing.B, p storagePath, gw *os.Process, target, dir string,
 // metaLoad runs depth goroutines, each creating a file of 4 KiB in dir,
 // closing and removing it, for d; it returns the files done and how long.
 func metaLoad(dir string, depth int, d time.Duration) (int64, time.Duration, error) {
-	var ops atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, depth)
 	data := make([]byte, 4<<10)
-	start := time.Now()
-	stop := start.Add(d)
-	for i := range depth {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; time.Now().Before(stop); n++ {
-				name := filepath.Join(dir, fmt.Sprintf("m%d-%d", i, n))
-				if err := os.WriteFile(name, data, 0o644); err != nil {
-					errs <- err
-					return
-				}
-				if err := os.Remove(name); err != nil {
-					errs <- err
-					return
-				}
-				ops.Add(1)
+	return timedWorkers(depth, d, func(i int, stop time.Time, ops *atomic.Int64) error {
+		for n := 0; time.Now().Before(stop); n++ {
+			name := filepath.Join(dir, fmt.Sprintf("m%d-%d", i, n))
+			if err := os.WriteFile(name, data, 0o644); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	took := time.Since(start)
-	select {
-	case err := <-errs:
-		return 0, 0, err
-	default:
-	}
-	return ops.Load(), took, nil
+			if err := os.Remove(name); err != nil {
+				return err
+			}
+			ops.Add(1)
+		}
+		return nil
+	})
 }
 
 // BenchmarkGuestISERThroughVsDirect: the kernel's iSER initiator against
