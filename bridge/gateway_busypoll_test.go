@@ -20,23 +20,19 @@ import (
 	"github.com/rbridge/rbridge/roce/transport"
 )
 
-// TestGatewayBusyPolledLegs: with busy_poll on both userspace legs, each
-// leg's loop spins on a thread of its own (the leg's status names it) and
-// sessions relay through it: a SEND of the pool's largest class (64 KiB),
-// a WRITE and a READ longer than that, and a SEND_WITH_IMM, in order and
-// every byte checked, in three
-// sessions opened and ended in turn. Once the gateway closed, no loop's
-// goroutine is left and their threads have exited.
+// TestGatewayBusyPolledLegs: with busy_poll on both userspace legs (both
+// io: udp; and one io: udp, the other io: afxdp), each leg's loop spins
+// on a thread of its own (the leg's status names it) and sessions relay
+// through it: a SEND of the pool's largest class (64 KiB), a WRITE and a
+// READ longer than that, and a SEND_WITH_IMM, in order and every byte
+// checked, in three sessions opened and ended in turn. Once the gateway
+// closed, no loop's goroutine is left and their threads have exited.
 func TestGatewayBusyPolledLegs(t *testing.T) {
 	if guest.InGuest() {
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback gateways run on the host")
 	}
-	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
-	ln, err := target.cm.Listen(7471, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := `legs:
+	t.Run("udp", func(t *testing.T) {
+		y := `legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp, busy_poll: true}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp, busy_poll: true}
 routes:
@@ -44,12 +40,40 @@ routes:
     listen: {leg: a, addr: "127.0.10.1:7471"}
     target: {leg: b, addr: "127.0.10.4:7471"}
 `
-	cfg, err := config.Parse("gw.yaml", []byte(strings.ReplaceAll(y, "127.0.10.", loNet)))
+		busyPolledLegs(t, newCMApp(t, lo("3")), newCMApp(t, lo("4")), strings.ReplaceAll(y, "127.0.10.", loNet), 8<<20)
+	})
+	// The target behind an AF_XDP leg that busy-polls its RX ring, its
+	// frames lent to the sessions as a leg that waits lends them.
+	t.Run("afxdp", func(t *testing.T) {
+		gwNS, peerNS, gwIf, _ := vethNamespaces(t, "XDP, AF_XDP, network namespaces", "rbp", "10.96.0.1/24", "10.96.0.2/24")
+		target := newCMAppIn(t, peerNS, "", "10.96.0.2", nil)
+		y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp, busy_poll: true}
+  - {name: b, kind: userspace, interface: GWIF, ip: 10.96.0.1, io: afxdp, netns: GWNS, busy_poll: true}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7471"}
+    target: {leg: b, addr: "10.96.0.2:7471"}
+`)
+		// The AF_XDP socket takes 1024 of the pool's 4 KiB frames.
+		busyPolledLegs(t, newCMApp(t, lo("3")), target, y, 16<<20)
+	})
+}
+
+// busyPolledLegs runs TestGatewayBusyPolledLegs's sessions through a
+// gateway of config y (its route listening on lo("1:7471")) between
+// client and target, with a pool of poolSize bytes.
+func busyPolledLegs(t *testing.T, client, target *cmApp, y string, poolSize int) {
+	ln, err := target.cm.Listen(7471, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("gw.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
 	g, err := bridge.StartGateway(bridge.GatewayOptions{Config: cfg, Logger: testlog.New(t), ConnectTimeout: 2 * time.Second,
-		Pool: pool.Options{Size: 8 << 20, Trace: true}})
+		Pool: pool.Options{Size: poolSize, Trace: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +206,17 @@ routes:
 	if err := g.Close(cctx); err != nil {
 		t.Errorf("gateway close: %v", err)
 	}
-	// The loops ended with Close, and their locked threads with them.
+	// The loops ended with Close, and their locked threads with them. A
+	// loop's goroutine says it ended (its deferred close of done) just
+	// before it exits, so a look right after Close may still see it go.
 	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(b.String(), "routineSpin") {
-		t.Errorf("a busy-poll loop still runs after Close:\n%s", b.String())
-	}
+	waitUntil(t, "no busy-poll loop's goroutine left after Close", func() bool {
+		b.Reset()
+		if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+			t.Fatal(err)
+		}
+		return !strings.Contains(b.String(), "routineSpin")
+	})
 	// A locked thread exits once its goroutine is gone, a moment after
 	// the loop said it ended; the process's main thread never does (Go
 	// parks it), and a loop there would spin no more but stay.

@@ -469,6 +469,39 @@ func (c *Conn) read(msgs []roce.Message, lend bool) (int, error) {
 	}
 }
 
+// TryReadBatch implements transport.TryReader: ReadBatch that takes what
+// the RX ring holds now and never waits (0 and no error when it holds
+// nothing), for a receive loop that busy-polls. It wakes the driver for
+// the fill ring when the ring's flag asks, as ReadBatch does.
+func (c *Conn) TryReadBatch(msgs []roce.Message) (int, error) {
+	return c.tryRead(msgs, false)
+}
+
+// TryReadBatchLent is ReadBatchLent that never waits
+// (transport.TryLender).
+func (c *Conn) TryReadBatchLent(msgs []roce.Message) (int, error) {
+	if c.frames == nil {
+		return 0, fmt.Errorf("%w: lending frames of a Conn made without Frames", ErrNotSupported)
+	}
+	return c.tryRead(msgs, true)
+}
+
+func (c *Conn) tryRead(msgs []roce.Message, lend bool) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed.Load() {
+		return 0, roce.ErrConnClosed
+	}
+	n := c.receive(msgs, lend)
+	if err := c.wakeFill(); err != nil && n == 0 {
+		return 0, err
+	}
+	return n, nil
+}
+
 // receive takes up to len(msgs) frames off the RX ring and returns how
 // many messages it filled. Copying (lend false), it returns each frame to
 // the fill ring; lending, a frame delivered leaves with its message, one

@@ -58,6 +58,12 @@ func (c *Conn) ReadBatchLent([]roce.Message) (int, error) { return 0, roce.ErrCo
 // ReturnFrames implements roce.FrameLender.
 func (c *Conn) ReturnFrames([]uint64) {}
 
+// TryReadBatch returns roce.ErrConnClosed: no AF_XDP off Linux.
+func (c *Conn) TryReadBatch([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
+// TryReadBatchLent returns roce.ErrConnClosed: no AF_XDP off Linux.
+func (c *Conn) TryReadBatchLent([]roce.Message) (int, error) { return 0, roce.ErrConnClosed }
+
 // GroupConn receives a multicast group's datagrams from a Conn.
 type GroupConn struct{}
 

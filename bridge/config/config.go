@@ -16,7 +16,7 @@
 //	    io: afxdp                   # afxdp (default) or udp
 //	    netns: user0                # optional: the network namespace that holds the interface
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
-//	    busy_poll: true             # optional (io: udp, or a verbs leg): the leg's receive loop spins on a thread of its own, a CPU
+//	    busy_poll: true             # optional (a userspace or verbs leg): the leg's receive loop spins on a thread of its own, a CPU
 //	    busy_poll_cpus: [4]         # optional, with busy_poll: pin that loop to CPU 4
 //	    queues: 4                   # optional (io: udp): receive loops, a socket each (default: the CPUs the process may use, at most 16)
 //	  - name: gw-b
@@ -1274,9 +1274,7 @@ func validateLegBusyPoll(l *Leg, bad func(int, string, ...any)) {
 	at := l.keys.at(l.line, "busy_poll")
 	switch {
 	case l.Kind == KindQUIC:
-		bad(at, "leg %q: busy_poll is for userspace (io: udp) and verbs legs: a quic leg's packets are quic-go's, read by its own goroutines", l.Name)
-	case l.Kind == KindUserspace && l.IO != IOUDP:
-		bad(at, "leg %q: busy_poll is for io: udp for now (an io: %s leg's receive loop cannot read its AF_XDP socket without waiting yet)", l.Name, l.IO)
+		bad(at, "leg %q: busy_poll is for userspace and verbs legs: a quic leg's packets are quic-go's, read by its own goroutines", l.Name)
 	}
 }
 

@@ -214,7 +214,7 @@ func TestParseBusyPoll(t *testing.T) {
 }
 
 // TestParseLegBusyPoll: a leg's busy_poll and its CPU, on a verbs leg and
-// a userspace leg with io: udp; off by default.
+// a userspace leg with either io; off by default.
 func TestParseLegBusyPoll(t *testing.T) {
 	for _, tc := range []struct {
 		name, file string
@@ -223,6 +223,7 @@ func TestParseLegBusyPoll(t *testing.T) {
 	}{
 		{"verbs", groupFile(", busy_poll: true, busy_poll_cpus: [3]", ""), 0, []int{3}},
 		{"userspace io udp", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true}", 1), 1, nil},
+		{"userspace io afxdp", strings.Replace(groupFile("", ""), "io: udp}", "busy_poll: true, busy_poll_cpus: [1]}", 1), 1, []int{1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := config.Parse("gw.yaml", []byte(tc.file))
@@ -254,8 +255,7 @@ func TestParseLegBusyPollBad(t *testing.T) {
 		{"two cpus", groupFile(", busy_poll: true, busy_poll_cpus: [1, 2]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus: 2 CPUs for 1 receive loop (a leg has one)`},
 		{"cpus not numbers", groupFile(", busy_poll: true, busy_poll_cpus: [one]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus "one": not a CPU number`},
 		{"not a bool", groupFile(", busy_poll: fast", ""), `gw.yaml:2: leg "ib": busy_poll "fast": want true or false`},
-		{"afxdp", strings.Replace(groupFile("", ""), ", io: udp}", ", busy_poll: true}", 1), `gw.yaml:3: leg "roce": busy_poll is for io: udp for now (an io: afxdp leg's receive loop cannot read its AF_XDP socket without waiting yet)`},
-		{"quic", strings.Replace(groupFile("", ""), "groups:\n", quic+"groups:\n", 1), `gw.yaml:4: leg "gw-b": busy_poll is for userspace (io: udp) and verbs legs`},
+		{"quic", strings.Replace(groupFile("", ""), "groups:\n", quic+"groups:\n", 1), `gw.yaml:4: leg "gw-b": busy_poll is for userspace and verbs legs`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tc.file))

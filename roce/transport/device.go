@@ -40,8 +40,8 @@ type DeviceOptions struct {
 	// reads what has arrived, without waiting, and hands it on as the
 	// receive goroutine would (a busy-polled leg, whose one loop then
 	// takes a packet from the socket to its QP, its session and the far
-	// leg on one thread). The conn must be a TryReader that does not
-	// lend its frames.
+	// leg on one thread). The conn must be a TryReader, or a TryLender
+	// when it lends its frames (AF_XDP over the pool).
 	Polled bool
 	// Queue and Queues: the device is queue Queue of Queues devices on
 	// one address (NewDevices sets them: a userspace leg's receive
@@ -205,7 +205,11 @@ type Device struct {
 	// waits out a Poll under way; rx is the reader's scratch.
 	pollMu sync.Mutex
 	try    TryReader
-	rx     rxScratch
+	// tryLent is a polled device's conn when it lends its frames; Poll
+	// hands them back after each batch (pollFrames is its scratch).
+	tryLent    TryLender
+	pollFrames []uint64
+	rx         rxScratch
 
 	// queues are the devices of one address, this one among them, in
 	// queue order (NewDevices); nil for a device alone. Set before its
@@ -328,11 +332,19 @@ func newDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	}
 	d.beat.Store(time.Now().UnixNano())
 	if opts.Polled {
-		try, ok := conn.(TryReader)
-		if fl, lends := conn.(roce.FrameLender); !ok || lends && fl.LendsFrames() {
-			return nil, errors.New("transport: new device: polled, on a conn that cannot read without waiting or that lends its frames")
+		if fl, lends := conn.(roce.FrameLender); lends && fl.LendsFrames() {
+			tl, ok := conn.(TryLender)
+			if !ok {
+				return nil, errors.New("transport: new device: polled, on a conn that lends its frames but cannot read without waiting")
+			}
+			d.tryLent, d.rx = tl, newRxScratch(opts.RxBatch, false)
+		} else {
+			try, ok := conn.(TryReader)
+			if !ok {
+				return nil, errors.New("transport: new device: polled, on a conn that cannot read without waiting")
+			}
+			d.try, d.rx = try, newRxScratch(opts.RxBatch, true)
 		}
-		d.try, d.rx = try, newRxScratch(opts.RxBatch, true)
 		d.wakes.Store(true) // Poll beats on every call
 		return d, nil
 	}
@@ -371,10 +383,23 @@ func (d *Device) Poll() (int, error) {
 		return 0, roce.ErrConnClosed
 	default:
 	}
-	if d.try == nil {
+	if d.try == nil && d.tryLent == nil {
 		return 0, errors.New("transport: poll: the device is not polled (DeviceOptions.Polled)")
 	}
 	d.beat.Store(time.Now().UnixNano())
+	if d.tryLent != nil {
+		n, err := d.tryLent.TryReadBatchLent(d.rx.msgs)
+		if err != nil || n == 0 {
+			return 0, err
+		}
+		d.handleBatch(&d.rx, n)
+		d.pollFrames = d.pollFrames[:0]
+		for i := range n {
+			d.pollFrames = append(d.pollFrames, d.rx.msgs[i].Frame)
+		}
+		d.tryLent.ReturnFrames(d.pollFrames)
+		return n, nil
+	}
 	n, err := d.try.TryReadBatch(d.rx.msgs)
 	if err != nil || n == 0 {
 		return 0, err

@@ -47,6 +47,16 @@ type TryReader interface {
 	TryReadBatch(msgs []roce.Message) (int, error)
 }
 
+// TryLender is a conn that lends its frames (roce.FrameLender) and can
+// read without waiting (xdp.Conn's TryReadBatchLent): a polled device
+// on it leaves packets where they landed, as a device that waits does.
+type TryLender interface {
+	roce.FrameLender
+	// TryReadBatchLent is ReadBatchLent that never waits: 0 and no
+	// error when nothing has arrived.
+	TryReadBatchLent(msgs []roce.Message) (int, error)
+}
+
 // GroupPoller reads a polled group's conn (AttachMulticastPolled). Poll
 // is called by one goroutine at a time.
 type GroupPoller struct {
