@@ -430,11 +430,14 @@ func TestGuestRunPerftest(t *testing.T) {
 func TestGuestRunRping(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	for _, tc := range []struct{ name, io, ibKeys string }{
-		{"udp", "udp", ""}, {"afxdp", "afxdp", ""},
+	for _, tc := range []struct{ name, io, ibKeys, roceKeys string }{
+		{"udp", "udp", "", ""}, {"afxdp", "afxdp", "", ""},
 		// The verbs leg busy-polled: its sessions' CQs have no completion
 		// channel, and one loop polls them and relays on its thread.
-		{"udp-ib-busy-poll", "udp", "    busy_poll: true\n"},
+		{"udp-ib-busy-poll", "udp", "    busy_poll: true\n", ""},
+		// The AF_XDP leg busy-polled: its loop reads the RX ring without
+		// waiting and relays on its thread.
+		{"afxdp-busy-poll", "afxdp", "", "    busy_poll: true\n"},
 	} {
 		io := tc.io
 		t.Run(tc.name, func(t *testing.T) {
@@ -451,7 +454,14 @@ func TestGuestRunRping(t *testing.T) {
 			if tc.ibKeys != "" {
 				cfg = strings.Replace(cfg, guestLegs(io, ns, ib, ""), guestLegs(io, ns, ib, tc.ibKeys), 1)
 			}
+			if tc.roceKeys != "" {
+				at := "    netns: " + ns.Name + "\n"
+				cfg = strings.Replace(cfg, at, at+tc.roceKeys, 1)
+			}
 			logs := startGateway(t, cfg)
+			if tc.roceKeys != "" && !strings.Contains(logs.String(), "userspace leg busy-polled") {
+				t.Errorf("the roce leg did not say it busy-polls:\n%s", logs.String())
+			}
 			// The server on the RoCE side issues the one-sided operations (it
 			// READs the client's buffer and WRITEs back): they pass through to
 			// the IB side.
