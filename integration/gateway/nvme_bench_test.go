@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,10 +61,7 @@ routes:
 	direct := map[string]float64{}
 	for _, p := range paths {
 		b.Run(p.name, func(b *testing.B) {
-			var gw *os.Process
-			if p.cfg != "" {
-				_, gw = startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), p.cfg, "--log-level", "info")
-			}
+			gw := startBenchGateway(b, p.cfg)
 			ctrl := nvmeConnect(b, p.traddr, p.host)
 			dev := nvmeDisk(b, ctrl)
 			for _, l := range loads {
@@ -74,12 +70,14 @@ routes:
 					var took time.Duration
 					var cpu time.Duration
 					for range b.N {
-						before := processCPU(gw)
+						before := processCPU(gw.p)
+						stop := gw.watch(b, p.name+"/"+l.name, nvmeBenchFor)
 						n, d, err := nvmeLoad(dev, l.size, l.depth, l.write, nvmeBenchFor)
+						stop()
 						if err != nil {
 							b.Fatal(err)
 						}
-						cpu += processCPU(gw) - before
+						cpu += processCPU(gw.p) - before
 						ops += n
 						took += d
 					}

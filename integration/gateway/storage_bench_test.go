@@ -2,9 +2,12 @@ package gateway_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +16,64 @@ import (
 
 	"github.com/rbridge/rbridge/integration/guest"
 )
+
+// benchGateway is rbridge run under a storage benchmark: its process
+// and its log (both nil on the direct path).
+type benchGateway struct {
+	p     *os.Process
+	logs  *syncBuffer
+	admin string // its admin server's address
+}
+
+// startBenchGateway starts rbridge run with cfg for a benchmark (no
+// debug log, no pool trace); nothing for the direct path (cfg empty).
+func startBenchGateway(b *testing.B, cfg string) benchGateway {
+	if cfg == "" {
+		return benchGateway{}
+	}
+	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, "--log-level", "info")
+	return benchGateway{p: p, logs: logs, admin: adminAddr(b, logs)}
+}
+
+// stallAfter is how long past its time a load may run before the
+// gateway's state is logged: an I/O held that long waits for the
+// initiator's own timeout (NVMe's and SCSI's are 30 s), which is a
+// stall, not a slow path.
+const stallAfter = 10 * time.Second
+
+// watch watches a load that should end within d: should it overrun d by
+// stallAfter, the gateway's /status (each direction's queued and posted
+// operations) and its non-zero counters go to b's log, once, while the
+// stall lasts. stop ends the watch.
+func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop func()) {
+	if g.p == nil {
+		return func() {}
+	}
+	t := time.AfterFunc(d+stallAfter, func() {
+		var out strings.Builder
+		for _, path := range []string{"/status", "/metrics"} {
+			resp, err := http.Get("http://" + g.admin + path)
+			if err != nil {
+				fmt.Fprintf(&out, "GET %s: %v\n", path, err)
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if path == "/metrics" {
+				var keep []string
+				for _, l := range strings.Split(string(body), "\n") {
+					if l != "" && !strings.HasPrefix(l, "#") && !strings.HasSuffix(l, " 0") {
+						keep = append(keep, l)
+					}
+				}
+				body = []byte(strings.Join(keep, "\n"))
+			}
+			fmt.Fprintf(&out, "GET %s:\n%s\n", path, body)
+		}
+		b.Logf("%s: still running %v past its %v: the gateway now:\n%s", what, stallAfter, d, out.String())
+	})
+	return func() { t.Stop() }
+}
 
 // storagePath is one way from the initiator to the server in a storage
 // benchmark: direct (cfg empty) or through `rbridge run` with cfg, whose
@@ -72,25 +133,27 @@ const storageBenchFor = 8 * time.Second
 // path and reports IOPS, MB/s, and for a path through the gateway its
 // rate over the direct path's (x-direct) and the gateway process's CPU
 // per operation (gw-us/op).
-func runStorage(b *testing.B, p storagePath, gw *os.Process, target, dir string, loads []storageLoad, direct map[string]float64) {
+func runStorage(b *testing.B, p storagePath, gw benchGateway, target, dir string, loads []storageLoad, direct map[string]float64) {
 	for _, l := range loads {
 		b.Run(l.name, func(b *testing.B) {
 			var ops int64
 			var took, cpu time.Duration
 			for range b.N {
-				before := processCPU(gw)
+				before := processCPU(gw.p)
 				var n int64
 				var d time.Duration
 				var err error
+				stop := gw.watch(b, p.name+"/"+l.name, storageBenchFor)
 				if l.meta {
 					n, d, err = metaLoad(dir, l.depth, storageBenchFor)
 				} else {
 					n, d, err = nvmeLoad(target, l.size, l.depth, l.write, storageBenchFor)
 				}
+				stop()
 				if err != nil {
 					b.Fatal(err)
 				}
-				cpu += processCPU(gw) - before
+				cpu += processCPU(gw.p) - before
 				ops += n
 				took += d
 			}
@@ -146,10 +209,7 @@ func BenchmarkGuestISERThroughVsDirect(b *testing.B) {
 		return fmt.Sprintf("  - {name: iser, listen: {leg: roce, addr: %q}, target: {leg: ib, addr: %q}, protocol: iser}\n", listen, target)
 	}) {
 		b.Run(p.name, func(b *testing.B) {
-			var gw *os.Process
-			if p.cfg != "" {
-				_, gw = startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), p.cfg, "--log-level", "info")
-			}
+			gw := startBenchGateway(b, p.cfg)
 			iserNode(b, p.addr)
 			dev := iserLogin(b, p.addr)
 			runStorage(b, p, gw, dev, "", storageLoads, direct)
@@ -175,10 +235,9 @@ func BenchmarkGuestNFSThroughVsDirect(b *testing.B) {
 		return fmt.Sprintf("  - {name: nfs, listen: {leg: roce, addr: %q}, target: {leg: ib, addr: %q}, protocol: nfs}\n", listen, target)
 	}) {
 		b.Run(p.name, func(b *testing.B) {
-			var gw *os.Process
+			gw := startBenchGateway(b, p.cfg)
 			port, client := 20049, ib.PeerIP.String()
 			if p.cfg != "" {
-				_, gw = startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), p.cfg, "--log-level", "info")
 				port, client = 20050, ns.PeerIP.String()
 			}
 			mnt := "/mnt/nfs-bench-" + p.name
