@@ -27,11 +27,28 @@ type benchGateway struct {
 
 // startBenchGateway starts rbridge run with cfg for a benchmark (no
 // debug log, no pool trace); nothing for the direct path (cfg empty).
+// With RBRIDGE_BENCH_PROFILE set (vmrun -env), the gateway's CPU profile
+// of the whole path becomes an artifact, cpu-<benchmark>.pprof.
 func startBenchGateway(b *testing.B, cfg string) benchGateway {
 	if cfg == "" {
 		return benchGateway{}
 	}
-	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, "--log-level", "info")
+	flags := []string{"--log-level", "info"}
+	if os.Getenv("RBRIDGE_BENCH_PROFILE") != "" {
+		prof := filepath.Join(b.TempDir(), "cpu.pprof")
+		flags = append(flags, "--cpu-profile", prof)
+		// Registered first, so it runs after the gateway's stop (cleanups
+		// run last first), which writes the profile.
+		b.Cleanup(func() {
+			data, err := os.ReadFile(prof)
+			if err != nil {
+				b.Errorf("the gateway's CPU profile: %v", err)
+				return
+			}
+			guest.Artifact(b, "cpu-"+strings.ReplaceAll(b.Name(), "/", "-")+".pprof", data)
+		})
+	}
+	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, flags...)
 	return benchGateway{p: p, logs: logs, admin: adminAddr(b, logs)}
 }
 
