@@ -258,8 +258,7 @@ type Leg struct {
 	// Queues (userspace with io: udp) is how many receive loops the leg
 	// runs, each on a socket of its own bound to the leg's address
 	// (SO_REUSEPORT, steered by destination QP: a QP is served by one
-	// loop); 0 is the default, chosen when the leg opens from the CPUs
-	// the process may use (at most DefaultMaxQueues; 1 with busy_poll).
+	// loop); 0 is the default, one loop (leg.Queues says why).
 	Queues int `yaml:"queues"`
 
 	line         int
@@ -269,12 +268,8 @@ type Leg struct {
 	listen, peer netip.AddrPort
 }
 
-// MaxQueues bounds a leg's queues (roce.MaxQueues); DefaultMaxQueues
-// bounds the default, chosen from the CPUs the process may use.
-const (
-	MaxQueues        = 256
-	DefaultMaxQueues = 16
-)
+// MaxQueues bounds a leg's queues (roce.MaxQueues).
+const MaxQueues = 256
 
 // MaxReceives bounds a verbs leg's receives per connection.
 const MaxReceives = 1024

@@ -124,9 +124,7 @@ func (c *Conn) Disconnect(ctx context.Context) error {
 		DREQ(d).Encode(&DREQFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, RemoteQPN: c.remoteQPN})
 	})
 	c.state = stateDreqSent
-	// After the ACKs the QP sent: a peer whose rdma_cm saw the DREQ
-	// first would flush a SEND this side had acknowledged.
-	m.sendAfterAck(c.peer, mad, c.qp)
+	m.send(c.peer, mad)
 	c.armLocked(mad, m.retryTimeout(c.peerTime))
 	m.mu.Unlock()
 	select {

@@ -300,25 +300,13 @@ func (m *Manager) routineReceive() {
 }
 
 // send sends one MAD to the CM at peer (its IP; the port is always 4791).
-func (m *Manager) send(peer netip.Addr, mad []byte) { m.sendAfterAck(peer, mad, nil) }
-
-// sendAfterAck sends one MAD to the CM at peer; with a connection's QP,
-// through that QP's device right after a copy of the last ACK the QP
-// sent (transport.QP.PostSendAfterAck), so that the peer cannot take
-// the MAD before that ACK.
-func (m *Manager) sendAfterAck(peer netip.Addr, mad []byte, qp *transport.QP) {
+func (m *Manager) send(peer netip.Addr, mad []byte) {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
 	copy(m.sendMR.Buf(), mad)
-	wr := transport.SendWR{Opcode: transport.OpSend,
+	err := m.qp1.PostSend(transport.SendWR{Opcode: transport.OpSend,
 		Local: transport.SGE{MR: m.sendMR, Length: MADLen},
-		UD:    &transport.UDDest{Addr: netip.AddrPortFrom(peer, roce.Port), QPN: GSIQPN, QKey: GSIQKey}}
-	var err error
-	if qp != nil {
-		err = m.qp1.PostSendAfterAck(qp, wr)
-	} else {
-		err = m.qp1.PostSend(wr)
-	}
+		UD:    &transport.UDDest{Addr: netip.AddrPortFrom(peer, roce.Port), QPN: GSIQPN, QKey: GSIQKey}})
 	if err != nil {
 		m.log.Warn("send MAD", "to", peer, "err", err)
 		return

@@ -1,11 +1,6 @@
 package transport
 
-import (
-	"errors"
-	"fmt"
-
-	"github.com/rbridge/rbridge/roce"
-)
+import "fmt"
 
 // GSIQPN is the number of the general services QP, the one InfiniBand
 // management datagrams (the CM's MADs among them) are addressed to.
@@ -41,75 +36,4 @@ func (d *Device) CreateGSIQP(pd *PD, attr QPInitAttr) (*QP, error) {
 	qp.qpn = GSIQPN
 	d.qps[GSIQPN] = qp
 	return qp, nil
-}
-
-// PostSendAfterAck posts wrs on qp, a UD QP (the CM's QP 1), and writes
-// them through rc's device in one batch right after a copy of the last
-// ACK rc's responder sent. The peer then handles that ACK before what wrs
-// carry, whichever queue rc's packets leave by.
-//
-// A DREQ needs this. It tells the peer's rdma_cm the connection is gone,
-// and the peer's application then flushes the send queue. Sent alone on
-// QP 1's device, a DREQ can overtake an ACK that rc's queue sent just
-// before it: several queues send from several threads, and a veth or a
-// NIC delivers what each CPU sent in its own order. The peer then sees
-// its SEND, which rbridge acknowledged and relayed, flushed in error.
-//
-// rc is an RC QP in any state; with no ACK sent yet, wrs go alone, still
-// on rc's device.
-func (qp *QP) PostSendAfterAck(rc *QP, wrs ...SendWR) error {
-	if qp.typ != UD {
-		return fmt.Errorf("transport: post send after ACK: QP %#x is %v, want UD", qp.qpn, qp.typ)
-	}
-	if rc == nil || rc.typ != RC {
-		return fmt.Errorf("transport: post send after ACK: want an RC QP to follow")
-	}
-	rc.mu.Lock()
-	rc.requeueLastAckLocked()
-	rc.mu.Unlock()
-	qp.mu.Lock()
-	err := qp.postSendLocked(wrs)
-	qp.mu.Unlock()
-	rc.dev.sendAfter(rc, qp)
-	return err
-}
-
-// sendAfter writes what first and then queued, in that order, in as few
-// batches as the conn takes, on d (first's device). then's own device's
-// send lock is held as well, since then's queue belongs to it.
-func (d *Device) sendAfter(first, then *QP) {
-	d.txMu.Lock()
-	defer d.txMu.Unlock()
-	if o := then.dev; o != d {
-		o.txMu.Lock() // the only nesting: an RC QP's device, then QP 1's
-		defer o.txMu.Unlock()
-	}
-	select {
-	case <-d.closed:
-		first.dropTx()
-		then.dropTx()
-		return
-	default:
-	}
-	a := first.takeTx()
-	b := then.takeTx()
-	msgs := make([]roce.Message, 0, len(a)+len(b))
-	msgs = append(append(msgs, a...), b...)
-	for len(msgs) > 0 {
-		n, err := d.conn.WriteBatch(msgs)
-		d.stats.TxPackets.Add(uint64(n))
-		if err != nil {
-			if !errors.Is(err, roce.ErrConnClosed) {
-				d.log.Warn("write packets", "qp", first.qpn, "err", err)
-			}
-			break
-		}
-		msgs = msgs[n:]
-	}
-	if a != nil {
-		first.releaseTx()
-	}
-	if b != nil {
-		then.releaseTx()
-	}
 }

@@ -55,11 +55,6 @@ type responder struct {
 	// was done; ackedSet once one went out.
 	acked    roce.PSN
 	ackedSet bool
-	// lastAck is the last plain ACK sent (its PSN and MSN), which
-	// requeueLastAckLocked sends again; lastAckSet once one went out.
-	lastAck    roce.AETHFields
-	lastAckPSN roce.PSN
-	lastAckSet bool
 
 	// The PSNs of the last packets that arrived out of sequence (a ring),
 	// and of the last duplicates: what a stalled requester resends.
@@ -829,29 +824,6 @@ func (qp *QP) sendAckLocked(psn roce.PSN, syn roce.Syndrome) {
 	var f roce.PacketFields
 	f.BTH = roce.BTHFields{Opcode: roce.RCAcknowledge, PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(psn)}
 	f.AETH = roce.AETHFields{Syndrome: syn, MSN: qp.resp.msn}
-	if syn.Type() == roce.AckTypeACK {
-		qp.resp.lastAck, qp.resp.lastAckPSN, qp.resp.lastAckSet = f.AETH, psn, true
-	}
-	qp.queueLocked(qp.attr.Remote, &f, nil)
-}
-
-// requeueLastAckLocked queues a copy of the last ACK the responder sent,
-// once any went out (after sending the one coalesced, if pending). A
-// requester ignores an ACK it has seen (its PSN is behind what it
-// expects), so the copy changes nothing but the order: it reaches the
-// requester before whatever is sent after it in the same batch.
-func (qp *QP) requeueLastAckLocked() {
-	s := &qp.resp
-	if s.ackPending && (qp.state == StateRTR || qp.state == StateRTS) {
-		qp.flushAckLocked()
-		return
-	}
-	if !s.lastAckSet || !qp.attr.Remote.IsValid() {
-		return
-	}
-	var f roce.PacketFields
-	f.BTH = roce.BTHFields{Opcode: roce.RCAcknowledge, PKey: roce.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: uint32(s.lastAckPSN)}
-	f.AETH = s.lastAck
 	qp.queueLocked(qp.attr.Remote, &f, nil)
 }
 
