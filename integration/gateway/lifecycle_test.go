@@ -249,6 +249,18 @@ func TestGuestRunManyConnections(t *testing.T) {
 			}
 			waitSessionsEnded(t, logs)
 			t.Logf("%d rounds of 2x%d connections in %v", rounds-1, conns, time.Since(start).Round(time.Millisecond))
+			// perftest may report nothing of a transfer that failed (see
+			// pairConnections): what rbridge relayed must not have.
+			if n := strings.Count(logs.String(), "failed while relaying"); n > 0 {
+				b, err := getMetrics(adminAddr(t, logs))
+				var keep []string
+				for _, l := range strings.Split(string(b), "\n") {
+					if l != "" && !strings.HasPrefix(l, "#") && !strings.HasSuffix(l, " 0") && (strings.Contains(l, "transport") || strings.Contains(l, "leg_queue") || strings.Contains(l, "cm_")) {
+						keep = append(keep, l)
+					}
+				}
+				t.Errorf("%d sessions failed while relaying what a side had sent (metrics: %v):\n%s", n, err, strings.Join(keep, "\n"))
+			}
 			// The connections were concurrent: rbridge held them at once.
 			for _, route := range []string{"to-ib", "many-to-roce"} {
 				peak := peakSessions(logs.String(), route)
@@ -374,7 +386,7 @@ func pairConnections(t *testing.T, tool string, server, client []string) {
 		case err == nil:
 			return
 		case strings.Contains(out, "#bytes") && strings.Contains(err.Error(), "Can't produce a report"):
-			t.Logf("%s transferred, then could not produce its report under TCG", tool)
+			t.Logf("%s transferred, then could not produce its report under TCG: %v", tool, err)
 			return
 		}
 		if why, again := pairAgain(err); again && try < pairTries {
