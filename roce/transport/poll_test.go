@@ -21,32 +21,7 @@ func TestDevicePolled(t *testing.T) {
 	a := newEndOpts(t, n, "10.0.0.1:4791", transport.DeviceOptions{Polled: true})
 	b := newEnd(t, n, "10.0.0.2:4791")
 	connect(t, a, b, connOpts{mtu: 1024, retry: 7, rnrRetry: 7})
-	stop, stopped := make(chan struct{}), make(chan error, 1)
-	polls := 0
-	go func() {
-		for {
-			select {
-			case <-stop:
-				stopped <- nil
-				return
-			default:
-			}
-			k, err := a.dev.Poll()
-			if err != nil {
-				stopped <- err
-				return
-			}
-			polls += k
-		}
-	}()
-	workload(t, a, b, 60, 3*1024+17, 16, 20*time.Second)
-	close(stop)
-	if err := <-stopped; err != nil {
-		t.Fatalf("poll: %v", err)
-	}
-	if polls == 0 {
-		t.Fatal("the polled device read no packet through Poll: the test proved nothing")
-	}
+	polledWorkload(t, a, b)
 	a.dev.Close()
 	if _, err := a.dev.Poll(); !errors.Is(err, roce.ErrConnClosed) {
 		t.Errorf("Poll after Close: %v, want roce.ErrConnClosed", err)
@@ -153,6 +128,28 @@ func TestDevicePolledLent(t *testing.T) {
 		t.Fatal(err)
 	}
 	connect(t, a, b, connOpts{mtu: 1024, retry: 7, rnrRetry: 7})
+	polledWorkload(t, a, b)
+	if l.lent != 0 || len(l.free) != 64 {
+		t.Errorf("%d frames still lent, %d of 64 free after the workload", l.lent, len(l.free))
+	}
+
+	c2, err := n.Listen(netip.MustParseAddrPort("10.0.0.7:4791"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := transport.NewDevice(waitLender{newTryLender(c2, 4)}, transport.DeviceOptions{Polled: true}); err == nil {
+		t.Error("a polled device on a lending conn without TryReadBatchLent: no error")
+	}
+}
+
+// waitLender hides its conn's TryReadBatchLent (and TryReadBatch).
+type waitLender struct{ roce.FrameLender }
+
+// polledWorkload carries the RC workload from a, whose device is polled,
+// to b, while a goroutine spins on a's Poll, as a busy-polled loop does;
+// it fails the test if Poll failed or read nothing.
+func polledWorkload(t *testing.T, a, b *end) {
+	t.Helper()
 	stop, stopped := make(chan struct{}), make(chan error, 1)
 	polls := 0
 	go func() {
@@ -179,18 +176,4 @@ func TestDevicePolledLent(t *testing.T) {
 	if polls == 0 {
 		t.Fatal("the polled device read no packet through Poll: the test proved nothing")
 	}
-	if l.lent != 0 || len(l.free) != 64 {
-		t.Errorf("%d frames still lent, %d of 64 free after the workload", l.lent, len(l.free))
-	}
-
-	c2, err := n.Listen(netip.MustParseAddrPort("10.0.0.7:4791"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := transport.NewDevice(waitLender{newTryLender(c2, 4)}, transport.DeviceOptions{Polled: true}); err == nil {
-		t.Error("a polled device on a lending conn without TryReadBatchLent: no error")
-	}
 }
-
-// waitLender hides its conn's TryReadBatchLent (and TryReadBatch).
-type waitLender struct{ roce.FrameLender }
