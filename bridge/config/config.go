@@ -18,7 +18,7 @@
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
 //	    busy_poll: true             # optional (a userspace or verbs leg): the leg's receive loop spins on a thread of its own, a CPU
 //	    busy_poll_cpus: [4]         # optional, with busy_poll: pin that loop to CPU 4
-//	    queues: 4                   # optional (io: udp): receive loops, a socket each (default: the CPUs the process may use, at most 16)
+//	    queues: 4                   # optional (io: udp): receive loops, a socket each (default 1)
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
