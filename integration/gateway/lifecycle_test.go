@@ -267,12 +267,7 @@ func TestGuestRunManyConnections(t *testing.T) {
 				// No keep-alive left behind: the admin server's goroutine for
 				// it would count against what rbridge holds at rest below.
 				http.DefaultClient.CloseIdleConnections()
-				var keep []string
-				for _, l := range strings.Split(string(b), "\n") {
-					if l != "" && !strings.HasPrefix(l, "#") && !strings.HasSuffix(l, " 0") && (strings.Contains(l, "transport") || strings.Contains(l, "cm_")) {
-						keep = append(keep, l)
-					}
-				}
+				keep := nonZeroSamples(b, func(l string) bool { return strings.Contains(l, "transport") || strings.Contains(l, "cm_") })
 				t.Logf("%d sessions ended relaying what a client that exited had sent (metrics: %v):\n%s", n, err, strings.Join(keep, "\n"))
 			}
 			// The connections were concurrent: rbridge held them at once.

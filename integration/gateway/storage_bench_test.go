@@ -18,11 +18,10 @@ import (
 )
 
 // benchGateway is rbridge run under a storage benchmark: its process
-// and its log (both nil on the direct path).
+// and its admin server's address (none on the direct path).
 type benchGateway struct {
 	p     *os.Process
-	logs  *syncBuffer
-	admin string // its admin server's address
+	admin string
 }
 
 // startBenchGateway starts rbridge run with cfg for a benchmark (no
@@ -49,7 +48,7 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 		})
 	}
 	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, flags...)
-	return benchGateway{p: p, logs: logs, admin: adminAddr(b, logs)}
+	return benchGateway{p: p, admin: adminAddr(b, logs)}
 }
 
 // stallAfter is how long past its time a load may run before the
@@ -66,30 +65,41 @@ func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop fu
 	if g.p == nil {
 		return func() {}
 	}
+	done := make(chan struct{})
 	t := time.AfterFunc(d+stallAfter, func() {
+		defer close(done)
 		var out strings.Builder
-		for _, path := range []string{"/status", "/metrics"} {
-			resp, err := http.Get("http://" + g.admin + path)
-			if err != nil {
-				fmt.Fprintf(&out, "GET %s: %v\n", path, err)
-				continue
-			}
+		resp, err := http.Get("http://" + g.admin + "/status")
+		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if path == "/metrics" {
-				var keep []string
-				for _, l := range strings.Split(string(body), "\n") {
-					if l != "" && !strings.HasPrefix(l, "#") && !strings.HasSuffix(l, " 0") {
-						keep = append(keep, l)
-					}
-				}
-				body = []byte(strings.Join(keep, "\n"))
-			}
-			fmt.Fprintf(&out, "GET %s:\n%s\n", path, body)
+			fmt.Fprintf(&out, "GET /status:\n%s\n", body)
+		} else {
+			fmt.Fprintf(&out, "GET /status: %v\n", err)
 		}
+		m, err := getMetrics(g.admin)
+		fmt.Fprintf(&out, "GET /metrics (%v):\n%s\n", err, strings.Join(nonZeroSamples(m, nil), "\n"))
 		b.Logf("%s: still running %v past its %v: the gateway now:\n%s", what, stallAfter, d, out.String())
 	})
-	return func() { t.Stop() }
+	// A dump under way when the load ends is waited for: b takes no log
+	// once its benchmark has returned.
+	return func() {
+		if !t.Stop() {
+			<-done
+		}
+	}
+}
+
+// nonZeroSamples are the lines of a /metrics scrape that hold a sample
+// other than 0, and that keep accepts (nil: all of them).
+func nonZeroSamples(scrape []byte, keep func(line string) bool) []string {
+	var out []string
+	for _, l := range strings.Split(string(scrape), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") && !strings.HasSuffix(l, " 0") && (keep == nil || keep(l)) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // storagePath is one way from the initiator to the server in a storage
