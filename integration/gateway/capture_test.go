@@ -1,17 +1,21 @@
 package gateway_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/capture"
 )
 
 // roceTally counts the RoCEv2 packets (UDP 4791) seen on one of the
@@ -103,4 +107,149 @@ func (r *roceTally) String() string {
 	fmt.Fprintf(&b, "  invalidated rkeys (%d): %x\n", len(r.invKeys), r.invKeys[:min(len(r.invKeys), 40)])
 	fmt.Fprintf(&b, "  NAKs: %v\n", r.naks)
 	return b.String()
+}
+
+// packetRing keeps the last packets of RoCEv2 (UDP 4791) seen on one of
+// the guest's interfaces, their first ringSnap bytes each: what a stall
+// the storage benchmarks catch (benchGateway.watch) was preceded by, kept
+// as a pcap that `rbridge decode` reads.
+type packetRing struct {
+	mu   sync.Mutex
+	recs []ringRecord
+	next int // where the next record goes; recs is full once it wraps
+	full bool
+	stop chan struct{}
+	done chan struct{}
+}
+
+type ringRecord struct {
+	at   time.Time
+	orig int
+	data []byte
+}
+
+// ringSnap is how much of each packet a packetRing keeps: Ethernet, IPv4,
+// UDP and every RoCEv2 header before the payload (BTH, RETH, AETH, IETH),
+// and a few bytes more.
+const ringSnap = 128
+
+// ringPackets starts a ring of n packets on ifname until tb ends.
+func ringPackets(tb testing.TB, ifname string, n int) *packetRing {
+	tb.Helper()
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		tb.Fatalf("packet ring on %s: %v", ifname, err)
+	}
+	proto := uint16(unix.ETH_P_ALL)
+	proto = proto<<8 | proto>>8 // network order
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(proto))
+	if err != nil {
+		tb.Fatalf("packet ring on %s: %v", ifname, err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifi.Index}); err != nil {
+		unix.Close(fd)
+		tb.Fatalf("packet ring on %s: %v", ifname, err)
+	}
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000})
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	r := &packetRing{recs: make([]ringRecord, n), stop: make(chan struct{}), done: make(chan struct{})}
+	for i := range r.recs {
+		r.recs[i].data = make([]byte, 0, ringSnap)
+	}
+	go func() {
+		defer close(r.done)
+		b := make([]byte, ringSnap) // MSG_TRUNC: the kernel copies no more, and says how long
+		for {
+			select {
+			case <-r.stop:
+				return
+			default:
+			}
+			n, _, err := unix.Recvfrom(fd, b, unix.MSG_TRUNC)
+			if err != nil || n < 14+20+8 || binary.BigEndian.Uint16(b[12:]) != 0x0800 || b[14+9] != 17 {
+				continue
+			}
+			ihl := int(b[14]&0xf) * 4
+			if 14+ihl+8 > min(n, len(b)) || binary.BigEndian.Uint16(b[14+ihl+2:]) != roce.Port {
+				continue
+			}
+			r.mu.Lock()
+			rec := &r.recs[r.next]
+			rec.at, rec.orig = time.Now(), n
+			rec.data = append(rec.data[:0], b[:min(n, len(b), ringSnap)]...)
+			r.next++
+			if r.next == len(r.recs) {
+				r.next, r.full = 0, true
+			}
+			r.mu.Unlock()
+		}
+	}()
+	tb.Cleanup(func() {
+		close(r.stop)
+		<-r.done
+		unix.Close(fd)
+	})
+	return r
+}
+
+// pcap returns the ring's packets, oldest first, as a pcap file (Ethernet,
+// microseconds).
+func (r *packetRing) pcap() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := binary.LittleEndian.AppendUint32(nil, 0xa1b2c3d4)
+	out = binary.LittleEndian.AppendUint16(out, 2)
+	out = binary.LittleEndian.AppendUint16(out, 4)
+	out = binary.LittleEndian.AppendUint64(out, 0) // thiszone, sigfigs
+	out = binary.LittleEndian.AppendUint32(out, ringSnap)
+	out = binary.LittleEndian.AppendUint32(out, 1) // LINKTYPE_ETHERNET
+	add := func(rec ringRecord) {
+		out = binary.LittleEndian.AppendUint32(out, uint32(rec.at.Unix()))
+		out = binary.LittleEndian.AppendUint32(out, uint32(rec.at.Nanosecond()/1000))
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(rec.data)))
+		out = binary.LittleEndian.AppendUint32(out, uint32(rec.orig))
+		out = append(out, rec.data...)
+	}
+	if r.full {
+		for _, rec := range r.recs[r.next:] {
+			add(rec)
+		}
+	}
+	for _, rec := range r.recs[:r.next] {
+		add(rec)
+	}
+	return out
+}
+
+// TestPacketRingPcap: a ring that wrapped gives its packets oldest first,
+// as a pcap the capture reader takes, with the lengths on the wire kept.
+func TestPacketRingPcap(t *testing.T) {
+	r := &packetRing{recs: make([]ringRecord, 3)}
+	t0 := time.Unix(1700000000, 5000)
+	for i := range 5 { // wraps: 3 and 4 replace 0 and 1
+		rec := &r.recs[r.next]
+		rec.at, rec.orig = t0.Add(time.Duration(i)*time.Millisecond), 1000+i
+		rec.data = append(rec.data[:0], bytes.Repeat([]byte{byte(i)}, ringSnap)...)
+		r.next++
+		if r.next == len(r.recs) {
+			r.next, r.full = 0, true
+		}
+	}
+	rd, err := capture.NewReader(bytes.NewReader(r.pcap()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := 2; want < 5; want++ {
+		p, err := rd.Next()
+		if err != nil {
+			t.Fatalf("packet %d: %v", want, err)
+		}
+		if len(p.Data) != ringSnap || p.Data[0] != byte(want) || p.Length != 1000+want || p.Note != "" ||
+			!p.Time.Equal(t0.Add(time.Duration(want)*time.Millisecond)) {
+			t.Errorf("packet %d: %d bytes of %d, first %d, at %v, note %q", want, len(p.Data), p.Length, p.Data[0], p.Time, p.Note)
+		}
+	}
+	if p, err := rd.Next(); err != io.EOF {
+		t.Errorf("after the ring's 3 packets: %v, %v; want EOF", p, err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -18,16 +19,20 @@ import (
 )
 
 // benchGateway is rbridge run under a storage benchmark: its process
-// and its admin server's address (none on the direct path).
+// and its admin server's address (none on the direct path), and the
+// last RoCEv2 packets of the initiator's RoCE device (ring).
 type benchGateway struct {
 	p     *os.Process
 	admin string
+	ring  *packetRing
 }
 
 // startBenchGateway starts rbridge run with cfg for a benchmark (no
 // debug log, no pool trace); nothing for the direct path (cfg empty).
 // With RBRIDGE_BENCH_PROFILE set (vmrun -env), the gateway's CPU profile
-// of the whole path becomes an artifact, cpu-<benchmark>.pprof.
+// of the whole path becomes an artifact, cpu-<benchmark>.pprof; with
+// RBRIDGE_BENCH_STALL_PCAP set, a stall's last packets become one too (see
+// watch).
 func startBenchGateway(b *testing.B, cfg string) benchGateway {
 	if cfg == "" {
 		return benchGateway{}
@@ -48,7 +53,16 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 		})
 	}
 	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, flags...)
-	return benchGateway{p: p, admin: adminAddr(b, logs)}
+	g := benchGateway{p: p, admin: adminAddr(b, logs)}
+	if os.Getenv("RBRIDGE_BENCH_STALL_PCAP") != "" {
+		// The initiators of the storage benchmarks sit on the user
+		// namespace's peer device, on the RoCE segment: every packet
+		// between them and the gateway crosses its netdev, whichever kind
+		// the gateway's RoCE leg is. A system call per packet: not in
+		// the figures' runs.
+		g.ring = ringPackets(b, guest.UserNetns(b).PeerNetdev, stallPackets)
+	}
+	return g
 }
 
 // stallAfter is how long past its time a load may run before the
@@ -57,10 +71,17 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 // stall, not a slow path.
 const stallAfter = 10 * time.Second
 
+// stallPackets is how many of the last packets on the RoCE segment a
+// stall's dump keeps (benchGateway.ring).
+const stallPackets = 200000
+
 // watch watches a load that should end within d: should it overrun d by
 // stallAfter, the gateway's /status (each direction's queued and posted
-// operations) and its non-zero counters go to b's log, once, while the
-// stall lasts. stop ends the watch.
+// operations), its non-zero counters and the kernel's view of the RDMA
+// QPs (rdma res show qp, with their PSNs) go to b's log, and the last
+// packets on the RoCE segment become the artifact stall-<benchmark>.pcap
+// (`rbridge decode` reads it; with RBRIDGE_BENCH_STALL_PCAP), once, while the stall lasts. stop ends the
+// watch.
 func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop func()) {
 	if g.p == nil {
 		return func() {}
@@ -79,6 +100,13 @@ func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop fu
 		}
 		m, err := getMetrics(g.admin)
 		fmt.Fprintf(&out, "GET /metrics (%v):\n%s\n", err, strings.Join(nonZeroSamples(m, nil), "\n"))
+		qps, err := exec.Command("rdma", "-d", "res", "show", "qp").CombinedOutput()
+		fmt.Fprintf(&out, "rdma -d res show qp (%v):\n%s\n", err, qps)
+		if g.ring != nil {
+			name := "stall-" + strings.ReplaceAll(b.Name(), "/", "-") + ".pcap"
+			guest.Artifact(b, name, g.ring.pcap())
+			fmt.Fprintf(&out, "the last %d RoCEv2 packets on the RoCE segment: artifact %s\n", stallPackets, name)
+		}
 		b.Logf("%s: still running %v past its %v: the gateway now:\n%s", what, stallAfter, d, out.String())
 	})
 	// A dump under way when the load ends is waited for: b takes no log
