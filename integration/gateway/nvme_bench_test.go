@@ -69,6 +69,7 @@ routes:
 					var ops int64
 					var took time.Duration
 					var cpu time.Duration
+					counters := gw.scrape()
 					for range b.N {
 						before := processCPU(gw.p)
 						stop := gw.watch(b, p.name+"/"+l.name, nvmeBenchFor)
@@ -80,6 +81,9 @@ routes:
 						cpu += processCPU(gw.p) - before
 						ops += n
 						took += d
+					}
+					if gw.p != nil {
+						perOp(b, counters, gw.scrape(), ops)
 					}
 					iops := float64(ops) / took.Seconds()
 					b.ReportMetric(iops, "IOPS")

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -118,6 +120,51 @@ func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop fu
 	}
 }
 
+// perOp logs, with RBRIDGE_BENCH_PROFILE set, what each of the gateway's
+// counters moved by per operation between two scrapes (before, after),
+// for what moved: what a path costs, in the gateway's own units (packets,
+// posts, exposures, retries). A scrape that failed is said so.
+func perOp(b *testing.B, before, after []byte, ops int64) {
+	if os.Getenv("RBRIDGE_BENCH_PROFILE") == "" {
+		return
+	}
+	if before == nil || after == nil {
+		b.Logf("counters per operation: a scrape failed")
+		return
+	}
+	values := func(scrape []byte) map[string]float64 {
+		m := map[string]float64{}
+		for _, l := range nonZeroSamples(scrape, nil) {
+			i := strings.LastIndexByte(l, ' ')
+			if v, err := strconv.ParseFloat(l[i+1:], 64); i > 0 && err == nil {
+				m[l[:i]] = v
+			}
+		}
+		return m
+	}
+	was, now := values(before), values(after)
+	var lines []string
+	for k, v := range now {
+		if d := v - was[k]; d != 0 && !strings.HasPrefix(k, "go_") && !strings.HasPrefix(k, "process_") {
+			lines = append(lines, fmt.Sprintf("  %s %.3g", k, d/float64(max(ops, 1))))
+		}
+	}
+	sort.Strings(lines)
+	b.Logf("counters per operation (%d operations):\n%s", ops, strings.Join(lines, "\n"))
+}
+
+// scrape is the gateway's /metrics, or nil (no gateway, or it failed).
+func (g benchGateway) scrape() []byte {
+	if g.p == nil {
+		return nil
+	}
+	m, err := getMetrics(g.admin)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
 // nonZeroSamples are the lines of a /metrics scrape that hold a sample
 // other than 0, and that keep accepts (nil: all of them).
 func nonZeroSamples(scrape []byte, keep func(line string) bool) []string {
@@ -193,6 +240,7 @@ func runStorage(b *testing.B, p storagePath, gw benchGateway, target, dir string
 		b.Run(l.name, func(b *testing.B) {
 			var ops int64
 			var took, cpu time.Duration
+			counters := gw.scrape()
 			for range b.N {
 				before := processCPU(gw.p)
 				var n int64
@@ -211,6 +259,9 @@ func runStorage(b *testing.B, p storagePath, gw benchGateway, target, dir string
 				cpu += processCPU(gw.p) - before
 				ops += n
 				took += d
+			}
+			if gw.p != nil {
+				perOp(b, counters, gw.scrape(), ops)
 			}
 			rate := float64(ops) / took.Seconds()
 			b.ReportMetric(rate, "ops/s")
