@@ -237,8 +237,8 @@ func checkArtifacts(c *harness.Console, dir string) (ok bool) {
 	return ok
 }
 
-// report prints the SUMMARY lines, the failures and the baseline table, and
-// says whether anything failed or did not run.
+// report prints the SUMMARY lines, the baseline table, the failures and
+// the count, and says whether anything failed or did not run.
 func report(c *harness.Console, pkgs []*harness.TestPackage, o options, bootErr error) (failed bool) {
 	fmt.Println()
 	var pass, fail, skip int
@@ -249,11 +249,6 @@ func report(c *harness.Console, pkgs []*harness.TestPackage, o options, bootErr 
 		seen[p.ID+" "+p.Device] = true
 		if !p.OK() {
 			failed = true
-		}
-	}
-	for _, p := range c.Passes {
-		for _, f := range p.Failures {
-			fmt.Printf("FAIL %s %s %s\n", p.Name(), p.Device, f)
 		}
 	}
 	for _, p := range pkgs {
@@ -294,6 +289,13 @@ func report(c *harness.Console, pkgs []*harness.TestPackage, o options, bootErr 
 		fmt.Printf("the guest stopped without its STATUS line (kernel panic, or init died?); %s\n", c.Where())
 	case c.Status != 0:
 		failed = true
+	}
+	// The failures come last but one, next to the count: a reader of the
+	// run's tail (a CI log cut to its end) sees which tests failed.
+	for _, p := range c.Passes {
+		for _, f := range p.Failures {
+			fmt.Printf("FAIL %s %s %s\n", p.Name(), p.Device, f)
+		}
 	}
 	fmt.Printf("integration: %d passed, %d failed, %d skipped\n", pass, fail, skip)
 	return failed
