@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -110,7 +111,8 @@ func (r *roceTally) String() string {
 }
 
 // packetRing keeps the last packets of RoCEv2 (UDP 4791) seen on one of
-// the guest's interfaces, their first ringSnap bytes each: what a stall
+// the guest's interfaces, their first ringSnap bytes each (the ring holds
+// packets as the wire carries them, see ringPackets): what a stall
 // the storage benchmarks catch (benchGateway.watch) was preceded by, kept
 // as a pcap that `rbridge decode` reads.
 type packetRing struct {
@@ -130,11 +132,15 @@ type ringRecord struct {
 
 // ringSnap is how much of each packet a packetRing keeps: Ethernet, IPv4,
 // UDP and every RoCEv2 header before the payload (BTH, RETH, AETH, IETH),
-// and a few bytes more.
-const ringSnap = 128
+// and the payload's first 90 bytes or more: a storage protocol's command
+// or response header (iSER's 28 and iSCSI's 48, NVMe's 64-byte command).
+const ringSnap = 160
 
-// ringPackets starts a ring of n packets on ifname until tb ends.
-func ringPackets(tb testing.TB, ifname string, n int) *packetRing {
+// ringPackets starts a ring of n packets on ifname until tb ends. The
+// sender's UDP segmentation offload shows here as one packet of several
+// (AF_PACKET sees the socket buffer before it is cut): each is split into
+// the packets the wire carries, given the path's RoCE MTU (gsoSegments).
+func ringPackets(tb testing.TB, ifname string, n, mtu int) *packetRing {
 	tb.Helper()
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
@@ -158,28 +164,34 @@ func ringPackets(tb testing.TB, ifname string, n int) *packetRing {
 	}
 	go func() {
 		defer close(r.done)
-		b := make([]byte, ringSnap) // MSG_TRUNC: the kernel copies no more, and says how long
+		b := make([]byte, 65536+256)
 		for {
 			select {
 			case <-r.stop:
 				return
 			default:
 			}
-			n, _, err := unix.Recvfrom(fd, b, unix.MSG_TRUNC)
+			n, _, err := unix.Recvfrom(fd, b, 0)
 			if err != nil || n < 14+20+8 || binary.BigEndian.Uint16(b[12:]) != 0x0800 || b[14+9] != 17 {
 				continue
 			}
 			ihl := int(b[14]&0xf) * 4
-			if 14+ihl+8 > min(n, len(b)) || binary.BigEndian.Uint16(b[14+ihl+2:]) != roce.Port {
+			hdr := 14 + ihl + 8
+			if hdr > n || binary.BigEndian.Uint16(b[14+ihl+2:]) != roce.Port {
 				continue
 			}
+			at := time.Now()
 			r.mu.Lock()
-			rec := &r.recs[r.next]
-			rec.at, rec.orig = time.Now(), n
-			rec.data = append(rec.data[:0], b[:min(n, len(b), ringSnap)]...)
-			r.next++
-			if r.next == len(r.recs) {
-				r.next, r.full = 0, true
+			for _, seg := range gsoSegments(b[hdr:n], mtu) {
+				rec := &r.recs[r.next]
+				rec.at, rec.orig = at, hdr+len(seg)
+				rec.data = append(append(rec.data[:0], b[:hdr]...), seg[:min(len(seg), ringSnap-hdr)]...)
+				binary.BigEndian.PutUint16(rec.data[14+2:], uint16(ihl+8+len(seg))) // IPv4 total length
+				binary.BigEndian.PutUint16(rec.data[14+ihl+4:], uint16(8+len(seg))) // UDP length
+				r.next++
+				if r.next == len(r.recs) {
+					r.next, r.full = 0, true
+				}
 			}
 			r.mu.Unlock()
 		}
@@ -190,6 +202,30 @@ func ringPackets(tb testing.TB, ifname string, n int) *packetRing {
 		unix.Close(fd)
 	})
 	return r
+}
+
+// gsoSegments cuts a UDP payload that may hold several RoCEv2 packets,
+// as a sender's UDP segmentation offload packs them (rbridge's userspace
+// leg packs a message's packets: each as long as the first but the last),
+// into those packets, given the path's MTU: a first packet that carries
+// a FIRST or MIDDLE opcode is its headers, mtu bytes and the ICRC long.
+// Anything else is one packet.
+func gsoSegments(p []byte, mtu int) [][]byte {
+	if len(p) < roce.BTHLen {
+		return [][]byte{p}
+	}
+	op := roce.Opcode(p[0])
+	pos := op.Position()
+	if !op.Known() || (pos != roce.PositionFirst && pos != roce.PositionMiddle) {
+		return [][]byte{p}
+	}
+	size := roce.BTHLen + op.HeaderLen() + mtu + roce.ICRCLen
+	var out [][]byte
+	for len(p) > size {
+		out = append(out, p[:size])
+		p = p[size:]
+	}
+	return append(out, p)
 }
 
 // pcap returns the ring's packets, oldest first, as a pcap file (Ethernet,
@@ -251,5 +287,37 @@ func TestPacketRingPcap(t *testing.T) {
 	}
 	if p, err := rd.Next(); err != io.EOF {
 		t.Errorf("after the ring's 3 packets: %v, %v; want EOF", p, err)
+	}
+}
+
+// TestGSOSegments: a UDP payload packed by segmentation offload is cut
+// where the wire cuts it, the last packet shorter; a payload of one
+// packet, or one that starts with an ONLY or LAST opcode, stays whole.
+func TestGSOSegments(t *testing.T) {
+	const mtu = 256
+	pkt := func(op roce.Opcode, payload int) []byte {
+		b := make([]byte, roce.BTHLen+op.HeaderLen()+payload+roce.ICRCLen)
+		b[0] = byte(op)
+		return b
+	}
+	cat := func(ps ...[]byte) []byte { return bytes.Join(ps, nil) }
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want []int // lengths
+	}{
+		{"first+middle", cat(pkt(roce.RCRDMAWriteFirst, mtu), pkt(roce.RCRDMAWriteMiddle, mtu)), []int{roce.BTHLen + 16 + mtu + 4, roce.BTHLen + mtu + 4}},
+		{"middle+middle+last", cat(pkt(roce.RCSendMiddle, mtu), pkt(roce.RCSendMiddle, mtu), pkt(roce.RCSendLast, 10)), []int{roce.BTHLen + mtu + 4, roce.BTHLen + mtu + 4, roce.BTHLen + 10 + 4}},
+		{"first alone", pkt(roce.RCSendFirst, mtu), []int{roce.BTHLen + mtu + 4}},
+		{"only", pkt(roce.RCSendOnly, 76), []int{roce.BTHLen + 76 + 4}},
+		{"short", []byte{1, 2}, []int{2}},
+	} {
+		var got []int
+		for _, s := range gsoSegments(c.in, mtu) {
+			got = append(got, len(s))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: segments of %v bytes, want %v", c.name, got, c.want)
+		}
 	}
 }

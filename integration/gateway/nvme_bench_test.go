@@ -72,7 +72,7 @@ routes:
 					counters := gw.scrape()
 					for range b.N {
 						before := processCPU(gw.p)
-						stop := gw.watch(b, p.name+"/"+l.name, nvmeBenchFor)
+						stop := gw.watch(b, p.name+"/"+l.name, nvmeBenchFor, dev)
 						n, d, err := nvmeLoad(dev, l.size, l.depth, l.write, nvmeBenchFor)
 						stop()
 						if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,7 +63,11 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 		// between them and the gateway crosses its netdev, whichever kind
 		// the gateway's RoCE leg is. A system call per packet: not in
 		// the figures' runs.
-		g.ring = ringPackets(b, guest.UserNetns(b).PeerNetdev, stallPackets)
+		mtu := 1024 // a verbs leg's: rxe's active MTU on the guest's veths
+		if m := regexp.MustCompile(`msg="userspace leg path MTU" leg=roce mtu=(\d+)`).FindStringSubmatch(logs.String()); m != nil {
+			mtu, _ = strconv.Atoi(m[1])
+		}
+		g.ring = ringPackets(b, guest.UserNetns(b).PeerNetdev, stallPackets, mtu)
 	}
 	return g
 }
@@ -80,11 +85,12 @@ const stallPackets = 200000
 // watch watches a load that should end within d: should it overrun d by
 // stallAfter, the gateway's /status (each direction's queued and posted
 // operations), its non-zero counters and the kernel's view of the RDMA
-// QPs (rdma res show qp, with their PSNs) go to b's log, and the last
+// QPs (rdma res show qp, with their PSNs), what the initiator's kernel
+// holds for target (initiatorState) go to b's log, and the last
 // packets on the RoCE segment become the artifact stall-<benchmark>.pcap
 // (`rbridge decode` reads it; with RBRIDGE_BENCH_STALL_PCAP), once, while the stall lasts. stop ends the
 // watch.
-func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop func()) {
+func (g benchGateway) watch(b *testing.B, what string, d time.Duration, target string) (stop func()) {
 	if g.p == nil {
 		return func() {}
 	}
@@ -104,6 +110,7 @@ func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop fu
 		fmt.Fprintf(&out, "GET /metrics (%v):\n%s\n", err, strings.Join(nonZeroSamples(m, nil), "\n"))
 		qps, err := exec.Command("rdma", "-d", "res", "show", "qp").CombinedOutput()
 		fmt.Fprintf(&out, "rdma -d res show qp (%v):\n%s\n", err, qps)
+		fmt.Fprintf(&out, "the initiator's side:\n%s\n", initiatorState(target))
 		if g.ring != nil {
 			name := "stall-" + strings.ReplaceAll(b.Name(), "/", "-") + ".pcap"
 			guest.Artifact(b, name, g.ring.pcap())
@@ -118,6 +125,35 @@ func (g benchGateway) watch(b *testing.B, what string, d time.Duration) (stop fu
 			<-done
 		}
 	}
+}
+
+// initiatorState is what the initiator's kernel holds for target (a
+// block device, or a file on a mount): the block device's requests in
+// flight and its SCSI counters, the iSCSI sessions' and NVMe controllers'
+// states, and the kernel's last messages.
+func initiatorState(target string) string {
+	var out strings.Builder
+	if strings.HasPrefix(target, "/dev/") {
+		dir := "/sys/block/" + filepath.Base(target)
+		for _, f := range []string{"inflight", "stat", "device/state", "device/device_busy", "device/queue_depth",
+			"device/iorequest_cnt", "device/iodone_cnt", "device/ioerr_cnt", "device/iotmo_cnt"} {
+			if v, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+				fmt.Fprintf(&out, "  %s: %s\n", f, strings.Join(strings.Fields(string(v)), " "))
+			}
+		}
+	}
+	for _, glob := range []string{"/sys/class/iscsi_session/session*/state", "/sys/class/iscsi_connection/connection*/state",
+		"/sys/class/nvme/nvme*/state"} {
+		files, _ := filepath.Glob(glob)
+		for _, f := range files {
+			v, _ := os.ReadFile(f)
+			fmt.Fprintf(&out, "  %s: %s\n", f, strings.TrimSpace(string(v)))
+		}
+	}
+	msgs, _ := exec.Command("dmesg").CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(msgs)), "\n")
+	fmt.Fprintf(&out, "  dmesg, the last lines:\n    %s\n", strings.Join(lines[max(len(lines)-30, 0):], "\n    "))
+	return out.String()
 }
 
 // perOp logs, with RBRIDGE_BENCH_PROFILE set, what each of the gateway's
@@ -246,7 +282,7 @@ func runStorage(b *testing.B, p storagePath, gw benchGateway, target, dir string
 				var n int64
 				var d time.Duration
 				var err error
-				stop := gw.watch(b, p.name+"/"+l.name, storageBenchFor)
+				stop := gw.watch(b, p.name+"/"+l.name, storageBenchFor, target)
 				if l.meta {
 					n, d, err = metaLoad(dir, l.depth, storageBenchFor)
 				} else {
