@@ -208,7 +208,8 @@ func ringPackets(tb testing.TB, ifname string, n, mtu int) *packetRing {
 // as a sender's UDP segmentation offload packs them (rbridge's userspace
 // leg packs a message's packets: each as long as the first but the last),
 // into those packets, given the path's MTU: a first packet that carries
-// a FIRST or MIDDLE opcode is its headers, mtu bytes and the ICRC long.
+// a FIRST or MIDDLE opcode is its headers, mtu bytes and the ICRC long,
+// one without payload (an ACK, a READ request) its headers and the ICRC.
 // Anything else is one packet.
 func gsoSegments(p []byte, mtu int) [][]byte {
 	if len(p) < roce.BTHLen {
@@ -216,10 +217,13 @@ func gsoSegments(p []byte, mtu int) [][]byte {
 	}
 	op := roce.Opcode(p[0])
 	pos := op.Position()
-	if !op.Known() || (pos != roce.PositionFirst && pos != roce.PositionMiddle) {
+	size := roce.BTHLen + op.HeaderLen() + mtu + roce.ICRCLen
+	switch {
+	case op.Known() && !op.HasPayload(): // ACKs, READ requests: one size
+		size = roce.BTHLen + op.HeaderLen() + roce.ICRCLen
+	case !op.Known() || (pos != roce.PositionFirst && pos != roce.PositionMiddle):
 		return [][]byte{p}
 	}
-	size := roce.BTHLen + op.HeaderLen() + mtu + roce.ICRCLen
 	var out [][]byte
 	for len(p) > size {
 		out = append(out, p[:size])
@@ -311,6 +315,7 @@ func TestGSOSegments(t *testing.T) {
 		{"first alone", pkt(roce.RCSendFirst, mtu), []int{roce.BTHLen + mtu + 4}},
 		{"only", pkt(roce.RCSendOnly, 76), []int{roce.BTHLen + 76 + 4}},
 		{"short", []byte{1, 2}, []int{2}},
+		{"acks", cat(pkt(roce.RCAcknowledge, 0), pkt(roce.RCAcknowledge, 0), pkt(roce.RCAcknowledge, 0)), []int{20, 20, 20}},
 	} {
 		var got []int
 		for _, s := range gsoSegments(c.in, mtu) {

@@ -27,6 +27,7 @@ import (
 type benchGateway struct {
 	p     *os.Process
 	admin string
+	ns    guest.Netns // the RoCE segment's user namespace
 	ring  *packetRing
 }
 
@@ -35,7 +36,8 @@ type benchGateway struct {
 // With RBRIDGE_BENCH_PROFILE set (vmrun -env), the gateway's CPU profile
 // of the whole path becomes an artifact, cpu-<benchmark>.pprof; with
 // RBRIDGE_BENCH_STALL_PCAP set, a stall's last packets become one too (see
-// watch).
+// watch); with RBRIDGE_BENCH_RPS set, the gateway's side of the RoCE
+// segment steers each flow to one CPU.
 func startBenchGateway(b *testing.B, cfg string) benchGateway {
 	if cfg == "" {
 		return benchGateway{}
@@ -56,7 +58,21 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 		})
 	}
 	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, flags...)
-	g := benchGateway{p: p, admin: adminAddr(b, logs)}
+	g := benchGateway{p: p, admin: adminAddr(b, logs), ns: guest.UserNetns(b)}
+	if os.Getenv("RBRIDGE_BENCH_RPS") != "" {
+		// Receive packet steering on the gateway's side of the RoCE
+		// segment: a veth hands each packet to the backlog of the CPU
+		// that sent it, so one QP's packets, sent from both CPUs, can
+		// reach the gateway out of order; RPS queues a flow on one CPU.
+		set := func(mask string) error {
+			return exec.Command("/usr/sbin/ip", "netns", "exec", g.ns.Name, "sh", "-c",
+				fmt.Sprintf("echo %s > /sys/class/net/%s/queues/rx-0/rps_cpus", mask, g.ns.Netdev)).Run()
+		}
+		if err := set("ff"); err != nil {
+			b.Fatalf("RPS on %s: %v", g.ns.Netdev, err)
+		}
+		b.Cleanup(func() { _ = set("0") })
+	}
 	if os.Getenv("RBRIDGE_BENCH_STALL_PCAP") != "" {
 		// The initiators of the storage benchmarks sit on the user
 		// namespace's peer device, on the RoCE segment: every packet
@@ -67,7 +83,7 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 		if m := regexp.MustCompile(`msg="userspace leg path MTU" leg=roce mtu=(\d+)`).FindStringSubmatch(logs.String()); m != nil {
 			mtu, _ = strconv.Atoi(m[1])
 		}
-		g.ring = ringPackets(b, guest.UserNetns(b).PeerNetdev, stallPackets, mtu)
+		g.ring = ringPackets(b, g.ns.PeerNetdev, stallPackets, mtu)
 	}
 	return g
 }
@@ -111,6 +127,7 @@ func (g benchGateway) watch(b *testing.B, what string, d time.Duration, target s
 		qps, err := exec.Command("rdma", "-d", "res", "show", "qp").CombinedOutput()
 		fmt.Fprintf(&out, "rdma -d res show qp (%v):\n%s\n", err, qps)
 		fmt.Fprintf(&out, "the initiator's side:\n%s\n", initiatorState(target))
+		fmt.Fprintf(&out, "where the RoCE segment's packets could drop:\n%s\n", segmentDrops(g.ns))
 		if g.ring != nil {
 			name := "stall-" + strings.ReplaceAll(b.Name(), "/", "-") + ".pcap"
 			guest.Artifact(b, name, g.ring.pcap())
@@ -153,6 +170,30 @@ func initiatorState(target string) string {
 	msgs, _ := exec.Command("dmesg").CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(msgs)), "\n")
 	fmt.Fprintf(&out, "  dmesg, the last lines:\n    %s\n", strings.Join(lines[max(len(lines)-30, 0):], "\n    "))
+	return out.String()
+}
+
+// segmentDrops is what the kernel counted on the RoCE segment's way into
+// the gateway's userspace leg: UDP's receive errors in the user namespace,
+// the interfaces' drops, and each CPU's backlog drops (softnet_stat's
+// second column).
+func segmentDrops(ns guest.Netns) string {
+	var out strings.Builder
+	snmp, err := exec.Command("/usr/sbin/ip", "netns", "exec", ns.Name, "cat", "/proc/net/snmp").CombinedOutput()
+	for _, l := range strings.Split(string(snmp), "\n") {
+		if strings.HasPrefix(l, "Udp:") {
+			fmt.Fprintf(&out, "  %s: %s\n", ns.Name, l)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(&out, "  %s /proc/net/snmp: %v\n", ns.Name, err)
+	}
+	links, _ := exec.Command("/usr/sbin/ip", "netns", "exec", ns.Name, "ip", "-s", "link", "show", ns.Netdev).CombinedOutput()
+	fmt.Fprintf(&out, "  %s %s:\n%s", ns.Name, ns.Netdev, links)
+	links, _ = exec.Command("ip", "-s", "link", "show", ns.PeerNetdev).CombinedOutput()
+	fmt.Fprintf(&out, "  %s:\n%s", ns.PeerNetdev, links)
+	softnet, _ := os.ReadFile("/proc/net/softnet_stat")
+	fmt.Fprintf(&out, "  softnet_stat:\n%s", softnet)
 	return out.String()
 }
 
