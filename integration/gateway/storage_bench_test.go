@@ -36,8 +36,7 @@ type benchGateway struct {
 // With RBRIDGE_BENCH_PROFILE set (vmrun -env), the gateway's CPU profile
 // of the whole path becomes an artifact, cpu-<benchmark>.pprof; with
 // RBRIDGE_BENCH_STALL_PCAP set, a stall's last packets become one too (see
-// watch); with RBRIDGE_BENCH_RPS set, the gateway's side of the RoCE
-// segment steers each flow to one CPU.
+// watch).
 func startBenchGateway(b *testing.B, cfg string) benchGateway {
 	if cfg == "" {
 		return benchGateway{}
@@ -59,20 +58,6 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 	}
 	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, flags...)
 	g := benchGateway{p: p, admin: adminAddr(b, logs), ns: guest.UserNetns(b)}
-	if os.Getenv("RBRIDGE_BENCH_RPS") != "" {
-		// Receive packet steering on the gateway's side of the RoCE
-		// segment: a veth hands each packet to the backlog of the CPU
-		// that sent it, so one QP's packets, sent from both CPUs, can
-		// reach the gateway out of order; RPS queues a flow on one CPU.
-		set := func(mask string) error {
-			return exec.Command("/usr/sbin/ip", "netns", "exec", g.ns.Name, "sh", "-c",
-				fmt.Sprintf("echo %s > /sys/class/net/%s/queues/rx-0/rps_cpus", mask, g.ns.Netdev)).Run()
-		}
-		if err := set("ff"); err != nil {
-			b.Fatalf("RPS on %s: %v", g.ns.Netdev, err)
-		}
-		b.Cleanup(func() { _ = set("0") })
-	}
 	if os.Getenv("RBRIDGE_BENCH_STALL_PCAP") != "" {
 		// The initiators of the storage benchmarks sit on the user
 		// namespace's peer device, on the RoCE segment: every packet

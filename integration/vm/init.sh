@@ -126,6 +126,13 @@ done
 for dev in veth0 veth4 veth5; do
 	echo 3 >/sys/class/net/$dev/queues/rx-0/rps_cpus || die "RPS on $dev"
 done
+# The same for vuser1, where rbridge's userspace leg receives rxe1's
+# packets: without it, a storage initiator on rxe1 sees the gateway NAK
+# gaps no wire makes, and rxe's go-back-N runs its SEND queue's memory
+# registrations (REG_MR) again, which fails on a registration still valid
+# ("rxe_reg_fast_mr: ... not free") and stops the QP's requester until the
+# initiator's I/O timeout (30 s and more for iSER and NVMe-oF).
+$IP netns exec user0 sh -c 'echo 3 >/sys/class/net/vuser1/queues/rx-0/rps_cpus' || die "RPS on vuser1"
 # Force local traffic between the two ends of each pair over the wire.
 run $IP rule add pref 1000 lookup local
 run $IP rule del pref 0
