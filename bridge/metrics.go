@@ -336,6 +336,7 @@ var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[leg.Ve
 	{"qp_errors_total", "QPs the HCA moved to the error state and said why in an asynchronous event (a peer's READ, WRITE or atomic the gateway's responder refused, more READs than its responder resources, a fatal error): each ended its session with that reason.", func(s *leg.VerbsStatsSnapshot) uint64 { return s.QPErrors }},
 	{"staging_exposed_total", "Staging buffers opened to a peer for one request (a memory window, or an MR on a device without windows).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Exposed }},
 	{"staging_revoked_total", "Staging buffers whose peer access ended: exposed less revoked is what peers may reach now.", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Revoked }},
+	{"staging_registrations_total", "Memory registrations made for staging: one per exposure, less those that bound their window over an idle registration of the same memory kept from an earlier request (a device with memory windows keeps up to 1024).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Registered }},
 })
 
 // The XDP classifier's counters (a userspace leg with io: afxdp): what it

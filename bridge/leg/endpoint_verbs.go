@@ -46,6 +46,7 @@ type VerbsEndpoint struct {
 	// closes when the endpoint closed.
 	windows     bool
 	windowSlots chan struct{}
+	mrs         *stagingMRs // the device's idle staging registrations; nil: one per exposure
 	done        chan struct{}
 	// loop, when the leg busy-polls, calls pollCQ in place of
 	// routineCompletions; pollWCs and pollStopped are the loop's alone.
@@ -94,6 +95,9 @@ type VerbsStats struct {
 	// Exposed and Revoked count staging registrations made for the peer
 	// and ended (Expose): the difference is what it may reach now.
 	Exposed, Revoked atomic.Uint64
+	// Registered counts memory registrations made for staging: one per
+	// exposure, less those that took an idle one again (stagingMRs).
+	Registered atomic.Uint64
 	// QPErrors counts QPs the HCA moved to the error state and said why
 	// (an asynchronous event: a peer's request failed at the gateway).
 	QPErrors atomic.Uint64
@@ -103,12 +107,13 @@ type VerbsStats struct {
 type VerbsStatsSnapshot struct {
 	LostAcked, RecvStarved uint64
 	Exposed, Revoked       uint64
+	Registered             uint64
 	QPErrors               uint64
 }
 
 // Snapshot reads every counter.
 func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
-	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load(), QPErrors: s.QPErrors.Load()}
+	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load(), Registered: s.Registered.Load(), QPErrors: s.QPErrors.Load()}
 }
 
 var (
@@ -152,6 +157,10 @@ type VerbsOptions struct {
 	// exposed through windows bound on the QP, for its peer alone
 	// (Expose). The QP keeps windowReserve send entries for them.
 	Windows bool
+	// StagingMRs, with Windows, keeps the registrations windows are bound
+	// over for the next exposure of the same memory (the device's, shared
+	// by its endpoints); nil registers one per exposure.
+	StagingMRs *stagingMRs
 	// Loop, when the leg busy-polls, polls CQ (made without a completion
 	// channel: ibv.CQOptions.BusyPoll) and hands its completions to the
 	// session on the loop's thread, instead of a goroutine of the
@@ -186,7 +195,7 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		sendWRs -= windowReserve
 	}
 	e := &VerbsEndpoint{drained: make(chan struct{}), qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
-		windows: o.Windows, loop: o.Loop, windowSlots: make(chan struct{}, windowReserve), done: make(chan struct{}), local: map[uint64]func(ibv.WCStatus){},
+		windows: o.Windows, mrs: o.StagingMRs, loop: o.Loop, windowSlots: make(chan struct{}, windowReserve), done: make(chan struct{}), local: map[uint64]func(ibv.WCStatus){},
 		slots: newOpSlots(sendWRs), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
 		recvBufs: make([]*pool.Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
 	if e.stats = o.Stats; e.stats == nil {

@@ -21,9 +21,12 @@ import (
 //     bound on this connection's QP opens it to the peer, for remote read
 //     or remote write alone. The key is valid on this QP only: another
 //     connection's peer, even on the same HCA, gets a remote access
-//     error. Revoke deallocates the window and deregisters the memory. The MR per request keeps the window's bounds
-//     exact where the device checks a window's accesses against its MR's
-//     range instead of the window's (rxe does: ibv's TestGuestMWRefused).
+//     error. Revoke deallocates the window. The MR is the request's
+//     extent exactly, which keeps the window's bounds exact where the
+//     device checks a window's accesses against its MR's range instead of
+//     the window's (rxe does: ibv's TestGuestMWRefused); the device keeps
+//     it idle for the next exposure of that extent (stagingMRs), so a
+//     request costs no registration of its own.
 //   - without them (siw): the MR itself grants the remote access. The key
 //     is valid until Revoke deregisters it, and on every QP of the leg's
 //     protection domain meanwhile.
@@ -60,6 +63,7 @@ func (e *VerbsEndpoint) Expose(b []byte, write bool) (session.Exposure, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bridge: verbs QP %d: expose %d bytes of staging: %w", e.qp.QPN(), len(b), err)
 		}
+		e.stats.Registered.Add(1)
 		e.stats.Exposed.Add(1)
 		return &verbsExposure{e: e, mr: mr, rkey: mr.RKey()}, nil
 	}
@@ -77,18 +81,29 @@ func (e *VerbsEndpoint) Expose(b []byte, write bool) (session.Exposure, error) {
 	return x, nil
 }
 
-// bind registers b and binds a window over it on the QP.
+// bind registers b (or takes the idle registration of b the device kept:
+// stagingMRs) and binds a window over it on the QP.
 func (e *VerbsEndpoint) bind(b []byte, remote ibv.Access) (*verbsExposure, error) {
-	mr, err := e.qp.PD().RegMR(b, ibv.AccessLocalWrite|ibv.AccessMWBind)
+	var mr *ibv.MR
+	var reused bool
+	var err error
+	if e.mrs != nil {
+		mr, reused, err = e.mrs.get(b)
+	} else {
+		mr, err = e.qp.PD().RegMR(b, ibv.AccessLocalWrite|ibv.AccessMWBind)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bridge: verbs QP %d: register %d bytes of staging: %w", e.qp.QPN(), len(b), err)
 	}
+	if !reused {
+		e.stats.Registered.Add(1)
+	}
 	mw, err := e.qp.PD().AllocMW(ibv.MWType2)
 	if err != nil {
-		mr.Close()
+		e.releaseMR(b, mr)
 		return nil, fmt.Errorf("bridge: verbs QP %d: a window for staging: %w", e.qp.QPN(), err)
 	}
-	x := &verbsExposure{e: e, mr: mr, mw: mw, rkey: mw.NextRKey()}
+	x := &verbsExposure{e: e, mr: mr, mw: mw, rkey: mw.NextRKey(), b: b}
 	wr := ibv.SendWR{Op: ibv.OpBindMW, Flags: ibv.SendSignaled,
 		Bind: ibv.MWBind{MW: mw, RKey: x.rkey, MR: mr, Addr: mr.Addr(), Length: uint64(len(b)), Access: remote}}
 	bound := func(st ibv.WCStatus) {
@@ -101,10 +116,20 @@ func (e *VerbsEndpoint) bind(b []byte, remote ibv.Access) (*verbsExposure, error
 	}
 	if err := e.postLocal(&wr, bound); err != nil {
 		mw.Close()
-		mr.Close()
+		e.releaseMR(b, mr)
 		return nil, fmt.Errorf("bridge: verbs QP %d: bind a window over staging: %w", e.qp.QPN(), err)
 	}
 	return x, nil
+}
+
+// releaseMR hands back the registration of b a window was bound over,
+// once no window is: to the device's idle ones (stagingMRs), or
+// deregistered.
+func (e *VerbsEndpoint) releaseMR(b []byte, mr *ibv.MR) error {
+	if e.mrs != nil {
+		return e.mrs.put(b, mr)
+	}
+	return mr.Close()
 }
 
 // postLocal posts a window work request; done gets its completion's
@@ -144,6 +169,7 @@ type verbsExposure struct {
 	mr   *ibv.MR
 	mw   *ibv.MW // nil without windows
 	rkey uint32
+	b    []byte // with a window: the memory mr registers
 }
 
 func (x *verbsExposure) Addr() uint64 { return x.mr.Addr() }
@@ -153,7 +179,8 @@ func (x *verbsExposure) RKey() uint32 { return x.rkey }
 // invalidates it at once: no work request, so no wait behind the send
 // queue's earlier work (rxe fences a LOCAL_INV behind all of it, which
 // at a queue depth of 32 held each command's completion for tens of
-// milliseconds). The memory is deregistered next.
+// milliseconds). Its registration, which grants no remote access, goes
+// back to the device's idle ones (or is deregistered, without them).
 func (x *verbsExposure) Revoke() error {
 	e := x.e
 	e.stats.Revoked.Add(1)
@@ -161,5 +188,10 @@ func (x *verbsExposure) Revoke() error {
 		return x.mr.Close()
 	}
 	defer func() { <-e.windowSlots }()
-	return errors.Join(x.mw.Close(), x.mr.Close())
+	if err := x.mw.Close(); err != nil {
+		// A window not known to be gone: its registration is given up,
+		// never kept for another request.
+		return errors.Join(err, x.mr.Close())
+	}
+	return e.releaseMR(x.b, x.mr)
 }

@@ -55,8 +55,10 @@ type verbsDevice struct {
 	// from the frames it arrived in.
 	maxSGE int
 	// windows says the device has type 2 memory windows (staging is
-	// exposed through them: endpoint_verbs_expose.go).
+	// exposed through them: endpoint_verbs_expose.go); mrs keeps the
+	// registrations they are bound over.
 	windows bool
+	mrs     *stagingMRs
 }
 
 func OpenVerbs(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
@@ -137,6 +139,9 @@ func (v *verbsLeg) Close() error {
 	defer v.mu.Unlock()
 	var errs []error
 	for d, vd := range v.devs {
+		if vd.mrs != nil {
+			errs = append(errs, vd.mrs.close())
+		}
 		errs = append(errs, vd.mr.Close(), vd.pd.Close())
 		delete(v.devs, d)
 	}
@@ -178,6 +183,9 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 		vd.iwarp = info.Transport == ibv.TransportIWARP
 		vd.maxSGE = min(max(info.Attr.MaxSGE, 1), maxRelaySGE)
 		vd.windows = info.Attr.MWType2()
+	}
+	if vd.windows {
+		vd.mrs = newStagingMRs(pd, stagingMRsKept)
 	}
 	v.devs[dev] = vd
 	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE, "memory_windows", vd.windows)
@@ -221,7 +229,7 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID, p Params) (*VerbsEndpoint, error) {
 		return nil, err
 	}
 	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
-		RecvDepth: depth, RecvSize: size, Windows: vd.windows, Loop: v.loop})
+		RecvDepth: depth, RecvSize: size, Windows: vd.windows, StagingMRs: vd.mrs, Loop: v.loop})
 	if err != nil {
 		qp.Close()
 		cq.Close()
