@@ -92,6 +92,10 @@ func TestGatewayReload(t *testing.T) {
 	}
 	// The new route accepts; the removed one is gone.
 	nc, _, _ := dialThrough(t, ctx, newCMApp(t, lo("5")), target, ln, "1:7483") // the added route accepts
+	// The gateway counts a session once its client's RTU came and the
+	// session started, which may be after the client saw its connection
+	// established (it sent the RTU).
+	waitUntil(t, "the added route's session", func() bool { return g.Sessions() == 2 })
 	if _, err := newCMApp(t, lo("6")).cm.Dial(ctx, netip.MustParseAddrPort(lo("1:7482")), cm.DialOptions{QP: client.qp(t)}); !errors.Is(err, &cm.RejectError{Reason: cm.RejectInvalidServiceID}) {
 		t.Errorf("dial the removed route: %v, want a reject (nothing listens)", err)
 	}
