@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rbridge/rbridge/internal/needs"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/capture"
 )
@@ -32,43 +33,63 @@ type roceTally struct {
 	done    chan struct{}
 }
 
-// tallyRoCE starts a tally on ifname until the test ends.
-func tallyRoCE(t *testing.T, ifname string) *roceTally {
-	t.Helper()
+// packetSocket opens an AF_PACKET socket on ifname that takes every
+// frame the interface sends and receives, and whose reads give up after
+// 200 ms (so its reader sees a stop); what names the caller in failures.
+func packetSocket(tb testing.TB, what, ifname string) int {
+	tb.Helper()
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
-		t.Fatalf("tally on %s: %v", ifname, err)
+		tb.Fatalf("%s on %s: %v", what, ifname, err)
 	}
 	proto := uint16(unix.ETH_P_ALL)
 	proto = proto<<8 | proto>>8 // network order
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(proto))
 	if err != nil {
-		t.Fatalf("tally on %s: %v", ifname, err)
+		tb.Fatalf("%s on %s: %v", what, ifname, err)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifi.Index}); err != nil {
 		unix.Close(fd)
-		t.Fatalf("tally on %s: %v", ifname, err)
+		tb.Fatalf("%s on %s: %v", what, ifname, err)
 	}
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000})
+	return fd
+}
+
+// readRoCE reads fd (packetSocket) into b until stop closes, and hands
+// each IPv4 RoCEv2 frame (UDP to port 4791) to each, with the length of its
+// Ethernet, IP and UDP headers.
+func readRoCE(fd int, stop <-chan struct{}, b []byte, each func(frame []byte, hdr int)) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		n, _, err := unix.Recvfrom(fd, b, 0)
+		if err != nil || n < 14+20+8 || binary.BigEndian.Uint16(b[12:]) != 0x0800 || b[14+9] != 17 {
+			continue
+		}
+		ihl := int(b[14]&0xf) * 4
+		hdr := 14 + ihl + 8
+		if hdr > n || binary.BigEndian.Uint16(b[14+ihl+2:]) != roce.Port {
+			continue
+		}
+		each(b[:n], hdr)
+	}
+}
+
+// tallyRoCE starts a tally on ifname until the test ends.
+func tallyRoCE(t *testing.T, ifname string) *roceTally {
+	t.Helper()
+	fd := packetSocket(t, "tally", ifname)
 	r := &roceTally{ops: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		b := make([]byte, 65536)
 		var p roce.Packet
-		for {
-			select {
-			case <-r.stop:
+		readRoCE(fd, r.stop, make([]byte, 65536), func(frame []byte, hdr int) {
+			if p.Decode(frame[hdr:]) != nil {
 				return
-			default:
-			}
-			n, _, err := unix.Recvfrom(fd, b, 0)
-			if err != nil || n < 14+20+8 || binary.BigEndian.Uint16(b[12:]) != 0x0800 || b[14+9] != 17 {
-				continue
-			}
-			ihl := int(b[14]&0xf) * 4
-			udp := b[14+ihl : n]
-			if binary.BigEndian.Uint16(udp[2:]) != roce.Port || p.Decode(udp[8:]) != nil {
-				continue
 			}
 			r.mu.Lock()
 			op := p.Opcode()
@@ -82,7 +103,7 @@ func tallyRoCE(t *testing.T, ifname string) *roceTally {
 				}
 			}
 			r.mu.Unlock()
-		}
+		})
 	}()
 	t.Cleanup(func() {
 		close(r.stop)
@@ -142,21 +163,7 @@ const ringSnap = 160
 // the packets the wire carries, given the path's RoCE MTU (gsoSegments).
 func ringPackets(tb testing.TB, ifname string, n, mtu int) *packetRing {
 	tb.Helper()
-	ifi, err := net.InterfaceByName(ifname)
-	if err != nil {
-		tb.Fatalf("packet ring on %s: %v", ifname, err)
-	}
-	proto := uint16(unix.ETH_P_ALL)
-	proto = proto<<8 | proto>>8 // network order
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(proto))
-	if err != nil {
-		tb.Fatalf("packet ring on %s: %v", ifname, err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifi.Index}); err != nil {
-		unix.Close(fd)
-		tb.Fatalf("packet ring on %s: %v", ifname, err)
-	}
-	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200000})
+	fd := packetSocket(tb, "packet ring", ifname)
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
 	r := &packetRing{recs: make([]ringRecord, n), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range r.recs {
@@ -164,37 +171,22 @@ func ringPackets(tb testing.TB, ifname string, n, mtu int) *packetRing {
 	}
 	go func() {
 		defer close(r.done)
-		b := make([]byte, 65536+256)
-		for {
-			select {
-			case <-r.stop:
-				return
-			default:
-			}
-			n, _, err := unix.Recvfrom(fd, b, 0)
-			if err != nil || n < 14+20+8 || binary.BigEndian.Uint16(b[12:]) != 0x0800 || b[14+9] != 17 {
-				continue
-			}
-			ihl := int(b[14]&0xf) * 4
-			hdr := 14 + ihl + 8
-			if hdr > n || binary.BigEndian.Uint16(b[14+ihl+2:]) != roce.Port {
-				continue
-			}
+		readRoCE(fd, r.stop, make([]byte, 65536+256), func(frame []byte, hdr int) {
 			at := time.Now()
 			r.mu.Lock()
-			for _, seg := range gsoSegments(b[hdr:n], mtu) {
+			for _, seg := range gsoSegments(frame[hdr:], mtu) {
 				rec := &r.recs[r.next]
 				rec.at, rec.orig = at, hdr+len(seg)
-				rec.data = append(append(rec.data[:0], b[:hdr]...), seg[:min(len(seg), ringSnap-hdr)]...)
-				binary.BigEndian.PutUint16(rec.data[14+2:], uint16(ihl+8+len(seg))) // IPv4 total length
-				binary.BigEndian.PutUint16(rec.data[14+ihl+4:], uint16(8+len(seg))) // UDP length
+				rec.data = append(append(rec.data[:0], frame[:hdr]...), seg[:min(len(seg), ringSnap-hdr)]...)
+				binary.BigEndian.PutUint16(rec.data[14+2:], uint16(hdr-14+len(seg))) // IPv4 total length
+				binary.BigEndian.PutUint16(rec.data[hdr-4:], uint16(8+len(seg)))     // UDP length
 				r.next++
 				if r.next == len(r.recs) {
 					r.next, r.full = 0, true
 				}
 			}
 			r.mu.Unlock()
-		}
+		})
 	}()
 	tb.Cleanup(func() {
 		close(r.stop)
@@ -324,5 +316,63 @@ func TestGSOSegments(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: segments of %v bytes, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestPacketRingLoopback: a ring on lo keeps RoCEv2 datagrams sent to
+// port 4791 and nothing else, cutting a datagram that packs three ACKs
+// into the three packets, each with the lengths of one.
+func TestPacketRingLoopback(t *testing.T) {
+	needs.Root(t, "an AF_PACKET socket")
+	r := ringPackets(t, "lo", 64, 1024)
+	ack := make([]byte, roce.BTHLen+roce.AETHLen+roce.ICRCLen)
+	ack[0] = byte(roce.RCAcknowledge)
+	cnp := make([]byte, roce.CNPLen)
+	if err := roce.EncodeCNP(cnp, 7); err != nil {
+		t.Fatal(err)
+	}
+	send := func(port int, payload []byte) {
+		t.Helper()
+		c, err := net.Dial("udp4", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(roce.Port+1, cnp) // not RoCEv2's port: not kept
+	send(roce.Port, bytes.Repeat(ack, 3))
+	send(roce.Port, cnp)
+	var acks, cnps int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		acks, cnps = 0, 0
+		rd, err := capture.NewReader(bytes.NewReader(r.pcap()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			p, err := rd.Next()
+			if err != nil {
+				break
+			}
+			udp := p.Data[14+20+8:]
+			switch {
+			case roce.Opcode(udp[0]) == roce.RCAcknowledge && p.Length == 14+20+8+len(ack):
+				acks++
+			case roce.Opcode(udp[0]) == roce.CNP && p.Length == 14+20+8+len(cnp):
+				cnps++
+			default:
+				t.Fatalf("the ring kept a packet it should not have: opcode %#x, %d bytes", udp[0], p.Length)
+			}
+		}
+		// lo shows each datagram twice (out and in).
+		if acks >= 3 && cnps >= 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if acks%3 != 0 || acks == 0 || cnps == 0 {
+		t.Errorf("the ring kept %d ACKs and %d CNPs: want the three ACKs (a multiple of 3, lo shows each datagram twice) and the CNP sent to port 4791", acks, cnps)
 	}
 }
