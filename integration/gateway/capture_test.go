@@ -29,8 +29,6 @@ type roceTally struct {
 	ops     map[string]int
 	invKeys []uint32
 	naks    []string
-	stop    chan struct{}
-	done    chan struct{}
 }
 
 // packetSocket opens an AF_PACKET socket on ifname that takes every
@@ -56,59 +54,61 @@ func packetSocket(tb testing.TB, what, ifname string) int {
 	return fd
 }
 
-// readRoCE reads fd (packetSocket) into b until stop closes, and hands
-// each IPv4 RoCEv2 frame (UDP to port 4791) to each, with the length of its
-// Ethernet, IP and UDP headers.
-func readRoCE(fd int, stop <-chan struct{}, b []byte, each func(frame []byte, hdr int)) {
-	for {
-		select {
-		case <-stop:
-			return
-		default:
+// readRoCE reads fd (packetSocket) into b on a goroutine of its own until
+// tb ends, handing each IPv4 RoCEv2 frame (UDP to port 4791) to each, with
+// the length of its Ethernet, IP and UDP headers; the socket is closed
+// once the goroutine returned.
+func readRoCE(tb testing.TB, fd int, b []byte, each func(frame []byte, hdr int)) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n, _, err := unix.Recvfrom(fd, b, 0)
+			if err != nil || n < 14+20+8 || binary.BigEndian.Uint16(b[12:]) != 0x0800 || b[14+9] != 17 {
+				continue
+			}
+			ihl := int(b[14]&0xf) * 4
+			hdr := 14 + ihl + 8
+			if hdr > n || binary.BigEndian.Uint16(b[14+ihl+2:]) != roce.Port {
+				continue
+			}
+			each(b[:n], hdr)
 		}
-		n, _, err := unix.Recvfrom(fd, b, 0)
-		if err != nil || n < 14+20+8 || binary.BigEndian.Uint16(b[12:]) != 0x0800 || b[14+9] != 17 {
-			continue
-		}
-		ihl := int(b[14]&0xf) * 4
-		hdr := 14 + ihl + 8
-		if hdr > n || binary.BigEndian.Uint16(b[14+ihl+2:]) != roce.Port {
-			continue
-		}
-		each(b[:n], hdr)
-	}
+	}()
+	tb.Cleanup(func() {
+		close(stop)
+		<-done
+		unix.Close(fd)
+	})
 }
 
 // tallyRoCE starts a tally on ifname until the test ends.
 func tallyRoCE(t *testing.T, ifname string) *roceTally {
 	t.Helper()
 	fd := packetSocket(t, "tally", ifname)
-	r := &roceTally{ops: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		var p roce.Packet
-		readRoCE(fd, r.stop, make([]byte, 65536), func(frame []byte, hdr int) {
-			if p.Decode(frame[hdr:]) != nil {
-				return
+	r := &roceTally{ops: map[string]int{}}
+	var p roce.Packet
+	readRoCE(t, fd, make([]byte, 65536), func(frame []byte, hdr int) {
+		if p.Decode(frame[hdr:]) != nil {
+			return
+		}
+		r.mu.Lock()
+		op := p.Opcode()
+		r.ops[op.String()]++
+		if p.IETH != nil && len(r.invKeys) < 4096 {
+			r.invKeys = append(r.invKeys, p.IETH.RKey())
+		}
+		if p.AETH != nil && op == roce.RCAcknowledge && len(r.naks) < 64 {
+			if syn := p.AETH.Syndrome(); syn.Type() != roce.AckTypeACK {
+				r.naks = append(r.naks, fmt.Sprintf("%v psn %d", syn, p.BTH.PSN()))
 			}
-			r.mu.Lock()
-			op := p.Opcode()
-			r.ops[op.String()]++
-			if p.IETH != nil && len(r.invKeys) < 4096 {
-				r.invKeys = append(r.invKeys, p.IETH.RKey())
-			}
-			if p.AETH != nil && op == roce.RCAcknowledge && len(r.naks) < 64 {
-				if syn := p.AETH.Syndrome(); syn.Type() != roce.AckTypeACK {
-					r.naks = append(r.naks, fmt.Sprintf("%v psn %d", syn, p.BTH.PSN()))
-				}
-			}
-			r.mu.Unlock()
-		})
-	}()
-	t.Cleanup(func() {
-		close(r.stop)
-		<-r.done
-		unix.Close(fd)
+		}
+		r.mu.Unlock()
 	})
 	return r
 }
@@ -141,8 +141,6 @@ type packetRing struct {
 	recs []ringRecord
 	next int // where the next record goes; recs is full once it wraps
 	full bool
-	stop chan struct{}
-	done chan struct{}
 }
 
 type ringRecord struct {
@@ -165,33 +163,25 @@ func ringPackets(tb testing.TB, ifname string, n, mtu int) *packetRing {
 	tb.Helper()
 	fd := packetSocket(tb, "packet ring", ifname)
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
-	r := &packetRing{recs: make([]ringRecord, n), stop: make(chan struct{}), done: make(chan struct{})}
+	r := &packetRing{recs: make([]ringRecord, n)}
 	for i := range r.recs {
 		r.recs[i].data = make([]byte, 0, ringSnap)
 	}
-	go func() {
-		defer close(r.done)
-		readRoCE(fd, r.stop, make([]byte, 65536+256), func(frame []byte, hdr int) {
-			at := time.Now()
-			r.mu.Lock()
-			for _, seg := range gsoSegments(frame[hdr:], mtu) {
-				rec := &r.recs[r.next]
-				rec.at, rec.orig = at, hdr+len(seg)
-				rec.data = append(append(rec.data[:0], frame[:hdr]...), seg[:min(len(seg), ringSnap-hdr)]...)
-				binary.BigEndian.PutUint16(rec.data[14+2:], uint16(hdr-14+len(seg))) // IPv4 total length
-				binary.BigEndian.PutUint16(rec.data[hdr-4:], uint16(8+len(seg)))     // UDP length
-				r.next++
-				if r.next == len(r.recs) {
-					r.next, r.full = 0, true
-				}
+	readRoCE(tb, fd, make([]byte, 65536+256), func(frame []byte, hdr int) {
+		at := time.Now()
+		r.mu.Lock()
+		for _, seg := range gsoSegments(frame[hdr:], mtu) {
+			rec := &r.recs[r.next]
+			rec.at, rec.orig = at, hdr+len(seg)
+			rec.data = append(append(rec.data[:0], frame[:hdr]...), seg[:min(len(seg), ringSnap-hdr)]...)
+			binary.BigEndian.PutUint16(rec.data[14+2:], uint16(hdr-14+len(seg))) // IPv4 total length
+			binary.BigEndian.PutUint16(rec.data[hdr-4:], uint16(8+len(seg)))     // UDP length
+			r.next++
+			if r.next == len(r.recs) {
+				r.next, r.full = 0, true
 			}
-			r.mu.Unlock()
-		})
-	}()
-	tb.Cleanup(func() {
-		close(r.stop)
-		<-r.done
-		unix.Close(fd)
+		}
+		r.mu.Unlock()
 	})
 	return r
 }
