@@ -59,8 +59,6 @@ type regCache[R comparable] struct {
 	idle   map[regExtent]*list.Element // of *regEntry[R]
 	lru    list.List                   // idle entries, least recently used first
 	closed bool
-	// made and reused count registrations made and idle ones taken again.
-	made, reused uint64
 }
 
 type regEntry[R comparable] struct {
@@ -88,11 +86,9 @@ func (c *regCache[R]) get(b []byte) (r R, reused bool, err error) {
 	if el := c.idle[at]; el != nil {
 		delete(c.idle, at)
 		c.lru.Remove(el)
-		c.reused++
 		c.mu.Unlock()
 		return el.Value.(*regEntry[R]).r, true, nil
 	}
-	c.made++
 	c.mu.Unlock()
 	r, err = c.reg(b)
 	return r, false, err
@@ -141,11 +137,4 @@ func (c *regCache[R]) close() error {
 		errs = append(errs, c.release(r))
 	}
 	return errors.Join(errs...)
-}
-
-// counts returns the registrations made, those reused, and those idle now.
-func (c *regCache[R]) counts() (made, reused uint64, idle int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.made, c.reused, c.lru.Len()
 }
