@@ -1,8 +1,8 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"os"
@@ -85,12 +85,13 @@ const stallPackets = 200000
 
 // watch watches a load that should end within d: should it overrun d by
 // stallAfter, the gateway's /status (each direction's queued and posted
-// operations), its non-zero counters and the kernel's view of the RDMA
-// QPs (rdma res show qp, with their PSNs), what the initiator's kernel
-// holds for target (initiatorState) go to b's log, and the last
-// packets on the RoCE segment become the artifact stall-<benchmark>.pcap
-// (`rbridge decode` reads it; with RBRIDGE_BENCH_STALL_PCAP), once, while the stall lasts. stop ends the
-// watch.
+// operations), its non-zero counters, the kernel's view of the RDMA QPs
+// (rdma res show qp, with their PSNs), what the initiator's kernel holds
+// for target (initiatorState) and where the segment's packets could drop
+// (segmentDrops) go to b's log, once, while the stall lasts; with
+// RBRIDGE_BENCH_STALL_PCAP, the last packets on the RoCE segment become
+// the artifact stall-<benchmark>.pcap, which `rbridge decode` reads. stop
+// ends the watch.
 func (g benchGateway) watch(b *testing.B, what string, d time.Duration, target string) (stop func()) {
 	if g.p == nil {
 		return func() {}
@@ -99,10 +100,8 @@ func (g benchGateway) watch(b *testing.B, what string, d time.Duration, target s
 	t := time.AfterFunc(d+stallAfter, func() {
 		defer close(done)
 		var out strings.Builder
-		resp, err := http.Get("http://" + g.admin + "/status")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+		if st, err := statusVia(http.DefaultClient, g.admin); err == nil {
+			body, _ := json.MarshalIndent(st, "", "  ")
 			fmt.Fprintf(&out, "GET /status:\n%s\n", body)
 		} else {
 			fmt.Fprintf(&out, "GET /status: %v\n", err)
@@ -173,9 +172,9 @@ func segmentDrops(ns guest.Netns) string {
 	if err != nil {
 		fmt.Fprintf(&out, "  %s /proc/net/snmp: %v\n", ns.Name, err)
 	}
-	links, _ := exec.Command("/usr/sbin/ip", "netns", "exec", ns.Name, "ip", "-s", "link", "show", ns.Netdev).CombinedOutput()
+	links, _ := exec.Command("/usr/sbin/ip", "-n", ns.Name, "-s", "link", "show", ns.Netdev).CombinedOutput()
 	fmt.Fprintf(&out, "  %s %s:\n%s", ns.Name, ns.Netdev, links)
-	links, _ = exec.Command("ip", "-s", "link", "show", ns.PeerNetdev).CombinedOutput()
+	links, _ = exec.Command("/usr/sbin/ip", "-s", "link", "show", ns.PeerNetdev).CombinedOutput()
 	fmt.Fprintf(&out, "  %s:\n%s", ns.PeerNetdev, links)
 	softnet, _ := os.ReadFile("/proc/net/softnet_stat")
 	fmt.Fprintf(&out, "  softnet_stat:\n%s", softnet)
