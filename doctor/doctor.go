@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -304,6 +306,9 @@ func (h *host) findVerbsLeg(l *config.Leg) (rdmaTarget, string, error) {
 			}
 		}
 	}
+	if t, ndev, ok := h.iwarpWith(l, devs); ok {
+		return t, ndev, nil
+	}
 	where := "any RDMA device"
 	if l.Device != "" {
 		where = l.Device
@@ -348,6 +353,52 @@ func (h *host) ipoibWith(ip netip.Addr) (name string, found bool, err error) {
 		}
 	}
 	return "", false, nil
+}
+
+// iwarpWith finds, as rbridge run does (ibv.ChooseGID), the iWARP port of
+// devs whose GID is the hardware address of the Ethernet interface that
+// holds the leg's ip (siw, cxgb4 and irdma keep no address in their GIDs),
+// and that interface. ok is false unless exactly one port is.
+func (h *host) iwarpWith(l *config.Leg, devs []string) (t rdmaTarget, ndev string, ok bool) {
+	addrs, err := h.sys.Addrs()
+	if err != nil {
+		return rdmaTarget{}, "", false
+	}
+	for n, as := range addrs {
+		if h.ifType(n) != arphrdEther || !slices.ContainsFunc(as, func(a netip.Addr) bool { return a.WithZone("").Unmap() == l.IP.WithZone("").Unmap() }) {
+			continue
+		}
+		s, err := h.read(netPath(n, "address"))
+		if err != nil {
+			continue
+		}
+		mac, err := net.ParseMAC(s)
+		if err != nil || len(mac) != 6 {
+			continue
+		}
+		var want [16]byte
+		copy(want[:], mac)
+		var hits []rdmaTarget
+		for _, d := range devs {
+			if !h.iwarp(d) {
+				continue
+			}
+			for _, p := range h.ports(d) {
+				if l.Port != 0 && p != l.Port {
+					continue
+				}
+				for _, g := range h.gids(d, p) {
+					if g.addr.As16() == want {
+						hits = append(hits, rdmaTarget{dev: d, port: p, leg: l})
+					}
+				}
+			}
+		}
+		if len(hits) == 1 {
+			return hits[0], n, true
+		}
+	}
+	return rdmaTarget{}, "", false
 }
 
 // describePort names a device and port a leg asks for ("device mlx5_0

@@ -378,3 +378,31 @@ func TestCapturedTreeAsksNotTheHost(t *testing.T) {
 		t.Errorf("pfc on a captured tree's eth0:\n%s", dump(fs))
 	}
 }
+
+// TestVerbsLegOnIWARP: a verbs leg whose ip is on the netdev an iWARP
+// device runs on (siw0 on veth2 in the guest's tree) is found on that
+// device, as rbridge run finds it: its GID is the netdev's hardware
+// address. Another device named is still an error.
+func TestVerbsLegOnIWARP(t *testing.T) {
+	sys := systems["rxe-good"]
+	sys.addrs = map[string][]netip.Addr{"veth2": {netip.MustParseAddr("198.18.2.1")}, "br1": {netip.MustParseAddr("198.18.1.2")}}
+	cfg := `legs:
+  - {name: ib, kind: verbs, ip: 198.18.2.1%s}
+  - {name: roce, kind: verbs, ip: 198.18.1.2}
+routes:
+  - name: r
+    listen: {leg: roce, addr: "198.18.1.2:7471"}
+    target: {leg: ib, addr: "198.18.2.2:7471"}
+`
+	r := run(t, "rxe-good", fmt.Sprintf(cfg, ""), doctor.Options{System: sys})
+	if fs := find(r, "gid", "siw0/1"); len(fs) != 1 || fs[0].Severity != doctor.OK || fs[0].Leg != "ib" || !strings.HasPrefix(fs[0].Message, "iWARP device") {
+		t.Errorf("gid on siw0/1 for leg ib: got\n%s", dump(find(r, "gid", "")))
+	}
+	if fs := find(r, "gid", "leg ib"); len(fs) != 0 {
+		t.Errorf("leg ib not found on siw0:\n%s", dump(fs))
+	}
+	r = run(t, "rxe-good", fmt.Sprintf(cfg, ", device: rxe0"), doctor.Options{System: sys})
+	if fs := find(r, "gid", "leg ib"); len(fs) != 1 || fs[0].Severity != doctor.Error {
+		t.Errorf("leg ib naming rxe0: got\n%s", dump(find(r, "gid", "")))
+	}
+}

@@ -2,6 +2,7 @@ package ibv
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -103,6 +104,15 @@ type GIDQuery struct {
 	// IP on any other netdev. No GID holds an address on an InfiniBand
 	// port: its GIDs are the subnet prefix and the port's GUID.
 	IPoIB *IPoIBPort
+
+	// MAC is the hardware address of the Ethernet netdev that holds IP,
+	// and MACNetdev its name, when the caller found it. An iWARP device
+	// (siw, cxgb4, irdma) keeps no address in its GIDs: its GID is the
+	// hardware address of the netdev it runs on, the rest zero, and
+	// rdma_cm reaches its peers by IP. When no GID holds IP, ChooseGID
+	// takes the one entry shaped so.
+	MAC       net.HardwareAddr
+	MACNetdev string
 
 	// UseIndex forces GID table index Index (the operator's override).
 	// Device (and Port, if the device has several) must then say where,
@@ -207,6 +217,9 @@ func ChooseGID(table []GIDEntry, q GIDQuery) (GIDChoice, error) {
 			return GIDChoice{}, fmt.Errorf("choose gid for %s%s: no GID in scope; outside it: %s: %w",
 				ip, scope, joinEntries(outside), ErrNoGID)
 		}
+		if c, ok, err := chooseIWARP(table, q, ip, scope, inScope); ok {
+			return c, err
+		}
 		return GIDChoice{}, fmt.Errorf("choose gid for %s%s: no GID table entry holds this address (is an RDMA device bound to the netdev that has it?): %w",
 			ip, scope, ErrNoGID)
 	}
@@ -255,6 +268,36 @@ func chooseIPoIB(table []GIDEntry, q GIDQuery) (GIDChoice, error) {
 	}
 	return GIDChoice{}, fmt.Errorf("choose gid for %s%s: it is on %s, which has no valid GID at index 0 (has a subnet manager configured the port?): %w",
 		ip, scope, p, ErrNoIPoIBGID)
+}
+
+// chooseIWARP is ChooseGID for an IP on an Ethernet netdev that no GID
+// holds: the iWARP GID of the netdev's hardware address (q.MAC), when
+// exactly one entry in scope is that. The bool is false when none is.
+func chooseIWARP(table []GIDEntry, q GIDQuery, ip netip.Addr, scope string, inScope func(GIDEntry) bool) (GIDChoice, bool, error) {
+	if len(q.MAC) != 6 {
+		return GIDChoice{}, false, nil
+	}
+	var want GID
+	copy(want[:], q.MAC)
+	var hits []GIDEntry
+	for _, e := range table {
+		if e.GID != want || !inScope(GIDEntry{Device: e.Device, Port: e.Port, Netdev: q.MACNetdev}) {
+			continue
+		}
+		e.Netdev = q.MACNetdev
+		hits = append(hits, e)
+	}
+	switch len(hits) {
+	case 0:
+		return GIDChoice{}, false, nil
+	case 1:
+		c := GIDChoice{GIDEntry: hits[0]}
+		c.Reason = fmt.Sprintf("iWARP: %s port %d's GID is %s's hardware address %s, which holds %s; rdma_cm reaches peers by IP",
+			c.Device, c.Port, q.MACNetdev, q.MAC, ip)
+		return c, true, nil
+	}
+	return GIDChoice{}, true, fmt.Errorf("choose gid for %s%s: %d iWARP devices run on %s (%s): name the device: %w",
+		ip, scope, len(hits), q.MACNetdev, joinEntries(hits), ErrAmbiguousGID)
 }
 
 func chooseIndex(table []GIDEntry, q GIDQuery, ip netip.Addr, scope string) (GIDChoice, error) {

@@ -2,7 +2,9 @@ package ibv_test
 
 import (
 	"errors"
+	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,6 +42,13 @@ func TestChooseGID(t *testing.T) {
 	sameIP := append(roceTable("mlx5_0", "eth0", "fe80::1", "10.0.0.1"), roceTable("rxe0", "vlan5", "fe80::1:1", "10.0.0.1")...)
 	v1only := []ibv.GIDEntry{{Device: "mlx4_0", Port: 1, Index: 0, GID: gid("10.0.0.9"), Type: ibv.GIDTypeRoCEv1, Netdev: "eth0"}}
 	ib := []ibv.GIDEntry{{Device: "mlx5_2", Port: 1, Index: 0, GID: gid("fe80::248a:703:49:1234"), Type: ibv.GIDTypeIB}}
+	// siw on veth2 (MAC 52:54:00:12:34:56) beside rxe on veth0: siw's GID
+	// is its netdev's MAC, the rest zero, of type IB; no netdev is given.
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
+	var macGID ibv.GID
+	copy(macGID[:], mac)
+	siw := append(roceTable("rxe0", "veth0", "fe80::5", "198.18.1.1"), ibv.GIDEntry{Device: "siw0", Port: 1, Index: 0, GID: macGID, Type: ibv.GIDTypeIB})
+	twoSiw := append(slices.Clone(siw), ibv.GIDEntry{Device: "irdma0", Port: 1, Index: 0, GID: macGID, Type: ibv.GIDTypeIB})
 	withZero := append([]ibv.GIDEntry{{Device: "rxe0", Port: 1, Index: 0, Type: ibv.GIDTypeRoCEv2}}, roceTable("rxe0", "veth0", "fe80::5", "198.18.1.1")...)
 
 	for _, tc := range []struct {
@@ -66,6 +75,13 @@ func TestChooseGID(t *testing.T) {
 		{name: "infiniband port", table: ib, q: ibv.GIDQuery{IP: netip.MustParseAddr("10.0.0.1")}, wantErr: ibv.ErrNoGID},
 		{name: "no ip", table: mlx, q: ibv.GIDQuery{}, wantErr: ibv.ErrNoGID, reason: "no IP address"},
 		{name: "zero gid skipped", table: withZero, q: ibv.GIDQuery{IP: netip.MustParseAddr("198.18.1.1")}, wantDev: "rxe0", wantIndex: 3},
+		{name: "iwarp", table: siw, q: ibv.GIDQuery{IP: netip.MustParseAddr("198.18.2.1"), MAC: mac, MACNetdev: "veth2"}, wantDev: "siw0", wantIndex: 0,
+			reason: "iWARP: siw0 port 1's GID is veth2's hardware address 52:54:00:12:34:56, which holds 198.18.2.1"},
+		{name: "iwarp device named", table: twoSiw, q: ibv.GIDQuery{IP: netip.MustParseAddr("198.18.2.1"), MAC: mac, MACNetdev: "veth2", Device: "irdma0"}, wantDev: "irdma0", wantIndex: 0},
+		{name: "iwarp on two devices", table: twoSiw, q: ibv.GIDQuery{IP: netip.MustParseAddr("198.18.2.1"), MAC: mac, MACNetdev: "veth2"}, wantErr: ibv.ErrAmbiguousGID, reason: "2 iWARP devices run on veth2"},
+		{name: "iwarp other netdev named", table: siw, q: ibv.GIDQuery{IP: netip.MustParseAddr("198.18.2.1"), MAC: mac, MACNetdev: "veth2", Netdev: "veth0"}, wantErr: ibv.ErrNoGID, reason: "no GID table entry holds this address"},
+		{name: "iwarp other mac", table: siw, q: ibv.GIDQuery{IP: netip.MustParseAddr("198.18.2.1"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, MACNetdev: "veth2"}, wantErr: ibv.ErrNoGID},
+		{name: "roce before iwarp", table: siw, q: ibv.GIDQuery{IP: netip.MustParseAddr("198.18.1.1"), MAC: mac, MACNetdev: "veth0"}, wantDev: "rxe0", wantIndex: 3},
 		{name: "override", table: mlx, q: ibv.GIDQuery{IP: netip.MustParseAddr("10.0.0.1"), UseIndex: true, Index: 3}, wantDev: "mlx5_0", wantIndex: 3, reason: "explicit override: index 3"},
 		{name: "override warns", table: mlx, q: ibv.GIDQuery{IP: netip.MustParseAddr("10.0.0.1"), UseIndex: true, Index: 0}, wantDev: "mlx5_0", wantIndex: 0, reason: "warning: type IB, not RoCEv2; GID fe80::1 is not 10.0.0.1"},
 		{name: "override missing", table: mlx, q: ibv.GIDQuery{UseIndex: true, Index: 42}, wantErr: ibv.ErrNoGID},

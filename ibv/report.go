@@ -41,6 +41,8 @@ type LocalAddr struct {
 	// IPoIB is the RDMA port under Netdev when it is an IPoIB netdev (the
 	// caller finds it: package ipoib); nil otherwise.
 	IPoIB *IPoIBPort
+	// MAC is Netdev's hardware address (an iWARP device's GID is it).
+	MAC net.HardwareAddr
 }
 
 // WriteDevicesReport queries the machine (QueryDevices, the local IP
@@ -91,7 +93,7 @@ func LocalAddrs() ([]LocalAddr, error) {
 			if err != nil {
 				continue
 			}
-			out = append(out, LocalAddr{Netdev: ifc.Name, IP: pfx.Addr()})
+			out = append(out, LocalAddr{Netdev: ifc.Name, IP: pfx.Addr(), MAC: ifc.HardwareAddr})
 		}
 	}
 	return out, nil
@@ -100,7 +102,8 @@ func LocalAddrs() ([]LocalAddr, error) {
 // BuildDevicesReport assembles the report from devices and local addresses:
 // for each address, the GID ChooseGID picks among the GIDs on the address's
 // own netdev, or for an address on an IPoIB netdev (LocalAddr.IPoIB) GID
-// index 0 of the netdev's port: what a verbs leg with that ip would use.
+// index 0 of the netdev's port, or on an iWARP device's netdev that
+// device's GID (LocalAddr.MAC): what a verbs leg with that ip would use.
 func BuildDevicesReport(devs []DeviceInfo, addrs []LocalAddr) DevicesReport {
 	rep := DevicesReport{Devices: devs, Choices: []IPChoice{}}
 	if rep.Devices == nil {
@@ -118,7 +121,7 @@ func BuildDevicesReport(devs []DeviceInfo, addrs []LocalAddr) DevicesReport {
 	}
 	for _, a := range addrs {
 		c := IPChoice{IP: a.IP.String(), Netdev: a.Netdev}
-		ch, err := ChooseGID(table, GIDQuery{IP: a.IP, Netdev: a.Netdev, IPoIB: a.IPoIB})
+		ch, err := ChooseGID(table, GIDQuery{IP: a.IP, Netdev: a.Netdev, IPoIB: a.IPoIB, MAC: a.MAC, MACNetdev: a.Netdev})
 		if err != nil {
 			c.Reason = err.Error()
 		} else {

@@ -204,6 +204,8 @@ guestlike() { # ROOT RP_FILTER ACCEPT_LOCAL
 		netdev "$r" "$n" 1 1500
 		sysctl "$r" "$n" "$2" "$3"
 	done
+	# siw0 runs on veth2: its GID is veth2's hardware address.
+	w "$r/sys/class/net/veth2/address" "02:00:00:00:02:01"
 	netdev "$r" lo 772 65536
 	sysctl "$r" all "$2" 0
 	proc "$r" 0 8388608 000001ffffffffff "[always] madvise never"
