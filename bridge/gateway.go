@@ -623,6 +623,10 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
 		return
 	}
+	// The target's connection is where a protocol's staging is exposed (its
+	// peer is the one-sided initiator), when it is on a verbs leg: the
+	// route's own or its fallback's.
+	p.Stages = proto != nil
 	out, fellBack, err := g.dialTarget(ctx, r, p, log, rs)
 	if err != nil {
 		var rj *leg.Rejected

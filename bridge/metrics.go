@@ -337,6 +337,7 @@ var verbsCounters = newCounters("rbridge_verbs_", legLabels, []counterRow[leg.Ve
 	{"staging_exposed_total", "Staging buffers opened to a peer for one request (a memory window, or an MR on a device without windows).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Exposed }},
 	{"staging_revoked_total", "Staging buffers whose peer access ended: exposed less revoked is what peers may reach now.", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Revoked }},
 	{"staging_registrations_total", "Memory registrations made for staging: one per exposure, less those that bound their window over an idle registration of the same memory kept from an earlier request (a device with memory windows keeps up to 1024).", func(s *leg.VerbsStatsSnapshot) uint64 { return s.Registered }},
+	{"staging_own_pds_total", "Connections given a protection domain of their own, with the pool registered in it, because their route stages on a device without memory windows (siw): the staging MRs exposed on one are valid on its QP alone.", func(s *leg.VerbsStatsSnapshot) uint64 { return s.OwnPDs }},
 })
 
 // The XDP classifier's counters (a userspace leg with io: afxdp): what it

@@ -47,6 +47,7 @@ type VerbsEndpoint struct {
 	windows     bool
 	windowSlots chan struct{}
 	mrs         *stagingMRs // the device's idle staging registrations; nil: one per exposure
+	ownPD       *ibv.PD     // the QP's PD when it is the connection's own (VerbsOptions.OwnPD)
 	done        chan struct{}
 	// loop, when the leg busy-polls, calls pollCQ in place of
 	// routineCompletions; pollWCs and pollStopped are the loop's alone.
@@ -98,6 +99,9 @@ type VerbsStats struct {
 	// Registered counts memory registrations made for staging: one per
 	// exposure, less those that took an idle one again (stagingMRs).
 	Registered atomic.Uint64
+	// OwnPDs counts connections given a protection domain of their own
+	// for staging (a device without memory windows: verbsLeg.scope).
+	OwnPDs atomic.Uint64
 	// QPErrors counts QPs the HCA moved to the error state and said why
 	// (an asynchronous event: a peer's request failed at the gateway).
 	QPErrors atomic.Uint64
@@ -107,13 +111,13 @@ type VerbsStats struct {
 type VerbsStatsSnapshot struct {
 	LostAcked, RecvStarved uint64
 	Exposed, Revoked       uint64
-	Registered             uint64
+	Registered, OwnPDs     uint64
 	QPErrors               uint64
 }
 
 // Snapshot reads every counter.
 func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
-	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load(), Registered: s.Registered.Load(), QPErrors: s.QPErrors.Load()}
+	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load(), Registered: s.Registered.Load(), OwnPDs: s.OwnPDs.Load(), QPErrors: s.QPErrors.Load()}
 }
 
 var (
@@ -161,6 +165,10 @@ type VerbsOptions struct {
 	// over for the next exposure of the same memory (the device's, shared
 	// by its endpoints); nil registers one per exposure.
 	StagingMRs *stagingMRs
+	// OwnPD, if set, is the QP's protection domain, made for this
+	// connection alone (verbsLeg.scope): Close frees it after the QP, and
+	// with it MR and every exposure still registered in it.
+	OwnPD *ibv.PD
 	// Loop, when the leg busy-polls, polls CQ (made without a completion
 	// channel: ibv.CQOptions.BusyPoll) and hands its completions to the
 	// session on the loop's thread, instead of a goroutine of the
@@ -195,7 +203,7 @@ func NewVerbsEndpoint(o VerbsOptions) (*VerbsEndpoint, error) {
 		sendWRs -= windowReserve
 	}
 	e := &VerbsEndpoint{drained: make(chan struct{}), qp: o.QP, cq: o.CQ, mr: o.MR, pool: o.Pool, recvSize: o.RecvSize, disconnect: o.Disconnect, iwarp: o.IWARP,
-		windows: o.Windows, mrs: o.StagingMRs, loop: o.Loop, windowSlots: make(chan struct{}, windowReserve), done: make(chan struct{}), local: map[uint64]func(ibv.WCStatus){},
+		windows: o.Windows, mrs: o.StagingMRs, ownPD: o.OwnPD, loop: o.Loop, windowSlots: make(chan struct{}, windowReserve), done: make(chan struct{}), local: map[uint64]func(ibv.WCStatus){},
 		slots: newOpSlots(sendWRs), maxSGE: max(int(cp.MaxSendSGE), 1), sges: make([]ibv.SGE, int(cp.MaxSendWR)*max(int(cp.MaxSendSGE), 1)),
 		recvBufs: make([]*pool.Buf, o.RecvDepth), recvFree: make([]uint32, o.RecvDepth), recvSGEs: make([]ibv.SGE, o.RecvDepth)}
 	if e.stats = o.Stats; e.stats == nil {
@@ -607,7 +615,7 @@ func (e *VerbsEndpoint) Close() error {
 		if e.unwatch != nil {
 			e.unwatch()
 		}
-		e.closeErr = errors.Join(e.qp.Close(), e.cq.Close())
+		e.closeErr = errors.Join(e.qp.Close(), e.cq.Close(), e.ownPD.Close())
 		e.releaseRecvs()
 	})
 	return e.closeErr

@@ -27,9 +27,13 @@ import (
 //     the window's (rxe does: ibv's TestGuestMWRefused); the device keeps
 //     it idle for the next exposure of that extent (stagingMRs), so a
 //     request costs no registration of its own.
-//   - without them (siw): the MR itself grants the remote access. The key
-//     is valid until Revoke deregisters it, and on every QP of the leg's
-//     protection domain meanwhile.
+//   - without them (siw): the MR itself grants the remote access, and its
+//     key is valid on every QP of its protection domain until Revoke
+//     deregisters it. So the connection's QP is in a PD of its own
+//     (VerbsOptions.OwnPD, made by verbsLeg.scope for a route that
+//     stages), where the pool's arena is registered again: no other
+//     connection's peer, even on the same device, can use the key. An
+//     endpoint without one refuses to expose.
 //
 // Binds (BIND_MW work requests) take send queue entries the session does
 // not count: windowReserve of the QP's are kept for them.
@@ -55,6 +59,9 @@ func (e *VerbsEndpoint) Expose(b []byte, write bool) (session.Exposure, error) {
 		remote = ibv.AccessRemoteWrite
 	}
 	if !e.windows {
+		if e.ownPD == nil {
+			return nil, fmt.Errorf("bridge: verbs QP %d: expose staging: the device has no memory windows and the QP shares the leg's protection domain, where the key would be valid on every connection", e.qp.QPN())
+		}
 		access := remote
 		if write {
 			access |= ibv.AccessLocalWrite

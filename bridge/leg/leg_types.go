@@ -28,6 +28,13 @@ type Params struct {
 	// responses' size): a verbs leg keeps at least Receives posted, of
 	// ReceiveSize bytes when that is smaller than its own receive_size.
 	Receives, ReceiveSize int
+	// Stages says the route's protocol may expose staging on this
+	// connection to its peer, as it does toward a storage protocol's
+	// one-sided initiator behind a verbs leg. A verbs leg whose device has
+	// no memory windows gives such a connection a protection domain of its
+	// own, so the keys it exposes are valid on its QP alone; other legs
+	// take no notice.
+	Stages bool
 	// client is who connects, for a leg that carries it on (quic).
 	Client netip.AddrPort
 }

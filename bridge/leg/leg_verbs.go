@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -61,6 +62,16 @@ type verbsDevice struct {
 	mrs     *stagingMRs
 }
 
+// memlockHint is MemlockHint for a registration on the device; on an
+// iWARP device regardless of CAP_IPC_LOCK, as siw pins against
+// RLIMIT_MEMLOCK even for root.
+func (vd *verbsDevice) memlockHint(err error, what string, need int64) error {
+	if vd.iwarp {
+		return MemlockHintUncapped(err, what, need)
+	}
+	return MemlockHint(err, what, need)
+}
+
 func OpenVerbs(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) {
 	sp, err := LegSpin(l)
 	if err != nil {
@@ -104,7 +115,35 @@ func FindGID(l *config.Leg) (ibv.GIDChoice, error) {
 	if len(names) == 0 {
 		return ibv.GIDChoice{}, fmt.Errorf("no RDMA device on this host holds %v: %w", l.IP, ibv.ErrNoGID)
 	}
-	return chooseLegGID(l, table, ipoib.NewHost(ipoib.Options{}))
+	netdev, mac := ethernetWith(l.IP)
+	return chooseLegGID(l, table, ipoib.NewHost(ipoib.Options{}), netdev, mac)
+}
+
+// ethernetWith returns the netdev that holds ip and its hardware address,
+// when it is an Ethernet one ("" and nil otherwise, or when the
+// interfaces cannot be read): an iWARP device's GID is that address.
+func ethernetWith(ip netip.Addr) (string, net.HardwareAddr) {
+	ifcs, err := net.Interfaces()
+	if err != nil {
+		return "", nil
+	}
+	for _, ifc := range ifcs {
+		if len(ifc.HardwareAddr) != 6 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip.Unmap() {
+					return ifc.Name, ifc.HardwareAddr
+				}
+			}
+		}
+	}
+	return "", nil
 }
 
 // chooseLegGID chooses verbs leg l's GID from the devices' GID table.
@@ -113,11 +152,13 @@ func FindGID(l *config.Leg) (ibv.GIDChoice, error) {
 // h's root) holds the leg's IP, the leg is on that interface's port, an
 // InfiniBand one: ibv.ChooseGID takes its GID index 0 and checks the
 // leg's device and port against it. Otherwise ibv.ChooseGID finds the
-// RoCEv2 GID that holds the IP, as it always has. When the IPoIB
-// interfaces cannot be searched, a RoCE choice still stands; a failed one
-// says the search failed too.
-func chooseLegGID(l *config.Leg, table []ibv.GIDEntry, h *ipoib.Host) (ibv.GIDChoice, error) {
-	q := ibv.GIDQuery{IP: l.IP, Device: l.Device, Port: l.Port}
+// RoCEv2 GID that holds the IP, as it always has, or else the iWARP
+// device on the Ethernet netdev that holds it (netdev, whose hardware
+// address is mac: ethernetWith). When the IPoIB interfaces cannot be
+// searched, a RoCE or iWARP choice still stands; a failed one says the
+// search failed too.
+func chooseLegGID(l *config.Leg, table []ibv.GIDEntry, h *ipoib.Host, netdev string, mac net.HardwareAddr) (ibv.GIDChoice, error) {
+	q := ibv.GIDQuery{IP: l.IP, Device: l.Device, Port: l.Port, MAC: mac, MACNetdev: netdev}
 	ifc, err := h.InterfaceWith(l.IP)
 	switch {
 	case err == nil:
@@ -169,6 +210,12 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 	if vd := v.devs[dev]; vd != nil {
 		return dev, vd, nil
 	}
+	vd := &verbsDevice{maxSGE: 1}
+	if info, err := dev.Info(); err == nil {
+		vd.iwarp = info.Transport == ibv.TransportIWARP
+		vd.maxSGE = min(max(info.Attr.MaxSGE, 1), maxRelaySGE)
+		vd.windows = info.Attr.MWType2()
+	}
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return nil, nil, err
@@ -176,14 +223,9 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 	mr, err := pd.RegMR(v.pool.Arena(), ibv.AccessLocalWrite)
 	if err != nil {
 		pd.Close()
-		return nil, nil, MemlockHint(err, "ibv_reg_mr of the pool on "+dev.Name(), int64(len(v.pool.Arena())))
+		return nil, nil, vd.memlockHint(err, "ibv_reg_mr of the pool on "+dev.Name(), int64(len(v.pool.Arena())))
 	}
-	vd := &verbsDevice{pd: pd, mr: mr, maxSGE: 1}
-	if info, err := dev.Info(); err == nil {
-		vd.iwarp = info.Transport == ibv.TransportIWARP
-		vd.maxSGE = min(max(info.Attr.MaxSGE, 1), maxRelaySGE)
-		vd.windows = info.Attr.MWType2()
-	}
+	vd.pd, vd.mr = pd, mr
 	if vd.windows {
 		vd.mrs = newStagingMRs(pd, stagingMRsKept)
 	}
@@ -216,27 +258,60 @@ func (v *verbsLeg) Endpoint(id *ibv.CMID, p Params) (*VerbsEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	pd, mr, own, err := v.scope(dev, vd, p.Stages)
+	if err != nil {
+		return nil, err
+	}
 	depth, size := receivesFor(v.cfg, p)
 	recvs := max(depth, defaultReceives)
 	// Busy-polled, the CQ has no completion channel: the leg's loop polls it.
 	cq, err := dev.NewCQ(ibv.CQOptions{Entries: 128 + recvs + 1, BusyPoll: v.loop != nil})
 	if err != nil {
+		own.Close()
 		return nil, err
 	}
-	qp, err := id.CreateQP(vd.pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: uint32(recvs), MaxSendSGE: uint32(vd.maxSGE)}})
+	qp, err := id.CreateQP(pd, ibv.QPOptions{Type: ibv.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: ibv.QPCap{MaxSendWR: 128, MaxRecvWR: uint32(recvs), MaxSendSGE: uint32(vd.maxSGE)}})
 	if err != nil {
 		cq.Close()
+		own.Close()
 		return nil, err
 	}
-	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: vd.mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
-		RecvDepth: depth, RecvSize: size, Windows: vd.windows, StagingMRs: vd.mrs, Loop: v.loop})
+	ep, err := NewVerbsEndpoint(VerbsOptions{QP: qp, CQ: cq, MR: mr, Pool: v.pool, IWARP: vd.iwarp, Disconnect: id.Disconnect, Stats: &v.stats,
+		RecvDepth: depth, RecvSize: size, Windows: vd.windows, StagingMRs: vd.mrs, Loop: v.loop, OwnPD: own})
 	if err != nil {
 		qp.Close()
 		cq.Close()
+		own.Close()
 		return nil, err
 	}
 	ep.unwatch = watchQP(dev, qp.QPN(), v.log, ep.asyncEvent)
 	return ep, nil
+}
+
+// scope returns the protection domain a connection's QP is made in, and
+// the pool's MR in it. A connection whose route stages (stages) on a
+// device without memory windows gets a PD of its own, returned as own
+// too (the endpoint frees it), with the pool's arena registered in it
+// again: staging is exposed there as MRs with remote access (Expose),
+// and an MR's key is valid on every QP of its PD, so in the device's
+// shared PD another connection's peer could use a key it learnt. Any
+// other connection takes the device's PD and MR (own is nil), where a
+// memory window bound on the QP scopes each exposure to its peer.
+func (v *verbsLeg) scope(dev *ibv.Device, vd *verbsDevice, stages bool) (pd *ibv.PD, mr *ibv.MR, own *ibv.PD, err error) {
+	if !stages || vd.windows {
+		return vd.pd, vd.mr, nil, nil
+	}
+	own, err = dev.AllocPD()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("a protection domain of the connection's own for staging on %s: %w", dev.Name(), err)
+	}
+	mr, err = own.RegMR(v.pool.Arena(), ibv.AccessLocalWrite)
+	if err != nil {
+		own.Close()
+		return nil, nil, nil, vd.memlockHint(err, "ibv_reg_mr of the pool in a connection's own protection domain on "+dev.Name(), int64(len(v.pool.Arena())))
+	}
+	v.stats.OwnPDs.Add(1)
+	return own, mr, own, nil
 }
 
 // maxProtocolReceives bounds the receives a protocol's queue depth asks

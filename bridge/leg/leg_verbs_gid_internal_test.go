@@ -189,7 +189,7 @@ func TestChooseLegGID(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &config.Leg{Name: "ib", Kind: config.KindVerbs, IP: netip.MustParseAddr(tc.ip), Device: tc.device, Port: tc.port}
-			got, err := chooseLegGID(l, ibGIDTable(t), h)
+			got, err := chooseLegGID(l, ibGIDTable(t), h, "", nil)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.HasPrefix(err.Error(), tc.why) {
 					t.Fatalf("chooseLegGID: error\n%v\nwant %v, beginning\n%s", err, tc.wantErr, tc.why)
@@ -217,11 +217,11 @@ func TestChooseLegGID(t *testing.T) {
 // listed, a RoCE address is still chosen; any other says both why.
 func TestChooseLegGIDWithoutNetlink(t *testing.T) {
 	h := ipoib.NewHost(ipoib.Options{Root: os.DirFS(ibSysfs(t)), Netlink: failingNetlink{}})
-	got, err := chooseLegGID(&config.Leg{Name: "roce", Kind: config.KindVerbs, IP: netip.MustParseAddr("10.20.0.1")}, ibGIDTable(t), h)
+	got, err := chooseLegGID(&config.Leg{Name: "roce", Kind: config.KindVerbs, IP: netip.MustParseAddr("10.20.0.1")}, ibGIDTable(t), h, "", nil)
 	if err != nil || got.Device != "rxe0" || got.Index != 3 {
 		t.Errorf("chooseLegGID(10.20.0.1) = %v, %v; want rxe0 index 3", got.GIDEntry, err)
 	}
-	_, err = chooseLegGID(&config.Leg{Name: "ib", Kind: config.KindVerbs, IP: netip.MustParseAddr("10.10.0.1")}, ibGIDTable(t), h)
+	_, err = chooseLegGID(&config.Leg{Name: "ib", Kind: config.KindVerbs, IP: netip.MustParseAddr("10.10.0.1")}, ibGIDTable(t), h, "", nil)
 	if err == nil || errors.Is(err, ibv.ErrNoGID) || !errors.Is(err, errNetlinkDown) ||
 		!strings.Contains(err.Error(), "no GID table entry holds this address") || !strings.Contains(err.Error(), "among the IPoIB interfaces") {
 		t.Errorf("chooseLegGID(10.10.0.1) without netlink: %v; want both reasons, not ibv.ErrNoGID", err)
@@ -237,3 +237,28 @@ func (failingNetlink) AddrList(netlink.Link, int) ([]netlink.Addr, error) {
 	return nil, errNetlinkDown
 }
 func (failingNetlink) NeighList(int, int) ([]netlink.Neigh, error) { return nil, errNetlinkDown }
+
+// TestChooseLegGIDIWARP: an address on an Ethernet netdev that no GID
+// holds is an iWARP device's when that device's GID is the netdev's
+// hardware address (siw's, beside the table's rxe); without the address
+// it is still ibv.ErrNoGID.
+func TestChooseLegGIDIWARP(t *testing.T) {
+	h := ipoib.NewHost(ipoib.Options{Root: os.DirFS(ibSysfs(t)), Netlink: ibNetlink(t)})
+	mac := net.HardwareAddr{0x52, 0x54, 0, 0xab, 0xcd, 0xef}
+	var g ibv.GID
+	copy(g[:], mac)
+	table := append(ibGIDTable(t), ibv.GIDEntry{Device: "siw0", Port: 1, GID: g, Type: ibv.GIDTypeIB})
+	l := &config.Leg{Name: "ib", Kind: config.KindVerbs, IP: netip.MustParseAddr("10.40.0.1")}
+	got, err := chooseLegGID(l, table, h, "veth2", mac)
+	if err != nil || got.Device != "siw0" || got.Port != 1 || got.Netdev != "veth2" || !strings.HasPrefix(got.Reason, "iWARP: siw0 port 1's GID is veth2's hardware address") {
+		t.Errorf("chooseLegGID(10.40.0.1 on veth2) = %+v, %v; want siw0 port 1 on veth2, said iWARP", got, err)
+	}
+	l.Device = "rxe0"
+	if _, err := chooseLegGID(l, table, h, "veth2", mac); !errors.Is(err, ibv.ErrNoGID) {
+		t.Errorf("chooseLegGID(10.40.0.1 on veth2, device rxe0): %v; want ibv.ErrNoGID", err)
+	}
+	l.Device = ""
+	if _, err := chooseLegGID(l, table, h, "", nil); !errors.Is(err, ibv.ErrNoGID) {
+		t.Errorf("chooseLegGID(10.40.0.1, no netdev found): %v; want ibv.ErrNoGID", err)
+	}
+}

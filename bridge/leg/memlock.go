@@ -26,7 +26,7 @@ type MemlockError struct {
 }
 
 func (e *MemlockError) Error() string {
-	return fmt.Sprintf("%v: the locked-memory limit is the likely cause: RLIMIT_MEMLOCK (ulimit -l) is %s, and %s pins %s, besides what the process pinned already (the gateway pins its pool once per verbs device and once per AF_XDP leg; rbridge doctor --config FILE adds it up): %s",
+	return fmt.Sprintf("%v: the locked-memory limit is the likely cause: RLIMIT_MEMLOCK (ulimit -l) is %s, and %s pins %s, besides what the process pinned already (the gateway pins its pool once per verbs device and once per AF_XDP leg, and once more per connection of a protocol route staging on a device without memory windows; rbridge doctor --config FILE adds up all but the last): %s",
 		e.Err, arena.FormatBytes(e.Limit), e.What, arena.FormatBytes(uint64(max(e.Need, 0))), MemlockFix)
 }
 
@@ -45,16 +45,23 @@ type memlockLimit struct {
 // ENOMEM or EPERM, a limit that is not unlimited, no CAP_IPC_LOCK); else
 // err as it is. An error that has the hint already keeps it.
 func MemlockHint(err error, what string, need int64) error {
-	return memlockHint(err, what, need, processMemlock)
+	return memlockHint(err, what, need, false, processMemlock)
 }
 
-func memlockHint(err error, what string, need int64, limit func() memlockLimit) error {
+// MemlockHintUncapped is MemlockHint for a driver that bounds its
+// pinning by RLIMIT_MEMLOCK even with CAP_IPC_LOCK: siw's registrations
+// (siw_umem_get) are.
+func MemlockHintUncapped(err error, what string, need int64) error {
+	return memlockHint(err, what, need, true, processMemlock)
+}
+
+func memlockHint(err error, what string, need int64, uncapped bool, limit func() memlockLimit) error {
 	var me *MemlockError
 	if err == nil || errors.As(err, &me) || !errors.Is(err, syscall.ENOMEM) && !errors.Is(err, syscall.EPERM) {
 		return err
 	}
 	l := limit()
-	if !l.known || l.ipcLock || l.cur == math.MaxUint64 {
+	if !l.known || l.ipcLock && !uncapped || l.cur == math.MaxUint64 {
 		return err
 	}
 	return &MemlockError{Err: err, What: what, Need: need, Limit: l.cur}

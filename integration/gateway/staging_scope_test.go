@@ -18,20 +18,37 @@ import (
 // TestGuestRunStagingScope: what a target behind the verbs leg may reach
 // of the gateway's staging. Two NVMe-oF hosts on the RoCE side (rxe1)
 // each send a write command through a protocol: nvme route to a target
-// on the IB side (rxe3, played by the test): each command's descriptor
-// reaches the target rewritten to staging the gateway exposed for that
-// command on that connection. The target then READs:
+// on the IB side (played by the test): each command's descriptor reaches
+// the target rewritten to staging the gateway exposed for that command on
+// that connection. The target then READs:
 //
 //   - on the second connection, with the first one's staging key: a
-//     remote access error, and no byte moves (a window is bound to its
-//     QP; another QP of the same HCA cannot use it);
+//     failure, and no byte moves;
 //   - on the first connection, with its own key: the host's data;
 //   - on the first connection, with its key, once it sent the command's
-//     completion and the host got it: a remote access error, and no byte
-//     moves (the access ended with the command).
+//     completion and the host got it: a failure, and no byte moves (the
+//     access ended with the command).
+//
+// It runs in both device passes, one way of scoping staging each:
+//
+//   - rxe (the guest's IB fabric, rxe2 and rxe3): a memory window bound on
+//     the connection's QP; another QP of the same HCA cannot use it, and
+//     gets a remote access error.
+//   - siw (the siw pair, siw0 the gateway's verbs leg and siw1 the
+//     target's): no windows, so the staging MR grants the access itself,
+//     in a protection domain the gateway made for that connection alone;
+//     siw refuses a key of another PD (siw_check_mem) and ends the
+//     connection with a TERMINATE, so the READ fails flushed.
 func TestGuestRunStagingScope(t *testing.T) {
-	guest.RequireKind(t, "rxe")
-	ns, ib := guest.UserNetns(t), guest.IB(t)
+	d := guest.Device(t)
+	ns := guest.UserNetns(t)
+	ib, windows := guest.IBFabric{}, d.Kind == "rxe"
+	if windows {
+		ib = guest.IB(t)
+	} else {
+		ib = guest.IBFabric{GatewayDevice: d.Name, GatewayNetdev: d.Netdev, GatewayIP: d.IP,
+			PeerDevice: d.Peer, PeerNetdev: d.PeerNetdev, PeerIP: d.PeerIP, PrefixLen: d.PrefixLen}
+	}
 	const port = 4431
 	logs := startGateway(t, guestLegs("udp", ns, ib, "")+fmt.Sprintf(`routes:
   - name: scope
@@ -137,9 +154,18 @@ func TestGuestRunStagingScope(t *testing.T) {
 	}
 	unmoved := bytes.Repeat([]byte{0xff}, dataLen)
 
+	// refused says whether a READ's status is the refusal this pass's
+	// device gives a key its QP may not use.
+	refused := func(st ibv.WCStatus) bool {
+		if windows {
+			return st == ibv.WCRemAccessErr
+		}
+		return st != ibv.WCSuccess
+	}
+	want := map[bool]string{true: "a remote access error", false: "a failure"}[windows]
 	st, got := read(1, "the second connection's READ with the first one's staging key")
-	if st != ibv.WCRemAccessErr || !bytes.Equal(got, unmoved) {
-		t.Errorf("the second connection's READ with the first one's staging key: %v, bytes moved %v; want a remote access error and none", st, !bytes.Equal(got, unmoved))
+	if !refused(st) || !bytes.Equal(got, unmoved) {
+		t.Errorf("the second connection's READ with the first one's staging key: %v, bytes moved %v; want %s and none", st, !bytes.Equal(got, unmoved), want)
 	}
 	st, got = read(0, "the first connection's READ with its staging key")
 	if st != ibv.WCSuccess || !bytes.Equal(got, bytes.Repeat([]byte{0xa0}, dataLen)) {
@@ -163,11 +189,17 @@ func TestGuestRunStagingScope(t *testing.T) {
 		}
 	}
 	st, got = read(0, "the first connection's READ with its staging key after the command completed")
-	if st != ibv.WCRemAccessErr || !bytes.Equal(got, unmoved) {
-		t.Errorf("the first connection's READ with its staging key after the command completed: %v, bytes moved %v; want a remote access error and none", st, !bytes.Equal(got, unmoved))
+	if !refused(st) || !bytes.Equal(got, unmoved) {
+		t.Errorf("the first connection's READ with its staging key after the command completed: %v, bytes moved %v; want %s and none", st, !bytes.Equal(got, unmoved), want)
 	}
-	if !strings.Contains(logs.String(), "memory_windows=true") {
-		t.Errorf("the gateway did not say its verbs device binds memory windows:\n%s", lastLines(logs.String(), 20))
+	if said := fmt.Sprintf("memory_windows=%v", windows); !strings.Contains(logs.String(), said) {
+		t.Errorf("the gateway did not say %s of its verbs device %s:\n%s", said, ib.GatewayDevice, lastLines(logs.String(), 20))
+	}
+	// Without windows, each connection to the target got its own PD.
+	m, _ := scrape(t, adminAddr(t, logs))
+	wantPDs := map[bool]float64{true: 0, false: 2}[windows]
+	if got := m[`rbridge_verbs_staging_own_pds_total{leg="ib"}`]; got != wantPDs {
+		t.Errorf("rbridge_verbs_staging_own_pds_total{leg=\"ib\"} = %v, want %v", got, wantPDs)
 	}
 }
 

@@ -70,6 +70,14 @@ echo "@@RB KERNEL $(uname -r)"
 CONFIG=/tests/config
 [ -r $CONFIG ] && . $CONFIG
 
+# Locked memory unbounded, as dist/rbridge.service's LimitMEMLOCK=infinity
+# gives it: siw pins a registration against RLIMIT_MEMLOCK even for root
+# (siw_umem_get consults no CAP_IPC_LOCK), and a gateway registers its pool
+# on each verbs device and, staging over a device without memory windows,
+# once more per connection.
+step limits
+ulimit -l unlimited || die "ulimit -l unlimited: the guest's shell cannot lift the locked-memory limit"
+
 step modules
 for m in crc32_generic crc32-pclmul crc32c_generic crc32c-intel libcrc32c veth bridge \
 	rdma_rxe siw rdma_ucm ib_uverbs ib_umad; do
