@@ -220,7 +220,7 @@ func Run(o Options) (*Report, error) {
 	h.checkSysctls(nets)
 	h.checkXDP(nets)
 	h.checkKernelRoCE(nets)
-	h.checkMemory()
+	h.checkMemory(rdmas)
 	h.checkTunnels()
 	if o.Interval > 0 {
 		h.checkCounters(rdmas)

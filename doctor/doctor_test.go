@@ -382,7 +382,8 @@ func TestCapturedTreeAsksNotTheHost(t *testing.T) {
 // TestVerbsLegOnIWARP: a verbs leg whose ip is on the netdev an iWARP
 // device runs on (siw0 on veth2 in the guest's tree) is found on that
 // device, as rbridge run finds it: its GID is the netdev's hardware
-// address. Another device named is still an error.
+// address; the memlock check knows siw pins against the limit even with
+// CAP_IPC_LOCK. Another device named is still an error.
 func TestVerbsLegOnIWARP(t *testing.T) {
 	sys := systems["rxe-good"]
 	sys.addrs = map[string][]netip.Addr{"veth2": {netip.MustParseAddr("198.18.2.1")}, "br1": {netip.MustParseAddr("198.18.1.2")}}
@@ -400,6 +401,10 @@ routes:
 	}
 	if fs := find(r, "gid", "leg ib"); len(fs) != 0 {
 		t.Errorf("leg ib not found on siw0:\n%s", dump(fs))
+	}
+	// The tree's process has CAP_IPC_LOCK, which siw does not honour.
+	if fs := find(r, "memlock", "host"); len(fs) != 1 || strings.Contains(fs[0].Message, "not bounded by RLIMIT_MEMLOCK") || strings.Contains(fs[0].Message, "without CAP_IPC_LOCK") || !strings.Contains(fs[0].Message, "iWARP device siw0 pins against RLIMIT_MEMLOCK") {
+		t.Errorf("memlock with a leg on siw0: got\n%s", dump(fs))
 	}
 	r = run(t, "rxe-good", fmt.Sprintf(cfg, ", device: rxe0"), doctor.Options{System: sys})
 	if fs := find(r, "gid", "leg ib"); len(fs) != 1 || fs[0].Severity != doctor.Error {

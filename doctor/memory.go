@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/procfs"
@@ -17,8 +18,9 @@ const capIPCLock = 14
 
 // checkMemory checks that the pool can be backed by huge pages and pinned:
 // ibv_reg_mr (on each verbs leg's PD) and an AF_XDP UMEM count against
-// RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
-func (h *host) checkMemory() {
+// RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK, and siw's (an iWARP
+// device, among the legs' rdmas) even then.
+func (h *host) checkMemory(rdmas []rdmaTarget) {
 	proc, err := procfs.NewFS(filepath.Join(h.o.Root, "proc"))
 	if err != nil {
 		h.finding("memlock", "host", nil, Warn, fmt.Sprintf("procfs unreadable: %v", err), "")
@@ -31,8 +33,19 @@ func (h *host) checkMemory() {
 		h.finding("memlock", "host", nil, Warn, fmt.Sprintf("this process's limits unreadable: %v", err), "")
 		return
 	}
+	// siw (iWARP) pins against the limit regardless of CAP_IPC_LOCK, and,
+	// staging for a protocol route, once more per connection.
+	var iwarp []string
+	for _, t := range rdmas {
+		if t.leg != nil && h.iwarp(t.dev) && !slices.Contains(iwarp, t.dev) {
+			iwarp = append(iwarp, t.dev)
+		}
+	}
+	if len(iwarp) > 0 {
+		why += fmt.Sprintf("; iWARP device %s pins against RLIMIT_MEMLOCK even with CAP_IPC_LOCK (siw does), and once more per connection of a protocol route", strings.Join(iwarp, ", "))
+	}
 	st, serr := self.NewStatus()
-	if serr == nil && st.CapEff&(1<<capIPCLock) != 0 {
+	if serr == nil && st.CapEff&(1<<capIPCLock) != 0 && len(iwarp) == 0 {
 		h.finding("memlock", "host", nil, OK, fmt.Sprintf("CAP_IPC_LOCK: pinning %s (%s) is not bounded by RLIMIT_MEMLOCK", formatBytes(need), why), "")
 		return
 	}
@@ -42,13 +55,17 @@ func (h *host) checkMemory() {
 		return
 	}
 	have := lim.LockedMemory
+	withoutCap := " without CAP_IPC_LOCK"
+	if len(iwarp) > 0 {
+		withoutCap = "" // why says the capability does not lift it
+	}
 	fix := leg.MemlockFix + "; this checks rbridge doctor's own limit"
 	switch {
 	case have == math.MaxUint64:
 		h.finding("memlock", "host", nil, OK, fmt.Sprintf("RLIMIT_MEMLOCK unlimited: %s to pin (%s)", formatBytes(need), why), "")
 	case have < uint64(need):
 		h.finding("memlock", "host", nil, Error,
-			fmt.Sprintf("RLIMIT_MEMLOCK %s, below the %s the gateway pins (%s) without CAP_IPC_LOCK: ibv_reg_mr or the AF_XDP UMEM fails with ENOMEM/EPERM", formatBytes(int64(have)), formatBytes(need), why), fix)
+			fmt.Sprintf("RLIMIT_MEMLOCK %s, below the %s the gateway pins (%s)%s: ibv_reg_mr or the AF_XDP UMEM fails with ENOMEM/EPERM", formatBytes(int64(have)), formatBytes(need), why, withoutCap), fix)
 	default:
 		h.finding("memlock", "host", nil, OK, fmt.Sprintf("RLIMIT_MEMLOCK %s covers the %s the gateway pins (%s)", formatBytes(int64(have)), formatBytes(need), why), "")
 	}
