@@ -244,7 +244,44 @@ func TestGuestRunISERToIB(t *testing.T) {
     target: {leg: ib, addr: "%v:3260"}
     protocol: iser
 `, ns.IP, ib.PeerIP)
-	iserThrough(t, cfg, ns.IP.String(), 64<<20, 4<<20)
+	iserThrough(t, ib.PeerIP.String(), cfg, ns.IP.String(), true, 64<<20, 4<<20)
+}
+
+// TestGuestRunISERFromIB: the other placement. LIO's isert target on the
+// RoCE side (rxe1) and the kernel's iSER initiator on the IB fabric
+// (rxe3), through a route from the verbs leg to the userspace leg with
+// protocol: iser. The target's READs and WRITEs reach the gateway's own
+// transport, which relays them to the initiator's memory: nothing is
+// staged. ib_iser binds no source address (iser_connect gives
+// rdma_resolve_addr none), and the guest reaches its IB fabric only from
+// the fabric's own addresses: for this test a rule sends the kernel's
+// own traffic to the gateway's IB address over the fabric's wire, from
+// rxe3, as an initiator's host in an IB island reaches the gateway.
+func TestGuestRunISERFromIB(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	rule := []string{"rule", "add", "pref", "99", "iif", "lo", "to", ib.GatewayIP.String() + "/32", "lookup", "103"}
+	if out, err := exec.Command("/usr/sbin/ip", rule...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(rule, " "), err, out)
+	}
+	t.Cleanup(func() {
+		rule[1] = "del"
+		if out, err := exec.Command("/usr/sbin/ip", rule...).CombinedOutput(); err != nil {
+			t.Errorf("ip %s: %v\n%s", strings.Join(rule, " "), err, out)
+		}
+	})
+	cfg := guestLegs("udp", ns, ib, "") + fmt.Sprintf(`routes:
+  - name: iser
+    listen: {leg: ib, addr: "%v:3260"}
+    target: {leg: roce, addr: "%v:3260"}
+    protocol: iser
+`, ib.GatewayIP, ns.PeerIP)
+	logs := iserThrough(t, ns.PeerIP.String(), cfg, ib.GatewayIP.String(), false, 64<<20)
+	// The initiator came from the IB fabric's host (rxe3), as the rule
+	// meant.
+	if !strings.Contains(logs.String(), fmt.Sprintf("client=%v:", ib.PeerIP)) {
+		t.Errorf("no session from the IB fabric's %v:\n%s", ib.PeerIP, lastLines(logs.String(), 20))
+	}
 }
 
 // TestGuestRunISERVerbsVerbs: the same with verbs legs on both sides
@@ -266,17 +303,19 @@ routes:
     target: {leg: ib, addr: "%v:3260"}
     protocol: iser
 `, roceGW, ib.GatewayIP, ib.GatewayDevice, roceGW, ib.PeerIP)
-	iserThrough(t, cfg, roceGW.String(), 8<<20)
+	iserThrough(t, ib.PeerIP.String(), cfg, roceGW.String(), true, 8<<20)
 }
 
-// iserThrough serves the LIO target on the IB side (rxe3), runs the
-// gateway with cfg (its route "iser" to that target), and through its
-// listen address portal logs the initiator in, moves span bytes of I/O
-// (written at 4 KiB to 1 MiB, read back and compared) and logs out, once
-// per span; then checks what the route's counters and the initiator's
-// kernel say.
-func iserThrough(t *testing.T, cfg, portal string, spans ...int) {
-	iserTarget(t, guest.IB(t).PeerIP.String())
+// iserThrough serves the LIO target at target, runs the gateway with cfg
+// (its route "iser" to that target), and through its listen address
+// portal logs the initiator in, moves span bytes of I/O (written at 4 KiB
+// to 1 MiB, read back and compared) and logs out, once per span; then
+// checks what the route's counters and the initiator's kernel say: with
+// staged (the target behind a verbs leg), the bytes the gateway pulled
+// and pushed; without, that it staged nothing. It returns the gateway's
+// log.
+func iserThrough(t *testing.T, target, cfg, portal string, staged bool, spans ...int) *syncBuffer {
+	iserTarget(t, target)
 	// The kernel's lines from here on follow this one.
 	mark := "rbridge: " + t.Name() + " starts"
 	if err := os.WriteFile("/dev/kmsg", []byte(mark+"\n"), 0o200); err != nil {
@@ -290,7 +329,7 @@ func iserThrough(t *testing.T, cfg, portal string, spans ...int) {
 		dev := iserLogin(t, portal)
 		start := time.Now()
 		blockIO(t, dev, span, span, uint64(11+i))
-		t.Logf("%d MiB written and read back through rbridge over iSER, staged, in %v", span>>20, time.Since(start).Round(time.Millisecond))
+		t.Logf("%d MiB written and read back through rbridge over iSER (staged: %v) in %v", span>>20, staged, time.Since(start).Round(time.Millisecond))
 		iserLogout(t, portal)
 		total += span
 	}
@@ -311,12 +350,10 @@ func iserThrough(t *testing.T, cfg, portal string, spans ...int) {
 	if n := strings.Count(lines, "negotiated remote invalidation"); n < len(spans) || strings.Contains(lines, "unexpected remote invalidation") || strings.Contains(lines, "Bogus remote invalidation") {
 		t.Errorf("the initiator negotiated remote invalidation %d times, want %d at least (a connection each), with no bad one:\n%s", n, len(spans), dmesg("iser"))
 	}
-	// In some runs under a loaded host's TCG (3 of 10), a connection
-	// through the userspace leg went quiet, right after login or mid-I/O,
-	// with nothing of it staged or held at the gateway and no message from
-	// the initiator after its last response, and the initiator's SCSI
-	// error handling reset it after ~47 s; the data still verified. Not
-	// understood yet: say so, and keep the gateway's debug log.
+	// A connection the initiator's SCSI error handling had to reset (once
+	// 3 runs in 10: its rxe going back N over packets a veth without RPS
+	// reordered, and stopping on its own REG_MR; see docs/crossing.md):
+	// say so, and keep the gateway's debug log.
 	if strings.Contains(ilogs.String(), "ISCSI_ERR") {
 		guest.Artifact(t, "iser-gateway-debug.log", []byte(logs.String()))
 		t.Logf("the initiator recovered a connection (its lines above; the gateway's debug log is the artifact iser-gateway-debug.log):\n%s", lastLines(ilogs.String(), 20))
@@ -328,8 +365,11 @@ func iserThrough(t *testing.T, cfg, portal string, spans ...int) {
 	// A write's first 64 KiB cross unsolicited (immediate data and
 	// Data-Out): the rest, about three quarters of the bytes written at
 	// these sizes, is pulled. Each pass reads its span twice.
-	if pulled < float64(total/2) || pushed < float64(2*total) {
+	switch {
+	case staged && (pulled < float64(total/2) || pushed < float64(2*total)):
 		t.Errorf("staging pulled %.0f and pushed %.0f bytes, want at least %d and %d", pulled, pushed, total/2, 2*total)
+	case !staged && (pulled != 0 || pushed != 0 || m["rbridge_route_staged_messages_total"+route] != 0):
+		t.Errorf("staging pulled %.0f and pushed %.0f bytes (%.0f messages staged) with the target behind the userspace leg, want none", pulled, pushed, m["rbridge_route_staged_messages_total"+route])
 	}
 	for _, k := range []string{`rbridge_route_staging_in_use_bytes{route="iser"}`, "rbridge_route_staging_failed_total" + route} {
 		if v, ok := m[k]; !ok || v != 0 {
@@ -342,6 +382,7 @@ func iserThrough(t *testing.T, cfg, portal string, spans ...int) {
 		}
 	}
 	t.Logf("staged: %.0f commands, %.0f bytes pulled, %.0f pushed", m["rbridge_route_staged_messages_total"+route], pulled, pushed)
+	return logs
 }
 
 // blockIO is nvmeIO for any block device, its failure with the kernel's

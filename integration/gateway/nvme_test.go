@@ -264,11 +264,19 @@ func TestGuestRunNVMeFromIB(t *testing.T) {
 // come up, 64 MiB of random data in I/Os of 4 KiB to 1 MiB is written and
 // read back, the host sees the target's own serial, and again after a
 // reconnect; the route's staging counters show the bytes pulled and
-// pushed, and no staging is left held.
+// pushed, and no staging is left held. In the siw pass the target is on
+// siw1 and the verbs leg on siw0, which has no memory windows.
 func TestGuestRunNVMeToIB(t *testing.T) {
-	guest.RequireKind(t, "rxe")
-	ns, ib := guest.UserNetns(t), guest.IB(t)
-	for _, io := range []string{"udp", "afxdp"} {
+	ns := guest.UserNetns(t)
+	ib, windows := stagingFabric(t)
+	ios := []string{"udp", "afxdp"}
+	if !windows {
+		// The siw pass: nvmet-rdma on siw1, staged over siw0 with a
+		// protection domain per connection. The userspace leg's io is the
+		// rxe pass's concern.
+		ios = ios[:1]
+	}
+	for _, io := range ios {
 		t.Run(io, func(t *testing.T) {
 			nvmeTarget(t, ib.PeerIP.String())
 			cfg := guestLegs(io, ns, ib, nvmeReceives) + fmt.Sprintf(`routes:
@@ -334,6 +342,11 @@ func TestGuestRunNVMeToIB(t *testing.T) {
 			}
 			t.Logf("staged: %.0f commands, %.0f bytes pulled, %.0f pushed, %.0f waits for the pool", m["rbridge_route_staged_messages_total"+route], pulled, pushed,
 				m["rbridge_route_staging_waits_total"+route])
+			// Without windows every connection to the target (a discovery
+			// controller's, each queue's, twice over) had a PD of its own.
+			if pds := m[`rbridge_verbs_staging_own_pds_total{leg="ib"}`]; windows && pds != 0 || !windows && pds < 7 {
+				t.Errorf(`rbridge_verbs_staging_own_pds_total{leg="ib"} = %v with memory windows %v; want 0 with, at least 7 without`, pds, windows)
+			}
 		})
 	}
 }

@@ -40,15 +40,8 @@ import (
 //     siw refuses a key of another PD (siw_check_mem) and ends the
 //     connection with a TERMINATE, so the READ fails flushed.
 func TestGuestRunStagingScope(t *testing.T) {
-	d := guest.Device(t)
 	ns := guest.UserNetns(t)
-	ib, windows := guest.IBFabric{}, d.Kind == "rxe"
-	if windows {
-		ib = guest.IB(t)
-	} else {
-		ib = guest.IBFabric{GatewayDevice: d.Name, GatewayNetdev: d.Netdev, GatewayIP: d.IP,
-			PeerDevice: d.Peer, PeerNetdev: d.PeerNetdev, PeerIP: d.PeerIP, PrefixLen: d.PrefixLen}
-	}
+	ib, windows := stagingFabric(t)
 	const port = 4431
 	logs := startGateway(t, guestLegs("udp", ns, ib, "")+fmt.Sprintf(`routes:
   - name: scope
@@ -201,6 +194,21 @@ func TestGuestRunStagingScope(t *testing.T) {
 	if got := m[`rbridge_verbs_staging_own_pds_total{leg="ib"}`]; got != wantPDs {
 		t.Errorf("rbridge_verbs_staging_own_pds_total{leg=\"ib\"} = %v, want %v", got, wantPDs)
 	}
+}
+
+// stagingFabric is the fabric a storage target sits on behind the
+// gateway's verbs leg in this device pass, and whether the leg's device
+// has memory windows: in the rxe pass the guest's IB fabric (rxe2, rxe3:
+// windows); in the siw pass the siw pair, siw0 the gateway's and siw1 the
+// target's (no windows: a protection domain per connection).
+func stagingFabric(t *testing.T) (guest.IBFabric, bool) {
+	t.Helper()
+	d := guest.Device(t)
+	if d.Kind == "rxe" {
+		return guest.IB(t), true
+	}
+	return guest.IBFabric{GatewayDevice: d.Name, GatewayNetdev: d.Netdev, GatewayIP: d.IP,
+		PeerDevice: d.Peer, PeerNetdev: d.PeerNetdev, PeerIP: d.PeerIP, PrefixLen: d.PrefixLen}, false
 }
 
 // scopeHost connects an NVMe-oF host stand-in from the RoCE side's rxe1
