@@ -260,16 +260,7 @@ func TestGuestRunISERToIB(t *testing.T) {
 func TestGuestRunISERFromIB(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	rule := []string{"rule", "add", "pref", "99", "iif", "lo", "to", ib.GatewayIP.String() + "/32", "lookup", "103"}
-	if out, err := exec.Command("/usr/sbin/ip", rule...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %s: %v\n%s", strings.Join(rule, " "), err, out)
-	}
-	t.Cleanup(func() {
-		rule[1] = "del"
-		if out, err := exec.Command("/usr/sbin/ip", rule...).CombinedOutput(); err != nil {
-			t.Errorf("ip %s: %v\n%s", strings.Join(rule, " "), err, out)
-		}
-	})
+	routeFromIB(t, ib.GatewayIP.String())
 	cfg := guestLegs("udp", ns, ib, "") + fmt.Sprintf(`routes:
   - name: iser
     listen: {leg: ib, addr: "%v:3260"}

@@ -270,45 +270,64 @@ func TestGuestRunNFSToIB(t *testing.T) {
 	// files); over AF_XDP the files to 2.5 MiB and the long names.
 	t.Run("udp", func(t *testing.T) { nfsToIB(t, "udp", ns, ib, append(nfsStagedFiles, 16<<20), true) })
 	t.Run("afxdp", func(t *testing.T) { nfsToIB(t, "afxdp", ns, ib, nfsStagedFiles, false) })
-	t.Run("verbs-verbs", func(t *testing.T) {
-		roceGW := netip.MustParseAddr("198.18.1.1") // rxe0's: the RoCE segment's other device
-		cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
+	t.Run("verbs-verbs", func(t *testing.T) { nfsVerbsVerbs(t, ns, ib, false) })
+}
+
+// nfsVerbsVerbs runs the gateway with verbs legs on both sides (rxe0 on
+// the RoCE segment, the IB fabric's device) and a route nfs with
+// protocol: nfs to nfsd on the IB side (rxe3), or, fromIB, on the RoCE
+// side (rxe1) for a client on the IB fabric. The client mounts through
+// it, writes files of 4 KiB and 1 MiB + 4 KiB, mounts again and reads
+// them back; the route's counters show the data staged both ways (the
+// server's READs and WRITEs reach one of the gateway's HCAs either way).
+func nfsVerbsVerbs(t *testing.T, ns guest.Netns, ib guest.IBFabric, fromIB bool) {
+	roceGW := netip.MustParseAddr("198.18.1.1") // rxe0's: the RoCE segment's other device
+	// The client's leg receives its calls, inline up to 4 KiB.
+	roceKeys, ibKeys := ", receive_size: 4096", ""
+	listenLeg, listen, targetLeg, target, client := "roce", roceGW, "ib", ib.PeerIP, ns.PeerIP
+	if fromIB {
+		roceKeys, ibKeys = "", ", receive_size: 4096"
+		listenLeg, listen, targetLeg, target, client = "ib", ib.GatewayIP, "roce", ns.PeerIP, ib.PeerIP
+	}
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
-  - {name: roce, kind: verbs, ip: %v, device: rxe0, receive_size: 4096}
-  - {name: ib, kind: verbs, ip: %v, device: %s}
+  - {name: roce, kind: verbs, ip: %v, device: rxe0%s}
+  - {name: ib, kind: verbs, ip: %v, device: %s%s}
 routes:
   - name: nfs
-    listen: {leg: roce, addr: "%v:20050"}
-    target: {leg: ib, addr: "%v:20049"}
+    listen: {leg: %s, addr: "%v:20050"}
+    target: {leg: %s, addr: "%v:20049"}
     protocol: nfs
-`, roceGW, ib.GatewayIP, ib.GatewayDevice, roceGW, ib.PeerIP)
-		logs := startGateway(t, cfg)
-		stop := watchdog(t, 100*time.Second, logs)
-		defer stop()
-		mnt := "/mnt/nfs-verbs"
-		nfsMount(t, roceGW.String(), ns.PeerIP.String(), mnt, 20050)
-		var files map[string][]byte
-		within(t, 4*time.Minute, "write the files", func() error {
-			var err error
-			files, err = nfsStagedWork(filepath.Join(mnt, "verbs"), 6, []int{4 << 10, 1<<20 + 4<<10})
-			return err
-		})
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Fatalf("unmount: %v", err)
-		}
-		nfsMount(t, roceGW.String(), ns.PeerIP.String(), mnt, 20050)
-		within(t, 4*time.Minute, "read back", func() error { return nfsStagedCompare(filepath.Join(mnt, "verbs"), files) })
-		m, _ := scrape(t, adminAddr(t, logs))
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-		if s := logs.String(); strings.Contains(s, "session failed") || strings.Contains(s, "level=ERROR") {
-			t.Errorf("the gateway logged a failure:\n%s", lastLines(s, 60))
-		}
-		waitSessionsEnded(t, logs)
-		const route = `{direction="to_target",route="nfs"}`
-		if m["rbridge_route_staging_pulled_bytes_total"+route] == 0 || m["rbridge_route_staging_pushed_bytes_total"+route] < 1<<20 {
-			t.Errorf("pulled %.0f and pushed %.0f bytes: want the files' data staged both ways", m["rbridge_route_staging_pulled_bytes_total"+route], m["rbridge_route_staging_pushed_bytes_total"+route])
-		}
+`, roceGW, roceKeys, ib.GatewayIP, ib.GatewayDevice, ibKeys, listenLeg, listen, targetLeg, target)
+	logs := startGateway(t, cfg)
+	stop := watchdog(t, 100*time.Second, logs)
+	defer stop()
+	mnt := "/mnt/nfs-verbs"
+	nfsMount(t, listen.String(), client.String(), mnt, 20050)
+	var files map[string][]byte
+	within(t, 4*time.Minute, "write the files", func() error {
+		var err error
+		files, err = nfsStagedWork(filepath.Join(mnt, "verbs"), 6, []int{4 << 10, 1<<20 + 4<<10})
+		return err
 	})
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+	nfsMount(t, listen.String(), client.String(), mnt, 20050)
+	within(t, 4*time.Minute, "read back", func() error { return nfsStagedCompare(filepath.Join(mnt, "verbs"), files) })
+	m, _ := scrape(t, adminAddr(t, logs))
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Errorf("unmount: %v", err)
+	}
+	if s := logs.String(); strings.Contains(s, "session failed") || strings.Contains(s, "level=ERROR") {
+		t.Errorf("the gateway logged a failure:\n%s", lastLines(s, 60))
+	}
+	if !strings.Contains(logs.String(), fmt.Sprintf("client=%v:", client)) {
+		t.Errorf("no session from the client's %v:\n%s", client, lastLines(logs.String(), 20))
+	}
+	waitSessionsEnded(t, logs)
+	const route = `{direction="to_target",route="nfs"}`
+	if m["rbridge_route_staging_pulled_bytes_total"+route] == 0 || m["rbridge_route_staging_pushed_bytes_total"+route] < 1<<20 {
+		t.Errorf("pulled %.0f and pushed %.0f bytes: want the files' data staged both ways", m["rbridge_route_staging_pulled_bytes_total"+route], m["rbridge_route_staging_pushed_bytes_total"+route])
+	}
 }

@@ -106,10 +106,12 @@ func nfsMount(t testing.TB, server, client, dir string, port int) {
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 }
 
-// nfsRoute makes the guest's unbound traffic to gw leave from the IB
+// routeFromIB makes the guest's unbound traffic to gw leave from the IB
 // fabric's peer side (rxe3), as a host on the IB island would, for the
-// test.
-func nfsRoute(t *testing.T, gw string) {
+// test: a kernel initiator that binds no source address (ib_iser) or
+// picks one by route reaches the gateway's IB address over the fabric's
+// wire.
+func routeFromIB(t *testing.T, gw string) {
 	t.Helper()
 	add := []string{"rule", "add", "pref", "99", "iif", "lo", "to", gw + "/32", "lookup", "103"}
 	if out, err := exec.Command("/usr/sbin/ip", add...).CombinedOutput(); err != nil {
@@ -211,7 +213,9 @@ func within(t testing.TB, d time.Duration, what string, f func() error) {
 // this one kernel, the gateway's among them. Over AF_XDP the route says
 // protocol: nfs, without the leg's receives: the protocol keeps them, and
 // parses and counts every message (the server is behind the userspace
-// leg: nothing is staged).
+// leg: nothing is staged). Then with verbs legs on both sides, where the
+// server's READs and WRITEs reach the gateway's RoCE HCA (rxe0) and are
+// staged (nfsVerbsVerbs).
 func TestGuestRunNFSFromIB(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
@@ -237,7 +241,7 @@ func TestGuestRunNFSFromIB(t *testing.T) {
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	nfsRoute(t, ib.GatewayIP.String())
+	routeFromIB(t, ib.GatewayIP.String())
 	for _, io := range []string{"udp", "afxdp"} {
 		t.Run(io, func(t *testing.T) {
 			// nfsd grants its client 64 credits, and RPC-over-RDMA never
@@ -301,6 +305,7 @@ func TestGuestRunNFSFromIB(t *testing.T) {
 			waitSessionsEnded(t, logs)
 		})
 	}
+	t.Run("verbs-verbs", func(t *testing.T) { nfsVerbsVerbs(t, ns, ib, true) })
 }
 
 // watchdog logs, once after d unless stopped first, what the gateway said,
