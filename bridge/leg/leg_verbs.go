@@ -230,7 +230,12 @@ func (v *verbsLeg) device(id *ibv.CMID) (*ibv.Device, *verbsDevice, error) {
 		vd.mrs = newStagingMRs(pd, stagingMRsKept)
 	}
 	v.devs[dev] = vd
-	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE, "memory_windows", vd.windows)
+	scope := "a memory window bound per command"
+	if !vd.windows {
+		scope = "a protection domain per connection, an MR per command"
+	}
+	v.log.Info("verbs device", "device", dev.Name(), "port", id.Port(), "iwarp", vd.iwarp, "max_sge", vd.maxSGE, "memory_windows", vd.windows,
+		"staging_scope", scope)
 	return dev, vd, nil
 }
 
