@@ -236,15 +236,20 @@ func iserLogout(t testing.TB, portal string) {
 // the route's staging counters show the bytes pulled and pushed, and no
 // staging is left held.
 func TestGuestRunISERToIB(t *testing.T) {
+	// Not in the siw pass: LIO's iSER portal takes the address and port
+	// of the iSCSI TCP portal it is made on, and an iWARP listener takes
+	// its port from the kernel's TCP ports, so siw refuses it with
+	// EADDRINUSE. NVMe-oF and NFS show staging on siw.
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
+	spans := []int{64 << 20, 4 << 20}
 	cfg := guestLegs("udp", ns, ib, "") + fmt.Sprintf(`routes:
   - name: iser
     listen: {leg: roce, addr: "%v:3260"}
     target: {leg: ib, addr: "%v:3260"}
     protocol: iser
 `, ns.IP, ib.PeerIP)
-	iserThrough(t, ib.PeerIP.String(), cfg, ns.IP.String(), true, 64<<20, 4<<20)
+	iserThrough(t, ib.PeerIP.String(), cfg, ns.IP.String(), true, spans...)
 }
 
 // TestGuestRunISERFromIB: the other placement. LIO's isert target on the

@@ -262,10 +262,18 @@ func nfsListTree(dir string) error {
 // calls by direction and the bytes staged, pulled (the WRITEs' data) and
 // pushed (the READs'), and no staging is left held. Then the same with
 // verbs legs on both sides (rxe0 on the RoCE segment), a smaller load.
+// In the siw pass, the UDP leg's files with nfsd on siw1 behind a verbs
+// leg on siw0 (no memory windows).
 func TestGuestRunNFSToIB(t *testing.T) {
-	guest.RequireKind(t, "rxe")
-	ns, ib := guest.UserNetns(t), guest.IB(t)
+	ns := guest.UserNetns(t)
+	ib, windows := stagingFabric(t)
 	nfsServer(t)
+	if !windows {
+		// The siw pass: nfsd on siw1 READs and WRITEs staging exposed
+		// on siw0 in a protection domain per connection.
+		t.Run("udp", func(t *testing.T) { nfsToIB(t, "udp", ns, ib, nfsStagedFiles, false) })
+		return
+	}
 	// The whole load over UDP (files to 16 MiB, the tree of 1,000
 	// files); over AF_XDP the files to 2.5 MiB and the long names.
 	t.Run("udp", func(t *testing.T) { nfsToIB(t, "udp", ns, ib, append(nfsStagedFiles, 16<<20), true) })
