@@ -32,21 +32,60 @@ func BenchmarkGuestNVMeThroughVsDirect(b *testing.B) {
 	ns, ib := guest.UserNetns(b), guest.IB(b)
 	nvmeTarget(b, ib.PeerIP.String())
 	roceGW := "198.18.1.1"
-	paths := []struct {
-		name, cfg, traddr, host string
-	}{
+	nvmeThroughVsDirect(b, []nvmeBenchPath{
 		{"direct", "", ib.PeerIP.String(), ib.GatewayIP.String()},
 		{"through-udp", guestLegs("udp", ns, ib, nvmeReceives) + fmt.Sprintf(`routes:
   - {name: nvme, listen: {leg: roce, addr: "%v:4420"}, target: {leg: ib, addr: "%v:4420"}, protocol: nvme}
 `, ns.IP, ib.PeerIP), ns.IP.String(), ns.PeerIP.String()},
-		{"through-verbs", fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
+		{"through-verbs", nvmeVerbsVerbs(ib, "roce", roceGW, "ib", ib.PeerIP.String()), roceGW, ns.PeerIP.String()},
+	})
+}
+
+// BenchmarkGuestNVMeFromIBThroughVsDirect is the same in the other
+// placement: nvmet-rdma on the RoCE side (rxe1), the host on the IB
+// fabric (rxe3). Direct is from the RoCE segment's other device (rxe0:
+// one hop); through the UDP leg the target's READs and WRITEs reach the
+// gateway's own transport (nothing staged); with verbs legs on both sides
+// they reach its RoCE HCA (rxe0) and are staged.
+func BenchmarkGuestNVMeFromIBThroughVsDirect(b *testing.B) {
+	guest.RequireKind(b, "rxe")
+	ns, ib := guest.UserNetns(b), guest.IB(b)
+	nvmeTarget(b, ns.PeerIP.String())
+	roceGW := "198.18.1.1"
+	nvmeThroughVsDirect(b, []nvmeBenchPath{
+		{"direct", "", ns.PeerIP.String(), roceGW},
+		{"through-udp", storageConfig("udp", ns, ib, nvmeReceives, "nvme", 4420, 4420) + "    protocol: nvme\n", ib.GatewayIP.String(), ib.PeerIP.String()},
+		{"through-verbs", nvmeVerbsVerbs(ib, "ib", ib.GatewayIP.String(), "roce", ns.PeerIP.String()), ib.GatewayIP.String(), ib.PeerIP.String()},
+	})
+}
+
+// nvmeBenchPath is one way a benchmark's host reaches the target: the
+// gateway's config ("" for none), the address the host connects to and
+// its own.
+type nvmeBenchPath struct {
+	name, cfg, traddr, host string
+}
+
+// nvmeVerbsVerbs is a gateway with verbs legs on both sides (rxe0 on the
+// RoCE segment, the IB fabric's device), its route nvme from leg listen
+// at addr to leg target at to, protocol: nvme.
+func nvmeVerbsVerbs(ib guest.IBFabric, listen, addr, target, to string) string {
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0", control: ""}
 legs:
-  - {name: roce, kind: verbs, ip: %s, device: rxe0, receives: 128, receive_size: 16384}
+  - {name: roce, kind: verbs, ip: 198.18.1.1, device: rxe0, receives: 128, receive_size: 16384}
   - {name: ib, kind: verbs, ip: %v, device: %s, receives: 128, receive_size: 16384}
 routes:
-  - {name: nvme, listen: {leg: roce, addr: "%s:4420"}, target: {leg: ib, addr: "%v:4420"}, protocol: nvme}
-`, roceGW, ib.GatewayIP, ib.GatewayDevice, roceGW, ib.PeerIP), roceGW, ns.PeerIP.String()},
-	}
+  - {name: nvme, listen: {leg: %s, addr: "%s:4420"}, target: {leg: %s, addr: "%s:4420"}, protocol: nvme}
+`, ib.GatewayIP, ib.GatewayDevice, listen, addr, target, to)
+}
+
+// nvmeThroughVsDirect runs the workloads over each path in turn, the
+// direct one first: random 4 KiB reads or writes at queue depth 32 (IOPS),
+// and 128 KiB ones at depth 8 (MB/s), O_DIRECT on the namespace, for
+// nvmeBenchFor each; the through rows report x-direct (their rate over the
+// direct row's) and the gateway process's CPU per I/O (gw-us/io, user and
+// system time).
+func nvmeThroughVsDirect(b *testing.B, paths []nvmeBenchPath) {
 	loads := []struct {
 		name  string
 		size  int
