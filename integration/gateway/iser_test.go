@@ -234,7 +234,7 @@ func iserLogout(t testing.TB, portal string) {
 // 1 MiB written (with immediate data and unsolicited Data-Out, as
 // InitialR2T=No allows) and read back, logout, login again and 4 MiB;
 // the route's staging counters show the bytes pulled and pushed, and no
-// staging is left held.
+// staging is left held. Then 16 MiB over the AF_XDP leg.
 func TestGuestRunISERToIB(t *testing.T) {
 	// Not in the siw pass: LIO's iSER portal takes the address and port
 	// of the iSCSI TCP portal it is made on, and an iWARP listener takes
@@ -242,14 +242,21 @@ func TestGuestRunISERToIB(t *testing.T) {
 	// EADDRINUSE. NVMe-oF and NFS show staging on siw.
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
-	spans := []int{64 << 20, 4 << 20}
-	cfg := guestLegs("udp", ns, ib, "") + fmt.Sprintf(`routes:
+	// Over AF_XDP, 16 MiB: the leg's io is what differs.
+	for _, run := range []struct {
+		io    string
+		spans []int
+	}{{"udp", []int{64 << 20, 4 << 20}}, {"afxdp", []int{16 << 20}}} {
+		t.Run(run.io, func(t *testing.T) {
+			cfg := guestLegs(run.io, ns, ib, "") + fmt.Sprintf(`routes:
   - name: iser
     listen: {leg: roce, addr: "%v:3260"}
     target: {leg: ib, addr: "%v:3260"}
     protocol: iser
 `, ns.IP, ib.PeerIP)
-	iserThrough(t, ib.PeerIP.String(), cfg, ns.IP.String(), true, spans...)
+			iserThrough(t, ib.PeerIP.String(), cfg, ns.IP.String(), true, run.spans...)
+		})
+	}
 }
 
 // TestGuestRunISERFromIB: the other placement. LIO's isert target on the
@@ -262,21 +269,29 @@ func TestGuestRunISERToIB(t *testing.T) {
 // the fabric's own addresses: for this test a rule sends the kernel's
 // own traffic to the gateway's IB address over the fabric's wire, from
 // rxe3, as an initiator's host in an IB island reaches the gateway.
+// 64 MiB over the UDP leg, 16 MiB over AF_XDP.
 func TestGuestRunISERFromIB(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
 	routeFromIB(t, ib.GatewayIP.String())
-	cfg := guestLegs("udp", ns, ib, "") + fmt.Sprintf(`routes:
+	for _, run := range []struct {
+		io   string
+		span int
+	}{{"udp", 64 << 20}, {"afxdp", 16 << 20}} {
+		t.Run(run.io, func(t *testing.T) {
+			cfg := guestLegs(run.io, ns, ib, "") + fmt.Sprintf(`routes:
   - name: iser
     listen: {leg: ib, addr: "%v:3260"}
     target: {leg: roce, addr: "%v:3260"}
     protocol: iser
 `, ib.GatewayIP, ns.PeerIP)
-	logs := iserThrough(t, ns.PeerIP.String(), cfg, ib.GatewayIP.String(), false, 64<<20)
-	// The initiator came from the IB fabric's host (rxe3), as the rule
-	// meant.
-	if !strings.Contains(logs.String(), fmt.Sprintf("client=%v:", ib.PeerIP)) {
-		t.Errorf("no session from the IB fabric's %v:\n%s", ib.PeerIP, lastLines(logs.String(), 20))
+			logs := iserThrough(t, ns.PeerIP.String(), cfg, ib.GatewayIP.String(), false, run.span)
+			// The initiator came from the IB fabric's host (rxe3), as the
+			// rule meant.
+			if !strings.Contains(logs.String(), fmt.Sprintf("client=%v:", ib.PeerIP)) {
+				t.Errorf("no session from the IB fabric's %v:\n%s", ib.PeerIP, lastLines(logs.String(), 20))
+			}
+		})
 	}
 }
 
