@@ -119,28 +119,18 @@ func FindGID(l *config.Leg) (ibv.GIDChoice, error) {
 	return chooseLegGID(l, table, ipoib.NewHost(ipoib.Options{}), netdev, mac)
 }
 
-// ethernetWith returns the netdev that holds ip and its hardware address,
-// when it is an Ethernet one ("" and nil otherwise, or when the
-// interfaces cannot be read): an iWARP device's GID is that address.
+// ethernetWith returns the netdev that holds ip and its hardware address
+// (ibv.LocalAddrs), when it is an Ethernet one ("" and nil otherwise, or
+// when the interfaces cannot be read): an iWARP device's GID is that
+// address.
 func ethernetWith(ip netip.Addr) (string, net.HardwareAddr) {
-	ifcs, err := net.Interfaces()
+	addrs, err := ibv.LocalAddrs()
 	if err != nil {
 		return "", nil
 	}
-	for _, ifc := range ifcs {
-		if len(ifc.HardwareAddr) != 6 {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip.Unmap() {
-					return ifc.Name, ifc.HardwareAddr
-				}
-			}
+	for _, a := range addrs {
+		if len(a.MAC) == 6 && a.IP.WithZone("").Unmap() == ip.WithZone("").Unmap() {
+			return a.Netdev, a.MAC
 		}
 	}
 	return "", nil
