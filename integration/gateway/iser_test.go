@@ -248,12 +248,7 @@ func TestGuestRunISERToIB(t *testing.T) {
 		spans []int
 	}{{"udp", []int{64 << 20, 4 << 20}}, {"afxdp", []int{16 << 20}}} {
 		t.Run(run.io, func(t *testing.T) {
-			cfg := guestLegs(run.io, ns, ib, "") + fmt.Sprintf(`routes:
-  - name: iser
-    listen: {leg: roce, addr: "%v:3260"}
-    target: {leg: ib, addr: "%v:3260"}
-    protocol: iser
-`, ns.IP, ib.PeerIP)
+			cfg := guestLegs(run.io, ns, ib, "") + iserRoute("roce", ns.IP, "ib", ib.PeerIP)
 			iserThrough(t, ib.PeerIP.String(), cfg, ns.IP.String(), true, run.spans...)
 		})
 	}
@@ -279,12 +274,7 @@ func TestGuestRunISERFromIB(t *testing.T) {
 		span int
 	}{{"udp", 64 << 20}, {"afxdp", 16 << 20}} {
 		t.Run(run.io, func(t *testing.T) {
-			cfg := guestLegs(run.io, ns, ib, "") + fmt.Sprintf(`routes:
-  - name: iser
-    listen: {leg: ib, addr: "%v:3260"}
-    target: {leg: roce, addr: "%v:3260"}
-    protocol: iser
-`, ib.GatewayIP, ns.PeerIP)
+			cfg := guestLegs(run.io, ns, ib, "") + iserRoute("ib", ib.GatewayIP, "roce", ns.PeerIP)
 			logs := iserThrough(t, ns.PeerIP.String(), cfg, ib.GatewayIP.String(), false, run.span)
 			// The initiator came from the IB fabric's host (rxe3), as the
 			// rule meant.
@@ -308,13 +298,19 @@ func TestGuestRunISERVerbsVerbs(t *testing.T) {
 legs:
   - {name: roce, kind: verbs, ip: %v, device: rxe0}
   - {name: ib, kind: verbs, ip: %v, device: %s}
-routes:
-  - name: iser
-    listen: {leg: roce, addr: "%v:3260"}
-    target: {leg: ib, addr: "%v:3260"}
-    protocol: iser
-`, roceGW, ib.GatewayIP, ib.GatewayDevice, roceGW, ib.PeerIP)
+`, roceGW, ib.GatewayIP, ib.GatewayDevice) + iserRoute("roce", roceGW, "ib", ib.PeerIP)
 	iserThrough(t, ib.PeerIP.String(), cfg, roceGW.String(), true, 8<<20)
+}
+
+// iserRoute is a config's routes: the route "iser" from leg listen at
+// addr:3260 to leg target at to:3260, protocol: iser.
+func iserRoute(listen string, addr netip.Addr, target string, to netip.Addr) string {
+	return fmt.Sprintf(`routes:
+  - name: iser
+    listen: {leg: %s, addr: "%v:3260"}
+    target: {leg: %s, addr: "%v:3260"}
+    protocol: iser
+`, listen, addr, target, to)
 }
 
 // iserThrough serves the LIO target at target, runs the gateway with cfg
