@@ -18,7 +18,7 @@
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
 //	    busy_poll: true             # optional (a userspace or verbs leg): the leg's receive loop spins on a thread of its own, a CPU
 //	    busy_poll_cpus: [4]         # optional, with busy_poll: pin that loop to CPU 4
-//	    queues: 4                   # optional (io: udp): receive loops, a socket each (default 1)
+//	    queues: 4                   # optional (io: udp): receive loops, a socket each (default: the CPUs, at most 16)
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
 //	    ip: 10.0.0.1                # this gateway's address toward it
@@ -258,7 +258,8 @@ type Leg struct {
 	// Queues (userspace with io: udp) is how many receive loops the leg
 	// runs, each on a socket of its own bound to the leg's address
 	// (SO_REUSEPORT, steered by destination QP: a QP is served by one
-	// loop); 0 is the default, one loop (leg.Queues says why).
+	// loop); 0 is the default, chosen when the leg opens from the CPUs
+	// the process may use (at most DefaultMaxQueues; 1 with busy_poll).
 	Queues int `yaml:"queues"`
 
 	line         int
@@ -268,8 +269,12 @@ type Leg struct {
 	listen, peer netip.AddrPort
 }
 
-// MaxQueues bounds a leg's queues (roce.MaxQueues).
-const MaxQueues = 256
+// MaxQueues bounds a leg's queues (roce.MaxQueues); DefaultMaxQueues
+// bounds the default, chosen from the CPUs the process may use.
+const (
+	MaxQueues        = 256
+	DefaultMaxQueues = 16
+)
 
 // MaxReceives bounds a verbs leg's receives per connection.
 const MaxReceives = 1024

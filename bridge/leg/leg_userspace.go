@@ -113,8 +113,17 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		switch l.IO {
 		case config.IOUDP:
 			// Its multicast (groups) leaves on the leg's interface.
-			u.steer, err = udpconn.ListenQueues(udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
-				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind}, queues)
+			o := udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
+				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind}
+			u.steer, err = udpconn.ListenQueues(o, queues)
+			if err != nil && l.Queues == 0 && queues > 1 {
+				// The default's loops need the steering program (CAP_BPF):
+				// without it, one loop, as a leg had before queues.
+				log.Warn("userspace leg: one receive loop, not the default's several: their steering could not be set up (queues: 1 says so and keeps this quiet)",
+					"leg", l.Name, "queues", queues, "err", err)
+				u.queuesWhy = fmt.Sprintf("%s; one, as the steering failed: %v", u.queuesWhy, err)
+				u.steer, err = udpconn.ListenQueues(o, 1)
+			}
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package leg_test
 
 import (
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -40,5 +41,31 @@ func TestOpenUserspaceNamesItsNamespace(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.HasPrefix(msg, "lo in the gateway's own network namespace: ") || strings.Contains(msg, `""`) {
 		t.Errorf("got %q, want it to say lo is in the gateway's own network namespace", msg)
+	}
+}
+
+// TestQueuesDefault: a userspace leg's receive loops are its queues key,
+// else one per CPU the process may use (at most config.DefaultMaxQueues),
+// else one with busy_poll; and GOMAXPROCS bounds the default as the
+// affinity does.
+func TestQueuesDefault(t *testing.T) {
+	want := min(runtime.NumCPU(), runtime.GOMAXPROCS(0), config.DefaultMaxQueues)
+	for _, tc := range []struct {
+		what string
+		l    config.Leg
+		want int
+	}{
+		{"the default", config.Leg{}, want},
+		{"queues: 3", config.Leg{Queues: 3}, 3},
+		{"busy_poll", config.Leg{BusyPoll: true}, 1},
+	} {
+		if got, why := leg.Queues(&tc.l); got != tc.want || why == "" {
+			t.Errorf("%s: %d loops (%q), want %d", tc.what, got, why, tc.want)
+		}
+	}
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	if got, why := leg.Queues(&config.Leg{}); got != 1 || !strings.Contains(why, "GOMAXPROCS 1") {
+		t.Errorf("with GOMAXPROCS 1: %d loops (%q), want 1, saying why", got, why)
 	}
 }

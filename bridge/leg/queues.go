@@ -2,22 +2,25 @@ package leg
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/rbridge/rbridge/bridge/config"
 )
 
 // Queues is how many receive loops a userspace leg with io: udp runs, and
-// why: its queues key, or the default, one. Several loops are not the
-// default yet: the CM's MADs leave on loop 0's socket and a QP's ACKs on
-// its own loop's, so a DREQ can overtake the ACK of a SEND the gateway
-// completed just before it, and the peer sees that SEND flushed (seen in
-// the guest: an rping server, through two gateways, failing its last
-// SEND after its client had received it).
+// why: its queues key, or the default, the CPUs the process may use (its
+// affinity mask, as runtime.NumCPU reads it, and GOMAXPROCS), at most
+// config.DefaultMaxQueues; 1 when the leg busy-polls (one spinning loop).
 func Queues(l *config.Leg) (int, string) {
-	if l.Queues > 0 {
+	switch {
+	case l.Queues > 0:
 		return l.Queues, fmt.Sprintf("queues: %d", l.Queues)
+	case l.BusyPoll:
+		return 1, "busy_poll: one loop"
 	}
-	return 1, "default: one loop"
+	cpus, procs := runtime.NumCPU(), runtime.GOMAXPROCS(0)
+	n := min(cpus, procs, config.DefaultMaxQueues)
+	return max(n, 1), fmt.Sprintf("default: %d CPUs the process may use, GOMAXPROCS %d, at most %d", cpus, procs, config.DefaultMaxQueues)
 }
 
 // QueueCounters is one receive loop's share of a userspace leg with io:

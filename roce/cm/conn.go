@@ -124,7 +124,9 @@ func (c *Conn) Disconnect(ctx context.Context) error {
 		DREQ(d).Encode(&DREQFields{LocalCommID: c.localID, RemoteCommID: c.remoteID, RemoteQPN: c.remoteQPN})
 	})
 	c.state = stateDreqSent
-	m.send(c.peer, mad)
+	// After the ACKs the QP sent: a peer whose rdma_cm saw the DREQ
+	// first would flush a SEND this side had acknowledged.
+	m.sendAfter(c.peer, mad, c.qp)
 	c.armLocked(mad, m.retryTimeout(c.peerTime))
 	m.mu.Unlock()
 	select {

@@ -300,13 +300,25 @@ func (m *Manager) routineReceive() {
 }
 
 // send sends one MAD to the CM at peer (its IP; the port is always 4791).
-func (m *Manager) send(peer netip.Addr, mad []byte) {
+func (m *Manager) send(peer netip.Addr, mad []byte) { m.sendAfter(peer, mad, nil) }
+
+// sendAfter sends one MAD to the CM at peer; with a connection's QP,
+// through that QP's device after what the QP queued
+// (transport.QP.PostSendAfter), so that the peer cannot take the MAD
+// before an ACK the QP sent.
+func (m *Manager) sendAfter(peer netip.Addr, mad []byte, qp *transport.QP) {
 	m.sendMu.Lock()
 	defer m.sendMu.Unlock()
 	copy(m.sendMR.Buf(), mad)
-	err := m.qp1.PostSend(transport.SendWR{Opcode: transport.OpSend,
+	wr := transport.SendWR{Opcode: transport.OpSend,
 		Local: transport.SGE{MR: m.sendMR, Length: MADLen},
-		UD:    &transport.UDDest{Addr: netip.AddrPortFrom(peer, roce.Port), QPN: GSIQPN, QKey: GSIQKey}})
+		UD:    &transport.UDDest{Addr: netip.AddrPortFrom(peer, roce.Port), QPN: GSIQPN, QKey: GSIQKey}}
+	var err error
+	if qp != nil {
+		err = m.qp1.PostSendAfter(qp, wr)
+	} else {
+		err = m.qp1.PostSend(wr)
+	}
 	if err != nil {
 		m.log.Warn("send MAD", "to", peer, "err", err)
 		return

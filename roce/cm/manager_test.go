@@ -24,6 +24,9 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // node is a transport device on the simulated network with a CM.
 type node struct {
 	dev *transport.Device
+	// rc, if set, is the device the node's RC QPs are made on (another
+	// queue's than the CM's dev).
+	rc  *transport.Device
 	cm  *cm.Manager
 	pd  *transport.PD
 	mr  *transport.MR
@@ -51,7 +54,11 @@ func newNode(t *testing.T, n *simnet.Net, ip string) *node {
 // qp makes an RC QP in INIT with receives posted.
 func (nd *node) qp(t *testing.T) *transport.QP {
 	t.Helper()
-	qp, err := nd.dev.CreateQP(nd.pd, transport.QPInitAttr{Type: transport.RC, SendCQ: nd.cq, RecvCQ: nd.cq})
+	dev := nd.dev
+	if nd.rc != nil {
+		dev = nd.rc
+	}
+	qp, err := dev.CreateQP(nd.pd, transport.QPInitAttr{Type: transport.RC, SendCQ: nd.cq, RecvCQ: nd.cq})
 	check(t, err)
 	t.Cleanup(func() { qp.Close() })
 	check(t, qp.Modify(transport.QPAttr{State: transport.StateInit}))
@@ -253,6 +260,107 @@ func TestDREQOutlivesDisconnect(t *testing.T) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// TestDREQAfterAck: a server of two queues, its CM on queue 0's conn and
+// the connection's QP on queue 1's. Disconnect's DREQ leaves by queue 1's
+// conn, after the last ACK the QP sent there: a DREQ sent by queue 0's
+// conn could overtake that ACK (two sockets, two transmit paths), and the
+// client would flush a SEND the server had acknowledged. The old code
+// sent it by queue 0's.
+func TestDREQAfterAck(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	var w writes
+	cli, srv := newNode(t, n, "10.0.0.1"), newQueuedNode(t, n, "10.0.0.2", &w)
+	cc, sc := connect(t, cli, srv, 7477, nil, nil)
+	traffic(t, cli, srv, cc, sc)
+	check(t, sc.Disconnect(ctxT(t)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lastAck, dreq := -1, -1
+	for i, p := range w.sent {
+		switch {
+		case dreq >= 0:
+		case p.op == roce.RCAcknowledge:
+			lastAck = i
+		case p.cm == cm.AttrDREQ:
+			dreq = i
+		}
+	}
+	if lastAck < 0 || dreq < 0 {
+		t.Fatalf("the server sent %+v: want ACKs, then a DREQ", w.sent)
+	}
+	if a := w.sent[lastAck]; a.queue != 1 {
+		t.Fatalf("the server's QP sent its ACK by queue %d's conn, want 1's: the test proves nothing", a.queue)
+	}
+	if d := w.sent[dreq]; d.queue != 1 {
+		t.Errorf("the DREQ left by queue %d's conn, want 1's, the conn of the QP's last ACK", d.queue)
+	}
+}
+
+// writes records, in order, the packets a node's conns wrote.
+type writes struct {
+	mu   sync.Mutex
+	sent []written
+}
+
+// written is one packet: the queue whose conn wrote it, its opcode, and
+// the CM attribute of a MAD.
+type written struct {
+	queue int
+	op    roce.Opcode
+	cm    cm.AttrID
+}
+
+// recordedConn writes through its conn and records each packet in w.
+type recordedConn struct {
+	roce.PacketConn
+	queue int
+	w     *writes
+}
+
+func (c *recordedConn) WriteBatch(msgs []roce.Message) (int, error) {
+	c.w.mu.Lock()
+	for _, m := range msgs {
+		b := m.Buf[:m.N]
+		p := written{queue: c.queue, op: roce.BTH(b).Opcode()}
+		mad := m.Payload // a gathered packet's payload lies apart
+		if mad == nil && len(b) >= roce.BTHLen+roce.DETHLen {
+			mad = b[roce.BTHLen+roce.DETHLen:]
+		}
+		if roce.BTH(b).DestQP() == 1 && len(mad) >= cm.MADLen {
+			p.cm = cm.MADHeader(mad).AttrID()
+		}
+		c.w.sent = append(c.w.sent, p)
+	}
+	c.w.mu.Unlock()
+	return c.PacketConn.WriteBatch(msgs)
+}
+
+// newQueuedNode is newNode with two queues, whose writes w records: the CM
+// on queue 0's device (port 4791), RC QPs on queue 1's (port 4792; simnet
+// has no SO_REUSEPORT, so the second queue has a port of its own).
+func newQueuedNode(t *testing.T, n *simnet.Net, ip string, w *writes) *node {
+	t.Helper()
+	nd := &node{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<16), cq: transport.NewCQ(1024)}
+	var conns []roce.PacketConn
+	for q, port := range []uint16{roce.Port, roce.Port + 1} {
+		c, err := n.Listen(netip.AddrPortFrom(nd.ip, port))
+		check(t, err)
+		conns = append(conns, &recordedConn{PacketConn: c, queue: q, w: w})
+	}
+	devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: quiet})
+	check(t, err)
+	for _, d := range devs {
+		t.Cleanup(func() { d.Close() })
+	}
+	nd.dev, nd.rc = devs[0], devs[1]
+	nd.cm, err = cm.New(cm.Options{Device: nd.dev, Addr: nd.ip, Logger: quiet, RetryTimeout: 20 * time.Millisecond, MaxPathMTU: 1024})
+	check(t, err)
+	t.Cleanup(func() { nd.cm.Close() })
+	nd.mr, err = nd.pd.RegisterMR(nd.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead)
+	check(t, err)
+	return nd
 }
 
 func TestRejectUnknownService(t *testing.T) {

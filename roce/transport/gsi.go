@@ -1,6 +1,11 @@
 package transport
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rbridge/rbridge/roce"
+)
 
 // GSIQPN is the number of the general services QP, the one InfiniBand
 // management datagrams (the CM's MADs among them) are addressed to.
@@ -36,4 +41,76 @@ func (d *Device) CreateGSIQP(pd *PD, attr QPInitAttr) (*QP, error) {
 	qp.qpn = GSIQPN
 	d.qps[GSIQPN] = qp
 	return qp, nil
+}
+
+// PostSendAfter posts wrs on qp, a UD QP (the CM's QP 1), and writes them
+// through rc's device, after what rc has queued (the ACK it coalesced over
+// its last batch, if one is pending) and in the same batch: after every
+// ACK rc sent, on the same conn. The peer then takes those ACKs before
+// what wrs carry, whichever queue rc's packets leave by.
+//
+// A DREQ needs this. It tells the peer's rdma_cm the connection is gone,
+// and the peer's application then flushes the send queue. Sent alone on
+// QP 1's device (queue 0's socket), a DREQ can overtake an ACK that rc's
+// queue sent just before it: two sockets are two transmit paths (a NIC's
+// transmit queues, a veth's per-CPU backlogs), each in its own order. The
+// peer then sees its SEND, which rbridge acknowledged and relayed,
+// flushed in error. One socket's packets keep their order.
+//
+// rc is an RC QP in any state.
+func (qp *QP) PostSendAfter(rc *QP, wrs ...SendWR) error {
+	if qp.typ != UD {
+		return fmt.Errorf("transport: post send after an RC QP: QP %#x is %v, want UD", qp.qpn, qp.typ)
+	}
+	if rc == nil || rc.typ != RC {
+		return fmt.Errorf("transport: post send after an RC QP: want an RC QP to follow")
+	}
+	rc.mu.Lock()
+	rc.flushAckLocked()
+	rc.mu.Unlock()
+	qp.mu.Lock()
+	err := qp.postSendLocked(wrs)
+	qp.mu.Unlock()
+	rc.dev.sendAfter(rc, qp)
+	return err
+}
+
+// sendAfter writes what first and then queued, in that order, in as few
+// batches as the conn takes, on d (first's device). then's own device's
+// send lock is held as well, since then's queue belongs to it.
+func (d *Device) sendAfter(first, then *QP) {
+	d.txMu.Lock()
+	defer d.txMu.Unlock()
+	if o := then.dev; o != d {
+		o.txMu.Lock() // the only nesting: an RC QP's device, then QP 1's
+		defer o.txMu.Unlock()
+	}
+	select {
+	case <-d.closed:
+		first.dropTx()
+		then.dropTx()
+		return
+	default:
+	}
+	a := first.takeTx()
+	b := then.takeTx()
+	msgs := make([]roce.Message, 0, len(a)+len(b))
+	msgs = append(append(msgs, a...), b...)
+	for len(msgs) > 0 {
+		n, err := d.conn.WriteBatch(msgs)
+		d.stats.TxPackets.Add(uint64(n))
+		if err != nil {
+			if !errors.Is(err, roce.ErrConnClosed) {
+				d.log.Warn("write packets", "qp", first.qpn, "err", err)
+			}
+			break
+		}
+		msgs = msgs[n:]
+	}
+	if a != nil {
+		first.releaseTx()
+	}
+	if b != nil {
+		then.releaseTx()
+	}
 }
