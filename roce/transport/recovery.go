@@ -65,8 +65,9 @@ import (
 //
 // Deadlines: the ACK timeout (ackDeadline) runs while packets are
 // unacknowledged and restarts on progress; the tail-loss probe
-// (tlpDeadline) is due a probe time (twice the smoothed round trip, at
-// least minProbeTimeout) after the last progress or probe, doubling for
+// (tlpDeadline) is due a probe time (twice the smoothed round trip, or the
+// smoothed round trip and four times its variation where that is longer,
+// at least minProbeTimeout) after the last progress or probe, doubling for
 // each probe unanswered in probe; rnrDeadline replaces both in rnrWait.
 // deadline returns the earliest; the QP keeps one timer on it.
 //
@@ -110,6 +111,7 @@ type recovery struct {
 	// was never sent before (Karn): rttPSN, sent at rttSent when una was
 	// rttUna.
 	srtt, minRTT time.Duration
+	rttvar       time.Duration // the round trip's smoothed mean deviation
 	rttPSN       roce.PSN
 	rttUna       roce.PSN
 	rttSent      time.Time
@@ -457,18 +459,23 @@ func (m *recovery) restartDeadlines(now time.Time) {
 }
 
 // probeTimeout is how long after the last progress the tail-loss probe is
-// due: twice the smoothed round trip, at least minProbeTimeout; 0 before
-// the first round trip was measured.
+// due: twice the smoothed round trip (RFC 8985's), or the smoothed round
+// trip and four times its mean deviation (RFC 6298's retransmission
+// timeout, RFC 9002's probe timeout) where that is longer, at least
+// minProbeTimeout; 0 before the first round trip was measured. Where round
+// trips vary by more than half their mean (a receiver on a loaded CPU, a
+// virtual machine's wake-ups), the deviation keeps the probe from going
+// out while the ACK is on its way, each time the round trip runs long.
 func (m *recovery) probeTimeout() time.Duration {
 	if m.srtt == 0 {
 		return 0
 	}
-	return max(2*m.srtt, minProbeTimeout)
+	return max(2*m.srtt, m.srtt+4*m.rttvar, minProbeTimeout)
 }
 
 // sampleRTT folds a round trip d, over which delivered packets were
 // acknowledged, into srtt and the delivery rate (both with RFC 6298's 1/8
-// gain) and minRTT. A smoothed rate, not the fastest sample: one burst of
+// gain), rttvar (its 1/4) and minRTT. A smoothed rate, not the fastest sample: one burst of
 // coalesced ACKs would otherwise inflate the bandwidth-delay product, and
 // with it what every later loss costs.
 func (m *recovery) sampleRTT(d time.Duration, delivered int) {
@@ -476,8 +483,13 @@ func (m *recovery) sampleRTT(d time.Duration, delivered int) {
 		d = time.Nanosecond
 	}
 	if m.srtt == 0 {
-		m.srtt, m.minRTT = d, d
+		m.srtt, m.rttvar, m.minRTT = d, d/2, d
 	} else {
+		dev := m.srtt - d
+		if dev < 0 {
+			dev = -dev
+		}
+		m.rttvar += (dev - m.rttvar) / 4
 		m.srtt += (d - m.srtt) / 8
 		m.minRTT = min(m.minRTT, d)
 	}

@@ -74,10 +74,11 @@ func repeat(n int, s step) step {
 	}
 }
 
-// withRTT measures a 100 us round trip: the probe time is then
-// minProbeTimeout, the floor over twice the round trip.
+// withRTT measures a 50 us round trip: the probe time is then
+// minProbeTimeout, the floor over twice the round trip and over the round
+// trip and four times its deviation (25 us after one sample).
 func withRTT() []step {
-	return []step{send(0, wrapPSN, 1), ack(100*time.Microsecond, wrapPSN)}
+	return []step{send(0, wrapPSN, 1), ack(50*time.Microsecond, wrapPSN)}
 }
 
 const p0 = wrapPSN + 1 // the first PSN after withRTT: 0xffffff
@@ -416,8 +417,32 @@ func TestRecoveryRTT(t *testing.T) {
 	if want := 80*us + (160*us-80*us)/8; m.srtt != want || m.minRTT != 80*us {
 		t.Errorf("srtt %v min %v, want %v and 80us", m.srtt, m.minRTT, want)
 	}
-	if got, want := m.probeTimeout(), minProbeTimeout; got != want {
-		t.Errorf("probe timeout %v, want %v (the floor)", got, want)
+	// The deviation: 40 us from the first sample, then 3/4 of it and 1/4
+	// of the second's 80 us from the mean: 50 us. The probe time is the
+	// round trip and four deviations (290 us), above twice the round trip
+	// (180 us) and the floor (250 us).
+	if m.rttvar != 50*us {
+		t.Errorf("rttvar %v, want 50us", m.rttvar)
+	}
+	if got, want := m.probeTimeout(), 90*us+4*50*us; got != want {
+		t.Errorf("probe timeout %v, want %v (the round trip and four deviations)", got, want)
+	}
+	// Steady round trips bring the deviation down, and twice the round
+	// trip back (with the floor under it).
+	for i := range 40 {
+		t0 := time.Duration(7000+200*i) * us
+		send(t0, wrapPSN.Add(7+i), 1)(&m)
+		ack(t0+150*us, wrapPSN.Add(7+i))(&m)
+	}
+	if got := m.probeTimeout(); got < 2*m.srtt || got > 2*m.srtt+5*us || m.srtt < 145*us {
+		t.Errorf("probe timeout %v after steady 150us round trips (srtt %v, rttvar %v), want twice the round trip", got, m.srtt, m.rttvar)
+	}
+	// One round trip ten times longer raises the probe time past twice the
+	// round trip: the deviation answers what the mean barely moves for.
+	send(20*time.Millisecond, wrapPSN.Add(50), 1)(&m)
+	ack(20*time.Millisecond+1500*us, wrapPSN.Add(50))(&m)
+	if got := m.probeTimeout(); got <= 2*m.srtt || got != m.srtt+4*m.rttvar {
+		t.Errorf("probe timeout %v after one 1.5ms round trip (srtt %v, rttvar %v), want the round trip and four deviations", got, m.srtt, m.rttvar)
 	}
 }
 
@@ -434,7 +459,7 @@ func TestRecoveryDeadlines(t *testing.T) {
 	if got := m.deadline(); !got.Equal(at(recTimeout)) {
 		t.Errorf("deadline %v, want the ACK timeout at %v", got, at(recTimeout))
 	}
-	ack(100*time.Microsecond, wrapPSN)(&m)
+	ack(50*time.Microsecond, wrapPSN)(&m)
 	if !m.deadline().IsZero() {
 		t.Errorf("deadline %v with nothing outstanding", m.deadline())
 	}
