@@ -411,8 +411,11 @@ func (g *Gateway) Sessions() int {
 type GatewayState struct {
 	Sessions   int
 	Goroutines int // the whole process's (runtime.NumGoroutine)
-	// PoolInUse is how many pool buffers are held, over every class.
-	PoolInUse int
+	// PoolInUse is how many pool buffers are held, over every class,
+	// but for PoolReceiving: those the userspace legs' UDP sockets hold
+	// for their next reads (leg.ReceiveHolder), which move with the
+	// traffic.
+	PoolInUse, PoolReceiving int
 	// UserspaceQPs and UserspaceCMConns count over every userspace leg:
 	// its device's QPs (QP 1 among them) and its CM's connections.
 	UserspaceQPs, UserspaceCMConns int
@@ -428,9 +431,15 @@ func (g *Gateway) State() GatewayState {
 	g.mu.Lock()
 	st.Sessions = len(g.sessions)
 	g.mu.Unlock()
+	for _, l := range g.legs {
+		if r, ok := l.(leg.ReceiveHolder); ok {
+			st.PoolReceiving += r.ReceiveFrames()
+		}
+	}
 	for _, c := range g.pool.Stats() {
 		st.PoolInUse += c.Total - c.Free
 	}
+	st.PoolInUse -= st.PoolReceiving
 	for _, l := range g.legs {
 		qps, conns := l.Objects()
 		st.UserspaceQPs += qps
@@ -451,7 +460,7 @@ func (g *Gateway) LogState() {
 	g.log.Info("gateway state", "sessions", st.Sessions, "goroutines", st.Goroutines, "pool_in_use", st.PoolInUse,
 		slog.Group("userspace", "qps", st.UserspaceQPs, "cm_conns", st.UserspaceCMConns),
 		slog.Group("verbs", "qps", st.VerbsQPs, "cqs", st.VerbsCQs, "cm_ids", st.VerbsCMIDs, "event_channels", st.VerbsEventChannels),
-		poolAttrs(g.pool.Stats()))
+		"pool_receiving", st.PoolReceiving, poolAttrs(g.pool.Stats()))
 	for s, info := range g.sessions {
 		st := s.State()
 		attrs := []any{"route", info.route, "client", info.client, "age", time.Since(info.started).Round(time.Millisecond),

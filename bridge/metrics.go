@@ -284,6 +284,8 @@ var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.St
 	{"tx_gso_errors_total", "GSO sends the kernel refused with EIO; the first turns GSO off for the socket.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxGSOErrors }},
 	{"rx_bytes_total", "Bytes of RoCEv2 datagrams received.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxBytes }},
 	{"tx_bytes_total", "Bytes of RoCEv2 datagrams sent.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxBytes }},
+	{"rx_lent_total", "Datagrams received into the pool's buffers and lent to the sessions where they landed (not copied).", func(s *udpconn.StatsSnapshot) uint64 { return s.RxLent }},
+	{"rx_lend_short_total", "Receive buffers that found none of the pool's free for lending (half its 64 KiB class is kept for the rest) and read into the socket's own memory: their datagrams copied.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxLendShort }},
 })
 
 // The AF_XDP socket's counters (a userspace leg with io: afxdp).

@@ -24,7 +24,7 @@ import (
 type UserspaceEndpoint struct {
 	qp     *transport.QP
 	mr     *transport.MR // the pool's arena in the QP's PD
-	frames *pool.Frames  // the device's AF_XDP frames, or nil
+	frames *pool.Frames  // the pool's buffers the device's conn lends, or nil
 	scq    *transport.CQ
 	rcq    *transport.CQ
 
@@ -67,9 +67,10 @@ type UserspaceOptions struct {
 	// MR is the pool's arena registered in PD (local write access is
 	// enough: peers never address it).
 	MR *transport.MR
-	// Frames, when the device's conn is AF_XDP over the pool, are the
-	// pool's frames it receives into: a request's payload in one is lent
-	// to the session, which relays it from there.
+	// Frames, when the device's conn lends the pool's buffers it receives
+	// into (AF_XDP over the pool, a UDP socket's GRO reads), are those
+	// buffers: a request's payload in one is lent to the session, which
+	// relays it from there.
 	Frames *pool.Frames
 	// MaxSend is the send queue's depth (default 256).
 	MaxSend int

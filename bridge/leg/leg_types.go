@@ -84,6 +84,14 @@ type Leg interface {
 	NICPort() (device string, port int, ok bool)
 }
 
+// A ReceiveHolder is a leg whose sockets hold pool buffers for their next
+// reads (a userspace leg's UDP sockets that lend what they read): from one
+// read to the next their count moves with the traffic, so a count of what
+// the gateway holds at rest leaves them out.
+type ReceiveHolder interface {
+	ReceiveFrames() int
+}
+
 // A groupLeg is a leg that carries multicast groups (userspace and verbs
 // legs).
 type GroupLeg interface {

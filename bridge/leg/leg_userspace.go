@@ -51,8 +51,9 @@ type userspaceLeg struct {
 	// neigh resolves the peers' Ethernet addresses (AF_XDP), in the leg's
 	// namespace.
 	Neigh *xdp.Resolver
-	// frames are the pool's buffers the AF_XDP socket receives into (nil
-	// over UDP).
+	// frames are the pool's buffers the AF_XDP socket, or the UDP sockets'
+	// GRO reads, receive into (nil where the pool has no buffers of their
+	// size).
 	frames *pool.Frames
 	// mtu is the largest path MTU the leg carries, and why (the
 	// interface's MTU, the AF_XDP frame): what its Dials ask for, and the
@@ -115,6 +116,17 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 			// Its multicast (groups) leaves on the leg's interface.
 			o := udpconn.Options{Addr: local, Interface: ifi.Index, Logger: log,
 				NoGSO: l.NoUDPOffload(), NoGRO: l.NoUDPOffload(), FreeBind: l.FreeBind}
+			// GRO reads land in the pool's 64 KiB buffers, lent to the
+			// sessions as AF_XDP's frames are: a payload relayed to a
+			// verbs leg is gathered from where it landed, not copied.
+			// Half the class stays for the rest: a frame may hold one
+			// short packet that a session keeps until its far side
+			// completes it.
+			if fr, ferr := pl.LendFrames(udpconn.FrameLen, 0.5); ferr == nil {
+				u.frames, o.Frames, o.Arena = fr, fr, pl.Arena()
+			} else {
+				log.Info("userspace leg: received payloads are copied, not lent", "leg", l.Name, "why", ferr)
+			}
 			u.steer, err = udpconn.ListenQueues(o, queues)
 			if err != nil && l.Queues == 0 && queues > 1 {
 				// The default's loops need the steering program (CAP_BPF):
@@ -185,7 +197,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 	}
 	log.Info("userspace leg path MTU", "leg", l.Name, "mtu", u.MTU, "why", u.mtuWhy)
 	if uc, ok := u.pconn.(*udpconn.Conn); ok {
-		log.Info("userspace leg UDP offload", "leg", l.Name, "offload", uc.Offload())
+		log.Info("userspace leg UDP offload", "leg", l.Name, "offload", uc.Offload(), "lends_pool_buffers", uc.LendsFrames())
 	}
 	if u.CM, err = cm.New(cm.Options{Device: u.dev, Addr: l.IP, Logger: log, MaxPathMTU: u.MTU}); err != nil {
 		u.Close()
@@ -526,6 +538,18 @@ func (u *userspaceLeg) queueCounters() []QueueCounters {
 			RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load(), RxForeign: d.Stats().RxForeign.Load()}
 	}
 	return out
+}
+
+// ReceiveFrames implements ReceiveHolder: the pool buffers the leg's UDP
+// sockets hold for their next reads.
+func (u *userspaceLeg) ReceiveFrames() int {
+	n := 0
+	for _, c := range u.pconns {
+		if uc, ok := c.(*udpconn.Conn); ok {
+			n += int(uc.Stats().RxFramesHeld.Load())
+		}
+	}
+	return n
 }
 
 func (u *userspaceLeg) Objects() (int, int) {

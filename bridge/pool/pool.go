@@ -174,20 +174,48 @@ func (p *Pool) Frames(size int) (*Frames, error) {
 	return nil, fmt.Errorf("bridge: the pool has no class of %d-byte buffers for AF_XDP frames", size)
 }
 
+// LendFrames is Frames for a conn that lends what it reads into them
+// (udpconn.Options.Frames): AllocFrame leaves keep of the class's
+// buffers (0 to 1) free for everything else, so packets held by slow
+// sessions, each perhaps far shorter than its frame, cannot take the
+// whole class.
+func (p *Pool) LendFrames(size int, keep float64) (*Frames, error) {
+	if !(keep >= 0 && keep <= 1) {
+		return nil, fmt.Errorf("bridge: frames that keep %v of their class free: want 0 to 1", keep)
+	}
+	f, err := p.Frames(size)
+	if err != nil {
+		return nil, err
+	}
+	f.keep = int(float64(len(f.c.bufs)) * keep)
+	return f, nil
+}
+
 // Frames is a pool's size class serving as AF_XDP frames.
 type Frames struct {
-	c *sizeClass
+	c    *sizeClass
+	keep int // buffers AllocFrame leaves free (LendFrames)
 }
 
 // AllocFrame implements xdp.FrameAllocator.
 func (f *Frames) AllocFrame() (uint64, bool) {
-	b, _ := f.c.take(false, false)
+	b, _ := f.c.takeAbove(max(f.c.reserve, f.keep), false)
 	if b == nil {
 		f.c.exhausted.Add(1)
 		return 0, false
 	}
 	f.c.gets.Add(1)
 	return uint64(b.off), true
+}
+
+// RefFrame implements udpconn.FrameSource: a reference more to the frame,
+// for each packet a conn lends from it.
+func (f *Frames) RefFrame(off uint64) {
+	if b, ok := f.c.bufAt(off); ok {
+		b.Ref()
+		return
+	}
+	f.c.overreleased.Add(1) // not a frame of the class: a bug, counted
 }
 
 // FreeFrame implements xdp.FrameAllocator: it drops the frame's reference.
@@ -283,9 +311,19 @@ func (p *Pool) getWait(ctx context.Context, n int, reserve bool) (*Buf, error) {
 // take takes a free buffer, leaving the reserve unless reserve; when it
 // finds none and wait, it returns the channel a release closes.
 func (c *sizeClass) take(reserve, wait bool) (*Buf, <-chan struct{}) {
+	floor := c.reserve
+	if reserve {
+		floor = 0
+	}
+	return c.takeAbove(floor, wait)
+}
+
+// takeAbove is take that leaves floor buffers free (and at least one
+// taken: 0 takes the last).
+func (c *sizeClass) takeAbove(floor int, wait bool) (*Buf, <-chan struct{}) {
 	c.mu.Lock()
 	n := len(c.free)
-	if n == 0 || (!reserve && n <= c.reserve) {
+	if n == 0 || n <= floor {
 		var wake chan struct{}
 		if wait {
 			wake, c.waiting = c.wake, true

@@ -371,3 +371,69 @@ func TestPoolReserve(t *testing.T) {
 		t.Fatal("GetWait still waits with buffers above the reserve free")
 	}
 }
+
+// TestLendFrames: frames for a lending conn leave their share of the
+// class free (above the reserve, where that is larger); a frame lent with
+// references more returns to the pool only after the last; Get still
+// finds the buffers the lending left.
+func TestLendFrames(t *testing.T) {
+	p := newPool(t, pool.Options{Size: 16 * 4096, Classes: []int{4096}, Reserve: 0.125})
+	if _, err := p.LendFrames(4096, 1.5); err == nil {
+		t.Error("frames that keep 1.5 of their class free: no error")
+	}
+	if _, err := p.LendFrames(8192, 0.5); err == nil {
+		t.Error("frames of a size the pool has no class of: no error")
+	}
+	f, err := p.LendFrames(4096, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs []uint64
+	for {
+		off, ok := f.AllocFrame()
+		if !ok {
+			break
+		}
+		offs = append(offs, off)
+	}
+	if len(offs) != 8 {
+		t.Fatalf("AllocFrame took %d frames of 16, keeping half free: want 8", len(offs))
+	}
+	var held []*pool.Buf
+	for range 6 { // the other half, less the reserve's two
+		b, err := p.Get(4096)
+		if err != nil {
+			t.Fatalf("Get beside the lent frames: %v", err)
+		}
+		held = append(held, b)
+	}
+	// A frame lent twice (two packets), its own reference dropped: it
+	// comes back after both packets' references.
+	f.RefFrame(offs[0])
+	f.RefFrame(offs[0])
+	f.FreeFrame(offs[0])
+	for _, b := range held {
+		b.Release()
+	}
+	f.FreeFrame(offs[0])
+	if b, ok := f.Buf(offs[0]); !ok || b == nil {
+		t.Fatal("Buf of a lent frame: none")
+	}
+	for _, off := range offs[1:] {
+		f.FreeFrame(off)
+	}
+	// One reference left on offs[0]: 15 of 16 free, 8 of them for frames.
+	n := 0
+	for {
+		off, ok := f.AllocFrame()
+		if !ok {
+			break
+		}
+		defer f.FreeFrame(off)
+		n++
+	}
+	if n != 7 {
+		t.Errorf("with one frame still referenced, AllocFrame took %d, want 7 (15 free, 8 kept)", n)
+	}
+	f.FreeFrame(offs[0])
+}

@@ -393,10 +393,7 @@ func (d *Device) Poll() (int, error) {
 			return 0, err
 		}
 		d.handleBatch(&d.rx, n)
-		d.pollFrames = d.pollFrames[:0]
-		for i := range n {
-			d.pollFrames = append(d.pollFrames, d.rx.msgs[i].Frame)
-		}
+		d.pollFrames = appendLent(d.pollFrames[:0], d.rx.msgs[:n])
 		d.tryLent.ReturnFrames(d.pollFrames)
 		return n, nil
 	}
@@ -579,13 +576,22 @@ func (d *Device) routineReceive() {
 		}
 		d.handleBatch(&rx, n)
 		if lend {
-			frames = frames[:0]
-			for i := range n {
-				frames = append(frames, msgs[i].Frame)
-			}
+			frames = appendLent(frames[:0], msgs[:n])
 			fl.ReturnFrames(frames)
 		}
 	}
+}
+
+// appendLent appends the frames of the lent messages of msgs to frames: a
+// conn that lends may also hand out a packet it did not lend (udpconn's,
+// read into its own memory when no frame was free).
+func appendLent(frames []uint64, msgs []roce.Message) []uint64 {
+	for i := range msgs {
+		if msgs[i].Lent {
+			frames = append(frames, msgs[i].Frame)
+		}
+	}
+	return frames
 }
 
 // handleBatch decodes the first n of rx's messages and hands each to its

@@ -95,11 +95,18 @@ func newRCPair(tb testing.TB, mtu int, mem int, opts udpconn.Options) *rcPair {
 
 // BenchmarkRCWriteUDP moves RDMA WRITEs of each size between two Go QPs
 // over loopback UDP, 32 outstanding, with the kernel's UDP batching on and
-// off; one op is one message. The calls and buffers per op are the
-// sender's (a) and the receiver's (b).
+// off, and on with the conns lending what they read (offload-lent: GRO
+// reads into frames of a memory pool, the responder placing each payload
+// from where it landed); one op is one message. The calls and buffers per
+// op are the sender's (a) and the receiver's (b).
 func BenchmarkRCWriteUDP(b *testing.B) {
+	src := newFrameSource(64)
+	settings := append(offloads[:len(offloads):len(offloads)], struct {
+		name string
+		opts udpconn.Options
+	}{"offload-lent", udpconn.Options{Frames: src, Arena: src.arena}})
 	for _, size := range []int{64, 4096, 65536} {
-		for _, off := range offloads {
+		for _, off := range settings {
 			b.Run(fmt.Sprintf("%d/%s", size, off.name), func(b *testing.B) { benchRCWrite(b, size, off.opts) })
 		}
 	}

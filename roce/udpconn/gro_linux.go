@@ -4,6 +4,7 @@ package udpconn
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"unsafe"
 
@@ -15,7 +16,11 @@ import (
 // groBufLen is the size of each buffer a GRO conn reads into: the most the
 // kernel coalesces (64 datagrams and 64 KiB of UDP payload), or one
 // datagram.
-const groBufLen = 1 << 16
+const groBufLen = FrameLen
+
+// lendEntries bounds the buffers one read of a lending conn takes (its
+// frames stay the conn's while it waits): 512 KiB of the pool a conn.
+const lendEntries = 8
 
 // probeGRO asks the kernel to coalesce the socket's datagrams.
 func probeGRO(fd int) error {
@@ -34,53 +39,126 @@ type groReader struct {
 	seg  []int
 	addr []netip.AddrPort
 	ecn  []uint8
+	// Per entry of a lending conn (ReadBatchLent): whether its buffer is a
+	// frame of Options.Frames, and which; the conn holds one reference
+	// to it until every packet in it was handed out, and each packet
+	// lent holds one more. An entry without (none was free) reads into
+	// the conn's own buffer, whose packets are handed out unlent.
+	lent  []bool
+	frame []uint64
+}
+
+// buf is entry i's buffer.
+func (c *Conn) groBuf(i int) []byte {
+	r := &c.groRd
+	if r.lent != nil && r.lent[i] {
+		return c.arena[r.frame[i] : r.frame[i]+groBufLen : r.frame[i]+groBufLen]
+	}
+	return r.bufs[i*groBufLen : (i+1)*groBufLen : (i+1)*groBufLen]
+}
+
+// doneEntry is called once every packet of entry e was handed out: a
+// lent frame loses the conn's reference, and the entry takes a new one
+// at its next read.
+func (c *Conn) doneEntry(e int) {
+	r := &c.groRd
+	if r.lent != nil && r.lent[e] {
+		c.frames.FreeFrame(r.frame[e])
+		r.lent[e] = false
+		c.stats.RxFramesHeld.Add(-1)
+	}
+}
+
+// releaseFrames drops the conn's references to the frames its entries
+// hold: the packets not yet handed out are dropped. Called by the reader,
+// or by Close once no read is under way (rdMu).
+func (c *Conn) releaseFrames() {
+	r := &c.groRd
+	for e := range r.lent {
+		c.doneEntry(e)
+	}
+	r.got, r.next, r.off = 0, 0, 0
+}
+
+// lendReadLen is how many buffers a lent read offers: twice what the
+// last read filled, from one up to lendEntries, so an idle conn holds one
+// or two frames of the pool, and a busy one up to lendEntries.
+func (r *groReader) lendReadLen(n int) int {
+	return min(n, max(1, 2*r.got))
 }
 
 // readGRO is readBatch for a GRO conn: what the last recvmmsg brought is
-// handed out first; when all is, one recvmmsg fills up to n buffers.
-func (c *Conn) readGRO(msgs []roce.Message, n int, wait bool) (int, error) {
+// handed out first; when all is, one recvmmsg fills up to n buffers. With
+// lend (ReadBatchLent), each packet is left where it landed: in a frame
+// of Options.Frames, lent, or in the conn's own buffer, not lent.
+func (c *Conn) readGRO(msgs []roce.Message, n int, wait, lend bool) (int, error) {
 	r := &c.groRd
+	if c.closed.Load() {
+		if lend {
+			c.releaseFrames()
+		}
+		return 0, roce.ErrConnClosed
+	}
 	if r.next >= r.got {
-		if got, err := c.recvGRO(n, wait); err != nil || got == 0 {
+		if got, err := c.recvGRO(n, wait, lend); err != nil || got == 0 {
+			if lend && errors.Is(err, roce.ErrConnClosed) {
+				c.releaseFrames()
+			}
 			return 0, err
 		}
-	} else if c.closed.Load() {
-		return 0, roce.ErrConnClosed
 	}
 	b := &c.rd
 	out := 0
 	for out < len(msgs) && r.next < r.got {
 		e := r.next
 		h := &b.hdrs[e]
-		data := r.bufs[e*groBufLen : e*groBufLen+int(h.n)]
+		data := c.groBuf(e)[:h.n]
 		if h.hdr.Flags&unix.MSG_TRUNC != 0 {
 			c.stats.RxPackets.Add(1)
 			c.stats.RxTruncated.Add(1)
 			r.next, r.off = e+1, 0
+			c.doneEntry(e)
 			continue
 		}
 		end := min(r.off+r.seg[e], len(data))
-		p := data[r.off:end]
-		if r.off = end; end == len(data) {
+		p := data[r.off:end:end]
+		last := end == len(data)
+		if r.off = end; last {
 			r.next, r.off = e+1, 0
 		}
 		c.stats.RxPackets.Add(1)
 		m := &msgs[out]
-		m.Buf = m.Buf[:cap(m.Buf)]
-		if len(p) > len(m.Buf) {
-			c.stats.RxTruncated.Add(1)
-			continue
-		}
-		m.N = copy(m.Buf, p)
-		m.Addr, m.ECN, m.ICRCChecked = r.addr[e], r.ecn[e], false
-		if c.v6 {
-			if !c.icrcOK(m) {
-				c.stats.RxBadICRC.Add(1)
+		switch {
+		case lend:
+			m.Buf, m.N, m.Lent, m.Frame = p, len(p), false, 0
+		default:
+			m.Buf = m.Buf[:cap(m.Buf)]
+			if len(p) > len(m.Buf) {
+				c.stats.RxTruncated.Add(1)
 				continue
 			}
-			m.ICRCChecked = true
+			m.N = copy(m.Buf, p)
 		}
-		out++
+		m.Addr, m.ECN, m.ICRCChecked = r.addr[e], r.ecn[e], false
+		ok := true
+		if c.v6 {
+			if ok = c.icrcOK(m); ok {
+				m.ICRCChecked = true
+			} else {
+				c.stats.RxBadICRC.Add(1)
+			}
+		}
+		if ok && lend && r.lent[e] {
+			c.frames.RefFrame(r.frame[e])
+			m.Lent, m.Frame = true, r.frame[e]
+			c.stats.RxLent.Add(1)
+		}
+		if last {
+			c.doneEntry(e) // after the packet's own reference
+		}
+		if ok {
+			out++
+		}
 	}
 	return out, nil
 }
@@ -88,15 +166,43 @@ func (c *Conn) readGRO(msgs []roce.Message, n int, wait bool) (int, error) {
 // recvGRO reads up to n buffers with one recvmmsg (waiting for the first
 // when wait) and parses each one's control messages. It returns how many
 // it read: 0 and no error when it did not wait and nothing had arrived.
-func (c *Conn) recvGRO(n int, wait bool) (int, error) {
+func (c *Conn) recvGRO(n int, wait, lend bool) (int, error) {
 	r, b := &c.groRd, &c.rd
 	r.got, r.next, r.off = 0, 0, 0
-	if len(r.bufs) < n*groBufLen {
-		r.bufs = make([]byte, n*groBufLen)
+	if len(r.seg) < n {
 		r.seg, r.addr, r.ecn = make([]int, n), make([]netip.AddrPort, n), make([]uint8, n)
 	}
+	own := !lend // the conn's own buffers are wanted
+	if lend {
+		if len(r.lent) < n {
+			r.lent, r.frame = append(r.lent, make([]bool, n-len(r.lent))...), append(r.frame, make([]uint64, n-len(r.frame))...)
+		}
+		for e := n; e < len(r.lent); e++ {
+			c.doneEntry(e) // beyond this read: back to the pool
+		}
+		for i := range n {
+			if r.lent[i] {
+				continue
+			}
+			if off, ok := c.frames.AllocFrame(); !ok {
+				c.stats.RxLendShort.Add(1)
+				own = true
+			} else if off+groBufLen > uint64(len(c.arena)) {
+				c.frames.FreeFrame(off) // not in the arena: a misconfigured source
+				c.stats.RxLendShort.Add(1)
+				own = true
+			} else {
+				r.lent[i], r.frame[i] = true, off
+				c.stats.RxFramesHeld.Add(1)
+			}
+		}
+	}
+	if own && len(r.bufs) < n*groBufLen {
+		r.bufs = make([]byte, n*groBufLen)
+	}
 	for i := range n {
-		b.iovs[i] = unix.Iovec{Base: &r.bufs[i*groBufLen]}
+		buf := c.groBuf(i)
+		b.iovs[i] = unix.Iovec{Base: &buf[0]}
 		b.iovs[i].SetLen(groBufLen)
 		h := &b.hdrs[i].hdr
 		*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&b.names[i])), Namelen: unix.SizeofSockaddrInet6,

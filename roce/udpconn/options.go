@@ -39,6 +39,16 @@ type Options struct {
 	// (ENETUNREACH: the kernel sends from its own addresses). Unicast only; an IPv4 conn's
 	// multicast then leaves on Interface (none: as routes say).
 	FreeBind bool
+	// Frames, with Arena, lets a conn with GRO lend what it reads
+	// (roce.FrameLender): it reads into frames of FrameLen bytes taken
+	// from Frames (a memory pool's buffers, at offsets into Arena) instead
+	// of buffers of its own, and hands each packet out where it landed, so
+	// a consumer that keeps a payload takes a reference to its frame
+	// rather than a copy. When Frames has none free, a read goes into the
+	// conn's own buffers and its packets are not lent. Without GRO the
+	// conn does not lend.
+	Frames FrameSource
+	Arena  []byte
 	// reusePort binds Addr as one socket of a SO_REUSEPORT group
 	// (ListenQueues).
 	reusePort bool
@@ -46,6 +56,24 @@ type Options struct {
 	// kernel refused); nil is slog.Default().
 	Logger *slog.Logger
 }
+
+// FrameSource hands out the frames a conn lends (Options.Frames): memory
+// of FrameLen bytes at an offset into Options.Arena, counted by
+// reference. Safe for use by several conns at once.
+type FrameSource interface {
+	// AllocFrame returns a free frame's offset, with one reference, or
+	// false when none is free.
+	AllocFrame() (uint64, bool)
+	// RefFrame adds a reference to a frame AllocFrame returned.
+	RefFrame(off uint64)
+	// FreeFrame drops a reference; the frame is free again after the
+	// last.
+	FreeFrame(off uint64)
+}
+
+// FrameLen is the size of the frames a conn lends: one GRO read's most
+// (64 datagrams and 64 KiB of UDP payload).
+const FrameLen = 1 << 16
 
 // BusyPollMicros is the SO_BUSY_POLL a BusyPoll conn's socket gets: how
 // long a read polls the device's receive queue before it reports nothing.

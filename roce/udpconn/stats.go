@@ -21,6 +21,14 @@ type Stats struct {
 	// RxBytes and TxBytes count the UDP payload bytes the system calls
 	// moved (RoCEv2 packets, their headers and ICRC included).
 	RxBytes, TxBytes atomic.Uint64
+	// RxLent counts packets a lending conn handed out in frames of
+	// Options.Frames (ReadBatchLent); RxLendShort its read buffers that
+	// found no frame free and read into the conn's own memory instead
+	// (their packets copied by whoever keeps them).
+	RxLent, RxLendShort atomic.Uint64
+	// RxFramesHeld is how many frames of Options.Frames the conn holds now
+	// for its reads (a gauge): one or two while idle, up to 8 under load.
+	RxFramesHeld atomic.Int64
 }
 
 // StatsSnapshot is Stats read at one moment, as plain values.
@@ -29,13 +37,16 @@ type StatsSnapshot struct {
 	RxCalls, TxCalls, RxBuffers, TxBuffers       uint64
 	TxGSOErrors                                  uint64
 	RxBytes, TxBytes                             uint64
+	RxLent, RxLendShort                          uint64
+	RxFramesHeld                                 uint64
 }
 
 // Snapshot reads every counter.
 func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load(),
 		RxCalls: s.RxCalls.Load(), TxCalls: s.TxCalls.Load(), RxBuffers: s.RxBuffers.Load(), TxBuffers: s.TxBuffers.Load(),
-		TxGSOErrors: s.TxGSOErrors.Load(), RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load()}
+		TxGSOErrors: s.TxGSOErrors.Load(), RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load(),
+		RxLent: s.RxLent.Load(), RxLendShort: s.RxLendShort.Load(), RxFramesHeld: uint64(max(s.RxFramesHeld.Load(), 0))}
 }
 
 // Add adds o's counts to s's (the conns of one address, summed).
@@ -51,6 +62,9 @@ func (s *StatsSnapshot) Add(o StatsSnapshot) {
 	s.TxGSOErrors += o.TxGSOErrors
 	s.RxBytes += o.RxBytes
 	s.TxBytes += o.TxBytes
+	s.RxLent += o.RxLent
+	s.RxLendShort += o.RxLendShort
+	s.RxFramesHeld += o.RxFramesHeld
 }
 
 // SteerCounters is what the reuseport program counted, over every CPU.

@@ -52,12 +52,20 @@ type Conn struct {
 
 	rd    batchState // used by ReadBatch only
 	groRd groReader  // used by ReadBatch only, with GRO
-	wr    batchState // used by WriteBatch only
+
+	// frames and arena lend what a GRO read brought (Options.Frames).
+	// rdMu is held by a lent read, and by Close to drop the frames the
+	// conn holds once no read uses them.
+	frames FrameSource
+	arena  []byte
+	rdMu   sync.Mutex
+	wr     batchState // used by WriteBatch only
 }
 
 var (
 	_ roce.PacketConn    = (*Conn)(nil)
 	_ roce.ReadDeadliner = (*Conn)(nil)
+	_ roce.FrameLender   = (*Conn)(nil)
 )
 
 // mmsghdr is struct mmsghdr.
@@ -161,7 +169,11 @@ func Listen(opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udpconn: %w", err)
 	}
-	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch, log: opts.Logger}
+	if opts.Frames != nil && len(opts.Arena) < groBufLen {
+		uc.Close()
+		return nil, fmt.Errorf("udpconn: listen on %v: frames to lend over an arena of %d bytes: a frame is %d", a, len(opts.Arena), groBufLen)
+	}
+	c := &Conn{uc: uc, local: a, v6: a.Addr().Is6(), batch: opts.Batch, log: opts.Logger, frames: opts.Frames, arena: opts.Arena}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -359,6 +371,13 @@ func (c *Conn) Close() error {
 	c.once.Do(func() {
 		c.closed.Store(true)
 		err = c.uc.Close()
+		if c.frames != nil {
+			// The read under way, if any, returns now that the socket is
+			// closed; the frames go back to the pool.
+			c.rdMu.Lock()
+			c.releaseFrames()
+			c.rdMu.Unlock()
+		}
 	})
 	return err
 }
@@ -370,6 +389,43 @@ func (c *Conn) ReadBatch(msgs []roce.Message) (int, error) { return c.readBatch(
 // waiting: 0 and no error when there are none. It fails as ReadBatch does
 // when the conn is closed or its read deadline passed.
 func (c *Conn) TryReadBatch(msgs []roce.Message) (int, error) { return c.readBatch(msgs, false) }
+
+// LendsFrames implements roce.FrameLender: the conn was given frames to
+// read into (Options.Frames) and reads with GRO.
+func (c *Conn) LendsFrames() bool { return c.frames != nil && c.gro }
+
+// ReadBatchLent implements roce.FrameLender: ReadBatch that leaves each
+// packet where it landed. A packet in a frame of Options.Frames is lent
+// (Lent, Frame: the frame, which several packets may share, each holding
+// a reference until ReturnFrames); one the conn read into its own buffer,
+// when no frame was free, is not, and stays valid until the next read.
+// It reads at most 8 buffers a call (the frames wait in the conn).
+func (c *Conn) ReadBatchLent(msgs []roce.Message) (int, error) { return c.readLent(msgs, true) }
+
+// TryReadBatchLent is ReadBatchLent that never waits: 0 and no error when
+// nothing has arrived (transport.TryLender).
+func (c *Conn) TryReadBatchLent(msgs []roce.Message) (int, error) { return c.readLent(msgs, false) }
+
+func (c *Conn) readLent(msgs []roce.Message, wait bool) (int, error) {
+	if !c.LendsFrames() {
+		return 0, errors.New("udpconn: read lent: the conn lends no frames (no Options.Frames, or no GRO)")
+	}
+	c.rdMu.Lock()
+	defer c.rdMu.Unlock()
+	n := c.groRd.lendReadLen(min(len(msgs), c.batch, lendEntries))
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	return c.readGRO(msgs, n, wait, true)
+}
+
+// ReturnFrames implements roce.FrameLender: each frame named drops the
+// reference its lent packet held (a frame once per packet of it lent).
+func (c *Conn) ReturnFrames(frames []uint64) {
+	for _, f := range frames {
+		c.frames.FreeFrame(f)
+	}
+}
 
 func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 	b := &c.rd
@@ -383,7 +439,7 @@ func (c *Conn) readBatch(msgs []roce.Message, wait bool) (int, error) {
 		}
 	}
 	if c.gro {
-		return c.readGRO(msgs, n, wait)
+		return c.readGRO(msgs, n, wait, false)
 	}
 	for i := range n {
 		buf := msgs[i].Buf[:cap(msgs[i].Buf)]
