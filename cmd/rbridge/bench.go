@@ -26,7 +26,7 @@ type benchOptions struct {
 	jsonOut           bool
 	addrA, addrB      string
 	port              int
-	offload           bool
+	offload, lend     bool
 }
 
 func newBenchCommand() *cobra.Command {
@@ -49,6 +49,9 @@ alternative, measured in the same run on the same machine:
 Both paths' sockets use the kernel's UDP batching where it has it, GSO
 (a run of datagrams to one peer in one send) and GRO (datagrams that
 arrived together in one read); --offload=false measures them without.
+The transport's sockets read with GRO into 64 KiB buffers of a memory
+pool and lend each packet to the transport where it landed, as a
+gateway's userspace leg does; --lend=false copies each out instead.
 Each path's line of cost says what it took per message on each side:
 system calls, the sends and reads they held, and the packets.
 
@@ -87,6 +90,7 @@ figures between real devices.`,
 	f.StringVar(&o.addrB, "to", "127.0.0.2", "local address of the receiving side")
 	f.IntVar(&o.port, "port", int(roce.Port), "UDP port of both sides, on each address")
 	f.BoolVar(&o.offload, "offload", true, "the kernel's UDP batching (GSO and GRO) on both paths' sockets")
+	f.BoolVar(&o.lend, "lend", true, "the transport's sockets lend their GRO reads from a memory pool instead of copying them out (needs --offload)")
 	return cmd
 }
 
@@ -144,6 +148,8 @@ type benchResult struct {
 	Lost     uint64  `json:"lost,omitempty"`
 	// Offload is the sockets' (the sending side's): "gso on, gro on".
 	Offload string `json:"offload"`
+	// Lends says the transport's sockets lent what they read.
+	Lends bool `json:"lends,omitempty"`
 	// Sender and Receiver are what the path took per message on each
 	// side (the transport's receiver sends its ACKs).
 	Sender   benchCost `json:"sender"`
@@ -209,7 +215,11 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 			fmt.Fprintf(out, "%-12s %-9s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", r.Path, side.name, c.SendCalls, c.RecvCalls, c.Sends, c.Reads, c.PacketsOut, c.PacketsIn)
 		}
 	}
-	fmt.Fprintf(out, "offload: transport %s; udp %s\n", tr.Offload, ud.Offload)
+	lends := "copied out of the socket's buffers"
+	if tr.Lends {
+		lends = "lent where they landed"
+	}
+	fmt.Fprintf(out, "offload: transport %s, its reads %s; udp %s\n", tr.Offload, lends, ud.Offload)
 	if ud.Lost > 0 {
 		fmt.Fprintf(out, "udp lost %d datagrams: its figure counts only what arrived\n", ud.Lost)
 	}
@@ -250,12 +260,13 @@ const (
 func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (benchResult, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	type side struct {
-		dev   *transport.Device
-		qp    *transport.QP
-		mr    *transport.MR
-		cq    *transport.CQ
-		c     *udpconn.Conn
-		arena *pool.Arena
+		dev    *transport.Device
+		qp     *transport.QP
+		mr     *transport.MR
+		cq     *transport.CQ
+		c      *udpconn.Conn
+		arena  *pool.Arena
+		frames *pool.Pool // what the socket reads into and lends (--lend)
 	}
 	// Message memory comes from an mmap'd arena, not the Go heap: a 1 GiB
 	// message is 1 GiB per side, populated up front, and a size the machine
@@ -274,6 +285,9 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		}
 		for _, s := range sides {
 			s.arena.Close()
+			if s.frames != nil {
+				s.frames.Close()
+			}
 		}
 	}()
 	open := func(ip string) (*side, error) {
@@ -284,6 +298,18 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		s := &side{cq: transport.NewCQ(2 * o.window), arena: a}
 		sides = append(sides, s)
 		uo := udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(o.port)), NoGSO: !o.offload, NoGRO: !o.offload, Logger: quiet}
+		if o.lend && o.offload {
+			// 32 buffers of 64 KiB: a read takes at most 8, and the
+			// transport hands each back after its batch.
+			if s.frames, err = pool.New(pool.Options{Size: 32 * udpconn.FrameLen, Classes: []int{udpconn.FrameLen}}); err != nil {
+				return nil, fmt.Errorf("the socket's buffers for %s: %w", ip, err)
+			}
+			fr, err := s.frames.LendFrames(udpconn.FrameLen, 0)
+			if err != nil {
+				return nil, err
+			}
+			uo.Frames, uo.Arena = fr, s.frames.Arena()
+		}
 		if s.c, err = udpconn.Listen(uo); err != nil {
 			return nil, err
 		}
@@ -370,7 +396,7 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 		}
 	}
 	res := result("transport", done.Load(), time.Since(start), o.size)
-	res.Offload = a.c.Offload().String()
+	res.Offload, res.Lends = a.c.Offload().String(), b.c.LendsFrames()
 	res.Sender, res.Receiver = perMessage(a.c.Stats().Snapshot(), res.Messages), perMessage(b.c.Stats().Snapshot(), res.Messages)
 	return res, nil
 }
