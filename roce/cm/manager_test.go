@@ -37,18 +37,27 @@ type node struct {
 
 func newNode(t *testing.T, n *simnet.Net, ip string) *node {
 	t.Helper()
-	nd := &node{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<16), cq: transport.NewCQ(1024)}
+	nd := &node{ip: netip.MustParseAddr(ip)}
 	conn, err := n.Listen(netip.AddrPortFrom(nd.ip, roce.Port))
 	check(t, err)
 	nd.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: quiet})
 	check(t, err)
 	t.Cleanup(func() { nd.dev.Close() })
+	nd.start(t)
+	return nd
+}
+
+// start gives a node with its devices its CM (on dev), PD, memory and
+// CQ.
+func (nd *node) start(t *testing.T) {
+	t.Helper()
+	nd.pd, nd.mem, nd.cq = transport.NewPD(), make([]byte, 1<<16), transport.NewCQ(1024)
+	var err error
 	nd.cm, err = cm.New(cm.Options{Device: nd.dev, Addr: nd.ip, Logger: quiet, RetryTimeout: 20 * time.Millisecond, MaxPathMTU: 1024})
 	check(t, err)
 	t.Cleanup(func() { nd.cm.Close() })
 	nd.mr, err = nd.pd.RegisterMR(nd.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead)
 	check(t, err)
-	return nd
 }
 
 // qp makes an RC QP in INIT with receives posted.
@@ -342,7 +351,7 @@ func (c *recordedConn) WriteBatch(msgs []roce.Message) (int, error) {
 // has no SO_REUSEPORT, so the second queue has a port of its own).
 func newQueuedNode(t *testing.T, n *simnet.Net, ip string, w *writes) *node {
 	t.Helper()
-	nd := &node{ip: netip.MustParseAddr(ip), pd: transport.NewPD(), mem: make([]byte, 1<<16), cq: transport.NewCQ(1024)}
+	nd := &node{ip: netip.MustParseAddr(ip)}
 	var conns []roce.PacketConn
 	for q, port := range []uint16{roce.Port, roce.Port + 1} {
 		c, err := n.Listen(netip.AddrPortFrom(nd.ip, port))
@@ -355,11 +364,7 @@ func newQueuedNode(t *testing.T, n *simnet.Net, ip string, w *writes) *node {
 		t.Cleanup(func() { d.Close() })
 	}
 	nd.dev, nd.rc = devs[0], devs[1]
-	nd.cm, err = cm.New(cm.Options{Device: nd.dev, Addr: nd.ip, Logger: quiet, RetryTimeout: 20 * time.Millisecond, MaxPathMTU: 1024})
-	check(t, err)
-	t.Cleanup(func() { nd.cm.Close() })
-	nd.mr, err = nd.pd.RegisterMR(nd.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead)
-	check(t, err)
+	nd.start(t)
 	return nd
 }
 

@@ -660,19 +660,25 @@ func (d *Device) send(qp *QP) {
 			}
 			continue
 		}
-		for len(msgs) > 0 {
-			n, err := d.conn.WriteBatch(msgs)
-			d.stats.TxPackets.Add(uint64(n))
-			if err != nil {
-				// A lost transmission is recovered by the retransmission timer.
-				if !errors.Is(err, roce.ErrConnClosed) {
-					d.log.Warn("write packets", "qp", qp.qpn, "err", err)
-				}
-				break
-			}
-			msgs = msgs[n:]
-		}
+		d.writeAll(msgs, qp.qpn)
 		qp.releaseTx()
+	}
+}
+
+// writeAll writes msgs in as few batches as the conn takes, under txMu;
+// on an error it logs (naming qpn's QP) and drops the rest: a lost
+// transmission is recovered by the retransmission timer.
+func (d *Device) writeAll(msgs []roce.Message, qpn uint32) {
+	for len(msgs) > 0 {
+		n, err := d.conn.WriteBatch(msgs)
+		d.stats.TxPackets.Add(uint64(n))
+		if err != nil {
+			if !errors.Is(err, roce.ErrConnClosed) {
+				d.log.Warn("write packets", "qp", qpn, "err", err)
+			}
+			return
+		}
+		msgs = msgs[n:]
 	}
 }
 

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rbridge/rbridge/roce"
@@ -95,18 +94,7 @@ func (d *Device) sendAfter(first, then *QP) {
 	a := first.takeTx()
 	b := then.takeTx()
 	msgs := make([]roce.Message, 0, len(a)+len(b))
-	msgs = append(append(msgs, a...), b...)
-	for len(msgs) > 0 {
-		n, err := d.conn.WriteBatch(msgs)
-		d.stats.TxPackets.Add(uint64(n))
-		if err != nil {
-			if !errors.Is(err, roce.ErrConnClosed) {
-				d.log.Warn("write packets", "qp", first.qpn, "err", err)
-			}
-			break
-		}
-		msgs = msgs[n:]
-	}
+	d.writeAll(append(append(msgs, a...), b...), first.qpn)
 	if a != nil {
 		first.releaseTx()
 	}
