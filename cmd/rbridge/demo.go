@@ -115,30 +115,42 @@ const demoMem = 8 << 20
 // demoApp is an application: an RC QP of the transport on its own socket,
 // with memory peers may READ, WRITE and do atomics on.
 type demoApp struct {
-	dev *transport.Device
-	pd  *transport.PD
-	mr  *transport.MR
-	mem []byte
-	cq  *transport.CQ
+	dev    *transport.Device
+	pd     *transport.PD
+	mr     *transport.MR
+	mem    []byte
+	cq     *transport.CQ
+	frames *pool.Pool // what its socket reads into
+}
+
+func (a *demoApp) close() {
+	a.dev.Close()
+	a.frames.Close()
 }
 
 // newDemoDevice makes a device on a UDP socket on addr; polled, no
-// goroutine reads it (the gateway's loop does, with --busy-poll).
-func newDemoDevice(addr netip.Addr, polled bool, log *slog.Logger) (*transport.Device, error) {
+// goroutine reads it (the gateway's loop does, with --busy-poll). Its
+// socket reads into pl's 64 KiB buffers and lends them, as a userspace
+// leg's does; it returns those buffers as frames.
+func newDemoDevice(addr netip.Addr, polled bool, pl *pool.Pool, log *slog.Logger) (*transport.Device, *pool.Frames, error) {
 	port, err := freeUDPPort(addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	c, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(addr, port)})
+	fr, err := pl.LendFrames(udpconn.FrameLen, 0.5)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	c, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(addr, port), Frames: fr, Arena: pl.Arena()})
+	if err != nil {
+		return nil, nil, err
 	}
 	d, err := transport.NewDevice(c, transport.DeviceOptions{Logger: log, Polled: polled})
 	if err != nil {
 		c.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return d, nil
+	return d, fr, nil
 }
 
 // freeUDPPort asks the kernel for a UDP port free on addr.
@@ -152,14 +164,21 @@ func freeUDPPort(addr netip.Addr) (uint16, error) {
 }
 
 func newDemoApp(addr netip.Addr, log *slog.Logger) (*demoApp, error) {
-	d, err := newDemoDevice(addr, false, log)
+	// An application's socket lends its reads too (the same care as the
+	// gateway's): 32 buffers of 64 KiB.
+	pl, err := pool.New(pool.Options{Size: 32 * udpconn.FrameLen, Classes: []int{udpconn.FrameLen}})
 	if err != nil {
 		return nil, err
 	}
-	a := &demoApp{dev: d, pd: transport.NewPD(), mem: make([]byte, demoMem), cq: transport.NewCQ(4096)}
+	d, _, err := newDemoDevice(addr, false, pl, log)
+	if err != nil {
+		pl.Close()
+		return nil, err
+	}
+	a := &demoApp{dev: d, pd: transport.NewPD(), mem: make([]byte, demoMem), cq: transport.NewCQ(4096), frames: pl}
 	a.mr, err = a.pd.RegisterMR(a.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead|transport.AccessRemoteAtomic)
 	if err != nil {
-		d.Close()
+		a.close()
 		return nil, err
 	}
 	return a, nil
@@ -236,7 +255,8 @@ func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transp
 	}
 	var eps [2]*leg.UserspaceEndpoint
 	for i, dev := range []**transport.Device{&g.near, &g.far} {
-		if *dev, err = newDemoDevice(addr, busyPoll, log); err != nil {
+		var frames *pool.Frames
+		if *dev, frames, err = newDemoDevice(addr, busyPoll, g.pool, log); err != nil {
 			g.close()
 			return nil, err
 		}
@@ -254,7 +274,7 @@ func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transp
 			g.close()
 			return nil, err
 		}
-		if eps[i], err = leg.NewUserspaceEndpoint(leg.UserspaceOptions{Device: *dev, PD: pd, MR: mr, Loop: g.loop}); err != nil {
+		if eps[i], err = leg.NewUserspaceEndpoint(leg.UserspaceOptions{Device: *dev, PD: pd, MR: mr, Frames: frames, Loop: g.loop}); err != nil {
 			g.close()
 			return nil, err
 		}
@@ -330,12 +350,12 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("demo: client: %w", err)
 	}
-	defer client.dev.Close()
+	defer client.close()
 	target, err := newDemoApp(addr, log)
 	if err != nil {
 		return fmt.Errorf("demo: target: %w", err)
 	}
-	defer target.dev.Close()
+	defer target.close()
 	cq, err := client.newQP()
 	if err != nil {
 		return err
