@@ -285,6 +285,7 @@ var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.St
 	{"rx_bytes_total", "Bytes of RoCEv2 datagrams received.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxBytes }},
 	{"tx_bytes_total", "Bytes of RoCEv2 datagrams sent.", func(s *udpconn.StatsSnapshot) uint64 { return s.TxBytes }},
 	{"rx_lent_total", "Datagrams received into the pool's buffers and lent to the sessions where they landed (not copied).", func(s *udpconn.StatsSnapshot) uint64 { return s.RxLent }},
+	{"rx_packed_total", "Datagrams of short reads (one the kernel did not coalesce, or a few) copied one after another into a pool buffer of the socket's and lent from there, instead of each holding a 64 KiB buffer.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxPacked }},
 	{"rx_lend_short_total", "Receive buffers that found none of the pool's free for lending (half its 64 KiB class is kept for the rest) and read into the socket's own memory: their datagrams copied.", func(s *udpconn.StatsSnapshot) uint64 { return s.RxLendShort }},
 })
 

@@ -46,7 +46,27 @@ type groReader struct {
 	// the conn's own buffer, whose packets are handed out unlent.
 	lent  []bool
 	frame []uint64
+	// shared says a packet of the entry was lent where it landed (its
+	// frame then goes with it); an entry whose packets were all packed
+	// keeps its frame for the next read.
+	shared []bool
+	// pack is the frame the datagrams of short reads are copied into and
+	// lent from, filled up to packOff (packSet: the conn holds one
+	// reference to it).
+	pack    uint64
+	packOff int
+	packSet bool
 }
+
+// packMax is the longest read whose datagrams are packed: copied into the
+// conn's pack frame one after another, rather than lent where they
+// landed. A datagram the kernel did not coalesce arrives alone in a
+// 64 KiB frame; lent there, a 1 KiB packet that a session keeps would hold
+// 64 KiB of the pool until its far side completed it.
+const packMax = 16 << 10
+
+// packAlign aligns each packed datagram (a cache line).
+const packAlign = 64
 
 // buf is entry i's buffer.
 func (c *Conn) groBuf(i int) []byte {
@@ -57,25 +77,67 @@ func (c *Conn) groBuf(i int) []byte {
 	return r.bufs[i*groBufLen : (i+1)*groBufLen : (i+1)*groBufLen]
 }
 
-// doneEntry is called once every packet of entry e was handed out: a
-// lent frame loses the conn's reference, and the entry takes a new one
-// at its next read.
-func (c *Conn) doneEntry(e int) {
+// dropEntry gives entry e's frame back: the conn's reference to it goes,
+// and the entry takes another at its next read.
+func (c *Conn) dropEntry(e int) {
 	r := &c.groRd
-	if r.lent != nil && r.lent[e] {
+	if r.lent[e] {
 		c.frames.FreeFrame(r.frame[e])
 		r.lent[e] = false
 		c.stats.RxFramesHeld.Add(-1)
 	}
+	r.shared[e] = false
+}
+
+// doneEntry is called once every packet of entry e was handed out: a
+// frame some of them were lent in goes with them; one whose packets were
+// all packed (or dropped) stays the entry's for the next read.
+func (c *Conn) doneEntry(e int) {
+	if r := &c.groRd; r.shared != nil && r.shared[e] {
+		c.dropEntry(e)
+	}
+}
+
+// packInto copies p into the pack frame, taking a new one when p does
+// not fit in what is left, and returns where it lies and the frame; ok
+// is false when no frame is free.
+func (c *Conn) packInto(p []byte) (q []byte, frame uint64, ok bool) {
+	r := &c.groRd
+	if !r.packSet || r.packOff+len(p) > groBufLen {
+		if r.packSet {
+			c.frames.FreeFrame(r.pack) // its packets hold it now
+			r.packSet = false
+			c.stats.RxFramesHeld.Add(-1)
+		}
+		off, ok := c.frames.AllocFrame()
+		if !ok || off+groBufLen > uint64(len(c.arena)) {
+			if ok {
+				c.frames.FreeFrame(off)
+			}
+			return nil, 0, false
+		}
+		r.pack, r.packOff, r.packSet = off, 0, true
+		c.stats.RxFramesHeld.Add(1)
+	}
+	at := int(r.pack) + r.packOff
+	q = c.arena[at : at+len(p) : at+len(p)]
+	copy(q, p)
+	r.packOff += (len(p) + packAlign - 1) &^ (packAlign - 1)
+	return q, r.pack, true
 }
 
 // releaseFrames drops the conn's references to the frames its entries
-// hold: the packets not yet handed out are dropped. Called by the reader,
-// or by Close once no read is under way (rdMu).
+// and its pack hold: the packets not yet handed out are dropped. Called
+// by the reader, or by Close once no read is under way (rdMu).
 func (c *Conn) releaseFrames() {
 	r := &c.groRd
 	for e := range r.lent {
-		c.doneEntry(e)
+		c.dropEntry(e)
+	}
+	if r.packSet {
+		c.frames.FreeFrame(r.pack)
+		r.packSet = false
+		c.stats.RxFramesHeld.Add(-1)
 	}
 	r.got, r.next, r.off = 0, 0, 0
 }
@@ -128,6 +190,19 @@ func (c *Conn) readGRO(msgs []roce.Message, n int, wait, lend bool) (int, error)
 		}
 		c.stats.RxPackets.Add(1)
 		m := &msgs[out]
+		inFrame, frame := false, uint64(0) // where a lent packet lies
+		switch {
+		case lend && r.lent[e] && len(data) <= packMax:
+			if q, f, ok := c.packInto(p); ok {
+				p, inFrame, frame = q, true, f
+				c.stats.RxPacked.Add(1)
+				break
+			}
+			fallthrough // no frame to pack into: lent where it landed
+		case lend && r.lent[e]:
+			inFrame, frame = true, r.frame[e]
+			r.shared[e] = true
+		}
 		switch {
 		case lend:
 			m.Buf, m.N, m.Lent, m.Frame = p, len(p), false, 0
@@ -148,9 +223,9 @@ func (c *Conn) readGRO(msgs []roce.Message, n int, wait, lend bool) (int, error)
 				c.stats.RxBadICRC.Add(1)
 			}
 		}
-		if ok && lend && r.lent[e] {
-			c.frames.RefFrame(r.frame[e])
-			m.Lent, m.Frame = true, r.frame[e]
+		if ok && inFrame {
+			c.frames.RefFrame(frame)
+			m.Lent, m.Frame = true, frame
 			c.stats.RxLent.Add(1)
 		}
 		if last {
@@ -175,10 +250,11 @@ func (c *Conn) recvGRO(n int, wait, lend bool) (int, error) {
 	own := !lend // the conn's own buffers are wanted
 	if lend {
 		if len(r.lent) < n {
-			r.lent, r.frame = append(r.lent, make([]bool, n-len(r.lent))...), append(r.frame, make([]uint64, n-len(r.frame))...)
+			k := n - len(r.lent)
+			r.lent, r.frame, r.shared = append(r.lent, make([]bool, k)...), append(r.frame, make([]uint64, k)...), append(r.shared, make([]bool, k)...)
 		}
 		for e := n; e < len(r.lent); e++ {
-			c.doneEntry(e) // beyond this read: back to the pool
+			c.dropEntry(e) // beyond this read: back to the pool
 		}
 		for i := range n {
 			if r.lent[i] {

@@ -156,8 +156,9 @@ func readLent(t *testing.T, c *udpconn.Conn, src *frameSource, from netip.AddrPo
 
 // TestReadBatchLent: a GRO conn given frames reads into them and lends
 // each packet where it landed, several packets to a frame, each with a
-// reference; what it could not read into a frame (none free) it hands
-// out unlent, from its own memory. Over IPv4 and IPv6 (the ICRC
+// reference, or, from a read of 16 KiB or less, copied one after another
+// into a frame of its own (packed); what it could not read into a frame
+// (none free) it hands out unlent, from its own memory. Over IPv4 and IPv6 (the ICRC
 // verified in place), with frames for every read, for one, and for none;
 // packets held past later reads keep their bytes. Once every lent frame
 // is returned and the conn closed, no frame has a reference left, and no
@@ -175,13 +176,14 @@ func TestReadBatchLent(t *testing.T) {
 					t.Fatal("a GRO conn with frames does not lend")
 				}
 				// 16 packets of 4 KiB (two GSO sends, two GRO buffers), then
-				// 40 single ones of 100 bytes: past the 8 buffers of a lent
-				// read, and past the frames the source has.
+				// 40 single ones of 1500 bytes, then 40 more: past the 8
+				// buffers of a lent read, and past the frames the source
+				// has.
 				payload := func(i int) int {
 					if i < 16 {
 						return 4096
 					}
-					return 100
+					return 1500 // 40 fill most of a pack frame: 80 roll over twice
 				}
 				const n = 56
 				var ss []seg
@@ -197,11 +199,20 @@ func TestReadBatchLent(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				// The first 16 are held while the rest are read: their
-				// frames are not read into again.
+				// The first 56 are held while 40 more are read: the frames
+				// they were lent in, or packed into, are not read or packed
+				// into again.
 				held, lent1 := readLent(t, b, src, a.LocalAddr(), 0, 16, 5, true, payload)
-				_, lent2 := readLent(t, b, src, a.LocalAddr(), 16, n, 7, false, payload)
-				for _, p := range held {
+				held2, lent2 := readLent(t, b, src, a.LocalAddr(), 16, n, 7, true, payload)
+				more := batchOf(append(ss, ss[16:]...), []*udpconn.Conn{b})[n:]
+				for i := range more {
+					if _, err := a.WriteBatch(more[i : i+1]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, lent3 := readLent(t, b, src, a.LocalAddr(), n, n+40, 7, false, payload)
+				lent2 += lent3
+				for _, p := range append(held, held2...) {
 					if err := checkPacket(p.buf, p.psn, payload); err != nil {
 						t.Errorf("held packet %d, in frame %#x, after later reads: %v", p.psn, p.frame, err)
 					}
@@ -215,13 +226,18 @@ func TestReadBatchLent(t *testing.T) {
 				switch {
 				case frames == 0 && (lent != 0 || st.RxLendShort == 0):
 					t.Errorf("no frames: %d packets lent, %d reads short; want none lent, the reads short", lent, st.RxLendShort)
-				case frames == 1 && (lent == 0 || lent == n || st.RxLendShort == 0):
-					t.Errorf("one frame: %d packets of %d lent, %d reads short; want some of each", lent, n, st.RxLendShort)
-				case frames == 32 && (lent != n || st.RxLendShort != 0):
-					t.Errorf("32 frames: %d packets of %d lent, %d reads short; want all lent", lent, n, st.RxLendShort)
+				case frames == 1 && (lent == 0 || lent == n+40 || st.RxLendShort == 0):
+					t.Errorf("one frame: %d packets of %d lent, %d reads short; want some of each", lent, n+40, st.RxLendShort)
+				case frames == 32 && (lent != n+40 || st.RxLendShort != 0):
+					t.Errorf("32 frames: %d packets of %d lent, %d reads short; want all lent", lent, n+40, st.RxLendShort)
 				}
-				if held, _ := src.held(); st.RxFramesHeld > 8 || int(st.RxFramesHeld) != held {
-					t.Errorf("the conn holds %d frames for its next read (the source counts %d taken), want at most 8, and the same", st.RxFramesHeld, held)
+				if held, _ := src.held(); st.RxFramesHeld > 9 || int(st.RxFramesHeld) != held {
+					t.Errorf("the conn holds %d frames for its next read and packing (the source counts %d taken), want at most 9, and the same", st.RxFramesHeld, held)
+				}
+				// The 1500-byte datagrams came one to a read: packed into a
+				// frame of the conn's, where there are frames to spare.
+				if frames == 32 && st.RxPacked < 80 {
+					t.Errorf("%d datagrams packed, want the 80 short ones at least", st.RxPacked)
 				}
 				b.Close()
 				if held := b.Stats().Snapshot().RxFramesHeld; held != 0 {

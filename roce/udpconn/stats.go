@@ -26,6 +26,10 @@ type Stats struct {
 	// found no frame free and read into the conn's own memory instead
 	// (their packets copied by whoever keeps them).
 	RxLent, RxLendShort atomic.Uint64
+	// RxPacked counts the lent datagrams of short reads (one datagram the
+	// kernel did not coalesce, or a few) that the conn copied into a
+	// frame of its own, packed, rather than lent in a 64 KiB frame each.
+	RxPacked atomic.Uint64
 	// RxFramesHeld is how many frames of Options.Frames the conn holds now
 	// for its reads (a gauge): one or two while idle, up to 8 under load.
 	RxFramesHeld atomic.Int64
@@ -37,7 +41,7 @@ type StatsSnapshot struct {
 	RxCalls, TxCalls, RxBuffers, TxBuffers       uint64
 	TxGSOErrors                                  uint64
 	RxBytes, TxBytes                             uint64
-	RxLent, RxLendShort                          uint64
+	RxLent, RxLendShort, RxPacked                uint64
 	RxFramesHeld                                 uint64
 }
 
@@ -46,7 +50,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(), RxBadICRC: s.RxBadICRC.Load(), RxTruncated: s.RxTruncated.Load(),
 		RxCalls: s.RxCalls.Load(), TxCalls: s.TxCalls.Load(), RxBuffers: s.RxBuffers.Load(), TxBuffers: s.TxBuffers.Load(),
 		TxGSOErrors: s.TxGSOErrors.Load(), RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load(),
-		RxLent: s.RxLent.Load(), RxLendShort: s.RxLendShort.Load(), RxFramesHeld: uint64(max(s.RxFramesHeld.Load(), 0))}
+		RxLent: s.RxLent.Load(), RxLendShort: s.RxLendShort.Load(), RxPacked: s.RxPacked.Load(), RxFramesHeld: uint64(max(s.RxFramesHeld.Load(), 0))}
 }
 
 // Add adds o's counts to s's (the conns of one address, summed).
@@ -64,6 +68,7 @@ func (s *StatsSnapshot) Add(o StatsSnapshot) {
 	s.TxBytes += o.TxBytes
 	s.RxLent += o.RxLent
 	s.RxLendShort += o.RxLendShort
+	s.RxPacked += o.RxPacked
 	s.RxFramesHeld += o.RxFramesHeld
 }
 
