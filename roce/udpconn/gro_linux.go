@@ -68,7 +68,7 @@ const packMax = 16 << 10
 // packAlign aligns each packed datagram (a cache line).
 const packAlign = 64
 
-// buf is entry i's buffer.
+// groBuf is entry i's buffer: its lent frame, or the conn's own memory.
 func (c *Conn) groBuf(i int) []byte {
 	r := &c.groRd
 	if r.lent != nil && r.lent[i] {
