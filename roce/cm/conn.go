@@ -329,12 +329,32 @@ func (m *Manager) onDREQLocked(tid uint64, r DREQ, peer netip.Addr) {
 	}
 	switch c.state {
 	case stateEstablished, stateDreqSent, stateRepSent:
-		// Done closes before the QP's work is flushed, so a flushed
-		// completion always finds the connection released.
-		c.finishLocked(nil)
-		c.qpErrorLocked()
-		m.send(c.peer, drep)
+		if c.qp != nil && c.qp.Device() != m.dev {
+			// The QP's packets are another receive loop's, which may
+			// not have handled yet the ACKs the peer sent before this
+			// DREQ: the release comes after them, so that it flushes
+			// only what the peer did not acknowledge, as one loop would.
+			c.qp.Device().AfterReceived(func() {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.releaseLocked(c, drep)
+			})
+			return
+		}
+		m.releaseLocked(c, drep)
 	}
+}
+
+// releaseLocked releases c on its peer's DREQ, flushes its QP's work and
+// answers the DREP. Done closes before the QP's work is flushed, so a
+// flushed completion always finds the connection released.
+func (m *Manager) releaseLocked(c *Conn, drep []byte) {
+	if m.closed {
+		return
+	}
+	c.finishLocked(nil)
+	c.qpErrorLocked()
+	m.send(c.peer, drep)
 }
 
 func (m *Manager) onDREPLocked(r DREP) {

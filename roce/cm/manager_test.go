@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,6 +308,129 @@ func TestDREQAfterAck(t *testing.T) {
 	}
 }
 
+// TestDREQAfterAckReceived: a server with two queues, the CM on queue
+// 0's device and the connection's QP on queue 1's, whose receive loop is
+// busy (it reads nothing until it is asked to read without waiting, as
+// after AfterReceived's wake-up); packets for its QP are steered to its
+// conn as a reuseport program steers them. The server SENDs; the client
+// receives it, acknowledges it and disconnects: its ACK waits in queue
+// 1's conn while its DREQ reaches queue 0's. The CM releases the
+// connection only after queue 1 handled what it held, so the server's
+// SEND completes with success, as the client received it, not flushed.
+// The old code flushed it: the DREQ overtook the ACK across the loops.
+func TestDREQAfterAckReceived(t *testing.T) {
+	n := simnet.New(simnet.Options{})
+	cli := newNode(t, n, "10.0.0.1")
+	busy := &busyConn{queue: make(chan []byte, 64), done: make(chan struct{})}
+	srv := newQueuedNodeWrap(t, n, "10.0.0.2", func(q int, c roce.PacketConn) roce.PacketConn {
+		if q == 0 {
+			return &steerConn{PacketConn: c, to: busy}
+		}
+		busy.PacketConn = c
+		return busy
+	})
+	cc, sc := connect(t, cli, srv, 7478, nil, nil)
+	copy(srv.mem[8192:], "the last message")
+	check(t, sc.QP().PostSend(transport.SendWR{ID: 9, Opcode: transport.OpSend, Signaled: true,
+		Local: transport.SGE{MR: srv.mr, Offset: 8192, Length: 16}}))
+	if wc := waitWC(t, cli.cq); string(cli.mem[1024*(wc.ID-100):][:16]) != "the last message" {
+		t.Fatalf("client received %+v", wc)
+	}
+	check(t, cc.Disconnect(ctxT(t)))
+	if st := sc.QP().Query().State; st != transport.StateError {
+		t.Errorf("the server's QP in %v after its DREP, want the error state", st)
+	}
+	var wcs [8]transport.WC
+	for {
+		k, err := srv.cq.PollWait(ctxT(t), wcs[:])
+		check(t, err)
+		for _, wc := range wcs[:k] {
+			if wc.ID != 9 {
+				continue // the receives, flushed
+			}
+			if wc.Status != transport.StatusSuccess {
+				t.Fatalf("the server's SEND, which the client received and acknowledged before its DREQ: %v", wc.Status)
+			}
+			return
+		}
+	}
+}
+
+// steerConn is queue 0's conn of a node whose QPs, but QP 1, are on
+// queue 1: it hands their packets to queue 1's conn (to), as the
+// kernel's reuseport steering does, and returns QP 1's.
+type steerConn struct {
+	roce.PacketConn
+	to *busyConn
+}
+
+func (c *steerConn) ReadBatch(msgs []roce.Message) (int, error) {
+	for {
+		n, err := c.PacketConn.ReadBatch(msgs)
+		if err != nil {
+			return 0, err
+		}
+		k := 0
+		for _, m := range msgs[:n] {
+			if roce.BTH(m.Buf[:m.N]).DestQP() != 1 {
+				c.to.queue <- append([]byte(nil), m.Buf[:m.N]...)
+				continue
+			}
+			msgs[k].N, msgs[k].Addr, msgs[k].ECN = m.N, m.Addr, m.ECN
+			copy(msgs[k].Buf, m.Buf[:m.N])
+			k++
+		}
+		if k > 0 {
+			return k, nil
+		}
+	}
+}
+
+// busyConn is queue 1's conn, whose receive loop is busy: each ReadBatch
+// waits a moment and returns as an idle wake-up does
+// (os.ErrDeadlineExceeded), leaving what was steered to it queued, until
+// a read without waiting (TryReadBatch) takes it. It sends through its
+// own conn.
+type busyConn struct {
+	roce.PacketConn
+	queue chan []byte
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (c *busyConn) ReadBatch(msgs []roce.Message) (int, error) {
+	select {
+	case <-c.done:
+		return 0, roce.ErrConnClosed
+	case <-time.After(time.Millisecond):
+		return 0, os.ErrDeadlineExceeded
+	}
+}
+
+func (c *busyConn) TryReadBatch(msgs []roce.Message) (int, error) {
+	n := 0
+	for n < len(msgs) {
+		select {
+		case b := <-c.queue:
+			msgs[n].N = copy(msgs[n].Buf, b)
+			msgs[n].Addr = netip.MustParseAddrPort("10.0.0.1:4791")
+			n++
+		default:
+			return n, nil
+		}
+	}
+	return n, nil
+}
+
+// SetReadDeadline makes the conn a roce.ReadDeadliner, which the device
+// wakes (its reads return at once anyway).
+func (c *busyConn) SetReadDeadline(time.Time) error { return nil }
+
+func (c *busyConn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.PacketConn.Close()
+}
+
 // writes records, in order, the packets a node's conns wrote.
 type writes struct {
 	mu   sync.Mutex
@@ -351,12 +475,21 @@ func (c *recordedConn) WriteBatch(msgs []roce.Message) (int, error) {
 // has no SO_REUSEPORT, so the second queue has a port of its own).
 func newQueuedNode(t *testing.T, n *simnet.Net, ip string, w *writes) *node {
 	t.Helper()
+	return newQueuedNodeWrap(t, n, ip, func(q int, c roce.PacketConn) roce.PacketConn {
+		return &recordedConn{PacketConn: c, queue: q, w: w}
+	})
+}
+
+// newQueuedNodeWrap is newQueuedNode with each queue's conn wrapped by
+// wrap.
+func newQueuedNodeWrap(t *testing.T, n *simnet.Net, ip string, wrap func(q int, c roce.PacketConn) roce.PacketConn) *node {
+	t.Helper()
 	nd := &node{ip: netip.MustParseAddr(ip)}
 	var conns []roce.PacketConn
 	for q, port := range []uint16{roce.Port, roce.Port + 1} {
 		c, err := n.Listen(netip.AddrPortFrom(nd.ip, port))
 		check(t, err)
-		conns = append(conns, &recordedConn{PacketConn: c, queue: q, w: w})
+		conns = append(conns, wrap(q, c))
 	}
 	devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: quiet})
 	check(t, err)

@@ -215,7 +215,18 @@ type Device struct {
 	// queue order (NewDevices); nil for a device alone. Set before its
 	// reader starts, never changed.
 	queues []*Device
+
+	// after are AfterReceived's functions, run by the reader once it has
+	// read what its conn held; afterSet says there are some.
+	afterMu  sync.Mutex
+	after    []func()
+	afterSet atomic.Bool
 }
+
+// afterDrainBatches bounds how many batches a reader reads before it runs
+// AfterReceived's functions: what a busy conn held then, not what keeps
+// arriving.
+const afterDrainBatches = 256
 
 // rxScratch is what reading a batch needs: the messages, a decoder, and
 // the QPs the batch touched. One reader uses it (routineReceive or Poll).
@@ -387,22 +398,114 @@ func (d *Device) Poll() (int, error) {
 		return 0, errors.New("transport: poll: the device is not polled (DeviceOptions.Polled)")
 	}
 	d.beat.Store(time.Now().UnixNano())
+	// AfterReceived's functions run once a read finds the conn held less
+	// than a batch: it is empty now, and all it held is handled.
+	after := d.afterSet.Load()
+	var n int
+	var err error
 	if d.tryLent != nil {
-		n, err := d.tryLent.TryReadBatchLent(d.rx.msgs)
-		if err != nil || n == 0 {
-			return 0, err
+		n, err = d.tryLent.TryReadBatchLent(d.rx.msgs)
+		if err == nil && n > 0 {
+			d.handleBatch(&d.rx, n)
+			d.pollFrames = appendLent(d.pollFrames[:0], d.rx.msgs[:n])
+			d.tryLent.ReturnFrames(d.pollFrames)
 		}
-		d.handleBatch(&d.rx, n)
-		d.pollFrames = appendLent(d.pollFrames[:0], d.rx.msgs[:n])
-		d.tryLent.ReturnFrames(d.pollFrames)
-		return n, nil
+	} else {
+		n, err = d.try.TryReadBatch(d.rx.msgs)
+		if err == nil && n > 0 {
+			d.handleBatch(&d.rx, n)
+		}
 	}
-	n, err := d.try.TryReadBatch(d.rx.msgs)
-	if err != nil || n == 0 {
+	if after && (err != nil || n < len(d.rx.msgs)) {
+		d.runAfter()
+	}
+	if err != nil {
 		return 0, err
 	}
-	d.handleBatch(&d.rx, n)
 	return n, nil
+}
+
+// AfterReceived has fn run by the device's reader (its receive goroutine,
+// or Poll) once it has handled every packet its conn held when
+// AfterReceived was called, and what it was handling then: the order of
+// the wire across the devices of one address (NewDevices). A peer's
+// DREQ reaches queue 0's device, while the ACKs its QP sent just before
+// may still wait in another queue's socket; the CM releases the
+// connection after them, so that the DREQ flushes only what was not
+// acknowledged. fn must not block. On a closed device, or a conn that can
+// neither be woken nor read without waiting (a test's), fn runs at once.
+func (d *Device) AfterReceived(fn func()) {
+	select {
+	case <-d.closed:
+		fn()
+		return
+	default:
+	}
+	dl, wakes := d.conn.(roce.ReadDeadliner)
+	_, try := d.conn.(TryReader)
+	_, tryLent := d.conn.(TryLender)
+	if !d.opts.Polled && (!wakes || !(try || tryLent)) {
+		fn()
+		return
+	}
+	d.afterMu.Lock()
+	d.after = append(d.after, fn)
+	d.afterMu.Unlock()
+	d.afterSet.Store(true)
+	if !d.opts.Polled {
+		// A past deadline ends the reader's wait; it reads the rest
+		// without waiting, then runs fn.
+		_ = dl.SetReadDeadline(time.Now())
+	}
+	select {
+	case <-d.closed:
+		d.runAfter() // the reader may have gone already
+	default:
+	}
+}
+
+// runAfter runs AfterReceived's functions queued so far.
+func (d *Device) runAfter() {
+	d.afterMu.Lock()
+	fns := d.after
+	d.after = nil
+	d.afterSet.Store(false)
+	d.afterMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// drainAfter is the receive goroutine's part of AfterReceived: with
+// functions queued, it reads without waiting until the conn is empty (at
+// most afterDrainBatches), hands each batch on, then runs them.
+func (d *Device) drainAfter(rx *rxScratch, frames []uint64) []uint64 {
+	if !d.afterSet.Load() {
+		return frames
+	}
+	tl, lend := d.conn.(TryLender)
+	lend = lend && tl.LendsFrames()
+	tr, _ := d.conn.(TryReader)
+	for range afterDrainBatches {
+		var n int
+		var err error
+		switch {
+		case lend:
+			n, err = tl.TryReadBatchLent(rx.msgs)
+		case tr != nil:
+			n, err = tr.TryReadBatch(rx.msgs)
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		d.handleBatch(rx, n)
+		if lend {
+			frames = appendLent(frames[:0], rx.msgs[:n])
+			tl.ReturnFrames(frames)
+		}
+	}
+	d.runAfter()
+	return frames
 }
 
 // ReceiveHeartbeat returns when the receive goroutine last went round its
@@ -472,6 +575,7 @@ func (d *Device) Close() error {
 		d.pollMu.Lock() // and a Poll under way; later ones see closed
 		d.pollMu.Unlock()
 		d.wg.Wait()
+		d.runAfter() // what the reader left: nothing reads any more
 	})
 	return d.closeErr
 }
@@ -550,6 +654,9 @@ func (d *Device) routineReceive() {
 			}
 			renew = now.Add(d.opts.IdleWake / 2)
 		}
+		// After the deadline, so that AfterReceived's wake-up (a
+		// deadline now) is either seen here or ends the read below.
+		frames = d.drainAfter(&rx, frames)
 		var n int
 		var err error
 		if lend {

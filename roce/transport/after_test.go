@@ -1,0 +1,105 @@
+//go:build linux
+
+package transport_test
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/roce"
+	"github.com/rbridge/rbridge/roce/simnet"
+	"github.com/rbridge/rbridge/roce/transport"
+	"github.com/rbridge/rbridge/roce/udpconn"
+)
+
+// TestAfterReceived: a function given to AfterReceived runs on the
+// device's reader after what the conn held when it was given: on a
+// device waiting on a UDP socket, after the datagrams already in the
+// socket (its wait woken by a deadline); on a polled device, at the Poll
+// that finds the conn empty; on a closed device, at once.
+func TestAfterReceived(t *testing.T) {
+	t.Run("waiting", func(t *testing.T) {
+		c, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.41:4791"), Logger: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.42:4791"), Logger: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		// Datagrams for a QP the device does not have: each is counted
+		// as it is handled.
+		const n = 64
+		pkt := nobodys()
+		msgs := make([]roce.Message, n)
+		for i := range msgs {
+			msgs[i] = roce.Message{Buf: pkt, N: len(pkt), Addr: c.LocalAddr()}
+		}
+		if k, err := tx.WriteBatch(msgs); err != nil || k != n {
+			t.Fatalf("sent %d of %d: %v", k, n, err)
+		}
+		ran := make(chan uint64, 1)
+		dev.AfterReceived(func() { ran <- dev.Stats().RxUnknownQP.Load() })
+		select {
+		case got := <-ran:
+			if got != n {
+				t.Errorf("the function ran after %d of the %d datagrams the socket held", got, n)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the function did not run in 5 s: the reader's wait (an hour) was not woken")
+		}
+	})
+	t.Run("polled", func(t *testing.T) {
+		sn := simnet.New(simnet.Options{})
+		a := newEndOpts(t, sn, "10.0.0.1:4791", transport.DeviceOptions{Polled: true})
+		b, err := sn.Listen(netip.MustParseAddrPort("10.0.0.2:4791"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		var ran bool
+		a.dev.AfterReceived(func() { ran = true })
+		if ran {
+			t.Fatal("the function ran before a Poll")
+		}
+		pkt := nobodys()
+		msgs := []roce.Message{{Buf: pkt, N: len(pkt), Addr: a.addr}, {Buf: pkt, N: len(pkt), Addr: a.addr}}
+		if _, err := b.WriteBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if _, err := a.dev.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		if !ran {
+			t.Fatal("the function did not run at the Poll that emptied the conn")
+		}
+		if got := a.dev.Stats().RxUnknownQP.Load(); got != 2 {
+			t.Errorf("%d datagrams handled, want 2", got)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		sn := simnet.New(simnet.Options{})
+		a := newEnd(t, sn, "10.0.0.3:4791")
+		a.dev.Close()
+		ran := false
+		a.dev.AfterReceived(func() { ran = true })
+		if !ran {
+			t.Error("on a closed device the function did not run at once")
+		}
+	})
+}
+
+// nobodys is a SEND to a QP no device here has.
+func nobodys() []byte {
+	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: roce.DefaultPKey, DestQP: 0x123456}}
+	return roce.AppendPacket(nil, &f, []byte("nobody's"))
+}
