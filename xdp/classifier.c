@@ -143,7 +143,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 64);
+	__uint(max_entries, 256); /* MaxQueues */
 } xsks SEC(".maps");
 
 struct {

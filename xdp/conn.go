@@ -80,6 +80,16 @@ type ConnOptions struct {
 	// Program, if set, gets the socket in its AF_XDP map for Queue, so the
 	// classifier redirects the packets of added QPs to it.
 	Program *Program
+	// Share, if set, is an open Conn on another receive queue whose UMEM
+	// registration this socket shares (XDP_SHARED_UMEM, Linux 5.10): one
+	// UMEM for every queue of an interface (OpenQueues). UMEM and
+	// FrameSize must be Share's and Frames must be set, as the Conns take
+	// their frames from one allocator. The kernel binds it in Share's
+	// mode and wakeup (a shared bind takes no flags: Mode and
+	// NoNeedWakeup are ignored); it has fill, completion, RX and TX rings
+	// of its own. Its multicast groups are Share's: a group joined on
+	// either receives the datagrams that reach either.
+	Share *Conn
 	// Logger receives the bind mode and Wakeup; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -71,7 +71,13 @@ type Conn struct {
 	nRX       int            // frames the fill and RX rings should hold
 	ifindex   int
 	prog      *Program // the classifier that feeds the socket, or nil
+	// share is the Conn whose UMEM registration the socket shares
+	// (ConnOptions.Share), or nil where it registered its own.
+	share *Conn
 
+	// groupsOf is the Conn whose groups the socket's multicast datagrams
+	// go to: itself, or the first Conn of the UMEM it shares.
+	groupsOf *Conn
 	groupsMu sync.RWMutex
 	groups   map[netip.Addr]*GroupConn // joined groups (group_linux.go)
 
@@ -155,7 +161,12 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 		done:      make(chan struct{}),
 		ifindex:   opts.Ifindex,
 		prog:      opts.Program,
+		share:     opts.Share,
 		groups:    make(map[netip.Addr]*GroupConn),
+	}
+	c.groupsOf = c
+	if c.share != nil {
+		c.groupsOf = c.share.groupsOf
 	}
 	if c.frameSize == 0 {
 		c.frameSize = 4096
@@ -191,8 +202,13 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 
 	var fd int
 	var err error
-	switch opts.Mode {
-	case BindAuto:
+	switch {
+	case c.share != nil:
+		// The kernel binds a shared socket as it bound the UMEM's first.
+		fd, err = c.open(opts.Ifindex, uint32(ringSize), 0)
+		c.mode = c.share.mode
+		c.wakeup.NeedWakeup, c.wakeup.NoNeedWakeup = c.share.wakeup.NeedWakeup, c.share.wakeup.NoNeedWakeup
+	case opts.Mode == BindAuto:
 		fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY, opts.NoNeedWakeup)
 		c.mode = BindZeroCopy
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
@@ -200,10 +216,10 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 			fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_COPY, opts.NoNeedWakeup)
 			c.mode = BindCopy
 		}
-	case BindCopy:
+	case opts.Mode == BindCopy:
 		fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_COPY, opts.NoNeedWakeup)
 		c.mode = BindCopy
-	case BindZeroCopy:
+	case opts.Mode == BindZeroCopy:
 		fd, err = c.openWakeup(opts.Ifindex, uint32(ringSize), unix.XDP_ZEROCOPY, opts.NoNeedWakeup)
 		c.mode = BindZeroCopy
 		if errors.Is(err, unix.EOPNOTSUPP) {
@@ -213,7 +229,7 @@ func NewConn(opts ConnOptions) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xdp: AF_XDP socket on ifindex %d queue %d: %w", opts.Ifindex, opts.Queue, err)
 	}
-	c.log.Info("xdp: AF_XDP socket bound", "ifindex", opts.Ifindex, "queue", opts.Queue, "mode", c.mode, "wakeup", c.wakeup)
+	c.log.Info("xdp: AF_XDP socket bound", "ifindex", opts.Ifindex, "queue", opts.Queue, "mode", c.mode, "wakeup", c.wakeup, "shared_umem", c.share != nil)
 
 	if c.frames == nil {
 		// Receive frames go to the fill ring; the rest transmit.
@@ -282,6 +298,12 @@ func (o *ConnOptions) check() error {
 		return fmt.Errorf("xdp: conn: ring size %d is not a power of two", o.RingSize)
 	case !o.LocalAddr.IsValid():
 		return fmt.Errorf("xdp: conn: no local address")
+	case o.Share != nil && o.Frames == nil:
+		return fmt.Errorf("xdp: conn on queue %d: a shared UMEM needs Frames: the Conns take their frames from one allocator", o.Queue)
+	case o.Share != nil && (unsafe.SliceData(o.UMEM) != unsafe.SliceData(o.Share.umem) || len(o.UMEM) != len(o.Share.umem) || fs != o.Share.frameSize):
+		return fmt.Errorf("xdp: conn on queue %d: a shared UMEM must be Share's, of its frame size %d", o.Queue, o.Share.frameSize)
+	case o.Share != nil && o.Share.closed.Load():
+		return fmt.Errorf("xdp: conn on queue %d: share the UMEM of a closed Conn: %w", o.Queue, roce.ErrConnClosed)
 	case o.Neighbors == nil:
 		return fmt.Errorf("xdp: conn: no Neighbors to resolve peers' Ethernet addresses")
 	}
@@ -326,14 +348,16 @@ func (c *Conn) open(ifindex int, ringSize uint32, bindFlags uint16) (int, error)
 		}
 		return -1, fmt.Errorf("socket: %w", err)
 	}
-	reg := unix.XDPUmemReg{
-		Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(c.umem)))),
-		Len:  uint64(len(c.umem)),
-		Size: uint32(c.frameSize),
-	}
-	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("register UMEM: %w", err)
+	if c.share == nil {
+		reg := unix.XDPUmemReg{
+			Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(c.umem)))),
+			Len:  uint64(len(c.umem)),
+			Size: uint32(c.frameSize),
+		}
+		if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("register UMEM: %w", err)
+		}
 	}
 	for _, opt := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
 		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, opt, int(ringSize)); err != nil {
@@ -358,7 +382,24 @@ func (c *Conn) open(ifindex int, ringSize uint32, bindFlags uint16) (int, error)
 		return -1, err
 	}
 	c.setTXBudget(fd, ringSize)
-	if err := bind(fd, &unix.SockaddrXDP{Flags: bindFlags, Ifindex: uint32(ifindex), QueueID: uint32(c.queue)}); err != nil {
+	sa := &unix.SockaddrXDP{Flags: bindFlags, Ifindex: uint32(ifindex), QueueID: uint32(c.queue)}
+	if c.share == nil {
+		err = bind(fd, sa)
+	} else {
+		// The fill and completion rings above are the socket's own: a
+		// UMEM shared across queues needs a pair per queue.
+		var berr error
+		if err = c.share.raw.Control(func(sfd uintptr) {
+			sa.Flags, sa.SharedUmemFD = unix.XDP_SHARED_UMEM, uint32(sfd)
+			berr = bind(fd, sa)
+		}); err == nil {
+			err = berr
+		}
+		if err != nil {
+			err = fmt.Errorf("shared UMEM: %w", err)
+		}
+	}
+	if err != nil {
 		c.teardown(fd)
 		return -1, fmt.Errorf("bind: %w", err)
 	}

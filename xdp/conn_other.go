@@ -91,3 +91,19 @@ func (g *GroupConn) WriteBatch([]roce.Message) (int, error) { return 0, roce.Err
 
 // Close implements roce.PacketConn.
 func (g *GroupConn) Close() error { return nil }
+
+// MaxQueues is the most receive queues of an interface the classifier
+// has AF_XDP sockets for.
+const MaxQueues = 256
+
+// RxQueues returns an error matching ErrNotSupported: AF_XDP is Linux
+// only.
+func RxQueues(ifindex int) (int, string, error) {
+	return 0, "", fmt.Errorf("%w: AF_XDP on %s", ErrNotSupported, runtime.GOOS)
+}
+
+// OpenQueues returns an error matching ErrNotSupported: AF_XDP is Linux
+// only.
+func OpenQueues(opts ConnOptions, n int) ([]*Conn, error) {
+	return nil, fmt.Errorf("%w: AF_XDP on %s", ErrNotSupported, runtime.GOOS)
+}

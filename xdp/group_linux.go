@@ -26,10 +26,15 @@ import (
 // itself (it is bound to no port; the classifier takes the group's RoCEv2
 // packets before the IP stack sees them).
 //
+// The Conns of one UMEM (ConnOptions.Share, OpenQueues: a socket per
+// receive queue) share the first one's groups: RSS puts a group's
+// datagrams on any queue, and each Conn hands them to that Conn's
+// GroupConns (c.groupsOf).
+//
 // Concurrency: c.groups is guarded by c.groupsMu, held for reading while a
 // received datagram is queued and for writing by JoinGroup and
-// GroupConn.Close. A GroupConn's queue has one producer (the goroutine
-// reading the Conn) and its readers.
+// GroupConn.Close. A GroupConn's queue has a producer per Conn of the
+// UMEM (the goroutines reading them) and its readers.
 
 // groupQueue is how many datagrams a GroupConn holds for its reader; more
 // are dropped (ConnStats.GroupOverflow).
@@ -64,8 +69,12 @@ var _ roce.PacketConn = (*GroupConn)(nil)
 // learns the group (Program.AddGroup); without it the caller adds it to
 // the classifier that feeds the Conn. A group joined twice on one Conn is
 // an error, as is an address that is not multicast or not of the Conn's
-// family.
+// family. On a Conn that shares another's UMEM it joins on the first
+// Conn of that UMEM, whose groups every Conn of it feeds.
 func (c *Conn) JoinGroup(group netip.Addr) (*GroupConn, error) {
+	if c.groupsOf != c {
+		return c.groupsOf.JoinGroup(group)
+	}
 	group = group.Unmap()
 	switch {
 	case !group.IsMulticast():
@@ -130,12 +139,14 @@ func joinMembership(group netip.Addr, ifindex int) (int, error) {
 }
 
 // toGroup queues the datagram f carries for the GroupConn of its
-// destination, copied: the frame goes back to the fill ring.
+// destination (one of c.groupsOf's), copied: the frame goes back to the
+// fill ring.
 func (c *Conn) toGroup(f *roce.Frame) {
 	p := f.UDPPayload()
-	c.groupsMu.RLock()
-	defer c.groupsMu.RUnlock()
-	g := c.groups[f.Dst.Addr()]
+	o := c.groupsOf
+	o.groupsMu.RLock()
+	defer o.groupsMu.RUnlock()
+	g := o.groups[f.Dst.Addr()]
 	switch {
 	case g == nil:
 		c.groupUnjoined.Add(1)

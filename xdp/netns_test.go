@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -73,8 +74,17 @@ func (ns *netns) do(fn func()) {
 // and returns the interface names.
 func vethPair(tb testing.TB, a, b *netns, addrA, addrB, macA, macB string) (string, string) {
 	tb.Helper()
+	return vethPairQueues(tb, a, b, addrA, addrB, macA, macB, 1)
+}
+
+// vethPairQueues is vethPair with n transmit and receive queues on each
+// end: a packet sent on one end's queue k arrives on the other's queue k.
+func vethPairQueues(tb testing.TB, a, b *netns, addrA, addrB, macA, macB string, n int) (string, string) {
+	tb.Helper()
 	ifA, ifB := "rbx"+a.name[len(a.name)-4:], "rbx"+b.name[len(b.name)-4:]
-	ipCmd(tb, "-n", a.name, "link", "add", ifA, "address", macA, "type", "veth", "peer", "name", ifB, "address", macB, "netns", b.name)
+	qs := strconv.Itoa(n)
+	ipCmd(tb, "-n", a.name, "link", "add", ifA, "address", macA, "numtxqueues", qs, "numrxqueues", qs, "type", "veth",
+		"peer", "name", ifB, "address", macB, "numtxqueues", qs, "numrxqueues", qs, "netns", b.name)
 	for _, s := range []struct{ ns, ifc, addr string }{{a.name, ifA, addrA}, {b.name, ifB, addrB}} {
 		ipCmd(tb, "-n", s.ns, "addr", "add", s.addr, "dev", s.ifc)
 		ipCmd(tb, "-n", s.ns, "link", "set", s.ifc, "up")
