@@ -5,6 +5,7 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -128,5 +129,132 @@ routes:
 	case <-tc.Done():
 	case <-ctx.Done():
 		t.Fatal("the target's connection outlived the client's")
+	}
+}
+
+// TestGatewayAFXDPQueues: an AF_XDP leg on a veth with four receive queues
+// binds a socket on each (its default), and connections whose peers'
+// packets arrive on different queues all carry their SENDs, both ways:
+// eight targets, each on a UDP socket of its own, so eight flows that the
+// peer end's transmit hash spreads over its four queues, each delivered
+// to the gateway's queue of the same number. /status lists the four
+// queues and how they were chosen; the classifier found a socket for
+// every packet (rbridge_xdp_classifier_passed_no_socket_total 0), and
+// more than one queue received: the gateway of one socket, on queue 0,
+// lost what arrived on the others.
+func TestGatewayAFXDPQueues(t *testing.T) {
+	const queues, targets = 4, 8
+	gwNS, peerNS, gwIf, peerIf := vethNamespacesQueues(t, "XDP, AF_XDP, network namespaces", "rbq", "10.96.0.1/24", "10.96.0.2/24", queues)
+	var routes strings.Builder
+	apps := make([]*cmApp, targets)
+	lns := make([]*cm.Listener, targets)
+	for i := range targets {
+		ip := fmt.Sprintf("10.96.0.%d", 10+i)
+		if out, err := exec.Command("ip", "-n", peerNS, "addr", "add", ip+"/24", "dev", peerIf).CombinedOutput(); err != nil {
+			t.Fatalf("ip addr add %s: %v: %s", ip, err, out)
+		}
+		apps[i] = newCMAppIn(t, peerNS, "", ip, nil)
+		var err error
+		if lns[i], err = apps[i].cm.Listen(7480, 4); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&routes, "  - name: r%d\n    listen: {leg: a, addr: \"127.0.10.1:%d\"}\n    target: {leg: b, addr: \"%s:7480\"}\n", i, 7480+i, ip)
+	}
+	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: GWIF, ip: 10.96.0.1, io: afxdp, netns: GWNS}
+routes:
+` + routes.String())
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Four sockets' rings from the pool's 4 KiB class (at most half of it).
+	g := startGatewayWith(t, cfg, bridge.GatewayOptions{Pool: pool.Options{Size: 32 << 20}})
+	client := newCMApp(t, lo("3"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, app := range apps {
+		accepted := make(chan *cm.Conn, 1)
+		tqp := app.qp(t)
+		go func() {
+			r, err := lns[i].Next(ctx)
+			if err == nil {
+				err = tqp.Modify(transport.QPAttr{State: transport.StateInit})
+			}
+			if err == nil {
+				err = tqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: app.mr, Length: 4096}})
+			}
+			var c *cm.Conn
+			if err == nil {
+				c, err = r.Accept(ctx, cm.AcceptOptions{QP: tqp})
+			}
+			if err != nil {
+				t.Error(err)
+			}
+			accepted <- c
+		}()
+		cqp := client.qp(t)
+		if err := cqp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: client.mr, Length: 4096}}); err != nil {
+			t.Fatal(err)
+		}
+		cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo(fmt.Sprintf("1:%d", 7480+i))), cm.DialOptions{QP: cqp})
+		if err != nil {
+			t.Fatalf("connection %d through the gateway: %v", i, err)
+		}
+		tc := <-accepted
+		if tc == nil {
+			t.FailNow()
+		}
+		// A SEND each way, each completed end to end.
+		for _, dir := range []struct {
+			from, to   *cmApp
+			qp         *transport.QP
+			what, name string
+		}{{client, app, cqp, fmt.Sprintf("to target %d", i), "client"}, {app, client, tqp, fmt.Sprintf("from target %d", i), "target"}} {
+			copy(dir.from.mem[8192:], dir.what)
+			if err := dir.qp.PostSend(transport.SendWR{ID: 2, Opcode: transport.OpSend, Signaled: true,
+				Local: transport.SGE{MR: dir.from.mr, Offset: 8192, Length: len(dir.what)}}); err != nil {
+				t.Fatal(err)
+			}
+			for _, cq := range []*transport.CQ{dir.from.cq, dir.to.cq} {
+				var wc [1]transport.WC
+				if _, err := cq.PollWait(ctx, wc[:]); err != nil || wc[0].Status != transport.StatusSuccess {
+					t.Fatalf("connection %d, the %s's SEND: %+v, %v", i, dir.name, wc[0], err)
+				}
+			}
+			if got := string(dir.to.mem[:len(dir.what)]); got != dir.what {
+				t.Errorf("connection %d: received %q, want %q", i, got, dir.what)
+			}
+		}
+		if err := cc.Disconnect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := startAdmin(t, g)
+	m, _ := scrape(t, base)
+	if got, ok := m[`rbridge_xdp_classifier_passed_no_socket_total{leg="b"}`]; !ok || got != 0 {
+		t.Errorf("packets for the leg's QPs that found no socket on their queue: %v (present %v), want 0", got, ok)
+	}
+	var st bridge.Status
+	if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {
+		t.Fatal(err)
+	}
+	b := st.Legs[1]
+	if len(b.Queues) != queues || !strings.Contains(b.QueuesWhy, "every receive queue") {
+		t.Fatalf("leg b's queues: %+v (%s), want %d, every receive queue of the interface", b.Queues, b.QueuesWhy, queues)
+	}
+	busy := 0
+	for _, q := range b.Queues {
+		if q.RxPackets > 0 {
+			busy++
+		}
+	}
+	t.Logf("leg b's queues: %+v", b.Queues)
+	if busy < 2 {
+		t.Errorf("%d of the %d queues received: the eight flows should spread over several", busy, queues)
 	}
 }

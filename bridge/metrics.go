@@ -224,12 +224,14 @@ var transportCounters = newCounters("rbridge_transport_", legLabels, []counterRo
 	{"rx_foreign_total", "Received packets that reached one receive loop's socket for another loop's QP, handed to that QP there (io: udp with queues: GRO joined them with another QP's).", func(s *transport.StatsSnapshot) uint64 { return s.RxForeign }},
 })
 
-// A userspace leg with io: udp's receive loops (queues), each by itself.
+// A userspace leg's receive loops (queues), each by itself: io: udp's
+// sockets, io: afxdp's AF_XDP sockets (one per receive queue of the NIC,
+// whose bytes are of Ethernet frames).
 var queueCounters = newCounters("rbridge_leg_queue_", []string{"leg", "queue"}, []counterRow[leg.QueueCounters]{
-	{"rx_packets_total", "RoCEv2 datagrams the receive loop's socket received.", func(s *leg.QueueCounters) uint64 { return s.RxPackets }},
-	{"tx_packets_total", "RoCEv2 datagrams the receive loop's socket sent (its QPs').", func(s *leg.QueueCounters) uint64 { return s.TxPackets }},
-	{"rx_bytes_total", "Bytes of RoCEv2 datagrams the receive loop's socket received.", func(s *leg.QueueCounters) uint64 { return s.RxBytes }},
-	{"tx_bytes_total", "Bytes of RoCEv2 datagrams the receive loop's socket sent.", func(s *leg.QueueCounters) uint64 { return s.TxBytes }},
+	{"rx_packets_total", "RoCEv2 packets the receive loop's socket received.", func(s *leg.QueueCounters) uint64 { return s.RxPackets }},
+	{"tx_packets_total", "RoCEv2 packets the receive loop's socket sent (its QPs').", func(s *leg.QueueCounters) uint64 { return s.TxPackets }},
+	{"rx_bytes_total", "Bytes the receive loop's socket received (UDP payloads; AF_XDP: Ethernet frames).", func(s *leg.QueueCounters) uint64 { return s.RxBytes }},
+	{"tx_bytes_total", "Bytes the receive loop's socket sent (UDP payloads; AF_XDP: Ethernet frames).", func(s *leg.QueueCounters) uint64 { return s.TxBytes }},
 	{"rx_foreign_total", "Received packets for another receive loop's QP, handed to it.", func(s *leg.QueueCounters) uint64 { return s.RxForeign }},
 })
 
@@ -293,6 +295,8 @@ var udpCounters = newCounters("rbridge_udp_", legLabels, []counterRow[udpconn.St
 var xdpCounters = newCounters("rbridge_xdp_", legLabels, []counterRow[xdp.ConnStats]{
 	{"rx_packets_total", "Transport packets received on the AF_XDP socket.", func(s *xdp.ConnStats) uint64 { return s.Received }},
 	{"tx_packets_total", "Transport packets put on the transmit ring.", func(s *xdp.ConnStats) uint64 { return s.Sent }},
+	{"rx_bytes_total", "Bytes of the Ethernet frames of the transport packets received.", func(s *xdp.ConnStats) uint64 { return s.RxBytes }},
+	{"tx_bytes_total", "Bytes of the Ethernet frames of the transport packets sent.", func(s *xdp.ConnStats) uint64 { return s.TxBytes }},
 	{"rx_bad_frames_total", "Received frames that are not well-formed RoCEv2: dropped.", func(s *xdp.ConnStats) uint64 { return s.BadFrames }},
 	{"rx_bad_icrc_total", "Received RoCEv2 packets whose ICRC is wrong: dropped.", func(s *xdp.ConnStats) uint64 { return s.BadICRC }},
 	{"rx_too_long_total", "Received packets longer than the buffer: dropped.", func(s *xdp.ConnStats) uint64 { return s.TooLong }},

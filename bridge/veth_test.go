@@ -17,6 +17,14 @@ import (
 // test fails without them where they must be, else skips, saying so).
 func vethNamespaces(t *testing.T, why, name, gwAddr, peerAddr string) (gwNS, peerNS, gwIf, peerIf string) {
 	t.Helper()
+	return vethNamespacesQueues(t, why, name, gwAddr, peerAddr, 1)
+}
+
+// vethNamespacesQueues is vethNamespaces with n transmit and receive
+// queues on each end: what one end sends on its queue k arrives on the
+// other's queue k.
+func vethNamespacesQueues(t *testing.T, why, name, gwAddr, peerAddr string, n int) (gwNS, peerNS, gwIf, peerIf string) {
+	t.Helper()
 	testneeds.Root(t, why)
 	_, err := exec.LookPath("ip")
 	testneeds.Check(t, "ip from iproute2", err)
@@ -32,7 +40,9 @@ func vethNamespaces(t *testing.T, why, name, gwAddr, peerAddr string) (gwNS, pee
 		ip("netns", "add", ns)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	}
-	ip("-n", gwNS, "link", "add", gwIf, "type", "veth", "peer", "name", peerIf, "netns", peerNS)
+	qs := fmt.Sprint(n)
+	ip("-n", gwNS, "link", "add", gwIf, "numtxqueues", qs, "numrxqueues", qs, "type", "veth",
+		"peer", "name", peerIf, "numtxqueues", qs, "numrxqueues", qs, "netns", peerNS)
 	for _, s := range []struct{ ns, ifc, addr string }{{gwNS, gwIf, gwAddr}, {peerNS, peerIf, peerAddr}} {
 		ip("-n", s.ns, "addr", "add", s.addr, "dev", s.ifc)
 		ip("-n", s.ns, "link", "set", s.ifc, "up")

@@ -163,6 +163,8 @@ func (w Wakeup) LogValue() slog.Value {
 type ConnStats struct {
 	Received    uint64 // transport packets handed to ReadBatch's caller
 	Sent        uint64 // transport packets put on the transmit ring
+	RxBytes     uint64 // bytes of the Ethernet frames of the packets Received
+	TxBytes     uint64 // bytes of the Ethernet frames of the packets Sent
 	BadFrames   uint64 // received frames that are not well-formed RoCEv2: dropped
 	BadICRC     uint64 // received RoCEv2 packets whose ICRC is wrong: dropped
 	TooLong     uint64 // received packets longer than the caller's buffer: dropped
@@ -187,4 +189,29 @@ type ConnStats struct {
 	// Sending to a neighbour the Neighbors resolves.
 	HeldForNeighbor uint64 // packets held while their neighbour was resolved
 	NoNeighbor      uint64 // packets dropped for want of their neighbour's address: it did not answer, no route, or too many held
+}
+
+// Add adds o's counters to s: the sockets of one interface's queues
+// (OpenQueues) counted as one.
+func (s *ConnStats) Add(o ConnStats) {
+	s.Received += o.Received
+	s.Sent += o.Sent
+	s.RxBytes += o.RxBytes
+	s.TxBytes += o.TxBytes
+	s.BadFrames += o.BadFrames
+	s.BadICRC += o.BadICRC
+	s.TooLong += o.TooLong
+	s.RXRingDrops += o.RXRingDrops
+	s.Lent += o.Lent
+	s.FillShort += o.FillShort
+	s.RXWaits += o.RXWaits
+	s.TXKicks += o.TXKicks
+	s.TXKicksSkipped += o.TXKicksSkipped
+	s.FillKicks += o.FillKicks
+	s.FillKicksSkipped += o.FillKicksSkipped
+	s.GroupReceived += o.GroupReceived
+	s.GroupOverflow += o.GroupOverflow
+	s.GroupUnjoined += o.GroupUnjoined
+	s.HeldForNeighbor += o.HeldForNeighbor
+	s.NoNeighbor += o.NoNeighbor
 }

@@ -103,6 +103,7 @@ type Conn struct {
 	heldWG  sync.WaitGroup            // routineHeld goroutines
 
 	received, sent     atomic.Uint64
+	rxBytes, txBytes   atomic.Uint64 // of the Ethernet frames received and sent
 	badFrames, badICRC atomic.Uint64
 	tooLong            atomic.Uint64
 	lent, fillShort    atomic.Uint64
@@ -552,6 +553,7 @@ func (c *Conn) receive(msgs []roce.Message, lend bool) int {
 	avail := c.rx.available()
 	filled := 0
 	var used, refilled uint32
+	var bytes uint64
 	for used < avail && filled < len(msgs) {
 		d := c.rx.descs[(c.rx.local+used)&c.rx.mask]
 		used++
@@ -559,6 +561,7 @@ func (c *Conn) receive(msgs []roce.Message, lend bool) int {
 		m := &msgs[filled]
 		if c.deliver(c.umem[d.Addr:d.Addr+uint64(d.Len)], m, lend) {
 			filled++
+			bytes += uint64(d.Len)
 			if lend {
 				m.Lent, m.Frame = true, frame
 				continue
@@ -570,6 +573,7 @@ func (c *Conn) receive(msgs []roce.Message, lend bool) int {
 	if used > 0 {
 		c.rx.release(used)
 		c.received.Add(uint64(filled))
+		c.rxBytes.Add(bytes)
 		if lend {
 			c.rxHeld -= int(used - refilled)
 			c.lent.Add(uint64(used - refilled))
@@ -738,6 +742,7 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 			}
 			c.tx.descs[(c.tx.local+queued)&c.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(n)}
 			queued++
+			c.txBytes.Add(uint64(n))
 		}
 		c.tx.submit(queued)
 		c.sent.Add(uint64(queued))
@@ -828,6 +833,7 @@ func (c *Conn) release(ip netip.Addr, h *heldQueue, hw net.HardwareAddr, err err
 			copy(c.umem[frames[0].Addr:], mac[:])
 			c.tx.descs[(c.tx.local+queued)&c.tx.mask] = frames[0]
 			queued++
+			c.txBytes.Add(uint64(frames[0].Len))
 		}
 		c.tx.submit(queued)
 		c.sent.Add(uint64(queued))
@@ -981,6 +987,8 @@ func (c *Conn) Stats() (ConnStats, error) {
 	s := ConnStats{
 		Received:  c.received.Load(),
 		Sent:      c.sent.Load(),
+		RxBytes:   c.rxBytes.Load(),
+		TxBytes:   c.txBytes.Load(),
 		BadFrames: c.badFrames.Load(),
 		BadICRC:   c.badICRC.Load(),
 		TooLong:   c.tooLong.Load(),

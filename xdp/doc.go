@@ -48,4 +48,11 @@
 // resolve (ARP, IPv6 neighbour discovery) a peer it does not know; the
 // Conn holds a packet to a neighbour being resolved, without waiting,
 // and sends it once the neighbour answered.
+//
+// A NIC's RSS spreads packets over its receive queues, and a socket sees
+// one. OpenQueues binds a Conn on each of an interface's receive queues
+// (RxQueues counts them), the first registering the UMEM and the others
+// sharing it (ConnOptions.Share, XDP_SHARED_UMEM), each with rings of its
+// own and frames from one FrameAllocator; they share the first one's
+// multicast groups.
 package xdp

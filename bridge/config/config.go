@@ -255,11 +255,15 @@ type Leg struct {
 	// BusyPoll) pins the loop's thread to the one CPU it names.
 	BusyPoll     bool  `yaml:"busy_poll"`
 	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
-	// Queues (userspace with io: udp) is how many receive loops the leg
-	// runs, each on a socket of its own bound to the leg's address
-	// (SO_REUSEPORT, steered by destination QP: a QP is served by one
-	// loop); 0 is the default, chosen when the leg opens from the CPUs
-	// the process may use (at most DefaultMaxQueues; 1 with busy_poll).
+	// Queues (userspace legs) is how many receive loops the leg runs.
+	// With io: udp each has a socket of its own bound to the leg's
+	// address (SO_REUSEPORT, steered by destination QP: a QP is served
+	// by one loop); 0 is the default, chosen when the leg opens from the
+	// CPUs the process may use (at most DefaultMaxQueues; 1 with
+	// busy_poll). With io: afxdp each is an AF_XDP socket on one of the
+	// interface's receive queues, 0 to Queues-1; 0 is the default, every
+	// receive queue the interface has (a busy-polled leg's one loop polls
+	// them all).
 	Queues int `yaml:"queues"`
 
 	line         int
@@ -1287,13 +1291,11 @@ func validateQueues(l *Leg, bad func(int, string, ...any)) {
 	at := l.keys.at(l.line, "queues")
 	switch {
 	case l.Kind != KindUserspace:
-		bad(at, "leg %q: queues is for userspace legs with io: udp", l.Name)
-	case l.IO != IOUDP:
-		bad(at, "leg %q: queues is for io: udp for now (an io: %s leg has one AF_XDP socket)", l.Name, l.IO)
+		bad(at, "leg %q: queues is for userspace legs", l.Name)
 	case l.Queues < 1 || l.Queues > MaxQueues:
 		bad(at, "leg %q: queues %d: want 1 to %d receive loops", l.Name, l.Queues, MaxQueues)
-	case l.BusyPoll && l.Queues > 1:
-		bad(at, "leg %q: queues %d with busy_poll: a busy-polled leg has one receive loop (queues: 1)", l.Name, l.Queues)
+	case l.BusyPoll && l.Queues > 1 && l.IO == IOUDP:
+		bad(at, "leg %q: queues %d with busy_poll: a busy-polled io: udp leg has one receive loop (queues: 1)", l.Name, l.Queues)
 	}
 }
 

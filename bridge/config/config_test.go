@@ -269,8 +269,9 @@ func TestParseLegBusyPollBad(t *testing.T) {
 	}
 }
 
-// TestParseQueues: a userspace io: udp leg's queues, 0 (the default,
-// chosen when the leg opens) when not given.
+// TestParseQueues: a userspace leg's queues, 0 (the default, chosen when
+// the leg opens) when not given; an io: afxdp leg's, busy-polled too
+// (its one loop polls them all).
 func TestParseQueues(t *testing.T) {
 	for _, tc := range []struct {
 		name, keys string
@@ -281,9 +282,14 @@ func TestParseQueues(t *testing.T) {
 		{"eight", ", queues: 8", 8},
 		{"most", ", queues: 256", config.MaxQueues},
 		{"one with busy_poll", ", queues: 1, busy_poll: true", 1},
+		{"af_xdp", ", io: afxdp, queues: 4", 4},
+		{"af_xdp with busy_poll", ", io: afxdp, queues: 4, busy_poll: true", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := strings.Replace(groupFile("", ""), "io: udp}", "io: udp"+tc.keys+"}", 1)
+			if strings.Contains(tc.keys, "afxdp") {
+				file = strings.Replace(groupFile("", ""), ", io: udp}", tc.keys+"}", 1)
+			}
 			c, err := config.Parse("gw.yaml", []byte(file))
 			if err != nil {
 				t.Fatalf("%v; the file:\n%s", err, numbered(file))
@@ -304,9 +310,8 @@ func TestParseQueuesBad(t *testing.T) {
 		{"negative", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, queues: -2}", 1), `gw.yaml:3: leg "roce": queues -2: want 1 to 256 receive loops`},
 		{"too many", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, queues: 257}", 1), `gw.yaml:3: leg "roce": queues 257: want 1 to 256 receive loops`},
 		{"not a number", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, queues: many}", 1), `gw.yaml:3: leg "roce": queues "many"`},
-		{"verbs", groupFile(", queues: 2", ""), `gw.yaml:2: leg "ib": queues is for userspace legs with io: udp`},
-		{"afxdp", strings.Replace(groupFile("", ""), ", io: udp}", ", queues: 2}", 1), `gw.yaml:3: leg "roce": queues is for io: udp for now (an io: afxdp leg has one AF_XDP socket)`},
-		{"busy_poll", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true, queues: 2}", 1), `gw.yaml:3: leg "roce": queues 2 with busy_poll: a busy-polled leg has one receive loop (queues: 1)`},
+		{"verbs", groupFile(", queues: 2", ""), `gw.yaml:2: leg "ib": queues is for userspace legs`},
+		{"busy_poll", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true, queues: 2}", 1), `gw.yaml:3: leg "roce": queues 2 with busy_poll: a busy-polled io: udp leg has one receive loop (queues: 1)`},
 		{"on its own line", strings.Replace(groupFile("", ""), "io: udp}", "io: udp,\n     queues: 0}", 1), `gw.yaml:4: leg "roce": queues 0`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

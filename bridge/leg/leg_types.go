@@ -453,8 +453,9 @@ type Status struct {
 	// /proc, what top -H shows spinning).
 	BusyPoll       string `json:"busy_poll,omitempty"`
 	BusyPollThread int    `json:"busy_poll_thread,omitempty"`
-	// Queues are a userspace leg with io: udp's receive loops, one per
-	// socket (queues), and QueuesWhy how their number was chosen.
+	// Queues are a userspace leg's receive loops, one per socket (io:
+	// udp's UDP sockets, io: afxdp's AF_XDP sockets, one per receive
+	// queue of the interface), and QueuesWhy how their number was chosen.
 	Queues    []QueueCounters `json:"queues,omitempty"`
 	QueuesWhy string          `json:"queues_why,omitempty"`
 }

@@ -160,15 +160,30 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 			if u.frames, err = pl.Frames(frameSize); err != nil {
 				return err
 			}
+			// A socket on every receive queue the NIC's RSS spreads
+			// packets over: a QP's packets arrive on whichever queue the
+			// hash of its peer's UDP source port picks.
+			nq, nqWhy, err := xdp.RxQueues(ifi.Index)
+			if err != nil {
+				return err
+			}
+			if queues, u.queuesWhy, err = xdpQueues(l, nq, nqWhy, log); err != nil {
+				return err
+			}
+			ring, err := xdpRing(queues, u.frames.Len())
+			if err != nil {
+				return err
+			}
 			umem := pl.Arena()
 			umem = umem[:len(umem)&^(frameSize-1)]
-			var conn roce.PacketConn
-			conn, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
-				LocalAddr: local, Neighbors: u.Neigh, Program: u.Prog, Logger: log})
+			xconns, err := xdp.OpenQueues(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, FrameSize: frameSize, Frames: u.frames,
+				RingSize: ring, LocalAddr: local, Neighbors: u.Neigh, Program: u.Prog, Logger: log}, queues)
 			if err != nil {
 				return MemlockHint(err, "the AF_XDP UMEM (the pool)", int64(len(umem)))
 			}
-			conns = []roce.PacketConn{conn}
+			for _, c := range xconns {
+				conns = append(conns, c)
+			}
 			return u.Prog.AddQP(1, xdp.QP{}) // the CM's MADs
 		}
 		return fmt.Errorf("io %q", l.IO)
@@ -182,9 +197,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		return nil, err
 	}
 	u.dev, u.pconns = u.devs[0], conns
-	if l.IO == config.IOUDP {
-		log.Info("userspace leg receive loops", "leg", l.Name, "queues", len(u.devs), "why", u.queuesWhy)
-	}
+	log.Info("userspace leg receive loops", "leg", l.Name, "io", l.IO, "queues", len(u.devs), "why", u.queuesWhy)
 	if sp.On {
 		u.loop = NewSpinLoop(sp, u.log)
 		u.loop.Add(u.pollDevice)
@@ -208,6 +221,43 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 		return nil, err
 	}
 	return u, nil
+}
+
+// xdpQueues is how many of the interface's nq receive queues (nqWhy
+// says how they were counted) an io: afxdp leg binds a socket on, and
+// why: all of them by default, or its queues key, at most nq. With fewer,
+// packets RSS puts on the others reach no socket: the classifier passes
+// them to the kernel, and the log says so.
+func xdpQueues(l *config.Leg, nq int, nqWhy string, log *slog.Logger) (int, string, error) {
+	switch {
+	case l.Queues > nq:
+		return 0, "", fmt.Errorf("queues %d: %s", l.Queues, nqWhy)
+	case l.Queues > 0:
+		if l.Queues < nq {
+			log.Warn("userspace leg: AF_XDP sockets on fewer receive queues than the interface has: packets RSS puts on the others go to the kernel (rbridge_xdp_classifier_passed_no_socket_total) unless its indirection table spreads over these only (ethtool -X <interface> equal <queues>)",
+				"leg", l.Name, "queues", l.Queues, "interface", nqWhy)
+		}
+		return l.Queues, fmt.Sprintf("queues: %d; %s", l.Queues, nqWhy), nil
+	case nq > xdp.MaxQueues:
+		return 0, "", fmt.Errorf("%s, more than the %d AF_XDP sockets a leg binds: set queues and spread RSS over as many (ethtool -X <interface> equal <queues>)", nqWhy, xdp.MaxQueues)
+	}
+	return nq, "default: every receive queue; " + nqWhy, nil
+}
+
+// xdpRing is the ring size of each of an io: afxdp leg's sockets: each
+// holds a ring's worth of frames to receive into and as many to send
+// from, all from the pool's 4 KiB class (frames of them), of which the
+// sockets take at most half, the rest staying for the sessions. 512 when
+// it fits, halved down to 64 as queues grow.
+func xdpRing(queues, frames int) (int, error) {
+	const most, least = 512, 64
+	for ring := most; ring >= least; ring /= 2 {
+		if queues*2*ring <= frames/2 {
+			return ring, nil
+		}
+	}
+	return 0, fmt.Errorf("%d AF_XDP sockets need %d of the pool's %d-byte buffers for their rings (at least %d each, half the class at most), and the pool has %d: a larger pool or fewer queues",
+		queues, queues*2*least*2, frameSize, 2*least, frames)
 }
 
 // afxdpMaxMTU is the largest path MTU over AF_XDP: a packet and its
@@ -276,9 +326,11 @@ func (u *userspaceLeg) Close() error {
 // pollDevice is the busy-polled leg's device round: what its socket holds,
 // read without waiting and handed on (the sessions' relay runs in it).
 func (u *userspaceLeg) pollDevice() {
-	if _, err := u.dev.Poll(); err != nil && !errors.Is(err, roce.ErrConnClosed) {
-		u.log.Warn("read packets", "err", err)
-		time.Sleep(time.Millisecond) // as the receive goroutine does
+	for _, d := range u.devs { // an AF_XDP leg's queues; one device otherwise
+		if _, err := d.Poll(); err != nil && !errors.Is(err, roce.ErrConnClosed) {
+			u.log.Warn("read packets", "err", err)
+			time.Sleep(time.Millisecond) // as the receive goroutine does
+		}
 	}
 }
 
@@ -473,6 +525,8 @@ func (u *userspaceLeg) Status(st *Status) {
 		st.Queues = u.queueCounters()
 	case *xdp.Conn:
 		st.AFXDPWakeup = pc.Wakeup().String()
+		st.QueuesWhy = u.queuesWhy
+		st.Queues = u.queueCounters()
 	}
 	if u.Neigh != nil {
 		for _, a := range u.Neigh.Unanswered() {
@@ -499,7 +553,7 @@ func (u *userspaceLeg) Counters(c *Counters) {
 	}
 	m := u.CM.Stats().Snapshot()
 	c.Transport, c.CM = &t, &m
-	switch pc := u.pconn.(type) {
+	switch u.pconn.(type) {
 	case *udpconn.Conn:
 		var s udpconn.StatsSnapshot
 		for _, pc := range u.pconns {
@@ -513,10 +567,15 @@ func (u *userspaceLeg) Counters(c *Counters) {
 			}
 		}
 	case *xdp.Conn:
-		// Without the kernel's ring counters the socket's own still
+		// Without the kernel's ring counters the sockets' own still
 		// count: the error only leaves RXRingDrops zero.
-		s, _ := pc.Stats()
+		var s xdp.ConnStats
+		for _, pc := range u.pconns {
+			qs, _ := pc.(*xdp.Conn).Stats()
+			s.Add(qs)
+		}
 		c.XDP = &s
+		c.Queues = u.queueCounters()
 	}
 	if u.Neigh != nil {
 		s := u.Neigh.Stats().Snapshot()
@@ -529,13 +588,22 @@ func (u *userspaceLeg) Counters(c *Counters) {
 	}
 }
 
-// queueCounters is each receive loop's share of an io: udp leg's work.
+// queueCounters is each receive loop's share of the leg's work: an io:
+// udp leg's sockets, an io: afxdp leg's AF_XDP sockets (one per receive
+// queue).
 func (u *userspaceLeg) queueCounters() []QueueCounters {
 	out := make([]QueueCounters, len(u.devs))
 	for i, d := range u.devs {
-		s := u.pconns[i].(*udpconn.Conn).Stats()
-		out[i] = QueueCounters{Queue: i, QPs: d.NumQPs(), RxPackets: s.RxPackets.Load(), TxPackets: s.TxPackets.Load(),
-			RxBytes: s.RxBytes.Load(), TxBytes: s.TxBytes.Load(), RxForeign: d.Stats().RxForeign.Load()}
+		q := QueueCounters{Queue: i, QPs: d.NumQPs(), RxForeign: d.Stats().RxForeign.Load()}
+		switch pc := u.pconns[i].(type) {
+		case *udpconn.Conn:
+			s := pc.Stats()
+			q.RxPackets, q.TxPackets, q.RxBytes, q.TxBytes = s.RxPackets.Load(), s.TxPackets.Load(), s.RxBytes.Load(), s.TxBytes.Load()
+		case *xdp.Conn:
+			s, _ := pc.Stats()
+			q.RxPackets, q.TxPackets, q.RxBytes, q.TxBytes = s.Received, s.Sent, s.RxBytes, s.TxBytes
+		}
+		out[i] = q
 	}
 	return out
 }

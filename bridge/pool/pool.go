@@ -227,6 +227,10 @@ func (f *Frames) FreeFrame(off uint64) {
 	f.c.overreleased.Add(1) // not a frame of the class: a bug, counted
 }
 
+// Len returns how many buffers the class holds: the most frames there
+// are to share between the sockets that take them.
+func (f *Frames) Len() int { return len(f.c.bufs) }
+
 // Buf returns the buffer of a frame (once per received packet: one
 // division, no search over the classes).
 func (f *Frames) Buf(off uint64) (*Buf, bool) { return f.c.bufAt(off) }
