@@ -27,6 +27,11 @@ import (
 // reaches epsn). An RNR NAK and the NAK of a malformed request wait for
 // the frontier in the same way.
 type responder struct {
+	// req is the Request handed to the target, one packet's at a time:
+	// passed through an interface it would escape, an allocation per
+	// packet.
+	req Request
+
 	epsn roce.PSN // the PSN expected next
 	msn  uint32   // messages completed, as far as the frontier (24 bits)
 	gen  uint32   // incarnation: tokens of an earlier one are stale
@@ -284,7 +289,8 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 	}
 	first := pos == roce.PositionFirst || pos == roce.PositionOnly
 	last := pos == roce.PositionLast || pos == roce.PositionOnly
-	r := Request{Token: Token{psn: psn, gen: s.gen}, PSN: psn, First: first, Last: last}
+	r := &s.req
+	*r = Request{Token: Token{psn: psn, gen: s.gen}, PSN: psn, First: first, Last: last}
 	if m := qp.rxMsg; m != nil && m.Lent {
 		r.Lent, r.Frame = true, m.Frame
 	}
@@ -344,7 +350,7 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 		qp.malformedLocked(roce.NAKInvalidRequest)
 		return
 	}
-	reply := qp.target.Request(&r)
+	reply := qp.target.Request(r)
 	if qp.state != StateRTR && qp.state != StateRTS {
 		return // the target moved the QP to ERR
 	}
@@ -684,9 +690,10 @@ func (qp *QP) serveReadAgainLocked(p *roce.Packet, psn, front roce.PSN) {
 	if len(s.replays) >= qp.maxDestRdAtomicLocked() {
 		return // the requester's timer asks again
 	}
-	r := Request{Token: Token{psn: psn, gen: s.gen, dup: true}, Op: OpRead, PSN: psn, First: true, Last: true,
+	r := &qp.resp.req
+	*r = Request{Token: Token{psn: psn, gen: s.gen, dup: true}, Op: OpRead, PSN: psn, First: true, Last: true,
 		VA: p.RETH.VA(), RKey: p.RETH.RKey(), Length: n, Dup: true}
-	reply := qp.target.Request(&r)
+	reply := qp.target.Request(r)
 	switch {
 	case qp.state != StateRTR && qp.state != StateRTS:
 	case reply.Result == Done:

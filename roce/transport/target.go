@@ -27,8 +27,9 @@ import (
 // must not block and must not call the QP's methods; QP.Complete is called
 // later, from any other goroutine.
 type Target interface {
-	// Request offers the next request. Its Payload is valid only during
-	// the call. The Reply says whether it is done, pending (QP.Complete
+	// Request offers the next request. The Request, and its Payload,
+	// are valid only during the call: the QP hands the next one in the
+	// same memory. The Reply says whether it is done, pending (QP.Complete
 	// with the request's Token follows), failed, or refused for lack of
 	// credit (the requester gets an RNR NAK once nothing before it is
 	// pending, and sends it again).
