@@ -329,15 +329,20 @@ func (m *Manager) onDREQLocked(tid uint64, r DREQ, peer netip.Addr) {
 	}
 	switch c.state {
 	case stateEstablished, stateDreqSent, stateRepSent:
-		if c.qp != nil && c.qp.Device() != m.dev {
-			// The QP's packets are another receive loop's, which may
-			// not have handled yet the ACKs the peer sent before this
-			// DREQ: the release comes after them, so that it flushes
-			// only what the peer did not acknowledge, as one loop would.
-			c.qp.Device().AfterReceived(func() {
-				m.mu.Lock()
-				defer m.mu.Unlock()
-				m.releaseLocked(c, drep)
+		if _, queues := m.dev.Queue(); queues > 1 {
+			// The QP's packets are read by other receive loops, which
+			// may not have handled yet the ACKs the peer sent before
+			// this DREQ: the release comes after every loop read what
+			// it held, so that it flushes only what the peer did not
+			// acknowledge, as one loop would. It takes the manager's
+			// lock on a goroutine of its own: the loops never wait on
+			// it, and neither does a device that runs it at once.
+			m.dev.AfterAllReceived(func() {
+				go func() {
+					m.mu.Lock()
+					defer m.mu.Unlock()
+					m.releaseLocked(c, drep)
+				}()
 			})
 			return
 		}

@@ -18,7 +18,8 @@ import (
 // device's reader after what the conn held when it was given: on a
 // device waiting on a UDP socket, after the datagrams already in the
 // socket (its wait woken by a deadline); on a polled device, at the Poll
-// that finds the conn empty; on a closed device, at once.
+// that finds the conn empty; on a closed device, at once. One given to
+// AfterAllReceived runs once, after every device of the set did.
 func TestAfterReceived(t *testing.T) {
 	t.Run("waiting", func(t *testing.T) {
 		c, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.41:4791"), Logger: testlog.New(t)})
@@ -84,6 +85,57 @@ func TestAfterReceived(t *testing.T) {
 		}
 		if got := a.dev.Stats().RxUnknownQP.Load(); got != 2 {
 			t.Errorf("%d datagrams handled, want 2", got)
+		}
+	})
+	t.Run("all", func(t *testing.T) {
+		// Two devices of one set (NewDevices), each on a socket of its
+		// own: the function runs once, after both read what they held.
+		var conns []roce.PacketConn
+		for _, a := range []string{"127.0.0.43:4791", "127.0.0.44:4791"} {
+			c, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort(a), Logger: testlog.New(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range devs {
+			defer d.Close()
+		}
+		tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.45:4791"), Logger: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		pkt := nobodys()
+		var msgs []roce.Message
+		for range 16 {
+			for _, c := range conns {
+				msgs = append(msgs, roce.Message{Buf: pkt, N: len(pkt), Addr: c.LocalAddr()})
+			}
+		}
+		if k, err := tx.WriteBatch(msgs); err != nil || k != len(msgs) {
+			t.Fatalf("sent %d of %d: %v", k, len(msgs), err)
+		}
+		ran := make(chan [2]uint64, 2)
+		devs[0].AfterAllReceived(func() {
+			ran <- [2]uint64{devs[0].Stats().RxUnknownQP.Load(), devs[1].Stats().RxUnknownQP.Load()}
+		})
+		select {
+		case got := <-ran:
+			if got != [2]uint64{16, 16} {
+				t.Errorf("the function ran after %v of the 16 datagrams each socket held", got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the function did not run in 5 s")
+		}
+		select {
+		case <-ran:
+			t.Error("the function ran twice")
+		case <-time.After(50 * time.Millisecond):
 		}
 	})
 	t.Run("closed", func(t *testing.T) {

@@ -464,6 +464,28 @@ func (d *Device) AfterReceived(fn func()) {
 	}
 }
 
+// AfterAllReceived is AfterReceived on every device of d's address (the
+// devices NewDevices made together, d among them; d alone otherwise): fn
+// runs once, on the reader of whichever finishes last, after each has
+// handled what its conn held. Where the NIC's RSS, not the QPN, decides
+// which queue a packet reaches (AF_XDP), the ACK a peer sent before its
+// DREQ may wait in any queue, not only in its QP's device's.
+func (d *Device) AfterAllReceived(fn func()) {
+	devs := d.queues
+	if devs == nil {
+		devs = []*Device{d}
+	}
+	var left atomic.Int32
+	left.Store(int32(len(devs)))
+	for _, o := range devs {
+		o.AfterReceived(func() {
+			if left.Add(-1) == 0 {
+				fn()
+			}
+		})
+	}
+}
+
 // runAfter runs AfterReceived's functions queued so far.
 func (d *Device) runAfter() {
 	d.afterMu.Lock()
