@@ -71,6 +71,42 @@ func (h *host) checkXDP(nets []netTarget) {
 			h.finding("xdp", t.name, t.leg, Warn, msg,
 				"put the userspace leg on a NIC with native XDP (mlx5, ice, i40e, ...), or use io: udp, which costs about the same here")
 		}
+		if t.leg != nil {
+			h.checkQueues(t)
+		}
+	}
+}
+
+// checkQueues compares an AF_XDP leg's queues with the receive queues its
+// interface has (sysfs queues/rx-*, what RSS spreads packets over): the
+// leg binds a socket on queues 0 to queues-1, every one by default, and
+// what reaches a queue without one goes to the kernel.
+func (h *host) checkQueues(t netTarget) {
+	ents, err := fs.ReadDir(h.fsys, netPath(t.name, "queues"))
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "rx-") {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	q := t.leg.Queues
+	switch {
+	case q == 0:
+		h.finding("xdp", t.name, t.leg, OK, fmt.Sprintf("%d receive queues: the leg binds an AF_XDP socket and runs a receive loop on each", n), "")
+	case q > n:
+		h.finding("xdp", t.name, t.leg, Error, fmt.Sprintf("queues %d, but %s has %d receive queues: the leg does not start", q, t.name, n),
+			fmt.Sprintf("queues: %d, or no queues key (every receive queue)", n))
+	case q < n:
+		h.finding("xdp", t.name, t.leg, Warn, fmt.Sprintf("queues %d of the %d receive queues %s has: what RSS puts on the other %d goes to the kernel, and those connections fail", q, n, t.name, n-q),
+			fmt.Sprintf("ethtool -X %s equal %d (RSS over the first %d queues only), or no queues key", t.name, q, q))
+	default:
+		h.finding("xdp", t.name, t.leg, OK, fmt.Sprintf("queues %d: an AF_XDP socket on each of the %d receive queues", q, n), "")
 	}
 }
 

@@ -128,6 +128,8 @@ mlx5 good 9000 "4: ACTIVE" v2
 ecn good eth0 1 1
 netdev good eth1 1 9000
 pci good eth1 0000:5e:00.0 ice
+# eth1 has 8 receive queues (RSS), where an AF_XDP leg binds a socket each
+for i in 0 1 2 3 4 5 6 7; do w "good/sys/class/net/eth1/queues/rx-$i/rps_cpus" 0; done
 netdev good ib0 32 4092
 w good/sys/class/net/ib0/mode datagram
 netdev good lo 772 65536
