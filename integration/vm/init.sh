@@ -21,7 +21,7 @@
 #
 #   rxe0 on veth0 198.18.1.1 ==wire== veth1 -+- br1 198.18.1.2: rxe1
 #                                 vuser0 ----+
-#                                   |wire
+#                                   |wire (two queues)
 #   netns user0:                 vuser1 198.18.1.3  (userspace RoCEv2 endpoint)
 #
 #   siw0 on veth2 198.18.2.1 ==wire== veth3 198.18.2.2: siw1
@@ -94,7 +94,12 @@ sysctl -qw net.ipv4.conf.all.accept_local=1 net.ipv4.conf.default.accept_local=1
 # veth <name> <mac> <peer> <peer mac>
 veth() { run $IP link add "$1" address "$2" type veth peer name "$3" address "$4"; }
 veth veth0 02:00:00:00:01:01 veth1 02:00:00:00:01:11
-veth vuser0 02:00:00:00:01:13 vuser1 02:00:00:00:01:03
+# vuser0/vuser1 have two queues each, as a NIC has several: what vuser0
+# sends on its queue k (chosen by the hash of a flow, a QP's UDP source
+# port) arrives on vuser1's queue k, so an AF_XDP leg there needs a socket
+# on each.
+run $IP link add vuser0 address 02:00:00:00:01:13 numtxqueues 2 numrxqueues 2 type veth \
+	peer name vuser1 address 02:00:00:00:01:03 numtxqueues 2 numrxqueues 2
 veth veth2 02:00:00:00:02:01 veth3 02:00:00:00:02:02
 veth veth4 02:00:00:00:03:01 veth5 02:00:00:00:03:02
 run $IP link add br1 address 02:00:00:00:01:02 type bridge forward_delay 0 stp_state 0
@@ -120,8 +125,8 @@ run $IP -n user0 link set vuser1 up
 # host whose NIC spreads its queues over cores, a sender and the receive
 # path it feeds run side by side. Both senders into rxe1 (rxe0 over veth1,
 # the userspace endpoint over vuser0) get the same.
-for dev in veth1 vuser0; do
-	echo 2 >/sys/class/net/$dev/queues/rx-0/rps_cpus || die "RPS on $dev"
+for q in /sys/class/net/veth1/queues/rx-0 /sys/class/net/vuser0/queues/rx-*; do
+	echo 2 >$q/rps_cpus || die "RPS on $q"
 done
 # Every other veth that an RDMA device receives on steers each flow (a QP's
 # UDP source port) to one CPU by its hash, as a NIC's RSS does. Without it,
@@ -140,7 +145,7 @@ done
 # registrations (REG_MR) again, which fails on a registration still valid
 # ("rxe_reg_fast_mr: ... not free") and stops the QP's requester until the
 # initiator's I/O timeout (30 s and more for iSER and NVMe-oF).
-$IP netns exec user0 sh -c 'echo 3 >/sys/class/net/vuser1/queues/rx-0/rps_cpus' || die "RPS on vuser1"
+$IP netns exec user0 sh -c 'for q in /sys/class/net/vuser1/queues/rx-*; do echo 3 >$q/rps_cpus || exit 1; done' || die "RPS on vuser1"
 # Force local traffic between the two ends of each pair over the wire.
 run $IP rule add pref 1000 lookup local
 run $IP rule del pref 0
