@@ -248,16 +248,17 @@ func xdpQueues(l *config.Leg, nq int, nqWhy string, log *slog.Logger) (int, stri
 // holds a ring's worth of frames to receive into and as many to send
 // from, all from the pool's 4 KiB class (frames of them), of which the
 // sockets take at most half, the rest staying for the sessions. 512 when
-// it fits, halved down to 64 as queues grow.
+// it fits, halved down to 32 as queues grow (a NIC of 64 queues fits the
+// default pool).
 func xdpRing(queues, frames int) (int, error) {
-	const most, least = 512, 64
+	const most, least = 512, 32
 	for ring := most; ring >= least; ring /= 2 {
 		if queues*2*ring <= frames/2 {
 			return ring, nil
 		}
 	}
-	return 0, fmt.Errorf("%d AF_XDP sockets need %d of the pool's %d-byte buffers for their rings (at least %d each, half the class at most), and the pool has %d: a larger pool or fewer queues",
-		queues, queues*2*least*2, frameSize, 2*least, frames)
+	return 0, fmt.Errorf("%d AF_XDP sockets need at least %d of the pool's %d %d-byte buffers for their rings (%d each), more than the half they may take: fewer queues (queues: N, and ethtool -X <interface> equal N)",
+		queues, queues*2*least, frames, frameSize, 2*least)
 }
 
 // afxdpMaxMTU is the largest path MTU over AF_XDP: a packet and its
