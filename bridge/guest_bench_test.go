@@ -43,13 +43,16 @@ func BenchmarkGuestGatewayWrite(b *testing.B) {
 			pl, err := pool.New(pool.Options{Size: 32 << 20, Classes: []int{256, 4 << 10, 64 << 10}})
 			check(b, err)
 			client := openApp(b, ns.PeerDevice, ns.PeerIP)
-			conn, prog, _ := afxdpConn(b, ns, pl)
-			tdev, err := transport.NewDevice(conn, transport.DeviceOptions{Logger: testlog.New(b)})
+			conns, prog, _ := afxdpConns(b, ns, pl)
+			devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: testlog.New(b)})
 			check(b, err)
 			b.Cleanup(func() {
-				tdev.Close()
+				for _, d := range devs {
+					d.Close()
+				}
 				check(b, pl.Close())
 			})
+			tdev := devs[0]
 			mem, err := ibv.MapArena(1<<20, ibv.ArenaOptions{})
 			check(b, err)
 			b.Cleanup(func() { mem.Close() })

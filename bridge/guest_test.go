@@ -119,7 +119,7 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	g.target = openApp(t, ib.PeerDevice, ib.PeerIP)
 
 	// The userspace leg, in user0, toward the client.
-	var conn roce.PacketConn
+	var conns []roce.PacketConn
 	var prog *xdp.Program
 	var frames *pool.Frames
 	switch io {
@@ -128,19 +128,27 @@ func newGatewayOver(t testing.TB, io string) *gw {
 		// the session, as the gateway's leg does.
 		frames, err = g.pool.LendFrames(udpconn.FrameLen, 0.5)
 		check(t, err)
-		check(t, ns.Do(func() (err error) {
-			conn, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(ns.IP, roce.Port), Frames: frames, Arena: g.pool.Arena()})
+		check(t, ns.Do(func() error {
+			conn, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(ns.IP, roce.Port), Frames: frames, Arena: g.pool.Arena()})
+			conns = []roce.PacketConn{conn}
 			return err
 		}))
 	case "afxdp":
-		conn, prog, frames = afxdpConn(t, ns, g.pool)
+		conns, prog, frames = afxdpConns(t, ns, g.pool)
 	default:
 		t.Fatalf("packet I/O %q", io)
 	}
-	g.conn = conn
-	tdev, err := transport.NewDevice(conn, transport.DeviceOptions{Logger: testlog.New(t)})
+	g.conn = conns[0]
+	// A device per conn (the AF_XDP leg's queues): the QP is queue 0's,
+	// and a packet the NIC put on another queue is handed to it.
+	devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: testlog.New(t)})
 	check(t, err)
-	t.Cleanup(func() { tdev.Close() })
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	})
+	tdev := devs[0]
 	tpd := transport.NewPD()
 	tmr, err := tpd.RegisterMR(g.pool.Arena(), transport.AccessLocalWrite)
 	check(t, err)
@@ -325,9 +333,10 @@ func exerciseGateway(t *testing.T, g *gw) {
 	}
 }
 
-// afxdpConn attaches the classifier to user0's veth and opens an AF_XDP
-// conn on it for the userspace leg.
-func afxdpConn(t testing.TB, ns guest.Netns, pl *pool.Pool) (roce.PacketConn, *xdp.Program, *pool.Frames) {
+// afxdpConns attaches the classifier to user0's veth and opens an AF_XDP
+// conn on each of its receive queues for the userspace leg, as the leg
+// does (xdp.OpenQueues, one UMEM: the pool).
+func afxdpConns(t testing.TB, ns guest.Netns, pl *pool.Pool) ([]roce.PacketConn, *xdp.Program, *pool.Frames) {
 	t.Helper()
 	p, err := xdp.Load(xdp.Options{Logger: testlog.New(t)})
 	check(t, err)
@@ -340,7 +349,7 @@ func afxdpConn(t testing.TB, ns guest.Netns, pl *pool.Pool) (roce.PacketConn, *x
 	check(t, err)
 	umem := pl.Arena()
 	umem = umem[:len(umem)&^4095]
-	var c *xdp.Conn
+	var conns []roce.PacketConn
 	check(t, ns.Do(func() error {
 		ifi, err := net.InterfaceByName(ns.Netdev)
 		if err != nil {
@@ -349,11 +358,19 @@ func afxdpConn(t testing.TB, ns guest.Netns, pl *pool.Pool) (roce.PacketConn, *x
 		if _, err := p.Attach(ifi.Index); err != nil {
 			return err
 		}
-		c, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, Frames: frames, LocalAddr: netip.AddrPortFrom(ns.IP, roce.Port),
-			Neighbors: xdp.StaticNeighbors{ns.PeerIP: hw}, Program: p, Logger: testlog.New(t)})
+		n, why, err := xdp.RxQueues(ifi.Index)
+		if err != nil {
+			return err
+		}
+		t.Logf("%s: an AF_XDP socket on each queue: %s", ns.Netdev, why)
+		cs, err := xdp.OpenQueues(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, Frames: frames, RingSize: 128, LocalAddr: netip.AddrPortFrom(ns.IP, roce.Port),
+			Neighbors: xdp.StaticNeighbors{ns.PeerIP: hw}, Program: p, Logger: testlog.New(t)}, n)
+		for _, c := range cs {
+			conns = append(conns, c)
+		}
 		return err
 	}))
-	return c, p, frames
+	return conns, p, frames
 }
 
 func TestGuestGatewayEveryOpcode(t *testing.T) {

@@ -17,7 +17,7 @@ func TestXDPQueues(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct {
 		queues, nq, want int
-		err               string
+		err              string
 	}{
 		{0, 8, 8, ""},
 		{4, 8, 4, ""},

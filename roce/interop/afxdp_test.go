@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -17,10 +18,11 @@ import (
 )
 
 // afxdpConn attaches rbridge's classifier to the user namespace's veth (in
-// mode, 0 for the loader's choice) and opens an AF_XDP conn on it: the
-// transport's packets bypass the kernel's UDP stack both ways.
-func afxdpConn(t testing.TB, prog **xdp.Program, mode xdp.Mode) func(guest.Netns) roce.PacketConn {
-	return func(ns guest.Netns) roce.PacketConn {
+// mode, 0 for the loader's choice) and opens an AF_XDP conn on each of its
+// receive queues, on one UMEM (xdp.OpenQueues): the transport's packets
+// bypass the kernel's UDP stack both ways, whichever queue they reach.
+func afxdpConn(t testing.TB, prog **xdp.Program, mode xdp.Mode) func(guest.Netns) []roce.PacketConn {
+	return func(ns guest.Netns) []roce.PacketConn {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		p, err := xdp.Load(xdp.Options{Logger: quiet, Mode: mode})
 		check(t, err)
@@ -31,9 +33,10 @@ func afxdpConn(t testing.TB, prog **xdp.Program, mode xdp.Mode) func(guest.Netns
 		check(t, err)
 		hw, err := net.ParseMAC(strings.TrimSpace(string(mac)))
 		check(t, err)
-		umem, err := unix.Mmap(-1, 0, 1024*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		umem, err := unix.Mmap(-1, 0, 2048*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		check(t, err)
-		var c *xdp.Conn
+		frames := newUMEMFrames(len(umem) / 4096)
+		var conns []roce.PacketConn
 		check(t, ns.Do(func() error {
 			ifi, err := net.InterfaceByName(ns.Netdev)
 			if err != nil {
@@ -43,16 +46,55 @@ func afxdpConn(t testing.TB, prog **xdp.Program, mode xdp.Mode) func(guest.Netns
 			if err != nil {
 				return err
 			}
-			t.Logf("classifier on %s in %v mode", ns.Netdev, mode)
-			c, err = xdp.NewConn(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem,
+			n, why, err := xdp.RxQueues(ifi.Index)
+			if err != nil {
+				return err
+			}
+			t.Logf("classifier on %s in %v mode; %s", ns.Netdev, mode, why)
+			cs, err := xdp.OpenQueues(xdp.ConnOptions{Ifindex: ifi.Index, UMEM: umem, Frames: frames, RingSize: 256,
 				LocalAddr: netip.AddrPortFrom(ns.IP, roce.Port), Neighbors: xdp.StaticNeighbors{ns.PeerIP: hw},
-				Program: p, Logger: quiet})
+				Program: p, Logger: quiet}, n)
+			for _, c := range cs {
+				t.Logf("AF_XDP socket in %v mode", c.Mode())
+				conns = append(conns, c)
+			}
 			return err
 		}))
-		t.Logf("AF_XDP socket in %v mode", c.Mode())
 		t.Cleanup(func() { unix.Munmap(umem) })
-		return c
+		return conns
 	}
+}
+
+// umemFrames hands out the frames of a UMEM of n 4 KiB frames, which the
+// sockets of its queues share (xdp.FrameAllocator).
+type umemFrames struct {
+	mu   sync.Mutex
+	free []uint64
+}
+
+func newUMEMFrames(n int) *umemFrames {
+	f := &umemFrames{}
+	for i := n - 1; i >= 0; i-- {
+		f.free = append(f.free, uint64(i*4096))
+	}
+	return f
+}
+
+func (f *umemFrames) AllocFrame() (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.free) == 0 {
+		return 0, false
+	}
+	off := f.free[len(f.free)-1]
+	f.free = f.free[:len(f.free)-1]
+	return off, true
+}
+
+func (f *umemFrames) FreeFrame(off uint64) {
+	f.mu.Lock()
+	f.free = append(f.free, off)
+	f.mu.Unlock()
 }
 
 // TestGuestTransportWithRXEOverAFXDP: every RC opcode both ways between the

@@ -133,32 +133,37 @@ func openKernelEnd(t testing.TB, device string, ip netip.Addr) *kernelEnd {
 // and connects them as an out-of-band exchange (QPN, PSN, GID, MTU) would.
 func connectToRXE(t testing.TB, loss float64) (*kernelEnd, *goEnd, *lossyConn) {
 	var lossy *lossyConn
-	k, g := connectToRXEOver(t, func(ns guest.Netns) roce.PacketConn {
+	k, g := connectToRXEOver(t, func(ns guest.Netns) []roce.PacketConn {
 		var uc *udpconn.Conn
 		check(t, ns.Do(func() (err error) {
 			uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(ns.IP, roce.Port)})
 			return err
 		}))
 		lossy = &lossyConn{PacketConn: uc, rng: rand.New(rand.NewPCG(7, 11)), loss: loss}
-		return lossy
+		return []roce.PacketConn{lossy}
 	})
 	return k, g, lossy
 }
 
 // connectToRXEOver is connectToRXE with the transport's packet I/O made by
-// mkConn in the user namespace.
-func connectToRXEOver(t testing.TB, mkConn func(guest.Netns) roce.PacketConn) (*kernelEnd, *goEnd) {
+// mkConn in the user namespace: a conn, or one per receive queue (AF_XDP),
+// each a device of its own; the QP is on the first (g.dev), and a packet
+// another queue receives is handed to it.
+func connectToRXEOver(t testing.TB, mkConn func(guest.Netns) []roce.PacketConn) (*kernelEnd, *goEnd) {
 	guest.RequireKind(t, "rxe")
 	ns := guest.UserNetns(t)
 	k := openKernelEnd(t, ns.PeerDevice, ns.PeerIP)
 	check(t, k.qp.ToInit(ibv.InitParams{Port: 1, Access: ibv.AccessAll}))
 
 	g := &goEnd{mem: make([]byte, memSize), cq: transport.NewCQ(256), ip: ns.IP, pd: transport.NewPD()}
-	conn := mkConn(ns)
-	var err error
-	g.dev, err = transport.NewDevice(conn, transport.DeviceOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	devs, err := transport.NewDevices(mkConn(ns), transport.DeviceOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	check(t, err)
-	t.Cleanup(func() { g.dev.Close() })
+	t.Cleanup(func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	})
+	g.dev = devs[0]
 	g.mr, err = g.pd.RegisterMR(g.mem, transport.AccessLocalWrite|transport.AccessRemoteWrite|transport.AccessRemoteRead|transport.AccessRemoteAtomic)
 	check(t, err)
 	g.qp, err = g.dev.CreateQP(g.pd, transport.QPInitAttr{Type: transport.RC, SendCQ: g.cq, RecvCQ: g.cq})
