@@ -197,7 +197,9 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	check(t, err)
 	t.Cleanup(func() {
 		_ = g.sess.Close()
-		tdev.Close() // its AF_XDP socket gives its frames back to the pool
+		for _, d := range devs {
+			d.Close() // their AF_XDP sockets give their frames back to the pool
+		}
 		if err := g.pool.Close(); err != nil {
 			t.Errorf("after the session: %v", err)
 		}
