@@ -333,13 +333,14 @@ cpu_ticks() {
 	awk '{print $14 + $15}' /proc/$1/stat 2>/dev/null || echo 0
 }
 
-# gateway_start: runs rbridge run between the RoCE side and the IB fabric
-# (the userspace leg in user0 over AF_XDP, the verbs leg on rxe2) with a
-# route from 198.18.1.3:18515 to rxe3's 198.18.3.2:18515; GW_PID is its pid.
+# gateway_start [keys]: runs rbridge run between the RoCE side and the IB
+# fabric (the userspace leg in user0 over AF_XDP, with keys added, the
+# verbs leg on rxe2) with a route from 198.18.1.3:18515 to rxe3's
+# 198.18.3.2:18515; GW_PID is its pid.
 gateway_start() {
 	cat >/tmp/gateway.yaml <<-EOF
 	legs:
-	  - {name: roce, kind: userspace, interface: vuser1, ip: 198.18.1.3, io: afxdp, netns: user0}
+	  - {name: roce, kind: userspace, interface: vuser1, ip: 198.18.1.3, io: afxdp, netns: user0${1:+, $1}}
 	  - {name: ib, kind: verbs, ip: 198.18.3.1, device: rxe2}
 	routes:
 	  - name: to-ib
@@ -398,6 +399,14 @@ if [ "${BASELINE:-1}" = 1 ]; then
 		ITERS=$LAT_ITERS
 		base ib_send_lat rbridge-afxdp -R -d rxe3 -n $LAT_ITERS -- -R -d rxe1 -n $LAT_ITERS 198.18.1.3
 		gateway_stop
+		# The round trip again with the userspace leg busy-polled: its
+		# loop spins on one of the guest's two vCPUs.
+		if gateway_start "busy_poll: true"; then
+			base ib_send_lat rbridge-afxdp-busy -R -d rxe3 -n $LAT_ITERS -- -R -d rxe1 -n $LAT_ITERS 198.18.1.3
+			gateway_stop
+		else
+			RC=1
+		fi
 	else
 		echo "baseline: rbridge run between the fabrics could not start (is /tests/bin/rbridge there?): its pairs are missing"
 		RC=1
