@@ -401,21 +401,8 @@ func (d *Device) Poll() (int, error) {
 	// AfterReceived's functions run once a read finds the conn held less
 	// than a batch: it is empty now, and all it held is handled.
 	after := d.afterSet.Load()
-	var n int
-	var err error
-	if d.tryLent != nil {
-		n, err = d.tryLent.TryReadBatchLent(d.rx.msgs)
-		if err == nil && n > 0 {
-			d.handleBatch(&d.rx, n)
-			d.pollFrames = appendLent(d.pollFrames[:0], d.rx.msgs[:n])
-			d.tryLent.ReturnFrames(d.pollFrames)
-		}
-	} else {
-		n, err = d.try.TryReadBatch(d.rx.msgs)
-		if err == nil && n > 0 {
-			d.handleBatch(&d.rx, n)
-		}
-	}
+	n, frames, err := d.readNow(&d.rx, d.pollFrames, d.tryLent, d.try)
+	d.pollFrames = frames
 	if after && (err != nil || n < len(d.rx.msgs)) {
 		d.runAfter()
 	}
@@ -506,28 +493,42 @@ func (d *Device) drainAfter(rx *rxScratch, frames []uint64) []uint64 {
 		return frames
 	}
 	tl, lend := d.conn.(TryLender)
-	lend = lend && tl.LendsFrames()
+	if !lend || !tl.LendsFrames() {
+		tl = nil
+	}
 	tr, _ := d.conn.(TryReader)
 	for range afterDrainBatches {
 		var n int
 		var err error
-		switch {
-		case lend:
-			n, err = tl.TryReadBatchLent(rx.msgs)
-		case tr != nil:
-			n, err = tr.TryReadBatch(rx.msgs)
-		}
-		if err != nil || n == 0 {
+		if n, frames, err = d.readNow(rx, frames, tl, tr); err != nil || n == 0 {
 			break
-		}
-		d.handleBatch(rx, n)
-		if lend {
-			frames = appendLent(frames[:0], rx.msgs[:n])
-			tl.ReturnFrames(frames)
 		}
 	}
 	d.runAfter()
 	return frames
+}
+
+// readNow reads what the conn holds without waiting, up to a batch, by
+// tl when the conn lends its frames (which go back after the batch,
+// frames its scratch) or else by tr, and hands the batch on.
+func (d *Device) readNow(rx *rxScratch, frames []uint64, tl TryLender, tr TryReader) (int, []uint64, error) {
+	var n int
+	var err error
+	switch {
+	case tl != nil:
+		n, err = tl.TryReadBatchLent(rx.msgs)
+	case tr != nil:
+		n, err = tr.TryReadBatch(rx.msgs)
+	}
+	if err != nil || n == 0 {
+		return 0, frames, err
+	}
+	d.handleBatch(rx, n)
+	if tl != nil {
+		frames = appendLent(frames[:0], rx.msgs[:n])
+		tl.ReturnFrames(frames)
+	}
+	return n, frames, nil
 }
 
 // ReceiveHeartbeat returns when the receive goroutine last went round its
