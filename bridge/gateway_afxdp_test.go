@@ -141,7 +141,9 @@ routes:
 // queues and how they were chosen; the classifier found a socket for
 // every packet (rbridge_xdp_classifier_passed_no_socket_total 0), and
 // more than one queue received: the gateway of one socket, on queue 0,
-// lost what arrived on the others.
+// lost what arrived on the others. Each target's SEND back is 24 KiB,
+// six packets in a row on its flow's queue: a gateway QP numbered for
+// another queue moves to that queue's loop (qps_moved_in).
 func TestGatewayAFXDPQueues(t *testing.T) {
 	const queues, targets = 4, 8
 	gwNS, peerNS, gwIf, peerIf := vethNamespacesQueues(t, "XDP, AF_XDP, network namespaces", "rbq", "10.96.0.1/24", "10.96.0.2/24", queues)
@@ -183,7 +185,7 @@ routes:
 				err = tqp.Modify(transport.QPAttr{State: transport.StateInit})
 			}
 			if err == nil {
-				err = tqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: app.mr, Length: 4096}})
+				err = tqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: app.mr, Length: 32 << 10}})
 			}
 			var c *cm.Conn
 			if err == nil {
@@ -198,7 +200,7 @@ routes:
 		if err := cqp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
 			t.Fatal(err)
 		}
-		if err := cqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: client.mr, Length: 4096}}); err != nil {
+		if err := cqp.PostRecv(transport.RecvWR{ID: 1, Local: transport.SGE{MR: client.mr, Length: 32 << 10}}); err != nil {
 			t.Fatal(err)
 		}
 		cc, err := client.cm.Dial(ctx, netip.MustParseAddrPort(lo(fmt.Sprintf("1:%d", 7480+i))), cm.DialOptions{QP: cqp})
@@ -214,10 +216,11 @@ routes:
 			from, to   *cmApp
 			qp         *transport.QP
 			what, name string
-		}{{client, app, cqp, fmt.Sprintf("to target %d", i), "client"}, {app, client, tqp, fmt.Sprintf("from target %d", i), "target"}} {
-			copy(dir.from.mem[8192:], dir.what)
+		}{{client, app, cqp, fmt.Sprintf("to target %d", i), "client"},
+			{app, client, tqp, strings.Repeat(fmt.Sprintf("from target %d, ", i), 24<<10/8)[:24<<10], "target"}} {
+			copy(dir.from.mem[64<<10:], dir.what)
 			if err := dir.qp.PostSend(transport.SendWR{ID: 2, Opcode: transport.OpSend, Signaled: true,
-				Local: transport.SGE{MR: dir.from.mr, Offset: 8192, Length: len(dir.what)}}); err != nil {
+				Local: transport.SGE{MR: dir.from.mr, Offset: 64 << 10, Length: len(dir.what)}}); err != nil {
 				t.Fatal(err)
 			}
 			for _, cq := range []*transport.CQ{dir.from.cq, dir.to.cq} {
@@ -227,7 +230,7 @@ routes:
 				}
 			}
 			if got := string(dir.to.mem[:len(dir.what)]); got != dir.what {
-				t.Errorf("connection %d: received %q, want %q", i, got, dir.what)
+				t.Errorf("connection %d, the %s's SEND of %d bytes: received other bytes", i, dir.name, len(dir.what))
 			}
 		}
 		if err := cc.Disconnect(ctx); err != nil {
@@ -247,14 +250,24 @@ routes:
 	if len(b.Queues) != queues || !strings.Contains(b.QueuesWhy, "every receive queue") {
 		t.Fatalf("leg b's queues: %+v (%s), want %d, every receive queue of the interface", b.Queues, b.QueuesWhy, queues)
 	}
-	busy := 0
+	busy, moved := 0, uint64(0)
 	for _, q := range b.Queues {
 		if q.RxPackets > 0 {
 			busy++
 		}
+		moved += q.QPsMovedIn
 	}
 	t.Logf("leg b's queues: %+v", b.Queues)
 	if busy < 2 {
 		t.Errorf("%d of the %d queues received: the eight flows should spread over several", busy, queues)
+	}
+	// Eight QPs over four queues, each numbered for one and its flow on
+	// one: all on their own queues is a chance of 4^-8.
+	if moved == 0 {
+		t.Error("no QP moved to the queue its packets arrive on")
+	}
+	if got := m[`rbridge_leg_queue_qps_moved_in_total{leg="b",queue="0"}`] + m[`rbridge_leg_queue_qps_moved_in_total{leg="b",queue="1"}`] +
+		m[`rbridge_leg_queue_qps_moved_in_total{leg="b",queue="2"}`] + m[`rbridge_leg_queue_qps_moved_in_total{leg="b",queue="3"}`]; got != float64(moved) {
+		t.Errorf("rbridge_leg_queue_qps_moved_in_total sums to %v, /status to %d", got, moved)
 	}
 }

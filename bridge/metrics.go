@@ -221,7 +221,8 @@ var transportCounters = newCounters("rbridge_transport_", legLabels, []counterRo
 	{"ud_dropped_total", "UD datagrams dropped (no receive posted).", func(s *transport.StatsSnapshot) uint64 { return s.UDDropped }},
 	{"cq_overflows_total", "Completions that found their CQ full.", func(s *transport.StatsSnapshot) uint64 { return s.CQOverflows }},
 	{"events_lost_total", "Asynchronous events nobody took before the queue filled.", func(s *transport.StatsSnapshot) uint64 { return s.EventsLost }},
-	{"rx_foreign_total", "Received packets that reached one receive loop's socket for another loop's QP, handed to that QP there (io: udp with queues: GRO joined them with another QP's).", func(s *transport.StatsSnapshot) uint64 { return s.RxForeign }},
+	{"rx_foreign_total", "Received packets that reached one receive loop's socket for a QP another loop serves, handed to that QP there (io: udp with queues: GRO joined them with another QP's; io: afxdp: before the QP moved to the loop its packets arrive at).", func(s *transport.StatsSnapshot) uint64 { return s.RxForeign }},
+	{"qps_moved_in_total", "RC QPs a receive loop took over from another, their packets arriving at its socket.", func(s *transport.StatsSnapshot) uint64 { return s.QPsMovedIn }},
 })
 
 // A userspace leg's receive loops (queues), each by itself: io: udp's
@@ -232,7 +233,8 @@ var queueCounters = newCounters("rbridge_leg_queue_", []string{"leg", "queue"}, 
 	{"tx_packets_total", "RoCEv2 packets the receive loop's socket sent (its QPs').", func(s *leg.QueueCounters) uint64 { return s.TxPackets }},
 	{"rx_bytes_total", "Bytes the receive loop's socket received (UDP payloads; AF_XDP: Ethernet frames).", func(s *leg.QueueCounters) uint64 { return s.RxBytes }},
 	{"tx_bytes_total", "Bytes the receive loop's socket sent (UDP payloads; AF_XDP: Ethernet frames).", func(s *leg.QueueCounters) uint64 { return s.TxBytes }},
-	{"rx_foreign_total", "Received packets for another receive loop's QP, handed to it.", func(s *leg.QueueCounters) uint64 { return s.RxForeign }},
+	{"rx_foreign_total", "Received packets for a QP another receive loop serves, handed to it.", func(s *leg.QueueCounters) uint64 { return s.RxForeign }},
+	{"qps_moved_in_total", "RC QPs the receive loop took over from another, their packets arriving at its socket (io: afxdp, where the NIC's RSS picks the queue).", func(s *leg.QueueCounters) uint64 { return s.QPsMovedIn }},
 })
 
 // The reuseport program that steers an io: udp leg's datagrams between its

@@ -595,7 +595,7 @@ func (u *userspaceLeg) Counters(c *Counters) {
 func (u *userspaceLeg) queueCounters() []QueueCounters {
 	out := make([]QueueCounters, len(u.devs))
 	for i, d := range u.devs {
-		q := QueueCounters{Queue: i, QPs: d.NumQPs(), RxForeign: d.Stats().RxForeign.Load()}
+		q := QueueCounters{Queue: i, QPs: d.NumQPs(), RxForeign: d.Stats().RxForeign.Load(), QPsMovedIn: d.Stats().QPsMovedIn.Load()}
 		switch pc := u.pconns[i].(type) {
 		case *udpconn.Conn:
 			s := pc.Stats()

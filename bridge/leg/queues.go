@@ -23,15 +23,19 @@ func Queues(l *config.Leg) (int, string) {
 	return max(n, 1), fmt.Sprintf("default: %d CPUs the process may use, GOMAXPROCS %d, at most %d", cpus, procs, config.DefaultMaxQueues)
 }
 
-// QueueCounters is one receive loop's share of a userspace leg with io:
-// udp: its socket's packets and bytes, the QPs it serves, and the packets
-// it handed to another loop's QPs (transport.Stats.RxForeign).
+// QueueCounters is one receive loop's share of a userspace leg: its
+// socket's packets and bytes, the QPs numbered for it, the packets it
+// handed to QPs another loop serves (transport.Stats.RxForeign), and the
+// QPs it took over from other loops, their packets arriving at its socket
+// (transport.Stats.QPsMovedIn: an io: afxdp leg's, where the NIC's RSS
+// picks the queue).
 type QueueCounters struct {
-	Queue     int    `json:"queue"`
-	QPs       int    `json:"qps"`
-	RxPackets uint64 `json:"rx_packets"`
-	TxPackets uint64 `json:"tx_packets"`
-	RxBytes   uint64 `json:"rx_bytes"`
-	TxBytes   uint64 `json:"tx_bytes"`
-	RxForeign uint64 `json:"rx_foreign"`
+	Queue      int    `json:"queue"`
+	QPs        int    `json:"qps"`
+	RxPackets  uint64 `json:"rx_packets"`
+	TxPackets  uint64 `json:"tx_packets"`
+	RxBytes    uint64 `json:"rx_bytes"`
+	TxBytes    uint64 `json:"tx_bytes"`
+	RxForeign  uint64 `json:"rx_foreign"`
+	QPsMovedIn uint64 `json:"qps_moved_in"`
 }

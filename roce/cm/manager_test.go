@@ -277,11 +277,21 @@ func TestDREQOutlivesDisconnect(t *testing.T) {
 // conn, after the last ACK the QP sent there: a DREQ sent by queue 0's
 // conn could overtake that ACK (two sockets, two transmit paths), and the
 // client would flush a SEND the server had acknowledged. The old code
-// sent it by queue 0's.
+// sent it by queue 0's. The QP's packets are steered to queue 1's conn,
+// as a reuseport program steers them, so that the QP stays there.
 func TestDREQAfterAck(t *testing.T) {
 	n := simnet.New(simnet.Options{})
 	var w writes
-	cli, srv := newNode(t, n, "10.0.0.1"), newQueuedNode(t, n, "10.0.0.2", &w)
+	steered := &busyConn{queue: make(chan []byte, 64), done: make(chan struct{}), eager: true}
+	cli := newNode(t, n, "10.0.0.1")
+	srv := newQueuedNodeWrap(t, n, "10.0.0.2", func(q int, c roce.PacketConn) roce.PacketConn {
+		rc := &recordedConn{PacketConn: c, queue: q, w: &w}
+		if q == 0 {
+			return &steerConn{PacketConn: rc, to: steered}
+		}
+		steered.PacketConn = rc
+		return steered
+	})
 	cc, sc := connect(t, cli, srv, 7477, nil, nil)
 	traffic(t, cli, srv, cc, sc)
 	check(t, sc.Disconnect(ctxT(t)))
@@ -389,16 +399,31 @@ func (c *steerConn) ReadBatch(msgs []roce.Message) (int, error) {
 // busyConn is queue 1's conn, whose receive loop is busy: each ReadBatch
 // waits a moment and returns as an idle wake-up does
 // (os.ErrDeadlineExceeded), leaving what was steered to it queued, until
-// a read without waiting (TryReadBatch) takes it. It sends through its
-// own conn.
+// a read without waiting (TryReadBatch) takes it. An eager one is not
+// busy: ReadBatch returns what was steered to it as it comes. It sends
+// through its own conn.
 type busyConn struct {
 	roce.PacketConn
 	queue chan []byte
 	done  chan struct{}
 	once  sync.Once
+	eager bool
 }
 
 func (c *busyConn) ReadBatch(msgs []roce.Message) (int, error) {
+	if c.eager {
+		select {
+		case <-c.done:
+			return 0, roce.ErrConnClosed
+		case b := <-c.queue:
+			msgs[0].N = copy(msgs[0].Buf, b)
+			msgs[0].Addr = netip.MustParseAddrPort("10.0.0.1:4791")
+			n, err := c.TryReadBatch(msgs[1:])
+			return n + 1, err
+		case <-time.After(time.Millisecond):
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
 	select {
 	case <-c.done:
 		return 0, roce.ErrConnClosed
@@ -470,18 +495,10 @@ func (c *recordedConn) WriteBatch(msgs []roce.Message) (int, error) {
 	return c.PacketConn.WriteBatch(msgs)
 }
 
-// newQueuedNode is newNode with two queues, whose writes w records: the CM
-// on queue 0's device (port 4791), RC QPs on queue 1's (port 4792; simnet
-// has no SO_REUSEPORT, so the second queue has a port of its own).
-func newQueuedNode(t *testing.T, n *simnet.Net, ip string, w *writes) *node {
-	t.Helper()
-	return newQueuedNodeWrap(t, n, ip, func(q int, c roce.PacketConn) roce.PacketConn {
-		return &recordedConn{PacketConn: c, queue: q, w: w}
-	})
-}
-
-// newQueuedNodeWrap is newQueuedNode with each queue's conn wrapped by
-// wrap.
+// newQueuedNodeWrap is newNode with two queues, each queue's conn wrapped
+// by wrap: the CM on queue 0's device (port 4791), RC QPs on queue 1's
+// (port 4792; simnet has no SO_REUSEPORT, so the second queue has a port
+// of its own).
 func newQueuedNodeWrap(t *testing.T, n *simnet.Net, ip string, wrap func(q int, c roce.PacketConn) roce.PacketConn) *node {
 	t.Helper()
 	nd := &node{ip: netip.MustParseAddr(ip)}

@@ -3,7 +3,11 @@
 package transport_test
 
 import (
+	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,11 +30,6 @@ func TestAfterReceived(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dev, err := transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Close()
 		tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.42:4791"), Logger: testlog.New(t)})
 		if err != nil {
 			t.Fatal(err)
@@ -47,6 +46,12 @@ func TestAfterReceived(t *testing.T) {
 		if k, err := tx.WriteBatch(msgs); err != nil || k != n {
 			t.Fatalf("sent %d of %d: %v", k, n, err)
 		}
+		waitHeld(t, c)
+		dev, err := transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
 		ran := make(chan uint64, 1)
 		dev.AfterReceived(func() { ran <- dev.Stats().RxUnknownQP.Load() })
 		select {
@@ -98,13 +103,6 @@ func TestAfterReceived(t *testing.T) {
 			}
 			conns = append(conns, c)
 		}
-		devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range devs {
-			defer d.Close()
-		}
 		tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.45:4791"), Logger: testlog.New(t)})
 		if err != nil {
 			t.Fatal(err)
@@ -119,6 +117,14 @@ func TestAfterReceived(t *testing.T) {
 		}
 		if k, err := tx.WriteBatch(msgs); err != nil || k != len(msgs) {
 			t.Fatalf("sent %d of %d: %v", k, len(msgs), err)
+		}
+		waitHeld(t, conns...)
+		devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range devs {
+			defer d.Close()
 		}
 		ran := make(chan [2]uint64, 2)
 		devs[0].AfterAllReceived(func() {
@@ -154,4 +160,64 @@ func TestAfterReceived(t *testing.T) {
 func nobodys() []byte {
 	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: roce.DefaultPKey, DestQP: 0x123456}}
 	return roce.AppendPacket(nil, &f, []byte("nobody's"))
+}
+
+// waitHeld waits until the kernel has put what was sent to conns into
+// their sockets (/proc/net/udp's rx_queue, steady and not empty): on
+// loopback a send may leave its delivery to a softirq that runs later,
+// and a function given to AfterReceived runs after what a socket held
+// when it was given, not after what arrives later. No reader may be
+// reading conns.
+func waitHeld(t *testing.T, conns ...roce.PacketConn) {
+	t.Helper()
+	last := make([]int64, len(conns))
+	deadline := time.Now().Add(5 * time.Second)
+	for steady := 0; steady < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sockets held %v bytes after 5 s: what was sent did not arrive", last)
+		}
+		time.Sleep(5 * time.Millisecond)
+		same := true
+		for i, c := range conns {
+			q := rxQueued(t, c.LocalAddr())
+			if q == 0 || q != last[i] {
+				same = false
+			}
+			last[i] = q
+		}
+		if same {
+			steady++
+		} else {
+			steady = 0
+		}
+	}
+}
+
+// rxQueued returns the bytes the kernel holds for the UDP socket bound to
+// addr (an IPv4 address), as /proc/net/udp gives them.
+func rxQueued(t *testing.T, addr netip.AddrPort) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := addr.Addr().As4()
+	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], addr.Port())
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[1] != local {
+			continue
+		}
+		_, rx, ok := strings.Cut(f[4], ":")
+		if !ok {
+			t.Fatalf("/proc/net/udp: %q: no tx_queue:rx_queue", line)
+		}
+		n, err := strconv.ParseInt(rx, 16, 64)
+		if err != nil {
+			t.Fatalf("/proc/net/udp: %q: %v", line, err)
+		}
+		return n
+	}
+	t.Fatalf("/proc/net/udp has no socket bound to %v", addr)
+	return 0
 }

@@ -67,10 +67,14 @@ type Stats struct {
 	RateCuts                      atomic.Uint64 // DCQCN rate cuts the CNPs caused (at most one per QP per ReducePeriod)
 	UDDropped                     atomic.Uint64
 	// RxForeign counts packets that reached this device's conn for a QP
-	// of another queue's device (NewDevices), handed to that QP here: the
-	// kernel's GRO joined them with a flow's packets of this queue, or
-	// they came before the steering was in place.
-	RxForeign   atomic.Uint64
+	// another device of the address serves (NewDevices), handed to that
+	// QP here: the kernel's GRO joined them with a flow's packets of this
+	// queue, they came before the steering was in place, or the NIC's RSS
+	// put them here (AF_XDP) before the QP moved to this device.
+	RxForeign atomic.Uint64
+	// QPsMovedIn counts the RC QPs this device took over from another
+	// device of the address, their packets arriving here (move.go).
+	QPsMovedIn  atomic.Uint64
 	CQOverflows atomic.Uint64 // completions that found their CQ full
 	EventsLost  atomic.Uint64 // async events nobody took before the queue filled
 	// TxNAKCodes and RxNAKCodes count the NAKs sent and received by code
@@ -92,7 +96,7 @@ type StatsSnapshot struct {
 	RxPackets, TxPackets, RxMalformed, RxUnknownQP, RxDuplicate, RxOutOfSequence uint64
 	TxNAKs, TxRNRNAKs, Retransmit, Timeouts, TailProbes                          uint64
 	RxCNPs, TxCNPs, RxECNCE, RateCuts, UDDropped, CQOverflows, EventsLost        uint64
-	RxForeign                                                                    uint64
+	RxForeign, QPsMovedIn                                                        uint64
 	TxNAKCodes, RxNAKCodes                                                       [NAKCodes]uint64
 	ErrorCompletions                                                             [NumStatuses]uint64
 }
@@ -104,7 +108,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		TxNAKs: s.TxNAKs.Load(), TxRNRNAKs: s.TxRNRNAKs.Load(), Retransmit: s.Retransmit.Load(), Timeouts: s.Timeouts.Load(),
 		TailProbes: s.TailProbes.Load(), RxCNPs: s.RxCNPs.Load(), TxCNPs: s.TxCNPs.Load(), RxECNCE: s.RxECNCE.Load(),
 		RateCuts: s.RateCuts.Load(), UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load(),
-		RxForeign: s.RxForeign.Load()}
+		RxForeign: s.RxForeign.Load(), QPsMovedIn: s.QPsMovedIn.Load()}
 	for i := range NAKCodes {
 		out.TxNAKCodes[i], out.RxNAKCodes[i] = s.TxNAKCodes[i].Load(), s.RxNAKCodes[i].Load()
 	}
@@ -135,6 +139,7 @@ func (s *StatsSnapshot) Add(o StatsSnapshot) {
 	s.CQOverflows += o.CQOverflows
 	s.EventsLost += o.EventsLost
 	s.RxForeign += o.RxForeign
+	s.QPsMovedIn += o.QPsMovedIn
 	for i := range NAKCodes {
 		s.TxNAKCodes[i] += o.TxNAKCodes[i]
 		s.RxNAKCodes[i] += o.RxNAKCodes[i]
@@ -178,8 +183,9 @@ type Device struct {
 	opts DeviceOptions
 	log  *slog.Logger
 
-	mu      sync.RWMutex // guards qps, nextQPN and groups
+	mu      sync.RWMutex // guards qps, moved, nextQPN and groups
 	qps     map[uint32]*QP
+	moved   map[uint32]*QP // other devices' QPs this one serves (move.go)
 	nextQPN uint32
 	groups  map[netip.Addr]*mgroup // the multicast groups QPs are attached to (mcast.go)
 
@@ -580,6 +586,8 @@ func (d *Device) LocalAddr() netip.AddrPort { return d.conn.LocalAddr() }
 func (d *Device) Close() error {
 	d.once.Do(func() {
 		close(d.closed)
+		d.sendHome()  // the QPs d took over: their own devices send them
+		d.bringHome() // d's QPs another device took over: d's Close stops them
 		d.mu.RLock()
 		qps := make([]*QP, 0, len(d.qps))
 		for _, qp := range d.qps {
@@ -642,9 +650,16 @@ func (d *Device) reachable(addr netip.AddrPort) error {
 	return fmt.Errorf("%v is unreachable from the device's %v: %w", addr, d.conn.LocalAddr(), roce.ErrAddrFamily)
 }
 
+// lookupQP returns the QP numbered qpn that d serves: one of its own, or
+// one it took over (move.go).
 func (d *Device) lookupQP(qpn uint32) *QP {
 	d.mu.RLock()
 	qp := d.qps[qpn]
+	if qp == nil && d.moved != nil {
+		if qp = d.moved[qpn]; qp != nil && qp.gone.Load() {
+			qp = nil
+		}
+	}
 	d.mu.RUnlock()
 	return qp
 }
@@ -741,17 +756,21 @@ func (d *Device) handleBatch(rx *rxScratch, n int) {
 		}
 		qp := d.lookupQP(pkt.BTH.DestQP())
 		if qp == nil && d.queues != nil {
-			// Another queue's QP: handed to it here, under its lock, and
-			// its packets sent on its own device's conn.
+			// Another queue's QP: handed to it here, under its lock.
 			if o := d.queues[roce.QueueOf(pkt.BTH.DestQP(), len(d.queues))]; o != d {
-				if qp = o.lookupQP(pkt.BTH.DestQP()); qp != nil {
-					d.stats.RxForeign.Add(1)
-				}
+				qp = o.lookupQP(pkt.BTH.DestQP())
 			}
 		}
 		if qp == nil {
 			d.stats.RxUnknownQP.Add(1)
 			continue
+		}
+		if d.queues != nil {
+			if qp.txDev.Load() != d {
+				d.stray(qp) // and, its packets arriving here, it may move here
+			} else {
+				qp.served()
+			}
 		}
 		if m.ECN == roce.ECNCE {
 			d.stats.RxECNCE.Add(1)
@@ -764,18 +783,17 @@ func (d *Device) handleBatch(rx *rxScratch, n int) {
 			f.Flush()
 		}
 		qp.flushAcks()
-		qp.dev.send(qp) // d's own, but for another queue's QP
+		qp.send() // by the device that serves it, d or another
 		qp.signalCQs()
 		delete(rx.touched, qp)
 	}
 }
 
-// send writes the packets qp has queued, and the READ responses it still
-// owes, in bursts; after Close it writes nothing, and what qp queued is
-// dropped, its READ data's leases released (nothing will send them).
-func (d *Device) send(qp *QP) {
-	d.txMu.Lock()
-	defer d.txMu.Unlock()
+// sendLocked writes the packets qp has queued, and the READ responses it
+// still owes, in bursts, under d.txMu (d serves qp: QP.send); after Close
+// it writes nothing, and what qp queued is dropped, its READ data's leases
+// released (nothing will send them).
+func (d *Device) sendLocked(qp *QP) {
 	for {
 		select {
 		case <-d.closed:

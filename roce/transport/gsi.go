@@ -70,17 +70,26 @@ func (qp *QP) PostSendAfter(rc *QP, wrs ...SendWR) error {
 	qp.mu.Lock()
 	err := qp.postSendLocked(wrs)
 	qp.mu.Unlock()
-	rc.dev.sendAfter(rc, qp)
+	sendAfter(rc, qp)
 	return err
 }
 
 // sendAfter writes what first and then queued, in that order, in as few
-// batches as the conn takes, on d (first's device). then's own device's
-// send lock is held as well, since then's queue belongs to it.
-func (d *Device) sendAfter(first, then *QP) {
-	d.txMu.Lock()
+// batches as the conn takes, on the device that serves first (move.go).
+// then's device's send lock is held as well, since then's queue belongs to
+// it (QP 1, a UD QP, never moves).
+func sendAfter(first, then *QP) {
+	var d *Device
+	for {
+		d = first.txDev.Load()
+		d.txMu.Lock()
+		if first.txDev.Load() == d {
+			break
+		}
+		d.txMu.Unlock() // it moved while we waited
+	}
 	defer d.txMu.Unlock()
-	if o := then.dev; o != d {
+	if o := then.sender(); o != d {
 		o.txMu.Lock() // the only nesting: an RC QP's device, then QP 1's
 		defer o.txMu.Unlock()
 	}

@@ -102,7 +102,7 @@ type QPAttr struct {
 
 // QP is a queue pair.
 type QP struct {
-	dev    *Device
+	dev    *Device // its home: the device that numbered it (move.go)
 	pd     *PD
 	typ    QPType
 	qpn    uint32
@@ -112,6 +112,17 @@ type QP struct {
 	maxRQ  int
 
 	udNoReceive atomic.Uint64 // UD datagrams dropped for want of a receive
+
+	// txDev is the device that serves the QP: its loop handles the QP's
+	// packets and its conn sends them (move.go); dev until the QP moves.
+	// moveMu serializes moves; strays counts packets in a row that
+	// another device's loop handled, movedAt is when it last moved
+	// (UnixNano), gone that it was closed.
+	txDev   atomic.Pointer[Device]
+	moveMu  sync.Mutex
+	strays  atomic.Uint32
+	movedAt atomic.Int64
+	gone    atomic.Bool
 
 	// mu guards everything below; functions named ...Locked must be
 	// called with it held. Lock order: Device.txMu before mu (Device.send
@@ -161,6 +172,7 @@ func (d *Device) CreateQP(pd *PD, attr QPInitAttr) (*QP, error) {
 	}
 	qp := &QP{dev: d, pd: pd, typ: attr.Type, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ,
 		maxSQ: attr.MaxSendWR, maxRQ: attr.MaxRecvWR}
+	qp.txDev.Store(d)
 	qp.target = attr.Target
 	if qp.target == nil {
 		qp.target = &localTarget{qp: qp}
@@ -200,7 +212,7 @@ func (qp *QP) Modify(attr QPAttr) error {
 	qp.mu.Lock()
 	err := qp.modifyLocked(attr)
 	qp.mu.Unlock()
-	qp.dev.send(qp)
+	qp.send()
 	return err
 }
 
@@ -302,7 +314,8 @@ func (qp *QP) Close() error {
 		qp.toErrorLocked()
 	}
 	qp.mu.Unlock()
-	qp.dev.send(qp) // the last NAKs, and the leases held until sent
+	qp.send() // the last NAKs, and the leases held until sent
+	qp.leave()
 	qp.dev.unregister(qp)
 	return nil
 }
@@ -392,7 +405,7 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 	qp.mu.Lock()
 	err := qp.postSendLocked(wrs)
 	qp.mu.Unlock()
-	qp.dev.send(qp)
+	qp.send()
 	return err
 }
 
@@ -701,5 +714,5 @@ func (qp *QP) onPace() {
 	qp.mu.Lock()
 	qp.pumpLocked(time.Now())
 	qp.mu.Unlock()
-	qp.dev.send(qp)
+	qp.send()
 }

@@ -532,7 +532,7 @@ func (qp *QP) onTimer() {
 	send := len(qp.tx) > 0 || len(qp.txLeases) > 0
 	qp.mu.Unlock()
 	if send {
-		qp.dev.send(qp)
+		qp.send()
 	}
 }
 

@@ -191,7 +191,7 @@ func (qp *QP) Complete(tok Token, c Completion) error {
 	}
 	qp.flushAckLocked()
 	qp.mu.Unlock()
-	qp.dev.send(qp)
+	qp.send()
 	return err
 }
 

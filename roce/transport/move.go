@@ -1,0 +1,163 @@
+package transport
+
+import (
+	"time"
+)
+
+// A QP's loop. Each device of an address (NewDevices) has a receive loop
+// of its own, and a QP is served by one of them: its packets are handled
+// there and leave by that device's conn, under that device's send lock.
+// At first that is the device that numbered it (its home, QP.dev). Where
+// the packets of a QP's flow keep arriving at another device's conn (an
+// AF_XDP socket per NIC queue, where the NIC's RSS hashes the peer's UDP
+// source port, which the QPN does not decide), that device takes the QP
+// over: from then on its loop serves it alone, and no lock of another
+// loop is on the QP's path. Only RC QPs move (one peer, one flow); UD
+// QPs, which hear from many peers, stay at home.
+
+const (
+	// moveAfter is how many packets in a row must reach a device other
+	// than the QP's before it moves there: a stray (GRO joining two QPs'
+	// packets, one before the steering was in place) does not move it.
+	moveAfter = 4
+	// moveEvery is how often a QP may move at most: a peer whose packets
+	// arrive on two queues at once does not make it swing between them.
+	moveEvery = 100 * time.Millisecond
+)
+
+// sender returns the device that sends qp's packets now.
+func (qp *QP) sender() *Device { return qp.txDev.Load() }
+
+// send writes what qp queued through the device that serves it: under
+// that device's send lock, so that a move (which takes the old device's
+// send lock) never leaves two devices writing one QP's packets.
+func (qp *QP) send() {
+	for {
+		d := qp.txDev.Load()
+		d.txMu.Lock()
+		if qp.txDev.Load() != d {
+			d.txMu.Unlock() // it moved while we waited
+			continue
+		}
+		d.sendLocked(qp)
+		d.txMu.Unlock()
+		return
+	}
+}
+
+// stray notes that d's loop handled a packet of qp, which another device
+// serves (Stats.RxForeign); after moveAfter in a row, and at most every
+// moveEvery, d takes qp over.
+func (d *Device) stray(qp *QP) {
+	d.stats.RxForeign.Add(1)
+	if qp.typ != RC || qp.strays.Add(1) < moveAfter {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := qp.movedAt.Load()
+	if last != 0 && now-last < int64(moveEvery) {
+		return
+	}
+	if !qp.movedAt.CompareAndSwap(last, now) {
+		return // another loop is moving it
+	}
+	if qp.moveTo(d) {
+		d.stats.QPsMovedIn.Add(1)
+	}
+}
+
+// served notes that qp's packet reached the device that serves it.
+func (qp *QP) served() {
+	if qp.strays.Load() != 0 {
+		qp.strays.Store(0)
+	}
+}
+
+// moveTo makes to serve qp, and reports whether it moved. A send under
+// way on the old device finishes first; qp's later packets leave by to's
+// conn. A closed device does not take a QP, nor does a QP that is gone
+// move (QP.Close).
+func (qp *QP) moveTo(to *Device) bool {
+	qp.moveMu.Lock()
+	defer qp.moveMu.Unlock()
+	from := qp.txDev.Load()
+	if from == to || qp.gone.Load() {
+		return false
+	}
+	if to != qp.dev {
+		select {
+		case <-to.closed:
+			return false
+		default:
+		}
+	}
+	from.txMu.Lock()
+	qp.txDev.Store(to)
+	from.txMu.Unlock()
+	qp.strays.Store(0)
+	if from != qp.dev {
+		from.mu.Lock()
+		if from.moved[qp.qpn] == qp {
+			delete(from.moved, qp.qpn)
+		}
+		from.mu.Unlock()
+	}
+	if to != qp.dev {
+		to.mu.Lock()
+		if to.moved == nil {
+			to.moved = make(map[uint32]*QP)
+		}
+		to.moved[qp.qpn] = qp
+		to.mu.Unlock()
+	}
+	return true
+}
+
+// leave takes qp off the device serving it, if that is not its home,
+// once qp is gone: a packet for its number then finds no QP there.
+func (qp *QP) leave() {
+	qp.gone.Store(true)
+	qp.moveMu.Lock() // wait out a move under way; later ones see gone
+	defer qp.moveMu.Unlock()
+	if t := qp.txDev.Load(); t != qp.dev {
+		t.mu.Lock()
+		if t.moved[qp.qpn] == qp {
+			delete(t.moved, qp.qpn)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// sendHome gives back the QPs d took over from other devices (d is
+// closing): their homes serve them again.
+func (d *Device) sendHome() {
+	d.mu.RLock()
+	qps := make([]*QP, 0, len(d.moved))
+	for _, qp := range d.moved {
+		qps = append(qps, qp)
+	}
+	d.mu.RUnlock()
+	for _, qp := range qps {
+		qp.moveTo(qp.dev)
+	}
+}
+
+// bringHome makes d serve again the QPs it numbered that other devices
+// took over (d is closing: the sends of its QPs must be its own, which
+// Close waits out and stops).
+func (d *Device) bringHome() {
+	if d.queues == nil {
+		return
+	}
+	d.mu.RLock()
+	var qps []*QP
+	for _, qp := range d.qps {
+		if qp.txDev.Load() != d {
+			qps = append(qps, qp)
+		}
+	}
+	d.mu.RUnlock()
+	for _, qp := range qps {
+		qp.moveTo(d)
+	}
+}
