@@ -236,9 +236,11 @@ func (g *Gateway) Status() Status {
 	return st
 }
 
-// linkState reads leg name's link: its state and whether it is up, and a
-// verbs leg's port as read (nil for userspace legs, or when unreadable).
-func (g *Gateway) linkState(name string) (string, bool, *portcounters.Port) {
+// linkState reads leg name's link: its state and whether it is up, and,
+// withPort, a verbs leg's port as read with its counters (nil for other
+// legs, or when unreadable). The link watch, /status and /healthz read the
+// state only; a scrape reads the counters too.
+func (g *Gateway) linkState(name string, withPort bool) (string, bool, *portcounters.Port) {
 	l := g.legs[name]
 	if l == nil {
 		return "unknown leg", false, nil
@@ -247,5 +249,5 @@ func (g *Gateway) linkState(name string) (string, bool, *portcounters.Port) {
 	if root == "" {
 		root = "/sys"
 	}
-	return l.Link(root)
+	return l.Link(root, withPort)
 }

@@ -457,7 +457,7 @@ func (g *Gateway) metrics() metricsSnapshot {
 			lm.downs, lm.cut = c.downs.Load(), c.cut.Load()
 		}
 		var p *portcounters.Port
-		lm.state, lm.up, p = g.linkState(name)
+		lm.state, lm.up, p = g.linkState(name, true)
 		if n := g.nics[name]; n != nil && p != nil {
 			lm.nic, lm.port = n, p
 		}

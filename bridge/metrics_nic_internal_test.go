@@ -363,7 +363,10 @@ type verbsDouble struct {
 }
 
 func (v *verbsDouble) NICPort() (string, int, bool) { return v.dev, v.port, true }
-func (v *verbsDouble) Link(root string) (string, bool, *portcounters.Port) {
+func (v *verbsDouble) Link(root string, withPort bool) (string, bool, *portcounters.Port) {
+	if !withPort {
+		return leg.PortState(root, v.dev, v.port)
+	}
 	return leg.PortLink(root, v.dev, v.port)
 }
 func (v *verbsDouble) Counters(c *leg.Counters) {

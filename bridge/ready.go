@@ -98,7 +98,7 @@ func (g *Gateway) legDown(name string) error {
 func (g *Gateway) legNow(name string) leg.Status {
 	ls := g.legStatus[name]
 	ls.Name = name
-	ls.State, ls.Up, _ = g.linkState(name)
+	ls.State, ls.Up, _ = g.linkState(name, false)
 	if l := g.legs[name]; l != nil {
 		l.Status(&ls)
 	}

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,17 +13,25 @@ import (
 )
 
 // linkDouble is a leg whose link is up or down as the test says, with a
-// quic leg's peer_why when down.
+// quic leg's peer_why when down; withPort counts the reads that asked for
+// a verbs port's counters.
 type linkDouble struct {
 	leg.Leg // nil: what Ready does not ask
 	state   string
 	up      bool
 	why     string
+
+	withPort int
 }
 
-func (l *linkDouble) Link(string) (string, bool, *portcounters.Port) { return l.state, l.up, nil }
-func (l *linkDouble) Status(st *leg.Status)                          { st.PeerWhy = l.why }
-func (l *linkDouble) Health(time.Time, time.Duration) error          { return nil }
+func (l *linkDouble) Link(_ string, withPort bool) (string, bool, *portcounters.Port) {
+	if withPort {
+		l.withPort++
+	}
+	return l.state, l.up, nil
+}
+func (l *linkDouble) Status(st *leg.Status)                 { st.PeerWhy = l.why }
+func (l *linkDouble) Health(time.Time, time.Duration) error { return nil }
 
 // TestReady: a gateway is ready while every leg its routes and groups
 // need is up; a leg down is named with its state and why, a route with a
@@ -64,7 +73,9 @@ routes:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &Gateway{cfg: cfg, sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{},
-				legs: map[string]leg.Leg{}, legStatus: map[string]leg.Status{}}
+				legs: map[string]leg.Leg{}, legStatus: map[string]leg.Status{},
+				linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}, ipHeld: map[string]bool{},
+				log: slog.New(slog.DiscardHandler)}
 			for i := range cfg.Legs {
 				l := &cfg.Legs[i]
 				g.legStatus[l.Name] = legStatus(l)
@@ -83,6 +94,13 @@ routes:
 			}
 			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Errorf("Ready:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			g.checkLinks() // the link watch, twice a second
+			for name, l := range g.legs {
+				// An HCA's counters can be queries to its firmware.
+				if d := l.(*linkDouble); d.withPort != 0 {
+					t.Errorf("leg %s: Ready and the link watch read its port's counters %d times, want its state only", name, d.withPort)
+				}
 			}
 		})
 	}

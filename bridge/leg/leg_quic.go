@@ -624,7 +624,7 @@ func (q *quicLeg) Status(st *Status) {
 }
 
 // link is the tunnel to the peer gateway.
-func (q *quicLeg) Link(string) (string, bool, *portcounters.Port) {
+func (q *quicLeg) Link(string, bool) (string, bool, *portcounters.Port) {
 	if n := q.peerConns(); n > 0 {
 		return fmt.Sprintf("connected (%d)", n), true, nil
 	}

@@ -68,9 +68,9 @@ type Leg interface {
 	// neighbours, its peer gateways.
 	Status(st *Status)
 	// link reads the leg's link (sysRoot: where sysfs is): its state,
-	// whether it is up, and a verbs port as read (nil for other legs, or
-	// when unreadable).
-	Link(sysRoot string) (state string, up bool, port *portcounters.Port)
+	// whether it is up, and, with withPort, a verbs port as read with its
+	// counters (nil for other legs, without withPort, or when unreadable).
+	Link(sysRoot string, withPort bool) (state string, up bool, port *portcounters.Port)
 	// counters fills the leg's counters for a scrape.
 	Counters(c *Counters)
 	// objects counts what the leg holds open: userspace QPs (QP 1 among

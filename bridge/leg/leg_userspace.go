@@ -537,7 +537,7 @@ func (u *userspaceLeg) Status(st *Status) {
 	}
 }
 
-func (u *userspaceLeg) Link(string) (string, bool, *portcounters.Port) {
+func (u *userspaceLeg) Link(string, bool) (string, bool, *portcounters.Port) {
 	s, err := OperState(u.cfg.Netns, u.cfg.Interface)
 	if err != nil {
 		return "unreadable: " + err.Error(), false, nil

@@ -657,8 +657,21 @@ func (v *verbsLeg) Status(st *Status) {
 	}
 }
 
-func (v *verbsLeg) Link(sysRoot string) (string, bool, *portcounters.Port) {
+func (v *verbsLeg) Link(sysRoot string, withPort bool) (string, bool, *portcounters.Port) {
+	if !withPort {
+		return PortState(sysRoot, v.gid.Device, v.gid.Port)
+	}
 	return PortLink(sysRoot, v.gid.Device, v.gid.Port)
+}
+
+// PortState reads an RDMA port's state in the sysfs at sysRoot, and
+// whether it is up (ACTIVE), without its counters.
+func PortState(sysRoot, device string, port int) (string, bool, *portcounters.Port) {
+	state, _, err := portcounters.ReadState(sysRoot, device, port)
+	if err != nil {
+		return "unreadable: " + err.Error(), false, nil
+	}
+	return state, state == "ACTIVE", nil
 }
 
 // PortLink reads an RDMA port's link in the sysfs at sysRoot: its state,

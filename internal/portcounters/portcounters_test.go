@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -160,5 +161,49 @@ func TestReadErrors(t *testing.T) {
 	}
 	if _, err := portcounters.Read(filepath.Join(t.TempDir(), "none"), "mlx5_0", 1); err == nil {
 		t.Error("Read on a missing sysfs: no error")
+	}
+}
+
+// TestReadState: the state and physical state alone, as Read gives them;
+// a port down; what is not a port, or not a state, is an error.
+func TestReadState(t *testing.T) {
+	root := tree(t, "good", "mlx5_0", nil)
+	p, err := portcounters.Read(root, "mlx5_0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, phys, err := portcounters.ReadState(root, "mlx5_0", 1)
+	if err != nil || state != p.State || phys != p.PhysState || state != "ACTIVE" || phys != "LinkUp" {
+		t.Errorf("ReadState = %q, %q, %v; Read's %q, %q; want ACTIVE, LinkUp", state, phys, err, p.State, p.PhysState)
+	}
+	ports := filepath.Join(root, "class/infiniband/mlx5_0/ports/1")
+	if err := os.WriteFile(filepath.Join(ports, "state"), []byte("1: DOWN\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ports, "phys_state"), []byte("3: Disabled\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if state, phys, err := portcounters.ReadState(root, "mlx5_0", 1); err != nil || state != "DOWN" || phys != "Disabled" {
+		t.Errorf("ReadState of a port down = %q, %q, %v", state, phys, err)
+	}
+	for _, tc := range []struct {
+		dev  string
+		port int
+	}{
+		{"mlx5_9", 1}, // no such device
+		{"mlx5_0", 2}, // no such port
+		{"mlx5_0", -1},
+		{"../mlx5_0", 1},
+		{"", 1},
+	} {
+		if s, ps, err := portcounters.ReadState(root, tc.dev, tc.port); err == nil {
+			t.Errorf("ReadState(%q, %d) = %q, %q, want an error", tc.dev, tc.port, s, ps)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ports, "state"), []byte("ACTIVE\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := portcounters.ReadState(root, "mlx5_0", 1); err == nil || !strings.Contains(err.Error(), `"ACTIVE"`) {
+		t.Errorf("ReadState of a state without its number: %v, want an error quoting it", err)
 	}
 }

@@ -18,6 +18,36 @@ import (
 // counters' values before reading them again.
 const lifespan = "lifespan"
 
+// ReadState reads only device's port's state and physical state
+// ("ACTIVE", "LinkUp") from the sysfs mounted at sysRoot ("/sys"): two
+// files, where Read reads every counter (on an HCA a counter may be a
+// query to its firmware). A link watched twice a second needs no more.
+func ReadState(sysRoot, device string, port int) (state, physState string, err error) {
+	if port < 0 || device == "" || strings.ContainsRune(device, '/') {
+		return "", "", fmt.Errorf("read %s port %d state: no such port", device, port)
+	}
+	dir := filepath.Join(sysRoot, "class", "infiniband", device, "ports", strconv.Itoa(port))
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return "", fmt.Errorf("read %s port %d state: %w", device, port, err)
+		}
+		// "4: ACTIVE", "5: LinkUp": the number, then the name.
+		v := strings.TrimSpace(string(b))
+		if _, name, ok := strings.Cut(v, ": "); ok {
+			return name, nil
+		}
+		return "", fmt.Errorf("read %s port %d state: %s holds %q, not \"N: NAME\"", device, port, name, v)
+	}
+	if state, err = read("state"); err != nil {
+		return "", "", err
+	}
+	if physState, err = read("phys_state"); err != nil {
+		return "", "", err
+	}
+	return state, physState, nil
+}
+
 // Read reads device's port from the sysfs mounted at sysRoot ("/sys").
 func Read(sysRoot, device string, port int) (Port, error) {
 	fs, err := sysfs.NewFS(sysRoot)
