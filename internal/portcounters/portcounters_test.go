@@ -154,9 +154,14 @@ func TestReadErrors(t *testing.T) {
 		{"mlx5_9", 1}, // no such device
 		{"mlx5_0", 2}, // no such port
 		{"mlx5_0", -1},
+		{"../mlx5_0", 1},
+		{"", 1},
 	} {
 		if p, err := portcounters.Read(root, tc.dev, tc.port); err == nil {
-			t.Errorf("Read(%s, %d) = %+v, want an error", tc.dev, tc.port, p)
+			t.Errorf("Read(%q, %d) = %+v, want an error", tc.dev, tc.port, p)
+		}
+		if s, ps, err := portcounters.ReadState(root, tc.dev, tc.port); err == nil {
+			t.Errorf("ReadState(%q, %d) = %q, %q, want an error", tc.dev, tc.port, s, ps)
 		}
 	}
 	if _, err := portcounters.Read(filepath.Join(t.TempDir(), "none"), "mlx5_0", 1); err == nil {
@@ -165,7 +170,8 @@ func TestReadErrors(t *testing.T) {
 }
 
 // TestReadState: the state and physical state alone, as Read gives them;
-// a port down; what is not a port, or not a state, is an error.
+// a port down; a state file without its number is an error (what is not
+// a port: TestReadErrors).
 func TestReadState(t *testing.T) {
 	root := tree(t, "good", "mlx5_0", nil)
 	p, err := portcounters.Read(root, "mlx5_0", 1)
@@ -185,20 +191,6 @@ func TestReadState(t *testing.T) {
 	}
 	if state, phys, err := portcounters.ReadState(root, "mlx5_0", 1); err != nil || state != "DOWN" || phys != "Disabled" {
 		t.Errorf("ReadState of a port down = %q, %q, %v", state, phys, err)
-	}
-	for _, tc := range []struct {
-		dev  string
-		port int
-	}{
-		{"mlx5_9", 1}, // no such device
-		{"mlx5_0", 2}, // no such port
-		{"mlx5_0", -1},
-		{"../mlx5_0", 1},
-		{"", 1},
-	} {
-		if s, ps, err := portcounters.ReadState(root, tc.dev, tc.port); err == nil {
-			t.Errorf("ReadState(%q, %d) = %q, %q, want an error", tc.dev, tc.port, s, ps)
-		}
 	}
 	if err := os.WriteFile(filepath.Join(ports, "state"), []byte("ACTIVE\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -96,11 +96,7 @@ func (qp *QP) moveTo(to *Device) bool {
 	from.txMu.Unlock()
 	qp.strays.Store(0)
 	if from != qp.dev {
-		from.mu.Lock()
-		if from.moved[qp.qpn] == qp {
-			delete(from.moved, qp.qpn)
-		}
-		from.mu.Unlock()
+		from.forgetMoved(qp)
 	}
 	if to != qp.dev {
 		to.mu.Lock()
@@ -120,12 +116,17 @@ func (qp *QP) leave() {
 	qp.moveMu.Lock() // wait out a move under way; later ones see gone
 	defer qp.moveMu.Unlock()
 	if t := qp.txDev.Load(); t != qp.dev {
-		t.mu.Lock()
-		if t.moved[qp.qpn] == qp {
-			delete(t.moved, qp.qpn)
-		}
-		t.mu.Unlock()
+		t.forgetMoved(qp)
 	}
+}
+
+// forgetMoved takes qp out of the QPs d took over.
+func (d *Device) forgetMoved(qp *QP) {
+	d.mu.Lock()
+	if d.moved[qp.qpn] == qp {
+		delete(d.moved, qp.qpn)
+	}
+	d.mu.Unlock()
 }
 
 // sendHome gives back the QPs d took over from other devices (d is

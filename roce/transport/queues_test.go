@@ -22,21 +22,8 @@ import (
 // device sends none of its packets.
 func TestDevicesQueues(t *testing.T) {
 	n := simnet.New(simnet.Options{})
-	var conns []roce.PacketConn
-	for _, a := range []string{"10.0.0.1:4791", "10.0.0.1:4792"} {
-		c, err := n.Listen(netip.MustParseAddrPort(a))
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	devs, err := transport.NewDevices(conns, transport.DeviceOptions{Logger: testlog.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range devs {
-		t.Cleanup(func() { d.Close() })
-	}
+	devs := simDevices(t, n, "10.0.0.1:4791", "10.0.0.1:4792")
+	var err error
 	for i, d := range devs {
 		if q, of := d.Queue(); q != i || of != 2 {
 			t.Fatalf("device %d: Queue() = %d, %d", i, q, of)
@@ -101,15 +88,14 @@ func TestNewDeviceRefusesAQueue(t *testing.T) {
 	}
 }
 
-// movedPair connects a peer to a QP of queue 1's device of two, the
-// peer sending to queue 0's conn, and runs a workload: the QP moves to
-// queue 0's device.
-func movedPair(t *testing.T, net string) (devs []*transport.Device, a, b *end) {
+// simDevices starts the devices of one address's queues on simnet conns
+// at addrs (simnet has no SO_REUSEPORT: each queue has a port of its
+// own), closed when the test ends.
+func simDevices(t *testing.T, n *simnet.Net, addrs ...string) []*transport.Device {
 	t.Helper()
-	n := simnet.New(simnet.Options{})
 	var conns []roce.PacketConn
-	for _, s := range []string{net + ".1:4791", net + ".1:4792"} {
-		c, err := n.Listen(netip.MustParseAddrPort(s))
+	for _, a := range addrs {
+		c, err := n.Listen(netip.MustParseAddrPort(a))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,8 +108,19 @@ func movedPair(t *testing.T, net string) (devs []*transport.Device, a, b *end) {
 	for _, d := range devs {
 		t.Cleanup(func() { d.Close() })
 	}
+	return devs
+}
+
+// movedPair connects a peer to a QP of queue 1's device of two, the
+// peer sending to queue 0's conn, and runs a workload: the QP moves to
+// queue 0's device.
+func movedPair(t *testing.T, net string) (devs []*transport.Device, a, b *end) {
+	t.Helper()
+	n := simnet.New(simnet.Options{})
+	devs = simDevices(t, n, net+".1:4791", net+".1:4792")
+	var err error
 	a = newEnd(t, n, net+".10:4791")
-	b = &end{dev: devs[1], pd: transport.NewPD(), mem: make([]byte, memSize), addr: conns[0].LocalAddr(),
+	b = &end{dev: devs[1], pd: transport.NewPD(), mem: make([]byte, memSize), addr: devs[0].LocalAddr(),
 		scq: transport.NewCQ(8192), rcq: transport.NewCQ(8192), access: a.access}
 	if b.mr, err = b.pd.RegisterMR(b.mem, b.access); err != nil {
 		t.Fatal(err)
