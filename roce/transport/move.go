@@ -75,8 +75,9 @@ func (qp *QP) served() {
 
 // moveTo makes to serve qp, and reports whether it moved. A send under
 // way on the old device finishes first; qp's later packets leave by to's
-// conn. A closed device does not take a QP, nor does a QP that is gone
-// move (QP.Close).
+// conn. A closed device does not take a QP, a QP whose home is closing
+// leaves it no more (its Close waits out its sends), and a QP that is gone
+// does not move (QP.Close).
 func (qp *QP) moveTo(to *Device) bool {
 	qp.moveMu.Lock()
 	defer qp.moveMu.Unlock()
@@ -87,6 +88,8 @@ func (qp *QP) moveTo(to *Device) bool {
 	if to != qp.dev {
 		select {
 		case <-to.closed:
+			return false
+		case <-qp.dev.closed:
 			return false
 		default:
 		}
