@@ -350,12 +350,13 @@ func (u *userspaceLeg) Endpoint() (*UserspaceEndpoint, error) {
 	return ep, nil
 }
 
-// queueDevice is the device a new RC QP goes on: the queue with the
-// fewest QPs (the first of those), so the loops share the sessions.
+// queueDevice is the device a new RC QP goes on: the queue whose loop
+// serves the fewest QPs (the first of those), so the loops share the
+// sessions.
 func (u *userspaceLeg) queueDevice() *transport.Device {
-	best, fewest := u.devs[0], u.devs[0].NumQPs()
+	best, fewest := u.devs[0], u.devs[0].ServedQPs()
 	for _, d := range u.devs[1:] {
-		if n := d.NumQPs(); n < fewest {
+		if n := d.ServedQPs(); n < fewest {
 			best, fewest = d, n
 		}
 	}
@@ -595,7 +596,7 @@ func (u *userspaceLeg) Counters(c *Counters) {
 func (u *userspaceLeg) queueCounters() []QueueCounters {
 	out := make([]QueueCounters, len(u.devs))
 	for i, d := range u.devs {
-		q := QueueCounters{Queue: i, QPs: d.NumQPs(), RxForeign: d.Stats().RxForeign.Load(), QPsMovedIn: d.Stats().QPsMovedIn.Load()}
+		q := QueueCounters{Queue: i, QPs: d.ServedQPs(), RxForeign: d.Stats().RxForeign.Load(), QPsMovedIn: d.Stats().QPsMovedIn.Load()}
 		switch pc := u.pconns[i].(type) {
 		case *udpconn.Conn:
 			s := pc.Stats()

@@ -24,7 +24,8 @@ func Queues(l *config.Leg) (int, string) {
 }
 
 // QueueCounters is one receive loop's share of a userspace leg: its
-// socket's packets and bytes, the QPs numbered for it, the packets it
+// socket's packets and bytes, the QPs it serves (transport.Device.
+// ServedQPs: QP 1 on queue 0 among them), the packets it
 // handed to QPs another loop serves (transport.Stats.RxForeign), and the
 // QPs it took over from other loops, their packets arriving at its socket
 // (transport.Stats.QPsMovedIn: an io: afxdp leg's, where the NIC's RSS

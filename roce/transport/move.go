@@ -132,6 +132,26 @@ func (d *Device) forgetMoved(qp *QP) {
 	d.mu.Unlock()
 }
 
+// ServedQPs returns how many QPs d's loop serves (move.go): its own that
+// no other device took over, and those it took over. NumQPs counts the
+// QPs it numbered, wherever they are served.
+func (d *Device) ServedQPs() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	n := 0
+	for _, qp := range d.qps {
+		if qp.txDev.Load() == d {
+			n++
+		}
+	}
+	for _, qp := range d.moved {
+		if !qp.gone.Load() {
+			n++
+		}
+	}
+	return n
+}
+
 // sendHome gives back the QPs d took over from other devices (d is
 // closing): their homes serve them again.
 func (d *Device) sendHome() {

@@ -60,6 +60,9 @@ func TestStrayMoves(t *testing.T) {
 	if rc.sender() != devs[0] || devs[0].lookupQP(rc.QPN()) != rc {
 		t.Fatalf("after %d strays in a row the RC QP is not queue 0's", moveAfter)
 	}
+	if a, b := devs[0].ServedQPs(), devs[1].ServedQPs(); a != 1 || b != 1 || devs[1].NumQPs() != 2 {
+		t.Errorf("queue 0 serves %d QPs and queue 1 %d (of the %d it numbered), want 1 (the RC QP) and 1 (the UD QP) of 2", a, b, devs[1].NumQPs())
+	}
 	for range 10 * moveAfter {
 		devs[2].stray(rc)
 	}
@@ -75,5 +78,11 @@ func TestStrayMoves(t *testing.T) {
 	}
 	if got := devs[0].stats.QPsMovedIn.Load() + devs[2].stats.QPsMovedIn.Load(); got != 2 {
 		t.Errorf("QPsMovedIn %d, want 2", got)
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if a, b, c := devs[0].ServedQPs(), devs[1].ServedQPs(), devs[2].ServedQPs(); a != 0 || b != 1 || c != 0 {
+		t.Errorf("with the RC QP closed the queues serve %d, %d, %d QPs, want 0, 1 (the UD QP), 0", a, b, c)
 	}
 }
