@@ -560,14 +560,8 @@ func (d *Device) NumQPs() int {
 // RateLimitedQPs returns how many of the device's QPs DCQCN holds below
 // their line rate now (QPStats.Limited).
 func (d *Device) RateLimitedQPs() int {
-	d.mu.RLock()
-	qps := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
-		qps = append(qps, qp)
-	}
-	d.mu.RUnlock()
 	n := 0
-	for _, qp := range qps {
+	for _, qp := range d.listQPs(false) {
 		if qp.Stats().Limited {
 			n++
 		}
@@ -588,13 +582,7 @@ func (d *Device) Close() error {
 		close(d.closed)
 		d.sendHome()  // the QPs d took over: their own devices send them
 		d.bringHome() // d's QPs another device took over: d's Close stops them
-		d.mu.RLock()
-		qps := make([]*QP, 0, len(d.qps))
-		for _, qp := range d.qps {
-			qps = append(qps, qp)
-		}
-		d.mu.RUnlock()
-		for _, qp := range qps {
+		for _, qp := range d.listQPs(false) {
 			_ = qp.Close()
 		}
 		d.closeErr = d.conn.Close()
@@ -648,6 +636,23 @@ func (d *Device) reachable(addr netip.AddrPort) error {
 		return nil
 	}
 	return fmt.Errorf("%v is unreachable from the device's %v: %w", addr, d.conn.LocalAddr(), roce.ErrAddrFamily)
+}
+
+// listQPs returns d's own QPs, or with moved those it took over
+// (move.go), as they are now, read under d.mu, for work done on them
+// without it.
+func (d *Device) listQPs(moved bool) []*QP {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m := d.qps
+	if moved {
+		m = d.moved
+	}
+	qps := make([]*QP, 0, len(m))
+	for _, qp := range m {
+		qps = append(qps, qp)
+	}
+	return qps
 }
 
 // lookupQP returns the QP numbered qpn that d serves: one of its own, or

@@ -155,13 +155,7 @@ func (d *Device) ServedQPs() int {
 // sendHome gives back the QPs d took over from other devices (d is
 // closing): their homes serve them again.
 func (d *Device) sendHome() {
-	d.mu.RLock()
-	qps := make([]*QP, 0, len(d.moved))
-	for _, qp := range d.moved {
-		qps = append(qps, qp)
-	}
-	d.mu.RUnlock()
-	for _, qp := range qps {
+	for _, qp := range d.listQPs(true) {
 		qp.moveTo(qp.dev)
 	}
 }
@@ -173,15 +167,7 @@ func (d *Device) bringHome() {
 	if d.queues == nil {
 		return
 	}
-	d.mu.RLock()
-	var qps []*QP
-	for _, qp := range d.qps {
-		if qp.txDev.Load() != d {
-			qps = append(qps, qp)
-		}
-	}
-	d.mu.RUnlock()
-	for _, qp := range qps {
-		qp.moveTo(d)
+	for _, qp := range d.listQPs(false) {
+		qp.moveTo(d) // nothing for those it serves
 	}
 }
