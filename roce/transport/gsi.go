@@ -79,15 +79,7 @@ func (qp *QP) PostSendAfter(rc *QP, wrs ...SendWR) error {
 // then's device's send lock is held as well, since then's queue belongs to
 // it (QP 1, a UD QP, never moves).
 func sendAfter(first, then *QP) {
-	var d *Device
-	for {
-		d = first.txDev.Load()
-		d.txMu.Lock()
-		if first.txDev.Load() == d {
-			break
-		}
-		d.txMu.Unlock() // it moved while we waited
-	}
+	d := first.lockSender()
 	defer d.txMu.Unlock()
 	if o := then.sender(); o != d {
 		o.txMu.Lock() // the only nesting: an RC QP's device, then QP 1's

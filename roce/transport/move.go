@@ -28,21 +28,25 @@ const (
 // sender returns the device that sends qp's packets now.
 func (qp *QP) sender() *Device { return qp.txDev.Load() }
 
-// send writes what qp queued through the device that serves it: under
-// that device's send lock, so that a move (which takes the old device's
-// send lock) never leaves two devices writing one QP's packets.
-func (qp *QP) send() {
+// lockSender returns the device that serves qp with its send lock held:
+// a move takes the old device's send lock, so qp cannot move until the
+// caller unlocks, and no two devices write one QP's packets.
+func (qp *QP) lockSender() *Device {
 	for {
 		d := qp.txDev.Load()
 		d.txMu.Lock()
-		if qp.txDev.Load() != d {
-			d.txMu.Unlock() // it moved while we waited
-			continue
+		if qp.txDev.Load() == d {
+			return d
 		}
-		d.sendLocked(qp)
-		d.txMu.Unlock()
-		return
+		d.txMu.Unlock() // it moved while we waited
 	}
+}
+
+// send writes what qp queued through the device that serves it.
+func (qp *QP) send() {
+	d := qp.lockSender()
+	defer d.txMu.Unlock()
+	d.sendLocked(qp)
 }
 
 // stray notes that d's loop handled a packet of qp, which another device
