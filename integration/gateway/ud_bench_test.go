@@ -28,8 +28,9 @@ import (
 // same run. Last, as a cross-check, unmodified udaddy direct (rxe2 to
 // rxe3) and through (rxe1 to rxe3), an op being one whole udaddy run.
 //
-// rbridge run is started as in the other tests, but without the pool
-// trace and at log level info; its userspace leg is on a UDP socket.
+// rbridge run is started as in the other tests, but with benchFlags (no
+// pool trace, log level info; RBRIDGE_BENCH_PROFILE profiles it); its
+// userspace leg is on a UDP socket.
 // It runs only when asked: make integration PKG=./integration/gateway
 // RUN='^$' GUEST_BENCH=GuestUDThroughVsDirect BASELINE=false.
 func BenchmarkGuestUDThroughVsDirect(b *testing.B) {
@@ -55,7 +56,7 @@ groups:
   - {name: bench, group: %v, roce: roce, ib: ib, direction: roce_to_ib}
 `, ns.Netdev, ns.IP, ns.Name, ib.GatewayIP, ib.GatewayDevice, ns.IP, ibSvc.addr.Port(), ibSvc.addr,
 		ns.IP, udaddyPort, ib.PeerIP, udaddyPort, group)
-	logs, _ := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, "--log-level", "info")
+	logs, _ := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, benchFlags(b)...)
 	admin := adminAddr(b, logs)
 
 	// The senders. A UD client is answered by a QP of its own on the
