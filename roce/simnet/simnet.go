@@ -29,7 +29,9 @@ type Options struct {
 	// dropped like a full switch buffer would (default 4096).
 	QueueLen int
 	// Filter, when set, sees every packet before the impairments and may
-	// drop it (return false): tests use it for deterministic faults.
+	// drop it (return false): tests use it for deterministic faults. pkt
+	// is the network's only during the call: a filter that keeps it keeps
+	// a copy.
 	Filter func(from, to netip.AddrPort, pkt []byte) bool
 }
 
@@ -40,7 +42,9 @@ type Net struct {
 	mu    sync.Mutex // guards the fields below
 	rng   *rand.Rand
 	conns map[netip.AddrPort]*Conn
-	held  *packet // the packet held back for reordering
+	held  packet // the packet held back for reordering, if hasHeld
+	// hasHeld says held is a packet.
+	hasHeld bool
 
 	dmu        sync.Mutex // guards the delayed packets below
 	due        dueHeap
@@ -69,9 +73,30 @@ func (s *Stats) Snapshot() StatsSnapshot {
 
 type packet struct {
 	from, to netip.AddrPort
-	data     []byte
+	buf      *[]byte // the packet's bytes, the network's until released
 	ecn      uint8
 }
+
+// bufs recycles packets' bytes: a packet's buffer goes back once a reader
+// copied it out or the network dropped it, so that the simulated network
+// allocates nothing per packet and a benchmark over it measures the
+// transport, not the garbage collector.
+var bufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// newPacket copies data into a recycled buffer.
+func newPacket(from, to netip.AddrPort, n int, ecn uint8) packet {
+	b := bufs.Get().(*[]byte)
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	*b = (*b)[:n]
+	return packet{from: from, to: to, buf: b, ecn: ecn}
+}
+
+func (p packet) data() []byte { return *p.buf }
+
+// release gives the packet's buffer back; p is not used after.
+func (p packet) release() { bufs.Put(p.buf) }
 
 // New returns a network with the given impairments.
 func New(opts Options) *Net {
@@ -114,34 +139,33 @@ func (n *Net) send(p packet) {
 	n.stats.Sent.Add(1)
 	n.mu.Lock()
 	o := n.opts
-	if o.Filter != nil && !o.Filter(p.from, p.to, p.data) {
+	if (o.Filter != nil && !o.Filter(p.from, p.to, p.data())) || n.rng.Float64() < o.Loss {
 		n.mu.Unlock()
 		n.stats.Lost.Add(1)
-		return
-	}
-	if n.rng.Float64() < o.Loss {
-		n.mu.Unlock()
-		n.stats.Lost.Add(1)
+		p.release()
 		return
 	}
 	if p.ecn != 0 && n.rng.Float64() < o.MarkECN {
 		p.ecn = roce.ECNCE
 		n.stats.Marked.Add(1)
 	}
-	out := []packet{p}
+	var outs [3]packet // p, its duplicate, the packet held before
+	out := append(outs[:0], p)
 	if n.rng.Float64() < o.Duplicate {
-		out = append(out, packet{from: p.from, to: p.to, data: append([]byte(nil), p.data...), ecn: p.ecn})
+		d := newPacket(p.from, p.to, len(p.data()), p.ecn)
+		copy(d.data(), p.data())
+		out = append(out, d)
 		n.stats.Duplicated.Add(1)
 	}
-	if n.held != nil {
-		out = append(out, *n.held) // the held packet now arrives after p
-		n.held = nil
+	if n.hasHeld {
+		out = append(out, n.held) // the held packet now arrives after p
+		n.held, n.hasHeld = packet{}, false
 	} else if n.rng.Float64() < o.Reorder {
-		n.held = &out[0]
+		n.held, n.hasHeld = out[0], true
 		out = out[1:]
 		n.stats.Reordered.Add(1)
 	}
-	delays := make([]time.Duration, len(out))
+	var delays [len(outs)]time.Duration
 	for i := range out {
 		delays[i] = o.Delay
 		if o.Jitter > 0 {
@@ -237,11 +261,11 @@ func (h *dueHeap) Pop() any {
 // Flush delivers a packet held back for reordering, if any.
 func (n *Net) Flush() {
 	n.mu.Lock()
-	h := n.held
-	n.held = nil
+	h, ok := n.held, n.hasHeld
+	n.held, n.hasHeld = packet{}, false
 	n.mu.Unlock()
-	if h != nil {
-		n.deliver(*h)
+	if ok {
+		n.deliver(h)
 	}
 }
 
@@ -251,14 +275,17 @@ func (n *Net) deliver(p packet) {
 	n.mu.Unlock()
 	if c == nil {
 		n.stats.NoRoute.Add(1)
+		p.release()
 		return
 	}
 	select {
 	case <-c.done:
+		p.release()
 	case c.queue <- p:
 		n.stats.Delivered.Add(1)
 	default:
 		n.stats.Overflow.Add(1)
+		p.release()
 	}
 }
 
@@ -312,9 +339,10 @@ func (c *Conn) take(msgs []roce.Message, p packet) int {
 	n := 0
 	for {
 		m := &msgs[n]
-		m.N = copy(m.Buf[:cap(m.Buf)], p.data)
+		m.N = copy(m.Buf[:cap(m.Buf)], p.data())
 		m.Buf = m.Buf[:cap(m.Buf)]
 		m.Addr, m.ECN, m.ICRCChecked = p.from, p.ecn, false
+		p.release()
 		n++
 		if n == len(msgs) {
 			return n
@@ -340,11 +368,12 @@ func (c *Conn) WriteBatch(msgs []roce.Message) (int, error) {
 		if m.SrcPort != 0 {
 			from = netip.AddrPortFrom(from.Addr(), m.SrcPort) // as a NIC choosing the port would send
 		}
-		data := make([]byte, m.Len())
-		if _, err := m.CopyTo(data); err != nil {
+		p := newPacket(from, m.Addr, m.Len(), m.ECN)
+		if _, err := m.CopyTo(p.data()); err != nil {
+			p.release()
 			return i, fmt.Errorf("simnet: message %d: %w", i, err)
 		}
-		c.net.send(packet{from: from, to: m.Addr, data: data, ecn: m.ECN})
+		c.net.send(p)
 	}
 	return len(msgs), nil
 }
