@@ -1,6 +1,7 @@
 package simnet_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
@@ -143,5 +144,88 @@ func TestDelayKeepsOrder(t *testing.T) {
 	}
 	if el := time.Since(start); el < time.Millisecond {
 		t.Errorf("delivered in %v, under the 1 ms delay", el)
+	}
+}
+
+// TestRecycledBytes: packets' buffers are recycled, so every packet read
+// must hold its own bytes, whatever the network did to the others (lost,
+// duplicated, held back, dropped for a full queue) and whatever their
+// sizes (a buffer is reused for a larger packet and a smaller one).
+func TestRecycledBytes(t *testing.T) {
+	a0, b0 := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
+	net := simnet.New(simnet.Options{Loss: 0.1, Duplicate: 0.3, Reorder: 0.2, Seed: 7, QueueLen: 64})
+	a, _ := net.Listen(a0)
+	b, _ := net.Listen(b0)
+	defer a.Close()
+	defer b.Close()
+	// packet i: 4 bytes of i, then i's size in bytes of (i+k)&0xff.
+	size := func(i int) int { return 4 + (i*37)%5000 }
+	msgs := make([]roce.Message, 8)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, 8192)
+	}
+	checked := 0
+	for i := range 3000 {
+		p := make([]byte, size(i))
+		binary.BigEndian.PutUint32(p, uint32(i))
+		for k := 4; k < len(p); k++ {
+			p[k] = byte(i + k)
+		}
+		if _, err := a.WriteBatch([]roce.Message{{Buf: p, N: len(p), Addr: b0}}); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 != 49 { // let the queue overflow now and then
+			continue
+		}
+		for {
+			n, err := b.TryReadBatch(msgs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			for _, m := range msgs[:n] {
+				got := m.Buf[:m.N]
+				j := int(binary.BigEndian.Uint32(got))
+				if len(got) != size(j) {
+					t.Fatalf("packet %d: %d bytes, sent %d", j, len(got), size(j))
+				}
+				for k := 4; k < len(got); k++ {
+					if got[k] != byte(j+k) {
+						t.Fatalf("packet %d: byte %d is %#x, sent %#x", j, k, got[k], byte(j+k))
+					}
+				}
+				checked++
+			}
+		}
+	}
+	st := net.Stats().Snapshot()
+	if checked == 0 || st.Lost == 0 || st.Duplicated == 0 || st.Reordered == 0 || st.Overflow == 0 {
+		t.Errorf("read %d; the network lost %d, duplicated %d, reordered %d, overflowed %d: every impairment should have happened",
+			checked, st.Lost, st.Duplicated, st.Reordered, st.Overflow)
+	}
+}
+
+// TestNoAllocation: a packet written and read allocates nothing.
+func TestNoAllocation(t *testing.T) {
+	a0, b0 := netip.MustParseAddrPort("10.0.0.1:4791"), netip.MustParseAddrPort("10.0.0.2:4791")
+	net := simnet.New(simnet.Options{})
+	a, _ := net.Listen(a0)
+	b, _ := net.Listen(b0)
+	defer a.Close()
+	defer b.Close()
+	out := []roce.Message{{Buf: make([]byte, 4096), N: 4096, Addr: b0}}
+	in := []roce.Message{{Buf: make([]byte, 4096)}}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := a.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.ReadBatch(in); n != 1 || err != nil {
+			t.Fatalf("read %d: %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations a packet, want 0", allocs)
 	}
 }
