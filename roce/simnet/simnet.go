@@ -83,7 +83,8 @@ type packet struct {
 // transport, not the garbage collector.
 var bufs = sync.Pool{New: func() any { return new([]byte) }}
 
-// newPacket copies data into a recycled buffer.
+// newPacket is a packet of n bytes in a recycled buffer, for the caller
+// to fill.
 func newPacket(from, to netip.AddrPort, n int, ecn uint8) packet {
 	b := bufs.Get().(*[]byte)
 	if cap(*b) < n {
