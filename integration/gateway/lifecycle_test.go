@@ -353,7 +353,10 @@ func gatewayState(t *testing.T, logs *syncBuffer, proc *os.Process) gwState {
 }
 
 // waitIdle waits until rbridge holds no session and, if idle is not nil,
-// what it held then (goroutines: at most as many). It returns the state.
+// what it held then (goroutines and pool buffers: at most as many; a leak
+// is growth, and a pool buffer can still be on its way back when idle is
+// taken: a CI run saw 2049 at the first idle and 2048, the AF_XDP fill
+// and RX rings' stock, after the second round). It returns the state.
 func waitIdle(t *testing.T, logs *syncBuffer, proc *os.Process, idle gwState) gwState {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
@@ -363,7 +366,7 @@ func waitIdle(t *testing.T, logs *syncBuffer, proc *os.Process, idle gwState) gw
 			diff = append(diff, fmt.Sprintf("sessions %d, want 0", st["sessions"]))
 		}
 		for k, want := range idle {
-			if got := st[k]; got != want && (k != "goroutines" || got > want) {
+			if got := st[k]; got != want && ((k != "goroutines" && k != "pool_in_use") || got > want) {
 				diff = append(diff, fmt.Sprintf("%s %d, want %d", k, got, want))
 			}
 		}
