@@ -172,6 +172,29 @@ func startRbridge(t testing.TB, netns, path, cfg string, flags ...string) (*sync
 	return out, cmd.Process
 }
 
+// benchFlags is rbridge run's flags after --config for a benchmark's
+// gateway: no debug log, no pool trace. With RBRIDGE_BENCH_PROFILE set
+// (vmrun -env), the gateway's CPU profile of the whole benchmark becomes an
+// artifact, cpu-<benchmark>.pprof.
+func benchFlags(b *testing.B) []string {
+	flags := []string{"--log-level", "info"}
+	if os.Getenv("RBRIDGE_BENCH_PROFILE") == "" {
+		return flags
+	}
+	prof := filepath.Join(b.TempDir(), "cpu.pprof")
+	// Registered before the gateway starts, so it runs after the gateway's
+	// stop (cleanups run last first), which writes the profile.
+	b.Cleanup(func() {
+		data, err := os.ReadFile(prof)
+		if err != nil {
+			b.Errorf("the gateway's CPU profile: %v", err)
+			return
+		}
+		guest.Artifact(b, "cpu-"+strings.ReplaceAll(b.Name(), "/", "-")+".pprof", data)
+	})
+	return append(flags, "--cpu-profile", prof)
+}
+
 // killedGateways are the pids of gateways a test killed on purpose
 // (killGateway): their end is not a failure.
 var killedGateways sync.Map

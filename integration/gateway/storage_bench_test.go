@@ -39,8 +39,7 @@ func startBenchGateway(b *testing.B, cfg string) benchGateway {
 	if cfg == "" {
 		return benchGateway{}
 	}
-	flags := benchFlags(b)
-	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, flags...)
+	logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, benchFlags(b)...)
 	g := benchGateway{p: p, admin: adminAddr(b, logs), ns: guest.UserNetns(b)}
 	if os.Getenv("RBRIDGE_BENCH_STALL_PCAP") != "" {
 		// The initiators of the storage benchmarks sit on the user
@@ -163,29 +162,6 @@ func segmentDrops(ns guest.Netns) string {
 	softnet, _ := os.ReadFile("/proc/net/softnet_stat")
 	fmt.Fprintf(&out, "  softnet_stat:\n%s", softnet)
 	return out.String()
-}
-
-// benchFlags is rbridge run's flags after --config for a benchmark's
-// gateway: no debug log, no pool trace. With RBRIDGE_BENCH_PROFILE set
-// (vmrun -env), the gateway's CPU profile of the whole benchmark becomes an
-// artifact, cpu-<benchmark>.pprof.
-func benchFlags(b *testing.B) []string {
-	flags := []string{"--log-level", "info"}
-	if os.Getenv("RBRIDGE_BENCH_PROFILE") == "" {
-		return flags
-	}
-	prof := filepath.Join(b.TempDir(), "cpu.pprof")
-	// Registered before the gateway starts, so it runs after the gateway's
-	// stop (cleanups run last first), which writes the profile.
-	b.Cleanup(func() {
-		data, err := os.ReadFile(prof)
-		if err != nil {
-			b.Errorf("the gateway's CPU profile: %v", err)
-			return
-		}
-		guest.Artifact(b, "cpu-"+strings.ReplaceAll(b.Name(), "/", "-")+".pprof", data)
-	})
-	return append(flags, "--cpu-profile", prof)
 }
 
 // perOp logs, with RBRIDGE_BENCH_PROFILE set, what each of the gateway's
