@@ -245,8 +245,12 @@ func (d *Device) routineGroup(g *mgroup) {
 }
 
 // deliverGroup hands each of a group's datagrams to DestQP 0xFFFFFF to
-// every QP attached then; pkt and qps are the caller's scratch.
+// every QP attached then, and wakes each QP's waiters once, after the
+// batch (as routineReceive does): a relay woken per datagram would post
+// each on its own. pkt and qps are the caller's scratch.
 func (d *Device) deliverGroup(g *mgroup, msgs []roce.Message, pkt *roce.Packet, qps *[]*QP) {
+	var touched [8]*QP // the QPs to wake, beyond which they are woken at once
+	nt := 0
 	for i := range msgs {
 		m := &msgs[i]
 		d.stats.RxPackets.Add(1)
@@ -264,9 +268,23 @@ func (d *Device) deliverGroup(g *mgroup, msgs []roce.Message, pkt *roce.Packet, 
 			*qps = append(*qps, qp)
 		}
 		d.mu.RUnlock()
+	qps:
 		for _, qp := range *qps {
 			qp.receive(pkt, m)
-			qp.signalCQs()
+			for _, t := range touched[:nt] {
+				if t == qp {
+					continue qps
+				}
+			}
+			if nt == len(touched) {
+				qp.signalCQs()
+				continue
+			}
+			touched[nt] = qp
+			nt++
 		}
+	}
+	for _, qp := range touched[:nt] {
+		qp.signalCQs()
 	}
 }
