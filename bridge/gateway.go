@@ -114,6 +114,9 @@ type Gateway struct {
 	// address at the links' last reading (linkdown.go). Used by
 	// routineLinks alone.
 	ipHeld map[string]bool
+	// linkPoll is LinkPoll (a test sets it longer, to see a link read
+	// on its leg's word alone).
+	linkPoll time.Duration
 	// groups are the multicast groups relaying (mcast.go), by name: the
 	// file's and those the joined_on entries found; joined are those
 	// entries (joined.go), by name.

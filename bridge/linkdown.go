@@ -15,8 +15,10 @@ import (
 // A leg whose link goes down (a userspace leg's interface, a verbs leg's
 // port) strands its sessions: RDMA has no keepalive, so a client whose
 // far side is cut off by it waits, and what it has in flight never
-// completes. The gateway reads its legs' links every LinkPoll and, when
-// one goes down, ends every session through that leg at once, each
+// completes. The gateway reads a userspace leg's interface as the
+// kernel's link and address updates say it changed (a read every
+// LinkBackstop besides), a verbs leg's port every LinkPoll, and when one
+// goes down, ends every session through that leg at once, each
 // operation in flight failed back to its requester, so that clients
 // reconnect (and a storage host's multipath moves); new connections whose
 // target is through it alone are refused until the link is up. /healthz
@@ -30,71 +32,143 @@ type linkCounts struct {
 	downs, cut atomic.Uint64
 }
 
-// LinkPoll is how often the gateway reads its legs' links.
+// LinkPoll is how often the gateway reads a leg's link that does not say
+// when it changed: a verbs leg's port, and a userspace leg whose
+// interface's updates it could not subscribe to, or lost.
 const LinkPoll = 500 * time.Millisecond
 
-// routineLinks watches the links until ctx ends.
+// LinkBackstop is how often it reads a link all the same that says when
+// it changed (leg.LinkWatcher: a userspace leg's interface, whose
+// kernel's link and address updates wake the watch at once).
+const LinkBackstop = 10 * time.Second
+
+// routineLinks watches the links until ctx ends: a leg's as it says it
+// changed (leg.LinkWatcher), with a read every LinkBackstop, and every
+// LinkPoll a leg's that does not say.
 func (g *Gateway) routineLinks(ctx context.Context) {
 	defer g.wg.Done()
-	t := time.NewTicker(LinkPoll)
+	type watch struct {
+		told    atomic.Bool // its changes are told: polled only as a backstop
+		pending atomic.Bool // told of a change not read yet
+	}
+	wake := make(chan struct{}, 1)
+	watches := map[string]*watch{}
+	for name, l := range g.legs {
+		lw, ok := l.(leg.LinkWatcher)
+		if !ok || !linkWatched(g.legStatus[name].Kind) {
+			continue
+		}
+		w := &watch{}
+		changed := func() {
+			w.pending.Store(true)
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+		lost := func(err error) {
+			w.told.Store(false)
+			if ctx.Err() == nil {
+				g.log.Warn("a leg's link updates ended: its link is read on a timer from now on", "leg", name, "every", LinkPoll, "err", err)
+			}
+			changed() // what changed since is not known
+		}
+		w.told.Store(true)
+		if err := lw.WatchLink(ctx, changed, lost); err != nil {
+			w.told.Store(false)
+			g.log.Warn("a leg's link updates cannot be had: its link is read on a timer", "leg", name, "every", LinkPoll, "err", err)
+		}
+		watches[name] = w
+	}
+	poll := LinkPoll
+	if g.linkPoll > 0 {
+		poll = g.linkPoll
+	}
+	t := time.NewTicker(poll)
 	defer t.Stop()
+	backstop := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-wake:
+			for name, w := range watches {
+				if w.pending.Swap(false) {
+					g.checkLink(name)
+				}
+			}
+		case now := <-t.C:
+			all := now.Sub(backstop) >= LinkBackstop
+			if all {
+				backstop = now
+			}
+			for name := range g.legs {
+				if w := watches[name]; w == nil || !w.told.Load() || all {
+					g.checkLink(name)
+				}
+			}
 		}
-		g.checkLinks()
 	}
 }
+
+// linkWatched says whether the link watch reads a leg of kind k's link.
+// A quic leg's is its peer gateway's connection, which reconnects on its
+// own.
+func linkWatched(k string) bool { return k == config.KindUserspace || k == config.KindVerbs }
 
 // checkLinks reads every watched leg's link once and acts on a change.
 func (g *Gateway) checkLinks() {
 	for name := range g.legs {
-		if k := g.legStatus[name].Kind; k != config.KindUserspace && k != config.KindVerbs {
-			continue
+		g.checkLink(name)
+	}
+}
+
+// checkLink reads a leg's link, when the watch reads its kind's, and acts
+// on a change. Called by routineLinks alone (and tests).
+func (g *Gateway) checkLink(name string) {
+	if !linkWatched(g.legStatus[name].Kind) {
+		return
+	}
+	ls := g.legNow(name)
+	g.noteAddr(name, ls)
+	if strings.HasPrefix(ls.State, "unreadable") {
+		return // not known to be down: no change
+	}
+	var err error
+	if !ls.Up {
+		err = fmt.Errorf("leg %q (%s) is down: %s", name, ls.Kind, ls.State)
+	}
+	if n, ok := g.legs[name].(leg.LinkNoter); ok {
+		n.NoteLink(err == nil)
+	}
+	g.mu.Lock()
+	was := g.linkDown[name]
+	switch {
+	case err != nil && was == nil:
+		g.linkDown[name] = err
+		cut, udCut := g.throughLocked(name)
+		c := g.linkDowns[name]
+		if c == nil {
+			c = &linkCounts{}
+			g.linkDowns[name] = c
 		}
-		ls := g.legNow(name)
-		g.noteAddr(name, ls)
-		if strings.HasPrefix(ls.State, "unreadable") {
-			continue // not known to be down: no change
+		c.downs.Add(1)
+		c.cut.Add(uint64(len(cut)))
+		g.mu.Unlock()
+		g.log.Warn("a leg's link went down: its sessions end, and connections whose target is through it are refused until it is up",
+			"leg", name, "why", err, "sessions", len(cut), "ud_clients", len(udCut))
+		for _, s := range cut {
+			s.End(fmt.Errorf("%w: %w", ErrLinkDown, err))
 		}
-		var err error
-		if !ls.Up {
-			err = fmt.Errorf("leg %q (%s) is down: %s", name, ls.Kind, ls.State)
+		for _, p := range udCut {
+			p.end(fmt.Errorf("%w: %w", ErrLinkDown, err))
 		}
-		if n, ok := g.legs[name].(leg.LinkNoter); ok {
-			n.NoteLink(err == nil)
-		}
-		g.mu.Lock()
-		was := g.linkDown[name]
-		switch {
-		case err != nil && was == nil:
-			g.linkDown[name] = err
-			cut, udCut := g.throughLocked(name)
-			c := g.linkDowns[name]
-			if c == nil {
-				c = &linkCounts{}
-				g.linkDowns[name] = c
-			}
-			c.downs.Add(1)
-			c.cut.Add(uint64(len(cut)))
-			g.mu.Unlock()
-			g.log.Warn("a leg's link went down: its sessions end, and connections whose target is through it are refused until it is up",
-				"leg", name, "why", err, "sessions", len(cut), "ud_clients", len(udCut))
-			for _, s := range cut {
-				s.End(fmt.Errorf("%w: %w", ErrLinkDown, err))
-			}
-			for _, p := range udCut {
-				p.end(fmt.Errorf("%w: %w", ErrLinkDown, err))
-			}
-		case err == nil && was != nil:
-			delete(g.linkDown, name)
-			g.mu.Unlock()
-			g.log.Info("a leg's link is up again: connections through it are accepted", "leg", name)
-		default:
-			g.mu.Unlock()
-		}
+	case err == nil && was != nil:
+		delete(g.linkDown, name)
+		g.mu.Unlock()
+		g.log.Info("a leg's link is up again: connections through it are accepted", "leg", name)
+	default:
+		g.mu.Unlock()
 	}
 }
 

@@ -57,6 +57,15 @@ type LinkNoter interface {
 	NoteLink(up bool)
 }
 
+// LinkWatcher is a leg that says when its link may have changed, so that
+// the gateway's link watch reads it at once rather than at its next poll.
+type LinkWatcher interface {
+	// WatchLink calls changed whenever the leg's link or addresses may
+	// have changed, until ctx ends, or until the watch is lost (lost
+	// says why). It fails when the leg cannot be watched.
+	WatchLink(ctx context.Context, changed func(), lost func(error)) error
+}
+
 type Leg interface {
 	Listen(addr netip.AddrPort) (Listener, error)
 	// dial connects to a target; a refusal is a *rejected.

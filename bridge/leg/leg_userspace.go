@@ -538,6 +538,14 @@ func (u *userspaceLeg) Status(st *Status) {
 	}
 }
 
+var _ LinkWatcher = (*userspaceLeg)(nil)
+
+// WatchLink is the kernel's link and address updates of the leg's
+// interface, in its network namespace.
+func (u *userspaceLeg) WatchLink(ctx context.Context, changed func(), lost func(error)) error {
+	return WatchLink(ctx, u.cfg.Netns, u.cfg.Interface, changed, lost)
+}
+
 func (u *userspaceLeg) Link(string, bool) (string, bool, *portcounters.Port) {
 	s, err := OperState(u.cfg.Netns, u.cfg.Interface)
 	if err != nil {

@@ -3,6 +3,8 @@
 package leg
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -102,4 +104,94 @@ func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// WatchLink subscribes to the kernel's link and address changes in
+// network namespace ns ("": the gateway's own) and calls changed, on a
+// goroutine of its own, for each that concerns interface name, until ctx
+// ends. Should the subscription end first (its socket's buffer overran,
+// the namespace went away), lost is called once with why, and nothing
+// more: what changed meanwhile is not known. It fails when it cannot
+// subscribe.
+func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(error)) error {
+	nsh := vnetns.None()
+	if ns != "" {
+		var err error
+		if nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
+			return fmt.Errorf("network namespace %s: %w", ns, err)
+		}
+		defer nsh.Close() // the sockets stay in it once made
+	}
+	index := 0 // the interface's index, once known: an address update names only that
+	if h, err := linkHandle(ns); err == nil {
+		if l, err := h.LinkByName(name); err == nil {
+			index = l.Attrs().Index
+		}
+	}
+	done := make(chan struct{})
+	links := make(chan netlink.LinkUpdate, 16)
+	addrs := make(chan netlink.AddrUpdate, 16)
+	// The library reports an error it goes on after (a message it could
+	// not read) here too; the end of a subscription is its channel's close.
+	ignore := func(error) {}
+	lopts := netlink.LinkSubscribeOptions{ErrorCallback: ignore}
+	aopts := netlink.AddrSubscribeOptions{ErrorCallback: ignore}
+	if ns != "" {
+		lopts.Namespace, aopts.Namespace = &nsh, &nsh
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, done, lopts); err != nil {
+		return fmt.Errorf("netlink link updates in network namespace %q: %w", ns, err)
+	}
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, aopts); err != nil {
+		close(done)
+		drainLinkUpdates(links, addrs, true, false)
+		return fmt.Errorf("netlink address updates in network namespace %q: %w", ns, err)
+	}
+	go func() {
+		var why error
+		defer func() {
+			close(done) // closes the sockets: the library's readers end, and close their channels
+			drainLinkUpdates(links, addrs, links != nil, addrs != nil)
+			if why != nil {
+				lost(why)
+			}
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case u, ok := <-links:
+				if !ok {
+					links, why = nil, errors.New("netlink link updates ended")
+					return
+				}
+				if u.Attrs().Name == name {
+					index = u.Attrs().Index
+					changed()
+				}
+			case u, ok := <-addrs:
+				if !ok {
+					addrs, why = nil, errors.New("netlink address updates ended")
+					return
+				}
+				if index == 0 || u.LinkIndex == index {
+					changed()
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// drainLinkUpdates reads the channels still open until their readers
+// close them, so that neither blocks on a send nobody takes.
+func drainLinkUpdates(links chan netlink.LinkUpdate, addrs chan netlink.AddrUpdate, l, a bool) {
+	for l || a {
+		select {
+		case _, ok := <-links:
+			l = l && ok
+		case _, ok := <-addrs:
+			a = a && ok
+		}
+	}
 }

@@ -3,6 +3,7 @@
 package leg
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 )
@@ -15,4 +16,9 @@ func OperState(ns, name string) (string, error) {
 // HoldsAddr needs Linux's netlink.
 func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
 	return false, fmt.Errorf("interface %s: addresses: %w", name, ErrNotSupported)
+}
+
+// WatchLink needs Linux's netlink.
+func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(error)) error {
+	return fmt.Errorf("interface %s: link updates: %w", name, ErrNotSupported)
 }

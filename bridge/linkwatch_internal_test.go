@@ -1,0 +1,151 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbridge/rbridge/bridge/config"
+	"github.com/rbridge/rbridge/bridge/leg"
+	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/internal/portcounters"
+)
+
+// toldLink is a leg whose link is as the test sets it, and which says
+// when it changed (leg.LinkWatcher), or cannot (refuse).
+type toldLink struct {
+	leg.Leg // nil: what the link watch does not ask
+	refuse  error
+
+	mu             sync.Mutex
+	up             bool
+	reads          int
+	changed        func()
+	lost           func(error)
+	watchCtxEnded  <-chan struct{}
+	watching       chan struct{} // closed once WatchLink was called
+	watchingClosed bool
+}
+
+func newToldLink() *toldLink { return &toldLink{up: true, watching: make(chan struct{})} }
+
+func (l *toldLink) WatchLink(ctx context.Context, changed func(), lost func(error)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.watchingClosed {
+		close(l.watching)
+		l.watchingClosed = true
+	}
+	if l.refuse != nil {
+		return l.refuse
+	}
+	l.changed, l.lost, l.watchCtxEnded = changed, lost, ctx.Done()
+	return nil
+}
+
+func (l *toldLink) Link(string, bool) (string, bool, *portcounters.Port) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	if l.up {
+		return "up", true, nil
+	}
+	return "down", false, nil
+}
+
+func (l *toldLink) Status(*leg.Status)                    {}
+func (l *toldLink) Health(time.Time, time.Duration) error { return nil }
+
+func (l *toldLink) set(up bool) {
+	l.mu.Lock()
+	l.up = up
+	l.mu.Unlock()
+}
+
+func (l *toldLink) readCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reads
+}
+
+// TestLinkWatchTold: with the poll out of reach, a leg that says its link
+// changed is read at once, and its link down is acted on; a leg whose
+// updates end is read at once too (what changed meanwhile is unknown);
+// a leg that cannot say is read on the timer alone, and its watch never
+// acts on its word.
+func TestLinkWatchTold(t *testing.T) {
+	cfg, err := config.Parse("gw.yaml", []byte(`legs:
+  - {name: told, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: mute, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
+routes:
+  - {name: r, listen: {leg: told, addr: "127.0.10.1:7471"}, target: {leg: mute, addr: "127.0.10.3:7471"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	told, mute := newToldLink(), newToldLink()
+	mute.refuse = errors.New("no link updates here")
+	g := &Gateway{cfg: cfg, sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{},
+		legs: map[string]leg.Leg{"told": told, "mute": mute}, legStatus: map[string]leg.Status{},
+		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}, ipHeld: map[string]bool{},
+		log: slog.New(slog.DiscardHandler), linkPoll: time.Hour}
+	for i := range cfg.Legs {
+		g.legStatus[cfg.Legs[i].Name] = legStatus(&cfg.Legs[i])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g.wg.Add(1)
+	go g.routineLinks(ctx)
+	defer func() { cancel(); g.wg.Wait() }()
+	for _, l := range []*toldLink{told, mute} {
+		select {
+		case <-l.watching:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the link watch never asked a leg to watch its link")
+		}
+	}
+	down := func(name string) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.linkDown[name] != nil
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	told.mu.Lock()
+	changed, lost := told.changed, told.lost
+	told.mu.Unlock()
+	told.set(false)
+	changed()
+	waitFor("a link down the leg told of was not acted on", func() bool { return down("told") })
+	told.set(true)
+	changed()
+	waitFor("a link up again the leg told of was not acted on", func() bool { return !down("told") })
+
+	told.set(false)
+	lost(errors.New("netlink link updates ended"))
+	waitFor("a leg whose link updates ended was not read at once", func() bool { return down("told") })
+
+	mute.set(false)
+	time.Sleep(50 * time.Millisecond) // no poll comes within the hour
+	if down("mute") || mute.readCount() != 0 {
+		t.Errorf("a leg that cannot tell was read %d times, down %v, with no poll due", mute.readCount(), down("mute"))
+	}
+	cancel()
+	g.wg.Wait()
+	select {
+	case <-told.watchCtxEnded:
+	default:
+		t.Error("the leg's watch outlived the link watch")
+	}
+}
