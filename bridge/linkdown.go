@@ -15,10 +15,11 @@ import (
 // A leg whose link goes down (a userspace leg's interface, a verbs leg's
 // port) strands its sessions: RDMA has no keepalive, so a client whose
 // far side is cut off by it waits, and what it has in flight never
-// completes. The gateway reads a userspace leg's interface as the
-// kernel's link and address updates say it changed (a read every
-// LinkBackstop besides), a verbs leg's port every LinkPoll, and when one
-// goes down, ends every session through that leg at once, each
+// completes. The gateway reads a leg's link as the leg says it changed
+// (a userspace leg's interface on the kernel's netlink link and address
+// updates, a verbs leg's port on its device's port events), every
+// LinkBackstop besides, or every LinkPoll when the leg cannot say; when
+// one goes down it ends every session through that leg at once, each
 // operation in flight failed back to its requester, so that clients
 // reconnect (and a storage host's multipath moves); new connections whose
 // target is through it alone are refused until the link is up. /healthz
@@ -33,14 +34,21 @@ type linkCounts struct {
 }
 
 // LinkPoll is how often the gateway reads a leg's link that does not say
-// when it changed: a verbs leg's port, and a userspace leg whose
-// interface's updates it could not subscribe to, or lost.
+// when it changed: one whose updates (leg.LinkWatcher) could not be had,
+// or were lost.
 const LinkPoll = 500 * time.Millisecond
 
 // LinkBackstop is how often it reads a link all the same that says when
 // it changed (leg.LinkWatcher: a userspace leg's interface, whose
-// kernel's link and address updates wake the watch at once).
+// kernel's link and address updates wake the watch at once; a verbs
+// leg's port, whose device's port events do).
 const LinkBackstop = 10 * time.Second
+
+// How a link read came about, as the link's logs say (by=).
+const (
+	linkByUpdate = "update" // the leg said its link changed
+	linkByTimer  = "timer"  // LinkPoll, or LinkBackstop
+)
 
 // routineLinks watches the links until ctx ends: a leg's as it says it
 // changed (leg.LinkWatcher), with a read every LinkBackstop, and every
@@ -94,7 +102,7 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 		case <-wake:
 			for name, w := range watches {
 				if w.pending.Swap(false) {
-					g.checkLink(name)
+					g.checkLink(name, linkByUpdate)
 				}
 			}
 		case now := <-t.C:
@@ -104,7 +112,7 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 			}
 			for name := range g.legs {
 				if w := watches[name]; w == nil || !w.told.Load() || all {
-					g.checkLink(name)
+					g.checkLink(name, linkByTimer)
 				}
 			}
 		}
@@ -119,13 +127,14 @@ func linkWatched(k string) bool { return k == config.KindUserspace || k == confi
 // checkLinks reads every watched leg's link once and acts on a change.
 func (g *Gateway) checkLinks() {
 	for name := range g.legs {
-		g.checkLink(name)
+		g.checkLink(name, linkByTimer)
 	}
 }
 
 // checkLink reads a leg's link, when the watch reads its kind's, and acts
-// on a change. Called by routineLinks alone (and tests).
-func (g *Gateway) checkLink(name string) {
+// on a change; by says what asked (linkByUpdate, linkByTimer), for the
+// logs. Called by routineLinks alone (and tests).
+func (g *Gateway) checkLink(name, by string) {
 	if !linkWatched(g.legStatus[name].Kind) {
 		return
 	}
@@ -156,7 +165,7 @@ func (g *Gateway) checkLink(name string) {
 		c.cut.Add(uint64(len(cut)))
 		g.mu.Unlock()
 		g.log.Warn("a leg's link went down: its sessions end, and connections whose target is through it are refused until it is up",
-			"leg", name, "why", err, "sessions", len(cut), "ud_clients", len(udCut))
+			"leg", name, "why", err, "by", by, "sessions", len(cut), "ud_clients", len(udCut))
 		for _, s := range cut {
 			s.End(fmt.Errorf("%w: %w", ErrLinkDown, err))
 		}
@@ -166,7 +175,7 @@ func (g *Gateway) checkLink(name string) {
 	case err == nil && was != nil:
 		delete(g.linkDown, name)
 		g.mu.Unlock()
-		g.log.Info("a leg's link is up again: connections through it are accepted", "leg", name)
+		g.log.Info("a leg's link is up again: connections through it are accepted", "leg", name, "by", by)
 	default:
 		g.mu.Unlock()
 	}

@@ -657,6 +657,41 @@ func (v *verbsLeg) Status(st *Status) {
 	}
 }
 
+var _ LinkWatcher = (*verbsLeg)(nil)
+
+// WatchLink is the port events of the leg's device (a port going active
+// or down, its GIDs or LID changing, the device failing), read on a
+// device context of the watch's own: the kernel tells every context of a
+// device its port events.
+func (v *verbsLeg) WatchLink(ctx context.Context, changed func(), lost func(error)) error {
+	dev, err := ibv.OpenDevice(v.gid.Device)
+	if err != nil {
+		return fmt.Errorf("verbs device %s: port events: %w", v.gid.Device, err)
+	}
+	go func() {
+		defer dev.Close()
+		for {
+			ev, err := dev.AsyncEvent(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					lost(fmt.Errorf("verbs device %s: port events: %w", v.gid.Device, err))
+				}
+				return
+			}
+			switch ev.Type {
+			case ibv.EventPortActive, ibv.EventPortErr, ibv.EventLIDChange, ibv.EventGIDChange,
+				ibv.EventPKeyChange, ibv.EventSMChange, ibv.EventClientReregister:
+				if ev.Port == v.gid.Port {
+					changed()
+				}
+			case ibv.EventDeviceFatal:
+				changed()
+			}
+		}
+	}()
+	return nil
+}
+
 func (v *verbsLeg) Link(sysRoot string, withPort bool) (string, bool, *portcounters.Port) {
 	if !withPort {
 		return PortState(sysRoot, v.gid.Device, v.gid.Port)

@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -107,13 +109,76 @@ func TestGuestRunLinkDownUnderLoad(t *testing.T) {
 		t.Errorf("rbridge_verbs_lost_acked_total{ib} = %v: the gateway acknowledged what it then lost", v)
 	}
 
+	// The kernel's netlink updates told the gateway, not its timer.
+	if l := waitLog(t, logs, `msg="a leg's link went down`); !strings.Contains(l, "leg=roce") || !strings.Contains(l, "by=update") {
+		t.Errorf("the link that went down, not read on its netlink update: %s", l)
+	}
 	// Served again once the link is up.
-	if l := waitLog(t, logs, "link is up again"); !strings.Contains(l, "leg=roce") {
-		t.Errorf("the link that came back: %s", l)
+	if l := waitLog(t, logs, "link is up again"); !strings.Contains(l, "leg=roce") || !strings.Contains(l, "by=update") {
+		t.Errorf("the link that came back, not read on its netlink update: %s", l)
 	}
 	pair(t, "ib_send_bw", []string{"-R", "-d", ib.PeerDevice, "-p", "18515", "-n", "50"},
 		[]string{"-R", "-d", ns.PeerDevice, "-p", "18515", "-n", "50", ns.IP.String()})
 	waitSessionsEnded(t, logs)
+}
+
+// TestGuestRunVerbsPortDown: the verbs leg's port goes down with its
+// netdev (rxe's port follows it) and comes back. The gateway learns both
+// from the device's port events (by=update in its logs: its timer reads
+// a port it is told of only every 10 s), says which leg is down in
+// /healthz meanwhile, and is ready again after.
+func TestGuestRunVerbsPortDown(t *testing.T) {
+	guest.RequireKind(t, "rxe")
+	ns, ib := guest.UserNetns(t), guest.IB(t)
+	logs := startGateway(t, gatewayConfig("udp", ns, ib))
+	admin := adminAddr(t, logs)
+	setLink := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("/usr/sbin/ip", "link", "set", ib.GatewayNetdev, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v\n%s", ib.GatewayNetdev, state, err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("/usr/sbin/ip", "link", "set", ib.GatewayNetdev, "up").Run() })
+	if l := logs.String(); strings.Contains(l, "link updates cannot be had") {
+		t.Fatalf("the gateway could not subscribe to a leg's link updates:\n%s", lastLines(l, 20))
+	}
+
+	setLink("down")
+	down := time.Now()
+	l := waitLog(t, logs, `msg="a leg's link went down`)
+	t.Logf("the gateway saw the verbs leg's port down %v after its netdev went down", time.Since(down).Round(time.Millisecond))
+	if !strings.Contains(l, "leg=ib") || !strings.Contains(l, "by=update") {
+		t.Errorf("the port that went down, not read on its device's port event: %s", l)
+	}
+	resp, err := http.Get("http://" + admin + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK || !strings.Contains(string(body), `leg "ib"`) {
+		t.Errorf("/healthz with the verbs leg's port down: %d %s, want it naming leg \"ib\"", resp.StatusCode, body)
+	}
+
+	setLink("up")
+	up := time.Now()
+	l = waitLog(t, logs, "link is up again")
+	t.Logf("the gateway saw the verbs leg's port active %v after its netdev came up", time.Since(up).Round(time.Millisecond))
+	if !strings.Contains(l, "leg=ib") || !strings.Contains(l, "by=update") {
+		t.Errorf("the port that came back, not read on its device's port event: %s", l)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz not ready 30 s after the verbs leg's port came back")
+		}
+	}
 }
 
 // cmDisconnected reports whether comm's rdma_cm ids on device dev have all
