@@ -124,13 +124,6 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 // own.
 func linkWatched(k string) bool { return k == config.KindUserspace || k == config.KindVerbs }
 
-// checkLinks reads every watched leg's link once and acts on a change.
-func (g *Gateway) checkLinks() {
-	for name := range g.legs {
-		g.checkLink(name, linkByTimer)
-	}
-}
-
 // checkLink reads a leg's link, when the watch reads its kind's, and acts
 // on a change; by says what asked (linkByUpdate, linkByTimer), for the
 // logs. Called by routineLinks alone (and tests).
