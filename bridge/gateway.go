@@ -114,6 +114,9 @@ type Gateway struct {
 	// address at the links' last reading (linkdown.go). Used by
 	// routineLinks alone.
 	ipHeld map[string]bool
+	// linkWatch is each watched leg's Status.LinkWatch, as routineLinks
+	// set it (name -> string).
+	linkWatch sync.Map
 	// linkPoll is LinkPoll (a test sets it longer, to see a link read
 	// on its leg's word alone).
 	linkPoll time.Duration

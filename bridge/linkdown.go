@@ -62,8 +62,12 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 	wake := make(chan struct{}, 1)
 	watches := map[string]*watch{}
 	for name, l := range g.legs {
+		if !linkWatched(g.legStatus[name].Kind) {
+			continue
+		}
 		lw, ok := l.(leg.LinkWatcher)
-		if !ok || !linkWatched(g.legStatus[name].Kind) {
+		if !ok {
+			g.linkWatch.Store(name, "timer: the leg does not say when its link changed")
 			continue
 		}
 		w := &watch{}
@@ -76,14 +80,17 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 		}
 		lost := func(err error) {
 			w.told.Store(false)
+			g.linkWatch.Store(name, "timer: "+err.Error())
 			if ctx.Err() == nil {
 				g.log.Warn("a leg's link updates ended: its link is read on a timer from now on", "leg", name, "every", LinkPoll, "err", err)
 			}
 			changed() // what changed since is not known
 		}
 		w.told.Store(true)
+		g.linkWatch.Store(name, "updates")
 		if err := lw.WatchLink(ctx, changed, lost); err != nil {
 			w.told.Store(false)
+			g.linkWatch.Store(name, "timer: "+err.Error())
 			g.log.Warn("a leg's link updates cannot be had: its link is read on a timer", "leg", name, "every", LinkPoll, "err", err)
 		}
 		watches[name] = w

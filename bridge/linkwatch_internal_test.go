@@ -122,6 +122,15 @@ routes:
 		}
 	}
 
+	// /status says how each is watched.
+	if w := g.legNow("told").LinkWatch; w != "updates" {
+		t.Errorf("a leg that tells: link_watch %q, want \"updates\"", w)
+	}
+	if w := g.legNow("mute").LinkWatch; w != "timer: no link updates here" {
+		t.Errorf("a leg that cannot tell: link_watch %q, want the timer and why", w)
+	}
+	muteReads := mute.readCount() // legNow's
+
 	told.mu.Lock()
 	changed, lost := told.changed, told.lost
 	told.mu.Unlock()
@@ -135,11 +144,14 @@ routes:
 	told.set(false)
 	lost(errors.New("netlink link updates ended"))
 	waitFor("a leg whose link updates ended was not read at once", func() bool { return down("told") })
+	if w := g.legNow("told").LinkWatch; w != "timer: netlink link updates ended" {
+		t.Errorf("a leg whose updates ended: link_watch %q, want the timer and why", w)
+	}
 
 	mute.set(false)
 	time.Sleep(50 * time.Millisecond) // no poll comes within the hour
-	if down("mute") || mute.readCount() != 0 {
-		t.Errorf("a leg that cannot tell was read %d times, down %v, with no poll due", mute.readCount(), down("mute"))
+	if down("mute") || mute.readCount() != muteReads {
+		t.Errorf("a leg that cannot tell was read %d times by the watch, down %v, with no poll due", mute.readCount()-muteReads, down("mute"))
 	}
 	cancel()
 	g.wg.Wait()

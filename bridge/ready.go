@@ -99,6 +99,9 @@ func (g *Gateway) legNow(name string) leg.Status {
 	ls := g.legStatus[name]
 	ls.Name = name
 	ls.State, ls.Up, _ = g.linkState(name, false)
+	if w, ok := g.linkWatch.Load(name); ok {
+		ls.LinkWatch = w.(string)
+	}
 	if l := g.legs[name]; l != nil {
 		l.Status(&ls)
 	}

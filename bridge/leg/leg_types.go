@@ -415,6 +415,11 @@ type Status struct {
 	// unknown as loopback's is, which the kernel counts as up).
 	State string `json:"state"`
 	Up    bool   `json:"up"`
+	// LinkWatch is how the gateway learns the link changed: "updates"
+	// (a userspace leg's netlink updates, a verbs leg's port events; a
+	// read every 10 s besides), or "timer: why" (read every half second,
+	// its updates could not be had or ended). Empty for a quic leg.
+	LinkWatch string `json:"link_watch,omitempty"`
 	// Userspace legs: the interface, its network namespace, the packet
 	// I/O, and the largest path MTU the leg carries and why.
 	Interface string `json:"interface,omitempty"`
