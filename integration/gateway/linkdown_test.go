@@ -142,6 +142,11 @@ func TestGuestRunVerbsPortDown(t *testing.T) {
 	if l := logs.String(); strings.Contains(l, "link updates cannot be had") {
 		t.Fatalf("the gateway could not subscribe to a leg's link updates:\n%s", lastLines(l, 20))
 	}
+	for _, l := range status(t, admin).Legs {
+		if l.LinkWatch != "updates" {
+			t.Errorf("leg %s (%s): link_watch %q in /status, want \"updates\"", l.Name, l.Kind, l.LinkWatch)
+		}
+	}
 
 	setLink("down")
 	down := time.Now()
