@@ -437,13 +437,30 @@ func (g *Gateway) State() GatewayState {
 	g.mu.Lock()
 	st.Sessions = len(g.sessions)
 	g.mu.Unlock()
-	for _, l := range g.legs {
-		if r, ok := l.(leg.ReceiveHolder); ok {
-			st.PoolReceiving += r.ReceiveFrames()
+	// The sockets take their receive buffers as they start reading, and
+	// as traffic moves: the pool is read between two counts of what they
+	// hold that agree (a few tries), so that one taken in between is not
+	// counted as held by the sessions.
+	receiving := func() int {
+		n := 0
+		for _, l := range g.legs {
+			if r, ok := l.(leg.ReceiveHolder); ok {
+				n += r.ReceiveFrames()
+			}
 		}
+		return n
 	}
-	for _, c := range g.pool.Stats() {
-		st.PoolInUse += c.Total - c.Free
+	for try, before := 0, receiving(); ; try++ {
+		st.PoolInUse = 0
+		for _, c := range g.pool.Stats() {
+			st.PoolInUse += c.Total - c.Free
+		}
+		after := receiving()
+		st.PoolReceiving = after
+		if after == before || try == 3 {
+			break
+		}
+		before = after
 	}
 	st.PoolInUse -= st.PoolReceiving
 	for _, l := range g.legs {
