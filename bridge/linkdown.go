@@ -44,6 +44,10 @@ const LinkPoll = 500 * time.Millisecond
 // leg's port, whose device's port events do).
 const LinkBackstop = 10 * time.Second
 
+// linkWatchUpdates is a leg's Status.LinkWatch while its link's changes
+// are told (leg.LinkWatcher); otherwise it is "timer: " and why.
+const linkWatchUpdates = "updates"
+
 // How a link read came about, as the link's logs say (by=).
 const (
 	linkByUpdate = "update" // the leg said its link changed
@@ -55,12 +59,8 @@ const (
 // LinkPoll a leg's that does not say.
 func (g *Gateway) routineLinks(ctx context.Context) {
 	defer g.wg.Done()
-	type watch struct {
-		told    atomic.Bool // its changes are told: polled only as a backstop
-		pending atomic.Bool // told of a change not read yet
-	}
 	wake := make(chan struct{}, 1)
-	watches := map[string]*watch{}
+	pending := map[string]*atomic.Bool{} // a leg told of a change not read yet
 	for name, l := range g.legs {
 		if !linkWatched(g.legStatus[name].Kind) {
 			continue
@@ -70,30 +70,27 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 			g.linkWatch.Store(name, "timer: the leg does not say when its link changed")
 			continue
 		}
-		w := &watch{}
+		p := &atomic.Bool{}
 		changed := func() {
-			w.pending.Store(true)
+			p.Store(true)
 			select {
 			case wake <- struct{}{}:
 			default:
 			}
 		}
 		lost := func(err error) {
-			w.told.Store(false)
 			g.linkWatch.Store(name, "timer: "+err.Error())
 			if ctx.Err() == nil {
 				g.log.Warn("a leg's link updates ended: its link is read on a timer from now on", "leg", name, "every", LinkPoll, "err", err)
 			}
 			changed() // what changed since is not known
 		}
-		w.told.Store(true)
-		g.linkWatch.Store(name, "updates")
+		g.linkWatch.Store(name, linkWatchUpdates)
 		if err := lw.WatchLink(ctx, changed, lost); err != nil {
-			w.told.Store(false)
 			g.linkWatch.Store(name, "timer: "+err.Error())
 			g.log.Warn("a leg's link updates cannot be had: its link is read on a timer", "leg", name, "every", LinkPoll, "err", err)
 		}
-		watches[name] = w
+		pending[name] = p
 	}
 	poll := LinkPoll
 	if g.linkPoll > 0 {
@@ -107,8 +104,8 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-			for name, w := range watches {
-				if w.pending.Swap(false) {
+			for name, p := range pending {
+				if p.Swap(false) {
 					g.checkLink(name, linkByUpdate)
 				}
 			}
@@ -118,7 +115,7 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 				backstop = now
 			}
 			for name := range g.legs {
-				if w := watches[name]; w == nil || !w.told.Load() || all {
+				if w, _ := g.linkWatch.Load(name); w != linkWatchUpdates || all {
 					g.checkLink(name, linkByTimer)
 				}
 			}
