@@ -42,7 +42,7 @@ const LinkPoll = 500 * time.Millisecond
 // it changed (leg.LinkWatcher: a userspace leg's interface, whose
 // kernel's link and address updates wake the watch at once; a verbs
 // leg's port, whose device's port events do).
-const LinkBackstop = 10 * time.Second
+const LinkBackstop = 2 * time.Second
 
 // linkWatchUpdates is a leg's Status.LinkWatch while its link's changes
 // are told (leg.LinkWatcher); otherwise it is "timer: " and why.
@@ -91,6 +91,11 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 			g.log.Warn("a leg's link updates cannot be had: its link is read on a timer", "leg", name, "every", LinkPoll, "err", err)
 		}
 		pending[name] = p
+	}
+	// What changed before the watches began is not known: each link is
+	// read once now.
+	for name := range g.legs {
+		g.checkLink(name, linkByTimer)
 	}
 	poll := LinkPoll
 	if g.linkPoll > 0 {

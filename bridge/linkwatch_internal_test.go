@@ -71,11 +71,12 @@ func (l *toldLink) readCount() int {
 	return l.reads
 }
 
-// TestLinkWatchTold: with the poll out of reach, a leg that says its link
-// changed is read at once, and its link down is acted on; a leg whose
-// updates end is read at once too (what changed meanwhile is unknown);
-// a leg that cannot say is read on the timer alone, and its watch never
-// acts on its word.
+// TestLinkWatchTold: with the poll out of reach, every link is read once
+// as the watch starts (a link down before it is acted on); a leg that
+// says its link changed is read at once, and its link down is acted on;
+// a leg whose updates end is read at once too (what changed meanwhile is
+// unknown); a leg that cannot say is read on the timer alone after that
+// first read.
 func TestLinkWatchTold(t *testing.T) {
 	cfg, err := config.Parse("gw.yaml", []byte(`legs:
   - {name: told, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
@@ -88,6 +89,7 @@ routes:
 	}
 	told, mute := newToldLink(), newToldLink()
 	mute.refuse = errors.New("no link updates here")
+	mute.up = false // down before the watch starts
 	g := &Gateway{cfg: cfg, sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{},
 		legs: map[string]leg.Leg{"told": told, "mute": mute}, legStatus: map[string]leg.Status{},
 		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}, ipHeld: map[string]bool{},
@@ -122,6 +124,8 @@ routes:
 		}
 	}
 
+	waitFor("a link down before the watch started was not acted on", func() bool { return down("mute") })
+
 	// /status says how each is watched.
 	if w := g.legNow("told").LinkWatch; w != "updates" {
 		t.Errorf("a leg that tells: link_watch %q, want \"updates\"", w)
@@ -148,10 +152,10 @@ routes:
 		t.Errorf("a leg whose updates ended: link_watch %q, want the timer and why", w)
 	}
 
-	mute.set(false)
+	mute.set(true)
 	time.Sleep(50 * time.Millisecond) // no poll comes within the hour
-	if down("mute") || mute.readCount() != muteReads {
-		t.Errorf("a leg that cannot tell was read %d times by the watch, down %v, with no poll due", mute.readCount()-muteReads, down("mute"))
+	if !down("mute") || mute.readCount() != muteReads {
+		t.Errorf("a leg that cannot tell was read %d times by the watch after its first, down %v, with no poll due", mute.readCount()-muteReads, down("mute"))
 	}
 	cancel()
 	g.wg.Wait()

@@ -417,7 +417,7 @@ type Status struct {
 	Up    bool   `json:"up"`
 	// LinkWatch is how the gateway learns the link changed: "updates"
 	// (a userspace leg's netlink updates, a verbs leg's port events; a
-	// read every 10 s besides), or "timer: why" (read every half second,
+	// read every 2 s besides), or "timer: why" (read every half second,
 	// its updates could not be had or ended). Empty for a quic leg.
 	LinkWatch string `json:"link_watch,omitempty"`
 	// Userspace legs: the interface, its network namespace, the packet

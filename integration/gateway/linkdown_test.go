@@ -125,7 +125,7 @@ func TestGuestRunLinkDownUnderLoad(t *testing.T) {
 // TestGuestRunVerbsPortDown: the verbs leg's port goes down with its
 // netdev (rxe's port follows it) and comes back. The gateway learns both
 // from the device's port events (by=update in its logs: its timer reads
-// a port it is told of only every 10 s), says which leg is down in
+// a port it is told of only every 2 s), says which leg is down in
 // /healthz meanwhile, and is ready again after.
 func TestGuestRunVerbsPortDown(t *testing.T) {
 	guest.RequireKind(t, "rxe")
