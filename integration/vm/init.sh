@@ -282,7 +282,7 @@ attempt() {
 
 # base <tool> <kind> <server args> -- <client args>: runs one baseline pair and
 # prints the client's output between BASE markers. perftest fails with
-# "Can't produce a report", or prints inf/nan figures, when it cannot
+# "Can't produce a report", or prints inf figures, when it cannot
 # calibrate its cycle counter (r^2 < 0.9), which TCG on a busy host causes
 # now and then: such a pair is retried, at most nine times, and each retry is
 # said on the console.
@@ -297,14 +297,17 @@ base() {
 		[ -z "$GW_PID" ] || gw1=$(cpu_ticks $GW_PID)
 		rc=$crc
 		[ "$rc" != 0 ] || rc=$src
-		# Calibration failed: a side gave up, or the client printed inf/nan
-		# figures; or the client's connect found no listener yet (REJ reason
+		# Calibration failed: a side gave up, or the client printed inf
+		# figures (a -nan t_stdev alone is not that: perftest squares each
+		# round trip's distance from the average into an int, which
+		# overflows from 46.3 ms, as round trips through the gateway under
+		# TCG can be); or the client's connect found no listener yet (REJ reason
 		# 8, or on siw a refused TCP connection), which the server's
 		# per-device listeners, set up under TCG, can lose to: perftest then
 		# crashes in its error path.
 		why=
 		if grep -q "Can't produce a report" /tmp/client.out /tmp/server.out 2>/dev/null ||
-			grep -qiE "(^|[[:space:]])-?(inf|nan)([[:space:]]|$)" /tmp/client.out; then
+			grep -qiE "(^|[[:space:]])-?inf([[:space:]]|$)" /tmp/client.out; then
 			why="perftest could not calibrate its clock under TCG (r^2 < 0.9)"
 		elif grep -q "RDMA_CM_EVENT_REJECTED; error: 8" /tmp/client.out 2>/dev/null; then
 			why="the client connected before the server's listener was up (REJ: invalid service ID)"

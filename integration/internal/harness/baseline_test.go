@@ -61,6 +61,17 @@ func TestFigureFailedWithoutResults(t *testing.T) {
 	if f.OK() {
 		t.Error("a perftest pair with inf figures is OK")
 	}
+	f = &Figure{Tool: "ib_send_lat", Kind: "rxe", Columns: map[string]string{"#bytes": "2", "t_typical[usec]": "8015.31", "t_max[usec]": "inf", "t_stdev[usec]": "-nan"}}
+	if f.OK() {
+		t.Error("a perftest pair with an inf maximum is OK")
+	}
+	// perftest's stdev overflows its int from a round trip 46.3 ms off the
+	// average: the rest of its figures are good.
+	f = &Figure{Tool: "ib_send_lat", Kind: "rbridge-afxdp-busy", Columns: map[string]string{"#bytes": "2", "t_min[usec]": "514.35", "t_max[usec]": "63337.82",
+		"t_typical[usec]": "8015.31", "t_avg[usec]": "8807.57", "t_stdev[usec]": "-nan", "99% percentile[usec]": "57172.82"}}
+	if !f.OK() {
+		t.Error("a latency pair whose figures are finite but for its stdev (-nan) is not OK")
+	}
 	f = &Figure{Tool: "ib_write_bw", Kind: "rxe", Columns: map[string]string{"#bytes": "65536", "BW average[MB/sec]": "0.00"}}
 	if f.OK() {
 		t.Error("a perftest pair with 0 bandwidth is OK")
