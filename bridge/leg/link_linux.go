@@ -28,13 +28,29 @@ var operStates = [...]string{"unknown", "notpresent", "down", "lowerlayerdown", 
 // (netns.Do) cost an OS thread each, which dies with the goroutine, and a
 // thread that had made RDMA resources took their place in `rdma res`
 // with it (the kernel shows a resource while its maker's thread lives).
-var linkHandles sync.Map // namespace name -> *netlink.Handle
+// A handle is kept with the namespace it was opened in (the inode its
+// name's file in /run/netns is bound to): a namespace deleted and made
+// again under its name is another, and gets a handle of its own.
+var linkHandles sync.Map // namespace name -> *nsHandle
+
+// nsHandle is a netlink handle and the namespace it was opened in.
+type nsHandle struct {
+	h        *netlink.Handle
+	dev, ino uint64
+}
 
 // linkHandle returns the netlink handle of namespace ns ("": the
 // gateway's own).
 func linkHandle(ns string) (*netlink.Handle, error) {
-	if h, ok := linkHandles.Load(ns); ok {
-		return h.(*netlink.Handle), nil
+	var st unix.Stat_t
+	if ns != "" {
+		if err := unix.Stat(netns.Path(ns), &st); err != nil {
+			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
+		}
+	}
+	old, ok := linkHandles.Load(ns)
+	if ok && old.(*nsHandle).dev == st.Dev && old.(*nsHandle).ino == st.Ino {
+		return old.(*nsHandle).h, nil
 	}
 	// The route family alone: a handle asks for every family it is not
 	// told, and a kernel without XFRM (the guest's) refuses that one.
@@ -47,16 +63,32 @@ func linkHandle(ns string) (*netlink.Handle, error) {
 		if nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
 			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
 		}
-		h, err = netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
+		// The namespace opened, which a new one of the name may have
+		// replaced since the look above.
+		if err = unix.Fstat(int(nsh), &st); err == nil {
+			h, err = netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
+		}
 		nsh.Close()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("netlink in network namespace %q: %w", ns, err)
 	}
-	if prev, loaded := linkHandles.LoadOrStore(ns, h); loaded {
-		h.Close()
-		return prev.(*netlink.Handle), nil
+	next := &nsHandle{h: h, dev: st.Dev, ino: st.Ino}
+	if !ok {
+		if prev, loaded := linkHandles.LoadOrStore(ns, next); loaded {
+			h.Close()
+			return prev.(*nsHandle).h, nil
+		}
+		return h, nil
 	}
+	if !linkHandles.CompareAndSwap(ns, old, next) {
+		// Another reader replaced it first: use theirs.
+		h.Close()
+		return linkHandle(ns)
+	}
+	// The namespace it was in is gone, or going: a read through it
+	// under way fails, and is read again.
+	old.(*nsHandle).h.Close()
 	return h, nil
 }
 

@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"net/netip"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,19 +25,7 @@ func TestWatchLink(t *testing.T) {
 		t.Error("watching a link in a network namespace that does not exist: no error")
 	}
 	needs.Root(t, "a network namespace whose links change")
-	_, err := exec.LookPath("ip")
-	needs.Check(t, "ip from iproute2", err)
-	ns := fmt.Sprintf("rbwl%d", os.Getpid()%100000)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip -n %s %v: %v: %s", ns, args, err, out)
-		}
-	}
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ns, ip := linkNetns(t, "rbwl")
 	ip("link", "add", "w0", "type", "veth", "peer", "name", "w1")
 	ip("link", "add", "other0", "type", "veth", "peer", "name", "other1")
 
@@ -101,5 +91,65 @@ func TestWatchLink(t *testing.T) {
 	case err := <-lost:
 		t.Errorf("the watch reported lost after its context ended: %v", err)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// linkNetns makes a network namespace named prefix and the test process's
+// pid, deleted when the test ends; ip runs `ip -n <it>` with args. It
+// returns the namespace's name.
+func linkNetns(t *testing.T, prefix string) (string, func(args ...string)) {
+	t.Helper()
+	_, err := exec.LookPath("ip")
+	needs.Check(t, "ip from iproute2", err)
+	ns := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
+	ipNS := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ipNS("netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	return ns, func(args ...string) {
+		t.Helper()
+		ipNS(append([]string{"-n", ns}, args...)...)
+	}
+}
+
+// TestOperStateNamespaceMadeAgain: a leg's namespace deleted and made
+// again under its name is read as the new one (a handle kept from the
+// old one found none of its links), and while it is gone, the error says
+// the namespace is missing.
+func TestOperStateNamespaceMadeAgain(t *testing.T) {
+	needs.Root(t, "network namespaces made and deleted")
+	ns, ip := linkNetns(t, "rbnm")
+	ip("link", "add", "m0", "type", "veth", "peer", "name", "m1")
+	if st, err := leg.OperState(ns, "m0"); err != nil || st != "down" {
+		t.Fatalf("OperState(%s, m0) = %q, %v; want down", ns, st, err)
+	}
+	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del %s: %v: %s", ns, err, out)
+	}
+	if _, err := leg.OperState(ns, "m0"); err == nil || !strings.Contains(err.Error(), "network namespace "+ns) {
+		t.Errorf("OperState in a namespace deleted: %v; want it named missing", err)
+	}
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+	}
+	ip("link", "add", "m0", "type", "veth", "peer", "name", "m1")
+	ip("link", "set", "m1", "up")
+	ip("link", "set", "m0", "up")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := leg.OperState(ns, "m0")
+		if err == nil && st == "up" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("OperState(%s, m0) in the namespace made again = %q, %v; want up", ns, st, err)
+		}
+	}
+	ip("addr", "add", "198.18.9.1/24", "dev", "m0")
+	if held, err := leg.HoldsAddr(ns, "m0", netip.MustParseAddr("198.18.9.1")); err != nil || !held {
+		t.Errorf("HoldsAddr in the namespace made again = %v, %v; want true", held, err)
 	}
 }
