@@ -26,7 +26,9 @@ import (
 // A loop locks its goroutine to an OS thread (pinned to its CPU with
 // sched_setaffinity when busy_poll_cpus names one) and never yields it:
 // it holds a CPU and one of Go's Ps while the gateway runs, traffic or
-// not, as ib2roce's busy-poll cores do. Yielding between polls
+// not, as ib2roce's busy-poll cores do; a leg's busy_poll_idle has its
+// loop nap when it found no traffic for that long (leg.SpinLoop), the
+// CPU and the P given back until a round finds work. Yielding between polls
 // (runtime.Gosched) would hand the CPU on, but a goroutine always
 // runnable keeps Go's scheduler from polling the network (it looks at
 // its run queues first, and sysmon polls only every 10 ms), which delays

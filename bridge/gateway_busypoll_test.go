@@ -26,14 +26,17 @@ import (
 // through it: a SEND of the pool's largest class (64 KiB), a WRITE and a
 // READ longer than that, and a SEND_WITH_IMM, in order and every byte
 // checked, in three sessions opened and ended in turn. Once the gateway
-// closed, no loop's goroutine is left and their threads have exited.
+// closed, no loop's goroutine is left and their threads have exited. In
+// the udp case one leg's loop naps when idle (busy_poll_idle: 1ms): it
+// has napped before the first session, and each session (its CM exchange
+// and its first packets too) wakes it.
 func TestGatewayBusyPolledLegs(t *testing.T) {
 	if guest.InGuest() {
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback gateways run on the host")
 	}
 	t.Run("udp", func(t *testing.T) {
 		y := `legs:
-  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp, busy_poll: true}
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp, busy_poll: true, busy_poll_idle: 1ms}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp, busy_poll: true}
 routes:
   - name: r
@@ -84,12 +87,30 @@ func busyPolledLegs(t *testing.T, client, target *cmApp, y string, poolSize int)
 		}
 	})
 	var threads []int
+	napping := map[string]bool{} // legs with a busy_poll_idle
+	for _, l := range cfg.Legs {
+		napping[l.Name] = l.BusyPollIdle > 0
+	}
 	for _, l := range g.Status().Legs {
 		if l.BusyPollThread == 0 || l.BusyPoll == "" {
 			t.Fatalf("leg %q: busy_poll %q, thread %d: want the loop's thread named", l.Name, l.BusyPoll, l.BusyPollThread)
 		}
 		threads = append(threads, l.BusyPollThread)
 	}
+	// legNaps is how many quiet spells each leg's loop napped through.
+	legNaps := func() map[string]uint64 {
+		n := map[string]uint64{}
+		for _, l := range g.Status().Legs {
+			n[l.Name] = l.BusyPollNaps
+		}
+		return n
+	}
+	for name, naps := range napping {
+		if naps {
+			waitUntil(t, fmt.Sprintf("leg %q's loop napping before any session", name), func() bool { return legNaps()[name] > 0 })
+		}
+	}
+	napsBefore := legNaps()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -193,6 +214,22 @@ func busyPolledLegs(t *testing.T, client, target *cmApp, y string, poolSize int)
 	}
 	if s := g.Stats(); s.Accepted.Load() != 3 || s.Ended.Load() != 3 {
 		t.Errorf("gateway counted %d accepted, %d ended; want 3 and 3", s.Accepted.Load(), s.Ended.Load())
+	}
+	// A napping loop woke for the sessions and napped again after them;
+	// one that does not nap never did.
+	for name, naps := range napping {
+		if !naps {
+			if n := legNaps()[name]; n != 0 {
+				t.Errorf("leg %q without busy_poll_idle napped %d times", name, n)
+			}
+			continue
+		}
+		waitUntil(t, fmt.Sprintf("leg %q's loop napping again after the sessions", name), func() bool { return legNaps()[name] > napsBefore[name] })
+		for _, l := range g.Status().Legs {
+			if l.Name == name && !strings.Contains(l.BusyPoll, "naps after 1ms idle") {
+				t.Errorf("leg %q's busy_poll status %q does not say when it naps", name, l.BusyPoll)
+			}
+		}
 	}
 	for _, tid := range threads {
 		if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {

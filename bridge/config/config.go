@@ -18,6 +18,7 @@
 //	    mtu: 1024                   # optional: a path MTU below the interface's (256 to 4096)
 //	    busy_poll: true             # optional (a userspace or verbs leg): the leg's receive loop spins on a thread of its own, a CPU
 //	    busy_poll_cpus: [4]         # optional, with busy_poll: pin that loop to CPU 4
+//	    busy_poll_idle: 10ms        # optional, with busy_poll: nap after this long without traffic (default: never)
 //	    queues: 4                   # optional (io: udp): receive loops, a socket each (default: the CPUs, at most 16)
 //	  - name: gw-b
 //	    kind: quic                  # another rbridge gateway, over QUIC with mutual TLS
@@ -253,8 +254,14 @@ type Leg struct {
 	// have no completion channel. A session's relay runs on the loop's
 	// thread, with no goroutine woken on the way. BusyPollCPUs (with
 	// BusyPoll) pins the loop's thread to the one CPU it names.
-	BusyPoll     bool  `yaml:"busy_poll"`
-	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
+	// BusyPollIdle (with BusyPoll) has the loop nap once it has found no
+	// work for that long: it sleeps between rounds (at most
+	// leg.MaxNap, 1 ms) until a round finds work again, so the CPU is
+	// held while traffic flows, not at rest; 0 (the default, or 0s)
+	// never naps.
+	BusyPoll     bool          `yaml:"busy_poll"`
+	BusyPollCPUs []int         `yaml:"busy_poll_cpus"`
+	BusyPollIdle time.Duration `yaml:"busy_poll_idle"`
 	// Queues (userspace legs) is how many receive loops the leg runs.
 	// With io: udp each has a socket of its own bound to the leg's
 	// address (SO_REUSEPORT, steered by destination QP: a QP is served
@@ -784,7 +791,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	// What is wrong is named with the leg in validate.
 	vals, errs := mapping(n, "", "name", "kind", "ip", "device", "port", "interface", "io", "netns", "ecn",
 		"listen", "peer", "cert", "key", "ca", "peer_name", "over", "mtu", "receives", "receive_size", "udp_offload", "freebind",
-		"busy_poll", "busy_poll_cpus", "queues")
+		"busy_poll", "busy_poll_cpus", "busy_poll_idle", "queues")
 	l.notMapping = vals == nil
 	for _, k := range []struct {
 		key string
@@ -802,6 +809,13 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "busy_poll", "", &l.BusyPoll, &errs)
 	scalar(vals, "queues", "", &l.Queues, &errs)
 	l.BusyPollCPUs = cpuList(vals, &errs)
+	if d, line := parsed(vals, "busy_poll_idle", "", time.ParseDuration, wantDuration, &errs); line != 0 {
+		if d != 0 && (d < MinBusyPollIdle || d > MaxBusyPollIdle) {
+			errs = append(errs, lineError{line, fmt.Sprintf("busy_poll_idle %v: want 0s (never nap) or a duration from %v to %v", vals["busy_poll_idle"].Value, MinBusyPollIdle, MaxBusyPollIdle)})
+		} else {
+			l.BusyPollIdle = d
+		}
+	}
 	if _, ok := vals["udp_offload"]; ok {
 		offload := true
 		scalar(vals, "udp_offload", "", &offload, &errs)
@@ -1221,6 +1235,15 @@ func (a *Admin) check(bad func(int, string, ...any)) {
 	}
 }
 
+// MinBusyPollIdle and MaxBusyPollIdle bound a leg's busy_poll_idle: a
+// spell shorter than a few naps would have the loop nap between the
+// packets of one exchange, and a longer one than a minute is all but
+// never napping.
+const (
+	MinBusyPollIdle = 100 * time.Microsecond
+	MaxBusyPollIdle = time.Minute
+)
+
 // MaxCPU bounds a CPU number in busy_poll_cpus (the kernel's CPU_SETSIZE
 // in glibc and golang.org/x/sys/unix's CPUSet).
 const MaxCPU = 1024
@@ -1272,6 +1295,9 @@ func validateLegBusyPoll(l *Leg, bad func(int, string, ...any)) {
 		bad(line, "leg %q: busy_poll_cpus: %d CPUs for 1 receive loop (a leg has one)", l.Name, len(l.BusyPollCPUs))
 	}
 	validateCPUs(fmt.Sprintf("leg %q", l.Name), l.BusyPollCPUs, line, bad)
+	if l.keys["busy_poll_idle"] != 0 && !l.BusyPoll {
+		bad(l.keys.at(l.line, "busy_poll_idle"), "leg %q: busy_poll_idle without busy_poll: true", l.Name)
+	}
 	if !l.BusyPoll {
 		return
 	}

@@ -220,10 +220,14 @@ func TestParseLegBusyPoll(t *testing.T) {
 		name, file string
 		leg        int
 		want       []int
+		idle       time.Duration
 	}{
-		{"verbs", groupFile(", busy_poll: true, busy_poll_cpus: [3]", ""), 0, []int{3}},
-		{"userspace io udp", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true}", 1), 1, nil},
-		{"userspace io afxdp", strings.Replace(groupFile("", ""), "io: udp}", "busy_poll: true, busy_poll_cpus: [1]}", 1), 1, []int{1}},
+		{"verbs", groupFile(", busy_poll: true, busy_poll_cpus: [3]", ""), 0, []int{3}, 0},
+		{"userspace io udp", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true}", 1), 1, nil, 0},
+		{"userspace io afxdp", strings.Replace(groupFile("", ""), "io: udp}", "busy_poll: true, busy_poll_cpus: [1]}", 1), 1, []int{1}, 0},
+		{"verbs napping", groupFile(", busy_poll: true, busy_poll_idle: 10ms", ""), 0, nil, 10 * time.Millisecond},
+		{"userspace napping", strings.Replace(groupFile("", ""), "io: udp}", "io: udp, busy_poll: true, busy_poll_idle: 1m}", 1), 1, nil, time.Minute},
+		{"never napping said so", groupFile(", busy_poll: true, busy_poll_idle: 0s", ""), 0, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := config.Parse("gw.yaml", []byte(tc.file))
@@ -233,6 +237,9 @@ func TestParseLegBusyPoll(t *testing.T) {
 			l := c.Legs[tc.leg]
 			if !l.BusyPoll || !cmp.Equal(l.BusyPollCPUs, tc.want) {
 				t.Errorf("leg %q: busy_poll %v, busy_poll_cpus %v; want true, %v", l.Name, l.BusyPoll, l.BusyPollCPUs, tc.want)
+			}
+			if l.BusyPollIdle != tc.idle {
+				t.Errorf("leg %q: busy_poll_idle %v, want %v", l.Name, l.BusyPollIdle, tc.idle)
 			}
 			if other := c.Legs[1-tc.leg]; other.BusyPoll || other.BusyPollCPUs != nil {
 				t.Errorf("leg %q without busy_poll: busy_poll %v, busy_poll_cpus %v; want off", other.Name, other.BusyPoll, other.BusyPollCPUs)
@@ -256,6 +263,11 @@ func TestParseLegBusyPollBad(t *testing.T) {
 		{"cpus not numbers", groupFile(", busy_poll: true, busy_poll_cpus: [one]", ""), `gw.yaml:2: leg "ib": busy_poll_cpus "one": not a CPU number`},
 		{"not a bool", groupFile(", busy_poll: fast", ""), `gw.yaml:2: leg "ib": busy_poll "fast": want true or false`},
 		{"quic", strings.Replace(groupFile("", ""), "groups:\n", quic+"groups:\n", 1), `gw.yaml:4: leg "gw-b": busy_poll is for userspace and verbs legs`},
+		{"idle alone", groupFile(", busy_poll_idle: 10ms", ""), `gw.yaml:2: leg "ib": busy_poll_idle without busy_poll: true`},
+		{"idle negative", groupFile(", busy_poll: true, busy_poll_idle: -1ms", ""), `gw.yaml:2: leg "ib": busy_poll_idle -1ms: want 0s (never nap) or a duration from 100µs to 1m0s`},
+		{"idle too short", groupFile(", busy_poll: true, busy_poll_idle: 10us", ""), `gw.yaml:2: leg "ib": busy_poll_idle 10us: want 0s (never nap) or a duration from 100µs to 1m0s`},
+		{"idle too long", groupFile(", busy_poll: true, busy_poll_idle: 2h", ""), `gw.yaml:2: leg "ib": busy_poll_idle 2h: want 0s (never nap) or a duration from 100µs to 1m0s`},
+		{"idle no unit", groupFile(", busy_poll: true, busy_poll_idle: 10", ""), `gw.yaml:2: leg "ib": busy_poll_idle "10": want a duration with a unit`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("gw.yaml", []byte(tc.file))

@@ -252,19 +252,20 @@ func (e *UserspaceEndpoint) routineCompletions(ctx, abandoned context.Context) {
 // pollCompletions is routineCompletions' round on a busy-polled leg, on
 // the loop's thread: the send CQ's completions to the session, then,
 // once none is left, the QP's leaving RTS (reported on a goroutine:
-// telling a disconnect from an error may wait), or a CQ overflow.
-func (e *UserspaceEndpoint) pollCompletions() {
+// telling a disconnect from an error may wait), or a CQ overflow. It
+// reports whether it handed on any completion.
+func (e *UserspaceEndpoint) pollCompletions() bool {
 	if e.pollStopped {
-		return
+		return false
 	}
 	if n := e.scq.Poll(e.pollWCs); n > 0 {
 		e.done(e.pollWCs[:n])
-		return
+		return true
 	}
 	if e.scq.Overflowed() {
 		e.pollStopped = true
 		e.report(transport.ErrCQOverflow)
-		return
+		return false
 	}
 	if !e.pollLeft {
 		select {
@@ -280,6 +281,7 @@ func (e *UserspaceEndpoint) pollCompletions() {
 		default:
 		}
 	}
+	return false
 }
 
 // leftRTS says why the QP left RTS: the peer's disconnect when its

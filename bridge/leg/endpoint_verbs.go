@@ -461,22 +461,23 @@ func (e *VerbsEndpoint) routineCompletions(ctx context.Context) {
 
 // pollCQ is routineCompletions' round on a busy-polled leg, on the loop's
 // thread: the CQ polled without waiting, its completions to the session.
-func (e *VerbsEndpoint) pollCQ() {
+func (e *VerbsEndpoint) pollCQ() bool {
 	if e.pollStopped {
-		return
+		return false
 	}
 	n, err := e.cq.Poll(e.pollWCs)
 	if err != nil {
 		e.pollStopped = true
 		e.report(fmt.Errorf("poll completions: %w", err))
-		return
+		return false
 	}
 	if n == 0 {
-		return
+		return false
 	}
 	h := e.h.Get()
 	e.handle(h, e.pollWCs[:n])
 	h.Flush()
+	return true
 }
 
 func (e *VerbsEndpoint) handle(h session.Handler, wcs []ibv.WorkCompletion) {

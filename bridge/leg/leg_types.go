@@ -312,10 +312,13 @@ func (r *UDRing) Close() {
 }
 
 // spin is how one receive loop waits: sleeping (on false), or polling,
-// pinned to cpu (-1: wherever the kernel runs its thread).
+// pinned to cpu (-1: wherever the kernel runs its thread). Idle (a leg's
+// SpinLoop only: busy_poll_idle) has a polling loop nap after that long
+// without work; 0 never.
 type Spin struct {
-	On  bool
-	CPU int
+	On   bool
+	CPU  int
+	Idle time.Duration
 }
 
 // String describes the spin for a port's description.
@@ -323,8 +326,12 @@ func (s Spin) String() string {
 	switch {
 	case !s.On:
 		return ""
+	case s.CPU < 0 && s.Idle > 0:
+		return fmt.Sprintf(", busy-polled, napping after %v idle", s.Idle)
 	case s.CPU < 0:
 		return ", busy-polled"
+	case s.Idle > 0:
+		return fmt.Sprintf(", busy-polled on CPU %d, napping after %v idle", s.CPU, s.Idle)
 	}
 	return fmt.Sprintf(", busy-polled on CPU %d", s.CPU)
 }
@@ -383,6 +390,9 @@ func Spins(busy bool, cpus []int, loops []bool) ([]Spin, error) {
 // LegSpin is how a leg's one receive loop waits (its busy_poll).
 func LegSpin(l *config.Leg) (Spin, error) {
 	s, err := Spins(l.BusyPoll, l.BusyPollCPUs, []bool{true})
+	if s[0].On {
+		s[0].Idle = l.BusyPollIdle
+	}
 	return s[0], err
 }
 
@@ -465,8 +475,11 @@ type Status struct {
 	// BusyPoll describes a busy-polled leg's loop ("thread 1234 on CPU
 	// 2"), BusyPollThread its thread's ID (a task of the process in
 	// /proc, what top -H shows spinning).
+	// BusyPollNaps is how many quiet spells the loop has napped
+	// through (busy_poll_idle; SpinLoop.Naps).
 	BusyPoll       string `json:"busy_poll,omitempty"`
 	BusyPollThread int    `json:"busy_poll_thread,omitempty"`
+	BusyPollNaps   uint64 `json:"busy_poll_naps,omitempty"`
 	// Queues are a userspace leg's receive loops, one per socket (io:
 	// udp's UDP sockets, io: afxdp's AF_XDP sockets, one per receive
 	// queue of the interface), and QueuesWhy how their number was chosen.

@@ -326,13 +326,17 @@ func (u *userspaceLeg) Close() error {
 
 // pollDevice is the busy-polled leg's device round: what its socket holds,
 // read without waiting and handed on (the sessions' relay runs in it).
-func (u *userspaceLeg) pollDevice() {
+func (u *userspaceLeg) pollDevice() bool {
+	read := false
 	for _, d := range u.devs { // an AF_XDP leg's queues; one device otherwise
-		if _, err := d.Poll(); err != nil && !errors.Is(err, roce.ErrConnClosed) {
+		n, err := d.Poll()
+		if err != nil && !errors.Is(err, roce.ErrConnClosed) {
 			u.log.Warn("read packets", "err", err)
 			time.Sleep(time.Millisecond) // as the receive goroutine does
 		}
+		read = read || n > 0
 	}
+	return read
 }
 
 // endpoint makes an endpoint whose QP the classifier sends to this leg.
@@ -513,7 +517,7 @@ func (c *userspaceConn) Close() error {
 func (u *userspaceLeg) Status(st *Status) {
 	st.MTU, st.MTUWhy = u.MTU, u.mtuWhy
 	if u.loop != nil {
-		st.BusyPoll, st.BusyPollThread = u.loop.Describe(), u.loop.Thread()
+		st.BusyPoll, st.BusyPollThread, st.BusyPollNaps = u.loop.Describe(), u.loop.Thread(), u.loop.Naps()
 	}
 	if st.FreeBind = u.cfg.FreeBind; st.FreeBind {
 		if held, err := HoldsAddr(u.cfg.Netns, u.cfg.Interface, u.cfg.IP); err == nil {

@@ -653,7 +653,7 @@ func (v *verbsLeg) Status(st *Status) {
 	// The choice openVerbsLeg made and logged.
 	st.Device, st.Port, st.GIDIndex, st.GID, st.GIDWhy = v.gid.Device, v.gid.Port, v.gid.Index, v.gid.GID.String(), v.gid.Reason
 	if v.loop != nil {
-		st.BusyPoll, st.BusyPollThread = v.loop.Describe(), v.loop.Thread()
+		st.BusyPoll, st.BusyPollThread, st.BusyPollNaps = v.loop.Describe(), v.loop.Thread(), v.loop.Naps()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // SpinLoop is a leg's busy-poll loop (a leg's busy_poll): one goroutine,
@@ -18,6 +19,14 @@ import (
 // endpoints' CQs, made without a completion channel. What was a goroutine
 // woken by Go's poller, then a hand-off through a CQ, is a call on the
 // loop's thread. See bridge/busypoll.go for what it costs.
+//
+// Each poller says whether it found work. A loop whose Spin has an Idle
+// (a leg's busy_poll_idle) naps once its rounds have found none for that
+// long: it sleeps between rounds, MinNap at first, twice as long after
+// each round that found nothing up to MaxNap, and spins again from the
+// first round that finds work. Asleep, the loop gives its CPU and its P
+// to whatever else wants them; the first packet after a quiet spell waits
+// up to a nap. Without Idle the loop never naps.
 //
 // Pollers come and go through a list the loop takes between rounds (Add,
 // and the func it returns): the loop alone calls them, one at a time, and
@@ -35,6 +44,9 @@ type SpinLoop struct {
 	changes       []spinChange
 	next          uint64
 
+	napping atomic.Bool   // the loop naps between rounds now (Spin.Idle)
+	naps    atomic.Uint64 // quiet spells: times the loop began to nap
+
 	tid       atomic.Int64 // the loop's thread (gettid), set before NewSpinLoop returns
 	done      chan struct{}
 	closeOnce sync.Once
@@ -43,9 +55,17 @@ type SpinLoop struct {
 // spinChange adds poll under id, or (poll nil) removes id and closes ack.
 type spinChange struct {
 	id   uint64
-	poll func()
+	poll func() bool
 	ack  chan struct{}
 }
+
+// MinNap and MaxNap bound a napping loop's sleep between rounds (see
+// SpinLoop): at rest it polls about once per MaxNap, which is also the
+// longest a packet after a quiet spell waits for the loop.
+const (
+	MinNap = 50 * time.Microsecond
+	MaxNap = time.Millisecond
+)
 
 // NewSpinLoop starts a loop that spins as sp says (sp.On is implied),
 // and returns once it runs on its thread.
@@ -59,8 +79,10 @@ func NewSpinLoop(sp Spin, log *slog.Logger) *SpinLoop {
 }
 
 // Add has the loop call poll on each round from the next on; the func
-// returned removes it (see SpinLoop). Adding does not wait.
-func (l *SpinLoop) Add(poll func()) (remove func()) {
+// returned removes it (see SpinLoop). poll reports whether it found work
+// (a packet read, a completion handled): a loop with an Idle naps when
+// none has. Adding does not wait.
+func (l *SpinLoop) Add(poll func() bool) (remove func()) {
 	l.mu.Lock()
 	l.next++
 	id := l.next
@@ -88,13 +110,26 @@ func (l *SpinLoop) Add(poll func()) (remove func()) {
 func (l *SpinLoop) Thread() int { return int(l.tid.Load()) }
 
 // Describe says how the loop spins, for a leg's status: "thread 1234 on
-// CPU 2" or "thread 1234, not pinned".
+// CPU 2" or "thread 1234, not pinned", and with an Idle, when it naps and
+// whether it does now ("; naps after 10ms idle, spinning").
 func (l *SpinLoop) Describe() string {
+	d := fmt.Sprintf("thread %d on CPU %d", l.Thread(), l.spin.CPU)
 	if l.spin.CPU < 0 {
-		return fmt.Sprintf("thread %d, not pinned", l.Thread())
+		d = fmt.Sprintf("thread %d, not pinned", l.Thread())
 	}
-	return fmt.Sprintf("thread %d on CPU %d", l.Thread(), l.spin.CPU)
+	if l.spin.Idle <= 0 {
+		return d
+	}
+	now := "spinning"
+	if l.napping.Load() {
+		now = "napping"
+	}
+	return fmt.Sprintf("%s; naps after %v idle, %s", d, l.spin.Idle, now)
 }
+
+// Naps is how many quiet spells the loop has napped through: times it
+// found no work for its Spin's Idle and began to nap (0 without Idle).
+func (l *SpinLoop) Naps() uint64 { return l.naps.Load() }
 
 // Close ends the loop and waits until it ended (its thread with it). It
 // is idempotent.
@@ -116,9 +151,13 @@ func (l *SpinLoop) routineSpin(started chan<- struct{}) {
 	close(started)
 	type poller struct {
 		id   uint64
-		poll func()
+		poll func() bool
 	}
-	var polls []poller
+	var (
+		polls     []poller
+		idleSince time.Time     // the first round of the run that found nothing; zero while work is found
+		nap       time.Duration // the last nap; 0 while spinning
+	)
 	for !l.stop.Load() {
 		if l.changed.Load() {
 			l.mu.Lock()
@@ -140,8 +179,32 @@ func (l *SpinLoop) routineSpin(started chan<- struct{}) {
 			l.changed.Store(false)
 			l.mu.Unlock()
 		}
+		worked := false
 		for _, p := range polls {
-			p.poll()
+			if p.poll() {
+				worked = true
+			}
+		}
+		if l.spin.Idle <= 0 {
+			continue
+		}
+		switch {
+		case worked:
+			if nap > 0 {
+				nap = 0
+				l.napping.Store(false)
+			}
+			idleSince = time.Time{}
+		case nap > 0:
+			nap = min(2*nap, MaxNap)
+			time.Sleep(nap)
+		case idleSince.IsZero():
+			idleSince = time.Now()
+		case time.Since(idleSince) >= l.spin.Idle:
+			nap = MinNap
+			l.napping.Store(true)
+			l.naps.Add(1)
+			time.Sleep(nap)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package leg
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,8 +21,8 @@ func TestSpinLoop(t *testing.T) {
 		t.Fatal("the loop names no thread")
 	}
 	var a, b atomic.Int64
-	removeA := l.Add(func() { a.Add(1) })
-	removeB := l.Add(func() { b.Add(1) })
+	removeA := l.Add(func() bool { a.Add(1); return false })
+	removeB := l.Add(func() bool { b.Add(1); return false })
 	for a.Load() < 1000 || b.Load() < 1000 {
 		time.Sleep(time.Millisecond)
 	}
@@ -47,5 +48,66 @@ func TestSpinLoop(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the loop's thread %d still exists 5 s after Close", tid)
 		}
+	}
+}
+
+// TestSpinLoopNaps: a loop with an Idle spins while its poller finds
+// work and for Idle after, then naps: its rounds fall from the spinning
+// rate to at most one per MinNap (in fact about one per MaxNap), its
+// status says "napping" and Naps counts the spell; the first round that
+// finds work has it spin again; a loop without Idle never naps.
+func TestSpinLoopNaps(t *testing.T) {
+	const idle = 20 * time.Millisecond
+	l := NewSpinLoop(Spin{CPU: -1, Idle: idle}, testlog.New(t))
+	defer l.Close()
+	var rounds atomic.Int64
+	var work atomic.Bool
+	l.Add(func() bool { rounds.Add(1); return work.Load() })
+
+	// roundsIn counts the loop's rounds over d.
+	roundsIn := func(d time.Duration) int64 {
+		start := rounds.Load()
+		time.Sleep(d)
+		return rounds.Load() - start
+	}
+	waitNapping := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); strings.HasSuffix(l.Describe(), "napping") != want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the loop's status %q 5 s on; want napping %v", l.Describe(), want)
+			}
+		}
+	}
+	waitNapping(true)
+	if n := l.Naps(); n != 1 {
+		t.Errorf("Naps() = %d after one quiet spell, want 1", n)
+	}
+	// At most one round per MinNap while napping: 2000 in 100 ms (each
+	// round that finds nothing sleeps at least that). A loop that spins
+	// makes far more: millions of these rounds a second.
+	const window = 100 * time.Millisecond
+	if n, most := roundsIn(window), int64(window/MinNap); n > most {
+		t.Errorf("%d rounds in %v while napping; want at most %d (one per %v)", n, window, most, MinNap)
+	}
+
+	work.Store(true)
+	waitNapping(false)
+	if n := l.Naps(); n != 1 {
+		t.Errorf("Naps() = %d while working, want 1", n)
+	}
+	work.Store(false)
+	waitNapping(true)
+	if n := l.Naps(); n != 2 {
+		t.Errorf("Naps() = %d after a second quiet spell, want 2", n)
+	}
+
+	// Without Idle: no nap, however long nothing is found.
+	never := NewSpinLoop(Spin{CPU: -1}, testlog.New(t))
+	defer never.Close()
+	var neverRounds atomic.Int64
+	never.Add(func() bool { neverRounds.Add(1); return false })
+	time.Sleep(5 * idle)
+	if n := never.Naps(); n != 0 || strings.Contains(never.Describe(), "nap") {
+		t.Errorf("a loop without Idle: Naps() = %d, status %q; want 0 and no naps said", n, never.Describe())
 	}
 }

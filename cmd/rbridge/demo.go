@@ -262,10 +262,12 @@ func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transp
 		}
 		if g.loop != nil {
 			d := *dev
-			g.loop.Add(func() {
-				if _, err := d.Poll(); err != nil && !errors.Is(err, roce.ErrConnClosed) { // closed: the gateway is closing
+			g.loop.Add(func() bool {
+				n, err := d.Poll()
+				if err != nil && !errors.Is(err, roce.ErrConnClosed) { // closed: the gateway is closing
 					log.Warn("gateway: read packets", "err", err)
 				}
+				return n > 0
 			})
 		}
 		pd := transport.NewPD()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge"
+	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/integration/guest"
 )
 
@@ -461,6 +462,10 @@ func TestGuestRunRping(t *testing.T) {
 		// The AF_XDP leg busy-polled: its loop reads the RX ring without
 		// waiting and relays on its thread.
 		{"afxdp-busy-poll", "afxdp", "", "    busy_poll: true\n"},
+		// Both legs busy-polled, napping after 1 ms without traffic: under
+		// TCG each of rping's steps finds both loops napping, and wakes
+		// them.
+		{"both-busy-poll-naps", "afxdp", "    busy_poll: true\n    busy_poll_idle: 1ms\n", "    busy_poll: true\n    busy_poll_idle: 1ms\n"},
 	} {
 		io := tc.io
 		t.Run(tc.name, func(t *testing.T) {
@@ -492,6 +497,13 @@ func TestGuestRunRping(t *testing.T) {
 				[]string{"-c", "-I", ib.PeerIP.String(), "-a", ib.GatewayIP.String(), "-p", "7174", "-C", "10", "-v"})
 			if n := strings.Count(out, "ping data:"); n != 10 {
 				t.Errorf("the rping client printed %d verified pings, want 10:\n%s", n, out)
+			}
+			if strings.Contains(tc.ibKeys+tc.roceKeys, "busy_poll_idle") {
+				for _, l := range status(t, config.DefaultAdminListen).Legs {
+					if l.BusyPollNaps == 0 || !strings.Contains(l.BusyPoll, "naps after 1ms idle") {
+						t.Errorf("leg %q: busy_poll %q, %d naps: want a loop that naps after 1ms idle and has", l.Name, l.BusyPoll, l.BusyPollNaps)
+					}
+				}
 			}
 			waitSessionsEnded(t, logs)
 		})
