@@ -5,8 +5,8 @@ package leg_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
