@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/rbridge/rbridge/bridge"
-	"github.com/rbridge/rbridge/bridge/config"
 	"github.com/rbridge/rbridge/integration/guest"
 )
 
@@ -499,7 +498,7 @@ func TestGuestRunRping(t *testing.T) {
 				t.Errorf("the rping client printed %d verified pings, want 10:\n%s", n, out)
 			}
 			if strings.Contains(tc.ibKeys+tc.roceKeys, "busy_poll_idle") {
-				for _, l := range status(t, config.DefaultAdminListen).Legs {
+				for _, l := range status(t, adminAddr(t, logs)).Legs {
 					if l.BusyPollNaps == 0 || !strings.Contains(l.BusyPoll, "naps after 1ms idle") {
 						t.Errorf("leg %q: busy_poll %q, %d naps: want a loop that naps after 1ms idle and has", l.Name, l.BusyPoll, l.BusyPollNaps)
 					}
