@@ -118,8 +118,9 @@ type Gateway struct {
 	// set it (name -> string).
 	linkWatch sync.Map
 	// linkPoll is LinkPoll (a test sets it longer, to see a link read
-	// on its leg's word alone).
-	linkPoll time.Duration
+	// on its leg's word alone); linkResub is LinkResubscribe (a test
+	// sets it shorter).
+	linkPoll, linkResub time.Duration
 	// groups are the multicast groups relaying (mcast.go), by name: the
 	// file's and those the joined_on entries found; joined are those
 	// entries (joined.go), by name.

@@ -54,13 +54,44 @@ const (
 	linkByTimer  = "timer"  // LinkPoll, or LinkBackstop
 )
 
+// LinkResubscribe and LinkResubscribeMax bound how soon the link watch
+// asks again for a leg's updates once they ended or could not be had: the
+// first time after LinkResubscribe, then twice as long each time it
+// fails, at most LinkResubscribeMax. Meanwhile the link is read every
+// LinkPoll.
+const (
+	LinkResubscribe    = time.Second
+	LinkResubscribeMax = 30 * time.Second
+)
+
+// linkWatcher is one leg's subscription to its link's updates, as
+// routineLinks keeps it.
+type linkWatcher struct {
+	lw      leg.LinkWatcher
+	pending atomic.Bool // told of a change not read yet
+	changed func()
+	lost    func(error)
+	// retry is when to subscribe again (zero while subscribed), after
+	// backoff; routineLinks alone uses them.
+	retry   time.Time
+	backoff time.Duration
+}
+
 // routineLinks watches the links until ctx ends: a leg's as it says it
 // changed (leg.LinkWatcher), with a read every LinkBackstop, and every
-// LinkPoll a leg's that does not say.
+// LinkPoll a leg's that does not say; a leg whose updates end, or could
+// not be had, is asked for them again (LinkResubscribe).
 func (g *Gateway) routineLinks(ctx context.Context) {
 	defer g.wg.Done()
 	wake := make(chan struct{}, 1)
-	pending := map[string]*atomic.Bool{} // a leg told of a change not read yet
+	ended := make(chan string, len(g.legs)) // a leg whose updates ended
+	signal := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	watchers := map[string]*linkWatcher{}
 	for name, l := range g.legs {
 		if !linkWatched(g.legStatus[name].Kind) {
 			continue
@@ -70,27 +101,23 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 			g.linkWatch.Store(name, "timer: the leg does not say when its link changed")
 			continue
 		}
-		p := &atomic.Bool{}
-		changed := func() {
-			p.Store(true)
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
+		w := &linkWatcher{lw: lw}
+		w.changed = func() {
+			w.pending.Store(true)
+			signal()
 		}
-		lost := func(err error) {
+		w.lost = func(err error) {
 			g.linkWatch.Store(name, "timer: "+err.Error())
 			if ctx.Err() == nil {
-				g.log.Warn("a leg's link updates ended: its link is read on a timer from now on", "leg", name, "every", LinkPoll, "err", err)
+				g.log.Warn("a leg's link updates ended: its link is read on a timer until they are had again", "leg", name, "every", LinkPoll, "err", err)
 			}
-			changed() // what changed since is not known
+			w.changed() // what changed since is not known
+			ended <- name // one at a time: a subscription ends once, and is made again after
 		}
-		g.linkWatch.Store(name, linkWatchUpdates)
-		if err := lw.WatchLink(ctx, changed, lost); err != nil {
-			g.linkWatch.Store(name, "timer: "+err.Error())
-			g.log.Warn("a leg's link updates cannot be had: its link is read on a timer", "leg", name, "every", LinkPoll, "err", err)
+		watchers[name] = w
+		if err := g.subscribeLink(ctx, name, w, false); err != nil {
+			g.log.Warn("a leg's link updates cannot be had: its link is read on a timer until they can", "leg", name, "every", LinkPoll, "err", err)
 		}
-		pending[name] = p
 	}
 	// What changed before the watches began is not known: each link is
 	// read once now.
@@ -103,17 +130,47 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 	}
 	t := time.NewTicker(poll)
 	defer t.Stop()
+	// resub fires when the next leg is due to subscribe again.
+	resub := time.NewTimer(time.Hour)
+	defer resub.Stop()
+	rearm := func() {
+		var next time.Time
+		for _, w := range watchers {
+			if !w.retry.IsZero() && (next.IsZero() || w.retry.Before(next)) {
+				next = w.retry
+			}
+		}
+		if !next.IsZero() {
+			resub.Reset(time.Until(next))
+		}
+	}
+	rearm()
 	backstop := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
-			for name, p := range pending {
-				if p.Swap(false) {
+			for name, w := range watchers {
+				if w.pending.Swap(false) {
 					g.checkLink(name, linkByUpdate)
 				}
 			}
+		case name := <-ended:
+			w := watchers[name]
+			w.backoff = g.linkResubscribe()
+			w.retry = time.Now().Add(w.backoff)
+			rearm()
+		case now := <-resub.C:
+			for name, w := range watchers {
+				if w.retry.IsZero() || now.Before(w.retry) {
+					continue
+				}
+				if err := g.subscribeLink(ctx, name, w, true); err != nil {
+					g.log.Debug("a leg's link updates still cannot be had", "leg", name, "again_in", w.backoff, "err", err)
+				}
+			}
+			rearm()
 		case now := <-t.C:
 			all := now.Sub(backstop) >= LinkBackstop
 			if all {
@@ -126,6 +183,37 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// subscribeLink asks leg name's watcher for its link's updates (again,
+// when again), and sets the leg's link_watch and when to ask next: not
+// while subscribed, after a longer backoff each time it fails. Once had
+// again, the link is read (what changed meanwhile is not known).
+func (g *Gateway) subscribeLink(ctx context.Context, name string, w *linkWatcher, again bool) error {
+	err := w.lw.WatchLink(ctx, w.changed, w.lost)
+	if err != nil {
+		g.linkWatch.Store(name, "timer: "+err.Error())
+		w.backoff = min(max(2*w.backoff, g.linkResubscribe()), LinkResubscribeMax)
+		w.retry = time.Now().Add(w.backoff)
+		return err
+	}
+	// An update that came before this is pending, and read: the timer's
+	// reads may stop now.
+	g.linkWatch.Store(name, linkWatchUpdates)
+	w.retry, w.backoff = time.Time{}, 0
+	if again {
+		g.log.Info("a leg's link updates are had again: its link is read as they come", "leg", name)
+		w.changed()
+	}
+	return nil
+}
+
+// linkResubscribe is LinkResubscribe, or the test's (g.linkResub).
+func (g *Gateway) linkResubscribe() time.Duration {
+	if g.linkResub > 0 {
+		return g.linkResub
+	}
+	return LinkResubscribe
 }
 
 // linkWatched says whether the link watch reads a leg of kind k's link.

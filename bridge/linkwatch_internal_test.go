@@ -23,6 +23,7 @@ type toldLink struct {
 	mu             sync.Mutex
 	up             bool
 	reads          int
+	watches        int // WatchLink's calls
 	changed        func()
 	lost           func(error)
 	watchCtxEnded  <-chan struct{}
@@ -39,6 +40,7 @@ func (l *toldLink) WatchLink(ctx context.Context, changed func(), lost func(erro
 		close(l.watching)
 		l.watchingClosed = true
 	}
+	l.watches++
 	if l.refuse != nil {
 		return l.refuse
 	}
@@ -65,6 +67,26 @@ func (l *toldLink) set(up bool) {
 	l.mu.Unlock()
 }
 
+func (l *toldLink) refuseWith(err error) {
+	l.mu.Lock()
+	l.refuse = err
+	l.mu.Unlock()
+}
+
+func (l *toldLink) watchCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.watches
+}
+
+// subscription is the changed and lost funcs of the leg's last
+// WatchLink.
+func (l *toldLink) subscription() (func(), func(error)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed, l.lost
+}
+
 func (l *toldLink) readCount() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -76,7 +98,9 @@ func (l *toldLink) readCount() int {
 // says its link changed is read at once, and its link down is acted on;
 // a leg whose updates end is read at once too (what changed meanwhile is
 // unknown); a leg that cannot say is read on the timer alone after that
-// first read.
+// first read. A leg whose updates ended, or could not be had, is asked for
+// them again, sooner than its timer, until it gives them; then its link
+// is read as it tells again.
 func TestLinkWatchTold(t *testing.T) {
 	cfg, err := config.Parse("gw.yaml", []byte(`legs:
   - {name: told, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
@@ -93,7 +117,7 @@ routes:
 	g := &Gateway{cfg: cfg, sessions: map[*session.Session]*sessionInfo{}, stopped: map[string]error{},
 		legs: map[string]leg.Leg{"told": told, "mute": mute}, legStatus: map[string]leg.Status{},
 		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}, ipHeld: map[string]bool{},
-		log: slog.New(slog.DiscardHandler), linkPoll: time.Hour}
+		log: slog.New(slog.DiscardHandler), linkPoll: time.Hour, linkResub: 50 * time.Millisecond}
 	for i := range cfg.Legs {
 		g.legStatus[cfg.Legs[i].Name] = legStatus(&cfg.Legs[i])
 	}
@@ -147,16 +171,43 @@ routes:
 
 	told.set(false)
 	lost(errors.New("netlink link updates ended"))
-	waitFor("a leg whose link updates ended was not read at once", func() bool { return down("told") })
+	// Said at once (the leg is asked again 50 ms after the watch learnt it).
 	if w := g.legNow("told").LinkWatch; w != "timer: netlink link updates ended" {
 		t.Errorf("a leg whose updates ended: link_watch %q, want the timer and why", w)
 	}
+	waitFor("a leg whose link updates ended was not read at once", func() bool { return down("told") })
+
+	// Asked again (LinkResubscribe made 50 ms): the leg that lost its
+	// updates gives them again, and its next word is acted on.
+	told.set(true)
+	waitFor("a leg whose link updates ended was not asked for them again", func() bool { return told.watchCount() >= 2 })
+	waitFor("a leg whose updates were had again is not said to be watched by updates", func() bool { return g.legNow("told").LinkWatch == "updates" })
+	waitFor("a leg had again was not read", func() bool { return !down("told") })
+	changed, _ = told.subscription()
+	told.set(false)
+	changed()
+	waitFor("a link down the leg told of after its updates were had again was not acted on", func() bool { return down("told") })
+	told.set(true)
+	changed()
+	waitFor("a link up again the leg told of after its updates were had again was not acted on", func() bool { return !down("told") })
 
 	mute.set(true)
 	time.Sleep(50 * time.Millisecond) // no poll comes within the hour
 	if !down("mute") || mute.readCount() != muteReads {
 		t.Errorf("a leg that cannot tell was read %d times by the watch after its first, down %v, with no poll due", mute.readCount()-muteReads, down("mute"))
 	}
+	// The leg that refused is asked again, and again (at 50 ms, doubling):
+	// once it gives its updates, its link is read as it tells.
+	waitFor("a leg that refused its updates was not asked again", func() bool { return mute.watchCount() >= 3 })
+	if w := g.legNow("mute").LinkWatch; w != "timer: no link updates here" {
+		t.Errorf("a leg that refuses: link_watch %q, want the timer and why", w)
+	}
+	mute.refuseWith(nil)
+	waitFor("a leg that gave its updates at last is not said to be watched by updates", func() bool { return g.legNow("mute").LinkWatch == "updates" })
+	changed, _ = mute.subscription()
+	mute.set(false)
+	changed()
+	waitFor("a link down told by a leg that gave its updates at last was not acted on", func() bool { return down("mute") })
 	cancel()
 	g.wg.Wait()
 	select {
