@@ -111,7 +111,7 @@ func (g *Gateway) routineLinks(ctx context.Context) {
 			if ctx.Err() == nil {
 				g.log.Warn("a leg's link updates ended: its link is read on a timer until they are had again", "leg", name, "every", LinkPoll, "err", err)
 			}
-			w.changed() // what changed since is not known
+			w.changed()   // what changed since is not known
 			ended <- name // one at a time: a subscription ends once, and is made again after
 		}
 		watchers[name] = w
