@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -20,6 +21,11 @@ import (
 // (include/uapi/linux/if.h, RFC 2863), named as /sys/class/net/*/operstate
 // names them.
 var operStates = [...]string{"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"}
+
+// NetnsCheck is how often a link watch in a named network namespace
+// (WatchLink) looks whether its name still names the namespace it
+// subscribed in.
+var NetnsCheck = time.Second
 
 // linkHandles are netlink handles, one per network namespace a leg named,
 // opened there once: a handle's socket stays in its namespace, so reading
@@ -142,9 +148,9 @@ func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
 // network namespace ns ("": the gateway's own) and calls changed, on a
 // goroutine of its own, for each that concerns interface name, until ctx
 // ends. Should the subscription end first (its socket's buffer overran,
-// the namespace went away), lost is called once with why, and nothing
-// more: what changed meanwhile is not known. It fails when it cannot
-// subscribe.
+// the namespace was deleted or made again under its name), lost is called
+// once with why, and nothing more: what changed meanwhile is not known.
+// It fails when it cannot subscribe.
 func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(error)) error {
 	nsh := vnetns.None()
 	if ns != "" {
@@ -153,6 +159,27 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 			return fmt.Errorf("network namespace %s: %w", ns, err)
 		}
 		defer nsh.Close() // the sockets stay in it once made
+	}
+	// The subscription stays in the namespace it was made in, which lives
+	// on as long as its sockets do: one deleted, or made again under its
+	// name, tells nothing more. Its name is looked at every NetnsCheck,
+	// and the watch ends (lost) once it names another, or none.
+	var tick *time.Ticker
+	var nsCheck <-chan time.Time
+	var nsDev, nsIno uint64
+	if ns != "" {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(nsh), &st); err != nil {
+			return fmt.Errorf("network namespace %s: %w", ns, err)
+		}
+		nsDev, nsIno = st.Dev, st.Ino
+		tick = time.NewTicker(NetnsCheck)
+		nsCheck = tick.C
+	}
+	stopTick := func() {
+		if tick != nil {
+			tick.Stop()
+		}
 	}
 	index := 0 // the interface's index, once known: an address update names only that
 	if h, err := linkHandle(ns); err == nil {
@@ -172,16 +199,19 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 		lopts.Namespace, aopts.Namespace = &nsh, &nsh
 	}
 	if err := netlink.LinkSubscribeWithOptions(links, done, lopts); err != nil {
+		stopTick()
 		return fmt.Errorf("netlink link updates in network namespace %q: %w", ns, err)
 	}
 	if err := netlink.AddrSubscribeWithOptions(addrs, done, aopts); err != nil {
 		close(done)
 		drainLinkUpdates(links, addrs, true, false)
+		stopTick()
 		return fmt.Errorf("netlink address updates in network namespace %q: %w", ns, err)
 	}
 	go func() {
 		var why error
 		defer func() {
+			stopTick()
 			close(done) // closes the sockets: the library's readers end, and close their channels
 			drainLinkUpdates(links, addrs, links != nil, addrs != nil)
 			if why != nil {
@@ -208,6 +238,16 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 				}
 				if index == 0 || u.LinkIndex == index {
 					changed()
+				}
+			case <-nsCheck:
+				var st unix.Stat_t
+				switch err := unix.Stat(netns.Path(ns), &st); {
+				case err != nil:
+					why = fmt.Errorf("network namespace %s: %w: its link updates end", ns, err)
+					return
+				case st.Dev != nsDev || st.Ino != nsIno:
+					why = fmt.Errorf("network namespace %s was made again: the link updates of the one deleted end", ns)
+					return
 				}
 			}
 		}

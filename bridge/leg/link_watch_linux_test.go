@@ -153,3 +153,65 @@ func TestOperStateNamespaceMadeAgain(t *testing.T) {
 		t.Errorf("HoldsAddr in the namespace made again = %v, %v; want true", held, err)
 	}
 }
+
+// TestWatchLinkNamespaceMadeAgain: a watch in a namespace that is deleted
+// ends (lost, naming the namespace), and so does one whose namespace is
+// deleted and made again under its name at once; a watch made then tells
+// the new namespace's changes.
+func TestWatchLinkNamespaceMadeAgain(t *testing.T) {
+	needs.Root(t, "network namespaces made and deleted")
+	defer func(d time.Duration) { leg.NetnsCheck = d }(leg.NetnsCheck)
+	leg.NetnsCheck = 20 * time.Millisecond
+	ns, ip := linkNetns(t, "rbnw")
+	ip("link", "add", "n0", "type", "veth", "peer", "name", "n1")
+	watch := func() (chan struct{}, chan error) {
+		t.Helper()
+		changed, lost := make(chan struct{}, 64), make(chan error, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		if err := leg.WatchLink(ctx, ns, "n0", func() { changed <- struct{}{} }, func(err error) { lost <- err }); err != nil {
+			t.Fatal(err)
+		}
+		return changed, lost
+	}
+	lostWith := func(lost chan error, what, want string) {
+		t.Helper()
+		select {
+		case err := <-lost:
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: the watch ended with %q, want it to say %q", what, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the watch did not end in 5 s", what)
+		}
+	}
+	netnsCmd := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"netns"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns %v: %v: %s", args, err, out)
+		}
+	}
+
+	_, lost := watch()
+	netnsCmd("del", ns)
+	lostWith(lost, "the namespace deleted", "network namespace "+ns)
+
+	netnsCmd("add", ns)
+	_, lost = watch()
+	// Deleted and made again at once: the watch sees the name missing, or
+	// naming another namespace, as its look falls.
+	netnsCmd("del", ns)
+	netnsCmd("add", ns)
+	lostWith(lost, "the namespace made again", "network namespace "+ns)
+
+	ip("link", "add", "n0", "type", "veth", "peer", "name", "n1")
+	changed, lost := watch()
+	ip("link", "set", "n0", "up")
+	select {
+	case <-changed:
+	case err := <-lost:
+		t.Fatalf("the watch in the namespace made again ended: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch in the namespace made again told nothing of its interface up")
+	}
+}
