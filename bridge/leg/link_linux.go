@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -22,11 +21,6 @@ import (
 // names them.
 var operStates = [...]string{"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"}
 
-// NetnsCheck is how often a link watch in a named network namespace
-// (WatchLink) looks whether its name still names the namespace it
-// subscribed in.
-var NetnsCheck = time.Second
-
 // linkHandles are netlink handles, one per network namespace a leg named,
 // opened there once: a handle's socket stays in its namespace, so reading
 // a link there needs no thread to enter it. The gateway reads its legs'
@@ -34,29 +28,13 @@ var NetnsCheck = time.Second
 // (netns.Do) cost an OS thread each, which dies with the goroutine, and a
 // thread that had made RDMA resources took their place in `rdma res`
 // with it (the kernel shows a resource while its maker's thread lives).
-// A handle is kept with the namespace it was opened in (the inode its
-// name's file in /run/netns is bound to): a namespace deleted and made
-// again under its name is another, and gets a handle of its own.
-var linkHandles sync.Map // namespace name -> *nsHandle
-
-// nsHandle is a netlink handle and the namespace it was opened in.
-type nsHandle struct {
-	h        *netlink.Handle
-	dev, ino uint64
-}
+var linkHandles sync.Map // namespace name -> *netlink.Handle
 
 // linkHandle returns the netlink handle of namespace ns ("": the
 // gateway's own).
 func linkHandle(ns string) (*netlink.Handle, error) {
-	var st unix.Stat_t
-	if ns != "" {
-		if err := unix.Stat(netns.Path(ns), &st); err != nil {
-			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
-		}
-	}
-	old, ok := linkHandles.Load(ns)
-	if ok && old.(*nsHandle).dev == st.Dev && old.(*nsHandle).ino == st.Ino {
-		return old.(*nsHandle).h, nil
+	if h, ok := linkHandles.Load(ns); ok {
+		return h.(*netlink.Handle), nil
 	}
 	// The route family alone: a handle asks for every family it is not
 	// told, and a kernel without XFRM (the guest's) refuses that one.
@@ -69,32 +47,16 @@ func linkHandle(ns string) (*netlink.Handle, error) {
 		if nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
 			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
 		}
-		// The namespace opened, which a new one of the name may have
-		// replaced since the look above.
-		if err = unix.Fstat(int(nsh), &st); err == nil {
-			h, err = netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
-		}
+		h, err = netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
 		nsh.Close()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("netlink in network namespace %q: %w", ns, err)
 	}
-	next := &nsHandle{h: h, dev: st.Dev, ino: st.Ino}
-	if !ok {
-		if prev, loaded := linkHandles.LoadOrStore(ns, next); loaded {
-			h.Close()
-			return prev.(*nsHandle).h, nil
-		}
-		return h, nil
-	}
-	if !linkHandles.CompareAndSwap(ns, old, next) {
-		// Another reader replaced it first: use theirs.
+	if prev, loaded := linkHandles.LoadOrStore(ns, h); loaded {
 		h.Close()
-		return linkHandle(ns)
+		return prev.(*netlink.Handle), nil
 	}
-	// The namespace it was in is gone, or going: a read through it
-	// under way fails, and is read again.
-	old.(*nsHandle).h.Close()
 	return h, nil
 }
 
@@ -148,9 +110,9 @@ func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
 // network namespace ns ("": the gateway's own) and calls changed, on a
 // goroutine of its own, for each that concerns interface name, until ctx
 // ends. Should the subscription end first (its socket's buffer overran,
-// the namespace was deleted or made again under its name), lost is called
-// once with why, and nothing more: what changed meanwhile is not known.
-// It fails when it cannot subscribe.
+// the namespace went away), lost is called once with why, and nothing
+// more: what changed meanwhile is not known. It fails when it cannot
+// subscribe.
 func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(error)) error {
 	nsh := vnetns.None()
 	if ns != "" {
@@ -159,27 +121,6 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 			return fmt.Errorf("network namespace %s: %w", ns, err)
 		}
 		defer nsh.Close() // the sockets stay in it once made
-	}
-	// The subscription stays in the namespace it was made in, which lives
-	// on as long as its sockets do: one deleted, or made again under its
-	// name, tells nothing more. Its name is looked at every NetnsCheck,
-	// and the watch ends (lost) once it names another, or none.
-	var tick *time.Ticker
-	var nsCheck <-chan time.Time
-	var nsDev, nsIno uint64
-	if ns != "" {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(nsh), &st); err != nil {
-			return fmt.Errorf("network namespace %s: %w", ns, err)
-		}
-		nsDev, nsIno = st.Dev, st.Ino
-		tick = time.NewTicker(NetnsCheck)
-		nsCheck = tick.C
-	}
-	stopTick := func() {
-		if tick != nil {
-			tick.Stop()
-		}
 	}
 	index := 0 // the interface's index, once known: an address update names only that
 	if h, err := linkHandle(ns); err == nil {
@@ -199,19 +140,16 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 		lopts.Namespace, aopts.Namespace = &nsh, &nsh
 	}
 	if err := netlink.LinkSubscribeWithOptions(links, done, lopts); err != nil {
-		stopTick()
 		return fmt.Errorf("netlink link updates in network namespace %q: %w", ns, err)
 	}
 	if err := netlink.AddrSubscribeWithOptions(addrs, done, aopts); err != nil {
 		close(done)
 		drainLinkUpdates(links, addrs, true, false)
-		stopTick()
 		return fmt.Errorf("netlink address updates in network namespace %q: %w", ns, err)
 	}
 	go func() {
 		var why error
 		defer func() {
-			stopTick()
 			close(done) // closes the sockets: the library's readers end, and close their channels
 			drainLinkUpdates(links, addrs, links != nil, addrs != nil)
 			if why != nil {
@@ -238,16 +176,6 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 				}
 				if index == 0 || u.LinkIndex == index {
 					changed()
-				}
-			case <-nsCheck:
-				var st unix.Stat_t
-				switch err := unix.Stat(netns.Path(ns), &st); {
-				case err != nil:
-					why = fmt.Errorf("network namespace %s: %w: its link updates end", ns, err)
-					return
-				case st.Dev != nsDev || st.Ino != nsIno:
-					why = fmt.Errorf("network namespace %s was made again: the link updates of the one deleted end", ns)
-					return
 				}
 			}
 		}

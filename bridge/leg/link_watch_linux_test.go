@@ -5,10 +5,8 @@ package leg_test
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -113,105 +111,5 @@ func linkNetns(t *testing.T, prefix string) (string, func(args ...string)) {
 	return ns, func(args ...string) {
 		t.Helper()
 		ipNS(append([]string{"-n", ns}, args...)...)
-	}
-}
-
-// TestOperStateNamespaceMadeAgain: a leg's namespace deleted and made
-// again under its name is read as the new one (a handle kept from the
-// old one found none of its links), and while it is gone, the error says
-// the namespace is missing.
-func TestOperStateNamespaceMadeAgain(t *testing.T) {
-	needs.Root(t, "network namespaces made and deleted")
-	ns, ip := linkNetns(t, "rbnm")
-	ip("link", "add", "m0", "type", "veth", "peer", "name", "m1")
-	if st, err := leg.OperState(ns, "m0"); err != nil || st != "down" {
-		t.Fatalf("OperState(%s, m0) = %q, %v; want down", ns, st, err)
-	}
-	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns del %s: %v: %s", ns, err, out)
-	}
-	if _, err := leg.OperState(ns, "m0"); err == nil || !strings.Contains(err.Error(), "network namespace "+ns) {
-		t.Errorf("OperState in a namespace deleted: %v; want it named missing", err)
-	}
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
-	}
-	ip("link", "add", "m0", "type", "veth", "peer", "name", "m1")
-	ip("link", "set", "m1", "up")
-	ip("link", "set", "m0", "up")
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		st, err := leg.OperState(ns, "m0")
-		if err == nil && st == "up" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("OperState(%s, m0) in the namespace made again = %q, %v; want up", ns, st, err)
-		}
-	}
-	ip("addr", "add", "198.18.9.1/24", "dev", "m0")
-	if held, err := leg.HoldsAddr(ns, "m0", netip.MustParseAddr("198.18.9.1")); err != nil || !held {
-		t.Errorf("HoldsAddr in the namespace made again = %v, %v; want true", held, err)
-	}
-}
-
-// TestWatchLinkNamespaceMadeAgain: a watch in a namespace that is deleted
-// ends (lost, naming the namespace), and so does one whose namespace is
-// deleted and made again under its name at once; a watch made then tells
-// the new namespace's changes.
-func TestWatchLinkNamespaceMadeAgain(t *testing.T) {
-	needs.Root(t, "network namespaces made and deleted")
-	defer func(d time.Duration) { leg.NetnsCheck = d }(leg.NetnsCheck)
-	leg.NetnsCheck = 20 * time.Millisecond
-	ns, ip := linkNetns(t, "rbnw")
-	ip("link", "add", "n0", "type", "veth", "peer", "name", "n1")
-	watch := func() (chan struct{}, chan error) {
-		t.Helper()
-		changed, lost := make(chan struct{}, 64), make(chan error, 1)
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		if err := leg.WatchLink(ctx, ns, "n0", func() { changed <- struct{}{} }, func(err error) { lost <- err }); err != nil {
-			t.Fatal(err)
-		}
-		return changed, lost
-	}
-	lostWith := func(lost chan error, what, want string) {
-		t.Helper()
-		select {
-		case err := <-lost:
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("%s: the watch ended with %q, want it to say %q", what, err, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: the watch did not end in 5 s", what)
-		}
-	}
-	netnsCmd := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", append([]string{"netns"}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip netns %v: %v: %s", args, err, out)
-		}
-	}
-
-	_, lost := watch()
-	netnsCmd("del", ns)
-	lostWith(lost, "the namespace deleted", "network namespace "+ns)
-
-	netnsCmd("add", ns)
-	_, lost = watch()
-	// Deleted and made again at once: the watch sees the name missing, or
-	// naming another namespace, as its look falls.
-	netnsCmd("del", ns)
-	netnsCmd("add", ns)
-	lostWith(lost, "the namespace made again", "network namespace "+ns)
-
-	ip("link", "add", "n0", "type", "veth", "peer", "name", "n1")
-	changed, lost := watch()
-	ip("link", "set", "n0", "up")
-	select {
-	case <-changed:
-	case err := <-lost:
-		t.Fatalf("the watch in the namespace made again ended: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watch in the namespace made again told nothing of its interface up")
 	}
 }
