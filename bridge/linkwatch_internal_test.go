@@ -162,12 +162,18 @@ routes:
 	told.mu.Lock()
 	changed, lost := told.changed, told.lost
 	told.mu.Unlock()
-	told.set(false)
-	changed()
-	waitFor("a link down the leg told of was not acted on", func() bool { return down("told") })
-	told.set(true)
-	changed()
-	waitFor("a link up again the leg told of was not acted on", func() bool { return !down("told") })
+	// tellDownUp has told's link go down and up again, each told by
+	// changed (when: which subscription), and waits for each to be acted on.
+	tellDownUp := func(changed func(), when string) {
+		t.Helper()
+		told.set(false)
+		changed()
+		waitFor("a link down the leg told of"+when+" was not acted on", func() bool { return down("told") })
+		told.set(true)
+		changed()
+		waitFor("a link up again the leg told of"+when+" was not acted on", func() bool { return !down("told") })
+	}
+	tellDownUp(changed, "")
 
 	told.set(false)
 	lost(errors.New("netlink link updates ended"))
@@ -184,12 +190,7 @@ routes:
 	waitFor("a leg whose updates were had again is not said to be watched by updates", func() bool { return g.legNow("told").LinkWatch == "updates" })
 	waitFor("a leg had again was not read", func() bool { return !down("told") })
 	changed, _ = told.subscription()
-	told.set(false)
-	changed()
-	waitFor("a link down the leg told of after its updates were had again was not acted on", func() bool { return down("told") })
-	told.set(true)
-	changed()
-	waitFor("a link up again the leg told of after its updates were had again was not acted on", func() bool { return !down("told") })
+	tellDownUp(changed, " after its updates were had again")
 
 	mute.set(true)
 	time.Sleep(50 * time.Millisecond) // no poll comes within the hour

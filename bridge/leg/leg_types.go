@@ -323,17 +323,17 @@ type Spin struct {
 
 // String describes the spin for a port's description.
 func (s Spin) String() string {
-	switch {
-	case !s.On:
+	if !s.On {
 		return ""
-	case s.CPU < 0 && s.Idle > 0:
-		return fmt.Sprintf(", busy-polled, napping after %v idle", s.Idle)
-	case s.CPU < 0:
-		return ", busy-polled"
-	case s.Idle > 0:
-		return fmt.Sprintf(", busy-polled on CPU %d, napping after %v idle", s.CPU, s.Idle)
 	}
-	return fmt.Sprintf(", busy-polled on CPU %d", s.CPU)
+	d := ", busy-polled"
+	if s.CPU >= 0 {
+		d += fmt.Sprintf(" on CPU %d", s.CPU)
+	}
+	if s.Idle > 0 {
+		d += fmt.Sprintf(", napping after %v idle", s.Idle)
+	}
+	return d
 }
 
 // pin locks the calling goroutine, a receive loop, to its OS thread, and

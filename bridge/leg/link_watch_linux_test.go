@@ -23,7 +23,19 @@ func TestWatchLink(t *testing.T) {
 		t.Error("watching a link in a network namespace that does not exist: no error")
 	}
 	needs.Root(t, "a network namespace whose links change")
-	ns, ip := linkNetns(t, "rbwl")
+	_, err := exec.LookPath("ip")
+	needs.Check(t, "ip from iproute2", err)
+	ns := fmt.Sprintf("rbwl%d", os.Getpid()%100000)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip -n %s %v: %v: %s", ns, args, err, out)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	ip("link", "add", "w0", "type", "veth", "peer", "name", "w1")
 	ip("link", "add", "other0", "type", "veth", "peer", "name", "other1")
 
@@ -89,27 +101,5 @@ func TestWatchLink(t *testing.T) {
 	case err := <-lost:
 		t.Errorf("the watch reported lost after its context ended: %v", err)
 	case <-time.After(200 * time.Millisecond):
-	}
-}
-
-// linkNetns makes a network namespace named prefix and the test process's
-// pid, deleted when the test ends; ip runs `ip -n <it>` with args. It
-// returns the namespace's name.
-func linkNetns(t *testing.T, prefix string) (string, func(args ...string)) {
-	t.Helper()
-	_, err := exec.LookPath("ip")
-	needs.Check(t, "ip from iproute2", err)
-	ns := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
-	ipNS := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ipNS("netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	return ns, func(args ...string) {
-		t.Helper()
-		ipNS(append([]string{"-n", ns}, args...)...)
 	}
 }

@@ -243,10 +243,10 @@ func (g *demoGateway) close() {
 	}
 }
 
-// newDemoGateway connects client and target QPs through a session.
 // demoBusyPollIdle is the demo's busy-poll loop's busy_poll_idle.
 const demoBusyPollIdle = time.Millisecond
 
+// newDemoGateway connects client and target QPs through a session.
 func newDemoGateway(ctx context.Context, addr netip.Addr, client, target *transport.QP, clientAddr, targetAddr netip.AddrPort, withTunnel, busyPoll bool, log *slog.Logger) (*demoGateway, error) {
 	g := &demoGateway{}
 	var err error
