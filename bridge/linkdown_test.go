@@ -91,6 +91,45 @@ func TestGatewayLinkDown(t *testing.T) {
 	}
 }
 
+// TestGatewayLinkDeleted: the interface of the leg a session's target is
+// through is deleted under the running gateway. That is a link down, not
+// a link that cannot be read: the session ends at once, /healthz names
+// the leg, and /status says the interface is absent from the leg's
+// namespace.
+func TestGatewayLinkDeleted(t *testing.T) {
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbx", "10.96.0.1/24", "10.96.0.2/24")
+	target := newCMAppIn(t, peerNS, "", "10.96.0.2", nil)
+	ln, err := target.cm.Listen(7473, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g := startGateway(t, twoLegConfig(t, gwNS, gwIf, "10.96.0.1", `
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7473"}
+    target: {leg: b, addr: "10.96.0.2:7473"}
+`))
+	client := newCMApp(t, lo("5"))
+	cc, _, _ := dialThrough(t, ctx, client, target, ln, "1:7473")
+	if out, err := exec.Command("ip", "-n", gwNS, "link", "del", gwIf).CombinedOutput(); err != nil {
+		t.Fatalf("ip link del %s: %v: %s", gwIf, err, out)
+	}
+	select {
+	case <-cc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's connection outlived its target's interface by 10 s: stranded")
+	}
+	if err := g.Ready(); err == nil || !strings.Contains(err.Error(), `leg "b"`) || !strings.Contains(err.Error(), "absent") {
+		t.Errorf("ready with leg b's interface deleted: %v, want an error naming the leg and its interface absent", err)
+	}
+	for _, ls := range g.Status().Legs {
+		if ls.Name == "b" && (ls.Up || !strings.HasPrefix(ls.State, "absent: ") || !strings.Contains(ls.State, gwIf+" in network namespace "+gwNS)) {
+			t.Errorf("leg b on /status: state %q, up %v; want absent, naming %s in %s", ls.State, ls.Up, gwIf, gwNS)
+		}
+	}
+}
+
 // TestGatewayLinkDownClientSide: the leg a session's client is through
 // goes down. Its connection's disconnect does not wait for an answer that
 // cannot come (the DREQ goes on being resent), so the target, on the leg
@@ -164,12 +203,14 @@ func TestOperStateKeepsThreads(t *testing.T) {
 		}
 		return m
 	}
-	if _, err := leg.OperState(gwNS, gwIf); err != nil { // the first read opens the namespace's handle
+	l, err := leg.OpenLink(gwNS, gwIf)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer l.Close()
 	before := tasks()
 	for range 50 {
-		s, err := leg.OperState(gwNS, gwIf)
+		s, err := l.OperState()
 		if err != nil || s != "up" {
 			t.Fatalf("%s in %s: %q, %v; want up", gwIf, gwNS, s, err)
 		}

@@ -419,7 +419,8 @@ type Status struct {
 	IP   string `json:"ip"`
 	// State is the link's: a verbs leg's port state (ACTIVE, DOWN, INIT,
 	// ... as sysfs names it), a userspace leg's interface's operational
-	// state (up, down, lowerlayerdown, unknown, ...), a quic leg's
+	// state (up, down, lowerlayerdown, unknown, ...; "absent: why", down,
+	// once the interface is no longer in the leg's namespace), a quic leg's
 	// tunnels ("connected (N)", "no peer connection"); "unreadable: why"
 	// when it cannot be read. Up says it carries traffic (ACTIVE; up, or
 	// unknown as loopback's is, which the kernel counts as up).
@@ -434,9 +435,13 @@ type Status struct {
 	// I/O, and the largest path MTU the leg carries and why.
 	Interface string `json:"interface,omitempty"`
 	Netns     string `json:"netns,omitempty"`
-	IO        string `json:"io,omitempty"`
-	MTU       int    `json:"mtu,omitempty"`
-	MTUWhy    string `json:"mtu_why,omitempty"`
+	// NetnsMoved says the leg's netns name no longer names the namespace
+	// the leg opened in (deleted, or made again): the leg stays there, its
+	// link read there, until the gateway restarts. Empty otherwise.
+	NetnsMoved string `json:"netns_moved,omitempty"`
+	IO         string `json:"io,omitempty"`
+	MTU        int    `json:"mtu,omitempty"`
+	MTUWhy     string `json:"mtu_why,omitempty"`
 	// FreeBind says the leg's ip is a floating address (freebind: true),
 	// and IPHeld whether its interface holds it now: false on a warm
 	// standby, which is ready all the same and takes traffic the moment

@@ -67,6 +67,11 @@ type userspaceLeg struct {
 	// loop, when the leg busy-polls, reads the device (polled: no
 	// receive goroutine) and its endpoints' send CQs; nil otherwise.
 	loop *SpinLoop
+	// link is the interface's link, read in the namespace the leg opened
+	// in.
+	link *Link
+	// netnsMoved is the last thing Link.NetnsMoved said, logged when it changes.
+	netnsMoved atomic.Pointer[string]
 }
 
 // frameSize is the AF_XDP frame: a pool class of the page size.
@@ -91,6 +96,10 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 	queues := 1
 	if l.IO == config.IOUDP {
 		queues, u.queuesWhy = Queues(l)
+	}
+	// Its link is read where its sockets are made.
+	if u.link, err = OpenLink(l.Netns, l.Interface); err != nil {
+		return nil, fmt.Errorf("%s: %w", InNetns(l.Interface, l.Netns), err)
 	}
 	var conns []roce.PacketConn
 	err = netns.Do(l.Netns, func() error {
@@ -321,6 +330,9 @@ func (u *userspaceLeg) Close() error {
 	if u.loop != nil {
 		u.loop.Close() // after the device: its CM's last MADs were read
 	}
+	if u.link != nil {
+		u.link.Close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -516,11 +528,12 @@ func (c *userspaceConn) Close() error {
 
 func (u *userspaceLeg) Status(st *Status) {
 	st.MTU, st.MTUWhy = u.MTU, u.mtuWhy
+	st.NetnsMoved = u.noteNetnsMoved()
 	if u.loop != nil {
 		st.BusyPoll, st.BusyPollThread, st.BusyPollNaps = u.loop.Describe(), u.loop.Thread(), u.loop.Naps()
 	}
 	if st.FreeBind = u.cfg.FreeBind; st.FreeBind {
-		if held, err := HoldsAddr(u.cfg.Netns, u.cfg.Interface, u.cfg.IP); err == nil {
+		if held, err := u.link.HoldsAddr(u.cfg.IP); err == nil {
 			st.IPHeld = &held
 		}
 	}
@@ -547,15 +560,39 @@ var _ LinkWatcher = (*userspaceLeg)(nil)
 // WatchLink is the kernel's link and address updates of the leg's
 // interface, in its network namespace.
 func (u *userspaceLeg) WatchLink(ctx context.Context, changed func(), lost func(error)) error {
-	return WatchLink(ctx, u.cfg.Netns, u.cfg.Interface, changed, lost)
+	return u.link.Watch(ctx, changed, lost)
 }
 
+// Link is the interface's operational state in the leg's namespace. An
+// interface no longer there (deleted, or moved out) is down: the leg's
+// address went with it. Only an error reading it is "unreadable", which
+// the link watch takes for no change.
 func (u *userspaceLeg) Link(string, bool) (string, bool, *portcounters.Port) {
-	s, err := OperState(u.cfg.Netns, u.cfg.Interface)
-	if err != nil {
+	u.noteNetnsMoved()
+	s, err := u.link.OperState()
+	switch {
+	case errors.Is(err, ErrNoInterface):
+		return "absent: " + err.Error(), false, nil
+	case err != nil:
 		return "unreadable: " + err.Error(), false, nil
 	}
 	return s, s == "up" || s == "unknown", nil
+}
+
+// noteNetnsMoved logs the leg's namespace name naming another namespace, or
+// none, and its naming the leg's again, once each time it changes.
+func (u *userspaceLeg) noteNetnsMoved() string {
+	now := u.link.NetnsMoved()
+	if prev := u.netnsMoved.Swap(&now); prev != nil && *prev == now || prev == nil && now == "" {
+		return now
+	}
+	if now != "" {
+		u.log.Warn("a userspace leg's network namespace name no longer names the namespace it opened in: the leg stays there, and its link is read there, until the gateway restarts",
+			"netns", u.cfg.Netns, "why", now)
+	} else {
+		u.log.Info("a userspace leg's network namespace name names its namespace again", "netns", u.cfg.Netns)
+	}
+	return now
 }
 
 func (u *userspaceLeg) Counters(c *Counters) {

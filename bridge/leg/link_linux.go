@@ -21,82 +21,112 @@ import (
 // names them.
 var operStates = [...]string{"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"}
 
-// linkHandles are netlink handles, one per network namespace a leg named,
-// opened there once: a handle's socket stays in its namespace, so reading
-// a link there needs no thread to enter it. The gateway reads its legs'
-// links every half second (linkdown.go); entering the namespace each time
-// (netns.Do) cost an OS thread each, which dies with the goroutine, and a
-// thread that had made RDMA resources took their place in `rdma res`
-// with it (the kernel shows a resource while its maker's thread lives).
-var linkHandles sync.Map // namespace name -> *netlink.Handle
-
-// linkHandle returns the netlink handle of namespace ns ("": the
-// gateway's own).
-func linkHandle(ns string) (*netlink.Handle, error) {
-	if h, ok := linkHandles.Load(ns); ok {
-		return h.(*netlink.Handle), nil
-	}
-	// The route family alone: a handle asks for every family it is not
-	// told, and a kernel without XFRM (the guest's) refuses that one.
-	var h *netlink.Handle
-	var err error
-	if ns == "" {
-		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
-	} else {
-		var nsh vnetns.NsHandle
-		if nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
-			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
-		}
-		h, err = netlink.NewHandleAt(nsh, unix.NETLINK_ROUTE)
-		nsh.Close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("netlink in network namespace %q: %w", ns, err)
-	}
-	if prev, loaded := linkHandles.LoadOrStore(ns, h); loaded {
-		h.Close()
-		return prev.(*netlink.Handle), nil
-	}
-	return h, nil
+// Link is a leg's interface as the kernel's link table has it, in the
+// network namespace the leg opened in: its netlink socket is made there
+// once and stays there, as the leg's own sockets do, whatever the
+// namespace's name names later (ip netns del and add again). Reading it
+// needs no thread to enter the namespace: the gateway reads its legs'
+// links every half second (linkdown.go), and entering the namespace each
+// time (netns.Do) cost an OS thread each, which dies with the goroutine,
+// and a thread that had made RDMA resources took their place in `rdma
+// res` with it (the kernel shows a resource while its maker's thread
+// lives). A Link is safe for concurrent use.
+type Link struct {
+	ns, name string
+	mu       sync.RWMutex
+	h        *netlink.Handle // nil once closed
+	nsh      vnetns.NsHandle // the namespace (None for the gateway's own)
 }
 
-// OperState returns the operational state of interface name in network
-// namespace ns ("": the gateway's own), from the kernel's link table
-// (netlink: sysfs shows the namespace it was mounted in, not the leg's).
-func OperState(ns, name string) (string, error) {
-	h, err := linkHandle(ns)
+// ErrNoInterface is a Link's interface no longer in its namespace
+// (deleted, or moved to another).
+var ErrNoInterface = errors.New("no such interface")
+
+// OpenLink opens interface name's link in network namespace ns ("": the
+// gateway's own). The interface need not exist yet: only the namespace
+// must.
+func OpenLink(ns, name string) (*Link, error) {
+	l := &Link{ns: ns, name: name, nsh: vnetns.None()}
+	// The route family alone: a handle asks for every family it is not
+	// told, and a kernel without XFRM (the guest's) refuses that one.
+	var err error
+	if ns == "" {
+		l.h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	} else {
+		if l.nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
+			return nil, fmt.Errorf("network namespace %s: %w", ns, err)
+		}
+		l.h, err = netlink.NewHandleAt(l.nsh, unix.NETLINK_ROUTE)
+	}
+	if err != nil {
+		l.nsh.Close()
+		return nil, fmt.Errorf("netlink in network namespace %q: %w", ns, err)
+	}
+	return l, nil
+}
+
+// Close releases the link's netlink socket and namespace; a watch made
+// before goes on until its context ends.
+func (l *Link) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h != nil {
+		l.h.Close()
+		l.h = nil
+		l.nsh.Close()
+	}
+	return nil
+}
+
+// link reads the interface, with l.mu held for reading.
+func (l *Link) link() (netlink.Link, error) {
+	if l.h == nil {
+		return nil, fmt.Errorf("interface %s: link closed", l.name)
+	}
+	nl, err := l.h.LinkByName(l.name)
+	var nf netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &nf):
+		return nil, fmt.Errorf("%w: %s", ErrNoInterface, InNetns(l.name, l.ns))
+	case err != nil:
+		return nil, fmt.Errorf("netlink link %s: %w", l.name, err)
+	}
+	return nl, nil
+}
+
+// OperState returns the interface's operational state (up, down,
+// lowerlayerdown, unknown, ...); ErrNoInterface once it is not in the
+// namespace.
+func (l *Link) OperState() (string, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	nl, err := l.link()
 	if err != nil {
 		return "", err
 	}
-	l, err := h.LinkByName(name)
-	if err != nil {
-		return "", fmt.Errorf("netlink link %s: %w", name, err)
-	}
-	if s := int(l.Attrs().OperState); s < len(operStates) {
+	if s := int(nl.Attrs().OperState); s < len(operStates) {
 		return operStates[s], nil
 	}
-	return fmt.Sprintf("operstate %d", l.Attrs().OperState), nil
+	return fmt.Sprintf("operstate %d", nl.Attrs().OperState), nil
 }
 
-// HoldsAddr reports whether interface name in network namespace ns holds
-// ip now: a freebind leg's floating address comes and goes (keepalived
-// adds it to the gateway that is master, and takes it away).
-func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
-	h, err := linkHandle(ns)
+// HoldsAddr reports whether the interface holds ip now: a freebind leg's
+// floating address comes and goes (keepalived adds it to the gateway
+// that is master, and takes it away).
+func (l *Link) HoldsAddr(ip netip.Addr) (bool, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	nl, err := l.link()
 	if err != nil {
 		return false, err
-	}
-	l, err := h.LinkByName(name)
-	if err != nil {
-		return false, fmt.Errorf("netlink link %s: %w", name, err)
 	}
 	family := netlink.FAMILY_V4
 	if ip.Is6() {
 		family = netlink.FAMILY_V6
 	}
-	addrs, err := h.AddrList(l, family)
+	addrs, err := l.h.AddrList(nl, family)
 	if err != nil {
-		return false, fmt.Errorf("netlink addresses of %s: %w", name, err)
+		return false, fmt.Errorf("netlink addresses of %s: %w", l.name, err)
 	}
 	for _, a := range addrs {
 		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip {
@@ -106,27 +136,55 @@ func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
 	return false, nil
 }
 
-// WatchLink subscribes to the kernel's link and address changes in
-// network namespace ns ("": the gateway's own) and calls changed, on a
-// goroutine of its own, for each that concerns interface name, until ctx
-// ends. Should the subscription end first (its socket's buffer overran,
-// the namespace went away), lost is called once with why, and nothing
-// more: what changed meanwhile is not known. It fails when it cannot
-// subscribe.
-func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(error)) error {
-	nsh := vnetns.None()
-	if ns != "" {
-		var err error
-		if nsh, err = vnetns.GetFromPath(netns.Path(ns)); err != nil {
-			return fmt.Errorf("network namespace %s: %w", ns, err)
-		}
-		defer nsh.Close() // the sockets stay in it once made
+// NetnsMoved says, when the namespace's name no longer names the namespace
+// the link was opened in (it was deleted, or made again), what it names
+// now; "" while it does (and for the gateway's own namespace). The leg
+// stays where it opened, and its link is read there.
+func (l *Link) NetnsMoved() string {
+	if l.ns == "" {
+		return ""
 	}
+	now, err := vnetns.GetFromPath(netns.Path(l.ns))
+	if err != nil {
+		return fmt.Sprintf("network namespace %s is gone (%v)", l.ns, err)
+	}
+	defer now.Close()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.h == nil || now.Equal(l.nsh) {
+		return ""
+	}
+	return fmt.Sprintf("network namespace %s is now another one (%s, opened in %s)", l.ns, now.UniqueId(), l.nsh.UniqueId())
+}
+
+// HoldsAddr reports whether interface name in network namespace ns ("":
+// the gateway's own) holds ip now, for a check before a leg opens.
+func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
+	l, err := OpenLink(ns, name)
+	if err != nil {
+		return false, err
+	}
+	defer l.Close()
+	return l.HoldsAddr(ip)
+}
+
+// Watch subscribes to the kernel's link and address changes in the link's
+// namespace and calls changed, on a goroutine of its own, for each that
+// concerns its interface, until ctx ends. Should the subscription end
+// first (its socket's buffer overran), lost is called once with why, and
+// nothing more: what changed meanwhile is not known. It fails when it
+// cannot subscribe.
+func (l *Link) Watch(ctx context.Context, changed func(), lost func(error)) error {
 	index := 0 // the interface's index, once known: an address update names only that
-	if h, err := linkHandle(ns); err == nil {
-		if l, err := h.LinkByName(name); err == nil {
-			index = l.Attrs().Index
-		}
+	// The subscriptions' sockets are made in the link's namespace, under
+	// its lock: Close does not release the namespace meanwhile.
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.h == nil {
+		return fmt.Errorf("interface %s: link closed", l.name)
+	}
+	if nl, err := l.link(); err == nil {
+		index = nl.Attrs().Index
 	}
 	done := make(chan struct{})
 	links := make(chan netlink.LinkUpdate, 16)
@@ -136,17 +194,19 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 	ignore := func(error) {}
 	lopts := netlink.LinkSubscribeOptions{ErrorCallback: ignore}
 	aopts := netlink.AddrSubscribeOptions{ErrorCallback: ignore}
-	if ns != "" {
+	if l.ns != "" {
+		nsh := l.nsh
 		lopts.Namespace, aopts.Namespace = &nsh, &nsh
 	}
 	if err := netlink.LinkSubscribeWithOptions(links, done, lopts); err != nil {
-		return fmt.Errorf("netlink link updates in network namespace %q: %w", ns, err)
+		return fmt.Errorf("netlink link updates in network namespace %q: %w", l.ns, err)
 	}
 	if err := netlink.AddrSubscribeWithOptions(addrs, done, aopts); err != nil {
 		close(done)
 		drainLinkUpdates(links, addrs, true, false)
-		return fmt.Errorf("netlink address updates in network namespace %q: %w", ns, err)
+		return fmt.Errorf("netlink address updates in network namespace %q: %w", l.ns, err)
 	}
+	name := l.name
 	go func() {
 		var why error
 		defer func() {
@@ -165,7 +225,9 @@ func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(e
 					links, why = nil, errors.New("netlink link updates ended")
 					return
 				}
-				if u.Attrs().Name == name {
+				if u.Attrs().Name == name || (index != 0 && u.Attrs().Index == index) {
+					// By name, or by index: a rename or a deletion
+					// concerns the interface as much as a change of it.
 					index = u.Attrs().Index
 					changed()
 				}

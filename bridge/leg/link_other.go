@@ -4,21 +4,38 @@ package leg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 )
 
-// OperState needs Linux's netlink.
-func OperState(ns, name string) (string, error) {
-	return "", fmt.Errorf("interface %s: operational state: %w", name, ErrNotSupported)
+// Link is a leg's interface; reading it needs Linux's netlink.
+type Link struct{}
+
+// ErrNoInterface is a Link's interface no longer in its namespace.
+var ErrNoInterface = errors.New("no such interface")
+
+// OpenLink opens a link that cannot be read: its reads need Linux's
+// netlink, and say so.
+func OpenLink(ns, name string) (*Link, error) { return &Link{}, nil }
+
+func (l *Link) Close() error { return nil }
+
+func (l *Link) unsupported(what string) error {
+	return fmt.Errorf("%s: %w", what, ErrNotSupported)
+}
+
+func (l *Link) OperState() (string, error) { return "", l.unsupported("operational state") }
+
+func (l *Link) HoldsAddr(netip.Addr) (bool, error) { return false, l.unsupported("addresses") }
+
+func (l *Link) NetnsMoved() string { return "" }
+
+func (l *Link) Watch(context.Context, func(), func(error)) error {
+	return l.unsupported("link updates")
 }
 
 // HoldsAddr needs Linux's netlink.
 func HoldsAddr(ns, name string, ip netip.Addr) (bool, error) {
 	return false, fmt.Errorf("interface %s: addresses: %w", name, ErrNotSupported)
-}
-
-// WatchLink needs Linux's netlink.
-func WatchLink(ctx context.Context, ns, name string, changed func(), lost func(error)) error {
-	return fmt.Errorf("interface %s: link updates: %w", name, ErrNotSupported)
 }

@@ -206,6 +206,9 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 			if l.Netns != "" {
 				on += " in netns " + l.Netns
 			}
+			if l.NetnsMoved != "" {
+				on += " (opened there; " + l.NetnsMoved + ")"
+			}
 			mtu = fmt.Sprint(l.MTU)
 		case config.KindVerbs:
 			on = fmt.Sprintf("%s port %d GID %d %s", l.Device, l.Port, l.GIDIndex, l.GID)

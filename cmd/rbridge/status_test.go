@@ -67,6 +67,12 @@ inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  -         0         any   
 		t.Errorf("table (-want +got):\n%s\ngot:\n%s", d, b.String())
 	}
 	b.Reset()
+	moved := &bridge.Status{Legs: []leg.Status{{Name: "roce", Kind: "userspace", State: "absent: no such interface: v0 in network namespace gw", Interface: "v0", IO: "udp", Netns: "gw",
+		NetnsMoved: "network namespace gw is gone (no such file or directory)"}}}
+	if err := writeStatusTable(&b, moved); err != nil || !strings.Contains(b.String(), "absent: no such interface: v0 in network namespace gw (down)  v0 (udp) in netns gw (opened there; network namespace gw is gone (no such file or directory))") {
+		t.Errorf("a leg whose namespace's name moved: %v:\n%s", err, b.String())
+	}
+	b.Reset()
 	if err := writeStatusTable(&b, &bridge.Status{}); err != nil || !strings.HasSuffix(b.String(), "\nno sessions\n") {
 		t.Errorf("no sessions: %v:\n%s", err, b.String())
 	}
