@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"runtime"
+	"sync/atomic"
 
 	"github.com/rbridge/rbridge/bridge/leg"
 
@@ -26,9 +27,10 @@ import (
 // A loop locks its goroutine to an OS thread (pinned to its CPU with
 // sched_setaffinity when busy_poll_cpus names one) and never yields it:
 // it holds a CPU and one of Go's Ps while the gateway runs, traffic or
-// not, as ib2roce's busy-poll cores do; a leg's busy_poll_idle has its
-// loop nap when it found no traffic for that long (leg.SpinLoop), the
-// CPU and the P given back until a round finds work. Yielding between polls
+// not, as ib2roce's busy-poll cores do; a leg's or a group's
+// busy_poll_idle has its loop nap when it found no traffic for that long
+// (leg.SpinLoop, leg.Spin.Wait), the CPU and the P given back until a
+// round finds work. Yielding between polls
 // (runtime.Gosched) would hand the CPU on, but a goroutine always
 // runnable keeps Go's scheduler from polling the network (it looks at
 // its run queues first, and sysmon polls only every 10 ms), which delays
@@ -39,9 +41,15 @@ import (
 // affinity with it.
 
 // groupSpins is the spin of each of a group's directions (0 roce_to_ib,
-// 1 ib_to_roce): busy_poll_cpus in the order of the directions relayed.
-func groupSpins(gc *config.Group, relays func(dir int) bool) ([2]leg.Spin, error) {
+// 1 ib_to_roce): busy_poll_cpus in the order of the directions relayed,
+// napping after busy_poll_idle, counted in naps.
+func groupSpins(gc *config.Group, relays func(dir int) bool, naps *[2]atomic.Uint64) ([2]leg.Spin, error) {
 	s, err := leg.Spins(gc.BusyPoll, gc.BusyPollCPUs, []bool{relays(0), relays(1)})
+	for i := range s {
+		if s[i].On {
+			s[i].Idle, s[i].Naps = gc.BusyPollIdle, &naps[i]
+		}
+	}
 	return [2]leg.Spin{s[0], s[1]}, err
 }
 

@@ -326,15 +326,19 @@ func TestGatewayGroupRate(t *testing.T) {
 // TestGatewayGroupBusyPoll: a group with busy_poll has its receive loop
 // spin (the process burns CPU with nothing to relay) and relays as
 // before; with busy_poll_cpus the loop's thread is pinned to the CPU
-// given, and that thread ends with the gateway.
+// given, and that thread ends with the gateway. With busy_poll_idle the
+// loop naps with nothing to relay (little CPU, a quiet spell counted),
+// relays all the same, and naps again after.
 func TestGatewayGroupBusyPoll(t *testing.T) {
 	allowed := cpusAllowed(t, "self")
 	last := allowed[len(allowed)-1]
 	for _, tc := range []struct {
 		name, groupKeys, describe string
+		naps                      bool
 	}{
-		{"unpinned", ", busy_poll: true", "busy-polled"},
-		{"pinned", fmt.Sprintf(", busy_poll: true, busy_poll_cpus: [%s]", last), "busy-polled on CPU " + last},
+		{"unpinned", ", busy_poll: true", "busy-polled", false},
+		{"pinned", fmt.Sprintf(", busy_poll: true, busy_poll_cpus: [%s]", last), "busy-polled on CPU " + last, false},
+		{"napping", ", busy_poll: true, busy_poll_idle: 1ms", "busy-polled, napping after 1ms idle", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sender, receiver := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
@@ -343,16 +347,45 @@ func TestGatewayGroupBusyPoll(t *testing.T) {
 			if s := g.Status(); len(s.Groups) != 1 || !strings.Contains(s.Groups[0].RoCESide, tc.describe) {
 				t.Errorf("status groups %+v: want the RoCE side %q", s.Groups, tc.describe)
 			}
-			// Nothing to relay: a loop that sleeps takes no CPU (about 4 ms
-			// in 500), a spinning one a CPU, or its share of a loaded host's:
-			// 100 ms of it within 5 s.
-			cpu, start := cpuTime(t), time.Now()
-			for used := time.Duration(0); used < 100*time.Millisecond; used = cpuTime(t) - cpu {
-				if time.Since(start) > 5*time.Second {
-					t.Errorf("the gateway used %v of CPU in 5 s with nothing to relay: the loop does not spin", used)
-					break
+			naps := func() uint64 {
+				t.Helper()
+				s := g.Status()
+				if n := s.Groups[0].BusyPollNaps; (n != nil) != tc.naps {
+					t.Fatalf("status busy_poll_naps %v: want it shown only with busy_poll_idle", n)
+				} else if n != nil {
+					if n[1] != 0 {
+						t.Errorf("ib_to_roce, not relayed, napped %d times", n[1])
+					}
+					return n[0]
 				}
-				time.Sleep(50 * time.Millisecond)
+				return 0
+			}
+			if tc.naps {
+				// A napping loop with nothing to relay takes a few percent
+				// of a CPU (a poll per ms at most), where a spinning one
+				// takes all of one, or its share of a loaded host's.
+				time.Sleep(100 * time.Millisecond)
+				cpu := cpuTime(t)
+				time.Sleep(time.Second)
+				if used := cpuTime(t) - cpu; used > 300*time.Millisecond {
+					t.Errorf("the gateway used %v of CPU in 1 s with nothing to relay: the loop does not nap", used)
+				}
+				if n := naps(); n != 1 {
+					t.Errorf("one quiet spell before any datagram: %d naps", n)
+				}
+			} else {
+				// Nothing to relay: a loop that sleeps takes no CPU (about 4 ms
+				// in 500), a spinning one a CPU, or its share of a loaded host's:
+				// 100 ms of it within 5 s.
+				cpu, start := cpuTime(t), time.Now()
+				for used := time.Duration(0); used < 100*time.Millisecond; used = cpuTime(t) - cpu {
+					if time.Since(start) > 5*time.Second {
+						t.Errorf("the gateway used %v of CPU in 5 s with nothing to relay: the loop does not spin", used)
+						break
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				naps()
 			}
 			if tc.name == "pinned" {
 				if got := pinnedThreads(t, last, true); len(got) != len(before)+1 {
@@ -369,6 +402,10 @@ func TestGatewayGroupBusyPoll(t *testing.T) {
 			got := drain(t, receiver, rcq, rqp, payload)
 			if gwB := netip.MustParseAddr(lo("2")); got[gwB] != n {
 				t.Errorf("the receiver got %v by source: want %d from the gateway's leg b", got, n)
+			}
+			if tc.naps {
+				// Woken by the datagrams, it naps again once they are past.
+				waitUntil(t, "the loop napping again after the datagrams", func() bool { return naps() >= 2 })
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

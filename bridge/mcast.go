@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/leg"
@@ -52,8 +53,10 @@ type groupRun struct {
 	loops *loopFilter   // what the group admitted lately, both ways (nil: loop_window 0)
 	// limit is the rate limit in force; a reload may swap it.
 	limit limitSlot
-	// spins is how each direction's receive loop waits (busy_poll).
+	// spins is how each direction's receive loop waits (busy_poll);
+	// naps counts the quiet spells each napped through (busy_poll_idle).
 	spins [2]leg.Spin
+	naps  [2]atomic.Uint64
 	// cancel ends the group's relaying; done is closed once it ended and
 	// its QPs are closed.
 	cancel context.CancelFunc
@@ -90,7 +93,7 @@ func (g *Gateway) openGroup(ctx context.Context, gc *config.Group) (*groupRun, e
 	r := &groupRun{cfg: gc, stats: &UDStats{}, qkey: [2]uint32{cm.RDMAUDPQKey, cm.RDMAUDPQKey}, done: make(chan struct{})}
 	r.limit.set(gc.Rate)
 	var err error
-	if r.spins, err = groupSpins(gc, r.relays); err != nil {
+	if r.spins, err = groupSpins(gc, r.relays, &r.naps); err != nil {
 		return nil, err
 	}
 	if gc.LoopWindow > 0 {
@@ -249,6 +252,10 @@ type GroupStatus struct {
 	// FoundBy names the joined_on entry that found the group joined on
 	// its members' side (absent: a group the file names).
 	FoundBy string `json:"found_by,omitempty"`
+	// BusyPollNaps counts the quiet spells each direction's receive loop
+	// napped through ([roce_to_ib, ib_to_roce]; busy_poll_idle; absent
+	// without it).
+	BusyPollNaps *[2]uint64 `json:"busy_poll_naps,omitempty"`
 }
 
 // XDPGroupStatus is the XDP classifier's count of one group's datagrams.
@@ -308,6 +315,9 @@ func (r *groupRun) status(joinedOf string) GroupStatus {
 		RoCESideXDP: r.xdpStatus(0), IBSideXDP: r.xdpStatus(1), FoundBy: joinedOf}
 	if rt := r.limit.rate(); rt.Limited() {
 		gs.Rate = &rt
+	}
+	if r.cfg.BusyPollIdle > 0 {
+		gs.BusyPollNaps = &[2]uint64{r.naps[0].Load(), r.naps[1].Load()}
 	}
 	return gs
 }

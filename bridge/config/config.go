@@ -62,6 +62,7 @@
 //	      burst_bytes: 5MB          # the most at once (default a tenth of bytes, at least 4096)
 //	    busy_poll: true             # optional: each receive loop spins on its own thread, a CPU each
 //	    busy_poll_cpus: [2, 3]      # optional, with busy_poll: pin roce_to_ib's loop to 2, ib_to_roce's to 3
+//	    busy_poll_idle: 10ms        # optional, with busy_poll: each loop naps after this long without a datagram (default: never)
 //	  - name: feeds                 # every group members on one side join (IGMP), relayed to them from the other
 //	    joined_on: ib               # ib or roce: the members' side (an Ethernet link: IGMP); no group:, no direction:
 //	    roce: roce
@@ -809,13 +810,7 @@ func (l *Leg) UnmarshalYAML(n *yaml.Node) error {
 	scalar(vals, "busy_poll", "", &l.BusyPoll, &errs)
 	scalar(vals, "queues", "", &l.Queues, &errs)
 	l.BusyPollCPUs = cpuList(vals, &errs)
-	if d, line := parsed(vals, "busy_poll_idle", "", time.ParseDuration, wantDuration, &errs); line != 0 {
-		if d != 0 && (d < MinBusyPollIdle || d > MaxBusyPollIdle) {
-			errs = append(errs, lineError{line, fmt.Sprintf("busy_poll_idle %v: want 0s (never nap) or a duration from %v to %v", vals["busy_poll_idle"].Value, MinBusyPollIdle, MaxBusyPollIdle)})
-		} else {
-			l.BusyPollIdle = d
-		}
-	}
+	l.BusyPollIdle = busyPollIdle(vals, &errs)
 	if _, ok := vals["udp_offload"]; ok {
 		offload := true
 		scalar(vals, "udp_offload", "", &offload, &errs)
@@ -1235,7 +1230,7 @@ func (a *Admin) check(bad func(int, string, ...any)) {
 	}
 }
 
-// MinBusyPollIdle and MaxBusyPollIdle bound a leg's busy_poll_idle: a
+// MinBusyPollIdle and MaxBusyPollIdle bound a leg's or a group's busy_poll_idle: a
 // spell shorter than a few naps would have the loop nap between the
 // packets of one exchange, and a longer one than a minute is all but
 // never napping.
@@ -1282,6 +1277,17 @@ func validateCPUs(what string, cpus []int, line int, bad func(int, string, ...an
 		}
 		seen[cpu] = true
 	}
+}
+
+// busyPollIdle is a leg's or a group's busy_poll_idle (0 when absent or
+// bad: bad is an error in errs).
+func busyPollIdle(vals map[string]*yaml.Node, errs *[]lineError) time.Duration {
+	d, line := parsed(vals, "busy_poll_idle", "", time.ParseDuration, wantDuration, errs)
+	if line != 0 && d != 0 && (d < MinBusyPollIdle || d > MaxBusyPollIdle) {
+		*errs = append(*errs, lineError{line, fmt.Sprintf("busy_poll_idle %v: want 0s (never nap) or a duration from %v to %v", vals["busy_poll_idle"].Value, MinBusyPollIdle, MaxBusyPollIdle)})
+		return 0
+	}
+	return d
 }
 
 // validateLegBusyPoll checks a leg's busy_poll and busy_poll_cpus (its
@@ -1336,6 +1342,9 @@ func validateBusyPoll(g *Group, bad func(int, string, ...any)) {
 		bad(line, "group %q: busy_poll_cpus: %d CPUs for %d receive loops (one per direction relayed, %s)", g.Name, len(g.BusyPollCPUs), dirs, g.Direction)
 	}
 	validateCPUs(fmt.Sprintf("group %q", g.Name), g.BusyPollCPUs, line, bad)
+	if g.keys["busy_poll_idle"] != 0 && !g.BusyPoll {
+		bad(g.keys.at(g.line, "busy_poll_idle"), "group %q: busy_poll_idle without busy_poll: true", g.Name)
+	}
 }
 
 // Group directions.
@@ -1425,6 +1434,11 @@ type Group struct {
 	// these CPUs: the first roce_to_ib's, the next ib_to_roce's (of the
 	// directions relayed). Isolate them from the rest of the machine.
 	BusyPollCPUs []int `yaml:"busy_poll_cpus"`
+	// BusyPollIdle (with BusyPoll) has each receive loop nap once it has
+	// found no datagram for that long, as a leg's busy_poll_idle does: a
+	// sleep between polls from 50 us doubling to 1 ms, the CPU given back
+	// until the next datagram, which waits up to a nap. 0: never.
+	BusyPollIdle time.Duration `yaml:"busy_poll_idle"`
 	// Peers are the addresses, on either leg, of other gateways that
 	// relay this group between the same fabrics: what they send to the
 	// group (their copies) is never relayed. Optional: without it a copy
@@ -1591,7 +1605,7 @@ func (g *Group) Line() int { return g.line }
 func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	g.line, g.keys = n.Line, linesOf(n)
 	// What is wrong is named with the group in validateGroups.
-	vals, errs := mapping(n, "", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus",
+	vals, errs := mapping(n, "", "name", "group", "roce", "ib", "direction", "mgid", "peers", "loop_window", "rate", "busy_poll", "busy_poll_cpus", "busy_poll_idle",
 		"joined_on", "within", "max_groups")
 	g.notMapping = vals == nil
 	for _, k := range []struct {
@@ -1612,6 +1626,7 @@ func (g *Group) UnmarshalYAML(n *yaml.Node) error {
 	}
 	scalar(vals, "busy_poll", "", &g.BusyPoll, &errs)
 	g.BusyPollCPUs = cpuList(vals, &errs)
+	g.BusyPollIdle = busyPollIdle(vals, &errs)
 	g.LoopWindow = DefaultLoopWindow
 	if w, line := parsed(vals, "loop_window", "", time.ParseDuration, wantDuration, &errs); line != 0 {
 		g.LoopWindow = w
@@ -1752,8 +1767,8 @@ func validateJoined(g *Group, v6 bool, bad func(int, string, ...any)) {
 		bad(at("direction"), "group %q: direction %s: joined_on %s relays %s (to the members on the %s side), the only direction it has", g.Name, g.Direction, g.JoinedOn, dir, g.JoinedOn)
 	}
 	g.Direction = dir
-	if g.BusyPoll || len(g.BusyPollCPUs) > 0 {
-		bad(at("busy_poll", "busy_poll_cpus"), "group %q: busy_poll with joined_on: each group found would hold a CPU while it lasts; busy-poll groups named by address", g.Name)
+	if g.BusyPoll || len(g.BusyPollCPUs) > 0 || g.BusyPollIdle != 0 {
+		bad(at("busy_poll", "busy_poll_cpus", "busy_poll_idle"), "group %q: busy_poll with joined_on: each group found would hold a CPU while it lasts; busy-poll groups named by address", g.Name)
 	}
 	if g.MGID == MGIDIPoIB && g.JoinedOn == SideIB {
 		bad(at("mgid"), "group %q: mgid ipoib with joined_on ib: members are found by IGMP on an Ethernet link, where a group's MGID is its IP mapping", g.Name)

@@ -204,11 +204,14 @@ func TestParseBusyPoll(t *testing.T) {
 	if c, err := config.Parse("gw.yaml", []byte(afxdp)); err != nil || !c.Groups[0].BusyPoll || c.Legs[1].IO != config.IOAFXDP {
 		t.Errorf("a busy-polled group on an AF_XDP leg: %v; want it parsed (the file:\n%s)", err, numbered(afxdp))
 	}
+	if c, err := config.Parse("gw.yaml", []byte(groupFile("", "    busy_poll: true\n    busy_poll_idle: 10ms\n"))); err != nil || c.Groups[0].BusyPollIdle != 10*time.Millisecond {
+		t.Errorf("a napping busy-polled group: %v; want busy_poll_idle 10ms", err)
+	}
 	c, err = config.Parse("gw.yaml", []byte(groupFile("", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := c.Groups[0]; g.BusyPoll || g.BusyPollCPUs != nil {
+	if g := c.Groups[0]; g.BusyPoll || g.BusyPollCPUs != nil || g.BusyPollIdle != 0 {
 		t.Errorf("group without busy_poll: busy_poll %v, busy_poll_cpus %v; want off", g.BusyPoll, g.BusyPollCPUs)
 	}
 }
@@ -369,6 +372,9 @@ func TestParseRateBad(t *testing.T) {
 		{"busy_poll_cpus not a list", "", "    busy_poll: true\n    busy_poll_cpus: 1\n", `gw.yaml:10: group "ticks": busy_poll_cpus: want a list of CPU numbers`},
 		{"busy_poll_cpus not numbers", "", "    busy_poll: true\n    busy_poll_cpus: [one]\n", `gw.yaml:10: group "ticks": busy_poll_cpus "one": not a CPU number`},
 		{"busy_poll not a bool", "", "    busy_poll: fast\n", `gw.yaml:9: group "ticks": busy_poll "fast": want true or false`},
+		{"busy_poll_idle alone", "", "    busy_poll_idle: 10ms\n", `gw.yaml:9: group "ticks": busy_poll_idle without busy_poll: true`},
+		{"busy_poll_idle too short", "", "    busy_poll: true\n    busy_poll_idle: 99us\n", `gw.yaml:10: group "ticks": busy_poll_idle 99us: want 0s (never nap) or a duration from 100µs to 1m0s`},
+		{"busy_poll_idle no unit", "", "    busy_poll: true\n    busy_poll_idle: 5\n", `gw.yaml:10: group "ticks": busy_poll_idle "5": want a duration with a unit`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := groupFile(tc.legKeys, tc.groupKeys)
@@ -721,6 +727,7 @@ func TestParseJoinedBad(t *testing.T) {
 		{"and a group", "    joined_on: ib\n    group: 239.1.1.1\n", `gw.yaml:9: group "feeds": joined_on ib and group 239.1.1.1: a joined_on entry names no group`},
 		{"another direction", "    joined_on: ib\n    direction: both\n", `gw.yaml:9: group "feeds": direction both: joined_on ib relays roce_to_ib`},
 		{"busy_poll", "    joined_on: roce\n    busy_poll: true\n", `gw.yaml:9: group "feeds": busy_poll with joined_on`},
+		{"busy_poll_idle", "    joined_on: roce\n    busy_poll_idle: 1ms\n", `gw.yaml:9: group "feeds": busy_poll with joined_on`},
 		{"ipoib on the members' ib", "    joined_on: ib\n    mgid: ipoib\n", `gw.yaml:9: group "feeds": mgid ipoib with joined_on ib`},
 		{"within IPv6, legs IPv4", "    joined_on: ib\n    within: ff05::/16\n", `gw.yaml:7: group "feeds": ib leg "ib" is not of within ff05::/16's address family`},
 		{"within unicast", "    joined_on: ib\n    within: 10.0.0.0/8\n", `gw.yaml:9: group "feeds": within 10.0.0.0/8: not within the multicast block 224.0.0.0/4`},

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -313,12 +314,15 @@ func (r *UDRing) Close() {
 
 // spin is how one receive loop waits: sleeping (on false), or polling,
 // pinned to cpu (-1: wherever the kernel runs its thread). Idle (a leg's
-// SpinLoop only: busy_poll_idle) has a polling loop nap after that long
-// without work; 0 never.
+// or a group's busy_poll_idle) has a polling loop nap after that long
+// without work (MinNap doubling to MaxNap between polls); 0 never. Naps,
+// when not nil, counts the quiet spells a group's loop (Spin.Wait) napped
+// through; a leg's SpinLoop counts its own.
 type Spin struct {
 	On   bool
 	CPU  int
 	Idle time.Duration
+	Naps *atomic.Uint64
 }
 
 // String describes the spin for a port's description.
@@ -396,10 +400,22 @@ func LegSpin(l *config.Leg) (Spin, error) {
 	return s[0], err
 }
 
-// spinWait polls with poll until it returns a completion or an error, or
+// SpinWait polls with poll until it returns a completion or an error, or
 // ctx ends, without yielding.
 func SpinWait(ctx context.Context, poll func() (int, error)) (int, error) {
+	return Spin{On: true}.Wait(ctx, poll)
+}
+
+// Wait polls with poll until it returns a completion or an error, or ctx
+// ends, without yielding; with an Idle, once poll has found nothing for
+// that long in this wait it sleeps between polls, MinNap at first and
+// twice as long each time up to MaxNap, the thread and its P given back
+// (counted in Naps). The caller calls it when the last wait found work,
+// so a wait's length is the loop's quiet spell.
+func (s Spin) Wait(ctx context.Context, poll func() (int, error)) (int, error) {
 	done := ctx.Done()
+	var since time.Time // the first poll that found nothing
+	var nap time.Duration
 	for {
 		if n, err := poll(); n > 0 || err != nil {
 			return n, err
@@ -408,6 +424,20 @@ func SpinWait(ctx context.Context, poll func() (int, error)) (int, error) {
 		case <-done:
 			return 0, ctx.Err()
 		default:
+		}
+		switch {
+		case s.Idle <= 0:
+		case nap > 0:
+			nap = min(2*nap, MaxNap)
+			time.Sleep(nap)
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= s.Idle:
+			nap = MinNap
+			if s.Naps != nil {
+				s.Naps.Add(1)
+			}
+			time.Sleep(nap)
 		}
 	}
 }

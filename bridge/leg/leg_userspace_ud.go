@@ -175,7 +175,7 @@ func (p *userspaceUDPort) Recv(ctx context.Context, ds []Datagram, wait bool) (i
 	var err error
 	switch {
 	case p.spin.On && wait:
-		n, err = SpinWait(ctx, func() (int, error) { return p.pollOnce(wcs) })
+		n, err = p.spin.Wait(ctx, func() (int, error) { return p.pollOnce(wcs) })
 	case p.spin.On:
 		n, err = p.pollOnce(wcs)
 	case wait:

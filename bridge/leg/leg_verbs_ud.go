@@ -290,7 +290,7 @@ func (p *verbsUDPort) Recv(ctx context.Context, ds []Datagram, wait bool) (int, 
 	var err error
 	switch {
 	case p.spin.On && wait:
-		n, err = SpinWait(ctx, func() (int, error) { return p.rcq.Poll(wcs) })
+		n, err = p.spin.Wait(ctx, func() (int, error) { return p.rcq.Poll(wcs) })
 	case wait:
 		n, err = p.rcq.Wait(ctx, wcs)
 	default:

@@ -1,6 +1,8 @@
 package leg
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -109,5 +111,49 @@ func TestSpinLoopNaps(t *testing.T) {
 	time.Sleep(5 * idle)
 	if n := never.Naps(); n != 0 || strings.Contains(never.Describe(), "nap") {
 		t.Errorf("a loop without Idle: Naps() = %d, status %q; want 0 and no naps said", n, never.Describe())
+	}
+}
+
+// TestSpinWaitNaps: a group's busy-polled wait (Spin.Wait) with an Idle
+// polls without pause until the spell is that long, then naps between
+// polls (one quiet spell counted), and returns the first poll that finds
+// work; without an Idle it never pauses; a context that ends ends a
+// napping wait.
+func TestSpinWaitNaps(t *testing.T) {
+	const quiet = 60 * time.Millisecond
+	wait := func(s Spin) (late int) {
+		t.Helper()
+		start := time.Now()
+		n, err := s.Wait(context.Background(), func() (int, error) {
+			since := time.Since(start)
+			if since >= quiet {
+				return 1, nil
+			}
+			if since >= 10*time.Millisecond {
+				late++ // a poll well after the Idle below
+			}
+			return 0, nil
+		})
+		if n != 1 || err != nil {
+			t.Fatalf("wait: %d, %v; want the poll that found work", n, err)
+		}
+		return late
+	}
+	var naps atomic.Uint64
+	// From 10 ms to 60 ms at least 50 us and at most 1 ms apart: 50
+	// polls and a few of the first doubling naps, not thousands.
+	if late := wait(Spin{On: true, CPU: -1, Idle: 2 * time.Millisecond, Naps: &naps}); late > 200 || late < 5 {
+		t.Errorf("napping after 2 ms: %d polls in the last 50 ms of a 60 ms spell, want about 50 (naps of 50 us doubling to 1 ms)", late)
+	}
+	if naps.Load() != 1 {
+		t.Errorf("one quiet spell: %d naps counted", naps.Load())
+	}
+	if late := wait(Spin{On: true, CPU: -1}); late < 1000 {
+		t.Errorf("never napping: %d polls in the last 50 ms of a 60 ms spell, want it spinning", late)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := (Spin{On: true, CPU: -1, Idle: time.Millisecond}).Wait(ctx, func() (int, error) { return 0, nil }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a napping wait whose context ended: %v", err)
 	}
 }
