@@ -95,9 +95,10 @@ func TestGatewayLinkDown(t *testing.T) {
 // through is deleted under the running gateway. That is a link down, not
 // a link that cannot be read: the session ends at once, /healthz names
 // the leg, and /status says the interface is absent from the leg's
-// namespace.
+// namespace. Made again, the io: udp leg is up again and carries a new
+// session.
 func TestGatewayLinkDeleted(t *testing.T) {
-	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbx", "10.96.0.1/24", "10.96.0.2/24")
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "network namespaces and a veth", "rbx", "10.96.0.1/24", "10.96.0.2/24")
 	target := newCMAppIn(t, peerNS, "", "10.96.0.2", nil)
 	ln, err := target.cm.Listen(7473, 8)
 	if err != nil {
@@ -127,6 +128,70 @@ func TestGatewayLinkDeleted(t *testing.T) {
 		if ls.Name == "b" && (ls.Up || !strings.HasPrefix(ls.State, "absent: ") || !strings.Contains(ls.State, gwIf+" in network namespace "+gwNS)) {
 			t.Errorf("leg b on /status: state %q, up %v; want absent, naming %s in %s", ls.State, ls.Up, gwIf, gwNS)
 		}
+	}
+	// Made again with the leg's address: an io: udp leg's socket is bound
+	// to the address, so the leg is up again and carries a new session.
+	remakeVeth(t, gwNS, peerNS, gwIf, peerIf, "10.96.0.1/24", "10.96.0.2/24")
+	waitUntil(t, "ready once the interface is made again", func() bool { return g.Ready() == nil })
+	time.Sleep(3 * bridge.LinkPoll)
+	again, _, _ := dialThrough(t, ctx, client, target, ln, "1:7473")
+	if err := again.Disconnect(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestGatewayLinkReplacedAFXDP: the interface of an io: afxdp leg is
+// deleted and another made under its name, with the leg's address. The
+// leg's classifier and AF_XDP sockets went with the first: the leg stays
+// down, its state saying the interface was replaced and what to do.
+func TestGatewayLinkReplacedAFXDP(t *testing.T) {
+	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "network namespaces, a veth and AF_XDP", "rbr", "10.97.0.1/24", "10.97.0.2/24")
+	cfg := twoLegConfig(t, gwNS, gwIf, "10.97.0.1", `
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7474"}
+    target: {leg: b, addr: "10.97.0.2:7474"}
+`)
+	cfg.Legs[1].IO = config.IOAFXDP
+	g := startGateway(t, cfg)
+	if err := g.Ready(); err != nil {
+		t.Fatalf("ready before: %v", err)
+	}
+	if out, err := exec.Command("ip", "-n", gwNS, "link", "del", gwIf).CombinedOutput(); err != nil {
+		t.Fatalf("ip link del %s: %v: %s", gwIf, err, out)
+	}
+	remakeVeth(t, gwNS, peerNS, gwIf, peerIf, "10.97.0.1/24", "10.97.0.2/24")
+	var state string
+	waitUntil(t, "leg b seen replaced", func() bool {
+		for _, ls := range g.Status().Legs {
+			if ls.Name == "b" {
+				state = ls.State
+				return strings.HasPrefix(ls.State, "replaced: ") && !ls.Up
+			}
+		}
+		return false
+	})
+	if !strings.Contains(state, "restart the gateway") {
+		t.Errorf("leg b's state %q: want it to say what to do", state)
+	}
+	if err := g.Ready(); err == nil || !strings.Contains(err.Error(), `leg "b"`) {
+		t.Errorf("ready with leg b's interface replaced: %v, want an error naming it", err)
+	}
+}
+
+// remakeVeth makes the veth pair of vethNamespaces again, after its
+// gateway end was deleted (which deletes the pair).
+func remakeVeth(t *testing.T, gwNS, peerNS, gwIf, peerIf, gwAddr, peerAddr string) {
+	t.Helper()
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("-n", gwNS, "link", "add", gwIf, "type", "veth", "peer", "name", peerIf, "netns", peerNS)
+	for _, s := range []struct{ ns, ifc, addr string }{{gwNS, gwIf, gwAddr}, {peerNS, peerIf, peerAddr}} {
+		ip("-n", s.ns, "addr", "add", s.addr, "dev", s.ifc)
+		ip("-n", s.ns, "link", "set", s.ifc, "up")
 	}
 }
 
@@ -210,7 +275,7 @@ func TestOperStateKeepsThreads(t *testing.T) {
 	defer l.Close()
 	before := tasks()
 	for range 50 {
-		s, err := l.OperState()
+		s, _, err := l.OperState()
 		if err != nil || s != "up" {
 			t.Fatalf("%s in %s: %q, %v; want up", gwIf, gwNS, s, err)
 		}

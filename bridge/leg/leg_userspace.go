@@ -68,8 +68,9 @@ type userspaceLeg struct {
 	// receive goroutine) and its endpoints' send CQs; nil otherwise.
 	loop *SpinLoop
 	// link is the interface's link, read in the namespace the leg opened
-	// in.
-	link *Link
+	// in; ifindex the interface's index then.
+	link    *Link
+	ifindex int
 	// netnsMoved is the last thing Link.NetnsMoved said, logged when it changes.
 	netnsMoved atomic.Pointer[string]
 }
@@ -115,6 +116,7 @@ func OpenUserspace(l *config.Leg, pl *pool.Pool, log *slog.Logger) (Leg, error) 
 			log.Info("userspace leg on a floating address: bound free, it takes traffic while the interface holds it",
 				"leg", l.Name, "ip", l.IP, "held", err == nil)
 		}
+		u.ifindex = ifi.Index
 		u.MTU, u.mtuWhy = legMTU(ifi, l.IO)
 		if l.MTU > 0 && l.MTU < u.MTU {
 			u.MTU, u.mtuWhy = l.MTU, fmt.Sprintf("the leg's mtu %d (%s)", l.MTU, u.mtuWhy)
@@ -565,16 +567,22 @@ func (u *userspaceLeg) WatchLink(ctx context.Context, changed func(), lost func(
 
 // Link is the interface's operational state in the leg's namespace. An
 // interface no longer there (deleted, or moved out) is down: the leg's
-// address went with it. Only an error reading it is "unreadable", which
-// the link watch takes for no change.
+// address went with it. So is, for an io: afxdp leg, another interface
+// made under its name: the leg's classifier and sockets were bound to
+// the one it opened on, and went with it (an io: udp leg's socket is
+// bound to its address, which serves wherever it is). Only an error
+// reading it is "unreadable", which the link watch takes for no change.
 func (u *userspaceLeg) Link(string, bool) (string, bool, *portcounters.Port) {
 	u.noteNetnsMoved()
-	s, err := u.link.OperState()
+	s, index, err := u.link.OperState()
 	switch {
 	case errors.Is(err, ErrNoInterface):
 		return "absent: " + err.Error(), false, nil
 	case err != nil:
 		return "unreadable: " + err.Error(), false, nil
+	case index != u.ifindex && u.cfg.IO == config.IOAFXDP:
+		return fmt.Sprintf("replaced: %s is another interface now (index %d; the leg's AF_XDP sockets were bound to index %d): restart the gateway to open it there",
+			InNetns(u.cfg.Interface, u.cfg.Netns), index, u.ifindex), false, nil
 	}
 	return s, s == "up" || s == "unknown", nil
 }

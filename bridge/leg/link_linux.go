@@ -95,19 +95,21 @@ func (l *Link) link() (netlink.Link, error) {
 }
 
 // OperState returns the interface's operational state (up, down,
-// lowerlayerdown, unknown, ...); ErrNoInterface once it is not in the
-// namespace.
-func (l *Link) OperState() (string, error) {
+// lowerlayerdown, unknown, ...) and its index (an interface deleted and
+// made again under the same name has another); ErrNoInterface once no
+// interface of its name is in the namespace.
+func (l *Link) OperState() (string, int, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	nl, err := l.link()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
-	if s := int(nl.Attrs().OperState); s < len(operStates) {
-		return operStates[s], nil
+	a := nl.Attrs()
+	if s := int(a.OperState); s < len(operStates) {
+		return operStates[s], a.Index, nil
 	}
-	return fmt.Sprintf("operstate %d", nl.Attrs().OperState), nil
+	return fmt.Sprintf("operstate %d", a.OperState), a.Index, nil
 }
 
 // HoldsAddr reports whether the interface holds ip now: a freebind leg's

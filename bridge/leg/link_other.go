@@ -25,7 +25,7 @@ func (l *Link) unsupported(what string) error {
 	return fmt.Errorf("%s: %w", what, ErrNotSupported)
 }
 
-func (l *Link) OperState() (string, error) { return "", l.unsupported("operational state") }
+func (l *Link) OperState() (string, int, error) { return "", 0, l.unsupported("operational state") }
 
 func (l *Link) HoldsAddr(netip.Addr) (bool, error) { return false, l.unsupported("addresses") }
 

@@ -95,20 +95,24 @@ func TestWatchLink(t *testing.T) {
 	expect("the interface down", true)
 	ip("link", "set", "w0", "name", "w9")
 	expect("the interface renamed", true)
-	if st, err := l.OperState(); !errors.Is(err, leg.ErrNoInterface) {
+	if st, _, err := l.OperState(); !errors.Is(err, leg.ErrNoInterface) {
 		t.Errorf("the interface renamed away: %q, %v; want ErrNoInterface", st, err)
 	}
 	ip("link", "set", "w9", "name", "w0")
 	expect("the interface named back", true)
+	_, first, err := l.OperState()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ip("link", "del", "w0")
 	expect("the interface deleted", true)
-	if st, err := l.OperState(); !errors.Is(err, leg.ErrNoInterface) || !strings.Contains(err.Error(), "w0 in network namespace "+ns) {
+	if st, _, err := l.OperState(); !errors.Is(err, leg.ErrNoInterface) || !strings.Contains(err.Error(), "w0 in network namespace "+ns) {
 		t.Errorf("the interface deleted: %q, %v; want ErrNoInterface naming w0 in %s", st, err, ns)
 	}
 	ip("link", "add", "w0", "type", "veth", "peer", "name", "w1")
 	expect("the interface made again", true)
-	if st, err := l.OperState(); err != nil || st != "down" {
-		t.Errorf("the interface made again: %q, %v; want down", st, err)
+	if st, index, err := l.OperState(); err != nil || st != "down" || index == first {
+		t.Errorf("the interface made again: %q, index %d, %v; want down, another index than %d", st, index, err, first)
 	}
 
 	cancel()
@@ -166,7 +170,7 @@ func TestLinkNetnsMoved(t *testing.T) {
 	if m := l.NetnsMoved(); !strings.Contains(m, "now another one") {
 		t.Errorf("the name made again: NetnsMoved %q, want another one", m)
 	}
-	if st, err := l.OperState(); err != nil || st != "up" {
+	if st, _, err := l.OperState(); err != nil || st != "up" {
 		t.Errorf("read after the name moved: %q, %v; want up, as in the namespace it opened in", st, err)
 	}
 	held, err := leg.HoldsAddr(ns, "m0", netip.MustParseAddr("198.18.9.1"))
@@ -176,7 +180,7 @@ func TestLinkNetnsMoved(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.OperState(); err == nil {
+	if _, _, err := l.OperState(); err == nil {
 		t.Error("read after Close: no error")
 	}
 }
