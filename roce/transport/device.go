@@ -74,7 +74,10 @@ type Stats struct {
 	RxForeign atomic.Uint64
 	// QPsMovedIn counts the RC QPs this device took over from another
 	// device of the address, their packets arriving here (move.go).
-	QPsMovedIn  atomic.Uint64
+	QPsMovedIn atomic.Uint64
+	// ReadYields counts the times a QP's stream of READ responses gave
+	// its device's receive loop its turn (ResponseBudget).
+	ReadYields  atomic.Uint64
 	CQOverflows atomic.Uint64 // completions that found their CQ full
 	EventsLost  atomic.Uint64 // async events nobody took before the queue filled
 	// TxNAKCodes and RxNAKCodes count the NAKs sent and received by code
@@ -96,7 +99,7 @@ type StatsSnapshot struct {
 	RxPackets, TxPackets, RxMalformed, RxUnknownQP, RxDuplicate, RxOutOfSequence uint64
 	TxNAKs, TxRNRNAKs, Retransmit, Timeouts, TailProbes                          uint64
 	RxCNPs, TxCNPs, RxECNCE, RateCuts, UDDropped, CQOverflows, EventsLost        uint64
-	RxForeign, QPsMovedIn                                                        uint64
+	RxForeign, QPsMovedIn, ReadYields                                            uint64
 	TxNAKCodes, RxNAKCodes                                                       [NAKCodes]uint64
 	ErrorCompletions                                                             [NumStatuses]uint64
 }
@@ -108,7 +111,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		TxNAKs: s.TxNAKs.Load(), TxRNRNAKs: s.TxRNRNAKs.Load(), Retransmit: s.Retransmit.Load(), Timeouts: s.Timeouts.Load(),
 		TailProbes: s.TailProbes.Load(), RxCNPs: s.RxCNPs.Load(), TxCNPs: s.TxCNPs.Load(), RxECNCE: s.RxECNCE.Load(),
 		RateCuts: s.RateCuts.Load(), UDDropped: s.UDDropped.Load(), CQOverflows: s.CQOverflows.Load(), EventsLost: s.EventsLost.Load(),
-		RxForeign: s.RxForeign.Load(), QPsMovedIn: s.QPsMovedIn.Load()}
+		RxForeign: s.RxForeign.Load(), QPsMovedIn: s.QPsMovedIn.Load(), ReadYields: s.ReadYields.Load()}
 	for i := range NAKCodes {
 		out.TxNAKCodes[i], out.RxNAKCodes[i] = s.TxNAKCodes[i].Load(), s.RxNAKCodes[i].Load()
 	}
@@ -121,6 +124,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 // Add adds o's counts to s's (the devices of one address, summed).
 func (s *StatsSnapshot) Add(o StatsSnapshot) {
 	s.RxPackets += o.RxPackets
+	s.ReadYields += o.ReadYields
 	s.TxPackets += o.TxPackets
 	s.RxMalformed += o.RxMalformed
 	s.RxUnknownQP += o.RxUnknownQP
@@ -434,13 +438,11 @@ func (d *Device) AfterReceived(fn func()) {
 		return
 	default:
 	}
-	dl, wakes := d.conn.(roce.ReadDeadliner)
-	_, try := d.conn.(TryReader)
-	_, tryLent := d.conn.(TryLender)
-	if !d.opts.Polled && (!wakes || !(try || tryLent)) {
+	if !d.defers() {
 		fn()
 		return
 	}
+	dl, _ := d.conn.(roce.ReadDeadliner)
 	d.afterMu.Lock()
 	d.after = append(d.after, fn)
 	d.afterMu.Unlock()
@@ -494,6 +496,19 @@ func (d *Device) runAfter() {
 // drainAfter is the receive goroutine's part of AfterReceived: with
 // functions queued, it reads without waiting until the conn is empty (at
 // most afterDrainBatches), hands each batch on, then runs them.
+// defers reports whether AfterReceived defers its function to d's reader
+// (a polled device, or a conn whose wait a deadline ends and that reads
+// without waiting), rather than running it at once.
+func (d *Device) defers() bool {
+	if d.opts.Polled {
+		return true
+	}
+	_, wakes := d.conn.(roce.ReadDeadliner)
+	_, try := d.conn.(TryReader)
+	_, tryLent := d.conn.(TryLender)
+	return wakes && (try || tryLent)
+}
+
 func (d *Device) drainAfter(rx *rxScratch, frames []uint64) []uint64 {
 	if !d.afterSet.Load() {
 		return frames
@@ -794,11 +809,24 @@ func (d *Device) handleBatch(rx *rxScratch, n int) {
 	}
 }
 
+// ResponseBudget is the most READ response packets one call sends for a
+// QP (1 MiB at MTU 4096) where its device can take the rest up later:
+// then, with more ready, the QP gives its device's receive loop its turn
+// (AfterReceived) and the loop sends the rest after what arrived
+// meanwhile. A large READ whose data completed at once (a verbs leg's
+// READ completes as one) is otherwise written in one go under the
+// device's send lock, by the loop or the goroutine that completed it, and
+// every other QP of the device waits for it, their ACKs and requests
+// with them.
+const ResponseBudget = 4 * maxBurst
+
 // sendLocked writes the packets qp has queued, and the READ responses it
-// still owes, in bursts, under d.txMu (d serves qp: QP.send); after Close
-// it writes nothing, and what qp queued is dropped, its READ data's leases
-// released (nothing will send them).
+// still owes, in bursts, under d.txMu (d serves qp: QP.send), up to
+// ResponseBudget of the responses where d can send the rest later; after
+// Close it writes nothing, and what qp queued is dropped, its READ data's
+// leases released (nothing will send them).
 func (d *Device) sendLocked(qp *QP) {
+	responses := 0
 	for {
 		select {
 		case <-d.closed:
@@ -808,9 +836,16 @@ func (d *Device) sendLocked(qp *QP) {
 		}
 		msgs := qp.takeTx()
 		if len(msgs) == 0 {
-			if !qp.moreResponses() {
+			if responses >= ResponseBudget && d.defers() && qp.responsesReady() {
+				d.stats.ReadYields.Add(1)
+				d.AfterReceived(qp.send)
 				return
 			}
+			n := qp.moreResponsesN()
+			if n == 0 {
+				return
+			}
+			responses += n
 			continue
 		}
 		d.writeAll(msgs, qp.qpn)

@@ -770,15 +770,27 @@ func (qp *QP) respondLocked() int {
 	return queued
 }
 
-// moreResponses queues READ responses that wait, and reports whether it
-// queued any.
-func (qp *QP) moreResponses() bool {
+// moreResponsesN queues READ responses that wait, up to a burst, and
+// returns how many it queued.
+func (qp *QP) moreResponsesN() int {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if len(qp.resp.reads) == 0 {
+		return 0
+	}
+	return qp.respondLocked()
+}
+
+// responsesReady reports whether a READ response waits whose data has
+// completed (what moreResponsesN would queue).
+func (qp *QP) responsesReady() bool {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if len(qp.resp.reads) == 0 {
 		return false
 	}
-	return qp.respondLocked() > 0
+	r := qp.resp.reads[0]
+	return min((r.k+1)*qp.mtu, r.total) <= r.have
 }
 
 // abandonLocked drops every request pending at the target and every READ
