@@ -36,6 +36,10 @@ type DeviceOptions struct {
 	IdleWake time.Duration
 	// Logger receives the device's events (default slog.Default()).
 	Logger *slog.Logger
+	// ResponseBudget is the most READ response packets a QP sends in one
+	// go before it yields the device's receive loop (0: the default,
+	// ResponseBudget; -1: never, the whole of what is ready in one go).
+	ResponseBudget int
 	// Polled starts no goroutine to read the conn: the caller's Poll
 	// reads what has arrived, without waiting, and hands it on as the
 	// receive goroutine would (a busy-polled leg, whose one loop then
@@ -186,6 +190,9 @@ type Device struct {
 	conn roce.PacketConn
 	opts DeviceOptions
 	log  *slog.Logger
+	// budget is the READ responses a QP sends before it yields (-1:
+	// never; DeviceOptions.ResponseBudget).
+	budget int
 
 	mu      sync.RWMutex // guards qps, moved, nextQPN and groups
 	qps     map[uint32]*QP
@@ -231,6 +238,10 @@ type Device struct {
 	afterMu  sync.Mutex
 	after    []func()
 	afterSet atomic.Bool
+	// waits says the receive goroutine waits on its conn, or is about to,
+	// having found no function queued: AfterReceived then ends its wait
+	// with a deadline (drainAfter).
+	waits atomic.Bool
 }
 
 // afterDrainBatches bounds how many batches a reader reads before it runs
@@ -338,6 +349,9 @@ func newDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 	if opts.Queues > 1 && (opts.Queue < 0 || opts.Queue >= opts.Queues) {
 		return nil, fmt.Errorf("transport: new device: queue %d of %d", opts.Queue, opts.Queues)
 	}
+	if opts.ResponseBudget < -1 {
+		return nil, fmt.Errorf("transport: new device: a READ response budget of %d packets (want -1, 0 or more)", opts.ResponseBudget)
+	}
 	log := opts.Logger.With("conn", conn.LocalAddr().String())
 	if opts.Queues > 1 {
 		log = log.With("queue", opts.Queue)
@@ -350,6 +364,10 @@ func newDevice(conn roce.PacketConn, opts DeviceOptions) (*Device, error) {
 		nextQPN: 0x11, // QPNs 0 and 1 are the special QPs
 		closed:  make(chan struct{}),
 		events:  make(chan AsyncEvent, asyncEventQueue),
+		budget:  opts.ResponseBudget,
+	}
+	if d.budget == 0 {
+		d.budget = ResponseBudget
 	}
 	d.beat.Store(time.Now().UnixNano())
 	if opts.Polled {
@@ -447,9 +465,11 @@ func (d *Device) AfterReceived(fn func()) {
 	d.after = append(d.after, fn)
 	d.afterMu.Unlock()
 	d.afterSet.Store(true)
-	if !d.opts.Polled {
+	if !d.opts.Polled && d.waits.Load() {
 		// A past deadline ends the reader's wait; it reads the rest
-		// without waiting, then runs fn.
+		// without waiting, then runs fn. A reader not waiting (handling
+		// a batch: a READ's stream yielding from the loop itself) looks
+		// for fn before it waits again (drainAfter).
 		_ = dl.SetReadDeadline(time.Now())
 	}
 	select {
@@ -493,9 +513,6 @@ func (d *Device) runAfter() {
 	}
 }
 
-// drainAfter is the receive goroutine's part of AfterReceived: with
-// functions queued, it reads without waiting until the conn is empty (at
-// most afterDrainBatches), hands each batch on, then runs them.
 // defers reports whether AfterReceived defers its function to d's reader
 // (a polled device, or a conn whose wait a deadline ends and that reads
 // without waiting), rather than running it at once.
@@ -509,24 +526,35 @@ func (d *Device) defers() bool {
 	return wakes && (try || tryLent)
 }
 
+// drainAfter is the receive goroutine's part of AfterReceived: with
+// functions queued, it reads without waiting until the conn is empty (at
+// most afterDrainBatches), hands each batch on, then runs them; and again
+// while they queued more (a READ's stream yielding again). It returns
+// with d.waits set, the goroutine about to wait on its conn: from then
+// on AfterReceived wakes it with a deadline.
 func (d *Device) drainAfter(rx *rxScratch, frames []uint64) []uint64 {
-	if !d.afterSet.Load() {
-		return frames
-	}
-	tl, lend := d.conn.(TryLender)
-	if !lend || !tl.LendsFrames() {
-		tl = nil
-	}
-	tr, _ := d.conn.(TryReader)
-	for range afterDrainBatches {
-		var n int
-		var err error
-		if n, frames, err = d.readNow(rx, frames, tl, tr); err != nil || n == 0 {
-			break
+	for {
+		// AfterReceived sets afterSet, then reads waits; here waits is
+		// set, then afterSet read: one of the two sees the other's.
+		d.waits.Store(true)
+		if !d.afterSet.Load() {
+			return frames
 		}
+		d.waits.Store(false)
+		tl, lend := d.conn.(TryLender)
+		if !lend || !tl.LendsFrames() {
+			tl = nil
+		}
+		tr, _ := d.conn.(TryReader)
+		for range afterDrainBatches {
+			var n int
+			var err error
+			if n, frames, err = d.readNow(rx, frames, tl, tr); err != nil || n == 0 {
+				break
+			}
+		}
+		d.runAfter()
 	}
-	d.runAfter()
-	return frames
 }
 
 // readNow reads what the conn holds without waiting, up to a batch, by
@@ -722,6 +750,7 @@ func (d *Device) routineReceive() {
 		} else {
 			n, err = d.conn.ReadBatch(msgs)
 		}
+		d.waits.Store(false)
 		if err != nil {
 			select {
 			case <-d.closed:
@@ -810,15 +839,16 @@ func (d *Device) handleBatch(rx *rxScratch, n int) {
 }
 
 // ResponseBudget is the most READ response packets one call sends for a
-// QP (1 MiB at MTU 4096) where its device can take the rest up later:
-// then, with more ready, the QP gives its device's receive loop its turn
-// (AfterReceived) and the loop sends the rest after what arrived
-// meanwhile. A large READ whose data completed at once (a verbs leg's
-// READ completes as one) is otherwise written in one go under the
-// device's send lock, by the loop or the goroutine that completed it, and
-// every other QP of the device waits for it, their ACKs and requests
-// with them.
-const ResponseBudget = 4 * maxBurst
+// QP (a burst: 256 KiB at MTU 4096; DeviceOptions.ResponseBudget), where
+// its device can take the rest up later: then, with more ready, the QP
+// gives its device's receive loop its turn (AfterReceived) and the loop
+// sends the rest after what arrived meanwhile. A large READ whose data
+// completed at once (a verbs leg's READ completes as one) is otherwise
+// written in one go under the device's send lock, by the loop or the
+// goroutine that completed it, and every other QP of the device waits
+// for it, their ACKs and requests with them. BenchmarkReadNeighbour
+// measures what it costs the stream and gains its neighbours.
+const ResponseBudget = maxBurst
 
 // sendLocked writes the packets qp has queued, and the READ responses it
 // still owes, in bursts, under d.txMu (d serves qp: QP.send), up to
@@ -836,7 +866,7 @@ func (d *Device) sendLocked(qp *QP) {
 		}
 		msgs := qp.takeTx()
 		if len(msgs) == 0 {
-			if responses >= ResponseBudget && d.defers() && qp.responsesReady() {
+			if d.budget > 0 && responses >= d.budget && d.defers() && qp.responsesReady() {
 				d.stats.ReadYields.Add(1)
 				d.AfterReceived(qp.send)
 				return

@@ -1,6 +1,8 @@
 package transport_test
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,11 +21,27 @@ import (
 // before, the first Poll sent every response before it read the SEND.
 // The READ's bytes arrive whole, and a 2-byte READ does not yield.
 func TestReadYields(t *testing.T) {
+	t.Run("budget", func(t *testing.T) { readYields(t, 0) })
+	t.Run("no budget", func(t *testing.T) { readYields(t, -1) })
+	sn := simnet.New(simnet.Options{})
+	c, err := sn.Listen(netip.MustParseAddrPort("10.0.0.3:4791"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := transport.NewDevice(c, transport.DeviceOptions{ResponseBudget: -2}); err == nil || !strings.Contains(err.Error(), "budget of -2") {
+		t.Errorf("a READ response budget of -2: %v, want it refused", err)
+	}
+}
+
+// readYields is TestReadYields with DeviceOptions.ResponseBudget budget
+// on the server: -1 is the stream in one go, the SEND after it.
+func readYields(t *testing.T, budget int) {
 	const size = 4 << 20 // 4096 responses at MTU 1024: 16 budgets
 	const responses = size / 1024
 	sn := simnet.New(simnet.Options{})
 	client := newEnd(t, sn, "10.0.0.1:4791")
-	server := newEndOpts(t, sn, "10.0.0.2:4791", transport.DeviceOptions{Polled: true})
+	server := newEndOpts(t, sn, "10.0.0.2:4791", transport.DeviceOptions{Polled: true, ResponseBudget: budget})
 	client.mem, server.mem = make([]byte, size+4096), make([]byte, size+4096)
 	for _, e := range []*end{client, server} {
 		var err error
@@ -40,10 +58,10 @@ func TestReadYields(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	connect(t, client, server, connOpts{mtu: 1024})
+	connect(t, client, server, connOpts{mtu: 1024, timeout: 16, retry: 7})
 	other := &end{dev: client.dev, pd: client.pd, mr: client.mr, mem: client.mem, scq: client.scq, rcq: client.rcq, addr: client.addr, access: client.access}
 	otherServer := &end{dev: server.dev, pd: server.pd, mr: server.mr, mem: server.mem, scq: server.scq, rcq: server.rcq, addr: server.addr, access: server.access}
-	connect(t, other, otherServer, connOpts{mtu: 1024})
+	connect(t, other, otherServer, connOpts{mtu: 1024, timeout: 16, retry: 7})
 
 	want := pattern(5, size)
 	copy(server.mem, want)
@@ -56,7 +74,12 @@ func TestReadYields(t *testing.T) {
 	}
 	poll() // reads the READ, sends a budget
 	sent := server.dev.Stats().TxPackets.Load()
-	if sent >= responses || server.dev.Stats().ReadYields.Load() != 1 {
+	if budget < 0 {
+		if sent < responses || server.dev.Stats().ReadYields.Load() != 0 {
+			t.Fatalf("without a budget the first Poll sent %d of the READ's %d responses, %d yields: want them all, no yield",
+				sent, responses, server.dev.Stats().ReadYields.Load())
+		}
+	} else if sent >= responses || server.dev.Stats().ReadYields.Load() != 1 {
 		t.Fatalf("the first Poll sent %d of the READ's %d responses, %d yields: want a budget (%d), then a yield",
 			sent, responses, server.dev.Stats().ReadYields.Load(), transport.ResponseBudget)
 	}
@@ -68,7 +91,7 @@ func TestReadYields(t *testing.T) {
 	if n := server.rcq.Poll(wc[:]); n != 1 || wc[0].ID != 9 || wc[0].Status != transport.StatusSuccess {
 		t.Fatalf("the SEND that arrived after the READ's first budget: %d receive completions %+v at the next Poll", n, wc[:n])
 	}
-	if got := server.dev.Stats().TxPackets.Load(); got >= responses {
+	if got := server.dev.Stats().TxPackets.Load(); got >= responses && budget >= 0 {
 		t.Errorf("by the Poll that handled the SEND the server had sent %d packets: the READ's %d responses went first", got, responses)
 	}
 	var wcs []transport.WC
@@ -79,8 +102,12 @@ func TestReadYields(t *testing.T) {
 		var got [2]transport.WC
 		wcs = append(wcs, got[:client.scq.Poll(got[:])]...)
 	}
-	if len(wcs) != 2 || wcs[0].ID != 2 || wcs[1].ID != 1 {
-		t.Errorf("completions %d, %d: want the SEND's first, then the READ's", wcs[0].ID, wcs[1].ID)
+	first := uint64(2) // the SEND's
+	if budget < 0 {
+		first = 1 // the READ's
+	}
+	if wcs[0].ID != first {
+		t.Errorf("completions %d, %d: want the SEND's first, then the READ's (without a budget the READ's first)", wcs[0].ID, wcs[1].ID)
 	}
 	for _, w := range wcs {
 		if w.Status != transport.StatusSuccess {
@@ -88,8 +115,8 @@ func TestReadYields(t *testing.T) {
 		}
 	}
 	equal(t, "the READ's bytes", client.mem[:size], want)
-	if y := server.dev.Stats().ReadYields.Load(); int(y) < responses/transport.ResponseBudget-1 {
-		t.Errorf("%d yields for %d responses, want one per %d", y, responses, transport.ResponseBudget)
+	if y := server.dev.Stats().ReadYields.Load(); budget >= 0 && int(y) < responses/transport.ResponseBudget-2 || budget < 0 && y != 0 {
+		t.Errorf("%d yields for %d responses, want one per %d (none without a budget)", y, responses, transport.ResponseBudget)
 	}
 	// A READ within the budget is sent at once.
 	y := server.dev.Stats().ReadYields.Load()
