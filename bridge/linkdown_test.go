@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -31,20 +32,9 @@ func TestGatewayLinkDown(t *testing.T) {
 		}
 	}
 
-	target := newCMAppIn(t, peerNS, "", "10.94.0.2", nil)
-	ln, err := target.cm.Listen(7471, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	g := startGateway(t, twoLegConfig(t, gwNS, gwIf, "10.94.0.1", `
-  - name: r
-    listen: {leg: a, addr: "127.0.10.1:7471"}
-    target: {leg: b, addr: "10.94.0.2:7471"}
-`))
-	client := newCMApp(t, lo("3"))
-	cc, _, _ := dialThrough(t, ctx, client, target, ln, "1:7471")
+	g, client, target, ln, cc := sessionOverVeth(t, ctx, gwNS, peerNS, gwIf, "10.94.0", 7471, "3")
 	if err := g.Ready(); err != nil {
 		t.Fatalf("ready with every link up: %v", err)
 	}
@@ -71,7 +61,7 @@ func TestGatewayLinkDown(t *testing.T) {
 		}
 	}
 	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = client.cm.Dial(dctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
+	_, err := client.cm.Dial(dctx, netip.MustParseAddrPort(lo("1:7471")), cm.DialOptions{QP: client.qp(t)})
 	dcancel()
 	if rj := (*cm.RejectError)(nil); err == nil || !errors.As(err, &rj) {
 		t.Errorf("a connection while the target's leg is down: %v, want a reject", err)
@@ -99,20 +89,9 @@ func TestGatewayLinkDown(t *testing.T) {
 // session.
 func TestGatewayLinkDeleted(t *testing.T) {
 	gwNS, peerNS, gwIf, peerIf := vethNamespaces(t, "network namespaces and a veth", "rbx", "10.96.0.1/24", "10.96.0.2/24")
-	target := newCMAppIn(t, peerNS, "", "10.96.0.2", nil)
-	ln, err := target.cm.Listen(7473, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	g := startGateway(t, twoLegConfig(t, gwNS, gwIf, "10.96.0.1", `
-  - name: r
-    listen: {leg: a, addr: "127.0.10.1:7473"}
-    target: {leg: b, addr: "10.96.0.2:7473"}
-`))
-	client := newCMApp(t, lo("5"))
-	cc, _, _ := dialThrough(t, ctx, client, target, ln, "1:7473")
+	g, client, target, ln, cc := sessionOverVeth(t, ctx, gwNS, peerNS, gwIf, "10.96.0", 7473, "5")
 	if out, err := exec.Command("ip", "-n", gwNS, "link", "del", gwIf).CombinedOutput(); err != nil {
 		t.Fatalf("ip link del %s: %v: %s", gwIf, err, out)
 	}
@@ -193,6 +172,27 @@ func remakeVeth(t *testing.T, gwNS, peerNS, gwIf, peerIf, gwAddr, peerAddr strin
 		ip("-n", s.ns, "addr", "add", s.addr, "dev", s.ifc)
 		ip("-n", s.ns, "link", "set", s.ifc, "up")
 	}
+}
+
+// sessionOverVeth starts a gateway whose route r leads from leg a (the
+// loopback, port) to a target at net.2 (net a /24, as "10.94.0") on leg
+// b, across gwIf of vethNamespaces, and a client at lo(host) connected
+// through it (cc).
+func sessionOverVeth(t *testing.T, ctx context.Context, gwNS, peerNS, gwIf, net string, port uint16, host string) (g *bridge.Gateway, client, target *cmApp, ln *cm.Listener, cc *cm.Conn) {
+	t.Helper()
+	target = newCMAppIn(t, peerNS, "", net+".2", nil)
+	ln, err := target.cm.Listen(port, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = startGateway(t, twoLegConfig(t, gwNS, gwIf, net+".1", fmt.Sprintf(`
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:%d"}
+    target: {leg: b, addr: "%s.2:%d"}
+`, port, net, port)))
+	client = newCMApp(t, lo(host))
+	cc, _, _ = dialThrough(t, ctx, client, target, ln, fmt.Sprintf("1:%d", port))
+	return g, client, target, ln, cc
 }
 
 // TestGatewayLinkDownClientSide: the leg a session's client is through
