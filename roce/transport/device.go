@@ -128,7 +128,6 @@ func (s *Stats) Snapshot() StatsSnapshot {
 // Add adds o's counts to s's (the devices of one address, summed).
 func (s *StatsSnapshot) Add(o StatsSnapshot) {
 	s.RxPackets += o.RxPackets
-	s.ReadYields += o.ReadYields
 	s.TxPackets += o.TxPackets
 	s.RxMalformed += o.RxMalformed
 	s.RxUnknownQP += o.RxUnknownQP
@@ -148,6 +147,7 @@ func (s *StatsSnapshot) Add(o StatsSnapshot) {
 	s.EventsLost += o.EventsLost
 	s.RxForeign += o.RxForeign
 	s.QPsMovedIn += o.QPsMovedIn
+	s.ReadYields += o.ReadYields
 	for i := range NAKCodes {
 		s.TxNAKCodes[i] += o.TxNAKCodes[i]
 		s.RxNAKCodes[i] += o.RxNAKCodes[i]
