@@ -450,7 +450,8 @@ type Status struct {
 	// State is the link's: a verbs leg's port state (ACTIVE, DOWN, INIT,
 	// ... as sysfs names it), a userspace leg's interface's operational
 	// state (up, down, lowerlayerdown, unknown, ...; "absent: why", down,
-	// once the interface is no longer in the leg's namespace), a quic leg's
+	// once the interface is no longer in the leg's namespace; "replaced:
+	// why", down, an io: afxdp leg's interface made again), a quic leg's
 	// tunnels ("connected (N)", "no peer connection"); "unreadable: why"
 	// when it cannot be read. Up says it carries traffic (ACTIVE; up, or
 	// unknown as loopback's is, which the kernel counts as up).
