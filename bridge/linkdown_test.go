@@ -73,9 +73,16 @@ func TestGatewayLinkDown(t *testing.T) {
 			t.Fatalf("not ready 10 s after the link came up: %v", g.Ready())
 		}
 	}
-	// The gateway accepts again once its watcher saw the link up.
+	dialAgain(t, ctx, client, target, ln, "1:7471")
+}
+
+// dialAgain connects client to target through the gateway again (lo's
+// host:port addr) and disconnects, once the link watch saw the link up:
+// the gateway accepts through it again.
+func dialAgain(t *testing.T, ctx context.Context, client, target *cmApp, ln *cm.Listener, addr string) {
+	t.Helper()
 	time.Sleep(3 * bridge.LinkPoll)
-	again, _, _ := dialThrough(t, ctx, client, target, ln, "1:7471")
+	again, _, _ := dialThrough(t, ctx, client, target, ln, addr)
 	if err := again.Disconnect(ctx); err != nil {
 		t.Error(err)
 	}
@@ -112,11 +119,7 @@ func TestGatewayLinkDeleted(t *testing.T) {
 	// to the address, so the leg is up again and carries a new session.
 	remakeVeth(t, gwNS, peerNS, gwIf, peerIf, "10.96.0.1/24", "10.96.0.2/24")
 	waitUntil(t, "ready once the interface is made again", func() bool { return g.Ready() == nil })
-	time.Sleep(3 * bridge.LinkPoll)
-	again, _, _ := dialThrough(t, ctx, client, target, ln, "1:7473")
-	if err := again.Disconnect(ctx); err != nil {
-		t.Error(err)
-	}
+	dialAgain(t, ctx, client, target, ln, "1:7473")
 }
 
 // TestGatewayLinkReplacedAFXDP: the interface of an io: afxdp leg is

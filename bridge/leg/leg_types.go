@@ -400,12 +400,6 @@ func LegSpin(l *config.Leg) (Spin, error) {
 	return s[0], err
 }
 
-// SpinWait polls with poll until it returns a completion or an error, or
-// ctx ends, without yielding.
-func SpinWait(ctx context.Context, poll func() (int, error)) (int, error) {
-	return Spin{On: true}.Wait(ctx, poll)
-}
-
 // Wait polls with poll until it returns a completion or an error, or ctx
 // ends, without yielding; with an Idle, once poll has found nothing for
 // that long in this wait it sleeps between polls, MinNap at first and

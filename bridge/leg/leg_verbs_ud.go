@@ -402,7 +402,7 @@ func (p *verbsUDPort) reapSends(ctx context.Context, cs []udSendCompletion, wait
 	var err error
 	switch {
 	case wait && p.busySend:
-		n, err = SpinWait(ctx, func() (int, error) { return p.scq.Poll(wcs) })
+		n, err = Spin{On: true}.Wait(ctx, func() (int, error) { return p.scq.Poll(wcs) }) // never naps: a send completes soon
 	case wait:
 		n, err = p.scq.Wait(ctx, wcs)
 	default:
