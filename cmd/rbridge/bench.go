@@ -53,7 +53,11 @@ The transport's sockets read with GRO into 64 KiB buffers of a memory
 pool and lend each packet to the transport where it landed, as a
 gateway's userspace leg does; --lend=false copies each out instead.
 Each path's line of cost says what it took per message on each side:
-system calls, the sends and reads they held, and the packets.
+system calls, the sends and reads they held, and the packets. Then the
+CPU time per message of the whole process (both sides, in user space and
+in the kernel) while each path ran, and how many CPUs that kept busy: a
+path that keeps the CPUs busy is bound by its CPU per message, one that
+does not by its round trips (a larger --window shows which).
 
 Both run on loopback between two addresses of one family (127.0.0.1 and
 127.0.0.2 by default, each on --port, 4791 by default), for --duration
@@ -154,7 +158,47 @@ type benchResult struct {
 	// side (the transport's receiver sends its ACKs).
 	Sender   benchCost `json:"sender"`
 	Receiver benchCost `json:"receiver"`
+	// CPU is what the process used while the path ran (both sides are
+	// in it; absent where it cannot be read).
+	CPU *benchCPU `json:"cpu,omitempty"`
 }
+
+// benchCPU is the process's CPU time per message while one path ran, in
+// user space and in the kernel (both sides and the loopback between
+// them), and how many CPUs that kept busy on average. A path that keeps
+// the machine's CPUs busy is bound by its CPU per message; one that does
+// not, by its round trips.
+type benchCPU struct {
+	UserUSPerMsg   float64 `json:"user_us_per_msg"`
+	SystemUSPerMsg float64 `json:"system_us_per_msg"`
+	CPUsBusy       float64 `json:"cpus_busy"`
+}
+
+// cpuMeter reads the process's CPU time at the start of a path's run.
+type cpuMeter struct {
+	user, system time.Duration
+	ok           bool
+}
+
+func startCPU() cpuMeter {
+	u, s, ok := processCPU()
+	return cpuMeter{u, s, ok}
+}
+
+// per is the CPU used since m per message of msgs, over wall.
+func (m cpuMeter) per(msgs uint64, wall time.Duration) *benchCPU {
+	u, s, ok := processCPU()
+	if !m.ok || !ok || msgs == 0 || wall <= 0 {
+		return nil
+	}
+	du, ds := u-m.user, s-m.system
+	n := float64(msgs)
+	return &benchCPU{UserUSPerMsg: float64(du.Microseconds()) / n, SystemUSPerMsg: float64(ds.Microseconds()) / n,
+		CPUsBusy: (du + ds).Seconds() / wall.Seconds()}
+}
+
+// total is the CPU per message, user and kernel.
+func (c *benchCPU) total() float64 { return c.UserUSPerMsg + c.SystemUSPerMsg }
 
 // benchCost is one side's system calls per message, the sends and reads
 // they held (a datagram each, or a GSO send or GRO read of several) and
@@ -220,6 +264,13 @@ func runBench(ctx context.Context, o benchOptions, out, progress io.Writer) erro
 		lends = "lent where they landed"
 	}
 	fmt.Fprintf(out, "offload: transport %s, its reads %s; udp %s\n", tr.Offload, lends, ud.Offload)
+	if tr.CPU != nil && ud.CPU != nil {
+		fmt.Fprintf(out, "CPU, the process (both sides)  %9s %9s %9s %9s\n", "us/msg", "user", "kernel", "CPUs busy")
+		for _, r := range []benchResult{tr, ud} {
+			fmt.Fprintf(out, "%-30s %9.2f %9.2f %9.2f %9.2f\n", r.Path, r.CPU.total(), r.CPU.UserUSPerMsg, r.CPU.SystemUSPerMsg, r.CPU.CPUsBusy)
+		}
+		fmt.Fprintf(out, "transport/udp CPU per message: %.2f\n", tr.CPU.total()/max(ud.CPU.total(), 1e-9))
+	}
 	if ud.Lost > 0 {
 		fmt.Fprintf(out, "udp lost %d datagrams: its figure counts only what arrived\n", ud.Lost)
 	}
@@ -363,7 +414,7 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 	// flight may finish (the one on the wire), and the run stops: the rest
 	// of the window is flushed when the device closes, not waited for, so
 	// a window of large messages does not stretch the run by its length.
-	start := time.Now()
+	start, cpu := time.Now(), startCPU()
 	deadline := start.Add(o.duration)
 	// The window's free slots are posted in one call, as an application
 	// hands ibv_post_send a list: the transport then sends their packets
@@ -395,7 +446,9 @@ func benchTransport(ctx context.Context, o benchOptions, progress io.Writer) (be
 			return benchResult{}, err
 		}
 	}
-	res := result("transport", done.Load(), time.Since(start), o.size)
+	wall := time.Since(start)
+	res := result("transport", done.Load(), wall, o.size)
+	res.CPU = cpu.per(res.Messages, wall)
 	res.Offload, res.Lends = a.c.Offload().String(), b.c.LendsFrames()
 	res.Sender, res.Receiver = perMessage(a.c.Stats().Snapshot(), res.Messages), perMessage(b.c.Stats().Snapshot(), res.Messages)
 	return res, nil
@@ -418,7 +471,7 @@ func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchRes
 	// small messages go out 64 to a sendmmsg as the transport's packets do;
 	// at the deadline the messages of the last call may finish.
 	chunk := max(1, 64/int(perMsg))
-	start := time.Now()
+	start, cpu := time.Now(), startCPU()
 	for deadline := start.Add(o.duration); time.Now().Before(deadline); {
 		if err := f.Send(ctx, chunk); err != nil {
 			return benchResult{}, err
@@ -435,6 +488,7 @@ func benchUDP(ctx context.Context, o benchOptions, progress io.Writer) (benchRes
 		el = time.Since(start)
 	}
 	res := result("udp", r.Messages, el, o.size)
+	res.CPU = cpu.per(r.Messages, time.Since(start))
 	res.Lost = r.Lost()
 	res.Offload = f.Offload().String()
 	m := float64(max(r.Messages, 1))

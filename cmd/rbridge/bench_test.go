@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,7 +51,8 @@ func TestBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"transport ", "udp ", "transport/udp: ", "(1000-byte messages, 8 outstanding, MTU 4096)",
-		"per message  side", "transport    sender", "udp          receiver", "offload: transport gso "} {
+		"per message  side", "transport    sender", "udp          receiver", "offload: transport gso ",
+		"CPU, the process (both sides)", "transport/udp CPU per message: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
@@ -69,6 +71,7 @@ func TestBench(t *testing.T) {
 			Offload  string
 			Sender   benchCost
 			Receiver benchCost
+			CPU      *benchCPU
 		}
 		Ratio float64
 	}
@@ -80,6 +83,11 @@ func TestBench(t *testing.T) {
 	for _, r := range v.Results {
 		if !strings.HasPrefix(r.Offload, "gso off (turned off") || !strings.Contains(r.Offload, "gro off (turned off") {
 			t.Errorf("%s: offload %q with --offload=false", r.Path, r.Offload)
+		}
+		// The process used CPU while the path ran, on at most the CPUs
+		// it has (and a clock tick's rounding).
+		if c := r.CPU; c == nil || c.total() <= 0 || c.UserUSPerMsg < 0 || c.SystemUSPerMsg < 0 || c.CPUsBusy <= 0 || c.CPUsBusy > float64(runtime.NumCPU())+0.5 {
+			t.Errorf("%s: CPU %+v", r.Path, c)
 		}
 		if s, rc := r.Sender, r.Receiver; s.SendCalls <= 0 || rc.RecvCalls <= 0 || s.Sends != s.PacketsOut || rc.Reads != rc.PacketsIn || s.PacketsOut < 1 {
 			t.Errorf("%s: sender %+v, receiver %+v", r.Path, s, rc)
