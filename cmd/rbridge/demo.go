@@ -51,7 +51,11 @@ It then:
     side; one-sided operations carry the target's own address and rkey;
   - measures RDMA WRITEs of --size bytes, and 64-byte SEND round trips, for
     --duration each, straight from client to target and through the
-    gateway, in the same run, and prints both and their ratio.
+    gateway, in the same run, and prints both and their ratio, with the
+    process's CPU time per WRITE on each path (the client's and the
+    target's, and through it the gateway's too: all three share this
+    machine's CPUs, so where they keep them busy, the bandwidth ratio is
+    about the inverse of the CPU ratio).
 
 The gateway acknowledges nothing before the target completed it, so the
 figures through it include the target's round trip.
@@ -328,6 +332,12 @@ type demoRun struct {
 	Writes    uint64  `json:"writes"`
 	MBPerS    float64 `json:"write_mb_per_s"`
 	RoundTrip float64 `json:"send_round_trip_us"`
+	// WriteCPU is the process's CPU time per WRITE while the path's
+	// WRITEs ran, in microseconds: the client's, the target's and, through,
+	// the gateway's (0 where it cannot be read); CPUsBusy how many CPUs
+	// that kept busy on average.
+	WriteCPU float64 `json:"write_cpu_us"`
+	CPUsBusy float64 `json:"write_cpus_busy"`
 }
 
 type demoReport struct {
@@ -343,6 +353,8 @@ type demoReport struct {
 	Through  demoRun        `json:"through"`
 	BWRatio  float64        `json:"through_vs_direct_bandwidth"`
 	LatRatio float64        `json:"through_vs_direct_round_trip"`
+	// CPURatio is through's CPU per WRITE over direct's.
+	CPURatio float64 `json:"through_vs_direct_write_cpu,omitempty"`
 }
 
 type demoSession struct {
@@ -439,11 +451,15 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 		target *demoApp
 	}{{&r.Direct, "direct", dc, dt, target}, {&r.Through, "through", cq, tq, target}} {
 		p.run.Path = p.name
+		cpu := startCPU()
 		n, secs, err := demoWrites(ctx, client, target, p.c, o.size, o.duration)
 		if err != nil {
 			return fmt.Errorf("demo: %s WRITEs: %w", p.name, err)
 		}
 		p.run.Writes, p.run.MBPerS = n, float64(n)*float64(o.size)/secs/1e6
+		if c := cpu.per(n, time.Duration(secs*float64(time.Second))); c != nil {
+			p.run.WriteCPU, p.run.CPUsBusy = c.total(), c.CPUsBusy
+		}
 		rt, err := demoRoundTrips(ctx, client, target, p.c, p.t, o.duration)
 		if err != nil {
 			return fmt.Errorf("demo: %s round trips: %w", p.name, err)
@@ -456,17 +472,24 @@ func runDemo(ctx context.Context, o demoOptions, out, progress io.Writer) error 
 	if r.Direct.RoundTrip > 0 {
 		r.LatRatio = r.Through.RoundTrip / r.Direct.RoundTrip
 	}
+	if r.Direct.WriteCPU > 0 && r.Through.WriteCPU > 0 {
+		r.CPURatio = r.Through.WriteCPU / r.Direct.WriteCPU
+	}
 	if o.jsonOut {
 		e := json.NewEncoder(out)
 		e.SetIndent("", "  ")
 		e.SetEscapeHTML(false) // "client -> target", not \u003e
 		return e.Encode(r)
 	}
-	fmt.Fprintf(out, "%-8s %10s %14s %16s\n", "path", "writes", "write MB/s", "SEND round trip")
+	fmt.Fprintf(out, "%-8s %10s %14s %16s %20s\n", "path", "writes", "write MB/s", "SEND round trip", "CPU per write")
 	for _, run := range []demoRun{r.Direct, r.Through} {
-		fmt.Fprintf(out, "%-8s %10d %14.1f %13.1f us\n", run.Path, run.Writes, run.MBPerS, run.RoundTrip)
+		fmt.Fprintf(out, "%-8s %10d %14.1f %13.1f us %8.1f us (%.1f CPUs)\n", run.Path, run.Writes, run.MBPerS, run.RoundTrip, run.WriteCPU, run.CPUsBusy)
 	}
-	fmt.Fprintf(out, "through/direct: bandwidth %.2f, round trip %.2f\n", r.BWRatio, r.LatRatio)
+	fmt.Fprintf(out, "through/direct: bandwidth %.2f, round trip %.2f", r.BWRatio, r.LatRatio)
+	if r.CPURatio > 0 {
+		fmt.Fprintf(out, ", CPU per write %.2f", r.CPURatio)
+	}
+	fmt.Fprintln(out)
 	return nil
 }
 

@@ -47,12 +47,12 @@ func testDemo(t *testing.T, tunnel, busyPoll bool) {
 		t.Errorf("session counted %v ops", r.Session.Ops)
 	}
 	for _, run := range []demoRun{r.Direct, r.Through} {
-		if run.Writes == 0 || run.MBPerS <= 0 || run.RoundTrip <= 0 {
+		if run.Writes == 0 || run.MBPerS <= 0 || run.RoundTrip <= 0 || run.WriteCPU <= 0 || run.CPUsBusy <= 0 {
 			t.Errorf("%s: %+v: nothing measured", run.Path, run)
 		}
 	}
-	if r.BWRatio <= 0 || r.LatRatio <= 0 {
-		t.Errorf("ratios %v %v", r.BWRatio, r.LatRatio)
+	if r.BWRatio <= 0 || r.LatRatio <= 0 || r.CPURatio <= 0 {
+		t.Errorf("ratios %v %v %v", r.BWRatio, r.LatRatio, r.CPURatio)
 	}
 	if (r.Tunnel != "") != tunnel {
 		t.Errorf("tunnel %q with --tunnel %v", r.Tunnel, tunnel)
