@@ -231,6 +231,12 @@ func writeStatusTable(w io.Writer, st *bridge.Status) error {
 			}
 			why = strings.Join(whys, "; ")
 		}
+		if l.BusyPoll != "" {
+			on += "; busy-polled: " + l.BusyPoll
+			if l.BusyPollNaps > 0 {
+				on += fmt.Sprintf(" (%d naps)", l.BusyPollNaps)
+			}
+		}
 		link := l.State
 		if !l.Up {
 			link += " (down)"

@@ -73,6 +73,12 @@ inference  ib 10.10.0.1:18515   roce 10.20.0.7:18515  -         0         any   
 		t.Errorf("a leg whose namespace's name moved: %v:\n%s", err, b.String())
 	}
 	b.Reset()
+	polled := &bridge.Status{Legs: []leg.Status{{Name: "roce", Kind: "userspace", State: "up", Up: true, Interface: "lo", IO: "udp",
+		BusyPoll: "thread 1234 on CPU 1; naps after 10ms idle, napping", BusyPollThread: 1234, BusyPollNaps: 3}}}
+	if err := writeStatusTable(&b, polled); err != nil || !strings.Contains(b.String(), "  lo (udp); busy-polled: thread 1234 on CPU 1; naps after 10ms idle, napping (3 naps)  ") {
+		t.Errorf("a busy-polled leg: %v:\n%s", err, b.String())
+	}
+	b.Reset()
 	if err := writeStatusTable(&b, &bridge.Status{}); err != nil || !strings.HasSuffix(b.String(), "\nno sessions\n") {
 		t.Errorf("no sessions: %v:\n%s", err, b.String())
 	}

@@ -24,7 +24,8 @@ var (
 // rate limit in force and the drops by cause (the causes that dropped
 // any), and for a group the XDP classifier's count of its datagrams
 // redirected to the side that receives that way, when that side is on
-// AF_XDP.
+// AF_XDP, and the quiet spells that way's busy-polled loop napped through
+// (busy_poll_idle).
 func writeDatagramTables(w io.Writer, st *bridge.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	var ud []bridge.RouteStatus
@@ -63,7 +64,7 @@ func writeDatagramTables(w io.Writer, st *bridge.Status) error {
 				dropped(&g.Stats, 0)+dropped(&g.Stats, 1))
 		}
 		fmt.Fprintln(tw)
-		fmt.Fprintln(tw, "GROUP\tDIRECTION\tRATE\tDROPPED BY CAUSE\tXDP REDIRECTED")
+		fmt.Fprintln(tw, "GROUP\tDIRECTION\tRATE\tDROPPED BY CAUSE\tXDP REDIRECTED\tBUSY-POLL NAPS")
 		for _, g := range st.Groups {
 			// Each way's receiving side: the RoCE side's for roce_to_ib.
 			xdp := [2]*bridge.XDPGroupStatus{g.RoCESideXDP, g.IBSideXDP}
@@ -71,7 +72,11 @@ func writeDatagramTables(w io.Writer, st *bridge.Status) error {
 				if g.Direction != config.DirectionBoth && g.Direction != dir {
 					continue
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Name, dir, rateNote(g.Rate), dropNote(&g.Stats, d), xdpGroupNote(xdp[d]))
+				naps := "-" // not busy-polled, or never napping (busy_poll_idle)
+				if g.BusyPollNaps != nil {
+					naps = fmt.Sprint(g.BusyPollNaps[d])
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", g.Name, dir, rateNote(g.Rate), dropNote(&g.Stats, d), xdpGroupNote(xdp[d]), naps)
 			}
 		}
 	}

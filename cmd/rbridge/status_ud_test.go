@@ -30,7 +30,7 @@ func TestDatagramTables(t *testing.T) {
 				Rate:        &config.Rate{Packets: 10, BurstPackets: 2, Bytes: 1e6, BurstBytes: 1e5},
 				Stats:       bridge.UDStatsSnapshot{Datagrams: [2]uint64{5, 7}, DropOwn: [2]uint64{5, 0}, DropLoop: [2]uint64{0, 3}, DropRate: [2]uint64{48, 0}},
 				RoCESideXDP: &bridge.XDPGroupStatus{Packets: 58, Bytes: 6032, ECNCE: 1}},
-			{Name: "quotes", Group: "239.1.1.2", RoCELeg: "roce", IBLeg: "ib", Direction: "ib_to_roce"},
+			{Name: "quotes", Group: "239.1.1.2", RoCELeg: "roce", IBLeg: "ib", Direction: "ib_to_roce", BusyPollNaps: &[2]uint64{0, 4}},
 			{Name: "feeds/239.2.0.1", Group: "239.2.0.1", RoCELeg: "roce", IBLeg: "ib", Direction: "roce_to_ib", FoundBy: "feeds",
 				Stats: bridge.UDStatsSnapshot{Datagrams: [2]uint64{4, 0}}},
 		},
@@ -57,11 +57,11 @@ ticks            239.1.1.1  roce  ib  both        5          7            56
 quotes           239.1.1.2  roce  ib  ib_to_roce  0          0            0
 feeds/239.2.0.1  239.2.0.1  roce  ib  roce_to_ib  4          0            0
 
-GROUP            DIRECTION   RATE                                                      DROPPED BY CAUSE  XDP REDIRECTED
-ticks            roce_to_ib  10 datagrams/s (burst 2), 1000000 bytes/s (burst 100000)  own 5, rate 48    58 datagrams, 6032 bytes, 1 ECN-CE
-ticks            ib_to_roce  10 datagrams/s (burst 2), 1000000 bytes/s (burst 100000)  loop 3            -
-quotes           ib_to_roce  none                                                      none              -
-feeds/239.2.0.1  roce_to_ib  none                                                      none              -
+GROUP            DIRECTION   RATE                                                      DROPPED BY CAUSE  XDP REDIRECTED                      BUSY-POLL NAPS
+ticks            roce_to_ib  10 datagrams/s (burst 2), 1000000 bytes/s (burst 100000)  own 5, rate 48    58 datagrams, 6032 bytes, 1 ECN-CE  -
+ticks            ib_to_roce  10 datagrams/s (burst 2), 1000000 bytes/s (burst 100000)  loop 3            -                                   -
+quotes           ib_to_roce  none                                                      none              -                                   4
+feeds/239.2.0.1  roce_to_ib  none                                                      none              -                                   -
 
 JOINED ON  SIDE  INTERFACE  WITHIN        GROUPS  QUERIER  JOINED  LEFT  EXPIRED  NOT TAKEN
 feeds      ib    eth1       239.2.0.0/16  1/64    yes      3       1     1        3
