@@ -223,7 +223,7 @@ var transportCounters = newCounters("rbridge_transport_", legLabels, []counterRo
 	{"events_lost_total", "Asynchronous events nobody took before the queue filled.", func(s *transport.StatsSnapshot) uint64 { return s.EventsLost }},
 	{"rx_foreign_total", "Received packets that reached one receive loop's socket for a QP another loop serves, handed to that QP there (io: udp with queues: GRO joined them with another QP's; io: afxdp: before the QP moved to the loop its packets arrive at).", func(s *transport.StatsSnapshot) uint64 { return s.RxForeign }},
 	{"qps_moved_in_total", "RC QPs a receive loop took over from another, their packets arriving at its socket.", func(s *transport.StatsSnapshot) uint64 { return s.QPsMovedIn }},
-	{"read_yields_total", "Times a QP's stream of READ responses gave its receive loop its turn after 64 packets, so that the loop's other QPs were not held up by it.", func(s *transport.StatsSnapshot) uint64 { return s.ReadYields }},
+	{"read_yields_total", "Times a QP's stream of READ responses gave its receive loop its turn after " + strconv.Itoa(transport.ResponseBudget) + " packets, so that the loop's other QPs were not held up by it.", func(s *transport.StatsSnapshot) uint64 { return s.ReadYields }},
 })
 
 // A userspace leg's receive loops (queues), each by itself: io: udp's

@@ -102,11 +102,11 @@ func readYields(t *testing.T, budget int) {
 		var got [2]transport.WC
 		wcs = append(wcs, got[:client.scq.Poll(got[:])]...)
 	}
-	first := uint64(2) // the SEND's
+	first, second := uint64(2), uint64(1) // the SEND's, then the READ's
 	if budget < 0 {
-		first = 1 // the READ's
+		first, second = second, first
 	}
-	if wcs[0].ID != first {
+	if len(wcs) != 2 || wcs[0].ID != first || wcs[1].ID != second {
 		t.Errorf("completions %d, %d: want the SEND's first, then the READ's (without a budget the READ's first)", wcs[0].ID, wcs[1].ID)
 	}
 	for _, w := range wcs {
