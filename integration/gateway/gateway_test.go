@@ -335,16 +335,28 @@ wait:
 			}
 		}
 	}
+	// The client ended: killed at the limit, or by itself. A client that
+	// failed by itself (a connection refused, a clock not calibrated) has
+	// left its server waiting for a connection that will not come: it is
+	// given a moment, not the pair's time, and the client's error stands
+	// (pairWithin runs the pair again where perftest's own race caused
+	// it), not the limit the waiting server would run into.
+	timedOut := ctx.Err() != nil
+	grace := 20 * time.Second
+	if cerr != nil && !timedOut {
+		grace = 2 * time.Second
+	}
 	serrc := make(chan error, 1)
 	go func() { serrc <- s.Wait() }()
 	var serr error
 	select {
 	case serr = <-serrc:
-	case <-time.After(20 * time.Second):
+	case <-time.After(grace):
 		s.Process.Kill()
-		serr = fmt.Errorf("the server did not end within 20 s of the client")
+		<-serrc
+		serr = fmt.Errorf("the server did not end within %v of the client", grace)
 	}
-	if ctx.Err() != nil {
+	if timedOut || cerr == nil && ctx.Err() != nil {
 		return cout.String(), took, fmt.Errorf("%s %v: %w after %v\nclient:\n%s\nserver:\n%s", tool, client, errPairTimedOut, limit, cout.String(), sout.String())
 	}
 	if cerr != nil || serr != nil {
