@@ -280,3 +280,50 @@ func benchConnBatch(b *testing.B, packets, payload int, opts udpconn.Options) {
 	reportCalls(b, "a", a.Stats().Snapshot())
 	reportCalls(b, "b", r.Stats().Snapshot())
 }
+
+// BenchmarkConnHop is what a busy-polled gateway's hop costs in system
+// calls alone, the floor under its round trip: hop is one 64-byte packet
+// written with WriteBatch and read on another conn without waiting
+// (TryReadBatch; on loopback the write delivers it, so the first read
+// finds it), one at a time; empty-read is a read without waiting that
+// finds nothing, a busy-poll loop's idle round on one socket. A message
+// through the gateway takes a hop more than direct each way, and the
+// direct one-way time holds a wake-up that the hop does not.
+func BenchmarkConnHop(b *testing.B) {
+	b.Run("hop", func(b *testing.B) {
+		a, r := listenWith(b, "127.0.0.1", udpconn.Options{}), listenWith(b, "127.0.0.1", udpconn.Options{})
+		f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: roce.DefaultPKey, DestQP: 0x11}}
+		p := roce.AppendPacket(nil, &f, make([]byte, 64))
+		out := []roce.Message{{Buf: p, N: len(p), Addr: r.LocalAddr()}}
+		in := []roce.Message{{Buf: make([]byte, roce.MaxPacket)}}
+		misses := 0
+		b.SetBytes(int64(len(p)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := a.WriteBatch(out); err != nil {
+				b.Fatal(err)
+			}
+			for {
+				n, err := r.TryReadBatch(in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n == 1 {
+					break
+				}
+				misses++
+			}
+		}
+		b.ReportMetric(float64(misses)/float64(b.N), "empty-reads/op")
+	})
+	b.Run("empty-read", func(b *testing.B) {
+		r := listenWith(b, "127.0.0.1", udpconn.Options{})
+		in := []roce.Message{{Buf: make([]byte, roce.MaxPacket)}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if n, err := r.TryReadBatch(in); err != nil || n != 0 {
+				b.Fatalf("a read of an idle conn: %d packets, %v", n, err)
+			}
+		}
+	})
+}
