@@ -15,6 +15,14 @@
 // empty class is backpressure, never a crash: Get reports it and GetWait
 // waits for a release.
 //
+// A class's free buffers are spread over shards, two per P, each a stack
+// with a lock of its own: a receive loop's Frames takes from a shard of
+// its own and a Get from its P's, and a buffer goes back to the shard it
+// came from, so loops on different CPUs do not meet on one lock. The
+// reserve, and what a LendFrames keeps free, are held apart from the
+// shards, and releases refill them first (the sizeClass comment in
+// pool.go).
+//
 // Files: pool.go (the classes, Get and GetWait, Buf, Frames for AF_XDP),
 // arena.go (the mapping), pool_trace.go (Options.Trace: who last took,
 // referenced and released each buffer, named when Close finds one held).

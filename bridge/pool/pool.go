@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/cpu"
 )
 
 // Options configures a Pool.
@@ -48,25 +51,103 @@ type Pool struct {
 	closed  atomic.Bool
 }
 
+// A size class keeps its free buffers where the receive loops on
+// different CPUs taking and releasing them at once do not meet (one lock
+// per class made every Get and Release of every loop queue on it):
+//
+//   - in shards, each a stack under a lock of its own, two per P: a
+//     Frames (a loop's) looks first in a shard of its own, a Get in its
+//     P's (pHint), and a buffer goes back to the shard it came from; a
+//     shard found empty sends the search on to the others;
+//   - held back, apart from the shards: reserved, which only a reserve's
+//     Get takes (Options.Reserve), and kept, which every Get takes but no
+//     Frames (LendFrames' keep, less the reserve, which a Frames does
+//     not take either). A release puts its buffer there first while
+//     either is short of its target (short); otherwise neither is
+//     touched.
+//
+// So a Get takes a buffer while one is free where it may look, and
+// reports the class exhausted once it found none; under concurrent
+// releases that search is not one instant (a buffer released into a
+// shard it had passed is not seen), a GetWait looks again after it
+// registered as waiting, so no release is missed.
 type sizeClass struct {
 	size int
 	bufs []Buf // every buffer of the class, by index
 
+	shards []shard       // len a power of two
+	mask   uint32        // len(shards)-1
+	next   atomic.Uint32 // the first shard of the next Frames
+
+	heldMu   sync.Mutex   // guards reserved, kept, keep
+	reserved []int32      // free buffers only a reserve's Get takes, up to reserve
+	kept     []int32      // free buffers no Frames takes, up to keep
+	keep     int          // the largest LendFrames keep less the reserve
+	short    atomic.Bool  // reserved or kept below its target: set and cleared under heldMu
+	heldN    atomic.Int32 // len(reserved)+len(kept): set under heldMu, read without it
+
 	// reserve is how many buffers only a reserve's Get takes.
 	reserve int
 
-	mu   sync.Mutex // guards free, wake, waiting
-	free []int32    // indices of free buffers (a stack)
+	waitMu sync.Mutex // guards wake
 	// wake is closed, and replaced, by a release while a GetWait waits
 	// (waiting): every waiter then looks again, so that two releases
 	// wake two waiters, and a waiter that may not take the reserve does
 	// not swallow the wake-up of one that may.
 	wake    chan struct{}
-	waiting bool
+	waiting atomic.Bool // set under waitMu; a release reads it once its buffer is back
 
-	gets, exhausted, overreleased atomic.Uint64
+	exhausted, overreleased atomic.Uint64
 
 	trace *bufTrace // nil unless Options.Trace
+}
+
+// shard is a stack of a class's free buffers, on cache lines of its own.
+type shard struct {
+	_    cpu.CacheLinePad
+	mu   sync.Mutex    // guards free
+	free []int32       // indices of free buffers
+	n    atomic.Int32  // len(free), read without mu to pass over an empty shard
+	gets atomic.Uint64 // Gets that looked here first
+	_    cpu.CacheLinePad
+}
+
+// maxShards bounds a class's shards; each starts with at least
+// minShardBufs buffers, so a small class has one.
+const (
+	maxShards    = 64
+	minShardBufs = 8
+)
+
+// shardsFor is how many shards a class of n buffers gets: two per P
+// (GOMAXPROCS), a power of two, within maxShards and minShardBufs.
+func shardsFor(n int) int {
+	s := 1
+	for s < 2*runtime.GOMAXPROCS(0) && s < maxShards {
+		s <<= 1
+	}
+	for s > 1 && n/s < minShardBufs {
+		s >>= 1
+	}
+	return s
+}
+
+// hints hands each P a number of its own (sync.Pool keeps one per P),
+// from which a Get picks the shard it looks in first: the Gets of one P
+// meet in their shards, those of different Ps rarely. Which number a P
+// holds may change (a collection empties the pool); only speed depends
+// on it.
+var (
+	hints    = sync.Pool{New: func() any { h := new(uint32); *h = hintNext.Add(1); return h }}
+	hintNext atomic.Uint32
+)
+
+// pHint is the calling P's number (hints).
+func pHint() uint32 {
+	h := hints.Get().(*uint32)
+	v := *h
+	hints.Put(h)
+	return v
 }
 
 // Buf is a buffer of the pool. Its memory is B(); it stays valid while a
@@ -76,6 +157,7 @@ type Buf struct {
 	data  []byte
 	off   int // offset in the arena
 	refs  atomic.Int32
+	shard uint32 // the shard it came from, where Release puts it back
 }
 
 // New maps the arena and carves it.
@@ -114,7 +196,8 @@ func New(opts Options) (*Pool, error) {
 	for _, size := range opts.Classes {
 		off = (off + classAlign - 1) &^ (classAlign - 1) // frames: page-aligned
 		n := share / size
-		c := &sizeClass{size: size, bufs: make([]Buf, n), free: make([]int32, n), wake: make(chan struct{})}
+		ns := shardsFor(n)
+		c := &sizeClass{size: size, bufs: make([]Buf, n), shards: make([]shard, ns), mask: uint32(ns - 1), wake: make(chan struct{})}
 		if opts.Reserve > 0 {
 			c.reserve = max(1, int(float64(n)*opts.Reserve))
 		}
@@ -123,8 +206,25 @@ func New(opts Options) (*Pool, error) {
 		}
 		for i := range n {
 			c.bufs[i] = Buf{class: c, data: arena[off : off+size : off+size], off: off}
-			c.free[i] = int32(n - 1 - i) // lowest addresses first
 			off += size
+		}
+		// The highest addresses are the reserve; the rest are spread
+		// over the shards, lowest addresses first in each.
+		c.reserved = make([]int32, 0, c.reserve)
+		for i := n - 1; i >= n-c.reserve; i-- {
+			c.reserved = append(c.reserved, int32(i))
+		}
+		c.heldN.Store(int32(len(c.reserved)))
+		for h := range c.shards {
+			sh := &c.shards[h]
+			sh.free = make([]int32, 0, (n-c.reserve+ns-1)/ns)
+			for i := n - c.reserve - 1; i >= 0; i-- {
+				if i&(ns-1) == h {
+					sh.free = append(sh.free, int32(i))
+					c.bufs[i].shard = uint32(h)
+				}
+			}
+			sh.n.Store(int32(len(sh.free)))
 		}
 		p.classes = append(p.classes, c)
 	}
@@ -168,7 +268,7 @@ func (c *sizeClass) bufAt(off uint64) (*Buf, bool) {
 func (p *Pool) Frames(size int) (*Frames, error) {
 	for _, c := range p.classes {
 		if c.size == size {
-			return &Frames{c: c}, nil
+			return &Frames{c: c, first: c.next.Add(1) - 1}, nil
 		}
 	}
 	return nil, fmt.Errorf("bridge: the pool has no class of %d-byte buffers for AF_XDP frames", size)
@@ -187,25 +287,29 @@ func (p *Pool) LendFrames(size int, keep float64) (*Frames, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.keep = int(float64(len(f.c.bufs)) * keep)
+	f.c.keepFree(int(float64(len(f.c.bufs)) * keep))
 	return f, nil
 }
 
-// Frames is a pool's size class serving as AF_XDP frames.
+// Frames is a pool's size class serving as AF_XDP frames: one for each
+// socket (each receive loop), which looks for free frames in a shard of
+// its own first. No Frames takes the class's reserve, nor what a
+// LendFrames keeps free: while the class holds as many free buffers as
+// the larger of the two, AllocFrame finds none.
 type Frames struct {
-	c    *sizeClass
-	keep int // buffers AllocFrame leaves free (LendFrames)
+	c     *sizeClass
+	first uint32 // the shard AllocFrame looks in first
 }
 
 // AllocFrame implements xdp.FrameAllocator.
 func (f *Frames) AllocFrame() (uint64, bool) {
-	b, _ := f.c.takeAbove(max(f.c.reserve, f.keep), false)
-	if b == nil {
-		f.c.exhausted.Add(1)
-		return 0, false
+	c := f.c
+	c.shards[f.first&c.mask].gets.Add(1)
+	if b := c.fromShards(f.first); b != nil {
+		return uint64(b.off), true
 	}
-	f.c.gets.Add(1)
-	return uint64(b.off), true
+	c.exhausted.Add(1)
+	return 0, false
 }
 
 // RefFrame implements udpconn.FrameSource: a reference more to the frame,
@@ -274,8 +378,9 @@ func (p *Pool) get(n int, reserve bool) (*Buf, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.gets.Add(1)
-	if b, _ := c.take(reserve, false); b != nil {
+	first := pHint()
+	c.shards[first&c.mask].gets.Add(1)
+	if b, _ := c.take(reserve, false, first); b != nil {
 		return b, nil
 	}
 	c.exhausted.Add(1)
@@ -297,9 +402,10 @@ func (p *Pool) getWait(ctx context.Context, n int, reserve bool) (*Buf, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.gets.Add(1)
+	first := pHint()
+	c.shards[first&c.mask].gets.Add(1)
 	for {
-		b, wake := c.take(reserve, true)
+		b, wake := c.take(reserve, true, first)
 		if b != nil {
 			return b, nil
 		}
@@ -312,38 +418,163 @@ func (p *Pool) getWait(ctx context.Context, n int, reserve bool) (*Buf, error) {
 	}
 }
 
-// take takes a free buffer, leaving the reserve unless reserve; when it
-// finds none and wait, it returns the channel a release closes.
-func (c *sizeClass) take(reserve, wait bool) (*Buf, <-chan struct{}) {
-	floor := c.reserve
-	if reserve {
-		floor = 0
+// take takes a free buffer, from the shards (shard first first), then
+// what is kept, then, if reserve, the reserve; when it finds none and
+// wait, it returns the channel a release closes.
+func (c *sizeClass) take(reserve, wait bool, first uint32) (*Buf, <-chan struct{}) {
+	if b := c.takeOnce(reserve, first); b != nil || !wait {
+		return b, nil
 	}
-	return c.takeAbove(floor, wait)
+	c.waitMu.Lock()
+	wake := c.wake
+	c.waiting.Store(true)
+	c.waitMu.Unlock()
+	// A release that put its buffer back before it saw waiting set: look
+	// again now that it is, or its wake-up is lost.
+	if b := c.takeOnce(reserve, first); b != nil {
+		return b, nil
+	}
+	return nil, wake
 }
 
-// takeAbove is take that leaves floor buffers free (and at least one
-// taken: 0 takes the last).
-func (c *sizeClass) takeAbove(floor int, wait bool) (*Buf, <-chan struct{}) {
-	c.mu.Lock()
-	n := len(c.free)
-	if n == 0 || n <= floor {
-		var wake chan struct{}
-		if wait {
-			wake, c.waiting = c.wake, true
-		}
-		c.mu.Unlock()
-		return nil, wake
+func (c *sizeClass) takeOnce(reserve bool, first uint32) *Buf {
+	if b := c.fromShards(first); b != nil {
+		return b
 	}
-	i := c.free[n-1]
-	c.free = c.free[:n-1]
-	c.mu.Unlock()
+	if c.heldN.Load() == 0 {
+		return nil
+	}
+	c.heldMu.Lock()
+	var i int32 = -1
+	switch {
+	case len(c.kept) > 0:
+		i, c.kept = c.kept[len(c.kept)-1], c.kept[:len(c.kept)-1]
+	case reserve && len(c.reserved) > 0:
+		i, c.reserved = c.reserved[len(c.reserved)-1], c.reserved[:len(c.reserved)-1]
+	}
+	if i >= 0 {
+		c.heldChangedLocked()
+	}
+	c.heldMu.Unlock()
+	if i < 0 {
+		return nil
+	}
+	// Its release puts it back where it is short, else in the taker's
+	// shard.
+	return c.handOut(i, first&c.mask)
+}
+
+// heldChangedLocked sets short and heldN after reserved or kept changed.
+// The caller holds heldMu.
+func (c *sizeClass) heldChangedLocked() {
+	c.short.Store(len(c.kept) < c.keep || len(c.reserved) < c.reserve)
+	c.heldN.Store(int32(len(c.kept) + len(c.reserved)))
+}
+
+// fromShards takes a free buffer from the shards (popShards) and hands
+// it out. nil: none found.
+func (c *sizeClass) fromShards(first uint32) *Buf {
+	if i, h, ok := c.popShards(first); ok {
+		return c.handOut(i, h)
+	}
+	return nil
+}
+
+// popShards pops a free buffer's index from the shards, shard first
+// (masked) first: a round passing over shards empty or locked, then a
+// round that waits for their locks. It returns the shard it came from.
+func (c *sizeClass) popShards(first uint32) (i int32, h uint32, ok bool) {
+	for round := range 2 {
+		for k := range uint32(len(c.shards)) {
+			h := (first + k) & c.mask
+			sh := &c.shards[h]
+			if sh.n.Load() == 0 {
+				continue
+			}
+			if round == 0 {
+				if !sh.mu.TryLock() {
+					continue
+				}
+			} else {
+				sh.mu.Lock()
+			}
+			n := len(sh.free)
+			if n == 0 {
+				sh.mu.Unlock()
+				continue
+			}
+			i := sh.free[n-1]
+			sh.free = sh.free[:n-1]
+			sh.n.Store(int32(n - 1))
+			sh.mu.Unlock()
+			return i, h, true
+		}
+	}
+	return 0, 0, false
+}
+
+// handOut gives buffer i, taken for shard h, its first reference.
+func (c *sizeClass) handOut(i int32, h uint32) *Buf {
 	b := &c.bufs[i]
+	b.shard = h
 	b.refs.Store(1)
 	if c.trace != nil {
 		c.trace.record(int(i), traceGet, 1)
 	}
-	return b, nil
+	return b
+}
+
+// keepFree has the class keep n of its buffers free for all but Frames
+// (LendFrames), with the reserve counted in: the largest n asked stands.
+// What is kept is taken from the shards now, as far as they have it,
+// and from the releases that follow for the rest.
+func (c *sizeClass) keepFree(n int) {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	if k := n - c.reserve; k > c.keep {
+		c.keep = k
+	}
+	for len(c.kept) < c.keep {
+		i, _, ok := c.popShards(0)
+		if !ok {
+			break
+		}
+		c.kept = append(c.kept, i)
+	}
+	c.heldChangedLocked()
+}
+
+// giveBack returns buffer i: to what is held back while it is short,
+// else to the shard it came from; then wakes the waiters.
+func (c *sizeClass) giveBack(b *Buf, i int32) {
+	held := false
+	if c.short.Load() {
+		c.heldMu.Lock()
+		switch {
+		case len(c.reserved) < c.reserve:
+			c.reserved, held = append(c.reserved, i), true
+		case len(c.kept) < c.keep:
+			c.kept, held = append(c.kept, i), true
+		}
+		c.heldChangedLocked()
+		c.heldMu.Unlock()
+	}
+	if !held {
+		sh := &c.shards[b.shard]
+		sh.mu.Lock()
+		sh.free = append(sh.free, i)
+		sh.n.Store(int32(len(sh.free)))
+		sh.mu.Unlock()
+	}
+	if c.waiting.Load() {
+		c.waitMu.Lock()
+		if c.waiting.Load() {
+			close(c.wake)
+			c.wake = make(chan struct{})
+			c.waiting.Store(false)
+		}
+		c.waitMu.Unlock()
+	}
 }
 
 // B returns the buffer's memory (its class size; use a prefix).
@@ -394,15 +625,7 @@ func (b *Buf) Release() {
 		b.class.overreleased.Add(1)
 		return
 	}
-	c := b.class
-	i := int32(b.index())
-	c.mu.Lock()
-	c.free = append(c.free, i)
-	if c.waiting {
-		close(c.wake)
-		c.wake, c.waiting = make(chan struct{}), false
-	}
-	c.mu.Unlock()
+	b.class.giveBack(b, int32(b.index()))
 }
 
 // ClassStats describes one size class.
@@ -418,10 +641,15 @@ type ClassStats struct {
 func (p *Pool) Stats() []ClassStats {
 	out := make([]ClassStats, len(p.classes))
 	for i, c := range p.classes {
-		c.mu.Lock()
-		free := len(c.free)
-		c.mu.Unlock()
-		out[i] = ClassStats{Size: c.size, Total: len(c.bufs), Free: free, Reserve: c.reserve, Gets: c.gets.Load(), Exhausted: c.exhausted.Load(), Overreleased: c.overreleased.Load()}
+		c.heldMu.Lock()
+		free := len(c.kept) + len(c.reserved)
+		c.heldMu.Unlock()
+		var gets uint64
+		for k := range c.shards {
+			free += int(c.shards[k].n.Load())
+			gets += c.shards[k].gets.Load()
+		}
+		out[i] = ClassStats{Size: c.size, Total: len(c.bufs), Free: free, Reserve: c.reserve, Gets: gets, Exhausted: c.exhausted.Load(), Overreleased: c.overreleased.Load()}
 	}
 	return out
 }

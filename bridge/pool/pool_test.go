@@ -3,11 +3,13 @@ package pool_test
 import (
 	"context"
 	"errors"
-	"github.com/rbridge/rbridge/bridge/pool"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rbridge/rbridge/bridge/pool"
 )
 
 func newPool(t *testing.T, o pool.Options) *pool.Pool {
@@ -519,4 +521,235 @@ func TestLendFrames(t *testing.T) {
 		t.Errorf("with one frame still referenced, AllocFrame took %d, want 7 (15 free, 8 kept)", n)
 	}
 	f.FreeFrame(offs[0])
+}
+
+// shardedPool is a pool of 256 buffers of 1 KiB, made while GOMAXPROCS
+// is 16, so that its class is spread over 32 shards (two per P, 8
+// buffers each) whatever the CPUs the test runs on.
+func shardedPool(t *testing.T, reserve float64) *pool.Pool {
+	t.Helper()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	return newPool(t, pool.Options{Size: 256 * 1024, Classes: []int{1024}, Reserve: reserve})
+}
+
+// TestPoolShardsKeepFloors: with the class in many shards, taken from by
+// several loops at once, the reserve and a Frames' keep are the class's:
+// the Frames of four loops take exactly what is neither kept nor
+// reserved, plain Gets what is kept besides, reserve Gets the rest; and
+// once every buffer came back, releases have refilled what is held back,
+// so the loops take exactly as many again.
+func TestPoolShardsKeepFloors(t *testing.T) {
+	p := shardedPool(t, 0.25) // 64 reserved
+	var frames []*pool.Frames
+	for range 4 {
+		f, err := p.LendFrames(1024, 0.5) // 128 kept free, the reserve's 64 among them
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+	var mu sync.Mutex
+	seen := map[uint64]bool{}
+	lend := func() (map[*pool.Frames][]uint64, int) {
+		offs := map[*pool.Frames][]uint64{}
+		var wg sync.WaitGroup
+		for _, f := range frames {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					off, ok := f.AllocFrame()
+					if !ok {
+						return
+					}
+					mu.Lock()
+					if seen[off] {
+						t.Errorf("frame %d lent twice", off)
+					}
+					seen[off] = true
+					offs[f] = append(offs[f], off)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		n := 0
+		for _, o := range offs {
+			n += len(o)
+		}
+		return offs, n
+	}
+	offs, n := lend()
+	if n != 128 {
+		t.Fatalf("four loops' Frames took %d of 256 frames, keeping 128 free: want 128", n)
+	}
+	take := func(reserve bool) []*pool.Buf {
+		var got []*pool.Buf
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					var b *pool.Buf
+					var err error
+					if reserve {
+						b, err = p.GetReserve(1024)
+					} else {
+						b, err = p.Get(1024)
+					}
+					if errors.Is(err, pool.ErrExhausted) {
+						return
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					if seen[uint64(b.Offset())] {
+						t.Errorf("buffer %d handed out twice", b.Offset())
+					}
+					seen[uint64(b.Offset())] = true
+					got = append(got, b)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return got
+	}
+	plain := take(false)
+	if len(plain) != 64 {
+		t.Fatalf("Gets beside the lent frames took %d, want the 64 kept less the reserve", len(plain))
+	}
+	reserved := take(true)
+	if len(reserved) != 64 {
+		t.Fatalf("reserve Gets took %d, want the 64 reserved", len(reserved))
+	}
+	if st := p.Stats()[0]; st.Free != 0 {
+		t.Fatalf("every buffer taken: %+v", st)
+	}
+	var wg sync.WaitGroup
+	for _, bs := range [][]*pool.Buf{plain, reserved} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, b := range bs {
+				b.Release()
+			}
+		}()
+	}
+	for f, o := range offs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, off := range o {
+				f.FreeFrame(off)
+			}
+		}()
+	}
+	wg.Wait()
+	if st := p.Stats()[0]; st.Free != st.Total {
+		t.Fatalf("every buffer released: %+v", st)
+	}
+	clear(seen)
+	offs, n = lend()
+	if n != 128 {
+		t.Errorf("after every buffer came back the loops took %d frames, want 128 again", n)
+	}
+	for f, o := range offs {
+		for _, off := range o {
+			f.FreeFrame(off)
+		}
+	}
+}
+
+// TestPoolShardsConcurrent: many shards, many goroutines taking with and
+// without the reserve, waiting, and releasing: no buffer is held twice,
+// no waiter is left waiting, every buffer comes back.
+func TestPoolShardsConcurrent(t *testing.T) {
+	p := shardedPool(t, 0.1)
+	// A hog takes all it finds free, reserve included, without waiting,
+	// then gives it all back, over and over: the others find the class
+	// empty and wait for it.
+	stop, hogDone := make(chan struct{}), make(chan struct{})
+	hogRounds := 0 // each ends in one Get that found the class empty
+	go func() {
+		defer close(hogDone)
+		var held []*pool.Buf
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for {
+				b, err := p.GetReserve(1024)
+				if err != nil {
+					break
+				}
+				held = append(held, b)
+			}
+			hogRounds++
+			time.Sleep(50 * time.Microsecond)
+			for _, b := range held {
+				b.Release()
+			}
+			held = held[:0]
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var held []*pool.Buf
+			for i := range 3000 {
+				var b *pool.Buf
+				var err error
+				if g%4 == 0 {
+					b, err = p.GetWaitReserve(ctx, 1000)
+				} else {
+					b, err = p.GetWait(ctx, 1000)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mark := byte(g*31 + i)
+				for j := range b.B() {
+					b.B()[j] = mark
+				}
+				held = append(held, b)
+				// Up to 15 held each: 240 in all, the class's 256 nearly,
+				// and 180 by the plain ones, within the 231 not reserved
+				// (more, and all could hold while waiting for more).
+				if len(held) >= 1+(g+i/50)%15 {
+					for _, h := range held {
+						if h.B()[0] != h.B()[len(h.B())-1] {
+							t.Errorf("buffer at %d written by two holders", h.Offset())
+						}
+						h.Release()
+					}
+					held = held[:0]
+				}
+			}
+			for _, h := range held {
+				h.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-hogDone
+	st := p.Stats()[0]
+	if st.Free != st.Total {
+		t.Errorf("after the stress: %+v", st)
+	}
+	if st.Exhausted <= uint64(hogRounds) {
+		t.Errorf("no waiter found the class empty (%d of its hog's %d rounds): the test proved nothing of waiting (%+v)", st.Exhausted, hogRounds, st)
+	}
+	t.Logf("%+v; the hog's rounds %d", st, hogRounds)
 }

@@ -3,6 +3,7 @@ package pool
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -62,12 +63,20 @@ func (t *bufTrace) record(i int, k traceKind, refs int32) {
 // held describes the events of c's buffers still referenced, oldest
 // first, at most 8 buffers.
 func (t *bufTrace) held(c *sizeClass) string {
-	c.mu.Lock()
-	free := make(map[int32]bool, len(c.free))
-	for _, i := range c.free {
+	free := make(map[int32]bool, len(c.bufs))
+	c.heldMu.Lock()
+	for _, i := range append(slices.Clone(c.kept), c.reserved...) {
 		free[i] = true
 	}
-	c.mu.Unlock()
+	c.heldMu.Unlock()
+	for k := range c.shards {
+		sh := &c.shards[k]
+		sh.mu.Lock()
+		for _, i := range sh.free {
+			free[i] = true
+		}
+		sh.mu.Unlock()
+	}
 	var sb strings.Builder
 	t.mu.Lock()
 	defer t.mu.Unlock()
