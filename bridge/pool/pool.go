@@ -69,8 +69,8 @@ type Pool struct {
 // So a Get takes a buffer while one is free where it may look, and
 // reports the class exhausted once it found none; under concurrent
 // releases that search is not one instant (a buffer released into a
-// shard it had passed is not seen), a GetWait looks again after it
-// registered as waiting, so no release is missed.
+// shard it had passed is not seen). A GetWait looks again after it
+// registered as waiting, so it misses no release.
 type sizeClass struct {
 	size int
 	bufs []Buf // every buffer of the class, by index
@@ -437,6 +437,8 @@ func (c *sizeClass) take(reserve, wait bool, first uint32) (*Buf, <-chan struct{
 	return nil, wake
 }
 
+// takeOnce looks once: the shards, then what is kept, then, if reserve,
+// the reserve. nil: none found.
 func (c *sizeClass) takeOnce(reserve bool, first uint32) *Buf {
 	if b := c.fromShards(first); b != nil {
 		return b

@@ -390,7 +390,7 @@ const (
 	// quicDirectLimit bounds a direct run on an impaired link: one still
 	// running then is killed and recorded as timed out, a result (its
 	// goodput was below 1 MiB in 15 s, 0.07 MB/s). The direct runs at 1%
-	// loss take 5-12 s; at 5% SEND and WRITE never finished in 30 s, so
+	// loss take 3-12 s; at 5% SEND and WRITE never finished in 30 s, so
 	// a longer bound bought only guest time.
 	quicDirectLimit = 15 * time.Second
 	// A run through the gateways that is still running at quicThroughLimit
