@@ -97,7 +97,7 @@ func nvmeThroughVsDirect(b *testing.B, paths []nvmeBenchPath) {
 		{"128k-read-qd8", 128 << 10, 8, false},
 		{"128k-write-qd8", 128 << 10, 8, true},
 	}
-	direct := map[string]float64{}
+	direct := directRates{}
 	for _, p := range paths {
 		b.Run(p.name, func(b *testing.B) {
 			gw := startBenchGateway(b, p.cfg)
@@ -128,10 +128,10 @@ func nvmeThroughVsDirect(b *testing.B, paths []nvmeBenchPath) {
 					b.ReportMetric(iops, "IOPS")
 					b.ReportMetric(iops*float64(l.size)/1e6, "MB/s")
 					if p.name == "direct" {
-						direct[l.name] = iops
+						direct.add(l.name, iops)
 						return
 					}
-					if d := direct[l.name]; d > 0 {
+					if d := direct.median(l.name); d > 0 {
 						b.ReportMetric(iops/d, "x-direct")
 					}
 					b.ReportMetric(float64(cpu.Microseconds())/float64(ops), "gw-us/io")

@@ -279,7 +279,7 @@ const storageBenchFor = 8 * time.Second
 // path and reports IOPS, MB/s, and for a path through the gateway its
 // rate over the direct path's (x-direct) and the gateway process's CPU
 // per operation (gw-us/op).
-func runStorage(b *testing.B, p storagePath, gw benchGateway, target, dir string, loads []storageLoad, direct map[string]float64) {
+func runStorage(b *testing.B, p storagePath, gw benchGateway, target, dir string, loads []storageLoad, direct directRates) {
 	for _, l := range loads {
 		b.Run(l.name, func(b *testing.B) {
 			var ops int64
@@ -313,10 +313,10 @@ func runStorage(b *testing.B, p storagePath, gw benchGateway, target, dir string
 				b.ReportMetric(rate*float64(l.size)/1e6, "MB/s")
 			}
 			if p.name == "direct" {
-				direct[l.name] = rate
+				direct.add(l.name, rate)
 				return
 			}
-			if d := direct[l.name]; d > 0 {
+			if d := direct.median(l.name); d > 0 {
 				b.ReportMetric(rate/d, "x-direct")
 			}
 			b.ReportMetric(float64(cpu.Microseconds())/float64(max(ops, 1)), "gw-us/op")
@@ -354,7 +354,7 @@ func BenchmarkGuestISERThroughVsDirect(b *testing.B) {
 	guest.RequireKind(b, "rxe")
 	iserTarget(b, guest.IB(b).PeerIP.String())
 	iscsid(b)
-	direct := map[string]float64{}
+	direct := directRates{}
 	for _, p := range storagePaths(b, 3260, 3260, func(listen, target string) string {
 		return fmt.Sprintf("  - {name: iser, listen: {leg: roce, addr: %q}, target: {leg: ib, addr: %q}, protocol: iser}\n", listen, target)
 	}) {
@@ -380,7 +380,7 @@ func BenchmarkGuestNFSThroughVsDirect(b *testing.B) {
 	nfsServer(b)
 	ns, ib := guest.UserNetns(b), guest.IB(b)
 	loads := append(append([]storageLoad(nil), storageLoads...), storageLoad{name: "create-remove-4k-x8", depth: 8, meta: true})
-	direct := map[string]float64{}
+	direct := directRates{}
 	for _, p := range storagePaths(b, 20050, 20049, func(listen, target string) string {
 		return fmt.Sprintf("  - {name: nfs, listen: {leg: roce, addr: %q}, target: {leg: ib, addr: %q}, protocol: nfs}\n", listen, target)
 	}) {

@@ -24,8 +24,8 @@ import (
 // any receive queue on the way (the gateway's 32, the receivers' 64)
 // keeps every datagram in a buffer. window=1 is one at a time; both
 // windows are BenchmarkUDThroughVsDirect's on the host. The through rows report
-// x-direct-ib and x-direct-roce: their rate over each direct row's of the
-// same run. Last, as a cross-check, unmodified udaddy direct (rxe2 to
+// x-direct-ib and x-direct-roce: their rate over the median of each direct
+// row's rounds in the same run (directRates). Last, as a cross-check, unmodified udaddy direct (rxe2 to
 // rxe3) and through (rxe1 to rxe3), an op being one whole udaddy run.
 //
 // rbridge run is started as in the other tests, but with benchFlags (no
@@ -87,15 +87,17 @@ groups:
 
 	for _, kind := range []string{"ud", "group"} {
 		for _, window := range []int{1, 16} {
-			rates := map[string]float64{}
+			rates := directRates{}
 			for _, path := range []string{"direct-ib", "direct-roce", "through"} {
 				b.Run(fmt.Sprintf("%s/window=%d/%s", kind, window, path), func(b *testing.B) {
-					rates[path] = flows[kind+"/"+path].run(b, size, window)
-					if path == "through" {
-						for _, direct := range []string{"direct-ib", "direct-roce"} {
-							if r := rates[direct]; r > 0 {
-								b.ReportMetric(rates[path]/r, "x-"+direct)
-							}
+					r := flows[kind+"/"+path].run(b, size, window)
+					if path != "through" {
+						rates.add(path, r)
+						return
+					}
+					for _, direct := range []string{"direct-ib", "direct-roce"} {
+						if d := rates.median(direct); d > 0 {
+							b.ReportMetric(r/d, "x-"+direct)
 						}
 					}
 				})
@@ -109,7 +111,7 @@ groups:
 	// rxe3, its client direct on rxe2 and through from rxe1. An op is one
 	// udaddy pair run, processes, rdma_cm and SIDR included: it is
 	// dominated by what is not the datagrams.
-	udaddyRates := map[string]float64{}
+	udaddyDirect := directRates{}
 	for _, tc := range []struct {
 		path   string
 		client []string
@@ -122,10 +124,12 @@ groups:
 			for b.Loop() {
 				udaddyPair(b, append([]string{"-b", ib.PeerIP.String()}, args...), append(tc.client, args...))
 			}
-			udaddyRates[tc.path] = float64(2*udaddyCount*b.N) / b.Elapsed().Seconds()
-			b.ReportMetric(udaddyRates[tc.path], "datagrams/s")
-			if r := udaddyRates["direct-ib"]; tc.path == "through" && r > 0 {
-				b.ReportMetric(udaddyRates[tc.path]/r, "x-direct-ib")
+			rate := float64(2*udaddyCount*b.N) / b.Elapsed().Seconds()
+			b.ReportMetric(rate, "datagrams/s")
+			if tc.path != "through" {
+				udaddyDirect.add(tc.path, rate)
+			} else if d := udaddyDirect.median("direct-ib"); d > 0 {
+				b.ReportMetric(rate/d, "x-direct-ib")
 			}
 		})
 	}
