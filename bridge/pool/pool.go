@@ -304,8 +304,7 @@ type Frames struct {
 // AllocFrame implements xdp.FrameAllocator.
 func (f *Frames) AllocFrame() (uint64, bool) {
 	c := f.c
-	c.shards[f.first&c.mask].gets.Add(1)
-	if b := c.fromShards(f.first); b != nil {
+	if b := c.fromShards(c.counted(f.first)); b != nil {
 		return uint64(b.off), true
 	}
 	c.exhausted.Add(1)
@@ -378,8 +377,7 @@ func (p *Pool) get(n int, reserve bool) (*Buf, error) {
 	if err != nil {
 		return nil, err
 	}
-	first := pHint()
-	c.shards[first&c.mask].gets.Add(1)
+	first := c.counted(pHint())
 	if b, _ := c.take(reserve, false, first); b != nil {
 		return b, nil
 	}
@@ -402,8 +400,7 @@ func (p *Pool) getWait(ctx context.Context, n int, reserve bool) (*Buf, error) {
 	if err != nil {
 		return nil, err
 	}
-	first := pHint()
-	c.shards[first&c.mask].gets.Add(1)
+	first := c.counted(pHint())
 	for {
 		b, wake := c.take(reserve, true, first)
 		if b != nil {
@@ -416,6 +413,13 @@ func (p *Pool) getWait(ctx context.Context, n int, reserve bool) (*Buf, error) {
 			return nil, fmt.Errorf("bridge: waiting for a %d-byte buffer: %w", c.size, ctx.Err())
 		}
 	}
+}
+
+// counted counts a Get (ClassStats.Gets) on shard first, the one it
+// looks in first, and returns first.
+func (c *sizeClass) counted(first uint32) uint32 {
+	c.shards[first&c.mask].gets.Add(1)
+	return first
 }
 
 // take takes a free buffer, from the shards (shard first first), then
