@@ -214,20 +214,26 @@ func timedWorkers(depth int, d time.Duration, work func(i int, stop time.Time, o
 
 // processCPU is p's user and system time so far (0 without a process).
 func processCPU(p *os.Process) time.Duration {
+	user, sys := processTimes(p)
+	return user + sys
+}
+
+// processTimes is p's user and system time so far (0 without a process).
+func processTimes(p *os.Process) (user, sys time.Duration) {
 	if p == nil {
-		return 0
+		return 0, 0
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// Fields after the command's closing parenthesis: utime and stime are
 	// the 12th and 13th (fields 14 and 15 of the whole line).
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return time.Duration(ut) * time.Second / 100, time.Duration(st) * time.Second / 100 // USER_HZ
 }
