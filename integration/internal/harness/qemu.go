@@ -29,13 +29,18 @@ var ErrGuestHung = errors.New("guest hung")
 
 // QemuArgs is the qemu command line: TCG (KVM does not work on these hosts),
 // the serial console on stdio, no network device, and no reboot, so a
-// kernel panic (panic=-1) or init's poweroff ends qemu.
+// kernel panic (panic=-1) or init's poweroff ends qemu. tsc=reliable: under
+// TCG the kernel does not trust the TSC and falls back to the emulated
+// HPET, so every clock read in the guest (the Go runtime's, rxe's, a
+// timer's) becomes an exit to qemu's device model, and in user space a
+// system call where a host's vDSO reads the TSC. qemu's TCG TSC follows the
+// host's, monotonic across vCPUs.
 func QemuArgs(o BootOptions) []string {
 	return []string{
 		"-accel", "tcg,thread=multi", "-cpu", "max",
 		"-m", o.Memory, "-smp", strconv.Itoa(o.CPUs),
 		"-kernel", o.Vmlinuz, "-initrd", o.Initrd,
-		"-append", "console=ttyS0 quiet panic=-1",
+		"-append", "console=ttyS0 quiet panic=-1 tsc=reliable",
 		"-nographic", "-no-reboot", "-nic", "none",
 	}
 }
