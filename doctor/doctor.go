@@ -221,6 +221,7 @@ func Run(o Options) (*Report, error) {
 	h.checkXDP(nets)
 	h.checkKernelRoCE(nets)
 	h.checkMemory(rdmas)
+	h.checkClocksource()
 	h.checkTunnels()
 	if o.Interval > 0 {
 		h.checkCounters(rdmas)

@@ -43,6 +43,8 @@ gateway, and prints each finding with its severity and what to do:
   xdp           the XDP mode the userspace leg's driver has (native, generic)
   kernel_roce   a kernel RoCE device still bound to the userspace leg's
                 interface (it takes UDP 4791 before XDP sees it)
+  clocksource   one the vDSO reads (tsc, kvm-clock): on another (hpet,
+                acpi_pm) each of the gateway's clock reads is a system call
   ipoib         IPoIB mode (datagram, connected) and MTU
   counters      hw_counters and port counters that show trouble (CNPs,
                 out-of-sequence, sequence errors, ACK timeouts) rising

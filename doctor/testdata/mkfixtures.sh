@@ -103,6 +103,12 @@ CapBnd:	000001ffffffffff"
 	w "$r/sys/kernel/mm/transparent_hugepage/enabled" "$5"
 }
 
+# clock ROOT CURRENT AVAILABLE: the kernel's clocksource
+clock() {
+	w "$1/sys/devices/system/clocksource/clocksource0/current_clocksource" "$2"
+	w "$1/sys/devices/system/clocksource/clocksource0/available_clocksource" "$3"
+}
+
 mlx5() { # ROOT: a ConnectX NIC, mlx5_0 on eth0 (verbs leg 198.18.1.3)
 	local r="$1"
 	w "$r/sys/class/infiniband/mlx5_0/node_type" "1: CA"
@@ -137,6 +143,7 @@ sysctl good all 0 0
 sysctl good eth0 2 0
 sysctl good eth1 0 0
 proc good 128 unlimited 0000000000000000 "always [madvise] never"
+clock good tsc "tsc hpet acpi_pm "
 # mlx5_2: an InfiniBand port, its GID from the subnet manager's prefix
 w good/sys/class/infiniband/mlx5_2/node_type "1: CA"
 port good mlx5_2 1 "4: ACTIVE" InfiniBand
@@ -162,6 +169,7 @@ sysctl bad all 1 0
 sysctl bad eth0 1 0
 sysctl bad eth1 1 0
 proc bad 0 65536 0000000000000000 "always madvise [never]"
+clock bad hpet "hpet acpi_pm "
 # mlx5_2: an InfiniBand port no subnet manager configured (no GID)
 w bad/sys/class/infiniband/mlx5_2/node_type "1: CA"
 port bad mlx5_2 1 "2: INIT" InfiniBand
@@ -215,3 +223,6 @@ guestlike() { # ROOT RP_FILTER ACCEPT_LOCAL
 rm -rf rxe-good rxe-bad
 guestlike rxe-good 0 1
 guestlike rxe-bad 1 0
+# rxe-bad: the TSC registered, but the emulated HPET chosen.
+clock rxe-good tsc "tsc hpet acpi_pm "
+clock rxe-bad hpet "tsc hpet acpi_pm "
