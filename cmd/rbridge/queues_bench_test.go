@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,7 +82,9 @@ func procCPU(b *testing.B, pid int) time.Duration {
 // each (queues), between a client and a target in this process: 8
 // sessions, each keeping 8 RDMA WRITEs of 64 KiB outstanding. Beside the
 // rate it reports the gateway process's CPU per GB carried (gw-cpu-s/GB,
-// from /proc) and its CPU use (gw-cpus: cores busy on average).
+// from /proc) and its CPU use (gw-cpus: cores busy on average). With
+// RBRIDGE_BENCH_PROFILE=DIR the gateway writes its CPU profile there,
+// gateway-queues-N.pprof.
 func BenchmarkGatewayQueues(b *testing.B) {
 	for _, queues := range []int{1, 2} {
 		b.Run(fmt.Sprint("queues=", queues), func(b *testing.B) { benchGatewayQueues(b, queues) })
@@ -109,7 +112,11 @@ admin: {listen: "127.0.0.1:0", control: ""}
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := startRun(b, nil, "run", "--config", cfg, "--log-level", "warn")
+	args := []string{"run", "--config", cfg, "--log-level", "warn"}
+	if dir := os.Getenv("RBRIDGE_BENCH_PROFILE"); dir != "" {
+		args = append(args, "--cpu-profile", filepath.Join(dir, fmt.Sprintf("gateway-queues-%d.pprof", queues)))
+	}
+	p := startRun(b, nil, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	go func() {
@@ -188,4 +195,16 @@ admin: {listen: "127.0.0.1:0", control: ""}
 	gb := float64(b.N) * size / 1e9
 	b.ReportMetric(cpu.Seconds()/gb, "gw-cpu-s/GB")
 	b.ReportMetric(cpu.Seconds()/el.Seconds(), "gw-cpus")
+	// Stopped, not killed: a CPU profile is written at the stop.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			b.Errorf("rbridge run after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		b.Error("rbridge run did not stop within 30 s of SIGTERM")
+	}
 }
