@@ -93,6 +93,7 @@ type gw struct {
 	pool   *pool.Pool
 	near   *leg.UserspaceEndpoint
 	far    *leg.VerbsEndpoint
+	farSt  *leg.VerbsStats // far's counters
 	vqp    *ibv.QP
 	vmr    *ibv.MR
 	sess   *session.Session
@@ -190,7 +191,8 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	const vPSN, tPSN = 0x2000, 0x3000
 	connectKernel(t, g.vqp, vgid, g.target.qp.QPN(), ib.PeerIP, vPSN, tPSN, 14, 7)
 	connectKernel(t, g.target.qp, g.target.gid, g.vqp.QPN(), ib.GatewayIP, tPSN, vPSN, 14, 7)
-	g.far, err = leg.NewVerbsEndpoint(leg.VerbsOptions{QP: g.vqp, CQ: vcq, MR: g.vmr, Pool: g.pool, RecvDepth: 32})
+	g.farSt = &leg.VerbsStats{}
+	g.far, err = leg.NewVerbsEndpoint(leg.VerbsOptions{QP: g.vqp, CQ: vcq, MR: g.vmr, Pool: g.pool, RecvDepth: 32, Stats: g.farSt})
 	check(t, err)
 
 	g.sess, err = session.New(session.Options{A: g.near, B: g.far, Pool: g.pool, Logger: testlog.New(t, "session failed")})
@@ -424,6 +426,54 @@ func TestGuestGatewayBadRKey(t *testing.T) {
 	case <-g.sess.Done():
 	case <-time.After(time.Minute):
 		t.Fatal("the session did not end after the far failure")
+	}
+}
+
+// WRITEs the client posts together, the last with a bad rkey: the far leg
+// posts the WRITEs' chunks with only the last of each post signaled, and
+// the target's refusal of the last fails it alone. The WRITEs before it
+// completed, at the target and so at the client, and their bytes are
+// there.
+func TestGuestGatewayBadRKeyAfterWrites(t *testing.T) {
+	for _, io := range []string{"udp", "afxdp"} {
+		t.Run(io, func(t *testing.T) {
+			g := newGatewayOver(t, io)
+			c, tg := g.client, g.target
+			cm, tm := c.arena.Bytes(), tg.arena.Bytes()
+			const size, good = 64 << 10, 3
+			fillPattern(cm[:good*size], 5)
+			var wrs []ibv.SendWR
+			for i := range good {
+				wrs = append(wrs, ibv.SendWR{ID: uint64(i), Op: ibv.OpWrite, SGEs: []ibv.SGE{mustSGE(c.mr, i*size, size)},
+					RemoteAddr: tg.mr.Addr() + uint64(i*size), RKey: tg.mr.RKey(), Flags: ibv.SendSignaled})
+			}
+			wrs = append(wrs, ibv.SendWR{ID: good, Op: ibv.OpWrite, SGEs: []ibv.SGE{mustSGE(c.mr, 0, 100)}, RemoteAddr: tg.mr.Addr(),
+				RKey: tg.mr.RKey() + 1, Flags: ibv.SendSignaled})
+			_, err := c.qp.PostSend(wrs)
+			check(t, err)
+			for i, wc := range waitWCs(t, c.cq, good+1) {
+				want := ibv.WCSuccess
+				if i == good {
+					want = ibv.WCRemAccessErr
+				}
+				if wc.ID != uint64(i) || wc.Status != want {
+					t.Errorf("client completion %d: WR %d %v, want WR %d %v", i, wc.ID, wc.Status, i, want)
+				}
+			}
+			if !bytes.Equal(tm[:good*size], cm[:good*size]) {
+				t.Error("the WRITEs before the refused one did not all land at the target")
+			}
+			st := g.farSt.Snapshot()
+			t.Logf("the far leg posted %d send work requests, %d of them unsignaled", st.SendWRs, st.Unsignaled)
+			if st.SendWRs < good || st.Unsignaled >= st.SendWRs {
+				t.Errorf("the far leg posted %d send work requests, %d unsignaled: want one at least per WRITE, and the last of each post signaled", st.SendWRs, st.Unsignaled)
+			}
+			select {
+			case <-g.sess.Done():
+			case <-time.After(time.Minute):
+				t.Fatal("the session did not end after the far failure")
+			}
+		})
 	}
 }
 
