@@ -93,7 +93,6 @@ type gw struct {
 	pool   *pool.Pool
 	near   *leg.UserspaceEndpoint
 	far    *leg.VerbsEndpoint
-	farSt  *leg.VerbsStats // far's counters
 	vqp    *ibv.QP
 	vmr    *ibv.MR
 	sess   *session.Session
@@ -191,8 +190,7 @@ func newGatewayOver(t testing.TB, io string) *gw {
 	const vPSN, tPSN = 0x2000, 0x3000
 	connectKernel(t, g.vqp, vgid, g.target.qp.QPN(), ib.PeerIP, vPSN, tPSN, 14, 7)
 	connectKernel(t, g.target.qp, g.target.gid, g.vqp.QPN(), ib.GatewayIP, tPSN, vPSN, 14, 7)
-	g.farSt = &leg.VerbsStats{}
-	g.far, err = leg.NewVerbsEndpoint(leg.VerbsOptions{QP: g.vqp, CQ: vcq, MR: g.vmr, Pool: g.pool, RecvDepth: 32, Stats: g.farSt})
+	g.far, err = leg.NewVerbsEndpoint(leg.VerbsOptions{QP: g.vqp, CQ: vcq, MR: g.vmr, Pool: g.pool, RecvDepth: 32})
 	check(t, err)
 
 	g.sess, err = session.New(session.Options{A: g.near, B: g.far, Pool: g.pool, Logger: testlog.New(t, "session failed")})
@@ -429,11 +427,10 @@ func TestGuestGatewayBadRKey(t *testing.T) {
 	}
 }
 
-// WRITEs the client posts together, the last with a bad rkey: the far leg
-// posts the WRITEs' chunks with only the last of each post signaled, and
-// the target's refusal of the last fails it alone. The WRITEs before it
-// completed, at the target and so at the client, and their bytes are
-// there.
+// WRITEs the client posts together, the last with a bad rkey: they cross
+// in chunks, often posted together on the far leg, and the target's
+// refusal of the last fails it alone. The WRITEs before it completed, at
+// the target and so at the client, and their bytes are there.
 func TestGuestGatewayBadRKeyAfterWrites(t *testing.T) {
 	for _, io := range []string{"udp", "afxdp"} {
 		t.Run(io, func(t *testing.T) {
@@ -462,11 +459,6 @@ func TestGuestGatewayBadRKeyAfterWrites(t *testing.T) {
 			}
 			if !bytes.Equal(tm[:good*size], cm[:good*size]) {
 				t.Error("the WRITEs before the refused one did not all land at the target")
-			}
-			st := g.farSt.Snapshot()
-			t.Logf("the far leg posted %d send work requests, %d of them unsignaled", st.SendWRs, st.Unsignaled)
-			if st.SendWRs < good || st.Unsignaled >= st.SendWRs {
-				t.Errorf("the far leg posted %d send work requests, %d unsignaled: want one at least per WRITE, and the last of each post signaled", st.SendWRs, st.Unsignaled)
 			}
 			select {
 			case <-g.sess.Done():

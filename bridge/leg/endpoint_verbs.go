@@ -67,14 +67,6 @@ type VerbsEndpoint struct {
 	rwrs     []ibv.RecvWR
 	posted   int // receives posted
 	closing  bool
-
-	// order is the IDs of the send work requests posted and not completed,
-	// in the order posted (from orderHead): only the last of each post is
-	// signaled, and its completion completes those before it (an RC send
-	// queue completes in order).
-	order     []uint32
-	orderHead int
-
 	// local are the window work requests posted and not completed, by
 	// ID (localBit clear), with what takes their completion.
 	local     map[uint64]func(ibv.WCStatus)
@@ -113,10 +105,6 @@ type VerbsStats struct {
 	// QPErrors counts QPs the HCA moved to the error state and said why
 	// (an asynchronous event: a peer's request failed at the gateway).
 	QPErrors atomic.Uint64
-	// SendWRs counts the send work requests posted for relayed operations;
-	// Unsignaled those of them posted without a completion of their own,
-	// completed by the next one's.
-	SendWRs, Unsignaled atomic.Uint64
 }
 
 // VerbsStatsSnapshot is VerbsStats read at one moment, as plain values.
@@ -125,13 +113,11 @@ type VerbsStatsSnapshot struct {
 	Exposed, Revoked       uint64
 	Registered, OwnPDs     uint64
 	QPErrors               uint64
-	SendWRs, Unsignaled    uint64
 }
 
 // Snapshot reads every counter.
 func (s *VerbsStats) Snapshot() VerbsStatsSnapshot {
-	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load(), Registered: s.Registered.Load(), OwnPDs: s.OwnPDs.Load(), QPErrors: s.QPErrors.Load(),
-		SendWRs: s.SendWRs.Load(), Unsignaled: s.Unsignaled.Load()}
+	return VerbsStatsSnapshot{LostAcked: s.LostAcked.Load(), RecvStarved: s.RecvStarved.Load(), Exposed: s.Exposed.Load(), Revoked: s.Revoked.Load(), Registered: s.Registered.Load(), OwnPDs: s.OwnPDs.Load(), QPErrors: s.QPErrors.Load()}
 }
 
 var (
@@ -343,7 +329,7 @@ func (e *VerbsEndpoint) Post(ops []*session.Op) (int, error) {
 			break
 		}
 		id := e.slots.Take(op)
-		wr := ibv.SendWR{ID: uint64(id), Op: vop, RemoteAddr: op.Remote, RKey: op.RKey, Imm: op.Imm}
+		wr := ibv.SendWR{ID: uint64(id), Op: vop, Flags: ibv.SendSignaled, RemoteAddr: op.Remote, RKey: op.RKey, Imm: op.Imm}
 		switch op.Opcode {
 		case transport.OpSendWithInv:
 			wr.Imm = op.InvRKey
@@ -365,23 +351,7 @@ func (e *VerbsEndpoint) Post(ops []*session.Op) (int, error) {
 		}
 		e.wrs = append(e.wrs, wr)
 	}
-	// Selective signaling: the last work request of the post asks for a
-	// completion, and its completion stands for those before it (handle).
-	// The HCA writes a completion and raises an event per signaled work
-	// request: one per post, not one per op (a WRITE crosses in chunks, of
-	// as many pieces as the QP gathers). Each post ends signaled, so no
-	// unsignaled work request waits on one posted later.
-	if k := len(e.wrs); k > 0 {
-		e.wrs[k-1].Flags |= ibv.SendSignaled
-	}
 	n, err := e.qp.PostSend(e.wrs)
-	for _, w := range e.wrs[:n] {
-		e.order = append(e.order, uint32(w.ID))
-		if w.Flags&ibv.SendSignaled == 0 {
-			e.stats.Unsignaled.Add(1)
-		}
-	}
-	e.stats.SendWRs.Add(uint64(n))
 	for _, w := range e.wrs[n:] {
 		e.slots.done(w.ID)
 	}
@@ -522,67 +492,17 @@ func (e *VerbsEndpoint) handle(h session.Handler, wcs []ibv.WorkCompletion) {
 			continue
 		}
 		e.mu.Lock()
-		before := e.completedBeforeLocked(wc.ID)
 		op := e.slots.done(wc.ID)
 		e.mu.Unlock()
-		// The unsignaled ones posted before it completed before it: in
-		// success, or before the work request that failed (the first
-		// failure stops the queue). Only a flushed one says nothing of
-		// them: the QP was already in error, and an HCA need not report
-		// flushed work that was not signaled.
-		earlier := transport.StatusSuccess
-		if wc.Status == ibv.WCWRFlushErr {
-			earlier = transport.StatusWRFlushErr
+		if op == nil {
+			continue
 		}
-		for _, b := range before {
-			e.sendDone(h, b, earlier)
+		op.Status = transportStatus(wc.Status)
+		if op.Status == transport.StatusSuccess && (op.Opcode == transport.OpCompareSwap || op.Opcode == transport.OpFetchAdd) {
+			op.Orig = binary.LittleEndian.Uint64(op.Bytes()) // verbs leaves it in host order
 		}
-		if op != nil {
-			e.sendDone(h, op, transportStatus(wc.Status))
-		}
+		h.Done(op)
 	}
-}
-
-// sendDone hands a send op's completion to the session.
-func (e *VerbsEndpoint) sendDone(h session.Handler, op *session.Op, st transport.Status) {
-	op.Status = st
-	if st == transport.StatusSuccess && (op.Opcode == transport.OpCompareSwap || op.Opcode == transport.OpFetchAdd) {
-		op.Orig = binary.LittleEndian.Uint64(op.Bytes()) // verbs leaves it in host order
-	}
-	h.Done(op)
-}
-
-// completedBeforeLocked takes from order the send work requests posted
-// before id, up to id itself, and returns their ops, in order: a
-// completion of id completes them. Nothing when id is not in order.
-func (e *VerbsEndpoint) completedBeforeLocked(id uint64) []*session.Op {
-	at := -1
-	for i := e.orderHead; i < len(e.order); i++ {
-		if uint64(e.order[i]) == id {
-			at = i
-			break
-		}
-	}
-	if at < 0 {
-		return nil
-	}
-	var ops []*session.Op
-	for _, b := range e.order[e.orderHead:at] {
-		if op := e.slots.done(uint64(b)); op != nil {
-			ops = append(ops, op)
-		}
-	}
-	e.orderHead = at + 1
-	switch {
-	case e.orderHead == len(e.order):
-		e.order, e.orderHead = e.order[:0], 0
-	case e.orderHead >= 64 && 2*e.orderHead >= len(e.order):
-		// Never empty under steady traffic: moved down, so that order
-		// holds what is outstanding (at most the slots), not all it held.
-		k := copy(e.order, e.order[e.orderHead:])
-		e.order, e.orderHead = e.order[:k], 0
-	}
-	return ops
 }
 
 // received hands a received SEND to the session.
@@ -673,13 +593,6 @@ func (e *VerbsEndpoint) Close() error {
 		h := e.h.Get()
 		e.mu.Lock()
 		var lost []*session.Op
-		for _, id := range e.order[e.orderHead:] { // in the order posted
-			if op := e.slots.done(uint64(id)); op != nil {
-				op.Status = transport.StatusWRFlushErr
-				lost = append(lost, op)
-			}
-		}
-		e.order, e.orderHead = e.order[:0], 0
 		for id := range e.slots.size() {
 			if op := e.slots.done(uint64(id)); op != nil {
 				op.Status = transport.StatusWRFlushErr
