@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -209,17 +208,7 @@ func TestTourLoopback(t *testing.T) {
 	if err != nil || !strings.Contains(out, "unchanged echo") {
 		t.Errorf("rbridge reload: %v\n%s", err, out)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Errorf("rbridge run after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("rbridge run did not stop within 30 s of SIGTERM")
-	}
+	p.stop(t)
 }
 
 // TestRunLogFormatJSON: --log-format json makes every line rbridge run
@@ -237,12 +226,7 @@ func TestRunLogFormatJSON(t *testing.T) {
 			t.Fatal("rbridge run did not log gateway running as JSON")
 		}
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-p.exited; err != nil {
-		t.Fatalf("rbridge run after SIGTERM: %v", err)
-	}
+	p.stop(t)
 	for _, l := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil || m["msg"] == nil {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -195,16 +194,5 @@ admin: {listen: "127.0.0.1:0", control: ""}
 	gb := float64(b.N) * size / 1e9
 	b.ReportMetric(cpu.Seconds()/gb, "gw-cpu-s/GB")
 	b.ReportMetric(cpu.Seconds()/el.Seconds(), "gw-cpus")
-	// Stopped, not killed: a CPU profile is written at the stop.
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		b.Fatal(err)
-	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			b.Errorf("rbridge run after SIGTERM: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		b.Error("rbridge run did not stop within 30 s of SIGTERM")
-	}
+	p.stop(b) // not killed: a CPU profile is written at the stop
 }

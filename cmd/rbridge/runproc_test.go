@@ -3,7 +3,9 @@ package main
 import (
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // runProc is `rbridge run` as a child process of the test binary
@@ -33,4 +35,21 @@ func startRun(t testing.TB, env []string, args ...string) *runProc {
 		t.Logf("rbridge %v:\n%s", args, p.logs.String())
 	})
 	return p
+}
+
+// stop ends the gateway with SIGTERM, as systemd does: it must exit 0
+// within 30 s.
+func (p *runProc) stop(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("rbridge run after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rbridge run did not stop within 30 s of SIGTERM")
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rbridge/rbridge/integration/guest"
 )
@@ -30,41 +29,19 @@ func BenchmarkGuestReadThroughVsDirect(b *testing.B) {
 	b.Run("direct-ib", func(b *testing.B) {
 		server := []string{"-R", "-d", ib.PeerDevice, "-p", "18600"}
 		client := []string{"-R", "-d", ib.GatewayDevice, "--source_ip", ib.GatewayIP.String(), "-p", "18600", ib.PeerIP.String()}
-		direct.add("ib", runPair(b, "ib_read_bw", server, client, args, size))
+		direct.add("ib", perftestRounds(b, "ib_read_bw", server, client, args, size, readIters, nil))
 	})
 	for _, io := range []string{"udp", "afxdp"} {
 		b.Run("through-"+io, func(b *testing.B) {
 			startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), gatewayConfig(io, ns, ib), "--log-level", "info")
 			server := []string{"-R", "-d", ib.PeerDevice, "-p", "18515"}
 			client := []string{"-R", "-d", ns.PeerDevice, "-p", "18515", ns.IP.String()}
-			mb := runPair(b, "ib_read_bw", server, client, args, size)
+			mb := perftestRounds(b, "ib_read_bw", server, client, args, size, readIters, nil)
 			if d := direct.median("ib"); d > 0 {
 				b.ReportMetric(mb/d, "x-direct")
 			}
 		})
 	}
-}
-
-// runPair runs a perftest pair b.N times and reports its average MB/s.
-func runPair(b *testing.B, tool string, server, client, args []string, size int) float64 {
-	b.Helper()
-	var sum float64
-	for range b.N {
-		c := append(append([]string{}, client[:len(client)-1]...), args...)
-		c = append(c, client[len(client)-1])
-		out, _, err := pairWithin(b, 3*time.Minute, tool, append(append([]string{}, server...), args...), c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		mb, err := perftestAverage(out, size)
-		if err != nil {
-			b.Fatal(err)
-		}
-		sum += mb
-	}
-	mb := sum / float64(b.N)
-	b.ReportMetric(mb, "MB/s")
-	return mb
 }
 
 // perftestAverage finds perftest's result line for size and returns its
