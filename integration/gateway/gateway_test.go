@@ -56,6 +56,13 @@ legs:
 %s`, ns.Netdev, ns.IP, io, ns.Name, ib.GatewayIP, ib.GatewayDevice, ibKeys)
 }
 
+// withRoceKeys adds keys (lines indented as guestLegs' are) to the roce
+// leg of cfg, a config guestLegs began.
+func withRoceKeys(cfg string, ns guest.Netns, keys string) string {
+	at := "    netns: " + ns.Name + "\n"
+	return strings.Replace(cfg, at, at+keys, 1)
+}
+
 // gatewayConfig is the guest's gateway: the userspace leg in user0, the
 // verbs leg on rxe2, a route each way.
 func gatewayConfig(io string, ns guest.Netns, ib guest.IBFabric) string {
@@ -493,10 +500,7 @@ func TestGuestRunRping(t *testing.T) {
 			if tc.ibKeys != "" {
 				cfg = strings.Replace(cfg, guestLegs(io, ns, ib, ""), guestLegs(io, ns, ib, tc.ibKeys), 1)
 			}
-			if tc.roceKeys != "" {
-				at := "    netns: " + ns.Name + "\n"
-				cfg = strings.Replace(cfg, at, at+tc.roceKeys, 1)
-			}
+			cfg = withRoceKeys(cfg, ns, tc.roceKeys)
 			logs := startGateway(t, cfg)
 			if tc.roceKeys != "" && !strings.Contains(logs.String(), "userspace leg busy-polled") {
 				t.Errorf("the roce leg did not say it busy-polls:\n%s", logs.String())

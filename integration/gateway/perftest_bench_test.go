@@ -62,11 +62,7 @@ func BenchmarkGuestPerftestThroughVsDirect(b *testing.B) {
 			{"through-afxdp-busy", "    busy_poll: true\n"},
 		} {
 			b.Run(tc.name+"/"+path.name, func(b *testing.B) {
-				cfg := gatewayConfig("afxdp", ns, ib)
-				if path.keys != "" {
-					at := "    netns: " + ns.Name + "\n"
-					cfg = strings.Replace(cfg, at, at+path.keys, 1)
-				}
+				cfg := withRoceKeys(gatewayConfig("afxdp", ns, ib), ns, path.keys)
 				logs, p := startRbridge(b, "", filepath.Join(b.TempDir(), "gateway.yaml"), cfg, benchFlags(b)...)
 				gw := benchGateway{p: p, admin: adminAddr(b, logs)}
 				server := []string{"-R", "-d", ib.PeerDevice, "-p", "18515"}
@@ -103,12 +99,7 @@ func perftestRounds(b *testing.B, tool string, server, client, args []string, si
 			}
 			user1, sys1 := processTimes(gw)
 			spentUser, spentSys = user1-user0, sys1-sys0
-			if strings.HasSuffix(tool, "_lat") {
-				v, err = perftestTypical(out, size)
-			} else {
-				v, err = perftestAverage(out, size)
-			}
-			if err != nil {
+			if v, err = perftestFigure(out, size, strings.HasSuffix(tool, "_lat")); err != nil {
 				b.Fatal(err)
 			}
 			// An inf figure is perftest's clock, not calibrated under
@@ -139,13 +130,18 @@ func perftestRounds(b *testing.B, tool string, server, client, args []string, si
 	return v
 }
 
-// perftestTypical finds a latency tool's result line for size and returns
-// its t_typical[usec] (perftest's figures are half the round trip).
-func perftestTypical(out string, size int) (float64, error) {
+// perftestFigure finds perftest's result line for size and returns its
+// figure: a bandwidth tool's BW average[MB/sec], a latency tool's
+// t_typical[usec] (half the round trip).
+func perftestFigure(out string, size int, latency bool) (float64, error) {
+	col := 3
+	if latency {
+		col = 4
+	}
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) >= 5 && f[0] == strconv.Itoa(size) {
-			return strconv.ParseFloat(f[4], 64)
+		if len(f) > col && f[0] == strconv.Itoa(size) {
+			return strconv.ParseFloat(f[col], 64)
 		}
 	}
 	return 0, fmt.Errorf("no result line for %d bytes in:\n%s", size, out)

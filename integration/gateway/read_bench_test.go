@@ -3,8 +3,6 @@ package gateway_test
 import (
 	"fmt"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/rbridge/rbridge/integration/guest"
@@ -42,16 +40,4 @@ func BenchmarkGuestReadThroughVsDirect(b *testing.B) {
 			}
 		})
 	}
-}
-
-// perftestAverage finds perftest's result line for size and returns its
-// BW average[MB/sec].
-func perftestAverage(out string, size int) (float64, error) {
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) >= 4 && f[0] == strconv.Itoa(size) {
-			return strconv.ParseFloat(f[3], 64)
-		}
-	}
-	return 0, fmt.Errorf("no result line for %d bytes in:\n%s", size, out)
 }
