@@ -13,20 +13,31 @@ import (
 )
 
 // New returns a logger for t. Records at error level fail t (t.Errorf)
-// unless their message contains one of the expected substrings; lower
-// levels are dropped, unless RBRIDGE_TEST_LOG names a level (debug,
-// info, warn): records from it up are then written with t.Log, to trace
-// a failure. Records logged after t's cleanup began (goroutines winding
-// down) are dropped.
+// unless their message contains one of the expected substrings. Records
+// from RBRIDGE_TEST_LOG's level up (debug, info, warn) are written with
+// t.Log as they come, to trace a failure. Without it, the last Kept
+// records at info and warn level are kept, and written only should t
+// fail: a failure that came once in CI says what the code logged before
+// it. Records logged after t's cleanup began (goroutines winding down)
+// are dropped.
 func New(t testing.TB, expected ...string) *slog.Logger {
 	h := &handler{s: &state{t: t, expected: expected, verbose: verbose()}}
 	t.Cleanup(func() {
 		h.s.mu.Lock()
 		h.s.done = true
+		kept := h.s.kept()
 		h.s.mu.Unlock()
+		if t.Failed() && len(kept) > 0 {
+			t.Logf("the last %d log records (info and warn; RBRIDGE_TEST_LOG=debug writes every record as it comes):\n%s",
+				len(kept), strings.Join(kept, "\n"))
+		}
 	})
 	return slog.New(h)
 }
+
+// Kept is how many of the last records below RBRIDGE_TEST_LOG's level
+// (info and warn) a logger keeps for a failure.
+const Kept = 200
 
 type state struct {
 	t        testing.TB
@@ -34,6 +45,15 @@ type state struct {
 	mu       sync.Mutex // guards done and calls into t
 	done     bool
 	verbose  slog.Level // records from this level up are t.Log'ed
+	// ring holds the last Kept records below verbose (from info up),
+	// formatted; next is where the next goes once it is full.
+	ring []string
+	next int
+}
+
+// kept is the ring's records, oldest first. s.mu must be held.
+func (s *state) kept() []string {
+	return append(append([]string(nil), s.ring[s.next:]...), s.ring[:s.next]...)
 }
 
 // verbose is the level RBRIDGE_TEST_LOG names, or error (nothing more
@@ -52,7 +72,7 @@ type handler struct {
 }
 
 func (h *handler) Enabled(_ context.Context, l slog.Level) bool {
-	return l >= slog.LevelError || l >= h.s.verbose
+	return l >= min(slog.LevelInfo, h.s.verbose)
 }
 
 func (h *handler) Handle(_ context.Context, r slog.Record) error {
@@ -62,11 +82,8 @@ func (h *handler) Handle(_ context.Context, r slog.Record) error {
 			fails = false
 		}
 	}
-	if !fails && r.Level < h.s.verbose {
-		return nil
-	}
 	var b strings.Builder
-	b.WriteString(r.Message)
+	b.WriteString(r.Time.Format("15:04:05.000000") + " " + r.Level.String() + " " + r.Message)
 	for _, a := range h.attrs {
 		b.WriteString(" " + a.String())
 	}
@@ -78,8 +95,15 @@ func (h *handler) Handle(_ context.Context, r slog.Record) error {
 	defer h.s.mu.Unlock()
 	switch {
 	case h.s.done:
+	case !fails && r.Level < h.s.verbose:
+		if len(h.s.ring) < Kept {
+			h.s.ring = append(h.s.ring, b.String())
+		} else {
+			h.s.ring[h.s.next] = b.String()
+			h.s.next = (h.s.next + 1) % Kept
+		}
 	case !fails:
-		h.s.t.Logf("%s %s %s", r.Time.Format("15:04:05.000000"), r.Level, b.String())
+		h.s.t.Log(b.String())
 	default:
 		h.s.t.Errorf("logged at error level: %s", b.String())
 	}
