@@ -121,6 +121,9 @@ type Gateway struct {
 	// on its leg's word alone); linkResub is LinkResubscribe (a test
 	// sets it shorter).
 	linkPoll, linkResub time.Duration
+	// beforeSession, when a test sets it, is called as a session is about
+	// to enter the table, both its connections made.
+	beforeSession atomic.Pointer[func()]
 	// groups are the multicast groups relaying (mcast.go), by name: the
 	// file's and those the joined_on entries found; joined are those
 	// entries (joined.go), by name.
@@ -716,6 +719,9 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	if fellBack {
 		info.target, info.outLeg = r.Fallback.Addr, r.Fallback.Leg
 	}
+	if f := g.beforeSession.Load(); f != nil {
+		(*f)()
+	}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -725,11 +731,29 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 		return
 	}
 	g.sessions[s] = info
+	// A leg that went down while the session was being made: the link
+	// watch ended the sessions through it before this one was in the
+	// table, and will not again until the link is up and down again.
+	// Entered under the same lock as the watch marks a leg down, the
+	// session is either in the table then or sees the mark now.
+	downLeg, down := info.outLeg, g.linkDown[info.outLeg]
+	if down == nil {
+		downLeg, down = info.inLeg, g.linkDown[info.inLeg]
+	}
+	if down != nil {
+		if lc := g.linkDowns[downLeg]; lc != nil {
+			lc.cut.Add(1)
+		}
+	}
 	g.mu.Unlock()
 	g.stats.Accepted.Add(1)
 	rs.Accepted.Add(1)
 	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1], "through_fallback", fellBack,
 		"responder_resources", cp.RespRes, "initiator_depth", cp.InitDepth)
+	if down != nil {
+		log.Warn("a leg the session crosses went down while it was being made: it ends", "leg", downLeg, "why", down)
+		s.End(fmt.Errorf("%w: %w", ErrLinkDown, down))
+	}
 	<-s.Done()
 	st := s.Stats().Snapshot()
 	log.Info("session ended", "why", s.Err(), "age", time.Since(info.started).Round(time.Millisecond),

@@ -7,7 +7,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +47,7 @@ func TestGatewayLinkDown(t *testing.T) {
 	case <-cc.Done():
 		t.Logf("the client was disconnected %v after its target's leg went down", time.Since(downAt).Round(time.Millisecond))
 	case <-time.After(10 * time.Second):
-		t.Fatal("the client's connection outlived its target's leg by 10 s: stranded")
+		t.Fatalf("the client's connection outlived its target's leg by 10 s: stranded; %s", strandedState(g))
 	}
 	if err := g.Ready(); err == nil || !strings.Contains(err.Error(), `leg "b"`) {
 		t.Errorf("ready with leg b down: %v, want an error naming it", err)
@@ -74,6 +76,28 @@ func TestGatewayLinkDown(t *testing.T) {
 		}
 	}
 	dialAgain(t, ctx, client, target, ln, "1:7471")
+}
+
+// strandedState says what the gateway's status shows of its legs and
+// sessions, for a test whose client was not disconnected when it should
+// have been; or, when the status does not come within 5 s (a link read
+// stuck), every goroutine's stack.
+func strandedState(g *bridge.Gateway) string {
+	got := make(chan bridge.Status, 1)
+	go func() { got <- g.Status() }()
+	select {
+	case st := <-got:
+		var b strings.Builder
+		for _, ls := range st.Legs {
+			fmt.Fprintf(&b, "leg %s: state %q, up %v, link watch %q; ", ls.Name, ls.State, ls.Up, ls.LinkWatch)
+		}
+		fmt.Fprintf(&b, "%d sessions running, ready: %v", len(st.Sessions), g.Ready())
+		return b.String()
+	case <-time.After(5 * time.Second):
+		var b strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		return "the gateway's status did not come in 5 s; goroutines:\n" + b.String()
+	}
 }
 
 // dialAgain connects client to target through the gateway again (lo's
@@ -105,7 +129,7 @@ func TestGatewayLinkDeleted(t *testing.T) {
 	select {
 	case <-cc.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("the client's connection outlived its target's interface by 10 s: stranded")
+		t.Fatalf("the client's connection outlived its target's interface by 10 s: stranded; %s", strandedState(g))
 	}
 	if err := g.Ready(); err == nil || !strings.Contains(err.Error(), `leg "b"`) || !strings.Contains(err.Error(), "absent") {
 		t.Errorf("ready with leg b's interface deleted: %v, want an error naming the leg and its interface absent", err)
@@ -120,6 +144,59 @@ func TestGatewayLinkDeleted(t *testing.T) {
 	remakeVeth(t, gwNS, peerNS, gwIf, peerIf, "10.96.0.1/24", "10.96.0.2/24")
 	waitUntil(t, "ready once the interface is made again", func() bool { return g.Ready() == nil })
 	dialAgain(t, ctx, client, target, ln, "1:7473")
+}
+
+// TestGatewayLinkDownAsSessionStarts: the target's leg goes down while a
+// session is being made: both its connections are up, and the session
+// is not yet in the gateway's table, where the link watch looks for what
+// the link down ends. The session ends all the same: its client is
+// disconnected, and the session is counted as one the link down ended.
+func TestGatewayLinkDownAsSessionStarts(t *testing.T) {
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbd", "10.98.0.1/24", "10.98.0.2/24")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	target := newCMAppIn(t, peerNS, "", "10.98.0.2", nil)
+	ln, err := target.cm.Listen(7475, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, twoLegConfig(t, gwNS, gwIf, "10.98.0.1", `
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7475"}
+    target: {leg: b, addr: "10.98.0.2:7475"}
+`))
+	var once sync.Once
+	bridge.SetBeforeSession(g, func() {
+		once.Do(func() {
+			if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, "down").CombinedOutput(); err != nil {
+				t.Errorf("ip link set %s down: %v: %s", gwIf, err, out)
+				return
+			}
+			for deadline := time.Now().Add(5 * time.Second); bridge.LinkDown(g, "b") == nil; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the link watch did not see leg b down in 5 s")
+					return
+				}
+			}
+		})
+	})
+	client := newCMApp(t, lo("5"))
+	cc, _, _ := dialThrough(t, ctx, client, target, ln, "1:7475")
+	select {
+	case <-cc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the client's connection, made as its target's leg went down, outlived it by 10 s: stranded; %s", strandedState(g))
+	}
+	waitUntil(t, "the session out of the gateway's table", func() bool { return g.Sessions() == 0 })
+	m, _ := scrape(t, startAdmin(t, g))
+	for name, want := range map[string]float64{
+		`rbridge_leg_link_downs_total{leg="b"}`:               1,
+		`rbridge_leg_link_down_sessions_ended_total{leg="b"}`: 1,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
 }
 
 // TestGatewayLinkReplacedAFXDP: the interface of an io: afxdp leg is
