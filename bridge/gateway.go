@@ -121,9 +121,9 @@ type Gateway struct {
 	// on its leg's word alone); linkResub is LinkResubscribe (a test
 	// sets it shorter).
 	linkPoll, linkResub time.Duration
-	// beforeSession, when a test sets it, is called as a session is about
-	// to enter the table, both its connections made.
-	beforeSession atomic.Pointer[func()]
+	// beforeTable, when a test sets it, is called as a session or a UD
+	// client's pair is about to enter its table, its connections made.
+	beforeTable atomic.Pointer[func()]
 	// groups are the multicast groups relaying (mcast.go), by name: the
 	// file's and those the joined_on entries found; joined are those
 	// entries (joined.go), by name.
@@ -719,7 +719,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	if fellBack {
 		info.target, info.outLeg = r.Fallback.Addr, r.Fallback.Leg
 	}
-	if f := g.beforeSession.Load(); f != nil {
+	if f := g.beforeTable.Load(); f != nil {
 		(*f)()
 	}
 	g.mu.Lock()
@@ -736,10 +736,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	// table, and will not again until the link is up and down again.
 	// Entered under the same lock as the watch marks a leg down, the
 	// session is either in the table then or sees the mark now.
-	downLeg, down := info.outLeg, g.linkDown[info.outLeg]
-	if down == nil {
-		downLeg, down = info.inLeg, g.linkDown[info.inLeg]
-	}
+	downLeg, down := g.crossesDownLocked(info.outLeg, info.inLeg)
 	if down != nil {
 		if lc := g.linkDowns[downLeg]; lc != nil {
 			lc.cut.Add(1)

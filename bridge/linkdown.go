@@ -322,6 +322,21 @@ func (g *Gateway) throughLocked(name string) ([]*session.Session, []*udPair) {
 	return cut, udCut
 }
 
+// crossesDownLocked is the first of legs the link watch has down, and
+// why; nil when none is. Something that crosses the legs and enters the
+// gateway's tables (a session, a UD client) asks it under the same hold
+// of g.mu: the watch ended what was in them when it marked the leg down,
+// and does not look again until the leg is up and down again. g.mu must
+// be held.
+func (g *Gateway) crossesDownLocked(legs ...string) (string, error) {
+	for _, l := range legs {
+		if err := g.linkDown[l]; err != nil {
+			return l, err
+		}
+	}
+	return "", nil
+}
+
 // ErrAddrLeft is why a session ended when a freebind leg it crossed lost
 // its floating address.
 var ErrAddrLeft = fmt.Errorf("a leg's floating address left this gateway")

@@ -165,21 +165,7 @@ func TestGatewayLinkDownAsSessionStarts(t *testing.T) {
     listen: {leg: a, addr: "127.0.10.1:7475"}
     target: {leg: b, addr: "10.98.0.2:7475"}
 `))
-	var once sync.Once
-	bridge.SetBeforeSession(g, func() {
-		once.Do(func() {
-			if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, "down").CombinedOutput(); err != nil {
-				t.Errorf("ip link set %s down: %v: %s", gwIf, err, out)
-				return
-			}
-			for deadline := time.Now().Add(5 * time.Second); bridge.LinkDown(g, "b") == nil; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Error("the link watch did not see leg b down in 5 s")
-					return
-				}
-			}
-		})
-	})
+	downBeforeTable(t, g, gwNS, gwIf)
 	client := newCMApp(t, lo("5"))
 	cc, _, _ := dialThrough(t, ctx, client, target, ln, "1:7475")
 	select {
@@ -197,6 +183,27 @@ func TestGatewayLinkDownAsSessionStarts(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 		}
 	}
+}
+
+// downBeforeTable has g, as the first session or UD client's pair is
+// about to enter its table, bring leg b's interface (gwIf in gwNS) down
+// and wait until its link watch has the leg down.
+func downBeforeTable(t *testing.T, g *bridge.Gateway, gwNS, gwIf string) {
+	var once sync.Once
+	bridge.SetBeforeTable(g, func() {
+		once.Do(func() {
+			if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, "down").CombinedOutput(); err != nil {
+				t.Errorf("ip link set %s down: %v: %s", gwIf, err, out)
+				return
+			}
+			for deadline := time.Now().Add(5 * time.Second); bridge.LinkDown(g, "b") == nil; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the link watch did not see leg b down in 5 s")
+					return
+				}
+			}
+		})
+	})
 }
 
 // TestGatewayLinkReplacedAFXDP: the interface of an io: afxdp leg is
@@ -380,37 +387,7 @@ func TestGatewayLinkDownUD(t *testing.T) {
 			t.Fatalf("ip link set %s %s: %v: %s", gwIf, state, err, out)
 		}
 	}
-	target := newCMAppIn(t, peerNS, "", "10.95.0.2", nil)
-	ln, err := target.cm.ListenUD(7174, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	tqp, tcq := target.udQP(t, 16)
-	go func() {
-		for {
-			req, err := ln.Next(context.Background())
-			if err != nil {
-				return
-			}
-			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
-		}
-	}()
-	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
-  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
-  - {name: b, kind: userspace, interface: GWIF, ip: 10.95.0.1, io: udp, netns: GWNS}
-routes:
-  - name: u
-    ud: true
-    listen: {leg: a, addr: "127.0.10.1:7174"}
-    target: {leg: b, addr: "10.95.0.2:7174"}
-`)
-	cfg, err := config.Parse("gw.yaml", []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := startGateway(t, cfg)
-	client := newCMApp(t, lo("3"))
+	g, client, tcq := udRouteOverVeth(t, gwNS, peerNS, gwIf, "10.95.0")
 	gwA := netip.MustParseAddr(lo("1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -455,5 +432,64 @@ routes:
 	client.sendUD(t, cqp, gwA, svc.QPN, cqp.QPN(), 64, 'b')
 	if wc := waitUD(t, tcq); wc.Status != transport.StatusSuccess || wc.ByteLen != 64 {
 		t.Fatalf("a datagram once the link is up: %+v", wc)
+	}
+}
+
+// udRouteOverVeth starts a gateway whose UD route u leads from leg a (the
+// loopback, port 7174) to a target at net.2 on leg b, across gwIf of
+// vethNamespaces, and a client at lo("3"); tcq is the target's receive
+// queue's CQ.
+func udRouteOverVeth(t *testing.T, gwNS, peerNS, gwIf, net string) (g *bridge.Gateway, client *cmApp, tcq *transport.CQ) {
+	t.Helper()
+	target := newCMAppIn(t, peerNS, "", net+".2", nil)
+	ln, err := target.cm.ListenUD(7174, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	tqp, tcq := target.udQP(t, 16)
+	go func() {
+		for {
+			req, err := ln.Next(context.Background())
+			if err != nil {
+				return
+			}
+			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
+		}
+	}()
+	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf, "NET", net).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: GWIF, ip: NET.1, io: udp, netns: GWNS}
+routes:
+  - name: u
+    ud: true
+    listen: {leg: a, addr: "127.0.10.1:7174"}
+    target: {leg: b, addr: "NET.2:7174"}
+`)
+	cfg, err := config.Parse("gw.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startGateway(t, cfg), newCMApp(t, lo("3")), tcq
+}
+
+// TestGatewayLinkDownAsUDClientResolves: the target's leg goes down while
+// a UD client's pair is being made: the client has its answer, and the
+// pair is not yet in the gateway's table, where the link watch looks for
+// what the link down ends. The pair ends all the same.
+func TestGatewayLinkDownAsUDClientResolves(t *testing.T) {
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbv", "10.99.0.1/24", "10.99.0.2/24")
+	g, client, _ := udRouteOverVeth(t, gwNS, peerNS, gwIf, "10.99.0")
+	downBeforeTable(t, g, gwNS, gwIf)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := client.cm.ResolveUD(ctx, netip.AddrPortFrom(netip.MustParseAddr(lo("1")), 7174), cm.ResolveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Resolved counts the pair once it is in the table.
+	for deadline := time.Now().Add(10 * time.Second); g.UDStats("u").Resolved != 1 || len(g.Status().UDClients) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the UD client, resolved as its target's leg went down, still relays 10 s after (resolved %d): %s", g.UDStats("u").Resolved, strandedState(g))
+		}
 	}
 }

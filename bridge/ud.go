@@ -435,6 +435,9 @@ func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
 	pctx, pcancel := context.WithCancel(g.ctx)
 	defer pcancel()
 	p.cancel = pcancel
+	if f := g.beforeTable.Load(); f != nil {
+		(*f)()
+	}
 	g.mu.Lock()
 	if g.closing {
 		g.mu.Unlock()
@@ -443,9 +446,14 @@ func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
 		return
 	}
 	g.udPairs[p] = struct{}{}
+	downLeg, down := g.crossesDownLocked(p.legs[:]...)
 	g.mu.Unlock()
 	st.Resolved.Add(1)
 	log.Info("UD client resolved", "client_side", c.Describe(), "target_side", out.Describe(), "target_qpn", svc.QPN, "target_qkey", fmt.Sprintf("%#x", svc.QKey))
+	if down != nil {
+		log.Warn("a leg the UD client's pair crosses went down while it was being made: it ends", "leg", downLeg, "why", down)
+		p.end(fmt.Errorf("%w: %w", ErrLinkDown, down))
+	}
 	p.run(pctx)
 	s := st.Snapshot()
 	var why any = "idle, or the gateway stopped"
