@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -41,24 +42,39 @@ func TestAppendPacketGather(t *testing.T) {
 // TestICRCWithHeadersGather: the ICRC of a packet in three pieces is the
 // ICRC of the packet whole.
 func TestICRCWithHeadersGather(t *testing.T) {
-	payload := bytes.Repeat([]byte{0xa5}, 1027)
-	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCRDMAWriteOnly, PKey: roce.DefaultPKey, DestQP: 0x12, PSN: 9},
-		RETH: roce.RETHFields{VA: 0x1000, RKey: 7, DMALen: 1027}}
-	whole := roce.AppendPacket(nil, &f, payload)
-	g, hdr := roce.AppendPacketGather(nil, &f, len(payload))
-	for _, addrs := range [][2]string{{"10.0.0.1:49152", "10.0.0.2:4791"}, {"[2001:db8::1]:49152", "[2001:db8::2]:4791"}} {
-		ip := make([]byte, 48)
-		hl, err := roce.PutIPUDPHeaders(ip, netip.MustParseAddrPort(addrs[0]), netip.MustParseAddrPort(addrs[1]), len(whole), 0)
-		if err != nil {
-			t.Fatal(err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var g []byte
+	var hdr int
+	var payload []byte
+	// Payloads short of the folding path's first 64 bytes, on either side
+	// of its 16-byte blocks, and past 4 KiB; with and without a pad.
+	for _, n := range []int{0, 1, 15, 16, 17, 63, 64, 65, 255, 256, 257, 1027, 4096, 4099} {
+		payload = make([]byte, n)
+		for i := range payload {
+			payload[i] = byte(rng.Uint32())
 		}
-		want, err := roce.ICRCWithHeaders(ip[:hl], whole)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := roce.ICRCWithHeadersGather(ip[:hl], g[:hdr], payload, g[hdr:])
-		if err != nil || got != want {
-			t.Errorf("%v: gathered ICRC %#x (%v), whole %#x", addrs, got, err, want)
+		f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCRDMAWriteOnly, PKey: roce.DefaultPKey, DestQP: 0x12, PSN: 9},
+			RETH: roce.RETHFields{VA: 0x1000, RKey: 7, DMALen: uint32(n)}}
+		whole := roce.AppendPacket(nil, &f, payload)
+		g, hdr = roce.AppendPacketGather(nil, &f, len(payload))
+		for _, addrs := range [][2]string{{"10.0.0.1:49152", "10.0.0.2:4791"}, {"[2001:db8::1]:49152", "[2001:db8::2]:4791"}} {
+			ip := make([]byte, 48)
+			hl, err := roce.PutIPUDPHeaders(ip, netip.MustParseAddrPort(addrs[0]), netip.MustParseAddrPort(addrs[1]), len(whole), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := roce.ICRCWithHeaders(ip[:hl], whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The packet in one piece, summed by the masked fold.
+			if one, err := roce.ICRC(append(ip[:hl:hl], whole...)); err != nil || one != want {
+				t.Errorf("%v, payload %d: ICRCWithHeaders %#x, ICRC of the packet in one piece %#x (%v)", addrs, n, want, one, err)
+			}
+			got, err := roce.ICRCWithHeadersGather(ip[:hl], g[:hdr], payload, g[hdr:])
+			if err != nil || got != want {
+				t.Errorf("%v, payload %d: gathered ICRC %#x (%v), whole %#x", addrs, n, got, err, want)
+			}
 		}
 	}
 	if _, err := roce.ICRCWithHeadersGather(make([]byte, 28), g[:4], payload, g[hdr:]); err == nil {

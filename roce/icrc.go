@@ -26,7 +26,8 @@ import (
 // for ICRCWithHeaders, whose headers are apart from the packet, icrcSplit
 // copies the masked headers to the stack and sums them with a slicing-by-8
 // table here (a stack buffer handed to hash/crc32 would escape to the heap),
-// then hands the rest to hash/crc32. PutICRC and VerifyICRC used to mask
+// then sums the rest unmasked (crcPlain: icrcFold where it runs, else
+// hash/crc32). PutICRC and VerifyICRC used to mask
 // the fields in place, sum in one hash/crc32 pass and restore them; the
 // folding kernel is faster than that and leaves the packet alone, so the
 // in-place variant is gone and goroutines may read a packet while it is
@@ -133,8 +134,8 @@ func ICRCWithHeadersGather(hdrs, head, payload, tail []byte) (uint32, error) {
 		return 0, truncated("packet", len(hdrs)+BTHLen+ICRCLen, len(hdrs)+len(head)+len(payload)+len(tail))
 	}
 	crc := icrcSplit(hdrs, head)
-	crc = crc32.Update(crc, crc32.IEEETable, payload)
-	return crc32.Update(crc, crc32.IEEETable, tail[:len(tail)-ICRCLen]), nil
+	crc = crcPlain(crc, payload)
+	return crcPlain(crc, tail[:len(tail)-ICRCLen]), nil
 }
 
 // checkIPUDP checks that hdrs is an IPv4 or IPv6 header and a UDP header.
@@ -230,9 +231,30 @@ func icrcMasked(crc uint32, p []byte, mask *[icrcMaskLen]byte) uint32 {
 	return crcUpdate(crc, buf[:len(tail)])
 }
 
+// noMask is icrcFold's mask for bytes past a packet's first 64: nothing
+// is masked.
+var noMask [icrcMaskLen]byte
+
+// crcPlain continues crc over p, nothing masked: by icrcFold where it
+// runs (a quarter to a third faster than hash/crc32 from 1 KiB, with
+// AVX-512), else by hash/crc32.
+func crcPlain(crc uint32, p []byte) uint32 {
+	if haveCLMUL && len(p) >= icrcMaskLen {
+		return icrcMasked(crc, p, &noMask)
+	}
+	return crc32.Update(crc, crc32.IEEETable, p)
+}
+
 // icrcSplit sums the masked IP and UDP headers (hdrs) and the transport
 // packet without its trailer (BTH to the end of the pad).
 func icrcSplit(hdrs, transport []byte) uint32 {
+	return crcPlain(icrcHeaders(hdrs, transport), transport[BTHLen:])
+}
+
+// icrcHeaders sums the masked IP and UDP headers (hdrs) and the masked
+// BTH (transport's first BTHLen bytes): the CRC before the rest of the
+// transport packet.
+func icrcHeaders(hdrs, transport []byte) uint32 {
 	ipLen := len(hdrs) - udpHdr
 	var buf [maxMasked]byte
 	n := copy(buf[:], hdrs)
@@ -254,8 +276,7 @@ func icrcSplit(hdrs, transport []byte) uint32 {
 	u[6] = 0xff // UDP checksum
 	u[7] = 0xff
 	u[udpHdr+bthFB] = 0xff // FECN, BECN, reserved
-	crc := crcUpdate(icrcSeed, h)
-	return crc32.Update(crc, crc32.IEEETable, transport[BTHLen:])
+	return crcUpdate(icrcSeed, h)
 }
 
 // splitIP returns the IP header length of pkt and its layer-4 bytes, trimmed

@@ -179,8 +179,9 @@ func TestICRCFoldPackets(t *testing.T) {
 	}
 }
 
-// FuzzICRC compares the folding path with the portable one on every packet
-// ICRC accepts.
+// FuzzICRC compares the folding path, and icrcSplit's (masked headers,
+// then the rest folded), with the masked headers and hash/crc32 on every
+// packet ICRC accepts.
 func FuzzICRC(f *testing.F) {
 	if !haveCLMUL {
 		f.Skip("the CPU lacks PCLMULQDQ or SSE4.1: icrcFold is not used here")
@@ -197,8 +198,13 @@ func FuzzICRC(f *testing.F) {
 			return
 		}
 		covered, ipLen, _ := icrcCovered(pkt)
-		if want := icrcSplit(covered[:ipLen+udpHdr], covered[ipLen+udpHdr:]); got != want {
-			t.Errorf("ICRC %#08x, portable path %#08x", got, want)
+		l4 := covered[ipLen+udpHdr:]
+		want := crc32.Update(icrcHeaders(covered[:ipLen+udpHdr], l4), crc32.IEEETable, l4[BTHLen:])
+		if got != want {
+			t.Errorf("ICRC %#08x, the masked headers and hash/crc32 %#08x", got, want)
+		}
+		if split := icrcSplit(covered[:ipLen+udpHdr], l4); split != want {
+			t.Errorf("icrcSplit %#08x, the masked headers and hash/crc32 %#08x", split, want)
 		}
 	})
 }
