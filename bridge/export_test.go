@@ -4,9 +4,11 @@ package bridge
 // is about to enter its table, its connections made.
 func SetBeforeTable(g *Gateway, f func()) { g.beforeTable.Store(&f) }
 
-// LinkDown is why the link watch has leg name down (nil: it has it up).
-func LinkDown(g *Gateway, name string) error {
+// CrossesDown is why the link watch has leg name down, or its floating
+// address gone (nil: neither).
+func CrossesDown(g *Gateway, name string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.linkDown[name]
+	_, err := g.crossesDownLocked(name)
+	return err
 }

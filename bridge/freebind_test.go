@@ -124,3 +124,43 @@ routes:
 		t.Errorf("not ready once the address left (a standby again): %v", err)
 	}
 }
+
+// TestGatewayFreeBindAddrLeavesAsSessionStarts: a freebind leg's floating
+// address leaves while a session through it is being made: both its
+// connections are up, and the session is not yet in the gateway's table,
+// where the link watch looks for what to end. The session ends all the
+// same, its target disconnected.
+func TestGatewayFreeBindAddrLeavesAsSessionStarts(t *testing.T) {
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbw", "10.91.0.1/24", "10.91.0.2/24")
+	if out, err := exec.Command("ip", "-n", gwNS, "addr", "add", "10.91.0.100/32", "dev", gwIf).CombinedOutput(); err != nil {
+		t.Fatalf("ip addr add 10.91.0.100/32: %v: %s", err, out)
+	}
+	target := newCMApp(t, lo("4"))
+	ln, err := target.cm.Listen(7476, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("gw.yaml", []byte(strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: GWIF, ip: 10.91.0.100, io: udp, netns: GWNS, freebind: true}
+  - {name: b, kind: userspace, interface: lo, ip: 127.0.10.2, io: udp}
+routes:
+  - name: r
+    listen: {leg: a, addr: "10.91.0.100:7476"}
+    target: {leg: b, addr: "127.0.10.4:7476"}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, cfg)
+	time.Sleep(2 * bridge.LinkPoll) // the gateway's link watcher saw the address held
+	markBeforeTable(t, g, "a", "-n", gwNS, "addr", "del", "10.91.0.100/32", "dev", gwIf)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := newCMAppIn(t, peerNS, "", "10.91.0.2", nil)
+	_, tc, _ := dialThroughTo(t, ctx, client, target, ln, netip.MustParseAddrPort("10.91.0.100:7476"))
+	select {
+	case <-tc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the session, made as its floating address left, outlived it by 10 s; %s", strandedState(g))
+	}
+}

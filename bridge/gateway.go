@@ -114,6 +114,10 @@ type Gateway struct {
 	// address at the links' last reading (linkdown.go). Used by
 	// routineLinks alone.
 	ipHeld map[string]bool
+	// addrLeft are the freebind legs whose floating address left since
+	// the gateway last saw it arrive, and why (linkdown.go); guarded by
+	// mu, as linkDown.
+	addrLeft map[string]error
 	// linkWatch is each watched leg's Status.LinkWatch, as routineLinks
 	// set it (name -> string).
 	linkWatch sync.Map
@@ -260,7 +264,7 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 		ended: map[string]*session.StatsSnapshot{}, routeStats: map[string]*GatewayStats{}, legStatus: map[string]leg.Status{},
 		fallbacks: map[string]*fallbackState{}, fallbackAfter: o.FallbackAfter, fallbackRetry: o.FallbackRetry, protocols: map[routeProtocol]*staging.Stats{},
 		udRoutes: map[string]*udRoute{}, udPairs: map[*udPair]struct{}{}, udIdle: o.UDIdle, groups: map[string]*groupRun{}, joined: map[string]*joinedRun{},
-		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}, ipHeld: map[string]bool{}}
+		linkDown: map[string]error{}, linkDowns: map[string]*linkCounts{}, ipHeld: map[string]bool{}, addrLeft: map[string]error{}}
 	fail := func(err error) (*Gateway, error) {
 		g.Close(context.Background())
 		return nil, err
@@ -737,10 +741,8 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	// Entered under the same lock as the watch marks a leg down, the
 	// session is either in the table then or sees the mark now.
 	downLeg, down := g.crossesDownLocked(info.outLeg, info.inLeg)
-	if down != nil {
-		if lc := g.linkDowns[downLeg]; lc != nil {
-			lc.cut.Add(1)
-		}
+	if lc := g.linkDowns[downLeg]; lc != nil && errors.Is(down, ErrLinkDown) {
+		lc.cut.Add(1)
 	}
 	g.mu.Unlock()
 	g.stats.Accepted.Add(1)
@@ -748,8 +750,8 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	log.Info("session up", "client_side", info.desc[0], "target_side", info.desc[1], "through_fallback", fellBack,
 		"responder_resources", cp.RespRes, "initiator_depth", cp.InitDepth)
 	if down != nil {
-		log.Warn("a leg the session crosses went down while it was being made: it ends", "leg", downLeg, "why", down)
-		s.End(fmt.Errorf("%w: %w", ErrLinkDown, down))
+		log.Warn("a leg the session crosses went down, or its floating address left, while it was being made: it ends", "leg", downLeg, "why", down)
+		s.End(down)
 	}
 	<-s.Done()
 	st := s.Stats().Snapshot()

@@ -229,16 +229,19 @@ func (g *Gateway) checkLink(name, by string) {
 		return
 	}
 	ls := g.legNow(name)
+	readable := !strings.HasPrefix(ls.State, "unreadable") // else not known to be down: no change
+	if n, ok := g.legs[name].(leg.LinkNoter); ok && readable {
+		// Before the sessions end, below or in noteAddr: their
+		// disconnects read it.
+		n.NoteLink(ls.Up && (ls.IPHeld == nil || *ls.IPHeld))
+	}
 	g.noteAddr(name, ls)
-	if strings.HasPrefix(ls.State, "unreadable") {
-		return // not known to be down: no change
+	if !readable {
+		return
 	}
 	var err error
 	if !ls.Up {
 		err = fmt.Errorf("leg %q (%s) is down: %s", name, ls.Kind, ls.State)
-	}
-	if n, ok := g.legs[name].(leg.LinkNoter); ok {
-		n.NoteLink(err == nil)
 	}
 	g.mu.Lock()
 	was := g.linkDown[name]
@@ -284,17 +287,22 @@ func (g *Gateway) noteAddr(name string, ls leg.Status) {
 	case !seen:
 		g.log.Info("a leg's floating address", "leg", name, "ip", ls.IP, "held", *ls.IPHeld)
 	case *ls.IPHeld && !held:
+		g.mu.Lock()
+		delete(g.addrLeft, name)
+		g.mu.Unlock()
 		g.log.Info("a leg's floating address arrived: this gateway takes its traffic", "leg", name, "ip", ls.IP)
 	case !*ls.IPHeld && held:
 		// Its peers' packets now reach the gateway that holds it: the
 		// sessions through it here end, as on a link down, so their
-		// other side is not left waiting.
+		// other side is not left waiting; and so do those made through
+		// it until it is back (crossesDownLocked).
+		why := fmt.Errorf("%w: leg %q, ip %s", ErrAddrLeft, name, ls.IP)
 		g.mu.Lock()
+		g.addrLeft[name] = why
 		cut, udCut := g.throughLocked(name)
 		g.mu.Unlock()
 		g.log.Warn("a leg's floating address left: another gateway takes its traffic, and the sessions through it here end",
 			"leg", name, "ip", ls.IP, "sessions", len(cut), "ud_clients", len(udCut))
-		why := fmt.Errorf("%w: leg %q, ip %s", ErrAddrLeft, name, ls.IP)
 		for _, s := range cut {
 			s.End(why)
 		}
@@ -322,15 +330,19 @@ func (g *Gateway) throughLocked(name string) ([]*session.Session, []*udPair) {
 	return cut, udCut
 }
 
-// crossesDownLocked is the first of legs the link watch has down, and
-// why; nil when none is. Something that crosses the legs and enters the
-// gateway's tables (a session, a UD client) asks it under the same hold
-// of g.mu: the watch ended what was in them when it marked the leg down,
-// and does not look again until the leg is up and down again. g.mu must
-// be held.
+// crossesDownLocked is the first of legs the link watch has down, or
+// whose floating address it saw leave, and why (matching ErrLinkDown or
+// ErrAddrLeft); nil when none is. Something that crosses the legs and
+// enters the gateway's tables (a session, a UD client) asks it under the
+// same hold of g.mu: the watch ended what was in them when it marked the
+// leg, and does not look again until the leg is up (or the address back)
+// and lost again. g.mu must be held.
 func (g *Gateway) crossesDownLocked(legs ...string) (string, error) {
 	for _, l := range legs {
 		if err := g.linkDown[l]; err != nil {
+			return l, fmt.Errorf("%w: %w", ErrLinkDown, err)
+		}
+		if err := g.addrLeft[l]; err != nil {
 			return l, err
 		}
 	}

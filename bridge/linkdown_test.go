@@ -189,16 +189,23 @@ func TestGatewayLinkDownAsSessionStarts(t *testing.T) {
 // about to enter its table, bring leg b's interface (gwIf in gwNS) down
 // and wait until its link watch has the leg down.
 func downBeforeTable(t *testing.T, g *bridge.Gateway, gwNS, gwIf string) {
+	markBeforeTable(t, g, "b", "-n", gwNS, "link", "set", gwIf, "down")
+}
+
+// markBeforeTable has g, as the first session or UD client's pair is
+// about to enter its table, run ip with args and wait until its link
+// watch has leg down (or its floating address gone).
+func markBeforeTable(t *testing.T, g *bridge.Gateway, leg string, args ...string) {
 	var once sync.Once
 	bridge.SetBeforeTable(g, func() {
 		once.Do(func() {
-			if out, err := exec.Command("ip", "-n", gwNS, "link", "set", gwIf, "down").CombinedOutput(); err != nil {
-				t.Errorf("ip link set %s down: %v: %s", gwIf, err, out)
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				t.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 				return
 			}
-			for deadline := time.Now().Add(5 * time.Second); bridge.LinkDown(g, "b") == nil; time.Sleep(10 * time.Millisecond) {
+			for deadline := time.Now().Add(5 * time.Second); bridge.CrossesDown(g, leg) == nil; time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Error("the link watch did not see leg b down in 5 s")
+					t.Errorf("the link watch did not mark leg %s in 5 s", leg)
 					return
 				}
 			}

@@ -451,8 +451,8 @@ func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
 	st.Resolved.Add(1)
 	log.Info("UD client resolved", "client_side", c.Describe(), "target_side", out.Describe(), "target_qpn", svc.QPN, "target_qkey", fmt.Sprintf("%#x", svc.QKey))
 	if down != nil {
-		log.Warn("a leg the UD client's pair crosses went down while it was being made: it ends", "leg", downLeg, "why", down)
-		p.end(fmt.Errorf("%w: %w", ErrLinkDown, down))
+		log.Warn("a leg the UD client's pair crosses went down, or its floating address left, while it was being made: it ends", "leg", downLeg, "why", down)
+		p.end(down)
 	}
 	p.run(pctx)
 	s := st.Snapshot()

@@ -52,9 +52,12 @@ func (r *Rejected) Error() string { return fmt.Sprintf("rejected: %v", r.Reason)
 // A leg is one fabric the gateway sits on, as routes use it.
 // LinkNoter is a leg told what the gateway's link watcher saw of its link
 // before the sessions through it end: a connection on a leg whose link is
-// down does not wait for its peer's answer to a disconnect (nothing can
-// reach it now), and that wait would hold up the session's other side.
+// down, or whose floating address left (freebind), does not wait for its
+// peer's answer to a disconnect (nothing can reach it from here now), and
+// that wait would hold up the session's other side.
 type LinkNoter interface {
+	// NoteLink says whether the leg's peers can be reached through it:
+	// its link up, and its floating address (if any) held.
 	NoteLink(up bool)
 }
 
