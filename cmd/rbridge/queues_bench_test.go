@@ -3,16 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rbridge/rbridge/internal/needs"
+	"github.com/rbridge/rbridge/internal/netns"
 	"github.com/rbridge/rbridge/internal/testlog"
+	"github.com/rbridge/rbridge/internal/vethtest"
 	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/cm"
 	"github.com/rbridge/rbridge/roce/transport"
@@ -31,8 +37,20 @@ type benchApp struct {
 
 func newBenchApp(b *testing.B, ip string) *benchApp {
 	b.Helper()
+	return newBenchAppIn(b, "", ip)
+}
+
+// newBenchAppIn is newBenchApp with its socket in network namespace ns
+// ("": this process's).
+func newBenchAppIn(b *testing.B, ns, ip string) *benchApp {
+	b.Helper()
 	a := &benchApp{pd: transport.NewPD(), cq: transport.NewCQ(4096)}
-	uc, err := udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), roce.Port)})
+	var uc *udpconn.Conn
+	err := netns.Do(ns, func() error {
+		var err error
+		uc, err = udpconn.Listen(udpconn.Options{Addr: netip.AddrPortFrom(netip.MustParseAddr(ip), roce.Port)})
+		return err
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -92,53 +110,115 @@ func BenchmarkGatewayQueues(b *testing.B) {
 
 func benchGatewayQueues(b *testing.B, queues int) {
 	needs.Root(b, "a reuseport BPF program")
-	const sessions, window, size = 8, 8, 64 << 10
 	// 127.0.15.0/24: this benchmark's own addresses.
-	cfg := filepath.Join(b.TempDir(), "gw.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`legs:
+	cfg := fmt.Sprintf(`legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.15.1, io: udp, queues: %d}
   - {name: b, kind: userspace, interface: lo, ip: 127.0.15.2, io: udp, queues: %d}
 routes:
   - name: r
     listen: {leg: a, addr: "127.0.15.1:7471"}
     target: {leg: b, addr: "127.0.15.4:7471"}
-admin: {listen: "127.0.0.1:0", control: ""}
-`, queues, queues)), 0o644); err != nil {
-		b.Fatal(err)
+admin: {listen: ADMIN, control: ""}
+`, queues, queues)
+	target := newBenchApp(b, "127.0.15.4")
+	dial := make([]netip.AddrPort, gatewayLoadSessions)
+	for i := range dial {
+		dial[i] = netip.MustParseAddrPort("127.0.15.1:7471")
 	}
-	client, target := newBenchApp(b, "127.0.15.3"), newBenchApp(b, "127.0.15.4")
-	ln, err := target.cm.Listen(7471, sessions)
-	if err != nil {
+	runGatewayLoad(b, cfg, fmt.Sprintf("gateway-queues-%d.pprof", queues), newBenchApp(b, "127.0.15.3"), []*benchApp{target}, dial)
+}
+
+// BenchmarkGatewayQueuesAFXDP is BenchmarkGatewayQueues with the targets'
+// leg on AF_XDP: the gateway's leg b (io: afxdp) on a veth of 1 and of 2
+// queues, one AF_XDP socket and receive loop on each; the client's leg a
+// over UDP on loopback with as many loops. Eight targets in the veth's
+// other namespace, one address each, so that their packets' flows spread
+// over the queues (the veth's sender picks a queue by flow hash), and one
+// session to each. With RBRIDGE_BENCH_PROFILE=DIR the gateway writes its
+// CPU profile there, gateway-queues-afxdp-N.pprof.
+func BenchmarkGatewayQueuesAFXDP(b *testing.B) {
+	for _, queues := range []int{1, 2} {
+		b.Run(fmt.Sprint("queues=", queues), func(b *testing.B) { benchGatewayQueuesAFXDP(b, queues) })
+	}
+}
+
+func benchGatewayQueuesAFXDP(b *testing.B, queues int) {
+	needs.Root(b, "a reuseport BPF program, XDP, AF_XDP, network namespaces")
+	gwNS, peerNS, gwIf, peerIf := vethtest.Namespaces(b, "XDP, AF_XDP, network namespaces", "rbk", "10.89.0.1/24", "10.89.0.2/24", queues)
+	var routes strings.Builder
+	targets := make([]*benchApp, gatewayLoadSessions)
+	dial := make([]netip.AddrPort, gatewayLoadSessions)
+	for i := range targets {
+		ip := fmt.Sprintf("10.89.0.%d", 10+i)
+		if out, err := exec.Command("ip", "-n", peerNS, "addr", "add", ip+"/24", "dev", peerIf).CombinedOutput(); err != nil {
+			b.Fatalf("ip addr add %s: %v: %s", ip, err, out)
+		}
+		targets[i] = newBenchAppIn(b, peerNS, ip)
+		dial[i] = netip.AddrPortFrom(netip.MustParseAddr("127.0.15.1"), uint16(7480+i))
+		fmt.Fprintf(&routes, "  - name: r%d\n    listen: {leg: a, addr: \"127.0.15.1:%d\"}\n    target: {leg: b, addr: \"%s:7471\"}\n", i, 7480+i, ip)
+	}
+	cfg := fmt.Sprintf(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.15.1, io: udp, queues: %d}
+  - {name: b, kind: userspace, interface: %s, ip: 10.89.0.1, io: afxdp, netns: %s}
+routes:
+%sadmin: {listen: ADMIN, control: ""}
+`, queues, gwIf, gwNS, routes.String())
+	runGatewayLoad(b, cfg, fmt.Sprintf("gateway-queues-afxdp-%d.pprof", queues), newBenchApp(b, "127.0.15.3"), targets, dial)
+}
+
+// gatewayLoadSessions, gatewayLoadWindow and gatewayLoadSize are the load
+// runGatewayLoad puts through a gateway: 8 sessions, each keeping 8 RDMA
+// WRITEs of 64 KiB outstanding.
+const gatewayLoadSessions, gatewayLoadWindow, gatewayLoadSize = 8, 8, 64 << 10
+
+// runGatewayLoad starts `rbridge run` on config yaml (its admin listen
+// address ADMIN), connects gatewayLoadSessions sessions through it from
+// client, session i to dial[i] and on to targets[i % len(targets)] (each
+// listening on port 7471), and carries b.N WRITEs, reporting the gateway
+// process's CPU per GB, its CPUs busy, and how its legs' receive loops
+// shared the packets (queueShares). With RBRIDGE_BENCH_PROFILE=DIR the
+// gateway writes its CPU profile to DIR/profile.
+func runGatewayLoad(b *testing.B, yaml, profile string, client *benchApp, targets []*benchApp, dial []netip.AddrPort) {
+	const sessions, window, size = gatewayLoadSessions, gatewayLoadWindow, gatewayLoadSize
+	cfg := filepath.Join(b.TempDir(), "gw.yaml")
+	admin := freeAddr(b)
+	if err := os.WriteFile(cfg, []byte(strings.Replace(yaml, "ADMIN", `"`+admin+`"`, 1)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	args := []string{"run", "--config", cfg, "--log-level", "warn"}
 	if dir := os.Getenv("RBRIDGE_BENCH_PROFILE"); dir != "" {
-		args = append(args, "--cpu-profile", filepath.Join(dir, fmt.Sprintf("gateway-queues-%d.pprof", queues)))
+		args = append(args, "--cpu-profile", filepath.Join(dir, profile))
 	}
-	p := startRun(b, nil, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	go func() {
-		for {
-			r, err := ln.Next(ctx)
-			if err != nil {
-				return
-			}
-			qp := target.qp(b)
-			if err := qp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
-				b.Error(err)
-			}
-			if _, err := r.Accept(ctx, cm.AcceptOptions{QP: qp}); err != nil {
-				b.Error(err)
-			}
+	for _, target := range targets {
+		ln, err := target.cm.Listen(7471, sessions)
+		if err != nil {
+			b.Fatal(err)
 		}
-	}()
+		go func() {
+			for {
+				r, err := ln.Next(ctx)
+				if err != nil {
+					return
+				}
+				qp := target.qp(b)
+				if err := qp.Modify(transport.QPAttr{State: transport.StateInit}); err != nil {
+					b.Error(err)
+				}
+				if _, err := r.Accept(ctx, cm.AcceptOptions{QP: qp}); err != nil {
+					b.Error(err)
+				}
+			}
+		}()
+	}
+	p := startRun(b, nil, args...)
 	qps := make([]*transport.QP, sessions)
 	for i := range qps {
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			qps[i] = client.qp(b)
 			dctx, dcancel := context.WithTimeout(ctx, time.Second)
-			_, err := client.cm.Dial(dctx, netip.MustParseAddrPort("127.0.15.1:7471"), cm.DialOptions{QP: qps[i]})
+			_, err := client.cm.Dial(dctx, dial[i], cm.DialOptions{QP: qps[i]})
 			dcancel()
 			if err == nil {
 				break
@@ -151,6 +231,7 @@ admin: {listen: "127.0.0.1:0", control: ""}
 	}
 	post := func(i int, id uint64) {
 		off := (i*window + int(id%window)) * size % (8<<20 - size)
+		target := targets[i%len(targets)]
 		if err := qps[i].PostSend(transport.SendWR{ID: uint64(i)<<32 | id, Opcode: transport.OpWrite, Local: transport.SGE{MR: client.mr, Offset: off, Length: size},
 			Remote: target.mr.Addr() + uint64(off), RKey: target.mr.RKey(), Signaled: true}); err != nil {
 			b.Fatal(err)
@@ -194,5 +275,52 @@ admin: {listen: "127.0.0.1:0", control: ""}
 	gb := float64(b.N) * size / 1e9
 	b.ReportMetric(cpu.Seconds()/gb, "gw-cpu-s/GB")
 	b.ReportMetric(cpu.Seconds()/el.Seconds(), "gw-cpus")
+	queueShares(b, admin)
 	p.stop(b) // not killed: a CPU profile is written at the stop
+}
+
+// queueRx is a receive loop's packets and those it handed to another's QP,
+// on the gateway's /metrics.
+var queueRx = regexp.MustCompile(`(?m)^rbridge_leg_queue_(rx_packets|rx_foreign)_total\{leg="(\w+)",queue="(\d+)"\} (\S+)$`)
+
+// queueShares reports, from the gateway's /metrics at admin, each leg's
+// busiest receive loop's share of the leg's packets (LEG-top-loop: 1 for
+// one loop, 0.5 for two evenly loaded) and the share of its packets that
+// reached a loop other than their QP's (LEG-foreign).
+func queueShares(b *testing.B, admin string) {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	type legRx struct{ rx, foreign, top float64 }
+	legs := map[string]*legRx{}
+	for _, m := range queueRx.FindAllStringSubmatch(string(body), -1) {
+		v, err := strconv.ParseFloat(m[4], 64)
+		if err != nil {
+			b.Fatalf("/metrics: %s: %v", m[0], err)
+		}
+		l := legs[m[2]]
+		if l == nil {
+			l = &legRx{}
+			legs[m[2]] = l
+		}
+		if m[1] == "rx_foreign" {
+			l.foreign += v
+			continue
+		}
+		l.rx += v
+		l.top = max(l.top, v)
+	}
+	if len(legs) == 0 {
+		b.Fatalf("no receive loop's packets on the gateway's /metrics:\n%s", body)
+	}
+	for name, l := range legs {
+		b.ReportMetric(l.top/max(l.rx, 1), name+"-top-loop")
+		b.ReportMetric(l.foreign/max(l.rx, 1), name+"-foreign")
+	}
 }

@@ -243,7 +243,7 @@ func adminAddress(t *testing.T, p *runProc) string {
 
 // freeAddr is a loopback address nothing listens on (the kernel picked its
 // port, and it was let go).
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
