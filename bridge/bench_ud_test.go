@@ -23,22 +23,8 @@ import (
 // do the same on both paths: allocs/op beyond direct's are the gateway's.
 func BenchmarkUDThroughVsDirect(b *testing.B) {
 	client, target := newCMApp(b, lo("3")), newCMApp(b, lo("4"))
-	ln, err := target.cm.ListenUD(7174, 4)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
 	const receives = 64
-	tqp, tcq := target.udQP(b, receives)
-	go func() {
-		for {
-			req, err := ln.Next(context.Background())
-			if err != nil {
-				return
-			}
-			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
-		}
-	}()
+	tqp, tcq := udTarget(b, target, receives)
 	startGatewayWith(b, udConfig(b), bridge.GatewayOptions{})
 	cqp, _ := client.udQP(b, 1)
 	const size, off = 256, 512 << 10

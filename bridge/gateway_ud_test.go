@@ -51,6 +51,28 @@ routes:
 	return c
 }
 
+// udTarget has target answer every SIDR_REQ to its port 7174 with a UD
+// QP of n receives (udQP), until tb ends; tcq is the QP's receive CQ.
+func udTarget(tb testing.TB, target *cmApp, n int) (tqp *transport.QP, tcq *transport.CQ) {
+	tb.Helper()
+	ln, err := target.cm.ListenUD(7174, 4)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	tqp, tcq = target.udQP(tb, n)
+	go func() {
+		for {
+			req, err := ln.Next(context.Background())
+			if err != nil {
+				return
+			}
+			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
+		}
+	}()
+	return tqp, tcq
+}
+
 // udQP makes a UD QP of the app with rdma_cm's Q_Key and n receives of
 // 4 KiB posted at the start of its memory.
 func (a *cmApp) udQP(t testing.TB, n int) (*transport.QP, *transport.CQ) {
@@ -240,18 +262,8 @@ func TestGatewayUD(t *testing.T) {
 // is idle it holds its receive queues' buffers only.
 func TestGatewayUDBurst(t *testing.T) {
 	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
-	ln, err := target.cm.ListenUD(7174, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	const n = 3 * leg.UDSendWindow
-	tqp, tcq := target.udQP(t, n)
-	go func() {
-		if req, err := ln.Next(context.Background()); err == nil {
-			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
-		}
-	}()
+	_, tcq := udTarget(t, target, n)
 	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -347,17 +359,7 @@ func TestGatewayUDRefused(t *testing.T) {
 // both ways again, and the pair holds just its receive queues' buffers.
 func TestGatewayUDPoolEmpty(t *testing.T) {
 	client, target := newCMApp(t, lo("3")), newCMApp(t, lo("4"))
-	ln, err := target.cm.ListenUD(7174, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	tqp, tcq := target.udQP(t, 16)
-	go func() {
-		if req, err := ln.Next(context.Background()); err == nil {
-			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
-		}
-	}()
+	tqp, tcq := udTarget(t, target, 16)
 	const bufs = 72 // the pair's two receive queues take 64
 	g := startGatewayWith(t, udConfig(t), bridge.GatewayOptions{Pool: pool.Options{Size: bufs * 4096, Classes: []int{4096}}})
 	free := func() int { return g.Pool().Stats()[0].Free }
@@ -474,21 +476,7 @@ func TestGatewayUDRate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clients := []*cmApp{newCMApp(t, lo("3")), newCMApp(t, lo("5"))}
 			target := newCMApp(t, lo("4"))
-			ln, err := target.cm.ListenUD(7174, 4)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			tqp, tcq := target.udQP(t, 2*n+8)
-			go func() {
-				for {
-					req, err := ln.Next(context.Background())
-					if err != nil {
-						return
-					}
-					_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
-				}
-			}()
+			tqp, tcq := udTarget(t, target, 2*n+8)
 			g := startGatewayWith(t, udConfigWith(t, tc.keys), bridge.GatewayOptions{})
 			gwA := netip.MustParseAddr(lo("1"))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -449,21 +449,7 @@ func TestGatewayLinkDownUD(t *testing.T) {
 func udRouteOverVeth(t *testing.T, gwNS, peerNS, gwIf, net string) (g *bridge.Gateway, client *cmApp, tcq *transport.CQ) {
 	t.Helper()
 	target := newCMAppIn(t, peerNS, "", net+".2", nil)
-	ln, err := target.cm.ListenUD(7174, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	tqp, tcq := target.udQP(t, 16)
-	go func() {
-		for {
-			req, err := ln.Next(context.Background())
-			if err != nil {
-				return
-			}
-			_ = req.Accept(cm.SIDRAcceptOptions{QP: tqp})
-		}
-	}()
+	_, tcq = udTarget(t, target, 16)
 	y := strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf, "NET", net).Replace(`legs:
   - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
   - {name: b, kind: userspace, interface: GWIF, ip: NET.1, io: udp, netns: GWNS}
