@@ -176,7 +176,7 @@ const gatewayLoadSessions, gatewayLoadWindow, gatewayLoadSize = 8, 8, 64 << 10
 // client, session i to dial[i] and on to targets[i % len(targets)] (each
 // listening on port 7471), and carries b.N WRITEs, reporting the gateway
 // process's CPU per GB, its CPUs busy, and how its legs' receive loops
-// shared the packets (queueShares). With RBRIDGE_BENCH_PROFILE=DIR the
+// shared the packets and the system calls they made (gatewayCounters). With RBRIDGE_BENCH_PROFILE=DIR the
 // gateway writes its CPU profile to DIR/profile.
 func runGatewayLoad(b *testing.B, yaml, profile string, client *benchApp, targets []*benchApp, dial []netip.AddrPort) {
 	const sessions, window, size = gatewayLoadSessions, gatewayLoadWindow, gatewayLoadSize
@@ -275,19 +275,26 @@ func runGatewayLoad(b *testing.B, yaml, profile string, client *benchApp, target
 	gb := float64(b.N) * size / 1e9
 	b.ReportMetric(cpu.Seconds()/gb, "gw-cpu-s/GB")
 	b.ReportMetric(cpu.Seconds()/el.Seconds(), "gw-cpus")
-	queueShares(b, admin)
+	gatewayCounters(b, admin, b.N)
 	p.stop(b) // not killed: a CPU profile is written at the stop
 }
 
 // queueRx is a receive loop's packets and those it handed to another's QP,
-// on the gateway's /metrics.
-var queueRx = regexp.MustCompile(`(?m)^rbridge_leg_queue_(rx_packets|rx_foreign)_total\{leg="(\w+)",queue="(\d+)"\} (\S+)$`)
+// on the gateway's /metrics; legCalls a leg's system calls that moved
+// packets (io: udp sendmmsg and recvmmsg, io: afxdp transmit kicks).
+var (
+	queueRx  = regexp.MustCompile(`(?m)^rbridge_leg_queue_(rx_packets|rx_foreign)_total\{leg="(\w+)",queue="(\d+)"\} (\S+)$`)
+	legCalls = regexp.MustCompile(`(?m)^rbridge_(udp_tx_calls|udp_rx_calls|xdp_tx_kicks)_total\{leg="(\w+)"\} (\S+)$`)
+)
 
-// queueShares reports, from the gateway's /metrics at admin, each leg's
-// busiest receive loop's share of the leg's packets (LEG-top-loop: 1 for
-// one loop, 0.5 for two evenly loaded) and the share of its packets that
-// reached a loop other than their QP's (LEG-foreign).
-func queueShares(b *testing.B, admin string) {
+// gatewayCounters reports, from the gateway's /metrics at admin, each
+// leg's busiest receive loop's share of the leg's packets (LEG-top-loop: 1
+// for one loop, 0.5 for two evenly loaded), the share of its packets that
+// reached a loop other than their QP's (LEG-foreign), and its system calls
+// that moved packets per WRITE of the ops carried (LEG-sends/op,
+// LEG-reads/op; AF_XDP's transmit kicks are its sends, its receive waits
+// are not counted here).
+func gatewayCounters(b *testing.B, admin string, ops int) {
 	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
 		b.Fatal(err)
@@ -297,13 +304,17 @@ func queueShares(b *testing.B, admin string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	type legRx struct{ rx, foreign, top float64 }
-	legs := map[string]*legRx{}
-	for _, m := range queueRx.FindAllStringSubmatch(string(body), -1) {
-		v, err := strconv.ParseFloat(m[4], 64)
+	num := func(m []string) float64 {
+		v, err := strconv.ParseFloat(m[len(m)-1], 64)
 		if err != nil {
 			b.Fatalf("/metrics: %s: %v", m[0], err)
 		}
+		return v
+	}
+	type legRx struct{ rx, foreign, top float64 }
+	legs := map[string]*legRx{}
+	for _, m := range queueRx.FindAllStringSubmatch(string(body), -1) {
+		v := num(m)
 		l := legs[m[2]]
 		if l == nil {
 			l = &legRx{}
@@ -322,5 +333,14 @@ func queueShares(b *testing.B, admin string) {
 	for name, l := range legs {
 		b.ReportMetric(l.top/max(l.rx, 1), name+"-top-loop")
 		b.ReportMetric(l.foreign/max(l.rx, 1), name+"-foreign")
+	}
+	// Counted since the gateway started: the connections' few calls are
+	// in too.
+	for _, m := range legCalls.FindAllStringSubmatch(string(body), -1) {
+		unit := "-sends/op"
+		if m[1] == "udp_rx_calls" {
+			unit = "-reads/op"
+		}
+		b.ReportMetric(num(m)/float64(ops), m[2]+unit)
 	}
 }
