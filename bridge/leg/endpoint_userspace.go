@@ -329,8 +329,18 @@ func (e *UserspaceEndpoint) PeerLeft() bool {
 	}
 }
 
+// HoldSends implements session.SendHolder.
+func (e *UserspaceEndpoint) HoldSends() { e.qp.HoldSends() }
+
+// ReleaseSends implements session.SendHolder.
+func (e *UserspaceEndpoint) ReleaseSends() { e.qp.ReleaseSends() }
+
 // done hands completions to the session.
 func (e *UserspaceEndpoint) done(wcs []transport.WC) {
+	if b, ok := e.h.Get().(session.DoneBatcher); ok && len(wcs) > 1 {
+		b.BeginDone()
+		defer b.EndDone()
+	}
 	for _, wc := range wcs {
 		e.mu.Lock()
 		op := e.slots.done(wc.ID)

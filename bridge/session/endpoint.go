@@ -67,6 +67,21 @@ type Handler interface {
 	Failed(err error)
 }
 
+// SendHolder is an endpoint whose sends may wait while its handler takes a
+// batch of completions: the completions it relays back, and the ops it
+// posts meanwhile, leave in one write.
+type SendHolder interface {
+	HoldSends()
+	ReleaseSends()
+}
+
+// DoneBatcher is a Handler told that a batch of Done calls begins and
+// ends (an endpoint's completions taken together).
+type DoneBatcher interface {
+	BeginDone()
+	EndDone()
+}
+
 // Limits bound what a session keeps outstanding on an endpoint.
 type Limits struct {
 	MaxSend     int // work requests posted and not completed

@@ -612,8 +612,28 @@ func (h side) Request(r *transport.Request, buf *pool.Buf) transport.Reply {
 	h.s.activity.Add(1)
 	return h.in.request(r, buf)
 }
-func (h side) Flush()           { h.in.flush() }
-func (h side) Done(op *Op)      { op.relay.done(op) }
+func (h side) Flush()      { h.in.flush() }
+func (h side) Done(op *Op) { op.relay.done(op) }
+
+// BeginDone holds both endpoints' sends (SendHolder) while a batch of
+// completions is relayed: each completes a request on one side and may
+// post a queued op on the other.
+func (h side) BeginDone() {
+	for _, e := range []Endpoint{h.s.a, h.s.b} {
+		if sh, ok := e.(SendHolder); ok {
+			sh.HoldSends()
+		}
+	}
+}
+
+// EndDone releases what BeginDone held.
+func (h side) EndDone() {
+	for _, e := range []Endpoint{h.s.a, h.s.b} {
+		if sh, ok := e.(SendHolder); ok {
+			sh.ReleaseSends()
+		}
+	}
+}
 func (h side) Failed(err error) { h.s.fail(h.in.from, err) }
 
 // request takes a request arriving on r.from. It runs under r.from's lock.

@@ -42,8 +42,18 @@ func (qp *QP) lockSender() *Device {
 	}
 }
 
-// send writes what qp queued through the device that serves it.
+// send writes what qp queued through the device that serves it; while its
+// sends are held (HoldSends), the last release does.
 func (qp *QP) send() {
+	if qp.holds.Load() > 0 {
+		qp.sendHeld.Store(true)
+		if qp.holds.Load() > 0 {
+			return // the last ReleaseSends sends
+		}
+		if !qp.sendHeld.Swap(false) {
+			return // it did, as this one looked
+		}
+	}
 	d := qp.lockSender()
 	defer d.txMu.Unlock()
 	d.sendLocked(qp)
@@ -173,5 +183,17 @@ func (d *Device) bringHome() {
 	}
 	for _, qp := range d.listQPs(false) {
 		qp.moveTo(d) // nothing for those it serves
+	}
+}
+
+// HoldSends makes qp's sends wait for ReleaseSends, for a caller about to
+// complete or post several requests in a row (its completions, as they
+// come one by one): their packets then leave in one write. Holds nest.
+func (qp *QP) HoldSends() { qp.holds.Add(1) }
+
+// ReleaseSends ends a HoldSends; the last sends what was held.
+func (qp *QP) ReleaseSends() {
+	if qp.holds.Add(-1) == 0 && qp.sendHeld.Swap(false) {
+		qp.send()
 	}
 }

@@ -102,14 +102,18 @@ type QPAttr struct {
 
 // QP is a queue pair.
 type QP struct {
-	dev    *Device // its home: the device that numbered it (move.go)
-	pd     *PD
-	typ    QPType
-	qpn    uint32
-	sendCQ *CQ
-	recvCQ *CQ
-	maxSQ  int
-	maxRQ  int
+	// holds counts HoldSends not yet released; sendHeld is a send asked
+	// for meanwhile (move.go).
+	holds    atomic.Int32
+	sendHeld atomic.Bool
+	dev      *Device // its home: the device that numbered it (move.go)
+	pd       *PD
+	typ      QPType
+	qpn      uint32
+	sendCQ   *CQ
+	recvCQ   *CQ
+	maxSQ    int
+	maxRQ    int
 
 	udNoReceive atomic.Uint64 // UD datagrams dropped for want of a receive
 

@@ -331,3 +331,42 @@ func TestRCTailLossProbe(t *testing.T) {
 		})
 	}
 }
+
+// TestRCHoldSends: a QP's sends wait while they are held, nested holds
+// too, and the last release sends them, the ones posted meanwhile in one
+// go; and a send after the release goes at once again.
+func TestRCHoldSends(t *testing.T) {
+	n, a, b := pair(t, simnet.Options{}, connOpts{mtu: 1024, retry: 7, rnrRetry: 7})
+	const deadline = 10 * time.Second
+	write := func(i int) {
+		t.Helper()
+		if err := a.qp.PostSend(transport.SendWR{ID: uint64(i), Opcode: transport.OpWrite, Signaled: true,
+			Local: sge(a, areaRecv, 100), Remote: addr(b, areaWrite+100*i), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := n.Stats().Sent.Load()
+	a.qp.HoldSends()
+	a.qp.HoldSends()
+	write(0)
+	write(1)
+	a.qp.ReleaseSends()
+	write(2)
+	time.Sleep(50 * time.Millisecond)
+	if got := n.Stats().Sent.Load(); got != sent {
+		t.Fatalf("%d packets left while the sends were held, want none", got-sent)
+	}
+	if k := a.scq.Poll(make([]transport.WC, 4)); k > 0 {
+		t.Fatalf("%d WRITEs completed while the sends were held", k)
+	}
+	a.qp.ReleaseSends()
+	for _, wc := range wait(t, a.scq, 3, deadline) {
+		if wc.Status != transport.StatusSuccess {
+			t.Fatalf("WRITE %d after the release: %v", wc.ID, wc.Status)
+		}
+	}
+	write(3)
+	if wc := wait(t, a.scq, 1, deadline); wc[0].Status != transport.StatusSuccess || wc[0].ID != 3 {
+		t.Fatalf("a WRITE after the release: %+v", wc[0])
+	}
+}
