@@ -33,8 +33,11 @@ type fakeLeg struct {
 	// state changed.
 	slowFailure time.Duration
 	queue       chan *session.Op
-	stop        chan struct{}
-	stopped     chan struct{}
+	// gate, when not nil, holds each op posted until a value is sent on
+	// it: the test says when the far side executes.
+	gate    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
 
 	mu      sync.Mutex // guards the fields below
 	h       session.Handler
@@ -166,6 +169,15 @@ func (f *fakeLeg) routineExecute() {
 		case <-f.stop:
 			return
 		case op := <-f.queue:
+			if f.gate != nil {
+				select {
+				case <-f.gate:
+				case <-f.stop:
+					op.Status = transport.StatusWRFlushErr
+					f.handler().Done(op)
+					return
+				}
+			}
 			f.mu.Lock()
 			d := time.Duration(f.rng.Int64N(int64(f.delay) + 1))
 			f.mu.Unlock()

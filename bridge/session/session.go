@@ -237,6 +237,10 @@ type relay struct {
 	posted   int // ops posted on to and not done
 	rdAtomic int // READs and atomics among them
 	msg      *Op // the SEND being assembled, or the WRITE chunk open
+	// kept says the open WRITE chunk outlived a batch's flush because
+	// ops posted before it were in flight (flush): the last of them to
+	// complete posts it, unless its message's next packets close it first.
+	kept *Op
 	// msgBytes are the bytes of the message being relayed that were
 	// queued already (a WRITE's chunks): counted at the message's end.
 	msgBytes uint64
@@ -981,6 +985,9 @@ func (r *relay) writeLocked(q *transport.Request, buf *pool.Buf) transport.Reply
 
 // enqueueLocked queues op to be posted on r.to.
 func (r *relay) enqueueLocked(op *Op) {
+	if op == r.kept {
+		r.kept = nil
+	}
 	r.queue = append(r.queue, op)
 	r.msgBytes += uint64(op.Len)
 }
@@ -1005,16 +1012,39 @@ func (r *relay) endReadLocked(q *transport.Request) {
 	r.endLocked(q.Op)
 }
 
-// flush posts what a batch of requests queued, closing an open WRITE
-// chunk so that nothing waits for packets that may not come.
+// flush posts what a batch of requests queued. An open WRITE chunk (a
+// message whose next packets a later batch brings) is posted too when
+// nothing posted on r.to is in flight; when something is, the chunk is
+// kept open to gather those packets, and the last of the ops in flight to
+// complete posts it (keepLocked): so a WRITE whose packets straddle two
+// reads goes on as one, not cut in two at the reads' border, and nothing
+// waits for packets that may not come longer than r.to takes to finish
+// what it has.
 func (r *relay) flush() {
 	r.mu.Lock()
 	if op := r.msg; op != nil && op.Opcode == transport.OpWrite && op.Len > 0 {
-		r.msg = nil
-		r.enqueueLocked(op)
+		if r.posted > 0 {
+			r.kept = op
+		} else {
+			r.msg = nil
+			r.enqueueLocked(op)
+		}
 	}
 	r.mu.Unlock()
 	r.pump()
+}
+
+// keepLocked queues the open WRITE chunk a flush kept once nothing posted
+// is in flight: the completion that emptied r.to pumps it.
+func (r *relay) keepLocked() {
+	if r.kept == nil || r.posted > 0 {
+		return
+	}
+	if op := r.msg; op == r.kept {
+		r.msg = nil
+		r.enqueueLocked(op)
+	}
+	r.kept = nil
 }
 
 // pump posts queued ops on r.to as its limits allow. When r.to refuses a
@@ -1202,6 +1232,7 @@ func (r *relay) complete(op *Op) (transport.Status, transport.Opcode) {
 	if isReadOrAtomic(op.Opcode) {
 		r.rdAtomic--
 	}
+	r.keepLocked()
 	if op.probe {
 		status, opcode := op.Status, op.Opcode
 		r.probing = false
@@ -1297,6 +1328,9 @@ func (r *relay) releaseLocked(op *Op) {
 
 // freeLocked puts op on the free list, keeping its Frags' array.
 func (r *relay) freeLocked(op *Op) {
+	if op == r.kept {
+		r.kept = nil
+	}
 	*op = Op{relay: r, next: r.free, Frags: op.Frags[:0]}
 	r.free = op
 }

@@ -3,10 +3,13 @@ package session_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/rbridge/rbridge/bridge/pool"
 	"github.com/rbridge/rbridge/bridge/session"
+	"github.com/rbridge/rbridge/internal/testlog"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -96,5 +99,112 @@ func TestSessionRefusesWriteLongerThanAChunk(t *testing.T) {
 	}
 	if got := r.sess.Stats().TooLong[1].Load(); got != 2 {
 		t.Errorf("%d too long, want 2", got)
+	}
+}
+
+// TestSessionWriteAcrossReads: a WRITE whose packets arrive in two
+// batches (a receive loop's reads end between them) while an op the
+// session posted earlier is in flight on the far leg goes on as one op,
+// not cut at the batches' border; one whose next packets do not come is
+// posted when the far leg has finished what it had, and with nothing in
+// flight a batch's end posts what arrived at once.
+func TestSessionWriteAcrossReads(t *testing.T) {
+	pl, err := pool.New(pool.Options{Size: 8 << 20, Classes: []int{4 << 10, 64 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := newFakeLeg(1, 1<<20, 0)
+	far := newFakeLeg(2, 1<<20, 0)
+	far.gate = make(chan struct{})
+	s, err := session.New(session.Options{A: host, B: far, Pool: pl, Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = s.Close()
+		waitUntil(t, "every pool buffer released", func() bool { return pl.Close() == nil })
+	}()
+	h := host.handler()
+	const mtu = 4096
+	id := uint32(0)
+	// packet hands the session packet i of a WRITE of n packets to
+	// remote offset at, as a userspace leg does, ending its batch when
+	// flush says so.
+	packet := func(at uint64, i, n int, flush bool) {
+		t.Helper()
+		id++
+		q := transport.Request{Op: transport.OpWrite, First: i == 0, Last: i == n-1, Offset: i * mtu,
+			VA: far.base + at + uint64(i*mtu), RKey: far.rkey, Length: uint32(n * mtu),
+			Payload: bytes.Repeat([]byte{byte(at>>12) + byte(i)}, mtu), Token: transport.ExternalToken(id)}
+		if reply := h.Request(&q, nil); reply.Result != transport.Pending {
+			t.Fatalf("WRITE at %#x, packet %d of %d: reply %v", at, i, n, reply.Result)
+		}
+		if flush {
+			h.Flush()
+		}
+	}
+	type chunk struct {
+		remote uint64
+		n      int
+	}
+	executed := func(want int) []chunk {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("%d ops executed", want), func() bool { return len(far.executed()) >= want })
+		var got []chunk
+		for _, e := range far.executed() {
+			if e.op != transport.OpWrite || e.status != transport.StatusSuccess {
+				t.Fatalf("far leg executed %v: %v", e.op, e.status)
+			}
+			got = append(got, chunk{e.remote - far.base, len(e.data)})
+		}
+		return got
+	}
+	// Nothing in flight: the batch's end posts the first packet alone.
+	packet(0, 0, 2, true)
+	// One op in flight: the next WRITE's first packet waits for its
+	// second, which the next batch brings.
+	packet(0x10000, 0, 2, true)
+	packet(0x10000, 1, 2, true)
+	packet(0, 1, 2, true)
+	far.gate <- struct{}{} // the first packet of the WRITE at 0
+	far.gate <- struct{}{} // the WRITE at 0x10000, whole
+	far.gate <- struct{}{} // the second packet of the WRITE at 0
+	want := []chunk{{0, mtu}, {0x10000, 2 * mtu}, {mtu, mtu}}
+	if got := executed(3); !cmp.Equal(got, want, cmp.AllowUnexported(chunk{})) {
+		t.Fatalf("the far leg executed %#v, want %#v", got, want)
+	}
+	// Kept waiting for packets that do not come: posted once what was in
+	// flight completed.
+	packet(0x20000, 0, 1, true)
+	packet(0x30000, 0, 3, true)
+	if n := len(far.executed()); n != 3 {
+		t.Fatalf("%d ops executed before the far leg was let go, want 3", n)
+	}
+	far.gate <- struct{}{} // the WRITE at 0x20000: the kept chunk follows
+	far.gate <- struct{}{}
+	want = append(want, chunk{0x20000, mtu}, chunk{0x30000, mtu})
+	if got := executed(5); !cmp.Equal(got, want, cmp.AllowUnexported(chunk{})) {
+		t.Fatalf("the far leg executed %#v, want %#v", got, want)
+	}
+	packet(0x30000, 1, 3, false)
+	packet(0x30000, 2, 3, true)
+	far.gate <- struct{}{}
+	want = append(want, chunk{0x30000 + mtu, 2 * mtu})
+	if got := executed(6); !cmp.Equal(got, want, cmp.AllowUnexported(chunk{})) {
+		t.Fatalf("the far leg executed %#v, want %#v", got, want)
+	}
+	// Each op posted completes back what it carried, to the requester.
+	waitUntil(t, "every op completed back to its requester", func() bool {
+		host.mu.Lock()
+		defer host.mu.Unlock()
+		return len(host.inDone) == len(want)
+	})
+	for i, st := range host.inDone {
+		if st != transport.StatusSuccess {
+			t.Errorf("completion %d to the requester: %v", i, st)
+		}
+	}
+	if got := s.Stats().Ops[0][transport.OpWrite].Load(); got != 4 {
+		t.Errorf("%d WRITEs counted, want 4", got)
 	}
 }
