@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -163,4 +164,67 @@ routes:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the session, made as its floating address left, outlived it by 10 s; %s", strandedState(g))
 	}
+}
+
+// TestGatewayFreeBindTargetAddrLeft: the floating address of the
+// freebind leg a route's targets are through leaves this gateway. A new
+// client is rejected at once, as when that leg's link is down, rather
+// than left waiting while the gateway dials from an address whose answers
+// go to another gateway; once the address is back, a client connects
+// through again.
+func TestGatewayFreeBindTargetAddrLeft(t *testing.T) {
+	gwNS, peerNS, gwIf, _ := vethNamespaces(t, "network namespaces and a veth", "rbt", "10.90.0.1/24", "10.90.0.2/24")
+	addr := func(op string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", gwNS, "addr", op, "10.90.0.100/32", "dev", gwIf).CombinedOutput(); err != nil {
+			t.Fatalf("ip addr %s 10.90.0.100/32: %v: %s", op, err, out)
+		}
+	}
+	addr("add")
+	target := newCMAppIn(t, peerNS, "", "10.90.0.2", nil)
+	ln, err := target.cm.Listen(7477, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("gw.yaml", []byte(strings.NewReplacer("127.0.10.", loNet, "GWNS", gwNS, "GWIF", gwIf).Replace(`legs:
+  - {name: a, kind: userspace, interface: lo, ip: 127.0.10.1, io: udp}
+  - {name: b, kind: userspace, interface: GWIF, ip: 10.90.0.100, io: udp, netns: GWNS, freebind: true}
+routes:
+  - name: r
+    listen: {leg: a, addr: "127.0.10.1:7477"}
+    target: {leg: b, addr: "10.90.0.2:7477"}
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := newCMApp(t, lo("3"))
+	dialAgain(t, ctx, client, target, ln, "1:7477")
+
+	addr("del")
+	time.Sleep(3 * bridge.LinkPoll) // the gateway's link watcher saw it leave
+	admin := startAdmin(t, g)
+	m, _ := scrape(t, admin)
+	const sent = `rbridge_cm_tx_mads_total{leg="b"}`
+	before := m[sent]
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	start := time.Now()
+	_, err = client.cm.Dial(dctx, netip.MustParseAddrPort(lo("1:7477")), cm.DialOptions{QP: client.qp(t)})
+	dcancel()
+	if rj := (*cm.RejectError)(nil); err == nil || !errors.As(err, &rj) {
+		t.Fatalf("a connection while the targets' leg's floating address is elsewhere: %v after %v, want a reject", err, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("rejected after %v", time.Since(start).Round(time.Microsecond))
+	m, _ = scrape(t, admin)
+	if m[sent] != before {
+		t.Errorf("the gateway sent %v MADs on leg b, from an address it no longer holds: it dialed the target", m[sent]-before)
+	}
+	if got := m[`rbridge_route_sessions_rejected_total{route="r"}`]; got != 1 {
+		t.Errorf(`rbridge_route_sessions_rejected_total{route="r"} = %v, want 1`, got)
+	}
+
+	addr("add")
+	dialAgain(t, ctx, client, target, ln, "1:7477")
 }

@@ -621,7 +621,7 @@ func (g *Gateway) connect(r *config.Route, in leg.Incoming, timeout time.Duratio
 	if err := g.targetDown(r); err != nil {
 		g.stats.Rejected.Add(1)
 		rs.Rejected.Add(1)
-		log.Warn("the route's target is through a leg that is down: client rejected", "err", err)
+		log.Warn("the route's target is through a leg that is down or lost its floating address: client rejected", "err", err)
 		_ = in.Reject(&leg.Rejected{Reason: cm.RejectConsumerDefined})
 		return
 	}

@@ -357,14 +357,20 @@ var ErrAddrLeft = fmt.Errorf("a leg's floating address left this gateway")
 var ErrLinkDown = fmt.Errorf("a leg's link went down")
 
 // targetDown says why route r cannot reach its target now (nil when it
-// can): its target's leg is down and it has no fallback, or the
-// fallback's leg is down too.
+// can): its target's leg is down, or is a freebind leg whose floating
+// address left (its target's answers go to the gateway that holds it),
+// and it has no fallback, or the fallback's leg is down or gone too.
 func (g *Gateway) targetDown(r *config.Route) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	err := g.linkDown[r.Target.Leg]
-	if err == nil || r.Fallback.Leg != "" && g.linkDown[r.Fallback.Leg] == nil {
+	_, err := g.crossesDownLocked(r.Target.Leg)
+	if err == nil {
 		return nil
+	}
+	if r.Fallback.Leg != "" {
+		if _, ferr := g.crossesDownLocked(r.Fallback.Leg); ferr == nil {
+			return nil
+		}
 	}
 	return err
 }

@@ -61,7 +61,7 @@ type counterRow[S any] struct {
 var routeCounters = newCounters("rbridge_route_", []string{"route"}, []counterRow[GatewayStatsSnapshot]{
 	{"sessions_total", "Sessions the route started (both connections up, relaying).", func(s *GatewayStatsSnapshot) uint64 { return s.Accepted }},
 	{"sessions_ended_total", "Sessions of the route that ended.", func(s *GatewayStatsSnapshot) uint64 { return s.Ended }},
-	{"sessions_rejected_total", "Clients rejected because the target rejected or did not answer.", func(s *GatewayStatsSnapshot) uint64 { return s.Rejected }},
+	{"sessions_rejected_total", "Clients rejected because the target rejected or did not answer, or its leg was down or had lost its floating address.", func(s *GatewayStatsSnapshot) uint64 { return s.Rejected }},
 	{"sessions_refused_total", "Clients rejected because the route's allow list does not hold them.", func(s *GatewayStatsSnapshot) uint64 { return s.Refused }},
 	{"sessions_failed_total", "Connections that failed after the target accepted (the client's accept, or the session's start).", func(s *GatewayStatsSnapshot) uint64 { return s.Failed }},
 	{"fallbacks_total", "Times the route's target could not be reached and new sessions went through its fallback.", func(s *GatewayStatsSnapshot) uint64 { return s.Fallbacks }},

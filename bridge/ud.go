@@ -407,7 +407,7 @@ func (g *Gateway) resolveUD(r *config.Route, in leg.UDIncoming) {
 		return
 	}
 	if err := g.targetDown(r); err != nil {
-		noQP("the route's target is through a leg that is down", err)
+		noQP("the route's target is through a leg that is down or lost its floating address", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, g.timeout)
