@@ -398,7 +398,7 @@ func TestGuestRunPerftest(t *testing.T) {
 				args []string
 			}{
 				{"ib_send_bw", []string{"-s", "4096", "-n", "200"}},
-				{"ib_send_bw", []string{"-s", "65536", "-n", "100"}}, // longer than 16 frames: gathered, then copied together
+				{"ib_send_bw", []string{"-s", "65536", "-n", "100"}}, // longer than the frames a send gathers (32 on rxe): copied together
 				{"ib_write_bw", []string{"-s", "65536", "-n", "100"}},
 				{"ib_read_bw", []string{"-s", "65536", "-n", "100"}},
 				// Past the pool's largest buffer: READs in parts, a SEND in a chain.
