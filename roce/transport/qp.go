@@ -139,6 +139,7 @@ type QP struct {
 	req     requester
 	resp    responder
 	rq      []RecvWR
+	rqArr   []RecvWR       // the array rq lies in (roomFor)
 	timer   *time.Timer    // the recovery machine's deadlines (armTimerLocked)
 	timerAt time.Time      // when timer fires; zero when it is not armed
 	tx      []roce.Message // packets built under mu, sent by Device.send
@@ -400,6 +401,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 		}
 		return nil
 	}
+	qp.rq = roomFor(qp.rq, &qp.rqArr, len(wrs))
 	qp.rq = append(qp.rq, wrs...)
 	return nil
 }
@@ -432,6 +434,7 @@ func (qp *QP) postSendLocked(wrs []SendWR) error {
 			return fmt.Errorf("transport: post send %d on QP %#x: %w", wrs[i].ID, qp.qpn, err)
 		}
 	}
+	qp.req.sq = roomFor(qp.req.sq, &qp.req.sqArr, len(wrs))
 	for _, wr := range wrs {
 		data, _ := wr.Local.bytes()
 		qp.req.sq = append(qp.req.sq, qp.req.newWQE(wr, data))

@@ -45,10 +45,11 @@ func (w *sendWQE) contains(psn roce.PSN) bool {
 // oldest unacknowledged PSN is rec.una.
 type requester struct {
 	sq    []*sendWQE
-	next  int      // index in sq of the WQE the next packet comes from
-	k     int      // index of the next packet within it
-	psn   roce.PSN // PSN of the next packet to send
-	fresh roce.PSN // PSN the next WQE to start takes
+	sqArr []*sendWQE // the array sq lies in (roomFor)
+	next  int        // index in sq of the WQE the next packet comes from
+	k     int        // index of the next packet within it
+	psn   roce.PSN   // PSN of the next packet to send
+	fresh roce.PSN   // PSN the next WQE to start takes
 
 	rec      recovery
 	rdAtomic int // READs and atomics started and not done
