@@ -237,9 +237,10 @@ type relay struct {
 	posted   int // ops posted on to and not done
 	rdAtomic int // READs and atomics among them
 	msg      *Op // the SEND being assembled, or the WRITE chunk open
-	// kept says the open WRITE chunk outlived a batch's flush because
-	// ops posted before it were in flight (flush): the last of them to
-	// complete posts it, unless its message's next packets close it first.
+	// kept is the open WRITE chunk (msg) when it outlived a batch's flush
+	// because ops posted before it were in flight (flush): the last of
+	// them to complete queues it (keepLocked), unless its message's next
+	// packets closed it first.
 	kept *Op
 	// msgBytes are the bytes of the message being relayed that were
 	// queued already (a WRITE's chunks): counted at the message's end.
