@@ -986,9 +986,6 @@ func (r *relay) writeLocked(q *transport.Request, buf *pool.Buf) transport.Reply
 
 // enqueueLocked queues op to be posted on r.to.
 func (r *relay) enqueueLocked(op *Op) {
-	if op == r.kept {
-		r.kept = nil
-	}
 	r.queue = append(r.queue, op)
 	r.msgBytes += uint64(op.Len)
 }

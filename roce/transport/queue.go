@@ -17,7 +17,6 @@ func roomFor[T any](q []T, arr *[]T, n int) []T {
 	if 2*need > len(*arr) {
 		a := make([]T, max(2*need, 16))
 		k := copy(a, q)
-		clear(*arr)
 		*arr = a
 		return a[:k]
 	}

@@ -470,9 +470,6 @@ func (qp *QP) completeHeadLocked() {
 		}
 		r.free = append(r.free, w)
 	}
-	if len(r.sq) == 0 {
-		r.sq = r.sq[:0:cap(r.sq)] // reuse the backing array from its start
-	}
 }
 
 // timers ---------------------------------------------------------------
