@@ -84,7 +84,8 @@ const (
 // its two data buffer descriptors and its immediate data. Rewriting a
 // descriptor through DataOut or DataIn rewrites the message.
 type Cmd struct {
-	b       []byte // the message's contents: Len bytes
+	b       []byte // the message's contents (ParseCmdHeader's: up to the descriptors' end)
+	n       int    // the contents' length, the immediate data's included
 	out, in DataBuf
 	immOff  int
 }
@@ -96,6 +97,21 @@ type Cmd struct {
 // connection's immediate data offset (ImmDataOffset), 0 if its login
 // fixed none. ParseCmd does not allocate unless it fails.
 func ParseCmd(b []byte, immDataOffset int) (Cmd, int, error) {
+	return parseCmd(b, immDataOffset, true)
+}
+
+// ParseCmdHeader is ParseCmd for a command whose immediate data need
+// not lie in b, as when a message arrives in pieces and only its first
+// bytes are at hand: b must hold the fixed part, the additional CDB and
+// the descriptors, and ParseCmdHeader returns the command and where its
+// descriptors end. Len still counts the immediate data, so CheckLen
+// checks the whole message's length; Bytes are the bytes up to the
+// descriptors' end, and ImmediateData is nil.
+func ParseCmdHeader(b []byte, immDataOffset int) (Cmd, int, error) {
+	return parseCmd(b, immDataOffset, false)
+}
+
+func parseCmd(b []byte, immDataOffset int, whole bool) (Cmd, int, error) {
 	const op = "parse SRP_CMD"
 	h, err := fixed(b, OpCmd, &cmdLayout)
 	if err != nil {
@@ -128,6 +144,14 @@ func ParseCmd(b []byte, immDataOffset int) (Cmd, int, error) {
 				Detail: fmt.Sprintf("the connection's immediate data offset %d lies inside the descriptors, which end at %d", immDataOffset, off)}
 		}
 		end := uint64(immDataOffset) + uint64(c.out.TotalLength())
+		if !whole {
+			if end > maxCmdLen {
+				return Cmd{}, 0, &Error{Op: op, Field: "immediate data", Offset: immDataOffset, Err: ErrImmediate,
+					Detail: fmt.Sprintf("%d bytes at %d: past any SEND", c.out.TotalLength(), immDataOffset)}
+			}
+			c.b, c.n = b[:off:off], int(end)
+			return c, off, nil
+		}
 		if uint64(len(b)) < end {
 			return Cmd{}, 0, &Error{Op: op, Field: "immediate data", Offset: immDataOffset, Err: ErrTruncated,
 				Detail: fmt.Sprintf("%d bytes, need %d (%d at %d)", len(b), end, c.out.TotalLength(), immDataOffset)}
@@ -135,14 +159,18 @@ func ParseCmd(b []byte, immDataOffset int) (Cmd, int, error) {
 		off = int(end)
 		c.out.imm = b[immDataOffset:off:off]
 	}
-	c.b = b[:off:off]
+	c.b, c.n = b[:off:off], off
 	return c, off, nil
 }
+
+// maxCmdLen bounds a command's length for ParseCmdHeader, which does not
+// see its immediate data: a SEND carries at most 2^31 bytes.
+const maxCmdLen = 1 << 31
 
 // Len is the length of the command's contents: what the Linux initiator
 // sends (srp_map_data's return), the end of the descriptors or of the
 // immediate data.
-func (c Cmd) Len() int { return len(c.b) }
+func (c Cmd) Len() int { return c.n }
 
 // CheckLen checks that a message of n bytes holds the whole command.
 // Bytes after it are allowed: the Linux target checks only that a SEND
@@ -153,8 +181,12 @@ func (c Cmd) CheckLen(n int) error {
 	if n >= c.Len() {
 		return nil
 	}
-	// The first n bytes parse up to the field they end in.
-	_, _, err := ParseCmd(c.b[:max(n, 0)], c.immOff)
+	// The first n bytes parse up to the field they end in; past the
+	// bytes at hand (ParseCmdHeader's), only the immediate data is cut.
+	err := error(&Error{Field: "immediate data", Offset: c.immOff})
+	if n < len(c.b) {
+		_, _, err = ParseCmd(c.b[:max(n, 0)], c.immOff)
+	}
 	e := &Error{Op: "check SRP_CMD", Err: ErrLength}
 	if errors.As(err, &e) {
 		e = &Error{Op: "check SRP_CMD", Field: e.Field, Offset: e.Offset, Err: ErrLength}
@@ -163,7 +195,8 @@ func (c Cmd) CheckLen(n int) error {
 	return e
 }
 
-// Bytes are the command's bytes (Len of them).
+// Bytes are the command's bytes: Len of them from ParseCmd, up to the
+// descriptors' end from ParseCmdHeader.
 func (c Cmd) Bytes() []byte { return c.b }
 
 func (c Cmd) SolNot() uint8 { return c.b[cmdSolNot] }

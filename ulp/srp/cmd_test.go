@@ -191,6 +191,69 @@ func TestParseCmd(t *testing.T) {
 	}
 }
 
+// TestParseCmdHeader: every case parsed from its bytes up to the end of
+// its descriptors (a message's first piece) finds the same descriptors
+// as ParseCmd from the whole, and the same length, so that CheckLen
+// checks the whole message: it takes the command's length and refuses
+// one byte less, naming the immediate data when that is what is cut.
+func TestParseCmdHeader(t *testing.T) {
+	for _, tc := range cmdCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			b := buildCmd(t, tc.spec)
+			whole, _, err := srp.ParseCmd(b, tc.immOff)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := whole.DataIn().Offset() + len(descBytes(whole.DataIn()))
+			c, n, err := srp.ParseCmdHeader(b[:end], tc.immOff)
+			if err != nil {
+				t.Fatalf("from its first %d bytes: %v", end, err)
+			}
+			if n != end || c.Len() != tc.len || len(c.Bytes()) != end {
+				t.Errorf("n %d, Len %d, %d bytes: want %d, %d, %d", n, c.Len(), len(c.Bytes()), end, tc.len, end)
+			}
+			opt := cmp.AllowUnexported(desc{})
+			want := tc.out
+			want.Imm = nil
+			if d := cmp.Diff(want, view(c.DataOut()), opt); d != "" {
+				t.Errorf("data-out (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.in, view(c.DataIn()), opt); d != "" {
+				t.Errorf("data-in (-want +got):\n%s", d)
+			}
+			if err := c.CheckLen(tc.len); err != nil {
+				t.Error(err)
+			}
+			err = c.CheckLen(tc.len - 1)
+			var e *srp.Error
+			if !errors.Is(err, srp.ErrLength) || !errors.As(err, &e) {
+				t.Fatalf("CheckLen(%d): %v, want ErrLength", tc.len-1, err)
+			}
+			if tc.out.Format == srp.FormatImmediate && e.Field != "immediate data" {
+				t.Errorf("CheckLen(%d) names %q, want the immediate data", tc.len-1, e.Field)
+			}
+			// One byte short of the descriptors is short of what the
+			// header parse needs.
+			if _, _, err := srp.ParseCmdHeader(b[:end-1], tc.immOff); !errors.Is(err, srp.ErrTruncated) {
+				t.Errorf("from %d bytes: %v, want ErrTruncated", end-1, err)
+			}
+		})
+	}
+}
+
+// descBytes is d's descriptor's bytes: its length in the message.
+func descBytes(d srp.DataBuf) []byte {
+	switch d.Format() {
+	case srp.FormatDirect:
+		return make([]byte, srp.DescLen)
+	case srp.FormatIndirect:
+		return make([]byte, srp.IndirectHeaderLen+d.Count()*srp.DescLen)
+	case srp.FormatImmediate:
+		return make([]byte, srp.ImmHeaderLen)
+	}
+	return nil
+}
+
 // span is the field a byte belongs to: its name and offset.
 type span struct {
 	name string

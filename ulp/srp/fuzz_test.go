@@ -39,6 +39,15 @@ func FuzzParseCmd(f *testing.F) {
 		if err := c.CheckLen(n - 1); !errors.Is(err, srp.ErrLength) {
 			t.Fatalf("CheckLen(%d) of a %d-byte command: %v", n-1, n, err)
 		}
+		// From its bytes up to the descriptors' end, the same command.
+		end := c.DataIn().Offset() + len(descBytes(c.DataIn()))
+		h, hn, err := srp.ParseCmdHeader(b[:end], int(immOff))
+		if err != nil || hn != end || h.Len() != n || h.DataOut().TotalLength() != c.DataOut().TotalLength() || h.DataIn().Count() != c.DataIn().Count() {
+			t.Fatalf("from its first %d bytes: n %d, Len %d (whole %d): %v", end, hn, h.Len(), n, err)
+		}
+		if err := h.CheckLen(n - 1); !errors.Is(err, srp.ErrLength) {
+			t.Fatalf("header-only CheckLen(%d) of a %d-byte command: %v", n-1, n, err)
+		}
 		// The bytes a rewrite may change: each descriptor's va and key.
 		mayChange := make([]bool, len(b))
 		mark := func(off int) {
