@@ -182,3 +182,36 @@ func (r Rsp) TaskMgmtStatus() (status uint8, ok bool) {
 	}
 	return r[RspLen+3], true
 }
+
+// RspFields are an SRP_RSP's fields, for AppendRsp.
+type RspFields struct {
+	SolNot      uint8
+	ReqLimDelta int32
+	Tag         uint64
+	// Flags are DOOver to DIUnder as needed; AppendRsp sets SnsValid
+	// itself, when Sense is not empty.
+	Flags, Status                   uint8
+	DataOutResidual, DataInResidual uint32
+	Sense                           []byte
+}
+
+// AppendRsp appends an SRP_RSP of f to b and returns the result: the
+// 36-byte fixed part, no response data, and f.Sense under SnsValid, as
+// the Linux target answers a command (srpt_build_cmd_rsp). The tag is
+// written as Tag reads it, so a command's tag comes back as it was sent.
+func AppendRsp(b []byte, f RspFields) []byte {
+	at := len(b)
+	b = append(b, make([]byte, RspLen)...)
+	r := b[at:]
+	r[0], r[rspSolNot] = byte(OpRsp), f.SolNot
+	binary.BigEndian.PutUint32(r[rspReqLimDelta:], uint32(f.ReqLimDelta))
+	binary.LittleEndian.PutUint64(r[rspTag:], f.Tag)
+	r[rspFlags], r[rspStatus] = f.Flags&^(SnsValid|RspValid), f.Status
+	binary.BigEndian.PutUint32(r[rspDataOutRes:], f.DataOutResidual)
+	binary.BigEndian.PutUint32(r[rspDataInRes:], f.DataInResidual)
+	if len(f.Sense) > 0 {
+		r[rspFlags] |= SnsValid
+		binary.BigEndian.PutUint32(r[rspSenseLen:], uint32(len(f.Sense)))
+	}
+	return append(b, f.Sense...)
+}

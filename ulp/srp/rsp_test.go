@@ -145,3 +145,31 @@ func TestRspSetReqLimDelta(t *testing.T) {
 		t.Errorf("rewritten\n% x\nwant\n% x", b, want)
 	}
 }
+
+// TestAppendRsp: what AppendRsp writes parses back to its fields, after
+// what b held, with the tag's bytes as a command carried them.
+func TestAppendRsp(t *testing.T) {
+	sense := []byte{0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x26, 0, 0, 0, 0, 0}
+	f := srp.RspFields{SolNot: 1, ReqLimDelta: 1, Tag: 0x0102030405060708, Flags: srp.DIUnder | srp.RspValid, Status: 0x02,
+		DataInResidual: 4096, Sense: sense}
+	b := srp.AppendRsp([]byte{0xee, 0xee}, f)
+	if b[0] != 0xee || b[1] != 0xee || len(b) != 2+srp.RspLen+len(sense) {
+		t.Fatalf("% x", b)
+	}
+	r, n, err := srp.ParseRsp(b[2:])
+	if err != nil || n != srp.RspLen+len(sense) {
+		t.Fatalf("n %d: %v", n, err)
+	}
+	if r.SolNot() != 1 || r.ReqLimDelta() != 1 || r.Tag() != f.Tag || r.Flags() != srp.DIUnder|srp.SnsValid || r.Status() != 0x02 ||
+		r.DataInResidual() != 4096 || r.DataOutResidual() != 0 || r.RespDataLen() != 0 || !bytes.Equal(r.SenseData(), sense) {
+		t.Errorf("parsed back: sol_not %d, credit %d, tag %#x, flags %#x, status %#x, residuals %d %d, %d bytes of response data, sense % x",
+			r.SolNot(), r.ReqLimDelta(), r.Tag(), r.Flags(), r.Status(), r.DataInResidual(), r.DataOutResidual(), r.RespDataLen(), r.SenseData())
+	}
+	cmd := buildCmd(t, cmdSpec{tag: f.Tag, cdb: read10})
+	if !bytes.Equal(b[2+8:2+16], cmd[8:16]) {
+		t.Errorf("the tag's bytes % x, the command's % x", b[2+8:2+16], cmd[8:16])
+	}
+	if r := srp.AppendRsp(nil, srp.RspFields{Tag: 7}); len(r) != srp.RspLen || r[18] != 0 {
+		t.Errorf("without sense: % x", r)
+	}
+}
