@@ -233,3 +233,32 @@ func (c Cmd) DataIn() DataBuf  { return c.in }
 
 // ImmDataOffset is the immediate data offset ParseCmd was given.
 func (c Cmd) ImmDataOffset() int { return c.immOff }
+
+// CmdHeaderLen is how many bytes of an SRP_CMD ParseCmdHeader needs:
+// the fixed part, the additional CDB and the descriptors its buf_fmt and
+// counts name, read from fixed, the command's first CmdLen bytes (or
+// more). A reserved format counts no bytes: ParseCmdHeader refuses it.
+func CmdHeaderLen(fixed []byte) (int, error) {
+	h, err := fixedPart(fixed)
+	if err != nil {
+		return 0, err
+	}
+	n := CmdLen + int(h[cmdAddCDB]&^3)
+	for _, d := range []struct {
+		f   Format
+		cnt int
+	}{{Format(h[cmdBufFmt] >> 4), int(h[cmdOutCnt])}, {Format(h[cmdBufFmt] & 0xf), int(h[cmdInCnt])}} {
+		switch d.f {
+		case FormatDirect:
+			n += DescLen
+		case FormatIndirect:
+			n += IndirectHeaderLen + d.cnt*DescLen
+		case FormatImmediate:
+			n += ImmHeaderLen
+		}
+	}
+	return n, nil
+}
+
+// fixedPart checks that b starts with an SRP_CMD's fixed part.
+func fixedPart(b []byte) ([]byte, error) { return fixed(b, OpCmd, &cmdLayout) }

@@ -205,6 +205,9 @@ func TestParseCmdHeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			end := whole.DataIn().Offset() + len(descBytes(whole.DataIn()))
+			if n, err := srp.CmdHeaderLen(b[:srp.CmdLen]); err != nil || n != end {
+				t.Errorf("CmdHeaderLen: %d, %v; the descriptors end at %d", n, err, end)
+			}
 			c, n, err := srp.ParseCmdHeader(b[:end], tc.immOff)
 			if err != nil {
 				t.Fatalf("from its first %d bytes: %v", end, err)
@@ -231,6 +234,9 @@ func TestParseCmdHeader(t *testing.T) {
 			}
 			if tc.out.Format == srp.FormatImmediate && e.Field != "immediate data" {
 				t.Errorf("CheckLen(%d) names %q, want the immediate data", tc.len-1, e.Field)
+			}
+			if _, err := srp.CmdHeaderLen(b[:srp.CmdLen-1]); !errors.Is(err, srp.ErrTruncated) {
+				t.Errorf("CmdHeaderLen of %d bytes: %v, want ErrTruncated", srp.CmdLen-1, err)
 			}
 			// One byte short of the descriptors is short of what the
 			// header parse needs.
