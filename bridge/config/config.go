@@ -430,7 +430,7 @@ type Route struct {
 	// zero Rate has no limit.
 	Rate Rate `yaml:"rate"`
 	// Protocol (RC routes only) names the upper-layer protocol the route
-	// carries (ProtocolNVMe, ProtocolNFS, ProtocolISER), whose messages
+	// carries (ProtocolNVMe, ProtocolNFS, ProtocolISER, ProtocolSRP), whose messages
 	// its sessions parse in both directions; "" relays them as they are.
 	Protocol string `yaml:"protocol"`
 	// Liveness (RC routes only) is how long a session may be idle before
@@ -470,11 +470,14 @@ const (
 	// ProtocolISER is iSER (iSCSI Extensions for RDMA): the listen side
 	// is the initiator, the target side the iSCSI target's portal.
 	ProtocolISER = "iser"
+	// ProtocolSRP is the SCSI RDMA Protocol over RDMA/CM: the listen side
+	// is the initiator, the target side the SRP target's RDMA/CM port.
+	ProtocolSRP = "srp"
 )
 
 // Protocols are the protocols a route may name, in the order errors list
 // them.
-var Protocols = []string{ProtocolNVMe, ProtocolNFS, ProtocolISER}
+var Protocols = []string{ProtocolNVMe, ProtocolNFS, ProtocolISER, ProtocolSRP}
 
 // unservedProtocols are protocols a route may not name, with why.
 var unservedProtocols = map[string]string{

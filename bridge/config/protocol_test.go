@@ -45,10 +45,10 @@ func TestParseProtocolBad(t *testing.T) {
 		return good + "  - name: p\n    listen: {leg: ib, addr: \"198.18.3.1:4421\"}\n    target: {leg: roce, addr: \"198.18.1.2:4420\"}\n" + extra
 	}
 	for _, tc := range []struct{ name, file, want string }{
-		{"unknown", route("    protocol: srp\n"), `gw.yaml:24: route "p": protocol "srp" is not one rbridge understands; known: nvme, nfs, iser`},
-		{"capitals", route("    protocol: NVMe\n"), `gw.yaml:24: route "p": protocol "NVMe" is not one rbridge understands; known: nvme, nfs, iser`},
-		{"smb never", route("    protocol: SMB\n"), `gw.yaml:24: route "p": protocol "SMB": SMB Direct cannot be staged: its buffer descriptors sit inside SMB2 messages that SMB 3.x signs or encrypts, so rewriting them would break the signature; carry SMB Direct only where its one-sided initiator (the server) is behind the userspace leg, on a route without a protocol; known: nvme, nfs, iser`},
-		{"empty", route("    protocol: \"\"\n"), `gw.yaml:24: route "p": protocol is empty: want one of nvme, nfs, iser`},
+		{"unknown", route("    protocol: scsi\n"), `gw.yaml:24: route "p": protocol "scsi" is not one rbridge understands; known: nvme, nfs, iser, srp`},
+		{"capitals", route("    protocol: NVMe\n"), `gw.yaml:24: route "p": protocol "NVMe" is not one rbridge understands; known: nvme, nfs, iser, srp`},
+		{"smb never", route("    protocol: SMB\n"), `gw.yaml:24: route "p": protocol "SMB": SMB Direct cannot be staged: its buffer descriptors sit inside SMB2 messages that SMB 3.x signs or encrypts, so rewriting them would break the signature; carry SMB Direct only where its one-sided initiator (the server) is behind the userspace leg, on a route without a protocol; known: nvme, nfs, iser, srp`},
+		{"empty", route("    protocol: \"\"\n"), `gw.yaml:24: route "p": protocol is empty: want one of nvme, nfs, iser, srp`},
 		{"a list", route("    protocol: [nvme]\n"), `gw.yaml:24: route "p": protocol: want a single value`},
 		{"ud", route("    ud: true\n    protocol: nvme\n"), `gw.yaml:25: route "p": protocol nvme: a protocol is for RC routes`},
 	} {

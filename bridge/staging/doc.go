@@ -30,7 +30,12 @@
 //     are iSCSI PDUs under an iSER header whose SCSI Commands name STags,
 //     the target's SCSI Responses end them by Initiator Task Tag (a
 //     session is one connection); the login's text sizes unsolicited
-//     data, and the connect's private data remote invalidation.
+//     data, and the connect's private data remote invalidation;
+//   - srp.go: the SCSI RDMA Protocol (package ulp/srp parses): the
+//     initiator's messages are SRP_CMDs whose direct or indirect
+//     descriptors name its memory, the target's SRP_RSPs end them by tag
+//     (a session is one channel); the login in the connect's private
+//     data fixes where immediate data lies.
 //
 // Concurrency: a session calls its Protocol from both directions at once;
 // each Protocol guards its state with a mutex of its own, a leaf lock

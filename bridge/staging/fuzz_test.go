@@ -1,6 +1,7 @@
 package staging_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/rbridge/rbridge/bridge/config"
@@ -10,6 +11,7 @@ import (
 	"github.com/rbridge/rbridge/roce/transport"
 	"github.com/rbridge/rbridge/ulp/iser"
 	"github.com/rbridge/rbridge/ulp/nvme"
+	"github.com/rbridge/rbridge/ulp/srp"
 )
 
 // FuzzNVMeQueue hands a queue random messages, cut at random into
@@ -104,6 +106,71 @@ func FuzzISERConn(f *testing.F) {
 		s := st.Snapshot()
 		var refused uint64
 		for _, n := range s.Errors {
+			refused += n
+		}
+		if err != nil && refused != 1 {
+			t.Fatalf("%v, with %d errors counted", err, refused)
+		}
+	})
+}
+
+// FuzzSRPChannel hands a channel (its login granting immediate data at
+// 68) random messages, cut at random into pieces, on a route that
+// stages: it never panics, it takes from the initiator only what CheckIU
+// and, for a command, ParseCmd take, counting a refusal once; what it
+// stages are the command's descriptors of a length above 0, and the
+// message keeps its length.
+func FuzzSRPChannel(f *testing.F) {
+	for _, b := range [][]byte{
+		srpCmd{tag: 1, in: []srpDesc{{0x10000, 0x11, 4096}}}.bytes(),
+		srpCmd{tag: 2, out: srpDescs(3), indirect: true}.bytes(),
+		srpCmd{tag: 3, imm: []byte{1, 2, 3}}.bytes(),
+		srpRsp(1, 0, true, 5), srpTMFRsp(1<<31|4, 0), srpIU(srp.OpTskMgmt, 1<<31|4, srp.TskAbortTask, 0, 1), nil,
+	} {
+		f.Add(b, false, uint16(0), uint16(0))
+		f.Add(b, true, uint16(len(b)/2), uint16(len(b)/3))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, fromTgt bool, cut1, cut2 uint16) {
+		c1, c2 := int(cut1)%(len(b)+1), int(cut2)%(len(b)+1)
+		st := &staging.Stats{}
+		q := newSRP(t, st, true)
+		dir := fromInitiator
+		if fromTgt {
+			dir = fromTarget
+		}
+		orig := bytes.Clone(b)
+		m, err := stagedMessage(q, dir, 1, b, min(c1, c2), max(c1, c2))
+		if got := joined(m.Bytes); len(got) != len(orig) {
+			t.Fatalf("%d bytes became %d", len(orig), len(got))
+		}
+		if err == nil && dir == fromInitiator {
+			op, perr := srp.CheckIU(orig)
+			if perr == nil && op == srp.OpCmd {
+				var c srp.Cmd
+				c, _, perr = srp.ParseCmd(orig, 68)
+				if perr == nil && m.Reply == nil {
+					n := 0
+					for _, buf := range []srp.DataBuf{c.DataOut(), c.DataIn()} {
+						for _, d := range buf.All() {
+							if d.Len() > 0 {
+								if n >= len(m.Stage) || m.Stage[n].Len != int(d.Len()) || m.Stage[n].Remote != d.VA() {
+									t.Fatalf("descriptor %v is not region %d of %+v", d, n, m.Stage)
+								}
+								n++
+							}
+						}
+					}
+					if n != len(m.Stage) {
+						t.Fatalf("%d regions from %d descriptors", len(m.Stage), n)
+					}
+				}
+			}
+			if perr != nil {
+				t.Fatalf("% x accepted, and the parser says %v", orig, perr)
+			}
+		}
+		var refused uint64
+		for _, n := range st.Snapshot().Errors {
 			refused += n
 		}
 		if err != nil && refused != 1 {

@@ -53,6 +53,8 @@ func New(o Options) (session.Protocol, error) {
 		return newNFSConn(o), nil
 	case config.ProtocolISER:
 		return newISERConn(o), nil
+	case config.ProtocolSRP:
+		return newSRPChannel(o), nil
 	}
 	return nil, fmt.Errorf("staging: route %q: protocol %q: %w", o.Route, o.Protocol, ErrUnknownProtocol)
 }
@@ -199,6 +201,8 @@ func QueueOf(protocol string, privateData []byte) (q Queue, ok bool) {
 		return nfsQueue(privateData), true
 	case config.ProtocolISER:
 		return iserQueue(privateData)
+	case config.ProtocolSRP:
+		return srpQueue(privateData)
 	}
 	return Queue{}, false
 }
