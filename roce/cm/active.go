@@ -15,6 +15,19 @@ import (
 // otherwise: the largest that fits a 1500-byte Ethernet link.
 const defaultDialMTU = 1024
 
+// PeerACKTimeout is the Local ACK Timeout a dial's REQ gives the peer,
+// which a Linux passive side takes as its QP's retransmit timer (cm.c:
+// cm_format_paths_from_req, cm_init_av_by_path): 19, 4.096 us x 2^19,
+// about 2.1 s, what Linux's own rdma_cm asks on RoCE
+// (CMA_IBOE_PACKET_LIFETIME 18, cm_ack_timeout with rxe's ACK delay of
+// 15). A gateway acknowledges its peer's operations only once the far
+// side completed them, so the peer's timer must cover the far side's
+// round trip: at 14 (67 ms) a Linux target retransmitted READ responses
+// and WRITEs the gateway had not acknowledged yet, tens of times a run
+// in the guest. The dialing QP's own timer stays at 14: its peer answers
+// at once.
+const PeerACKTimeout = 19
+
 // DialOptions describe a connection to make.
 type DialOptions struct {
 	// QP is an RC QP of the manager's device, in RESET or INIT.
@@ -49,7 +62,7 @@ type dialState struct {
 	psn, mtu    int // psn: the REQ's Starting PSN, the first this side receives
 	resp, depth int
 	retry, rnr  uint8
-	ackTimeout  uint8
+	ackTimeout  uint8 // the QP's own retransmit timer (PeerACKTimeout is the peer's)
 	ecn         bool
 }
 
@@ -126,7 +139,7 @@ func (m *Manager) Dial(ctx context.Context, to netip.AddrPort, opts DialOptions)
 			PKey: roce.DefaultPKey, PathMTU: roce.MTUFromBytes(ds.mtu), RNRRetryCount: ds.rnr,
 			MaxCMRetries: uint8(m.opts.MaxRetries),
 			Primary: PathFields{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: GIDFromAddr(m.opts.Addr),
-				RemoteGID: GIDFromAddr(to.Addr()), HopLimit: 64, PacketRate: 3, LocalACKTimeout: ds.ackTimeout},
+				RemoteGID: GIDFromAddr(to.Addr()), HopLimit: 64, PacketRate: 3, LocalACKTimeout: PeerACKTimeout},
 			PrivateData: pd,
 		})
 	})

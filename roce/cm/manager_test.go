@@ -639,3 +639,30 @@ func TestListenTwice(t *testing.T) {
 		t.Fatalf("Next on a closed listener: %v", err)
 	}
 }
+
+// TestDialACKTimeouts: a dial's REQ gives the peer a Local ACK Timeout
+// of PeerACKTimeout, which the passive side takes as its QP's
+// retransmit timer (as Linux's does), while the dialing QP keeps its
+// own, shorter one.
+func TestDialACKTimeouts(t *testing.T) {
+	var seen atomic.Int32
+	n := simnet.New(simnet.Options{Filter: func(from, to netip.AddrPort, pkt []byte) bool {
+		if len(pkt) >= roce.BTHLen+roce.DETHLen+cm.MADLen && roce.BTH(pkt).DestQP() == 1 {
+			mad := pkt[roce.BTHLen+roce.DETHLen:]
+			if cm.MADHeader(mad).AttrID() == cm.AttrREQ {
+				if r, _, err := cm.ParseREQ(mad[cm.MADHeaderLen:]); err == nil {
+					seen.Store(int32(r.Primary().Fields().LocalACKTimeout) + 1)
+				}
+			}
+		}
+		return true
+	}})
+	cli, srv := newNode(t, n, "10.0.0.1"), newNode(t, n, "10.0.0.2")
+	cc, sc := connect(t, cli, srv, 7475, nil, nil)
+	if got := seen.Load() - 1; got != cm.PeerACKTimeout {
+		t.Errorf("the REQ's Local ACK Timeout: %d, want %d", got, cm.PeerACKTimeout)
+	}
+	if c, s := cc.QP().Query().Timeout, sc.QP().Query().Timeout; c != 14 || s != cm.PeerACKTimeout {
+		t.Errorf("QP timeouts: the dialer's %d, want 14; the listener's %d, want %d", c, s, cm.PeerACKTimeout)
+	}
+}
