@@ -32,48 +32,27 @@ const (
 // burst, 64 KiB), until the test ends.
 func iserTarget(t testing.TB, addr string) {
 	t.Helper()
-	for _, m := range []string{"target_core_mod", "iscsi_target_mod", "ib_isert"} {
+	for _, m := range []string{"iscsi_target_mod", "ib_isert"} {
 		if out, err := exec.Command("/usr/sbin/modprobe", m).CombinedOutput(); err != nil {
 			t.Fatalf("modprobe %s: %v\n%s", m, err, out)
 		}
 	}
-	cfs := "/sys/kernel/config"
-	if _, err := os.Stat(cfs + "/target"); err != nil {
-		if err := unix.Mount("configfs", cfs, "configfs", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-			t.Fatalf("mount configfs: %v", err)
-		}
-	}
-	write := func(path, v string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
-			t.Fatalf("lio: write %q to %s: %v", v, path, err)
-		}
-	}
-	mkdir := func(d string) {
-		t.Helper()
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatalf("lio: %v", err)
-		}
-	}
-	disk := filepath.Join(cfs, "target/core/rd_mcp_0/disk0")
-	mkdir(disk)
-	write(filepath.Join(disk, "control"), "rd_pages=16384") // 64 MiB of 4 KiB pages
-	write(filepath.Join(disk, "enable"), "1")
-	tpg := filepath.Join(cfs, "target/iscsi", iserTargetIQN, "tpgt_1")
+	disk := lioRAMDisk(t, "rd_mcp_0/disk0")
+	tpg := filepath.Join(lioConfig, "iscsi", iserTargetIQN, "tpgt_1")
 	lun := filepath.Join(tpg, "lun/lun_0")
-	mkdir(lun)
+	lioMkdir(t, lun)
 	link := filepath.Join(lun, "disk0")
 	if err := os.Symlink(disk, link); err != nil {
 		t.Fatalf("lio: map the LUN: %v", err)
 	}
 	np := filepath.Join(tpg, "np", addr+":3260")
-	mkdir(np)
-	write(filepath.Join(np, "iser"), "1")
+	lioMkdir(t, np)
+	lioWrite(t, filepath.Join(np, "iser"), "1")
 	for k, v := range map[string]string{"authentication": "0", "generate_node_acls": "1", "demo_mode_write_protect": "0", "cache_dynamic_acls": "1"} {
-		write(filepath.Join(tpg, "attrib", k), v)
+		lioWrite(t, filepath.Join(tpg, "attrib", k), v)
 	}
-	write(filepath.Join(tpg, "param/InitialR2T"), "No")
-	write(filepath.Join(tpg, "enable"), "1")
+	lioWrite(t, filepath.Join(tpg, "param/InitialR2T"), "No")
+	lioWrite(t, filepath.Join(tpg, "enable"), "1")
 	t.Cleanup(func() {
 		_ = os.WriteFile(filepath.Join(tpg, "enable"), []byte("0"), 0o644)
 		_ = os.WriteFile(filepath.Join(np, "iser"), []byte("0"), 0o644)
@@ -81,10 +60,53 @@ func iserTarget(t testing.TB, addr string) {
 		_ = os.Remove(link)
 		_ = os.Remove(lun)
 		_ = os.Remove(tpg)
-		_ = os.Remove(filepath.Join(cfs, "target/iscsi", iserTargetIQN))
+		_ = os.Remove(filepath.Join(lioConfig, "iscsi", iserTargetIQN))
+	})
+}
+
+// lioConfig is LIO's configfs tree.
+const lioConfig = "/sys/kernel/config/target"
+
+// lioRAMDisk makes a 64 MiB RAM disk in LIO's core at lioConfig/core/name
+// (name is "rd_mcp_<n>/<disk>": the HBA and the disk), mounting configfs
+// first if need be, and returns its directory. The disk and its HBA go
+// when the test ends, after what a fabric's cleanups registered later
+// took down.
+func lioRAMDisk(t testing.TB, name string) string {
+	t.Helper()
+	if out, err := exec.Command("/usr/sbin/modprobe", "target_core_mod").CombinedOutput(); err != nil {
+		t.Fatalf("modprobe target_core_mod: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(lioConfig); err != nil {
+		if err := unix.Mount("configfs", filepath.Dir(lioConfig), "configfs", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			t.Fatalf("mount configfs: %v", err)
+		}
+	}
+	disk := filepath.Join(lioConfig, "core", name)
+	lioMkdir(t, disk)
+	t.Cleanup(func() {
 		_ = os.Remove(disk)
 		_ = os.Remove(filepath.Dir(disk))
 	})
+	lioWrite(t, filepath.Join(disk, "control"), "rd_pages=16384") // 64 MiB of 4 KiB pages
+	lioWrite(t, filepath.Join(disk, "enable"), "1")
+	return disk
+}
+
+// lioWrite writes v to LIO's configfs attribute path.
+func lioWrite(t testing.TB, path, v string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+		t.Fatalf("lio: write %q to %s: %v", v, path, err)
+	}
+}
+
+// lioMkdir makes LIO's configfs directory d and those above it.
+func lioMkdir(t testing.TB, d string) {
+	t.Helper()
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatalf("lio: %v", err)
+	}
 }
 
 // iscsid starts open-iscsi's daemon, with the initiator's name and a
@@ -188,15 +210,23 @@ func iserNode(t testing.TB, portal string) {
 func iserLogin(t testing.TB, portal string) string {
 	t.Helper()
 	iscsiadm(t, "-m", "node", "-T", iserTargetIQN, "-p", portal+":3260", "-I", "iser", "--login")
+	return scsiDisk(t, "/sys/class/iscsi_session/session*/device/target*/*:*:*:*/block/*")
+}
+
+// scsiDisk waits for a SCSI disk whose sysfs entry matches pattern (a
+// glob ending in block/<disk>) and returns it (/dev/sdX) once it opens
+// with a capacity, within 60 s for each.
+func scsiDisk(t testing.TB, pattern string) string {
+	t.Helper()
 	var dev string
 	for deadline := time.Now().Add(60 * time.Second); dev == ""; {
-		blocks, _ := filepath.Glob("/sys/class/iscsi_session/session*/device/target*/*:*:*:*/block/*")
+		blocks, _ := filepath.Glob(pattern)
 		if len(blocks) > 0 {
 			dev = "/dev/" + filepath.Base(blocks[0])
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no disk within 60 s of the login\n%s", dmesg("scsi"))
+			t.Fatalf("no disk at %s within 60 s\n%s", pattern, dmesg("scsi"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -216,7 +246,7 @@ func iserLogin(t testing.TB, portal string) string {
 			return dev
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not open within 60 s of the login: %v\n%s", dev, err, dmesg("sd"))
+			t.Fatalf("%s did not open within 60 s of appearing: %v\n%s", dev, err, dmesg("sd"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -335,7 +365,7 @@ func iserThrough(t *testing.T, target, cfg, portal string, staged bool, spans ..
 	for i, span := range spans {
 		dev := iserLogin(t, portal)
 		start := time.Now()
-		blockIO(t, dev, span, span, uint64(11+i))
+		blockIO(t, dev, span, span, uint64(11+i), "iser")
 		t.Logf("%d MiB written and read back through rbridge over iSER (staged: %v) in %v", span>>20, staged, time.Since(start).Round(time.Millisecond))
 		iserLogout(t, portal)
 		total += span
@@ -393,17 +423,17 @@ func iserThrough(t *testing.T, target, cfg, portal string, staged bool, spans ..
 }
 
 // blockIO is nvmeIO for any block device, its failure with the kernel's
-// iSER and SCSI lines.
-func blockIO(t *testing.T, dev string, span, total int, seed uint64) {
+// lines that mention ulp (the storage protocol: "iser", "srp") and SCSI.
+func blockIO(t *testing.T, dev string, span, total int, seed uint64, ulp string) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- nvmeIOOnce(dev, span, total, seed) }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("%v\n%s\n%s", err, dmesg("iser"), dmesg("scsi"))
+			t.Fatalf("%v\n%s\n%s", err, dmesg(ulp), dmesg("scsi"))
 		}
 	case <-time.After(6 * time.Minute):
-		t.Fatalf("I/O on %s did not end within 6 minutes\n%s", dev, dmesg("iser"))
+		t.Fatalf("I/O on %s did not end within 6 minutes\n%s", dev, dmesg(ulp))
 	}
 }

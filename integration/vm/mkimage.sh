@@ -82,11 +82,12 @@ copy /etc/protocols /etc/services
 # bridges, netem (tests inject loss with tc), the NVMe-oF host and target
 # with a ramdisk (brd) for their namespace, nfsd, the NFSv4 client and
 # RPC-over-RDMA (rpcrdma), the LIO iSCSI target with iSER (ib_isert) and
-# the iSER initiator with SCSI disks (ib_iser, sd_mod), siw's dependencies,
+# the iSER initiator with SCSI disks (ib_iser, sd_mod), LIO's SRP target
+# (ib_srpt) and the kernel's SRP initiator (ib_srp), siw's dependencies,
 # and the crc modules, which are soft dependencies.
 want=(rdma_rxe rdma_ucm ib_uverbs ib_umad veth bridge sch_netem libcrc32c
 	brd nvmet nvmet-rdma nvme-rdma nfsd rpcrdma nfsv4
-	target_core_mod iscsi_target_mod ib_isert ib_iser sd_mod
+	target_core_mod iscsi_target_mod ib_isert ib_iser sd_mod ib_srpt ib_srp
 	crc32_generic crc32-pclmul crc32c_generic crc32c-intel crct10dif_generic crct10dif-pclmul)
 for dep in $(modinfo -F depends "$siw" | tr ',' ' '); do want+=("$dep"); done
 modprobe -S "$kv" -a --show-depends "${want[@]}" |
