@@ -127,7 +127,7 @@ func srpRoute(listen string, addr netip.Addr, target string, to netip.Addr, prot
 // srpInitiatorPort is the port ID ib_srp logs in with from dev's port 1:
 // its initiator_ext (0 unless given) and the interface ID of the port's
 // GID 0, "0x" and 32 hex digits, as srpt names its ACLs.
-func srpInitiatorPort(t *testing.T, dev string) string {
+func srpInitiatorPort(t testing.TB, dev string) string {
 	return "0x0000000000000000" + gid0(t, dev)[16:]
 }
 
@@ -248,7 +248,7 @@ func srpThrough(t *testing.T, cfg, initiatorDev, dest, guid string, client netip
 
 // srpChannels is how many channels (RDMA/CM connections) ib_srp's SCSI
 // host host connected.
-func srpChannels(t *testing.T, host int) int {
+func srpChannels(t testing.TB, host int) int {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/sys/class/scsi_host/host%d/ch_count", host))
 	if err != nil {
@@ -263,7 +263,7 @@ func srpChannels(t *testing.T, host int) int {
 
 // gid0 is dev's port 1's GID 0 in 32 hex digits, as srpt and ib_srp
 // read it.
-func gid0(t *testing.T, dev string) string {
+func gid0(t testing.TB, dev string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("/sys/class/infiniband", dev, "ports/1/gids/0"))
 	gid := strings.ReplaceAll(strings.TrimSpace(string(b)), ":", "")
@@ -274,11 +274,11 @@ func gid0(t *testing.T, dev string) string {
 }
 
 // srpTarget exports a 64 MiB RAM disk through LIO's srpt on dev's port 1
-// to the initiator port initiator (its 128-bit port ID, "0x" and 32 hex
-// digits), with srpt's RDMA/CM listener on srptPort, until the test ends.
-// It returns the target port's identifier, srpt's service GUID (hex),
-// which an initiator gives as id_ext and ioc_guid.
-func srpTarget(t *testing.T, dev, initiator string) string {
+// to the initiator ports initiators (each a 128-bit port ID, "0x" and 32
+// hex digits), with srpt's RDMA/CM listener on srptPort, until the test
+// ends. It returns the target port's identifier, srpt's service GUID
+// (hex), which an initiator gives as id_ext and ioc_guid.
+func srpTarget(t testing.TB, dev string, initiators ...string) string {
 	t.Helper()
 	if out, err := exec.Command("/usr/sbin/modprobe", "ib_srpt").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe ib_srpt: %v\n%s", err, out)
@@ -293,16 +293,14 @@ func srpTarget(t *testing.T, dev, initiator string) string {
 	tpg := filepath.Join(port, "tpgt_1")
 	lun := filepath.Join(tpg, "lun/lun_0")
 	link := filepath.Join(lun, "srp0")
-	acl := filepath.Join(tpg, "acls", initiator)
-	mapped := filepath.Join(acl, "lun_0")
-	mappedLink := filepath.Join(mapped, "lun_0")
 	// srpt's RDMA/CM port is a configfs attribute of the fabric in 6.1,
 	// not a module parameter; 0 closes the listener.
 	listener := filepath.Join(fabric, "discovery_auth/rdma_cm_port")
+	var acls []string // each ACL's link, its LUN and itself, to remove
 	t.Cleanup(func() {
 		_ = os.WriteFile(listener, []byte("0"), 0o644)
 		_ = os.WriteFile(filepath.Join(tpg, "enable"), []byte("0"), 0o644)
-		for _, p := range []string{mappedLink, mapped, acl, link, lun, tpg, port, fabric} {
+		for _, p := range append(acls, link, lun, tpg, port, fabric) {
 			_ = os.Remove(p)
 		}
 	})
@@ -312,9 +310,15 @@ func srpTarget(t *testing.T, dev, initiator string) string {
 	}
 	// srpt has no demo mode (no generate_node_acls): an initiator logs
 	// in through an ACL of its own, whose LUN is mapped read-write.
-	lioMkdir(t, mapped)
-	if err := os.Symlink(lun, mappedLink); err != nil {
-		t.Fatalf("lio: map the LUN to %s: %v", initiator, err)
+	for _, initiator := range initiators {
+		acl := filepath.Join(tpg, "acls", initiator)
+		mapped := filepath.Join(acl, "lun_0")
+		mappedLink := filepath.Join(mapped, "lun_0")
+		acls = append(acls, mappedLink, mapped, acl)
+		lioMkdir(t, mapped)
+		if err := os.Symlink(lun, mappedLink); err != nil {
+			t.Fatalf("lio: map the LUN to %s: %v", initiator, err)
+		}
 	}
 	lioWrite(t, filepath.Join(tpg, "enable"), "1")
 	lioWrite(t, listener, strconv.Itoa(srptPort))
@@ -332,7 +336,7 @@ func srpTarget(t *testing.T, dev, initiator string) string {
 // target at dest (address:port) whose identifier is guid, and returns the
 // SCSI host it made and its disk (/dev/sdX). The target port is removed
 // when the test ends, if srpLogout has not removed it.
-func srpLogin(t *testing.T, dev, dest, guid string) (host int, disk string) {
+func srpLogin(t testing.TB, dev, dest, guid string) (host int, disk string) {
 	t.Helper()
 	if out, err := exec.Command("/usr/sbin/modprobe", "-a", "ib_srp", "sd_mod").CombinedOutput(); err != nil {
 		t.Fatalf("modprobe ib_srp sd_mod: %v\n%s", err, out)
@@ -366,7 +370,7 @@ func srpLogin(t *testing.T, dev, dest, guid string) (host int, disk string) {
 
 // srpLogout removes the SRP target port of SCSI host host, if it is
 // there, and waits for the host to go: ib_srp disconnects its channels.
-func srpLogout(t *testing.T, host int) {
+func srpLogout(t testing.TB, host int) {
 	t.Helper()
 	ports, _ := filepath.Glob(fmt.Sprintf("/sys/class/srp_remote_ports/port-%d:*", host))
 	if len(ports) == 0 {

@@ -368,6 +368,32 @@ func BenchmarkGuestISERThroughVsDirect(b *testing.B) {
 	}
 }
 
+// BenchmarkGuestSRPThroughVsDirect: the kernel's SRP initiator (ib_srp
+// over RDMA/CM) against LIO's srpt on the IB fabric (rxe3, a 64 MiB RAM
+// disk), direct (from rxe3 itself) and through `rbridge run` with
+// protocol: srp, staged (storagePaths, from rxe1): the workloads of
+// BenchmarkGuestISERThroughVsDirect. It runs only when asked (see there).
+func BenchmarkGuestSRPThroughVsDirect(b *testing.B) {
+	guest.RequireKind(b, "rxe")
+	ns, ib := guest.UserNetns(b), guest.IB(b)
+	guid := srpTarget(b, ib.PeerDevice, srpInitiatorPort(b, ib.PeerDevice), srpInitiatorPort(b, ns.PeerDevice))
+	direct := directRates{}
+	for _, p := range storagePaths(b, srpRoutePort, srptPort, func(listen, target string) string {
+		return fmt.Sprintf("  - {name: srp, listen: {leg: roce, addr: %q}, target: {leg: ib, addr: %q}, protocol: srp}\n", listen, target)
+	}) {
+		b.Run(p.name, func(b *testing.B) {
+			gw := startBenchGateway(b, p.cfg)
+			dev, port := ns.PeerDevice, srpRoutePort
+			if p.cfg == "" {
+				dev, port = ib.PeerDevice, srptPort
+			}
+			host, disk := srpLogin(b, dev, fmt.Sprintf("%s:%d", p.addr, port), guid)
+			runStorage(b, p, gw, disk, "", storageLoads, direct)
+			srpLogout(b, host)
+		})
+	}
+}
+
 // BenchmarkGuestNFSThroughVsDirect: the kernel's NFS client (4.2 over
 // RDMA) against nfsd on the IB fabric (rxe3, a tmpfs), direct and through
 // `rbridge run` with protocol: nfs, staged (storagePaths): on a 64 MiB
