@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,6 +150,7 @@ func srpThrough(t *testing.T, cfg, initiatorDev, dest, guid string, client netip
 	}
 	logs := startGateway(t, cfg)
 	admin := adminAddr(t, logs)
+	retries := retryCounts()
 	host, dev := srpLogin(t, initiatorDev, dest, guid)
 	channels := srpChannels(t, host)
 	start := time.Now()
@@ -242,8 +244,34 @@ func srpThrough(t *testing.T, cfg, initiatorDev, dest, guid string, client netip
 			}
 		}
 	}
-	t.Logf("the target READ %.0f bytes and WROTE %.0f (staged: pulled %.0f, pushed %.0f); the initiator SENT %.0f messages (its commands)",
-		read, wrote, pulled, pushed, m[key("rbridge_route_operations_total", "to_target", "send")])
+	t.Logf("the target READ %.0f bytes and WROTE %.0f (staged: pulled %.0f, pushed %.0f); the initiator SENT %.0f messages (its commands); the devices' transport retries meanwhile: %s",
+		read, wrote, pulled, pushed, m[key("rbridge_route_operations_total", "to_target", "send")], retriesSince(retries))
+}
+
+// retryCounts is each RDMA device's completer_retry_err: the times its
+// requester's retransmit timer fired (a peer that did not acknowledge in
+// time).
+func retryCounts() map[string]int {
+	out := map[string]int{}
+	files, _ := filepath.Glob("/sys/class/infiniband/*/ports/1/hw_counters/completer_retry_err")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if n, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
+			out[strings.Split(f, "/")[4]] = n
+		}
+	}
+	return out
+}
+
+// retriesSince says each device's retries since before, as retryCounts
+// counts them.
+func retriesSince(before map[string]int) string {
+	var parts []string
+	for dev, n := range retryCounts() {
+		parts = append(parts, fmt.Sprintf("%s %d", dev, n-before[dev]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
 
 // srpChannels is how many channels (RDMA/CM connections) ib_srp's SCSI
