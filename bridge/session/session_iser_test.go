@@ -185,12 +185,7 @@ func (r *iserRig) run(cmds []iserCmd) (pulled, pushed uint64) {
 		}
 	}
 	// The target: every message in order after the login.
-	type used struct {
-		key   uint32
-		addr  uint64
-		write bool
-	}
-	var keys []used
+	var keys []exposedKey
 	unsolicited := map[uint32][]byte{}
 	headers := map[uint32]iser.Header{}
 	for n := 1; n <= len(sends); n++ {
@@ -205,14 +200,14 @@ func (r *iserRig) run(cmds []iserCmd) (pulled, pushed uint64) {
 		if b.Opcode() == iser.OpDataOut {
 			unsolicited[c.itt] = append(unsolicited[c.itt], data...)
 			if b.Final() {
-				r.serveISER(c, headers[c.itt], unsolicited[c.itt], key, func(k uint32, a uint64, w bool) { keys = append(keys, used{k, a, w}) })
+				r.serveISER(c, headers[c.itt], unsolicited[c.itt], key, func(k uint32, a uint64, w bool) { keys = append(keys, exposedKey{k, a, w}) })
 			}
 			continue
 		}
 		unsolicited[c.itt] = append([]byte(nil), data...)
 		headers[c.itt] = h
 		if c.final || !c.write {
-			r.serveISER(c, h, unsolicited[c.itt], key, func(k uint32, a uint64, w bool) { keys = append(keys, used{k, a, w}) })
+			r.serveISER(c, h, unsolicited[c.itt], key, func(k uint32, a uint64, w bool) { keys = append(keys, exposedKey{k, a, w}) })
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -265,27 +260,7 @@ func (r *iserRig) run(cmds []iserCmd) (pulled, pushed uint64) {
 			t.Errorf("ITT %d: the gateway wrote past the %d bytes the target says it wrote", c.itt, c.transferred)
 		}
 	}
-	for _, u := range keys {
-		var data []byte
-		if u.write {
-			data = []byte{0xee}
-		}
-		if _, st := r.exposer.access(u.addr, u.key, 1, data); st != transport.StatusRemAccessErr {
-			t.Errorf("staging key %#x after its command completed: %v, want a remote access error", u.key, st)
-		}
-	}
-	waitUntil(t, "staging released", func() bool { return r.sess.Stats().StagingInUse.Load() == 0 })
-	if n := r.exposer.live(); n != 0 {
-		t.Errorf("%d exposures live after every command completed", n)
-	}
-	// The pushes' own completions may follow the response's receipt.
-	waitUntil(t, "the staging's moves counted", func() bool {
-		ss := r.sess.Stats().Snapshot()
-		return ss.Pulled[0] == pulled && ss.Pushed[0] == pushed
-	})
-	if r.sess.Err() != nil {
-		t.Errorf("the session ended: %v", r.sess.Err())
-	}
+	r.checkStagingEnded(keys, pulled, pushed)
 	return pulled, pushed
 }
 

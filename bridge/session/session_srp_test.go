@@ -176,12 +176,7 @@ func (r *srpRig) run(cmds []srpTestCmd) (pulled, pushed uint64) {
 			t.Fatal(err)
 		}
 	}
-	type used struct {
-		key   uint32
-		addr  uint64
-		write bool
-	}
-	var keys []used
+	var keys []exposedKey
 	served := 0
 	for _, c := range cmds {
 		if !c.wantAnswered {
@@ -198,7 +193,7 @@ func (r *srpRig) run(cmds []srpTestCmd) (pulled, pushed uint64) {
 		if c.wantAnswered {
 			t.Fatalf("command %#x reached the target: the gateway should have answered it", c.tag)
 		}
-		r.serveSRP(c, cmd, key, func(k uint32, a uint64, w bool) { keys = append(keys, used{k, a, w}) })
+		r.serveSRP(c, cmd, key, func(k uint32, a uint64, w bool) { keys = append(keys, exposedKey{k, a, w}) })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -255,26 +250,7 @@ func (r *srpRig) run(cmds []srpTestCmd) (pulled, pushed uint64) {
 			}
 		}
 	}
-	for _, u := range keys {
-		var data []byte
-		if u.write {
-			data = []byte{0xee}
-		}
-		if _, st := r.exposer.access(u.addr, u.key, 1, data); st != transport.StatusRemAccessErr {
-			t.Errorf("staging key %#x after its command completed: %v, want a remote access error", u.key, st)
-		}
-	}
-	waitUntil(t, "staging released", func() bool { return r.sess.Stats().StagingInUse.Load() == 0 })
-	if n := r.exposer.live(); n != 0 {
-		t.Errorf("%d exposures live after every command completed", n)
-	}
-	waitUntil(t, "the staging's moves counted", func() bool {
-		ss := r.sess.Stats().Snapshot()
-		return ss.Pulled[0] == pulled && ss.Pushed[0] == pushed
-	})
-	if r.sess.Err() != nil {
-		t.Errorf("the session ended: %v", r.sess.Err())
-	}
+	r.checkStagingEnded(keys, pulled, pushed)
 	return pulled, pushed
 }
 

@@ -534,3 +534,41 @@ func TestSessionStagedFarPeerLeft(t *testing.T) {
 		t.Errorf("%d exposures live after the session ended", n)
 	}
 }
+
+// exposedKey is a staging key the far peer used: where, and whether it
+// WROTE (else READ).
+type exposedKey struct {
+	key   uint32
+	addr  uint64
+	write bool
+}
+
+// checkStagingEnded checks a staging rig once every request completed:
+// each key in keys is refused to the far peer, no staging is held or
+// exposed, the session counted pulled and pushed bytes (its pushes' own
+// completions may follow the responses they preceded), and it did not
+// end.
+func (r *rig) checkStagingEnded(keys []exposedKey, pulled, pushed uint64) {
+	t := r.t
+	t.Helper()
+	for _, u := range keys {
+		var data []byte
+		if u.write {
+			data = []byte{0xee}
+		}
+		if _, st := r.exposer.access(u.addr, u.key, 1, data); st != transport.StatusRemAccessErr {
+			t.Errorf("staging key %#x after its request completed: %v, want a remote access error", u.key, st)
+		}
+	}
+	waitUntil(t, "staging released", func() bool { return r.sess.Stats().StagingInUse.Load() == 0 })
+	if n := r.exposer.live(); n != 0 {
+		t.Errorf("%d exposures live after every request completed", n)
+	}
+	waitUntil(t, "the staging's moves counted", func() bool {
+		ss := r.sess.Stats().Snapshot()
+		return ss.Pulled[0] == pulled && ss.Pushed[0] == pushed
+	})
+	if r.sess.Err() != nil {
+		t.Errorf("the session ended: %v", r.sess.Err())
+	}
+}
