@@ -123,6 +123,11 @@ func (e *UserspaceEndpoint) Start(h session.Handler) error {
 	if !e.h.Set(h) {
 		return errors.New("bridge: userspace endpoint started twice")
 	}
+	// A request that came before the session was held: its requester is
+	// asked for it again now (a peer may WRITE as soon as it is
+	// connected, before the gateway's other connection is: LIO's SRP
+	// target does, to learn the channel is up).
+	e.qp.Resume()
 	e.mu.Lock()
 	switch {
 	case e.closed:
@@ -154,7 +159,8 @@ func (e *UserspaceEndpoint) Limits() session.Limits {
 func (e *UserspaceEndpoint) Request(r *transport.Request) transport.Reply {
 	h := e.h.Get()
 	if h == nil {
-		return transport.Reply{Result: transport.NoCredit}
+		// Not started: Start asks the requester for it again (Resume).
+		return transport.Reply{Result: transport.Hold}
 	}
 	var buf *pool.Buf
 	if r.Lent && e.frames != nil {

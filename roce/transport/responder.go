@@ -53,6 +53,9 @@ type responder struct {
 	wait    nakWait
 	waitNAK uint8 // nakFatal's code
 	nakSent bool
+	// held says the request at epsn was held (the Target's Hold): no NAK
+	// for it, or for anything after it, until Resume.
+	held bool
 
 	ackPending bool
 	ackPSN     roce.PSN
@@ -267,7 +270,7 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 		qp.dev.stats.RxOutOfSequence.Add(1)
 		s.lateRing[s.lateN%len(s.lateRing)] = uint32(psn)
 		s.lateN++
-		if !s.nakSent && s.wait == nakNone {
+		if !s.nakSent && s.wait == nakNone && !s.held {
 			s.wait = nakSeq
 			qp.nakAtFrontierLocked()
 		}
@@ -354,6 +357,13 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 	if qp.state != StateRTR && qp.state != StateRTS {
 		return // the target moved the QP to ERR
 	}
+	if reply.Result == Hold {
+		if reply.Lease != nil {
+			reply.Lease.Release()
+		}
+		s.held = true
+		return
+	}
 	if reply.Result == NoCredit {
 		if reply.Lease != nil {
 			reply.Lease.Release()
@@ -385,7 +395,7 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 		}
 	}
 	s.epsn = psn.Add(npk)
-	s.nakSent = false
+	s.nakSent, s.held = false, false
 	u := unit{first: psn, last: psn.Add(npk - 1), kind: kind, state: reply.Result, status: reply.Status,
 		ackReq: p.BTH.AckReq(), orig: reply.Orig, readLen: r.Length}
 	if last {
@@ -607,6 +617,24 @@ func (qp *QP) advanceLocked() {
 	if s.pending.n == 0 {
 		qp.nakAtFrontierLocked()
 	}
+}
+
+// Resume says the Target takes requests now, after it held one (Hold):
+// the requester is told, with a sequence NAK for the held PSN, to send
+// from it again at once. Nothing was sent while the request was held, so
+// this is the requester's first NAK for it, which a requester that goes
+// back N once per NAK'd PSN until it sees progress (rxe) honours; a NAK
+// sent at the first refusal would have spent that, and the requester
+// would wait for its retransmit timer (2.1 s for a Linux peer on RoCE).
+// Without a held request Resume does nothing.
+func (qp *QP) Resume() {
+	qp.mu.Lock()
+	if s := &qp.resp; s.held {
+		s.held, s.nakSent, s.wait = false, false, nakSeq
+		qp.nakAtFrontierLocked()
+	}
+	qp.mu.Unlock()
+	qp.send()
 }
 
 // nakAtFrontierLocked sends the NAK for epsn that waits, if the frontier

@@ -127,6 +127,11 @@ const (
 	// NoCredit: the target cannot take the request now; the requester is
 	// told to try again (RNR NAK) and nothing of the request is kept.
 	NoCredit
+	// Hold: the target takes no requests yet (its consumer is not
+	// attached); nothing of the request is kept and nothing is sent, to
+	// the requester's retransmissions of it either, until QP.Resume asks
+	// the requester for it again.
+	Hold
 )
 
 // Reply is a Target's answer to a Request.

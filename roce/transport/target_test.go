@@ -555,3 +555,41 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A request the target holds (not attached yet: Hold) is answered with
+// nothing, nor are its retransmissions or what follows it, until Resume,
+// which asks for it with a sequence NAK: the requester's first for that
+// PSN, which rxe honours at once (a NAK at the first refusal would have
+// spent it, and rxe would wait for its retransmit timer). Then it is
+// taken; a Resume with nothing held sends nothing.
+func TestTargetHoldUntilResume(t *testing.T) {
+	w := newWire(t, 0)
+	var attached atomic.Bool
+	w.target.reply = func(r *transport.Request) transport.Reply {
+		if !attached.Load() {
+			return transport.Reply{Result: transport.Hold}
+		}
+		return transport.Reply{Result: transport.Pending}
+	}
+	write := func(psn int) {
+		w.send(roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCRDMAWriteOnly, PSN: at(psn), AckReq: true},
+			RETH: roce.RETHFields{VA: 0x1000, RKey: 0x55}}, nil)
+	}
+	write(0)           // a zero-length WRITE, as LIO's SRP target sends one
+	write(0)           // sent again
+	w.sendOnly(1, "b") // and what followed it
+	w.waitOffered(2)
+	w.quiet("a NAK while the request is held")
+	attached.Store(true)
+	w.qp.Resume()
+	w.expect(nak(0, roce.NAKPSNSequenceError))
+	write(0)
+	w.sendOnly(1, "b")
+	w.waitOffered(4)
+	w.complete(0, transport.Completion{})
+	w.expect(ack(0))
+	w.complete(1, transport.Completion{})
+	w.expect(ack(1))
+	w.qp.Resume()
+	w.quiet("a NAK from a Resume with nothing held")
+}
