@@ -81,7 +81,6 @@ type srpChannel struct {
 	login     srp.LoginReqFields
 	loginSeen bool
 	immOff    int
-	loggedIn  bool
 	// outstanding are the commands sent and not answered, by SRP tag;
 	// byTag the SRP tag of each, by the session's tag (the message's
 	// Seq); tmfs the task management functions, by SRP tag.
@@ -104,11 +103,10 @@ type srpCommand struct {
 	lun uint64
 	// staged: regions were staged, their descriptors at fields (the
 	// offset of each one's address in the message); reads are the
-	// data-in regions, in the command's order, of readLen bytes in all.
-	staged  bool
-	fields  []int
-	reads   []srpRead
-	readLen uint64
+	// data-in regions, in the command's order.
+	staged bool
+	fields []int
+	reads  []srpRead
 }
 
 // srpRead is a data-in region of a staged command: its index among the
@@ -167,7 +165,7 @@ func (q *srpChannel) initiatorLocked(m *session.Message) error {
 	m.Tag = m.Seq
 	switch op {
 	case srp.OpCmd:
-		return q.commandLocked(m)
+		return q.commandLocked(m, head)
 	case srp.OpTskMgmt:
 		t, _, err := srp.ParseTskMgmt(head)
 		if err != nil {
@@ -179,10 +177,11 @@ func (q *srpChannel) initiatorLocked(m *session.Message) error {
 	return nil
 }
 
-// commandLocked takes an SRP_CMD: counted, tracked by tag, and its
-// descriptors staged where the target sits behind a verbs leg.
-func (q *srpChannel) commandLocked(m *session.Message) error {
-	n, err := srp.CmdHeaderLen(m.Bytes.Prefix(srp.CmdLen, q.scratch))
+// commandLocked takes an SRP_CMD, whose first bytes (its fixed part at
+// least) are head: counted, tracked by tag, and its descriptors staged
+// where the target sits behind a verbs leg.
+func (q *srpChannel) commandLocked(m *session.Message, head []byte) error {
+	n, err := srp.CmdHeaderLen(head)
 	if err != nil {
 		return q.malformedLocked("%w", err)
 	}
@@ -263,7 +262,6 @@ func (q *srpChannel) stageLocked(m *session.Message, c srp.Cmd, e *srpCommand) [
 			}
 			if write {
 				e.reads = append(e.reads, srpRead{region: len(q.regions), len: d.Len()})
-				e.readLen += uint64(d.Len())
 			}
 			q.regions = append(q.regions, session.Region{Remote: d.VA(), RKey: d.Key(), Len: int(d.Len()), Write: write})
 			e.fields = append(e.fields, at)
@@ -339,7 +337,11 @@ func (q *srpChannel) targetLocked(m *session.Message) error {
 		m.Finish, m.Finishes = e.tag, true
 		if len(e.reads) > 0 {
 			q.pushed = append(q.pushed[:0], make([]int, len(e.fields))...)
-			left := srpTransferred(e.readLen, r)
+			var readLen uint64
+			for _, rd := range e.reads {
+				readLen += uint64(rd.len)
+			}
+			left := srpTransferred(readLen, r)
 			for _, rd := range e.reads {
 				n := min(left, uint64(rd.len))
 				q.pushed[rd.region] = int(n)
@@ -480,7 +482,6 @@ func (q *srpChannel) connectData(toTarget, stages bool, b []byte) ([]byte, error
 	if q.loginSeen {
 		q.immOff = srp.ImmDataOffset(q.login, r)
 	}
-	q.loggedIn = true
 	return b, nil
 }
 

@@ -236,10 +236,10 @@ func (c Cmd) ImmDataOffset() int { return c.immOff }
 
 // CmdHeaderLen is how many bytes of an SRP_CMD ParseCmdHeader needs:
 // the fixed part, the additional CDB and the descriptors its buf_fmt and
-// counts name, read from fixed, the command's first CmdLen bytes (or
-// more). A reserved format counts no bytes: ParseCmdHeader refuses it.
-func CmdHeaderLen(fixed []byte) (int, error) {
-	h, err := fixedPart(fixed)
+// counts name, read from b, the command's first CmdLen bytes (or more).
+// A reserved format counts no bytes: ParseCmdHeader refuses it.
+func CmdHeaderLen(b []byte) (int, error) {
+	h, err := fixed(b, OpCmd, &cmdLayout)
 	if err != nil {
 		return 0, err
 	}
@@ -259,6 +259,3 @@ func CmdHeaderLen(fixed []byte) (int, error) {
 	}
 	return n, nil
 }
-
-// fixedPart checks that b starts with an SRP_CMD's fixed part.
-func fixedPart(b []byte) ([]byte, error) { return fixed(b, OpCmd, &cmdLayout) }
