@@ -231,12 +231,17 @@ type relay struct {
 	stager  Stager
 	exposes bool
 
-	mu       sync.Mutex // guards the fields below
-	queue    []*Op      // waiting to be posted on to, in order, from qhead
-	qhead    int
-	posted   int // ops posted on to and not done
-	rdAtomic int // READs and atomics among them
-	msg      *Op // the SEND being assembled, or the WRITE chunk open
+	mu     sync.Mutex // guards the fields below
+	queue  []*Op      // waiting to be posted on to, in order, from qhead
+	qhead  int
+	posted int // ops posted on to and not done
+	// completing are ops done on to whose completion back on from is
+	// under way: the relay is not idle until from has been told, or an
+	// end after it (waitIdle) would close from before its requester
+	// learns the outcome.
+	completing int
+	rdAtomic   int // READs and atomics among them
+	msg        *Op // the SEND being assembled, or the WRITE chunk open
 	// kept is the open WRITE chunk (msg) when it outlived a batch's flush
 	// because ops posted before it were in flight (flush): the last of
 	// them to complete queues it (keepLocked), unless its message's next
@@ -526,7 +531,7 @@ func (r *relay) waitIdle(deadline <-chan time.Time, stop <-chan struct{}) bool {
 	defer tick.Stop()
 	for {
 		st := r.state()
-		if st.Queued == 0 && st.Posted == 0 && !st.Assembling {
+		if st.Queued == 0 && st.Posted == 0 && !st.Assembling && r.completions() == 0 {
 			return true
 		}
 		select {
@@ -537,6 +542,12 @@ func (r *relay) waitIdle(deadline <-chan time.Time, stop <-chan struct{}) bool {
 			return false
 		}
 	}
+}
+
+func (r *relay) completions() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.completing
 }
 
 func (r *relay) state() RelayState {
@@ -1238,7 +1249,13 @@ func (r *relay) complete(op *Op) (transport.Status, transport.Opcode) {
 		r.mu.Unlock()
 		return status, opcode
 	}
+	r.completing++
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.completing--
+		r.mu.Unlock()
+	}()
 	if op.own != nil {
 		status, opcode := op.Status, op.Opcode
 		if status != transport.StatusSuccess {

@@ -54,6 +54,13 @@ func (qp *QP) send() {
 			return // it did, as this one looked
 		}
 	}
+	qp.sendNow()
+}
+
+// sendNow writes what qp queued, held or not: a QP's Close sends its last
+// ACKs and NAKs so, since the ReleaseSends of a batch under way may come
+// only after the QP has left its device.
+func (qp *QP) sendNow() {
 	d := qp.lockSender()
 	defer d.txMu.Unlock()
 	d.sendLocked(qp)

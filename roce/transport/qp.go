@@ -319,7 +319,7 @@ func (qp *QP) Close() error {
 		qp.toErrorLocked()
 	}
 	qp.mu.Unlock()
-	qp.send() // the last NAKs, and the leases held until sent
+	qp.sendNow() // the last ACKs and NAKs, and the leases held until sent, held or not
 	qp.leave()
 	qp.dev.unregister(qp)
 	return nil

@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"sync"
@@ -592,4 +593,32 @@ func TestTargetHoldUntilResume(t *testing.T) {
 	w.expect(ack(1))
 	w.qp.Resume()
 	w.quiet("a NAK from a Resume with nothing held")
+}
+
+// TestTargetCloseSendsHeld: a QP closed while its sends are held (a batch
+// of completions under way elsewhere) still sends what it queued before:
+// the ACK of what completed and the NAK of a refused request behind it.
+// Without them the requester, which cannot reach a closed QP, retries
+// until its retry count runs out and learns nothing of either.
+func TestTargetCloseSendsHeld(t *testing.T) {
+	w := newWire(t, 0)
+	w.target.reply = func(r *transport.Request) transport.Reply {
+		if bytes.HasPrefix(r.Payload, []byte("bad")) {
+			return transport.Reply{Result: transport.Failed, Status: transport.StatusRemInvReqErr}
+		}
+		return transport.Reply{Result: transport.Pending}
+	}
+	w.sendOnly(0, "a")
+	w.sendOnly(1, "bad")
+	w.waitOffered(2)
+	w.quiet("a refusal behind a pending request")
+	w.qp.HoldSends()
+	w.complete(0, transport.Completion{})
+	w.quiet("what the hold keeps")
+	if err := w.qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(ack(0), nak(1, roce.NAKInvalidRequest))
+	w.qp.ReleaseSends() // the batch ends after the close: nothing more, no panic
+	w.quiet("a second send of what the close sent")
 }
