@@ -83,7 +83,7 @@ var directionRows = func() []directionRow {
 	}{
 		{"copied_bytes_total", "Payload bytes the gateway copied while relaying (the rest crossed in the buffers it arrived in).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Copied }},
 		{"operations_failed_total", "Operations the far side failed (each ends its session).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Failed }},
-		{"no_credit_total", "Requests refused with an RNR NAK because the pool was empty (backpressure).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.NoCredit }},
+		{"no_credit_total", "Requests refused (RNR or sequence NAK) or held until a buffer frees because the pool was empty (backpressure).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.NoCredit }},
 		{"too_long_total", "SENDs refused with an invalid request NAK: longer than the far leg gathers in the pool's largest buffers.", func(s *session.StatsSnapshot) *[2]uint64 { return &s.TooLong }},
 		{"read_part_pool_waits_total", "Parts of READs longer than a pool buffer that waited for a buffer before they were posted (backpressure).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.PoolWaits }},
 		{"staged_messages_total", "Messages (commands) whose memory descriptors the gateway rewrote to its staging, the far peer being behind a verbs leg (a route with a protocol).", func(s *session.StatsSnapshot) *[2]uint64 { return &s.Staged }},

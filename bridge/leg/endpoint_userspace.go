@@ -338,6 +338,12 @@ func (e *UserspaceEndpoint) PeerLeft() bool {
 // HoldSends implements session.SendHolder.
 func (e *UserspaceEndpoint) HoldSends() { e.qp.HoldSends() }
 
+var _ session.Resumer = (*UserspaceEndpoint)(nil)
+
+// Resume implements session.Resumer: the request held for a pool buffer
+// is asked for again.
+func (e *UserspaceEndpoint) Resume() { e.qp.Resume() }
+
 // ReleaseSends implements session.SendHolder.
 func (e *UserspaceEndpoint) ReleaseSends() { e.qp.ReleaseSends() }
 

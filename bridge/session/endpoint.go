@@ -20,7 +20,7 @@ import (
 // and Request; a verbs endpoint translates (the table in bridge/leg/endpoint_verbs_status.go).
 type Endpoint interface {
 	// Start hands the endpoint its session. Requests that arrive before
-	// are refused for lack of credit (the peer retries them).
+	// are held, or refused for lack of credit (the peer sends them again).
 	Start(h Handler) error
 	// Post issues ops toward the endpoint's peer, in order, and returns
 	// how many it posted: each of those is reported to Handler.Done
@@ -65,6 +65,16 @@ type Handler interface {
 	// RTS): outstanding ops complete with errors, requests pending at the
 	// handler are void.
 	Failed(err error)
+}
+
+// Resumer is an endpoint whose peer's requests the session may hold
+// (transport.Hold) while the pool has no buffer for them, rather than
+// refuse: nothing is answered until Resume asks the peer to send the held
+// request again. A refusal's sequence NAK is honoured once per PSN, so a
+// requester refused again before the pool had room waits for its
+// retransmit timer; a held one is asked again once there is room.
+type Resumer interface {
+	Resume()
 }
 
 // SendHolder is an endpoint whose sends may wait while its handler takes a

@@ -48,8 +48,10 @@ import (
 // each batch of packets), so a WRITE longer than the requester's window
 // flows. Outstanding READs and atomics beyond what the far endpoint allows
 // wait in the queue, in order. A request that finds the pool empty is
-// refused for lack of credit (the requester sees an RNR NAK and retries):
-// backpressure, never a drop.
+// refused for lack of credit where it consumes a receive (the requester
+// sees an RNR NAK and retries), and otherwise held until a buffer frees,
+// then asked for again (Resumer), or, where its endpoint cannot hold,
+// refused with a sequence NAK: backpressure, never a drop.
 //
 // Concurrency: a relay's mu guards its queue and counters; it is a leaf
 // lock, taken under an endpoint's lock (Request) and never held while an
@@ -130,7 +132,7 @@ type Stats struct {
 	// reads, an atomic's 8.
 	Copied   [2]atomic.Uint64
 	Failed   [2]atomic.Uint64 // ops the far side failed
-	NoCredit [2]atomic.Uint64 // requests refused for an empty pool (RNR)
+	NoCredit [2]atomic.Uint64 // requests refused (RNR or sequence NAK) or held for an empty pool
 	// TooLong counts SENDs refused for a length the far leg cannot take
 	// (more pieces than it gathers): an invalid request NAK.
 	TooLong [2]atomic.Uint64
@@ -261,6 +263,12 @@ type relay struct {
 	// (nothing posted would pump on its completion); spare is what it got.
 	bufWait bool
 	spare   *pool.Buf
+	// creditWait says a goroutine waits for a pool buffer of wantBuf
+	// bytes for a request of r.from's it held (holdLocked), to keep it as
+	// spare and resume r.from. wantBuf is the size the pool last could
+	// not give.
+	creditWait bool
+	wantBuf    int
 	// seq counts the SEND-family messages handed to the protocol; m and
 	// pieces are the view it is handed, reused. refusal is why it refused
 	// one: nothing more is taken from r.from.
@@ -656,6 +664,52 @@ func (h side) Failed(err error) { h.s.fail(h.in.from, err) }
 func (r *relay) request(q *transport.Request, buf *pool.Buf) transport.Reply {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	reply := r.requestLocked(q, buf)
+	if reply.Result == transport.NoCredit && !q.RNR() {
+		return r.holdLocked()
+	}
+	return reply
+}
+
+// holdLocked answers a request the pool had no buffer for, which an RNR
+// NAK does not refuse (a WRITE's, a READ's, an atomic's, a SEND's packet
+// after its first): where r.from can resume, the request is held and a
+// goroutine waits for a buffer, keeps it as spare for the request's
+// return and resumes r.from (waitCredit); elsewhere it is refused for
+// lack of credit (a sequence NAK, once nothing before it is pending).
+func (r *relay) holdLocked() transport.Reply {
+	res, ok := r.from.(Resumer)
+	if !ok {
+		return transport.Reply{Result: transport.NoCredit}
+	}
+	if !r.creditWait {
+		r.creditWait = true
+		go r.waitCredit(res, r.wantBuf)
+	}
+	return transport.Reply{Result: transport.Hold}
+}
+
+// waitCredit waits for a pool buffer of n bytes, keeps it as spare and
+// resumes res. It ends with the session.
+func (r *relay) waitCredit(res Resumer, n int) {
+	b, err := r.s.pool.GetWait(r.s.ctx, n)
+	r.mu.Lock()
+	r.creditWait = false
+	dead := r.dead
+	if err == nil {
+		if dead || r.spare != nil {
+			b.Release()
+		} else {
+			r.spare = b
+		}
+	}
+	r.mu.Unlock()
+	if err == nil && !dead {
+		res.Resume()
+	}
+}
+
+func (r *relay) requestLocked(q *transport.Request, buf *pool.Buf) transport.Reply {
 	if r.dead || r.refusal != nil {
 		return transport.Reply{Result: transport.Failed, Status: transport.StatusRemOpErr}
 	}
@@ -719,11 +773,16 @@ func (r *relay) opLocked(q *transport.Request, n int) (*Op, transport.Reply, boo
 // getLocked takes a pool buffer of n bytes: an empty class is lack of
 // credit (RNR), a size no class holds is the requester's error.
 func (r *relay) getLocked(n int) (*pool.Buf, transport.Reply, bool) {
+	if b := r.spare; b != nil && len(b.B()) >= n {
+		r.spare = nil
+		return b, transport.Reply{}, true
+	}
 	b, err := r.s.pool.Get(n)
 	if err == nil {
 		return b, transport.Reply{}, true
 	}
 	if errors.Is(err, pool.ErrExhausted) {
+		r.wantBuf = n
 		r.s.stats.NoCredit[r.dir].Add(1)
 		return nil, transport.Reply{Result: transport.NoCredit}, false
 	}

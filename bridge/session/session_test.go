@@ -79,6 +79,9 @@ type rigOpts struct {
 	exposes bool
 	// liveness is the session's (Options.Liveness).
 	liveness time.Duration
+	// clientTimeout is the client's ACK timeout exponent (default 17:
+	// 0.5 s).
+	clientTimeout uint8
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -161,19 +164,23 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	nq := r.near.QP()
+	if o.clientTimeout == 0 {
+		o.clientTimeout = 17
+	}
 	for _, p := range []struct {
-		qp     *transport.QP
-		peer   *transport.QP
-		remote netip.AddrPort
-		sq, rq uint32
-	}{{nq, r.client, clAddr, 0xffff00, o.clientPSN}, {r.client, nq, gwAddr, o.clientPSN, 0xffff00}} {
+		qp      *transport.QP
+		peer    *transport.QP
+		remote  netip.AddrPort
+		sq, rq  uint32
+		timeout uint8
+	}{{nq, r.client, clAddr, 0xffff00, o.clientPSN, 17}, {r.client, nq, gwAddr, o.clientPSN, 0xffff00, o.clientTimeout}} {
 		for _, a := range []transport.QPAttr{{State: transport.StateInit},
 			{State: transport.StateRTR, DestQPN: p.peer.QPN(), Remote: p.remote, RQPSN: p.rq, PathMTU: 1024, MinRNRTimer: 1, MaxDestRdAtomic: 16},
 			// Timeout 17 (0.5 s, seven retries): the gateway answers only once
 			// the far side completed, so a slow far side (a loaded host, the
 			// guest under TCG, a tunnel) must not run the client out of
 			// retries before the answer comes.
-			{State: transport.StateRTS, SQPSN: p.sq, Timeout: 17, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
+			{State: transport.StateRTS, SQPSN: p.sq, Timeout: p.timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}} {
 			if err := p.qp.Modify(a); err != nil {
 				t.Fatal(err)
 			}

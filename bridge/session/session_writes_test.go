@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rbridge/rbridge/roce"
 	"github.com/rbridge/rbridge/roce/simnet"
 	"github.com/rbridge/rbridge/roce/transport"
 )
@@ -206,5 +207,70 @@ func TestSessionWriteAcrossReads(t *testing.T) {
 	}
 	if got := s.Stats().Ops[0][transport.OpWrite].Load(); got != 4 {
 		t.Errorf("%d WRITEs counted, want 4", got)
+	}
+}
+
+// TestSessionHeldForCredit: a WRITE that finds the pool empty with
+// nothing of its own QP pending (the buffers are another session's) is
+// held, not refused: no NAK while the pool stays empty, a sequence NAK as
+// soon as a buffer frees, and the client sends it again then rather than
+// at its retransmit timer (8.4 s here; 2.1 s for a Linux peer the gateway
+// dialed). A refusal's NAK would have come at once, and a requester
+// honours one per PSN until it sees progress (rxe, and the client here):
+// the refusal of its retransmission would have left it to the timer.
+func TestSessionHeldForCredit(t *testing.T) {
+	r := newRig(t, rigOpts{clientTimeout: 21})
+	var taken []*pool.Buf
+	for _, n := range []int{256, 4 << 10, 64 << 10} {
+		for {
+			b, err := r.pool.Get(n)
+			if err != nil {
+				break
+			}
+			taken = append(taken, b)
+		}
+	}
+	release := func() {
+		for _, b := range taken {
+			b.Release()
+		}
+		taken = nil
+	}
+	defer func() { release() }()
+	const size = 8 << 10
+	for i := range size {
+		r.cmem[i] = byte(i*7 + 3)
+	}
+	if err := r.client.PostSend(transport.SendWR{ID: 1, Opcode: transport.OpWrite, Signaled: true,
+		Local: transport.SGE{MR: r.cmr, Length: size}, Remote: r.far.base + writeArea, RKey: r.far.rkey}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the WRITE refused for an empty pool", func() bool { return r.sess.Stats().NoCredit[0].Load() >= 1 })
+	st := r.clients.Stats()
+	// A refusal's NAK and the retransmission it asks for take a round
+	// trip on the rig's network: 50 ms is many.
+	time.Sleep(50 * time.Millisecond)
+	if n := st.RxNAKCodes[roce.NAKPSNSequenceError].Load(); n != 0 {
+		t.Errorf("the client got %d sequence NAKs while the pool was empty, want none: a refusal, not a hold", n)
+	}
+	timeouts := st.Timeouts.Load()
+	release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wcs := make([]transport.WC, 1)
+	if _, err := r.scq.PollWait(ctx, wcs); err != nil {
+		t.Fatalf("the held WRITE never completed: %v", err)
+	}
+	if wcs[0].Status != transport.StatusSuccess {
+		t.Fatalf("the held WRITE completed %v", wcs[0].Status)
+	}
+	if !bytes.Equal(r.far.mem[writeArea:writeArea+size], r.cmem[:size]) {
+		t.Error("the held WRITE's bytes did not reach the far side")
+	}
+	if n := st.RxNAKCodes[roce.NAKPSNSequenceError].Load(); n != 1 {
+		t.Errorf("the client got %d sequence NAKs, want the one that asked for the WRITE again", n)
+	}
+	if n := st.Timeouts.Load() - timeouts; n != 0 {
+		t.Errorf("the client's retransmit timer fired %d times after the pool had room: it was not asked again", n)
 	}
 }

@@ -374,7 +374,7 @@ func (qp *QP) handleRequestLocked(p *roce.Packet) {
 		// refused PSN as acknowledged), so for the rest the refusal is a
 		// sequence NAK for the PSN: "send again from here", once the
 		// frontier reaches it, when what was pending has freed its credit.
-		if (kind == roce.KindSend && first) || r.Op == OpWriteWithImm {
+		if r.RNR() {
 			s.wait = nakRNR
 		} else if !s.nakSent {
 			s.wait = nakSeq

@@ -91,6 +91,20 @@ type Request struct {
 	Frame uint64
 }
 
+// RNR reports whether a refusal of r for lack of credit (NoCredit) is an
+// RNR NAK: r is what consumes a receive WQE, a SEND's first packet or a
+// WRITE_WITH_IMM's last. The rest is refused with a sequence NAK for its
+// PSN.
+func (r *Request) RNR() bool {
+	switch r.Op {
+	case OpSend, OpSendWithImm, OpSendWithInv:
+		return r.First
+	case OpWriteWithImm:
+		return true
+	}
+	return false
+}
+
 // Token names a request the target completes later.
 type Token struct {
 	psn roce.PSN
@@ -127,10 +141,11 @@ const (
 	// NoCredit: the target cannot take the request now; the requester is
 	// told to try again (RNR NAK) and nothing of the request is kept.
 	NoCredit
-	// Hold: the target takes no requests yet (its consumer is not
-	// attached); nothing of the request is kept and nothing is sent, to
-	// the requester's retransmissions of it either, until QP.Resume asks
-	// the requester for it again.
+	// Hold: the target cannot take the request until it calls
+	// QP.Resume (its consumer is not attached yet, or it waits for a
+	// buffer); nothing of the request is kept and nothing is sent, to the
+	// requester's retransmissions of it either, until QP.Resume asks the
+	// requester for it again.
 	Hold
 )
 
