@@ -93,13 +93,13 @@ vet:
 # `make unit REQUIRE_ROOT=0` lets them skip elsewhere.
 REQUIRE_ROOT ?= 1
 unit: ## go test over every package (root tests must run: REQUIRE_ROOT=0 to let them skip)
-	RBRIDGE_REQUIRE_ORACLES=1 RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) $(GO) test -count=1 $(PKGS)
+	RBRIDGE_REQUIRE_ORACLES=1 RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) bash scripts/gotest.sh unit $(GO) test -count=1 $(PKGS)
 
 # The race detector over the packages whose goroutines share memory: the relay,
 # the legs, the transport, the tunnel (about 3 minutes on two cores).
 RACE_PKGS ?= ./bridge/... ./roce/... ./tunnel/... ./ulp/...
 race: ## go test -race over the packages that run goroutines
-	RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) $(GO) test -race -count=1 $(RACE_PKGS)
+	RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) bash scripts/gotest.sh race $(GO) test -race -count=1 $(RACE_PKGS)
 
 # The README's first command builds without cgo: everything must build so, and the
 # packages whose code changes without it (ibv's stub and what imports ibv) are
@@ -107,7 +107,7 @@ race: ## go test -race over the packages that run goroutines
 NOCGO_PKGS ?= ./ibv/... ./cmd/rbridge/... ./roce/cm/... ./roce/interop/...
 nocgo: ## build everything and test the packages that use ibv with CGO_ENABLED=0
 	CGO_ENABLED=0 $(GO) build ./...
-	CGO_ENABLED=0 RBRIDGE_REQUIRE_ORACLES=1 RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) $(GO) test -count=1 $(NOCGO_PKGS)
+	CGO_ENABLED=0 RBRIDGE_REQUIRE_ORACLES=1 RBRIDGE_REQUIRE_ROOT=$(REQUIRE_ROOT) bash scripts/gotest.sh nocgo $(GO) test -count=1 $(NOCGO_PKGS)
 
 # `make integration`: tests in a qemu guest with the kernel's rxe and siw (integration/README.md).
 # RUN=regexp runs matching tests only; PKG=./ibv runs those packages only; BASELINE=false skips
