@@ -233,16 +233,16 @@ type relay struct {
 	stager  Stager
 	exposes bool
 
-	mu     sync.Mutex // guards the fields below
-	queue  []*Op      // waiting to be posted on to, in order, from qhead
-	qhead  int
-	posted int // ops posted on to and not done
+	mu       sync.Mutex // guards the fields below
+	queue    []*Op      // waiting to be posted on to, in order, from qhead
+	qhead    int
+	posted   int // ops posted on to and not done
+	rdAtomic int // READs and atomics among them
 	// completing are ops done on to whose completion back on from is
 	// under way: the relay is not idle until from has been told, or an
 	// end after it (waitIdle) would close from before its requester
 	// learns the outcome.
 	completing int
-	rdAtomic   int // READs and atomics among them
 	msg        *Op // the SEND being assembled, or the WRITE chunk open
 	// kept is the open WRITE chunk (msg) when it outlived a batch's flush
 	// because ops posted before it were in flight (flush): the last of
@@ -697,6 +697,11 @@ func (r *relay) waitCredit(res Resumer, n int) {
 	r.creditWait = false
 	dead := r.dead
 	if err == nil {
+		// The larger of it and a spare already kept (a READ part's,
+		// perhaps too small for the held request) stays.
+		if !dead && r.spare != nil && len(r.spare.B()) < len(b.B()) {
+			r.spare, b = b, r.spare
+		}
 		if dead || r.spare != nil {
 			b.Release()
 		} else {
