@@ -302,6 +302,9 @@ func TestAdminStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cc, tc := sessionThrough(t, ctx, client, target, ln)
+	// A session enters the gateway's table once it started, which its
+	// first operations may outrun.
+	waitUntil(t, "the session in the gateway's table", func() bool { return g.Sessions() == 1 })
 
 	var st bridge.Status
 	if err := json.Unmarshal(get(t, base+"/status"), &st); err != nil {

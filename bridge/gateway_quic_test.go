@@ -118,6 +118,7 @@ func TestGatewaysThroughQUIC(t *testing.T) {
 		if got := binary.LittleEndian.Uint64(client.mem[40<<10:]); got != uint64(5*round) {
 			t.Errorf("the FETCH_ADD found the target's counter at %d after %d FETCH_ADDs of 5", got, round)
 		}
+		waitUntil(t, "the session in gateway A's table", func() bool { return ga.Sessions() == 1 })
 		st := ga.Status()
 		if len(st.Sessions) != 1 || st.Legs[1].PeerConns == nil || *st.Legs[1].PeerConns != 1 {
 			t.Errorf("gateway A's status: %d sessions, quic leg %+v", len(st.Sessions), st.Legs[1])
@@ -314,6 +315,9 @@ routes:
 	// The target at .9 does not exist: the client gets through the peer.
 	_, tc, cqp := dialThrough(t, ctx, client, far, farLn, "1:7471")
 	sessionOps(t, ctx, client, far, cqp)
+	// A session enters the gateway's table once it started, which its
+	// first operations may outrun.
+	waitUntil(t, "the session in the gateway's table", func() bool { return ga.Sessions() == 1 })
 	st := ga.Status()
 	fb := st.Routes[0].Fallback
 	if fb == nil || !fb.Active || !strings.Contains(fb.Why, "127.0.10.9:7471") && !strings.Contains(fb.Why, lo("9:7471")) {
@@ -340,6 +344,7 @@ routes:
 	time.Sleep(600 * time.Millisecond)
 	cc3, _, cqp3 := dialThrough(t, ctx, client, near, nearLn, "1:7471")
 	sessionOps(t, ctx, client, near, cqp3)
+	waitUntil(t, "the third session in the gateway's table", func() bool { return ga.Sessions() == 3 })
 	st = ga.Status()
 	if fb := st.Routes[0].Fallback; fb == nil || fb.Active {
 		t.Errorf("route status %+v: want its fallback inactive once the target answered", st.Routes[0])
