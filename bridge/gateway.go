@@ -183,8 +183,8 @@ func (b BuildInfo) String() string {
 // GatewayOptions configures StartGateway.
 type GatewayOptions struct {
 	Config *config.Config
-	// Pool sizes the gateway's memory pool (default 128 MiB in classes of
-	// 256 B, 4 KiB and 64 KiB).
+	// Pool sizes the gateway's memory pool (default: the file's pool.size,
+	// else 128 MiB, in classes of 256 B, 4 KiB and 64 KiB).
 	Pool pool.Options
 	// ConnectTimeout bounds connecting to a target (default 30 s).
 	ConnectTimeout time.Duration
@@ -241,6 +241,9 @@ func StartGateway(o GatewayOptions) (*Gateway, error) {
 	}
 	if o.UDIdle <= 0 {
 		o.UDIdle = DefaultUDIdle
+	}
+	if o.Pool.Size == 0 {
+		o.Pool.Size = int(o.Config.Pool.Size)
 	}
 	if o.Pool.Size == 0 {
 		o.Pool.Size = DefaultPoolSize

@@ -137,8 +137,8 @@ func startGateway(t *testing.T, cfg *config.Config) *bridge.Gateway {
 }
 
 // startGatewayWith starts a gateway with o's options (its Config, Logger
-// and ConnectTimeout are the tests' own, and its Pool too unless o gives
-// one). A test's pool traces its buffers (a leak names its holder); a
+// and ConnectTimeout are the tests' own, and its Pool too unless o or the
+// file gives one). A test's pool traces its buffers (a leak names its holder); a
 // benchmark's does not, as `rbridge run`'s does not (the trace's call
 // stacks were a fifth of a UD benchmark's CPU).
 func startGatewayWith(t testing.TB, cfg *config.Config, o bridge.GatewayOptions) *bridge.Gateway {
@@ -147,7 +147,7 @@ func startGatewayWith(t testing.TB, cfg *config.Config, o bridge.GatewayOptions)
 		t.Skip("the kernel's rxe owns UDP 4791 in the guest's initial namespace: these loopback gateways run on the host")
 	}
 	o.Config, o.Logger, o.ConnectTimeout = cfg, testlog.New(t), 2*time.Second
-	if o.Pool.Size == 0 {
+	if o.Pool.Size == 0 && cfg.Pool.Size == 0 {
 		o.Pool = pool.Options{Size: 8 << 20}
 	}
 	if _, bench := t.(*testing.B); !bench {

@@ -71,6 +71,9 @@ func (g *Gateway) Reload(cfg *config.Config) (ReloadResult, error) {
 	if d := legsDiff(running.Legs, cfg.Legs); d != "" {
 		return res, fmt.Errorf("bridge: reload %s: %s: %w", cfg.File(), d, ErrLegsChanged)
 	}
+	if running.Pool.Size != cfg.Pool.Size {
+		return res, fmt.Errorf("bridge: reload %s: pool: size differs from the running gateway's (its pool is registered on every leg as the gateway starts): %w", cfg.File(), ErrLegsChanged)
+	}
 	if stages(cfg) && g.pool.Largest() < StagingPoolClasses[len(StagingPoolClasses)-1] {
 		return res, fmt.Errorf("bridge: reload %s: a route carries a protocol, and the running gateway's pool has no staging buffers (its largest holds %d bytes; it has them when it starts with such a route): restart rbridge to apply it", cfg.File(), g.pool.Largest())
 	}

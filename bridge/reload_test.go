@@ -106,11 +106,40 @@ func TestGatewayReload(t *testing.T) {
 	if !errors.Is(err, bridge.ErrLegsChanged) || !strings.Contains(err.Error(), `leg "c" added`) {
 		t.Errorf("reload with a leg added: %v, want ErrLegsChanged naming it", err)
 	}
+	// So is one that sizes the pool otherwise: it is registered as the
+	// legs open.
+	_, err = g.Reload(parseConfig(t, reloadLegs+`
+  - {name: kept, listen: {leg: a, addr: "127.0.10.1:7481"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+pool: {size: 32MiB}
+`))
+	if !errors.Is(err, bridge.ErrLegsChanged) || !strings.Contains(err.Error(), "pool: size differs") {
+		t.Errorf("reload with the pool sized: %v, want ErrLegsChanged naming the pool", err)
+	}
 	if n := g.Sessions(); n != 2 {
-		t.Errorf("%d sessions after the refused reload, want 2", n)
+		t.Errorf("%d sessions after the refused reloads, want 2", n)
 	}
 	_ = cc.Disconnect(ctx)
 	_ = nc.Disconnect(ctx)
+}
+
+// TestGatewayPoolSize: the file's pool.size sizes the gateway's pool,
+// shared by its size classes; a reload with the same size is taken.
+func TestGatewayPoolSize(t *testing.T) {
+	const r = `
+  - {name: r, listen: {leg: a, addr: "127.0.10.1:7485"}, target: {leg: b, addr: "127.0.10.4:7471"}}
+pool: {size: 24MiB}
+`
+	g := startGateway(t, parseConfig(t, reloadLegs+r))
+	total := 0
+	for _, c := range g.Pool().Stats() {
+		total += c.Total * c.Size
+	}
+	if share := 24 << 20 / len(bridge.DefaultPoolClasses); total > 24<<20 || total < 24<<20-len(bridge.DefaultPoolClasses)*share/64 {
+		t.Errorf("the pool's classes hold %d bytes, want 24 MiB but for alignment", total)
+	}
+	if _, err := g.Reload(parseConfig(t, reloadLegs+r)); err != nil {
+		t.Errorf("reload with the same pool size: %v", err)
+	}
 }
 
 // TestGatewayReloadProtocol: a route whose protocol a reload adds,

@@ -89,7 +89,8 @@ type Options struct {
 	// DefaultRoCEDSCP are the usual fabric convention).
 	RoCEPriority int
 	RoCEDSCP     int
-	// PoolSize is the gateway's memory pool (default bridge.DefaultPoolSize).
+	// PoolSize is the gateway's memory pool (default: Config's pool.size,
+	// else bridge.DefaultPoolSize).
 	PoolSize int64
 	// Interval is how far apart the two counter samples are (default 1 s);
 	// negative leaves the counter check out.
@@ -192,6 +193,9 @@ func Run(o Options) (*Report, error) {
 	}
 	if o.RoCEDSCP < 0 || o.RoCEDSCP > 63 {
 		return nil, fmt.Errorf("doctor: RoCE DSCP %d: want 0 to 63", o.RoCEDSCP)
+	}
+	if o.PoolSize == 0 && o.Config != nil {
+		o.PoolSize = o.Config.Pool.Size
 	}
 	if o.PoolSize == 0 {
 		o.PoolSize = bridge.DefaultPoolSize

@@ -165,6 +165,7 @@ func TestChecks(t *testing.T) {
 		{"hugepages THP", "rxe-good", "", "hugepages", "host", doctor.Warn, "falls back to transparent huge pages", "vm.nr_hugepages=64"},
 		{"memlock unlimited", "good", mlx5Config, "memlock", "host", doctor.OK, "RLIMIT_MEMLOCK unlimited: 256 MiB to pin (the 128 MiB pool registered on 1 verbs leg(s) and as the UMEM of 1 AF_XDP leg(s))", ""},
 		{"memlock 64 KiB", "bad", mlx5Config, "memlock", "host", doctor.Error, "RLIMIT_MEMLOCK 64 KiB, below the 256 MiB", "LimitMEMLOCK=infinity"},
+		{"memlock for the file's pool", "good", mlx5Config + "pool: {size: 1GiB}\n", "memlock", "host", doctor.OK, "2 GiB to pin (the 1 GiB pool registered on 1 verbs leg(s)", ""},
 		{"memlock CAP_IPC_LOCK", "rxe-good", rxeConfig, "memlock", "host", doctor.OK, "CAP_IPC_LOCK", ""},
 		{"clocksource tsc", "good", "", "clocksource", "host", doctor.OK, "clocksource tsc: clock reads stay in user space (vDSO)", ""},
 		{"clocksource hpet, tsc refused", "bad", "", "clocksource", "host", doctor.Warn, "clocksource hpet: the vDSO cannot read it, so every clock read is a system call", "boot with tsc=reliable"},

@@ -73,6 +73,8 @@
 //	  listen: "127.0.0.1:9479"      # optional: /metrics, /status, /healthz and /livez over HTTP; this is the default, "" turns it off
 //	  control: /run/rbridge/control.sock  # optional: the unix socket rbridge reload uses (mode 0600); the default for root, "" turns it off
 //	  hosts: [gw1.example.com]      # optional: names the admin server answers besides localhost and IP addresses
+//	pool:
+//	  size: 512MiB                  # optional: the gateway's memory pool, pinned on each verbs and AF_XDP leg (default 128MiB; 16MiB to 64GiB)
 //
 // A route with ud: true crosses rdma_cm's UDP port space: the gateway
 // answers a client's service ID resolution (SIDR_REQ) for the listen
@@ -172,6 +174,7 @@ type Config struct {
 	Routes []Route `yaml:"routes"`
 	Groups []Group `yaml:"groups"`
 	Admin  Admin   `yaml:"admin"`
+	Pool   Pool    `yaml:"pool"`
 
 	file    string
 	errs    []lineError     // the top level's, found by decode
@@ -616,7 +619,7 @@ func yamlError(file, msg string) *Error {
 // decode fills c from the file's root node (resolved: no alias, no merge
 // key), every problem kept with its line for validate.
 func (c *Config) decode(root *yaml.Node) {
-	vals, errs := mapping(root, "", "legs", "routes", "groups", "admin")
+	vals, errs := mapping(root, "", "legs", "routes", "groups", "admin", "pool")
 	c.notList = map[string]bool{}
 	if vals == nil { // not a mapping: said so, and there is nothing more to say
 		c.notList = map[string]bool{"legs": true, "routes": true, "groups": true}
@@ -653,6 +656,9 @@ func (c *Config) decode(root *yaml.Node) {
 	}
 	if n := vals["admin"]; n != nil && !isNull(n) {
 		_ = c.Admin.UnmarshalYAML(n)
+	}
+	if n := vals["pool"]; n != nil && !isNull(n) {
+		_ = c.Pool.UnmarshalYAML(n)
 	}
 	c.errs = errs
 }
@@ -852,6 +858,63 @@ func (a *Admin) UnmarshalYAML(n *yaml.Node) error {
 	}
 	a.errs = errs
 	return nil
+}
+
+// Pool is the gateway's memory pool: the buffers every request crosses
+// in, registered with each verbs leg's protection domain and as each
+// AF_XDP leg's UMEM, so pinned once per such leg (rbridge doctor checks
+// the memlock limit for it).
+type Pool struct {
+	// Size is the pool's bytes (0: the gateway's default, 128 MiB). A
+	// request that finds the pool empty waits for a buffer (an RNR NAK,
+	// or held and asked for again): a larger pool keeps more in flight.
+	Size int64 `yaml:"size"`
+
+	line int // pool.size's (0: not given)
+	errs []lineError
+}
+
+// MinPoolSize and MaxPoolSize bound pool.size: below 16 MiB a pool that
+// stages holds two of its largest buffers, and an AF_XDP leg's rings would
+// take most of its frames.
+const (
+	MinPoolSize = 16 << 20
+	MaxPoolSize = 64 << 30
+)
+
+// Line is where pool.size is in its file (0 when it is not).
+func (p *Pool) Line() int { return p.line }
+
+// UnmarshalYAML decodes the pool's settings from their node.
+func (p *Pool) UnmarshalYAML(n *yaml.Node) error {
+	vals, errs := mapping(n, "pool", "size")
+	if v := vals["size"]; v != nil {
+		p.line = v.Line
+		x, err := parseBytes(v.Value)
+		switch {
+		case v.Kind != yaml.ScalarNode:
+			errs = append(errs, lineError{v.Line, "pool: size: want a byte count, as 512MiB, got " + describe(v)})
+		case err != nil:
+			var bits bitsError
+			if errors.As(err, &bits) {
+				err = fmt.Errorf("unit %q: bits? the size is in bytes: write MiB for mebibytes", string(bits))
+			}
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("pool: size %q: %v", v.Value, err)})
+		case x < MinPoolSize || x > MaxPoolSize:
+			errs = append(errs, lineError{v.Line, fmt.Sprintf("pool: size %q: want 16MiB to 64GiB", v.Value)})
+		default:
+			p.Size = x
+		}
+	}
+	p.errs = errs
+	return nil
+}
+
+// check reports what decoding the pool's settings found wrong.
+func (p *Pool) check(bad func(int, string, ...any)) {
+	for _, e := range p.errs {
+		bad(e.line, "%s", e.msg)
+	}
 }
 
 // hostPattern is a DNS host name: labels of letters, digits and '-', not
@@ -1170,6 +1233,7 @@ func (c *Config) validate() Errors {
 	}
 	c.validateGroups(bad)
 	c.Admin.check(bad)
+	c.Pool.check(bad)
 	// In the file's order, as a reader goes through it (those of no line,
 	// the file's as a whole, first).
 	slices.SortStableFunc(es, func(a, b *Error) int { return a.Line - b.Line })
@@ -1516,6 +1580,14 @@ var byteSize = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]*)$`)
 var byteUnits = map[string]float64{"": 1, "B": 1, "k": 1e3, "K": 1e3, "kB": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
 	"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30}
 
+// bitsError is a byte count given in bits: its message is a rate's, whose
+// bits are the likely mistake; a size says its own (Pool).
+type bitsError string
+
+func (u bitsError) Error() string {
+	return fmt.Sprintf("unit %q: bits? the rate is in bytes: write MB for megabytes (50 Mbit/s is 6.25MB)", string(u))
+}
+
 // parseBytes parses a byte count: a whole number, or a number with a unit
 // (50MB, 1.5GB, 64KiB).
 func parseBytes(text string) (int64, error) {
@@ -1529,7 +1601,7 @@ func parseBytes(text string) (int64, error) {
 	unit, ok := byteUnits[m[2]]
 	if !ok {
 		if strings.HasSuffix(m[2], "b") || strings.HasSuffix(strings.ToLower(m[2]), "bit") || strings.HasSuffix(m[2], "bps") {
-			return 0, fmt.Errorf("unit %q: bits? the rate is in bytes: write MB for megabytes (50 Mbit/s is 6.25MB)", m[2])
+			return 0, bitsError(m[2])
 		}
 		return 0, fmt.Errorf("unit %q: want B, kB, MB, GB (1000s) or KiB, MiB, GiB (1024s)", m[2])
 	}

@@ -389,6 +389,38 @@ func TestParseRateBad(t *testing.T) {
 	}
 }
 
+// TestParsePool: pool.size in the file's byte units, at the bounds and
+// past them.
+func TestParsePool(t *testing.T) {
+	for _, tc := range []struct {
+		extra string
+		size  int64
+		want  string // the error, when the file is refused
+	}{
+		{"", 0, ""},
+		{"pool: {size: 512MiB}\n", 512 << 20, ""},
+		{"pool:\n  size: 1.5GB\n", 1_500_000_000, ""},
+		{"pool: {size: 16MiB}\n", config.MinPoolSize, ""},
+		{"pool: {size: 64GiB}\n", config.MaxPoolSize, ""},
+		{"pool: {size: 16777215}\n", 0, `pool: size "16777215": want 16MiB to 64GiB`},
+		{"pool: {size: 65GiB}\n", 0, `pool: size "65GiB": want 16MiB to 64GiB`},
+		{"pool: {size: 512Mb}\n", 0, `pool: size "512Mb": unit "Mb": bits? the size is in bytes: write MiB for mebibytes`},
+		{"pool: {size: [1]}\n", 0, `pool: size: want a byte count, as 512MiB, got`},
+		{"pool: {sise: 1GiB}\n", 0, `pool: unknown key "sise"`},
+		{"pool: 1GiB\n", 0, `pool: want a mapping`},
+	} {
+		c, err := config.Parse("gw.yaml", []byte(good+tc.extra))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.extra, err)
+		case tc.want == "" && c.Pool.Size != tc.size:
+			t.Errorf("%q: pool size %d, want %d", tc.extra, c.Pool.Size, tc.size)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one that says %q", tc.extra, err, tc.want)
+		}
+	}
+}
+
 func TestParseAdmin(t *testing.T) {
 	for _, tc := range []struct {
 		name, extra string
@@ -454,7 +486,7 @@ func TestParseBad(t *testing.T) {
 	}{
 		{"empty", "", []string{"gw.yaml: the file is empty"}},
 		{"not yaml", "legs: [", []string{"gw.yaml:1:"}},
-		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, groups, admin)`}},
+		{"unknown top key", base(ib+roce, ok) + "colour: red\n", []string{`gw.yaml:13: unknown key "colour" (known: legs, routes, groups, admin, pool)`}},
 		{"unknown leg key", base(ib+"    colour: red\n"+roce, ok), []string{`gw.yaml:5: leg "ib": unknown key "colour"`}},
 		{"unknown endpoint key", base(ib+roce, route(`{leg: ib, addr: "198.18.3.1:1", port: 2}`, `{leg: roce, addr: "198.18.1.2:1"}`)), []string{`gw.yaml:11: route "r": listen: unknown key "port"`}},
 		{"bad kind", base("  - name: ib\n    kind: verbz\n    ip: 198.18.3.1\n"+roce, ok), []string{`gw.yaml:3: leg "ib": kind "verbz": want verbs, userspace or quic`}},

@@ -35,7 +35,7 @@ func TestParseErrorsInFileTerms(t *testing.T) {
 		{"legs a mapping", "legs: {name: ib}\n" + route, `gw.yaml:1: legs: want a list of legs, got a mapping (keys)`},
 		{"groups a string", legs + route + "groups: ticks\n", `gw.yaml:14: groups: want a list of groups, got "ticks"`},
 		{"a leg a string", "legs:\n  - ib\n" + route, "gw.yaml:2: leg: want a mapping of keys (name, kind, ip, device, port, interface, io, netns, ecn, listen, peer, cert, key, ca, peer_name, over, mtu, receives, receive_size, udp_offload, freebind, busy_poll, busy_poll_cpus, busy_poll_idle, queues), got \"ib\"\ngw.yaml:5: route \"r\": listen leg \"ib\" does not exist\ngw.yaml:6: route \"r\": target leg \"roce\" does not exist"},
-		{"the file a list", "- legs\n- routes\n", `gw.yaml:1: want a mapping of keys (legs, routes, groups, admin), got a list`},
+		{"the file a list", "- legs\n- routes\n", `gw.yaml:1: want a mapping of keys (legs, routes, groups, admin, pool), got a list`},
 		{"ip out of range", strings.Replace(legs, "198.18.3.1", "127.0.0.300", 1) + route, `gw.yaml:4: leg "ib": ip "127.0.0.300": not an IP address`},
 		{"port a word", strings.Replace(legs, "    ip: 198.18.3.1\n", "    ip: 198.18.3.1\n    port: first\n", 1) + route, `gw.yaml:5: leg "ib": port "first": want a whole number`},
 		{"ecn a word", legs + "    ecn: sometimes\n" + route, `gw.yaml:10: leg "roce": ecn "sometimes": want true or false`},

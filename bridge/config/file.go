@@ -51,7 +51,7 @@ func LoadAdmin(path string) (*Admin, error) {
 		return nil, es
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, Errors{{File: path, Line: root.Line, Msg: "want a mapping of keys (legs, routes, groups, admin), got " + describe(root)}}
+		return nil, Errors{{File: path, Line: root.Line, Msg: "want a mapping of keys (legs, routes, groups, admin, pool), got " + describe(root)}}
 	}
 	a := &Admin{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
