@@ -63,6 +63,48 @@ func TestAfterReceived(t *testing.T) {
 			t.Fatal("the function did not run in 5 s: the reader's wait (an hour) was not woken")
 		}
 	})
+	t.Run("woken as it stops waiting", func(t *testing.T) {
+		// AfterReceived saw the reader about to wait and ended the wait
+		// with a deadline in the past, as the reader instead went on to
+		// read without waiting: that read meets the deadline too, and
+		// must read on, not take the conn for empty.
+		inner, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.43:4791"), Logger: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.44:4791"), Logger: testlog.New(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		const n = 64
+		pkt := nobodys()
+		msgs := make([]roce.Message, n)
+		for i := range msgs {
+			msgs[i] = roce.Message{Buf: pkt, N: len(pkt), Addr: inner.LocalAddr()}
+		}
+		if k, err := tx.WriteBatch(msgs); err != nil || k != n {
+			t.Fatalf("sent %d of %d: %v", k, n, err)
+		}
+		waitHeld(t, inner)
+		c := &lateWake{Conn: inner, gate: make(chan struct{})}
+		dev, err := transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		ran := make(chan uint64, 1)
+		dev.AfterReceived(func() { ran <- dev.Stats().RxUnknownQP.Load() })
+		close(c.gate) // the reader goes on, its deadline past
+		select {
+		case got := <-ran:
+			if got != n {
+				t.Errorf("the function ran after %d of the %d datagrams the socket held", got, n)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the function did not run in 5 s")
+		}
+	})
 	t.Run("polled", func(t *testing.T) {
 		sn := simnet.New(simnet.Options{})
 		a := newEndOpts(t, sn, "10.0.0.1:4791", transport.DeviceOptions{Polled: true})
@@ -157,6 +199,24 @@ func TestAfterReceived(t *testing.T) {
 }
 
 // nobodys is a SEND to a QP no device here has.
+// lateWake is a UDP conn whose first long read deadline (the reader's,
+// set before it looks for AfterReceived's functions) waits for gate, then
+// lands in the past: as if AfterReceived's wake-up had come just then.
+type lateWake struct {
+	*udpconn.Conn
+	gate chan struct{}
+	once bool
+}
+
+func (c *lateWake) SetReadDeadline(t time.Time) error {
+	if !c.once && time.Until(t) > time.Minute {
+		c.once = true
+		<-c.gate
+		t = time.Now()
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
 func nobodys() []byte {
 	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: roce.DefaultPKey, DestQP: 0x123456}}
 	return roce.AppendPacket(nil, &f, []byte("nobody's"))

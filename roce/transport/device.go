@@ -546,10 +546,21 @@ func (d *Device) drainAfter(rx *rxScratch, frames []uint64) []uint64 {
 			tl = nil
 		}
 		tr, _ := d.conn.(TryReader)
+		dl, _ := d.conn.(roce.ReadDeadliner)
 		for range afterDrainBatches {
 			var n int
 			var err error
-			if n, frames, err = d.readNow(rx, frames, tl, tr); err != nil || n == 0 {
+			n, frames, err = d.readNow(rx, frames, tl, tr)
+			if errors.Is(err, os.ErrDeadlineExceeded) && dl != nil && !d.opts.Polled {
+				// AfterReceived's wake-up, set as this goroutine stopped
+				// waiting (it saw waits still set): a read that does not
+				// wait fails on it too, with the conn still holding
+				// packets. The wait it was for is over: read on.
+				if dl.SetReadDeadline(time.Now().Add(d.opts.IdleWake)) == nil {
+					n, frames, err = d.readNow(rx, frames, tl, tr)
+				}
+			}
+			if err != nil || n == 0 {
 				break
 			}
 		}
