@@ -25,28 +25,14 @@ import (
 // that finds the conn empty; on a closed device, at once. One given to
 // AfterAllReceived runs once, after every device of the set did.
 func TestAfterReceived(t *testing.T) {
-	t.Run("waiting", func(t *testing.T) {
-		c, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.41:4791"), Logger: testlog.New(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.42:4791"), Logger: testlog.New(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Close()
-		// Datagrams for a QP the device does not have: each is counted
-		// as it is handled.
-		const n = 64
-		pkt := nobodys()
-		msgs := make([]roce.Message, n)
-		for i := range msgs {
-			msgs[i] = roce.Message{Buf: pkt, N: len(pkt), Addr: c.LocalAddr()}
-		}
-		if k, err := tx.WriteBatch(msgs); err != nil || k != n {
-			t.Fatalf("sent %d of %d: %v", k, n, err)
-		}
-		waitHeld(t, c)
+	// heldCount is how many datagrams fullConn's socket holds: for a QP
+	// the device does not have, each counted as it is handled.
+	const heldCount = 64
+	// after starts a device on c (the conn or a wrapper of it) with an
+	// hour's idle wake, gives it a function that reports the datagrams
+	// handled by then, runs between (if any), and checks that the
+	// function ran after every datagram the socket held.
+	after := func(t *testing.T, c roce.PacketConn, between func()) {
 		dev, err := transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -54,56 +40,28 @@ func TestAfterReceived(t *testing.T) {
 		defer dev.Close()
 		ran := make(chan uint64, 1)
 		dev.AfterReceived(func() { ran <- dev.Stats().RxUnknownQP.Load() })
+		if between != nil {
+			between()
+		}
 		select {
 		case got := <-ran:
-			if got != n {
-				t.Errorf("the function ran after %d of the %d datagrams the socket held", got, n)
+			if got != heldCount {
+				t.Errorf("the function ran after %d of the %d datagrams the socket held", got, heldCount)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("the function did not run in 5 s: the reader's wait (an hour) was not woken")
 		}
+	}
+	t.Run("waiting", func(t *testing.T) {
+		after(t, fullConn(t, "127.0.0.41:4791", "127.0.0.42:4791", heldCount), nil)
 	})
 	t.Run("woken as it stops waiting", func(t *testing.T) {
 		// AfterReceived saw the reader about to wait and ended the wait
 		// with a deadline in the past, as the reader instead went on to
 		// read without waiting: that read meets the deadline too, and
 		// must read on, not take the conn for empty.
-		inner, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.43:4791"), Logger: testlog.New(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort("127.0.0.44:4791"), Logger: testlog.New(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Close()
-		const n = 64
-		pkt := nobodys()
-		msgs := make([]roce.Message, n)
-		for i := range msgs {
-			msgs[i] = roce.Message{Buf: pkt, N: len(pkt), Addr: inner.LocalAddr()}
-		}
-		if k, err := tx.WriteBatch(msgs); err != nil || k != n {
-			t.Fatalf("sent %d of %d: %v", k, n, err)
-		}
-		waitHeld(t, inner)
-		c := &lateWake{Conn: inner, gate: make(chan struct{})}
-		dev, err := transport.NewDevice(c, transport.DeviceOptions{Logger: testlog.New(t), IdleWake: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Close()
-		ran := make(chan uint64, 1)
-		dev.AfterReceived(func() { ran <- dev.Stats().RxUnknownQP.Load() })
-		close(c.gate) // the reader goes on, its deadline past
-		select {
-		case got := <-ran:
-			if got != n {
-				t.Errorf("the function ran after %d of the %d datagrams the socket held", got, n)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("the function did not run in 5 s")
-		}
+		c := &lateWake{Conn: fullConn(t, "127.0.0.43:4791", "127.0.0.44:4791", heldCount), gate: make(chan struct{})}
+		after(t, c, func() { close(c.gate) }) // the reader goes on, its deadline past
 	})
 	t.Run("polled", func(t *testing.T) {
 		sn := simnet.New(simnet.Options{})
@@ -199,6 +157,31 @@ func TestAfterReceived(t *testing.T) {
 }
 
 // nobodys is a SEND to a QP no device here has.
+// fullConn returns a UDP conn at addr whose socket holds n datagrams
+// for a QP nobody has, sent from a conn at from.
+func fullConn(t *testing.T, addr, from string, n int) *udpconn.Conn {
+	t.Helper()
+	c, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort(addr), Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := udpconn.Listen(udpconn.Options{Addr: netip.MustParseAddrPort(from), Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	pkt := nobodys()
+	msgs := make([]roce.Message, n)
+	for i := range msgs {
+		msgs[i] = roce.Message{Buf: pkt, N: len(pkt), Addr: c.LocalAddr()}
+	}
+	if k, err := tx.WriteBatch(msgs); err != nil || k != n {
+		t.Fatalf("sent %d of %d: %v", k, n, err)
+	}
+	waitHeld(t, c)
+	return c
+}
+
 // lateWake is a UDP conn whose first long read deadline (the reader's,
 // set before it looks for AfterReceived's functions) waits for gate, then
 // lands in the past: as if AfterReceived's wake-up had come just then.
