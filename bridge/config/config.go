@@ -870,7 +870,6 @@ type Pool struct {
 	// or held and asked for again): a larger pool keeps more in flight.
 	Size int64 `yaml:"size"`
 
-	line int // pool.size's (0: not given)
 	errs []lineError
 }
 
@@ -882,18 +881,14 @@ const (
 	MaxPoolSize = 64 << 30
 )
 
-// Line is where pool.size is in its file (0 when it is not).
-func (p *Pool) Line() int { return p.line }
-
 // UnmarshalYAML decodes the pool's settings from their node.
 func (p *Pool) UnmarshalYAML(n *yaml.Node) error {
 	vals, errs := mapping(n, "pool", "size")
-	if v := vals["size"]; v != nil {
-		p.line = v.Line
+	if v := vals["size"]; v != nil && v.Kind != yaml.ScalarNode {
+		errs = append(errs, lineError{v.Line, "pool: size: want a byte count, as 512MiB, got " + describe(v)})
+	} else if v != nil {
 		x, err := parseBytes(v.Value)
 		switch {
-		case v.Kind != yaml.ScalarNode:
-			errs = append(errs, lineError{v.Line, "pool: size: want a byte count, as 512MiB, got " + describe(v)})
 		case err != nil:
 			var bits bitsError
 			if errors.As(err, &bits) {

@@ -531,15 +531,13 @@ func (s *Session) drain(d Drainer) {
 	}
 }
 
-// waitIdle waits until the relay holds nothing (no op queued, assembling
-// or posted), or deadline fires, or stop closes; it reports whether it
-// went idle.
+// waitIdle waits until the relay holds nothing (idle), or deadline fires,
+// or stop closes; it reports whether it went idle.
 func (r *relay) waitIdle(deadline <-chan time.Time, stop <-chan struct{}) bool {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st := r.state()
-		if st.Queued == 0 && st.Posted == 0 && !st.Assembling && r.completions() == 0 {
+		if r.idle() {
 			return true
 		}
 		select {
@@ -552,10 +550,12 @@ func (r *relay) waitIdle(deadline <-chan time.Time, stop <-chan struct{}) bool {
 	}
 }
 
-func (r *relay) completions() int {
+// idle reports whether r holds nothing: no op queued, assembling, posted
+// or being completed back on r.from.
+func (r *relay) idle() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.completing
+	return len(r.queue) == r.qhead && r.posted == 0 && r.msg == nil && r.completing == 0
 }
 
 func (r *relay) state() RelayState {
