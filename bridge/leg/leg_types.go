@@ -410,6 +410,11 @@ func LegSpin(l *config.Leg) (Spin, error) {
 // (counted in Naps). The caller calls it when the last wait found work,
 // so a wait's length is the loop's quiet spell.
 func (s Spin) Wait(ctx context.Context, poll func() (int, error)) (int, error) {
+	return s.wait(ctx, poll, time.Now, time.Sleep)
+}
+
+// wait is Wait on the clock of now and sleep.
+func (s Spin) wait(ctx context.Context, poll func() (int, error), now func() time.Time, sleep func(time.Duration)) (int, error) {
 	done := ctx.Done()
 	var since time.Time // the first poll that found nothing
 	var nap time.Duration
@@ -426,15 +431,15 @@ func (s Spin) Wait(ctx context.Context, poll func() (int, error)) (int, error) {
 		case s.Idle <= 0:
 		case nap > 0:
 			nap = min(2*nap, MaxNap)
-			time.Sleep(nap)
+			sleep(nap)
 		case since.IsZero():
-			since = time.Now()
-		case time.Since(since) >= s.Idle:
+			since = now()
+		case now().Sub(since) >= s.Idle:
 			nap = MinNap
 			if s.Naps != nil {
 				s.Naps.Add(1)
 			}
-			time.Sleep(nap)
+			sleep(nap)
 		}
 	}
 }

@@ -116,44 +116,87 @@ func TestSpinLoopNaps(t *testing.T) {
 
 // TestSpinWaitNaps: a group's busy-polled wait (Spin.Wait) with an Idle
 // polls without pause until the spell is that long, then naps between
-// polls (one quiet spell counted), and returns the first poll that finds
-// work; without an Idle it never pauses; a context that ends ends a
-// napping wait.
+// polls, MinNap doubling to MaxNap (one quiet spell counted), and returns
+// the first poll that finds work; without an Idle it never pauses; a
+// context that ends ends a napping wait. On a clock of its own, each poll
+// taking 10 us of it, so that what it checks does not hang on the
+// machine's speed.
 func TestSpinWaitNaps(t *testing.T) {
-	const quiet = 60 * time.Millisecond
-	wait := func(s Spin) (late int) {
-		t.Helper()
-		start := time.Now()
-		n, err := s.Wait(context.Background(), func() (int, error) {
-			since := time.Since(start)
-			if since >= quiet {
+	const (
+		step  = 10 * time.Microsecond // a poll
+		quiet = 60 * time.Millisecond // the spell: work found from then on
+		idle  = 2 * time.Millisecond
+	)
+	type run struct {
+		polls   int
+		naps    []time.Duration // each sleep, in order
+		firstAt time.Duration   // when the first began
+		err     error
+		n       int
+	}
+	wait := func(s Spin, ctx context.Context, cancelAt time.Duration, cancel func()) run {
+		var r run
+		var clock time.Duration
+		start := time.Unix(1e9, 0)
+		now := func() time.Time { return start.Add(clock) }
+		sleep := func(d time.Duration) {
+			if len(r.naps) == 0 {
+				r.firstAt = clock
+			}
+			r.naps = append(r.naps, d)
+			clock += d
+		}
+		r.n, r.err = s.wait(ctx, func() (int, error) {
+			r.polls++
+			clock += step
+			if cancel != nil && clock >= cancelAt {
+				cancel()
+			}
+			if clock >= quiet {
 				return 1, nil
 			}
-			if since >= 10*time.Millisecond {
-				late++ // a poll well after the Idle below
-			}
 			return 0, nil
-		})
-		if n != 1 || err != nil {
-			t.Fatalf("wait: %d, %v; want the poll that found work", n, err)
-		}
-		return late
+		}, now, sleep)
+		return r
 	}
+
 	var naps atomic.Uint64
-	// From 10 ms to 60 ms at least 50 us and at most 1 ms apart: 50
-	// polls and a few of the first doubling naps, not thousands.
-	if late := wait(Spin{On: true, CPU: -1, Idle: 2 * time.Millisecond, Naps: &naps}); late > 200 || late < 5 {
-		t.Errorf("napping after 2 ms: %d polls in the last 50 ms of a 60 ms spell, want about 50 (naps of 50 us doubling to 1 ms)", late)
+	r := wait(Spin{On: true, CPU: -1, Idle: idle, Naps: &naps}, context.Background(), 0, nil)
+	if r.n != 1 || r.err != nil {
+		t.Fatalf("napping wait: %d, %v; want the poll that found work", r.n, r.err)
+	}
+	if r.firstAt < idle || r.firstAt > idle+2*step {
+		t.Errorf("the first nap began %v into the spell; want at Idle (%v), within two polls", r.firstAt, idle)
+	}
+	for i, d := range r.naps {
+		want := MinNap << i
+		if i >= 5 || want > MaxNap {
+			want = MaxNap
+		}
+		if d != want {
+			t.Fatalf("nap %d of %d was %v, want %v (MinNap %v doubling to MaxNap %v): %v", i, len(r.naps), d, want, MinNap, MaxNap, r.naps)
+		}
+	}
+	// From Idle to the end, one poll per nap and one more that found
+	// work: about (60 - 2 ms) / 1 ms, not the thousands of a spin.
+	if spun := int(idle / step); r.polls-spun != len(r.naps)+1 || len(r.naps) < 50 || len(r.naps) > 65 {
+		t.Errorf("%d polls and %d naps in a 60 ms spell napping after 2 ms; want %d polls spinning, then one per nap, 50-65 naps", r.polls, len(r.naps), spun)
 	}
 	if naps.Load() != 1 {
 		t.Errorf("one quiet spell: %d naps counted", naps.Load())
 	}
-	if late := wait(Spin{On: true, CPU: -1}); late < 1000 {
-		t.Errorf("never napping: %d polls in the last 50 ms of a 60 ms spell, want it spinning", late)
+
+	if r := wait(Spin{On: true, CPU: -1}, context.Background(), 0, nil); len(r.naps) != 0 || r.polls != int(quiet/step) || r.n != 1 {
+		t.Errorf("without Idle: %d naps, %d polls, returned %d; want no nap and %d polls, the last finding work", len(r.naps), r.polls, r.n, int(quiet/step))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := (Spin{On: true, CPU: -1, Idle: time.Millisecond}).Wait(ctx, func() (int, error) { return 0, nil }); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("a napping wait whose context ended: %v", err)
+	r = wait(Spin{On: true, CPU: -1, Idle: time.Millisecond}, ctx, 5*time.Millisecond, cancel)
+	if !errors.Is(r.err, context.Canceled) || r.n != 0 {
+		t.Errorf("a napping wait whose context ended: %d, %v; want context.Canceled", r.n, r.err)
+	}
+	if len(r.naps) == 0 || r.polls > 1000 {
+		t.Errorf("the ended wait napped %d times in %d polls; want it napping, and ending at the poll that ended its context", len(r.naps), r.polls)
 	}
 }
