@@ -241,7 +241,9 @@ func (e *UserspaceEndpoint) routineCompletions(ctx, abandoned context.Context) {
 				return
 			}
 			if waitCtx == abandoned && abandoned.Err() != nil {
-				e.report(e.leftRTS())
+				if err := e.leftRTS(); err != nil {
+					e.report(err)
+				}
 				waitCtx = ctx
 				continue
 			}
@@ -281,7 +283,9 @@ func (e *UserspaceEndpoint) pollCompletions() bool {
 				e.wg.Add(1)
 				go func() {
 					defer e.wg.Done()
-					e.report(e.leftRTS())
+					if err := e.leftRTS(); err != nil {
+						e.report(err)
+					}
 				}()
 			}
 		default:
@@ -290,14 +294,18 @@ func (e *UserspaceEndpoint) pollCompletions() bool {
 	return false
 }
 
-// leftRTS says why the QP left RTS: the peer's disconnect when its
-// connection is released within a moment (a DREQ releases it before the
-// QP's error reaches the endpoint; a transport error leaves it
-// established), else a QP error.
+// leftRTS says why the QP left RTS: nil when the endpoint's own Close
+// moved it (its disconnect, which waits for the DREP after); the peer's
+// disconnect when its connection is released within a moment (a DREQ
+// releases it before the QP's error reaches the endpoint; a transport
+// error leaves it established), else a QP error.
 func (e *UserspaceEndpoint) leftRTS() error {
 	e.mu.Lock()
-	done := e.released
+	done, closed := e.released, e.closed
 	e.mu.Unlock()
+	if closed {
+		return nil
+	}
 	if done != nil {
 		select {
 		case <-done:
