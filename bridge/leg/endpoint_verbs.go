@@ -67,6 +67,13 @@ type VerbsEndpoint struct {
 	rwrs     []ibv.RecvWR
 	posted   int // receives posted
 	closing  bool
+	peerGone bool // the peer disconnected (PeerDisconnected)
+	// handing counts received SENDs taken off the CQ (no longer posted)
+	// and not yet handed to the session; ended says the connection ended
+	// (Fail): once neither a receive is posted nor one is being handed,
+	// the endpoint is drained.
+	handing int
+	ended   bool
 	// local are the window work requests posted and not completed, by
 	// ID (localBit clear), with what takes their completion.
 	local     map[uint64]func(ibv.WCStatus)
@@ -398,12 +405,32 @@ func (e *VerbsEndpoint) Complete(tok transport.Token, c transport.Completion) er
 // DISCONNECTED, a fatal async event): the session ends.
 func (e *VerbsEndpoint) Fail(err error) {
 	e.mu.Lock()
-	none := e.posted == 0
+	e.ended = true
+	// No receive to flush: nothing more will arrive; one being handed
+	// over says so once it was (received).
+	none := e.posted == 0 && e.handing == 0
 	e.mu.Unlock()
-	if none { // no receive to flush: nothing more will arrive
+	if none {
 		e.markDrained()
 	}
 	e.report(err)
+}
+
+// PeerDisconnected takes rdma_cm's DISCONNECTED for the endpoint's
+// connection: the session learns that the peer left (Fail), and the QP
+// moves to the error state, as the peer's did before its DREQ and as
+// rdma_disconnect does. Nothing more can arrive, and the receives' flush
+// comes after every SEND the HCA acknowledged: its completion tells the
+// session all of them were handed over (Drained), so the session relays
+// them and ends at once, rather than keep a connection whose peer is gone
+// until its drain's timeout. The DREP goes when the session closes the
+// endpoint (its disconnect).
+func (e *VerbsEndpoint) PeerDisconnected() {
+	e.mu.Lock()
+	e.peerGone = true
+	e.mu.Unlock()
+	e.Fail(session.ErrPeerDisconnected)
+	_ = e.qp.ToErr()
 }
 
 // Drained implements Drainer: it is closed once the QP's
@@ -511,10 +538,12 @@ func (e *VerbsEndpoint) received(h session.Handler, wc *ibv.WorkCompletion) {
 	e.mu.Lock()
 	e.posted--
 	b := e.recvBufs[id]
-	closing := e.closing
+	closing, peerGone := e.closing, e.peerGone
 	if wc.Status != ibv.WCSuccess || closing {
 		e.recvBufs[id] = nil
 		e.recvFree = append(e.recvFree, id)
+	} else {
+		e.handing++
 	}
 	e.mu.Unlock()
 	if wc.Status != ibv.WCSuccess || closing {
@@ -524,6 +553,8 @@ func (e *VerbsEndpoint) received(h session.Handler, wc *ibv.WorkCompletion) {
 		e.markDrained()
 		switch {
 		case closing:
+		case peerGone && wc.Status == ibv.WCWRFlushErr:
+			// PeerDisconnected moved the QP: the session was told why.
 		case wc.Status == ibv.WCWRFlushErr:
 			// The QP entered the error state with nothing of ours
 			// failing first: a peer's disconnect (reported as such on
@@ -549,7 +580,15 @@ func (e *VerbsEndpoint) received(h session.Handler, wc *ibv.WorkCompletion) {
 	case wc.Flags&ibv.WCFlagWithImm != 0:
 		r.Op, r.Imm = transport.OpSendWithImm, wc.Imm
 	}
-	switch reply := h.Request(&r, b); reply.Result {
+	reply := h.Request(&r, b)
+	e.mu.Lock()
+	e.handing--
+	drained := e.ended && e.posted == 0 && e.handing == 0
+	e.mu.Unlock()
+	if drained { // the connection ended with no receive left to flush
+		e.markDrained()
+	}
+	switch reply.Result {
 	case transport.Pending:
 	case transport.Done:
 		_ = e.Complete(r.Token, transport.Completion{})

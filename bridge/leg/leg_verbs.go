@@ -483,7 +483,7 @@ func (in *verbsIncoming) Accept(ctx context.Context, p Params) (Conn, error) {
 				// sent is on the CQ, acknowledged by the HCA. The session
 				// relays it to the target, then ends.
 				c := &verbsConn{ep: ep, id: in.id, forget: func() { in.l.forget(in.id) }, p: in.p, passive: true}
-				ep.Fail(session.ErrPeerDisconnected) // told to the session when it starts
+				ep.PeerDisconnected() // told to the session when it starts
 				go c.watch(in.events)
 				return c, nil
 			}
@@ -603,7 +603,7 @@ type verbsConn struct {
 func (c *verbsConn) watch(events <-chan ibv.CMEvent) {
 	for ev := range events {
 		if ev.Type == ibv.CMDisconnected {
-			c.ep.Fail(session.ErrPeerDisconnected)
+			c.ep.PeerDisconnected()
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,12 +59,14 @@ func (e *cmEnd) setup(t *testing.T, id *ibv.CMID) error {
 // its HCA reported them complete (the gateway's HCA acknowledged them),
 // disconnects at once, as perftest does at its end. Every SEND must reach
 // the RoCE-side application before the disconnect does: the IB side was
-// told they arrived, so the gateway may not drop them. (It fails today:
-// the verbs leg ends the session on the DISCONNECTED event at once, and
-// the session's teardown drops what it has not yet delivered, sometimes
-// before the receive completions were even polled. perftest's closing
-// handshake hits the same when its IB-side end leaves first: its other end
-// waits for the last message forever.)
+// told they arrived, so the gateway may not drop them. Then the gateway
+// disconnects the RoCE side, at once: the IB side's disconnect moves the
+// gateway's QP to ERR, whose flushed receives say every SEND was handed
+// over. (A session that ended on the DISCONNECTED event at once dropped
+// what it had not yet delivered; one that waited for receives that never
+// flushed kept the RoCE side connected for the drain's 5 s timeout.
+// perftest's closing handshake, its IB-side end leaving first, meets
+// both.)
 func TestGuestRunSendThenDisconnect(t *testing.T) {
 	guest.RequireKind(t, "rxe")
 	ns, ib := guest.UserNetns(t), guest.IB(t)
@@ -94,6 +97,7 @@ func TestGuestRunSendThenDisconnect(t *testing.T) {
 	}
 
 	lost := 0
+	var after []time.Duration // from the IB side's disconnect to the RoCE side's
 	for round := range rounds {
 		// The target accepts what the gateway dials, with receives posted.
 		accepted := make(chan *cmEnd, 1)
@@ -188,6 +192,7 @@ func TestGuestRunSendThenDisconnect(t *testing.T) {
 		if err := id.Disconnect(); err != nil {
 			t.Fatal(err)
 		}
+		left := time.Now()
 
 		got := 0
 		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
@@ -208,9 +213,32 @@ func TestGuestRunSendThenDisconnect(t *testing.T) {
 		if got != sends {
 			lost += sends - got
 			t.Errorf("round %d: the RoCE side received %d of the %d SENDs the IB side's HCA completed before it disconnected", round, got, sends)
+		} else {
+			// Then the gateway disconnects the RoCE side: as soon as it
+			// relayed them, not once its drain's timeout (5 s) gave up
+			// waiting for the IB side's QP to say all had been handed
+			// over.
+			dctx, dcancel := context.WithTimeout(ctx, 4*time.Second)
+			_, err := tch.Expect(dctx, ibv.CMDisconnected)
+			dcancel()
+			if err != nil {
+				t.Errorf("round %d: the RoCE side's DISCONNECTED, %v after the IB side's: %v", round, time.Since(left).Round(time.Millisecond), err)
+			} else {
+				after = append(after, time.Since(left))
+			}
 		}
 		cli.ch.Close()
 		tgt.id.Close()
 	}
-	t.Logf("%d rounds of %d SENDs then a disconnect: %d SENDs lost", rounds, sends, lost)
+	slices.Sort(after)
+	t.Logf("%d rounds of %d SENDs then a disconnect: %d SENDs lost; the RoCE side disconnected %v after the IB side (median of %d), at most %v",
+		rounds, sends, lost, median(after), len(after), slices.Max(append(after, 0)))
+}
+
+// median is the middle of sorted d (0 if empty).
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[len(d)/2]
 }
