@@ -560,6 +560,8 @@ func runWithLoss(t *testing.T, io string) {
 	stall := time.AfterFunc(150*time.Second, func() {
 		proc.Signal(syscall.SIGUSR1)
 		qps, _ := exec.Command("rdma", "-d", "resource", "show", "qp").CombinedOutput()
+		ids, _ := exec.Command("rdma", "-d", "resource", "show", "cm_id").CombinedOutput()
+		qps = append(append(qps, "kernel CM IDs:\n"...), ids...)
 		cnt, _ := exec.Command("sh", "-c", "cd /sys/class/infiniband/"+ns.PeerDevice+"/ports/1/hw_counters && grep . *").CombinedOutput()
 		t.Logf("stalled? kernel QPs:\n%s\n%s counters:\n%s\ntools:\n%s", qps, ns.PeerDevice, cnt, toolStates("ib_"))
 	})

@@ -329,6 +329,7 @@ func (qp *QP) Close() error {
 func (qp *QP) toErrorLocked() {
 	if qp.state == StateRTR || qp.state == StateRTS {
 		qp.flushAckLocked() // what completed is acknowledged still
+		qp.resp.errFront, qp.resp.errSet = qp.resp.frontier(), true
 		qp.abandonLocked()
 	}
 	qp.state = StateError
@@ -638,6 +639,10 @@ func (qp *QP) receive(p *roce.Packet, m *roce.Message) {
 	case UD:
 		qp.receiveUDLocked(p, m)
 	case RC:
+		if qp.state == StateError && op.IsRequest() && op.Service() == 0x00 {
+			qp.ackInErrorLocked(p)
+			return
+		}
 		if qp.state != StateRTR && qp.state != StateRTS {
 			return
 		}

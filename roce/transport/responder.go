@@ -56,6 +56,11 @@ type responder struct {
 	// held says the request at epsn was held (the Target's Hold): no NAK
 	// for it, or for anything after it, until Resume.
 	held bool
+	// errFront is the frontier when the QP entered the error state from
+	// RTR or RTS (errSet): everything before it completed and was
+	// acknowledged (ackInErrorLocked).
+	errFront roce.PSN
+	errSet   bool
 
 	ackPending bool
 	ackPSN     roce.PSN
@@ -882,6 +887,30 @@ func (qp *QP) flushAckLocked() {
 	}
 	s.ackPending = false
 	qp.sendAckLocked(s.ackPSN, roce.ACKSyndrome(roce.CreditsInvalid))
+}
+
+// ackInErrorLocked answers a request that reaches the QP in the error
+// state. A QP in ERR takes no request; but one that retransmits a SEND or
+// WRITE the QP acknowledged before it entered ERR lost that ACK, and it
+// gets the ACK again: its operation was carried out, and without the ACK
+// it would retry until its retry count ran out and fail it, or, on a
+// device that takes a retry count of 7 as unlimited (rxe), wait forever
+// on a connection the QP's disconnect is ending, its application polling
+// for that completion and never reading the DREQ. Whatever the QP had not
+// acknowledged is dropped, as ERR does; a READ or atomic is dropped too,
+// since its response would need the target, which is gone.
+func (qp *QP) ackInErrorLocked(p *roce.Packet) {
+	s := &qp.resp
+	psn := roce.PSN(p.BTH.PSN())
+	if !s.errSet || !psn.Before(s.errFront) {
+		return
+	}
+	switch p.Opcode().Kind() {
+	case roce.KindReadRequest, roce.KindAtomic:
+		return
+	}
+	qp.dev.stats.RxDuplicate.Add(1)
+	qp.sendAckLocked(s.errFront.Add(-1), roce.ACKSyndrome(roce.CreditsInvalid))
 }
 
 // rnrNAKLocked tells the requester no receive WQE is ready for psn.

@@ -622,3 +622,40 @@ func TestTargetCloseSendsHeld(t *testing.T) {
 	w.qp.ReleaseSends() // the batch ends after the close: nothing more, no panic
 	w.quiet("a second send of what the close sent")
 }
+
+// TestErrorAcksAgain: a QP in the error state answers the retransmission
+// of a SEND it acknowledged before (its ACK lost) with the ACK again, so
+// that the requester completes what was carried out; what it had not
+// acknowledged, a retransmitted READ, and anything new get nothing, as
+// ERR answers nothing. (A peer on rxe, to which a retry count of 7 is
+// unlimited, otherwise retried its SEND forever once the gateway's
+// disconnect had moved the QP to ERR.)
+func TestErrorAcksAgain(t *testing.T) {
+	w := newWire(t, 1)
+	w.target.reply = func(r *transport.Request) transport.Reply {
+		if r.Op == transport.OpRead {
+			return transport.Reply{Result: transport.Done, Data: make([]byte, r.Length)}
+		}
+		return transport.Reply{Result: transport.Pending}
+	}
+	w.sendOnly(0, "a")
+	w.sendOnly(1, "b")
+	w.waitOffered(2)
+	w.complete(0, transport.Completion{})
+	w.expect(ack(0))
+	if err := w.qp.Modify(transport.QPAttr{State: transport.StateError}); err != nil {
+		t.Fatal(err)
+	}
+	w.quiet("entering ERR with 1 acknowledged, 1 pending")
+	w.sendOnly(0, "a") // its ACK was lost
+	w.expect(ack(0))
+	w.sendOnly(1, "b") // never acknowledged: flushed
+	w.quiet("a retransmission of what was not acknowledged")
+	w.sendOnly(2, "c")
+	w.quiet("a new request")
+	w.read(-1, 0x1000, 16) // before the frontier, but a READ
+	w.quiet("a READ before the frontier")
+	if got := len(w.target.requests()); got != 2 {
+		t.Errorf("the target was offered %d requests, want the 2 before ERR", got)
+	}
+}
