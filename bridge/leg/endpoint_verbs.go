@@ -67,13 +67,12 @@ type VerbsEndpoint struct {
 	rwrs     []ibv.RecvWR
 	posted   int // receives posted
 	closing  bool
-	peerGone bool // the peer disconnected (PeerDisconnected)
 	// handing counts received SENDs taken off the CQ (no longer posted)
-	// and not yet handed to the session; ended says the connection ended
-	// (Fail): once neither a receive is posted nor one is being handed,
-	// the endpoint is drained.
-	handing int
-	ended   bool
+	// and not yet handed to the session; peerGone says the peer
+	// disconnected (PeerDisconnected): once neither a receive is posted
+	// nor one is being handed, the endpoint is drained.
+	handing  int
+	peerGone bool
 	// local are the window work requests posted and not completed, by
 	// ID (localBit clear), with what takes their completion.
 	local     map[uint64]func(ibv.WCStatus)
@@ -401,35 +400,25 @@ func (e *VerbsEndpoint) Complete(tok transport.Token, c transport.Completion) er
 	return nil
 }
 
-// Fail reports that the connection ended outside the QP (rdma_cm's
-// DISCONNECTED, a fatal async event): the session ends.
-func (e *VerbsEndpoint) Fail(err error) {
+// PeerDisconnected takes rdma_cm's DISCONNECTED for the endpoint's
+// connection: the session learns that the peer left, and the QP moves to
+// the error state, as the peer's did before its DREQ and as
+// rdma_disconnect does. Nothing more can arrive, and the receives' flush
+// comes after every SEND the HCA acknowledged: its completion tells the
+// session all of them were handed over (Drained), so the session relays
+// them and ends at once, rather than keep a connection whose peer is gone
+// until its drain's timeout. With no receive posted it is drained at
+// once, or once the one being handed over was (received). The DREP goes
+// when the session closes the endpoint (its disconnect).
+func (e *VerbsEndpoint) PeerDisconnected() {
 	e.mu.Lock()
-	e.ended = true
-	// No receive to flush: nothing more will arrive; one being handed
-	// over says so once it was (received).
+	e.peerGone = true
 	none := e.posted == 0 && e.handing == 0
 	e.mu.Unlock()
 	if none {
 		e.markDrained()
 	}
-	e.report(err)
-}
-
-// PeerDisconnected takes rdma_cm's DISCONNECTED for the endpoint's
-// connection: the session learns that the peer left (Fail), and the QP
-// moves to the error state, as the peer's did before its DREQ and as
-// rdma_disconnect does. Nothing more can arrive, and the receives' flush
-// comes after every SEND the HCA acknowledged: its completion tells the
-// session all of them were handed over (Drained), so the session relays
-// them and ends at once, rather than keep a connection whose peer is gone
-// until its drain's timeout. The DREP goes when the session closes the
-// endpoint (its disconnect).
-func (e *VerbsEndpoint) PeerDisconnected() {
-	e.mu.Lock()
-	e.peerGone = true
-	e.mu.Unlock()
-	e.Fail(session.ErrPeerDisconnected)
+	e.report(session.ErrPeerDisconnected)
 	_ = e.qp.ToErr()
 }
 
@@ -583,7 +572,7 @@ func (e *VerbsEndpoint) received(h session.Handler, wc *ibv.WorkCompletion) {
 	reply := h.Request(&r, b)
 	e.mu.Lock()
 	e.handing--
-	drained := e.ended && e.posted == 0 && e.handing == 0
+	drained := e.peerGone && e.posted == 0 && e.handing == 0
 	e.mu.Unlock()
 	if drained { // the connection ended with no receive left to flush
 		e.markDrained()

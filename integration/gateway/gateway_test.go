@@ -561,9 +561,8 @@ func runWithLoss(t *testing.T, io string) {
 		proc.Signal(syscall.SIGUSR1)
 		qps, _ := exec.Command("rdma", "-d", "resource", "show", "qp").CombinedOutput()
 		ids, _ := exec.Command("rdma", "-d", "resource", "show", "cm_id").CombinedOutput()
-		qps = append(append(qps, "kernel CM IDs:\n"...), ids...)
 		cnt, _ := exec.Command("sh", "-c", "cd /sys/class/infiniband/"+ns.PeerDevice+"/ports/1/hw_counters && grep . *").CombinedOutput()
-		t.Logf("stalled? kernel QPs:\n%s\n%s counters:\n%s\ntools:\n%s", qps, ns.PeerDevice, cnt, toolStates("ib_"))
+		t.Logf("stalled? kernel QPs:\n%s\nkernel CM IDs:\n%s\n%s counters:\n%s\ntools:\n%s", qps, ids, ns.PeerDevice, cnt, toolStates("ib_"))
 	})
 	defer stall.Stop()
 	for _, tool := range []string{"ib_write_bw", "ib_read_bw"} {
